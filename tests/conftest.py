@@ -1,0 +1,20 @@
+"""Test-suite wiring: real-component fixtures and an isolated environment for every test."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["testbed.zfs", "testbed.sshd", "testbed.s3", "testbed.postgres"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch, tmp_path):
+    """Scrub ZBAK_* and AWS_* and give each test its own HOME (house rule 11)."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith(("ZBAK_", "AWS_")) and key != "ZBAK_TEST_STRICT":
+            monkeypatch.delenv(key, raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))

@@ -1,0 +1,41 @@
+"""Shared test-bed rules: a missing real component skips locally but fails in CI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+
+import pytest
+
+
+def strict() -> bool:
+    """True in CI (``CI=true``) or with ``ZBAK_TEST_STRICT=1``: missing components fail the run."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes") or bool(
+        os.environ.get("ZBAK_TEST_STRICT")
+    )
+
+
+def unavailable(component: str, why: str) -> None:
+    """Skip the test (or fail it in strict mode) because ``component`` cannot be started."""
+    message = f"{component} unavailable: {why}"
+    if strict():
+        pytest.fail(message + " (strict mode: CI must run every real-component test)")
+    pytest.skip(message)
+
+
+def need_binary(component: str, name: str) -> str:
+    """Return the path of executable ``name`` or mark ``component`` unavailable."""
+    path = shutil.which(name) or next(
+        (p for p in (f"/usr/sbin/{name}", f"/sbin/{name}") if os.access(p, os.X_OK)), None
+    )
+    if not path:
+        unavailable(component, f"{name} not found (run scripts/setup-host.sh)")
+    return path
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,77 @@
+"""Load and validate the TOML config; every error names the key path and the file."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Mapping
+
+from pydantic import ValidationError
+
+from zrepl_py.config.schema import Config
+from zrepl_py.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path("/etc/zbak/zbak.toml")
+CONFIG_ENV = "ZBAK_CONFIG"
+
+
+def config_path(explicit: str | os.PathLike | None, env: Mapping[str, str]) -> Path:
+    """Resolve the config file: ``--config``, then ``$ZBAK_CONFIG``, then /etc/zbak/zbak.toml."""
+    if explicit:
+        return Path(explicit)
+    if env.get(CONFIG_ENV):
+        return Path(env[CONFIG_ENV])
+    return DEFAULT_CONFIG_PATH
+
+
+def _key_path(loc: tuple) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def parse_config(data: dict, path: str) -> Config:
+    """Validate an already-parsed TOML table.
+
+    Raises:
+        ConfigError: listing every problem as (key path, message) with ``path`` as the file.
+    """
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            # Drop pydantic's internal wrapper names (function-after[...], etc.).
+            loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key"
+            problems.append((_key_path(loc), msg))
+        raise ConfigError(path, problems) from None
+    problems = config.reference_problems()
+    if problems:
+        raise ConfigError(path, problems)
+    return config
+
+
+def load_config(path: str | os.PathLike) -> Config:
+    """Read and validate the TOML file at ``path``.
+
+    Raises:
+        ConfigError: file missing or unreadable, TOML syntax error, or schema violations.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(str(path), [("", f"cannot read config: {exc.strerror}")]) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), [("", f"not valid TOML: {exc}")]) from None
+    return parse_config(data, str(path))

@@ -1,0 +1,87 @@
+"""Config value types: durations, byte sizes and cron schedules, parsed once at load.
+
+Durations take seconds (int) or ``<number><unit>`` with units s, m, h, d, w, y
+(``90m``, ``36h``, ``30d``); a year is 365 days. Sizes take bytes (int) or
+``<number><unit>`` with SI (K, M, G, T = 1000^n) or IEC (KiB, MiB, GiB, TiB = 1024^n) units.
+Cron schedules are five-field crontab lines checked with APScheduler's parser.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Annotated
+
+from pydantic import BeforeValidator
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdwy])\s*$")
+_DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?B?|B)?\s*$", re.IGNORECASE)
+_SIZE_FACTORS = {"": 1, "B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
+
+
+def parse_duration(value: object) -> dt.timedelta:
+    """Parse a duration (see module doc) into a timedelta.
+
+    Raises:
+        ValueError: with a message pydantic attaches to the key path.
+    """
+    if isinstance(value, dt.timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like '36h' or '30d'")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return dt.timedelta(seconds=value)
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match:
+            return dt.timedelta(seconds=float(match[1]) * _DURATION_SECONDS[match[2]])
+    raise ValueError(f"expected a duration like '36h' or '30d', got {value!r}")
+
+
+def parse_size(value: object) -> int:
+    """Parse a byte size (see module doc) into an int number of bytes.
+
+    Raises:
+        ValueError: with a message pydantic attaches to the key path.
+    """
+    if isinstance(value, bool):
+        raise ValueError("expected a size like '512MiB' or '1G'")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a size cannot be negative")
+        return value
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if match:
+            unit = (match[2] or "").upper()
+            base = unit[:1] if unit not in ("", "B") else unit
+            factor = _SIZE_FACTORS[base]
+            if "I" in unit:
+                factor = 1024 ** ("KMGTP".index(base) + 1)
+            return int(float(match[1]) * factor)
+    raise ValueError(f"expected a size like '512MiB' or '1G', got {value!r}")
+
+
+def parse_cron(value: object) -> str:
+    """Check a five-field crontab expression with APScheduler and return it unchanged.
+
+    Raises:
+        ValueError: when APScheduler's ``CronTrigger.from_crontab`` rejects it.
+    """
+    from apscheduler.triggers.cron import CronTrigger
+
+    if not isinstance(value, str):
+        raise ValueError("expected a crontab line like '0 2 * * *'")
+    try:
+        CronTrigger.from_crontab(value, timezone="UTC")
+    except ValueError as exc:
+        raise ValueError(f"invalid cron schedule {value!r}: {exc}") from None
+    return value
+
+
+Duration = Annotated[dt.timedelta, BeforeValidator(parse_duration)]
+ByteSize = Annotated[int, BeforeValidator(parse_size)]
+CronSchedule = Annotated[str, BeforeValidator(parse_cron)]

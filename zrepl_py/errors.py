@@ -1,0 +1,139 @@
+"""The zbak error hierarchy and the process exit codes it maps to.
+
+Every error zbak raises on purpose is a ``ZbakError``; each subclass carries the
+``ExitStatus`` the command line returns for it (borg's errors.py pattern). Messages say
+what was being done, on which dataset/host/object, and what to do next.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitStatus(enum.IntEnum):
+    """Process exit codes; the API scripts and systemd units rely on (see DESIGN.md)."""
+
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    LOCKED = 3
+    AUDIT_FINDINGS = 4
+    THAW_PENDING = 75  # EX_TEMPFAIL from sysexits.h: run again later
+
+    @classmethod
+    def help_table(cls) -> str:
+        """Return the exit-code table printed at the end of ``zbak --help``."""
+        meaning = {
+            cls.OK: "done",
+            cls.FAILED: "failed",
+            cls.USAGE: "bad usage or config (the message names the key and the file)",
+            cls.LOCKED: "nothing done: another run holds the lock",
+            cls.AUDIT_FINDINGS: "audit found a problem",
+            cls.THAW_PENDING: "waiting for a cold-object thaw; run again later",
+        }
+        return "\n".join(f"  {int(code):>3}  {meaning[code]}" for code in cls)
+
+
+class ZbakError(Exception):
+    """Base of every error zbak raises on purpose; ``exit_status`` is what the CLI returns."""
+
+    exit_status: ExitStatus = ExitStatus.FAILED
+
+
+class UsageError(ZbakError):
+    """The command line itself is wrong (unknown job, missing argument)."""
+
+    exit_status = ExitStatus.USAGE
+
+
+class ConfigError(ZbakError):
+    """The config file is missing, unreadable or invalid.
+
+    Args:
+        path: the config file.
+        problems: one ``(key_path, message)`` per problem, key_path dotted
+            (``jobs.nightly.snapshot.retention.daily``) or ``""`` for the whole file.
+    """
+
+    exit_status = ExitStatus.USAGE
+
+    def __init__(self, path: str, problems: list[tuple[str, str]]):
+        self.path = path
+        self.problems = problems
+        lines = [f"{key or '<file>'}: {msg}" for key, msg in problems]
+        super().__init__(f"invalid config {path}:\n  " + "\n  ".join(lines))
+
+
+class InvalidName(ZbakError):
+    """A dataset, snapshot, bookmark or hold name breaks the OpenZFS naming rules."""
+
+    exit_status = ExitStatus.USAGE
+
+
+class Locked(ZbakError):
+    """Another zbak run holds the lock for this dataset or target."""
+
+    exit_status = ExitStatus.LOCKED
+
+
+class CommandFailed(ZbakError):
+    """An external command (zfs, zpool, ssh, rsync) exited non-zero.
+
+    Attributes:
+        argv: the command as run (never contains secrets: see house rule 7).
+        returncode: its exit status; ``None`` when it was killed or timed out.
+        stderr: its standard error, decoded, stripped.
+        host: the host it ran on, ``"local"`` for this machine.
+    """
+
+    def __init__(self, argv: list[str], returncode: int | None, stderr: str, host: str = "local"):
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+        self.host = host
+        shown = " ".join(self.argv)
+        super().__init__(f"[{host}] `{shown}` exited {returncode}: {stderr or '(no stderr)'}")
+
+
+class ZfsError(CommandFailed):
+    """A zfs/zpool command failed for a reason not mapped to a narrower class."""
+
+
+class DatasetNotFound(ZfsError):
+    """The dataset, snapshot or pool does not exist."""
+
+
+class DatasetExists(ZfsError):
+    """The dataset or snapshot to be created exists already."""
+
+
+class DatasetBusy(ZfsError):
+    """The dataset is busy (mounted, held or being received); often passes after a moment."""
+
+
+class PermissionDenied(ZfsError):
+    """The zfs operation is not allowed for this user (see ``zfs allow``)."""
+
+
+class Unsupported(ZfsError):
+    """The host's ZFS does not support the requested feature or flag."""
+
+
+class SnapshotHeld(ZfsError):
+    """A snapshot cannot be destroyed because it carries user holds."""
+
+
+class HostUnreachable(ZbakError):
+    """An SSH host could not be reached or refused the login."""
+
+
+class HostKeyMismatch(ZbakError):
+    """The SSH host key is unknown or differs from known_hosts; no data was sent."""
+
+
+class CatalogError(ZbakError):
+    """The catalog database rejected an operation or is out of date."""
+
+
+class ChainBroken(CatalogError):
+    """An insert or delete would break a stream chain (guid continuity, missing parent)."""

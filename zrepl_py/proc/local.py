@@ -1,0 +1,54 @@
+"""LocalExecutor: run argv lists with subprocess on this machine (never a shell)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from typing import Sequence
+
+from zrepl_py.errors import CommandFailed
+from zrepl_py.proc.executor import Completed
+
+log = logging.getLogger(__name__)
+
+
+class LocalExecutor:
+    """Executor for this machine; follows the contract in ``zrepl_py.proc.executor``.
+
+    Args:
+        prefix: argv prepended to every command, e.g. ``["sudo", "-n"]``.
+    """
+
+    host = "local"
+
+    def __init__(self, prefix: Sequence[str] = ()):
+        self.prefix = list(prefix)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        input: bytes | None = None,
+        check: bool = True,
+        timeout: float | None = None,
+    ) -> Completed:
+        """Run ``argv`` and wait; see the Executor contract for errors."""
+        full = self.prefix + list(argv)
+        log.debug("run [local]: %s", full)
+        try:
+            proc = subprocess.run(
+                full,
+                input=input,
+                stdin=None if input is not None else subprocess.DEVNULL,
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise CommandFailed(full, None, f"timed out after {timeout} s", self.host) from exc
+        except FileNotFoundError as exc:
+            raise CommandFailed(full, 127, f"command not found: {full[0]}", self.host) from exc
+        done = Completed(tuple(full), proc.returncode, proc.stdout, proc.stderr)
+        if check and proc.returncode != 0:
+            raise CommandFailed(full, proc.returncode, done.error_text, self.host)
+        return done

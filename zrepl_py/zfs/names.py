@@ -1,0 +1,165 @@
+"""ZFS names as validated values (parse, don't validate: house rule 4).
+
+Rules follow OpenZFS ``module/zcommon/zfs_namecheck.c``:
+- allowed characters are ASCII letters, digits and ``-_.:`` plus space (``valid_char``);
+- a dataset name is ``/``-separated non-empty components, no ``.``/``..`` component,
+  no leading, trailing or doubled ``/``, and is shorter than ZFS_MAX_DATASET_NAME_LEN (256);
+- a pool name (first component) starts with a letter, is not ``mirror``, ``raidz*``,
+  ``draid*``, ``spare``, ``log``, and does not look like a disk (``c[0-9]...``);
+- a snapshot is ``DATASET@NAME`` and a bookmark ``DATASET#NAME`` with one delimiter and a
+  non-empty, valid short name; the full name too is under 256 bytes.
+``%`` (used only by ZFS-internal temporary clones) is rejected, as is anything non-ASCII.
+Every name that passes is safe as one argv element: it cannot start with ``-`` and holds no
+shell metacharacter other than space and ``:``, which the SSH executor quotes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from zrepl_py.errors import InvalidName
+
+MAX_NAME_LEN = 255  # ZFS_MAX_DATASET_NAME_LEN (256) includes the terminating NUL
+_COMPONENT = re.compile(r"[A-Za-z0-9_.: -]+")
+_RESERVED_POOL = re.compile(r"^(mirror|raidz\d*|draid\d*|spare|log)$|^c\d")
+
+
+def _check_component(part: str, whole: str, what: str) -> None:
+    if not part:
+        raise InvalidName(f"{what} {whole!r}: empty component")
+    if part in (".", ".."):
+        raise InvalidName(f"{what} {whole!r}: component {part!r} is not allowed")
+    if not _COMPONENT.fullmatch(part):
+        bad = sorted({c for c in part if not _COMPONENT.fullmatch(c)})
+        raise InvalidName(f"{what} {whole!r}: invalid character(s) {''.join(bad)!r}")
+
+
+class DatasetName(str):
+    """A valid ZFS filesystem or volume name, e.g. ``tank/data``.
+
+    Raises:
+        InvalidName: on construction from a string that breaks the rules in the module doc.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, value: str) -> "DatasetName":
+        if not isinstance(value, str):
+            raise InvalidName(f"dataset name must be a string, got {type(value).__name__}")
+        if not value:
+            raise InvalidName("dataset name is empty")
+        if len(value.encode()) > MAX_NAME_LEN:
+            raise InvalidName(f"dataset {value[:40]!r}...: longer than {MAX_NAME_LEN} bytes")
+        if "@" in value or "#" in value:
+            raise InvalidName(f"dataset {value!r}: '@' and '#' belong to snapshot/bookmark names")
+        parts = value.split("/")
+        for part in parts:
+            _check_component(part, value, "dataset")
+        if not parts[0][0].isalpha():
+            raise InvalidName(f"dataset {value!r}: pool name must start with a letter")
+        if _RESERVED_POOL.search(parts[0]):
+            raise InvalidName(f"dataset {value!r}: {parts[0]!r} is a reserved pool name")
+        return super().__new__(cls, value)
+
+    @property
+    def pool(self) -> str:
+        """The pool, i.e. the first component."""
+        return self.split("/", 1)[0]
+
+    def child(self, relative: str) -> "DatasetName":
+        """Return ``self/relative`` (validated); ``relative`` may be ``""`` for self."""
+        return DatasetName(f"{self}/{relative}" if relative else str(self))
+
+    def relative_to(self, root: "DatasetName") -> str:
+        """Return the path below ``root`` (``""`` for root itself).
+
+        Raises:
+            ValueError: when self is not root or below it.
+        """
+        if self == root:
+            return ""
+        if not self.startswith(root + "/"):
+            raise ValueError(f"{self} is not below {root}")
+        return self[len(root) + 1 :]
+
+
+def check_short_name(value: str, what: str = "snapshot name") -> str:
+    """Validate the part after ``@`` or ``#`` and return it.
+
+    Raises:
+        InvalidName: empty, invalid characters, or a leading ``-`` (argv-injection guard,
+            stricter than OpenZFS).
+    """
+    if not isinstance(value, str):
+        raise InvalidName(f"{what} must be a string")
+    _check_component(value, value, what)
+    if value.startswith("-"):
+        raise InvalidName(f"{what} {value!r}: must not start with '-'")
+    return value
+
+
+class SnapshotName(str):
+    """A full snapshot name ``DATASET@NAME``, validated.
+
+    Raises:
+        InvalidName: when either part breaks the rules or the whole is too long.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, value: str) -> "SnapshotName":
+        if not isinstance(value, str) or value.count("@") != 1:
+            raise InvalidName(f"snapshot {value!r}: needs exactly one '@'")
+        ds, short = value.split("@")
+        DatasetName(ds)
+        check_short_name(short)
+        if len(value.encode()) > MAX_NAME_LEN:
+            raise InvalidName(f"snapshot {value[:40]!r}...: longer than {MAX_NAME_LEN} bytes")
+        return super().__new__(cls, value)
+
+    @classmethod
+    def of(cls, dataset: DatasetName | str, short: str) -> "SnapshotName":
+        """Build ``dataset@short`` and validate it."""
+        return cls(f"{dataset}@{short}")
+
+    @property
+    def dataset(self) -> DatasetName:
+        """The dataset part."""
+        return DatasetName(self.split("@", 1)[0])
+
+    @property
+    def short(self) -> str:
+        """The part after ``@``."""
+        return self.split("@", 1)[1]
+
+
+class BookmarkName(str):
+    """A full bookmark name ``DATASET#NAME``, validated like SnapshotName."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: str) -> "BookmarkName":
+        if not isinstance(value, str) or value.count("#") != 1 or "@" in value:
+            raise InvalidName(f"bookmark {value!r}: needs exactly one '#' and no '@'")
+        ds, short = value.split("#")
+        DatasetName(ds)
+        check_short_name(short, "bookmark name")
+        if len(value.encode()) > MAX_NAME_LEN:
+            raise InvalidName(f"bookmark {value[:40]!r}...: longer than {MAX_NAME_LEN} bytes")
+        return super().__new__(cls, value)
+
+
+def check_hold_tag(value: str) -> str:
+    """Validate a ``zfs hold`` tag (zbak makes them as ``zbak:<job>:<target>``).
+
+    OpenZFS accepts any string under MAXNAMELEN (256) bytes as a tag; zbak keeps tags to
+    printable ASCII without a leading ``-`` so they are safe, readable argv elements.
+
+    Raises:
+        InvalidName: when the tag is empty, too long, or has other characters.
+    """
+    if not isinstance(value, str) or not value or len(value.encode()) > MAX_NAME_LEN:
+        raise InvalidName(f"hold tag {value!r}: must be 1..{MAX_NAME_LEN} bytes")
+    if value.startswith("-") or not all(" " <= c <= "~" for c in value):
+        raise InvalidName(f"hold tag {value!r}: printable ASCII only, no leading '-'")
+    return value
