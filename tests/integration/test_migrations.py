@@ -1,0 +1,171 @@
+"""Alembic migrations and engine setup, on real SQLite and a real PostgreSQL 15 cluster."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import stat
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from testbed.common import free_port
+from zrepl_py.catalog import db
+from zrepl_py.catalog.models import Base
+from zrepl_py.catalog.repository import Catalog, NewStream
+from zrepl_py.errors import CatalogError, CatalogNotCurrent, CatalogUnavailable
+
+T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
+
+
+@pytest.fixture
+def engine(catalog_url):
+    """An engine on an empty catalog database of each backend."""
+    engine = db.make_engine(catalog_url)
+    yield engine
+    engine.dispose()
+
+
+def _full(catalog: Catalog, name: str, guid: int, txg: int) -> int:
+    return catalog.add_stream(
+        NewStream(
+            dataset="tank/data", store="cold", kind="full", to_guid=guid, to_name=name,
+            to_createtxg=txg, object_prefix=f"tank/data/{name}", storage_class="STANDARD",
+            compression="zstd", created_at=T0,
+        )
+    )
+
+
+def test_upgrade_from_empty_reaches_head_and_running_it_again_changes_nothing(engine):
+    head = db.head_revision()
+    assert db.current_revision(engine) is None
+    assert db.upgrade(engine) == (None, head)
+    assert db.upgrade(engine) == (head, head)
+    assert db.current_revision(engine) == head
+
+
+def test_the_migration_scripts_have_exactly_one_head():
+    script = ScriptDirectory.from_config(db._alembic_config())
+    assert len(script.get_heads()) == 1
+    assert script.get_heads()[0] == db.head_revision()
+
+
+def test_the_models_match_the_migrated_schema(engine):
+    db.upgrade(engine)
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        assert compare_metadata(context, Base.metadata) == []
+
+
+def test_every_check_constraint_of_the_models_exists_in_the_migrated_schema(engine):
+    db.upgrade(engine)
+    inspector = sa.inspect(engine)
+    for table in Base.metadata.sorted_tables:
+        wanted = {c.name for c in table.constraints if isinstance(c, sa.CheckConstraint)}
+        present = {c["name"] for c in inspector.get_check_constraints(table.name)}
+        assert wanted <= present, table.name
+
+
+def test_downgrade_to_base_drops_a_catalog_holding_a_chain_and_upgrade_rebuilds_it(engine):
+    db.upgrade(engine)
+    catalog = Catalog(engine)
+    full = _full(catalog, "a", 1, 10)
+    catalog.add_stream(
+        NewStream(
+            dataset="tank/data", store="cold", kind="incremental", parent_id=full, from_guid=1,
+            to_guid=2, to_name="b", to_createtxg=20, object_prefix="tank/data/b",
+            storage_class="STANDARD", compression="zstd", created_at=T0,
+        )
+    )
+    db.downgrade(engine, "base")
+    assert db.current_revision(engine) is None
+    assert set(sa.inspect(engine).get_table_names()) <= {"alembic_version"}
+    assert db.upgrade(engine) == (None, db.head_revision())
+    assert Catalog(engine).streams() == []
+
+
+def test_require_current_names_both_revisions_and_zbak_init_until_upgraded(engine):
+    with pytest.raises(CatalogNotCurrent, match=r"revision none .*head is 0001: run `zbak init`"):
+        db.require_current(engine)
+    db.upgrade(engine)
+    db.require_current(engine)
+
+
+def test_using_an_unmigrated_catalog_says_to_run_zbak_init(engine):
+    with pytest.raises(CatalogNotCurrent, match="zbak init"):
+        Catalog(engine).streams()
+
+
+def test_sqlite_catalog_file_is_0600_in_a_0700_directory_under_umask_022(tmp_path):
+    path = tmp_path / "state" / "deeper" / "catalog.db"
+    old = os.umask(0o022)
+    try:
+        engine = db.make_engine(f"sqlite:///{path}")
+        db.upgrade(engine)
+        engine.dispose()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+def test_every_sqlite_connection_enforces_foreign_keys_and_uses_wal(tmp_path):
+    engine = db.make_engine(f"sqlite:///{tmp_path / 'c.db'}")
+    try:
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+            assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() > 0
+    finally:
+        engine.dispose()
+
+
+def test_a_malformed_catalog_url_is_a_catalog_error_naming_the_setting():
+    with pytest.raises(CatalogError, match=r"\[catalog\] url"):
+        db.make_engine("not a url")
+
+
+def test_an_unreachable_postgresql_server_is_reported_as_unavailable():
+    engine = db.make_engine(f"postgresql://nobody:secret@127.0.0.1:{free_port()}/none")
+    try:
+        with pytest.raises(CatalogUnavailable) as caught:
+            db.current_revision(engine)
+        assert "secret" not in str(caught.value)
+    finally:
+        engine.dispose()
+
+
+def test_concurrent_writers_on_one_sqlite_file_wait_for_each_other_instead_of_failing(tmp_path):
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    setup = db.make_engine(url)
+    db.upgrade(setup)
+    setup.dispose()
+    errors: list[BaseException] = []
+
+    def writer(job: str) -> None:
+        engine = db.make_engine(url)
+        catalog = Catalog(engine)
+        try:
+            for i in range(15):
+                run = catalog.start_run(job, "snapshot", None, T0)
+                catalog.sync_snapshots("local", f"tank/{job}", [], T0)  # read, then write
+                catalog.finish_run(run, result="ok", now=T0)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            engine.dispose()
+
+    threads = [threading.Thread(target=writer, args=(f"job{n}",)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    check = db.make_engine(url)
+    assert len(Catalog(check).last_runs()) == 3
+    check.dispose()

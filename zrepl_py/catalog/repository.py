@@ -1,0 +1,896 @@
+"""The catalog API: short transactions in, plain frozen dataclasses out.
+
+Every method opens its own transaction and commits before returning, so callers never hold a
+database lock across a zfs or S3 operation (house rule 10 orders those writes). Rows come back as
+frozen dataclasses, never ORM objects. Times are aware UTC; guids are ints 0 .. 2**64-1; sizes
+are bytes.
+
+Chains are checked twice: here, to raise ``ChainBroken`` with a message saying what to do, and by
+the database's own constraints (models.py), which catch anything that slips past.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import re
+from collections.abc import Iterable, Iterator, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from zrepl_py.catalog.db import translate
+from zrepl_py.catalog.models import (
+    REPLICATION_METHODS,
+    RUN_ACTIONS,
+    RUN_RESULTS,
+    STREAM_KINDS,
+    STREAM_STATES,
+    Dataset,
+    ReplicaCursor,
+    Run,
+    Snapshot,
+    Stream,
+    Volume,
+)
+from zrepl_py.catalog.types import to_signed64
+from zrepl_py.errors import CatalogConflict, CatalogError, ChainBroken, NotInCatalog
+
+LOCAL_HOST = "local"
+
+# Which stream states may follow which; "condemned" is the catalog tombstone written before the
+# objects are deleted (house rule 10), so nothing leaves it.
+STATE_TRANSITIONS: dict[str, frozenset[str]] = {
+    "uploading": frozenset({"uploaded", "bad", "condemned"}),
+    "uploaded": frozenset({"verified", "bad", "condemned"}),
+    "verified": frozenset({"verified", "bad", "condemned"}),
+    "bad": frozenset({"condemned"}),
+    "condemned": frozenset(),
+}
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_CHUNK = 500  # ids per IN (...) list, well under SQLite's bound-parameter limit
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotFact:
+    """A snapshot as zfs lists it now.
+
+    Attributes:
+        name: the short name after ``@``.
+        guid: the snapshot guid, 0 .. 2**64-1.
+        createtxg: the transaction group that created it (orders snapshots).
+        creation: creation time, aware UTC.
+    """
+
+    name: str
+    guid: int
+    createtxg: int
+    creation: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncResult:
+    """What :meth:`Catalog.sync_snapshots` changed: rows added, tombstoned, renamed."""
+
+    added: int
+    gone: int
+    renamed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotRow:
+    """A catalogued snapshot; ``destroyed_at`` (aware UTC) is set once zfs stopped listing it."""
+
+    host: str
+    dataset: str
+    name: str
+    guid: int
+    createtxg: int
+    creation: dt.datetime
+    first_seen: dt.datetime
+    destroyed_at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRow:
+    """One run of a job action; ``ended_at`` is None and ``result`` "running" until finished."""
+
+    id: int
+    job: str
+    action: str
+    target: str | None
+    started_at: dt.datetime
+    ended_at: dt.datetime | None
+    result: str
+    bytes: int
+    error: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CursorRow:
+    """The last snapshot known complete on a replica target for one source dataset and job."""
+
+    job: str
+    target: str
+    source_host: str
+    source_dataset: str
+    target_location: str
+    method: str
+    snapshot_name: str
+    guid: int
+    createtxg: int
+    updated_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NewStream:
+    """A stream to record. Fulls leave ``parent_id``/``from_guid``/``from_name`` None;
+    incrementals set ``parent_id`` (the stream they apply on) and ``from_guid`` (its ``to_guid``).
+
+    Sizes are bytes (``raw_bytes`` as zfs sent it, ``stored_bytes`` after compression); times
+    are aware UTC; ``object_prefix`` is the key prefix of the stream's objects in ``store``.
+    """
+
+    host: str = LOCAL_HOST
+    dataset: str
+    store: str
+    kind: str
+    to_guid: int
+    to_name: str
+    to_createtxg: int
+    object_prefix: str
+    storage_class: str
+    compression: str
+    created_at: dt.datetime
+    parent_id: int | None = None
+    from_guid: int | None = None
+    from_name: str | None = None
+    raw_bytes: int = 0
+    stored_bytes: int = 0
+    state: str = "uploading"
+    uploaded_at: dt.datetime | None = None
+    verified_at: dt.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class NewVolume:
+    """One stored object of a stream: ``index`` 0, 1, ... in stream order; sizes in bytes;
+    ``sha256`` the lowercase hex digest of the stored (compressed) bytes."""
+
+    index: int
+    key: str
+    raw_bytes: int
+    stored_bytes: int
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamRow:
+    """A catalogued stream (see :class:`NewStream` for the fields) with its id."""
+
+    id: int
+    host: str
+    dataset: str
+    store: str
+    kind: str
+    parent_id: int | None
+    from_guid: int | None
+    to_guid: int
+    from_name: str | None
+    to_name: str
+    to_createtxg: int
+    raw_bytes: int
+    stored_bytes: int
+    object_prefix: str
+    storage_class: str
+    compression: str
+    state: str
+    created_at: dt.datetime
+    uploaded_at: dt.datetime | None
+    verified_at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class VolumeRow:
+    """A catalogued volume of stream ``stream_id`` (see :class:`NewVolume`)."""
+
+    id: int
+    stream_id: int
+    index: int
+    key: str
+    raw_bytes: int
+    stored_bytes: int
+    sha256: str
+
+
+def _aware(what: str, value: dt.datetime) -> dt.datetime:
+    """Return ``value`` if it is an aware datetime; ``ValueError`` otherwise."""
+    if not isinstance(value, dt.datetime) or value.tzinfo is None:
+        raise ValueError(f"{what} must be an aware UTC datetime, got {value!r}")
+    return value
+
+
+def _one_of(what: str, value: str, allowed: Iterable[str]) -> str:
+    """Return ``value`` if it is in ``allowed``; ``ValueError`` naming the choices otherwise."""
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise ValueError(f"{what} {value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def _size(what: str, value: int) -> int:
+    """Return ``value`` if it is a non-negative int (bytes); ``ValueError`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a non-negative number of bytes, got {value!r}")
+    return value
+
+
+def _check_volumes(volumes: Sequence[NewVolume], first: int) -> None:
+    """Volumes must be numbered ``first, first+1, ...`` with sizes and a lowercase hex sha256."""
+    for offset, volume in enumerate(volumes):
+        if volume.index != first + offset:
+            raise ValueError(
+                f"volume indexes must run {first}, {first + 1}, ... without gaps;"
+                f" got {volume.index} at position {offset}"
+            )
+        _size("volume raw_bytes", volume.raw_bytes)
+        _size("volume stored_bytes", volume.stored_bytes)
+        if not _SHA256_HEX.fullmatch(volume.sha256):
+            raise ValueError(
+                f"volume {volume.index} sha256 {volume.sha256!r} is not 64 lowercase hex digits"
+            )
+
+
+def _chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
+    """Split ``ids`` into slices short enough for one ``IN (...)`` list."""
+    for start in range(0, len(ids), _CHUNK):
+        yield ids[start : start + _CHUNK]
+
+
+class Catalog:
+    """Reads and writes the catalog through ``engine`` (from ``db.make_engine``).
+
+    The schema must be at head (:func:`zrepl_py.catalog.db.require_current`). Every method is
+    one short transaction. Database failures surface as ``CatalogError`` subclasses:
+    ``CatalogUnavailable`` (cannot reach it), ``CatalogNotCurrent`` (no schema: run
+    ``zbak init``), ``CatalogConflict`` (duplicate or illegal change), ``NotInCatalog`` (unknown
+    id), ``ChainBroken`` (a stream write would break a chain). Bad argument values (naive
+    datetimes, unknown actions or states, negative sizes) raise ``ValueError``.
+    """
+
+    def __init__(self, engine: Engine):
+        self._engine = engine
+
+    @contextlib.contextmanager
+    def _session(
+        self, doing: str, *, on_integrity: type[CatalogError] = CatalogConflict
+    ) -> Iterator[Session]:
+        """One transaction, committed on success; database errors translated (see db.translate)."""
+        with translate(doing, on_integrity=on_integrity):
+            with Session(self._engine, expire_on_commit=False) as session, session.begin():
+                yield session
+
+    # -- datasets ------------------------------------------------------------------------
+
+    def dataset_id(self, host: str, name: str) -> int:
+        """Return the id of dataset ``name`` on ``host`` ("local" for this machine), creating it."""
+        with self._session(f"recording dataset {host}:{name}") as session:
+            return self._dataset_id(session, host, name)
+
+    @staticmethod
+    def _dataset_id(session: Session, host: str, name: str) -> int:
+        """Get or create the dataset row inside ``session``; safe against a concurrent insert."""
+        if not host or not name:
+            raise ValueError(f"a dataset needs a host and a name, got {host!r}, {name!r}")
+        query = sa.select(Dataset.id).where(Dataset.host == host, Dataset.name == name)
+        found = session.scalar(query)
+        if found is not None:
+            return found
+        try:
+            with session.begin_nested():
+                row = Dataset(host=host, name=name)
+                session.add(row)
+            return row.id
+        except sa.exc.IntegrityError:
+            # Another process added it between our SELECT and INSERT (PostgreSQL; SQLite's
+            # BEGIN IMMEDIATE already serialises writers).
+            return session.scalars(query).one()
+
+    # -- snapshots -----------------------------------------------------------------------
+
+    def sync_snapshots(
+        self, host: str, dataset: str, snapshots: Iterable[SnapshotFact], now: dt.datetime
+    ) -> SyncResult:
+        """Make the catalog's live snapshots of ``host:dataset`` equal zfs's listing ``snapshots``.
+
+        New guids are added (``first_seen=now``); live rows whose guid is not listed are
+        tombstoned (``destroyed_at=now``, aware UTC); a listed guid whose name changed (``zfs
+        rename``) gets the new name. Tombstoned rows stay tombstoned even if the guid shows up
+        again: a guid names one snapshot forever. Duplicate guids in ``snapshots`` count once.
+
+        Raises:
+            ValueError: a naive datetime or a guid outside 0 .. 2**64-1.
+        """
+        _aware("now", now)
+        listed: dict[int, SnapshotFact] = {}
+        for fact in snapshots:
+            to_signed64(fact.guid)
+            _aware(f"creation of snapshot {dataset}@{fact.name}", fact.creation)
+            listed.setdefault(fact.guid, fact)
+        with self._session(f"syncing the snapshots of {host}:{dataset}") as session:
+            dataset_id = self._dataset_id(session, host, dataset)
+            existing = {
+                guid: (snap_id, name, destroyed_at)
+                for snap_id, guid, name, destroyed_at in session.execute(
+                    sa.select(Snapshot.id, Snapshot.guid, Snapshot.name, Snapshot.destroyed_at)
+                    .where(Snapshot.dataset_id == dataset_id)
+                )
+            }
+            new_rows = [
+                {
+                    "dataset_id": dataset_id,
+                    "name": fact.name,
+                    "guid": fact.guid,
+                    "createtxg": fact.createtxg,
+                    "creation": fact.creation,
+                    "first_seen": now,
+                }
+                for guid, fact in listed.items()
+                if guid not in existing
+            ]
+            if new_rows:
+                session.execute(sa.insert(Snapshot), new_rows)
+            renamed = 0
+            gone: list[int] = []
+            for guid, (snap_id, name, destroyed_at) in existing.items():
+                if destroyed_at is not None:
+                    continue
+                if guid not in listed:
+                    gone.append(snap_id)
+                elif listed[guid].name != name:
+                    session.execute(
+                        sa.update(Snapshot)
+                        .where(Snapshot.id == snap_id)
+                        .values(name=listed[guid].name)
+                    )
+                    renamed += 1
+            for chunk in _chunks(gone):
+                session.execute(
+                    sa.update(Snapshot).where(Snapshot.id.in_(chunk)).values(destroyed_at=now)
+                )
+        return SyncResult(added=len(new_rows), gone=len(gone), renamed=renamed)
+
+    def snapshots(
+        self,
+        *,
+        host: str | None = None,
+        dataset: str | None = None,
+        below: str | None = None,
+        include_destroyed: bool = False,
+    ) -> list[SnapshotRow]:
+        """List catalogued snapshots ordered by host, dataset, createtxg.
+
+        Args:
+            host: only this host ("local" for this machine).
+            dataset: only this exact dataset.
+            below: only this dataset and its descendants (``tank/a`` matches ``tank/a`` and
+                ``tank/a/b``, not ``tank/ab``).
+            include_destroyed: also list tombstoned snapshots.
+        """
+        query = (
+            sa.select(Dataset.host, Dataset.name, Snapshot)
+            .join(Snapshot, Snapshot.dataset_id == Dataset.id)
+            .order_by(Dataset.host, Dataset.name, Snapshot.createtxg, Snapshot.id)
+        )
+        if host is not None:
+            query = query.where(Dataset.host == host)
+        if dataset is not None:
+            query = query.where(Dataset.name == dataset)
+        if below is not None:
+            query = query.where(
+                sa.or_(
+                    Dataset.name == below,
+                    Dataset.name.startswith(below.rstrip("/") + "/", autoescape=True),
+                )
+            )
+        if not include_destroyed:
+            query = query.where(Snapshot.destroyed_at.is_(None))
+        with self._session("listing snapshots") as session:
+            return [
+                SnapshotRow(
+                    host=row_host,
+                    dataset=row_name,
+                    name=snap.name,
+                    guid=snap.guid,
+                    createtxg=snap.createtxg,
+                    creation=snap.creation,
+                    first_seen=snap.first_seen,
+                    destroyed_at=snap.destroyed_at,
+                )
+                for row_host, row_name, snap in session.execute(query)
+            ]
+
+    # -- runs ----------------------------------------------------------------------------
+
+    def start_run(self, job: str, action: str, target: str | None, now: dt.datetime) -> int:
+        """Record that ``action`` of ``job`` (against ``target``, or None) started at ``now``.
+
+        Returns the run id for :meth:`finish_run`.
+
+        Raises:
+            ValueError: ``action`` is not one of ``RUN_ACTIONS`` or ``now`` is naive.
+        """
+        _one_of("run action", action, RUN_ACTIONS)
+        _aware("now", now)
+        with self._session(f"recording the start of {job} {action}") as session:
+            run = Run(
+                job=job, action=action, target=target, started_at=now, result="running", bytes=0
+            )
+            session.add(run)
+            session.flush()
+            return run.id
+
+    def finish_run(
+        self,
+        run_id: int,
+        *,
+        result: str,
+        now: dt.datetime,
+        bytes: int = 0,  # noqa: A002 - the column's name in the design
+        error: str | None = None,
+    ) -> None:
+        """Record the end of run ``run_id``: ``result`` ok/failed/partial, ``bytes`` moved.
+
+        Raises:
+            ValueError: ``result`` is not ok/failed/partial, ``now`` naive, ``bytes`` negative.
+            NotInCatalog: no run ``run_id``.
+            CatalogConflict: the run was finished already.
+        """
+        _one_of("run result", result, [r for r in RUN_RESULTS if r != "running"])
+        _aware("now", now)
+        _size("run bytes", bytes)
+        with self._session(f"recording the end of run {run_id}") as session:
+            run = session.get(Run, run_id)
+            if run is None:
+                raise NotInCatalog(f"run {run_id} is not in the catalog; it cannot be finished")
+            if run.result != "running":
+                raise CatalogConflict(
+                    f"run {run_id} ({run.job} {run.action}) already ended with {run.result}"
+                )
+            run.result, run.ended_at, run.bytes, run.error = result, now, bytes, error
+
+    def last_runs(self, job: str | None = None) -> list[RunRow]:
+        """Return the latest run (by start time) of every (job, action, target), or of one job.
+
+        Ordered by job, action, target (no target first).
+        """
+        latest = sa.func.row_number().over(
+            partition_by=(Run.job, Run.action, Run.target),
+            order_by=(Run.started_at.desc(), Run.id.desc()),
+        )
+        ranked = sa.select(Run.id, latest.label("rank"))
+        if job is not None:
+            ranked = ranked.where(Run.job == job)
+        ranked = ranked.subquery()
+        query = sa.select(Run).join(ranked, ranked.c.id == Run.id).where(ranked.c.rank == 1)
+        with self._session("listing the last runs") as session:
+            rows = [_run_row(run) for run in session.scalars(query)]
+        return sorted(rows, key=lambda r: (r.job, r.action, r.target is not None, r.target or ""))
+
+    def last_success(self, job: str, action: str, target: str | None = None) -> RunRow | None:
+        """Return the latest run of ``job``'s ``action`` that ended ok, or None.
+
+        ``target=None`` means runs recorded without a target (snapshot, prune of the source).
+        """
+        query = sa.select(Run).where(Run.job == job, Run.action == action, Run.result == "ok")
+        query = query.where(Run.target.is_(None) if target is None else Run.target == target)
+        query = query.order_by(Run.started_at.desc(), Run.id.desc()).limit(1)
+        with self._session(f"reading the last success of {job} {action}") as session:
+            run = session.scalars(query).first()
+            return None if run is None else _run_row(run)
+
+    # -- replica cursors -----------------------------------------------------------------
+
+    def set_cursor(
+        self,
+        job: str,
+        target: str,
+        source_host: str,
+        source_dataset: str,
+        target_location: str,
+        method: str,
+        snapshot_name: str,
+        guid: int,
+        createtxg: int,
+        now: dt.datetime,
+    ) -> None:
+        """Record that ``source_host:source_dataset`` is on ``target`` up to ``snapshot_name``.
+
+        ``target`` is the config's target string; ``target_location`` the dataset or directory
+        there; ``method`` "zfs" or "rsync"; ``guid``/``createtxg`` those of the source snapshot.
+        Creates or replaces the cursor of (job, target, source dataset); may move backwards
+        (after an opt-in rollback of the target).
+
+        Raises:
+            ValueError: unknown ``method``, naive ``now``, guid out of range.
+        """
+        _one_of("replication method", method, REPLICATION_METHODS)
+        _aware("now", now)
+        to_signed64(guid)
+        values = {
+            "target_location": target_location,
+            "method": method,
+            "snapshot_name": snapshot_name,
+            "guid": guid,
+            "createtxg": createtxg,
+            "updated_at": now,
+        }
+        doing = f"moving the {job} cursor of {source_host}:{source_dataset} on {target}"
+        with self._session(doing) as session:
+            dataset_id = self._dataset_id(session, source_host, source_dataset)
+            key = (
+                ReplicaCursor.job == job,
+                ReplicaCursor.target == target,
+                ReplicaCursor.source_dataset_id == dataset_id,
+            )
+            updated = session.execute(sa.update(ReplicaCursor).where(*key).values(**values))
+            if updated.rowcount:
+                return
+            try:
+                with session.begin_nested():
+                    cursor = ReplicaCursor(
+                        job=job, target=target, source_dataset_id=dataset_id, **values
+                    )
+                    session.add(cursor)
+            except sa.exc.IntegrityError:
+                session.execute(sa.update(ReplicaCursor).where(*key).values(**values))
+
+    def cursors(self, job: str | None = None) -> list[CursorRow]:
+        """Return every replica cursor (or one job's), ordered by job, target, source dataset."""
+        query = (
+            sa.select(ReplicaCursor, Dataset.host, Dataset.name)
+            .join(Dataset, Dataset.id == ReplicaCursor.source_dataset_id)
+            .order_by(ReplicaCursor.job, ReplicaCursor.target, Dataset.host, Dataset.name)
+        )
+        if job is not None:
+            query = query.where(ReplicaCursor.job == job)
+        with self._session("listing replica cursors") as session:
+            return [
+                CursorRow(
+                    job=cur.job,
+                    target=cur.target,
+                    source_host=host,
+                    source_dataset=name,
+                    target_location=cur.target_location,
+                    method=cur.method,
+                    snapshot_name=cur.snapshot_name,
+                    guid=cur.guid,
+                    createtxg=cur.createtxg,
+                    updated_at=cur.updated_at,
+                )
+                for cur, host, name in session.execute(query)
+            ]
+
+    # -- streams and volumes -------------------------------------------------------------
+
+    def add_stream(self, stream: NewStream, volumes: Sequence[NewVolume] = ()) -> int:
+        """Record ``stream`` and its ``volumes`` (indexes 0, 1, ...); return the stream id.
+
+        An incremental must name an existing ``parent_id`` of the same dataset and store, in
+        state uploading/uploaded/verified, whose ``to_guid`` equals ``from_guid`` and whose
+        ``to_createtxg`` is older; a full must name no parent.
+
+        Raises:
+            ChainBroken: the stream would not continue its chain (checked here first, and by
+                the database's constraints as a backstop).
+            CatalogConflict: ``object_prefix`` is already used in ``store``.
+            ValueError: unknown kind or state, naive time, negative size, bad volume list.
+        """
+        self._check_new_stream(stream)
+        _check_volumes(volumes, 0)
+        label = f"{stream.kind} stream {stream.host}:{stream.dataset}@{stream.to_name}"
+        doing = f"adding {label} to store {stream.store}"
+        with self._session(doing, on_integrity=ChainBroken) as session:
+            dataset_id = self._dataset_id(session, stream.host, stream.dataset)
+            if stream.kind == "incremental":
+                self._check_parent(session, stream, dataset_id, label)
+            fields = {f.name: getattr(stream, f.name) for f in dataclasses.fields(stream)}
+            del fields["host"], fields["dataset"]
+            row = Stream(dataset_id=dataset_id, **fields)
+            session.add(row)
+            session.flush()
+            session.add_all(
+                Volume(stream_id=row.id, **dataclasses.asdict(volume)) for volume in volumes
+            )
+            return row.id
+
+    @staticmethod
+    def _check_new_stream(stream: NewStream) -> None:
+        """Argument checks that need no database: kind/parent agreement, values, times."""
+        _one_of("stream kind", stream.kind, STREAM_KINDS)
+        _one_of("stream state", stream.state, STREAM_STATES)
+        _aware("created_at", stream.created_at)
+        for what in ("uploaded_at", "verified_at"):
+            if getattr(stream, what) is not None:
+                _aware(what, getattr(stream, what))
+        _size("raw_bytes", stream.raw_bytes)
+        _size("stored_bytes", stream.stored_bytes)
+        to_signed64(stream.to_guid)
+        where = f"{stream.host}:{stream.dataset}@{stream.to_name} in store {stream.store}"
+        if stream.kind == "full":
+            if stream.parent_id is not None or stream.from_guid is not None or stream.from_name:
+                raise ChainBroken(
+                    f"full stream {where} names a parent or from-snapshot; a full starts a"
+                    " chain: record it with kind='incremental' or drop parent_id/from_guid"
+                )
+            return
+        if stream.parent_id is None or stream.from_guid is None:
+            raise ChainBroken(
+                f"incremental stream {where} needs parent_id and from_guid (the stream it"
+                " applies on); without them archive a full stream instead"
+            )
+        to_signed64(stream.from_guid)
+        if stream.from_guid == stream.to_guid:
+            raise ChainBroken(
+                f"incremental stream {where} starts and ends at guid {stream.to_guid}"
+            )
+
+    @staticmethod
+    def _check_parent(session: Session, stream: NewStream, dataset_id: int, label: str) -> None:
+        """The parent exists, is alive, and ends where ``stream`` starts (same dataset/store)."""
+        parent = session.get(Stream, stream.parent_id)
+        fix = "archive a full stream to start a new chain"
+        if parent is None:
+            raise ChainBroken(f"{label}: parent stream {stream.parent_id} does not exist; {fix}")
+        if parent.dataset_id != dataset_id or parent.store != stream.store:
+            raise ChainBroken(
+                f"{label}: parent stream {parent.id} belongs to another dataset or store"
+                f" (store {parent.store}); an incremental continues its own chain; {fix}"
+            )
+        if parent.to_guid != stream.from_guid:
+            raise ChainBroken(
+                f"{label} starts at guid {stream.from_guid} ({stream.from_name}) but parent"
+                f" stream {parent.id} ends at @{parent.to_name} guid {parent.to_guid}; {fix}"
+            )
+        if parent.state in ("condemned", "bad"):
+            raise ChainBroken(f"{label}: parent stream {parent.id} is {parent.state}; {fix}")
+        if stream.to_createtxg <= parent.to_createtxg:
+            raise ChainBroken(
+                f"{label} ends at createtxg {stream.to_createtxg}, not after its parent's"
+                f" {parent.to_createtxg}; {fix}"
+            )
+
+    def add_volume(self, stream_id: int, volume: NewVolume) -> None:
+        """Append ``volume`` to a stream still uploading; its index must be the next one.
+
+        Raises:
+            NotInCatalog: no stream ``stream_id``.
+            CatalogConflict: the stream is no longer uploading, or the index is not the next.
+            ValueError: negative sizes or a malformed sha256.
+        """
+        _check_volumes([volume], volume.index)
+        with self._session(f"adding volume {volume.index} to stream {stream_id}") as session:
+            stream = session.get(Stream, stream_id)
+            if stream is None:
+                raise NotInCatalog(f"stream {stream_id} is not in the catalog")
+            if stream.state != "uploading":
+                raise CatalogConflict(f"stream {stream_id} is {stream.state}, not uploading")
+            count = session.scalar(
+                sa.select(sa.func.count()).select_from(Volume).where(Volume.stream_id == stream_id)
+            )
+            if volume.index != count:
+                raise CatalogConflict(
+                    f"stream {stream_id} has {count} volumes; the next must have index {count},"
+                    f" not {volume.index}"
+                )
+            session.add(Volume(stream_id=stream_id, **dataclasses.asdict(volume)))
+
+    def stream(self, stream_id: int) -> StreamRow:
+        """Return stream ``stream_id``.
+
+        Raises:
+            NotInCatalog: no such stream.
+        """
+        with self._session(f"reading stream {stream_id}") as session:
+            rows = [_stream_row(*r) for r in session.execute(_stream_query(Stream.id == stream_id))]
+        if not rows:
+            raise NotInCatalog(f"stream {stream_id} is not in the catalog")
+        return rows[0]
+
+    def streams(
+        self, *, host: str | None = None, dataset: str | None = None, store: str | None = None
+    ) -> list[StreamRow]:
+        """List streams ordered by host, dataset, store, to_createtxg, id (chain order)."""
+        conditions = []
+        if host is not None:
+            conditions.append(Dataset.host == host)
+        if dataset is not None:
+            conditions.append(Dataset.name == dataset)
+        if store is not None:
+            conditions.append(Stream.store == store)
+        with self._session("listing streams") as session:
+            return [_stream_row(*r) for r in session.execute(_stream_query(*conditions))]
+
+    def volumes(self, stream_id: int) -> list[VolumeRow]:
+        """Return the volumes of stream ``stream_id`` by index (empty for an unknown stream)."""
+        query = sa.select(Volume).where(Volume.stream_id == stream_id).order_by(Volume.index)
+        with self._session(f"listing the volumes of stream {stream_id}") as session:
+            return [
+                VolumeRow(
+                    id=v.id,
+                    stream_id=v.stream_id,
+                    index=v.index,
+                    key=v.key,
+                    raw_bytes=v.raw_bytes,
+                    stored_bytes=v.stored_bytes,
+                    sha256=v.sha256,
+                )
+                for v in session.scalars(query)
+            ]
+
+    def set_stream_state(
+        self,
+        stream_id: int,
+        state: str,
+        now: dt.datetime,
+        *,
+        raw_bytes: int | None = None,
+        stored_bytes: int | None = None,
+    ) -> None:
+        """Move stream ``stream_id`` to ``state`` (see ``STATE_TRANSITIONS``) at ``now``.
+
+        "uploaded" sets ``uploaded_at`` and may record the final sizes (bytes); "verified"
+        sets ``verified_at``. "condemned" (the tombstone written before the objects are
+        deleted) needs every child stream condemned first, or use :meth:`condemn_streams`.
+
+        Raises:
+            NotInCatalog: no such stream.
+            CatalogConflict: the transition is not allowed.
+            ChainBroken: condemning a stream whose children are not condemned.
+            ValueError: unknown state, naive ``now``, negative size.
+        """
+        _one_of("stream state", state, STREAM_STATES)
+        _aware("now", now)
+        with self._session(
+            f"setting stream {stream_id} {state}", on_integrity=ChainBroken
+        ) as session:
+            stream = session.get(Stream, stream_id)
+            if stream is None:
+                raise NotInCatalog(f"stream {stream_id} is not in the catalog")
+            if state not in STATE_TRANSITIONS[stream.state]:
+                raise CatalogConflict(
+                    f"stream {stream_id} ({stream.to_name} in {stream.store}) cannot go from"
+                    f" {stream.state} to {state}"
+                )
+            if state == "condemned":
+                _refuse_living_children(session, [stream_id])
+            if state == "uploaded":
+                stream.uploaded_at = now
+            if state == "verified":
+                stream.verified_at = now
+            if raw_bytes is not None:
+                stream.raw_bytes = _size("raw_bytes", raw_bytes)
+            if stored_bytes is not None:
+                stream.stored_bytes = _size("stored_bytes", stored_bytes)
+            stream.state = state
+
+    def condemn_streams(self, stream_ids: Iterable[int]) -> None:
+        """Condemn a set of streams at once (a prune plan's chain): all or none.
+
+        Raises:
+            NotInCatalog: an id is not in the catalog.
+            ChainBroken: a stream outside the set, not condemned, depends on one in it.
+        """
+        ids = sorted(set(stream_ids))
+        with self._session(f"condemning streams {ids}", on_integrity=ChainBroken) as session:
+            for chunk in _chunks(ids):
+                found = session.scalars(sa.select(Stream.id).where(Stream.id.in_(chunk))).all()
+                missing = sorted(set(chunk) - set(found))
+                if missing:
+                    raise NotInCatalog(f"streams {missing} are not in the catalog")
+            _refuse_living_children(session, ids)
+            for chunk in _chunks(ids):
+                session.execute(
+                    sa.update(Stream).where(Stream.id.in_(chunk)).values(state="condemned")
+                )
+
+    def delete_stream(self, stream_id: int) -> None:
+        """Delete condemned stream ``stream_id`` and its volume rows (after its objects are gone).
+
+        Raises:
+            ChainBroken: other streams still apply on it (the database refuses too).
+            CatalogConflict: the stream is not condemned (condemn it, delete its objects, then
+                the row: house rule 10).
+            NotInCatalog: no such stream.
+        """
+        with self._session(f"deleting stream {stream_id}", on_integrity=ChainBroken) as session:
+            stream = session.get(Stream, stream_id)
+            if stream is None:
+                raise NotInCatalog(f"stream {stream_id} is not in the catalog")
+            children = _children(session, [stream_id])
+            if children:
+                raise ChainBroken(
+                    f"stream {stream_id} ({stream.to_name} in {stream.store}) cannot be deleted:"
+                    f" streams {children} apply on it; delete them first"
+                )
+            if stream.state != "condemned":
+                raise CatalogConflict(
+                    f"stream {stream_id} is {stream.state}: condemn it and delete its objects"
+                    " before deleting its catalog row"
+                )
+            session.execute(sa.delete(Volume).where(Volume.stream_id == stream_id))
+            session.execute(sa.delete(Stream).where(Stream.id == stream_id))
+
+
+def _children(session: Session, parent_ids: Sequence[int], *, living: bool = False) -> list[int]:
+    """Ids of streams whose parent is in ``parent_ids`` (only not-condemned ones if ``living``)."""
+    found: list[int] = []
+    for chunk in _chunks(list(parent_ids)):
+        query = sa.select(Stream.id).where(Stream.parent_id.in_(chunk))
+        if living:
+            query = query.where(Stream.state != "condemned")
+        found.extend(session.scalars(query))
+    return sorted(found)
+
+
+def _refuse_living_children(session: Session, ids: Sequence[int]) -> None:
+    """Raise ChainBroken if a not-condemned stream outside ``ids`` applies on one of ``ids``."""
+    outside = sorted(set(_children(session, ids, living=True)) - set(ids))
+    if outside:
+        raise ChainBroken(
+            f"streams {outside} still apply on streams being condemned; condemn the whole"
+            " chain together (condemn_streams)"
+        )
+
+
+def _run_row(run: Run) -> RunRow:
+    """Copy an ORM Run into a RunRow."""
+    return RunRow(
+        id=run.id,
+        job=run.job,
+        action=run.action,
+        target=run.target,
+        started_at=run.started_at,
+        ended_at=run.ended_at,
+        result=run.result,
+        bytes=run.bytes,
+        error=run.error,
+    )
+
+
+def _stream_query(*conditions) -> sa.Select:
+    """SELECT (host, dataset, Stream) with ``conditions``, in chain order."""
+    return (
+        sa.select(Dataset.host, Dataset.name, Stream)
+        .join(Stream, Stream.dataset_id == Dataset.id)
+        .where(*conditions)
+        .order_by(Dataset.host, Dataset.name, Stream.store, Stream.to_createtxg, Stream.id)
+    )
+
+
+def _stream_row(host: str, dataset: str, stream: Stream) -> StreamRow:
+    """Copy an ORM Stream plus its dataset's host and name into a StreamRow."""
+    return StreamRow(
+        id=stream.id,
+        host=host,
+        dataset=dataset,
+        store=stream.store,
+        kind=stream.kind,
+        parent_id=stream.parent_id,
+        from_guid=stream.from_guid,
+        to_guid=stream.to_guid,
+        from_name=stream.from_name,
+        to_name=stream.to_name,
+        to_createtxg=stream.to_createtxg,
+        raw_bytes=stream.raw_bytes,
+        stored_bytes=stream.stored_bytes,
+        object_prefix=stream.object_prefix,
+        storage_class=stream.storage_class,
+        compression=stream.compression,
+        state=stream.state,
+        created_at=stream.created_at,
+        uploaded_at=stream.uploaded_at,
+        verified_at=stream.verified_at,
+    )
