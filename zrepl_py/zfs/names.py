@@ -48,13 +48,13 @@ class DatasetName(str):
             raise InvalidName(f"dataset name must be a string, got {type(value).__name__}")
         if not value:
             raise InvalidName("dataset name is empty")
-        if len(value.encode()) > MAX_NAME_LEN:
-            raise InvalidName(f"dataset {value[:40]!r}...: longer than {MAX_NAME_LEN} bytes")
         if "@" in value or "#" in value:
             raise InvalidName(f"dataset {value!r}: '@' and '#' belong to snapshot/bookmark names")
         parts = value.split("/")
         for part in parts:
             _check_component(part, value, "dataset")
+        if len(value) > MAX_NAME_LEN:  # ASCII only by now, so characters == bytes
+            raise InvalidName(f"dataset {value[:40]!r}...: longer than {MAX_NAME_LEN} bytes")
         if not parts[0][0].isalpha():
             raise InvalidName(f"dataset {value!r}: pool name must start with a letter")
         if _RESERVED_POOL.search(parts[0]):

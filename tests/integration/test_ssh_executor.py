@@ -1,0 +1,341 @@
+"""SSHExecutor (paramiko), ssh_argv (real OpenSSH client) and host selection against a real sshd.
+
+Covers the Executor contract for LocalExecutor and SSHExecutor alike, and RELIABILITY case 35:
+unknown host keys are refused, changed ones raise HostKeyMismatch with the fingerprint, and no
+command runs in either case.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.common import free_port
+from zrepl_py.config.schema import Config
+from zrepl_py.errors import (
+    CommandFailed,
+    HostKeyMismatch,
+    HostKeyUnknown,
+    HostUnreachable,
+    UsageError,
+)
+from zrepl_py.proc.hosts import ExecutorPool, executor_for
+from zrepl_py.proc.local import LocalExecutor
+from zrepl_py.proc.openssh import remote_command, ssh_argv
+from zrepl_py.proc.ssh import SSHExecutor
+
+MB = 1024 * 1024
+
+
+def fingerprint_of(public_key_file: Path) -> str:
+    """The SHA256 fingerprint as ``ssh-keygen -lf`` prints it (independent of our code)."""
+    out = subprocess.run(["ssh-keygen", "-lf", str(public_key_file)], capture_output=True,
+                         check=True, text=True).stdout  # fmt: skip
+    return out.split()[1]
+
+
+@pytest.fixture
+def ssh(sshd, tmp_path):
+    """An SSHExecutor for the session sshd, closed after the test."""
+    with SSHExecutor("backup1", sshd.host_config(), known_hosts_default=tmp_path / "kh") as ex:
+        yield ex
+
+
+@pytest.fixture(params=["local", pytest.param("ssh", marks=pytest.mark.ssh)])
+def executor(request, tmp_path):
+    """Each Executor implementation in turn (the contract suite)."""
+    if request.param == "local":
+        yield LocalExecutor()
+        return
+    sshd = request.getfixturevalue("sshd")
+    with SSHExecutor("backup1", sshd.host_config(), known_hosts_default=tmp_path / "kh") as ex:
+        yield ex
+
+
+# --- the Executor contract, for every implementation ---------------------------------------
+
+
+def test_a_command_runs_and_returns_its_exit_status_and_output(executor):
+    """``run`` returns Completed with argv, exit status 0 and stdout bytes."""
+    done = executor.run(["printf", "%s|", "a b", "c"])
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"a b|c|", b"")
+    assert done.argv == ("printf", "%s|", "a b", "c")
+
+
+def test_a_non_zero_exit_raises_command_failed_with_stderr_and_host(executor):
+    """With check=True a failing command raises CommandFailed carrying code, stderr and host."""
+    with pytest.raises(CommandFailed) as info:
+        executor.run(["sh", "-c", "echo 'no such dataset' >&2; exit 3"])
+    assert info.value.returncode == 3
+    assert info.value.stderr == "no such dataset"
+    assert info.value.host == executor.host
+    assert info.value.argv[:2] == ["sh", "-c"]
+    assert f"[{executor.host}]" in str(info.value)
+
+
+def test_check_false_returns_a_failing_exit_status_instead_of_raising(executor):
+    """With check=False the non-zero status and stderr come back in Completed."""
+    done = executor.run(["sh", "-c", "echo out; echo err >&2; exit 7"], check=False)
+    assert (done.returncode, done.stdout, done.error_text) == (7, b"out\n", "err")
+
+
+def test_output_on_stderr_alone_does_not_raise(executor):
+    """A zero exit with stderr output is a success."""
+    assert executor.run(["sh", "-c", "echo warning >&2"]).error_text == "warning"
+
+
+def test_without_input_the_command_reads_an_empty_stdin(executor):
+    """input=None gives the command EOF on stdin, so a reader never hangs."""
+    assert executor.run(["cat"], timeout=10).stdout == b""
+
+
+def test_a_timeout_stops_waiting_quickly_and_raises_command_failed_without_returncode(executor):
+    """timeout expiry raises CommandFailed(returncode=None) within about the timeout."""
+    started = time.monotonic()
+    with pytest.raises(CommandFailed) as info:
+        executor.run(["sleep", "5"], timeout=0.5)
+    assert info.value.returncode is None
+    assert "timed out" in info.value.stderr
+    assert time.monotonic() - started < 3
+    assert executor.run(["true"]).returncode == 0  # the executor is still usable
+
+
+def test_five_megabytes_of_stdin_round_trip_to_stdout_without_deadlock(executor):
+    """5 MB streamed in while 5 MB stream out arrive intact (stdin and stdout concurrently)."""
+    data = os.urandom(5 * MB)
+    done = executor.run(["cat"], input=data, timeout=60)
+    assert len(done.stdout) == len(data) and done.stdout == data
+
+
+def test_large_stderr_before_stdout_is_drained_without_deadlock(executor):
+    """3 MB on stderr ahead of 3 MB on stdout: both are read concurrently, neither blocks."""
+    script = "head -c 3000000 /dev/zero >&2; head -c 3000000 /dev/zero"
+    done = executor.run(["sh", "-c", script], timeout=60)
+    assert (len(done.stderr), len(done.stdout)) == (3000000, 3000000)
+
+
+def test_a_command_that_ignores_its_stdin_still_completes(executor):
+    """Input the command never reads is dropped, not an error (like a broken pipe locally)."""
+    done = executor.run(["true"], input=os.urandom(2 * MB), timeout=60)
+    assert done.returncode == 0
+
+
+# --- SSHExecutor specifics -----------------------------------------------------------------
+
+
+def test_one_connection_serves_many_commands_and_reconnects_after_close(ssh):
+    """Commands share one SSH connection; after close() the next run connects again."""
+    assert not ssh.connected  # lazy: nothing happens before the first command
+    first = ssh.run(["sh", "-c", "echo $SSH_CONNECTION"]).stdout
+    assert ssh.connected
+    assert ssh.run(["sh", "-c", "echo $SSH_CONNECTION"]).stdout == first
+    ssh.close()
+    assert not ssh.connected
+    assert ssh.run(["sh", "-c", "echo $SSH_CONNECTION"]).stdout != first
+
+
+def test_sudo_puts_sudo_n_in_front_of_the_remote_argv(sshd, tmp_path):
+    """HostConfig.sudo runs ``sudo -n ARGV`` (non-interactive sudo, never a password prompt)."""
+    assert remote_command(["zfs", "list", "a b"], sudo=True) == "sudo -n zfs list 'a b'"
+    config = sshd.host_config(sudo=True)
+    with SSHExecutor("backup1", config, known_hosts_default=tmp_path / "kh") as ex:
+        done = ex.run(["true"], check=False)
+    assert done.argv == ("sudo", "-n", "true")
+    # sudo may be absent on the test bed: either it ran, or the shell reports it missing
+    assert done.returncode == 0 or b"sudo" in done.stderr
+
+
+def test_an_unreachable_port_raises_host_unreachable_saying_what_to_check(sshd, tmp_path):
+    """Nothing listening on the port: HostUnreachable naming the address and what to check."""
+    config = sshd.host_config(port=free_port())
+    with SSHExecutor("backup1", config, known_hosts_default=tmp_path / "kh") as ex:
+        with pytest.raises(HostUnreachable) as info:
+            ex.run(["true"])
+    message = str(info.value)
+    assert "backup1" in message and f"127.0.0.1:{config.port}" in message
+    assert "check" in message
+
+
+def test_a_refused_login_raises_host_unreachable(sshd, tmp_path):
+    """A key the server does not authorize: HostUnreachable mentioning identity_file."""
+    config = sshd.host_config(identity_file=sshd.host_key_file)  # a valid key, not authorized
+    with SSHExecutor("backup1", config, known_hosts_default=tmp_path / "kh") as ex:
+        with pytest.raises(HostUnreachable, match="identity_file"):
+            ex.run(["true"])
+
+
+def test_an_unknown_host_key_is_refused_and_no_command_runs(sshd, tmp_path):
+    """RejectPolicy: a host missing from known_hosts raises HostKeyUnknown; nothing executes."""
+    canary = tmp_path / "ran"
+    known_hosts = tmp_path / "empty_known_hosts"
+    known_hosts.write_text("")
+    config = sshd.host_config(known_hosts=known_hosts)
+    with SSHExecutor("backup1", config, known_hosts_default=tmp_path / "kh") as ex:
+        with pytest.raises(HostKeyUnknown) as info:
+            ex.run(["touch", str(canary)])
+    assert isinstance(info.value, HostKeyMismatch)
+    assert fingerprint_of(sshd.host_key_pub) in str(info.value)
+    assert not canary.exists()
+    assert known_hosts.read_text() == ""
+
+
+def test_a_missing_known_hosts_file_refuses_the_host_and_creates_nothing(sshd, tmp_path):
+    """No known_hosts at all (the default path): refused, and the file is not created."""
+    config = sshd.host_config(known_hosts=None)
+    default = tmp_path / "state" / "known_hosts"
+    with SSHExecutor("backup1", config, known_hosts_default=default) as ex:
+        with pytest.raises(HostKeyUnknown):
+            ex.run(["true"])
+    assert not default.exists()
+
+
+def test_a_changed_host_key_raises_host_key_mismatch_with_the_offered_fingerprint(
+    sshd, sshd_factory, tmp_path
+):
+    """A host whose key differs from known_hosts: HostKeyMismatch naming host, port and the
+    offered key's SHA256 fingerprint, and the command never runs."""
+    changed = sshd_factory(known_hosts_from=sshd)
+    canary = tmp_path / "ran"
+    with SSHExecutor("backup1", changed.host_config(), known_hosts_default=tmp_path / "kh") as ex:
+        with pytest.raises(HostKeyMismatch) as info:
+            ex.run(["touch", str(canary)])
+    assert not isinstance(info.value, HostKeyUnknown)
+    message = str(info.value)
+    assert "backup1" in message and "127.0.0.1" in message and str(changed.port) in message
+    assert fingerprint_of(changed.host_key_pub) in message  # the offered (new) key
+    assert fingerprint_of(sshd.host_key_pub) in message  # the one we expected
+    assert not canary.exists()
+
+
+def test_trust_on_first_use_records_the_key_with_mode_0600_and_reconnects_strictly(
+    sshd, tmp_path
+):
+    """TOFU accepts an unknown key once, writes it (0600) and later strict connections pass."""
+    known_hosts = tmp_path / "state" / "known_hosts"
+    tofu = sshd.host_config(known_hosts=None, trust_on_first_use=True)
+    old_umask = os.umask(0)  # the mode must not depend on the ambient umask
+    try:
+        with SSHExecutor("backup1", tofu, known_hosts_default=known_hosts) as ex:
+            assert ex.run(["echo", "first"]).stdout == b"first\n"
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(known_hosts.stat().st_mode) == 0o600
+    recorded = known_hosts.read_text().split()
+    public = sshd.host_key_pub.read_text().split()
+    assert recorded == [f"[127.0.0.1]:{sshd.port}", public[0], public[1]]
+    strict = sshd.host_config(known_hosts=known_hosts)
+    with SSHExecutor("backup1", strict, known_hosts_default=tmp_path / "kh") as ex:
+        assert ex.run(["echo", "second"]).stdout == b"second\n"
+    assert len(known_hosts.read_text().splitlines()) == 1
+
+
+def test_trust_on_first_use_still_refuses_a_changed_host_key(sshd, sshd_factory, tmp_path):
+    """TOFU never overrides a known key: a changed key raises HostKeyMismatch."""
+    changed = sshd_factory(known_hosts_from=sshd)
+    before = changed.known_hosts.read_text()
+    config = changed.host_config(trust_on_first_use=True)
+    with SSHExecutor("backup1", config, known_hosts_default=tmp_path / "kh") as ex:
+        with pytest.raises(HostKeyMismatch):
+            ex.run(["true"])
+    assert changed.known_hosts.read_text() == before
+
+
+# --- ssh_argv with the real OpenSSH client ------------------------------------------------
+
+
+def test_ssh_argv_is_strict_key_only_and_ends_with_the_address(sshd, tmp_path):
+    """The argv prefix pins host-key checking, identity and port, and ends ``-- ADDRESS``."""
+    argv = ssh_argv(sshd.host_config(), known_hosts_default=tmp_path / "kh")
+    assert argv[0] == "ssh" and argv[-2:] == ["--", "127.0.0.1"]
+    options = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-o"]
+    assert "BatchMode=yes" in options
+    assert "StrictHostKeyChecking=yes" in options
+    assert f'UserKnownHostsFile="{sshd.known_hosts}"' in options
+    assert "IdentitiesOnly=yes" in options
+    assert argv[argv.index("-i") + 1] == str(sshd.identity_file)
+    assert argv[argv.index("-p") + 1] == str(sshd.port)
+    assert argv[argv.index("-l") + 1] == "root"
+    tofu = ssh_argv(sshd.host_config(trust_on_first_use=True, known_hosts=None),
+                    known_hosts_default=tmp_path / "kh", batch=False)  # fmt: skip
+    assert "BatchMode=yes" not in tofu
+    assert "StrictHostKeyChecking=accept-new" in tofu
+    assert f'UserKnownHostsFile="{tmp_path / "kh"}"' in tofu
+
+
+def test_ssh_argv_runs_a_command_through_the_real_ssh_client(sshd, tmp_path):
+    """``ssh_argv + [remote_command(argv)]`` runs argv remotely with its arguments intact."""
+    argv = ssh_argv(sshd.host_config(), known_hosts_default=tmp_path / "kh")
+    done = LocalExecutor().run(argv + [remote_command(["printf", "%s|", "a b", "$(x)"],
+                                                      sudo=False)], timeout=30)  # fmt: skip
+    assert done.stdout == b"a b|$(x)|"
+
+
+def test_ssh_argv_handles_a_known_hosts_path_with_spaces_and_percent_signs(sshd, tmp_path):
+    """ssh splits -o values on blanks and expands %-tokens; the path is quoted and escaped."""
+    odd = tmp_path / "state dir %d %h" / "known hosts"
+    odd.parent.mkdir()
+    odd.write_bytes(sshd.known_hosts.read_bytes())
+    argv = ssh_argv(sshd.host_config(known_hosts=odd), known_hosts_default=tmp_path / "kh")
+    assert LocalExecutor().run(argv + ["true"], timeout=30).returncode == 0
+
+
+def test_ssh_argv_refuses_a_changed_host_key_and_runs_nothing(sshd, sshd_factory, tmp_path):
+    """The real ssh client exits non-zero on a changed key and the command never runs."""
+    changed = sshd_factory(known_hosts_from=sshd)
+    canary = tmp_path / "ran"
+    argv = ssh_argv(changed.host_config(trust_on_first_use=True),
+                    known_hosts_default=tmp_path / "kh")  # fmt: skip
+    done = LocalExecutor().run(argv + [remote_command(["touch", str(canary)], sudo=False)],
+                               check=False, timeout=30)  # fmt: skip
+    assert done.returncode != 0
+    assert "Host key verification failed" in done.error_text
+    assert not canary.exists()
+
+
+def test_ssh_argv_refuses_an_unknown_host_unless_trust_on_first_use(sshd, tmp_path):
+    """StrictHostKeyChecking=yes refuses an unknown host; accept-new records it (TOFU)."""
+    known_hosts = tmp_path / "known_hosts"
+    config = sshd.host_config(known_hosts=known_hosts)
+    strict = ssh_argv(config, known_hosts_default=tmp_path / "kh")
+    done = LocalExecutor().run(strict + ["true"], check=False, timeout=30)
+    assert done.returncode != 0 and "Host key verification failed" in done.error_text
+    tofu = ssh_argv(sshd.host_config(known_hosts=known_hosts, trust_on_first_use=True),
+                    known_hosts_default=tmp_path / "kh")  # fmt: skip
+    assert LocalExecutor().run(tofu + ["true"], timeout=30).returncode == 0
+    assert LocalExecutor().run(strict + ["true"], timeout=30).returncode == 0
+    # a key recorded by OpenSSH (possibly hashed) is accepted by the paramiko executor too
+    with SSHExecutor("backup1", config, known_hosts_default=tmp_path / "kh") as ex:
+        assert ex.run(["true"]).returncode == 0
+
+
+# --- choosing executors from the config ----------------------------------------------------
+
+
+def test_executor_for_local_is_a_local_executor_without_sudo(tmp_path):
+    """``"local"`` maps to LocalExecutor with no prefix."""
+    executor = executor_for(Config(state_dir=tmp_path), "local")
+    assert isinstance(executor, LocalExecutor) and executor.prefix == []
+
+
+def test_executor_for_an_undefined_host_raises_usage_error(tmp_path):
+    """A host name missing from [hosts] is a UsageError naming it."""
+    with pytest.raises(UsageError, match="nowhere"):
+        executor_for(Config(state_dir=tmp_path), "nowhere")
+
+
+def test_executor_pool_keeps_one_ssh_executor_per_host_and_closes_them(sshd, tmp_path):
+    """The pool caches per host, defaults known_hosts to state_dir, and closes on exit."""
+    (tmp_path / "known_hosts").write_bytes(sshd.known_hosts.read_bytes())
+    config = Config(state_dir=tmp_path, hosts={"backup1": sshd.host_config(known_hosts=None)})
+    with ExecutorPool(config) as pool:
+        remote = pool.get("backup1")
+        assert isinstance(remote, SSHExecutor) and pool.get("backup1") is remote
+        assert remote.known_hosts == tmp_path / "known_hosts"
+        assert remote.run(["echo", "hi"]).stdout == b"hi\n"
+        assert isinstance(pool.get("local"), LocalExecutor)
+    assert not remote.connected

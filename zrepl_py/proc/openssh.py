@@ -1,0 +1,115 @@
+"""The OpenSSH client argv for the replication data path, and the one argv-to-command join.
+
+The data path pipes process to process (``zfs send | ssh HOST 'zfs receive ...'``, DESIGN.md
+"Replication"), so it uses the real ``ssh`` binary; paramiko (``zrepl_py.proc.ssh``) runs the
+control commands. Both must trust the same host keys and quote the same way:
+
+- ``ssh_argv`` checks host keys strictly against zbak's own known_hosts file only
+  (``GlobalKnownHostsFile=/dev/null``), like SSHExecutor;
+- ``remote_command`` is the single place in zbak where an argv becomes a command string for a
+  remote shell (house rule 2); SSHExecutor calls it too.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Sequence
+
+from zrepl_py.config.schema import HostConfig
+
+SUDO_PREFIX = ("sudo", "-n")
+"""Prepended when ``HostConfig.sudo`` is set: non-interactive, fails instead of prompting."""
+
+
+def remote_argv(argv: Sequence[str], *, sudo: bool) -> list[str]:
+    """Return the argv as it runs on the remote host: ``argv``, behind ``sudo -n`` if ``sudo``.
+
+    Args:
+        argv: the command, one str per argument; must not be empty.
+        sudo: prefix ``sudo -n`` (``HostConfig.sudo``).
+
+    Raises:
+        ValueError: ``argv`` is empty or an element holds a NUL byte (no argv can carry one).
+    """
+    items = [str(arg) for arg in argv]
+    if not items:
+        raise ValueError("empty argv")
+    if any("\x00" in arg for arg in items):
+        raise ValueError("argv element contains a NUL byte")
+    return list(SUDO_PREFIX) + items if sudo else items
+
+
+def remote_command(argv: Sequence[str], *, sudo: bool) -> str:
+    """Quote ``argv`` into one POSIX shell command string (``shlex.join``) for ssh.
+
+    Every element arrives at the remote process byte-identical, whatever it holds (spaces,
+    quotes, ``$(...)``, newlines, a leading ``-``), because each is single-quoted when it is
+    not plain ``[A-Za-z0-9@%+=:,./_-]``. Non-UTF-8 bytes carried as surrogate escapes survive
+    when the result is encoded with ``command_bytes``.
+
+    Args:
+        argv: the command, one str per argument.
+        sudo: prefix ``sudo -n`` (``HostConfig.sudo``).
+
+    Raises:
+        ValueError: see ``remote_argv``.
+    """
+    return shlex.join(remote_argv(argv, sudo=sudo))
+
+
+def command_bytes(command: str) -> bytes:
+    """Encode a command string for the wire (UTF-8, surrogate escapes back to raw bytes)."""
+    return command.encode("utf-8", "surrogateescape")
+
+
+def _escape_tokens(path: Path) -> str:
+    # ssh expands %-tokens in IdentityFile and UserKnownHostsFile (ssh_config(5) TOKENS).
+    return str(path).replace("%", "%%")
+
+
+def _config_path(path: Path) -> str:
+    # An ``-o`` value is split on whitespace unless double-quoted (readconf.c argv_split).
+    escaped = _escape_tokens(path).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def known_hosts_path(host: HostConfig, known_hosts_default: Path) -> Path:
+    """Return the known_hosts file for ``host``: its own, else ``known_hosts_default``."""
+    return Path(host.known_hosts) if host.known_hosts is not None else Path(known_hosts_default)
+
+
+def ssh_argv(host: HostConfig, *, known_hosts_default: Path, batch: bool = True) -> list[str]:
+    """Build the OpenSSH client argv prefix that reaches ``host``; append one ``remote_command``.
+
+    The result ends with ``-- ADDRESS`` so nothing after it (and no odd address) is read as an
+    ssh option. Host keys are checked strictly against one file: ``host.known_hosts`` or
+    ``known_hosts_default``; with ``host.trust_on_first_use`` an unknown key is recorded there
+    (``accept-new``), a changed one is always refused.
+
+    Args:
+        host: the ``[hosts.NAME]`` config.
+        known_hosts_default: known_hosts used when ``host.known_hosts`` is None
+            (``<state_dir>/known_hosts``).
+        batch: add ``BatchMode=yes`` (never prompt for a password or passphrase).
+
+    Returns:
+        e.g. ``["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", ...,
+        "-p", "22", "-l", "root", "--", "backup.example.org"]``.
+    """
+    known_hosts = known_hosts_path(host, known_hosts_default)
+    timeout = max(1, int(host.connect_timeout.total_seconds()))
+    argv = ["ssh"]
+    if batch:
+        argv += ["-o", "BatchMode=yes"]
+    argv += [
+        "-o", f"StrictHostKeyChecking={'accept-new' if host.trust_on_first_use else 'yes'}",
+        "-o", f"UserKnownHostsFile={_config_path(known_hosts)}",
+        "-o", "GlobalKnownHostsFile=/dev/null",
+        "-o", "UpdateHostKeys=no",
+        "-o", f"ConnectTimeout={timeout}",
+    ]  # fmt: skip
+    if host.identity_file is not None:
+        argv += ["-o", "IdentitiesOnly=yes", "-i", _escape_tokens(host.identity_file)]
+    argv += ["-p", str(host.port), "-l", host.user, "--", host.address]
+    return argv

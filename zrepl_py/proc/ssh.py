@@ -1,0 +1,333 @@
+"""SSHExecutor: run argv lists on a remote host over paramiko, with strict host keys.
+
+Follows the Executor contract in ``zrepl_py.proc.executor``. Host keys are checked against one
+known_hosts file (``HostConfig.known_hosts`` or the default given, normally
+``<state_dir>/known_hosts``): an unknown key is refused with ``HostKeyUnknown`` (paramiko
+``RejectPolicy``) unless ``trust_on_first_use``, which records it (file mode 0600); a changed
+key always raises ``HostKeyMismatch`` before authentication, so nothing is sent. Login is by
+key only. The argv becomes a command string in exactly one place, ``openssh.remote_command``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import paramiko
+
+from zrepl_py.config.schema import HostConfig
+from zrepl_py.errors import CommandFailed, HostKeyMismatch, HostKeyUnknown, HostUnreachable
+from zrepl_py.proc.executor import Completed
+from zrepl_py.proc.openssh import command_bytes, known_hosts_path, remote_argv, remote_command
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 32 * 1024  # bytes per channel read/write (paramiko's default max packet is 32 KiB)
+_KEEPALIVE = 30  # seconds between keepalive packets on an idle connection
+_CLOSE_GRACE = 2.0  # seconds to wait for reader threads after closing a timed-out channel
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """Return the OpenSSH-style ``SHA256:<base64, no padding>`` fingerprint of a public key."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
+
+
+class _RejectUnknown(paramiko.RejectPolicy):
+    """RejectPolicy that raises zbak's typed error, naming host, port and fingerprint."""
+
+    def __init__(self, label: str, known_hosts: Path):
+        self.label = label
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client, hostname, key):
+        raise HostKeyUnknown(
+            f"[{self.label}] host key of {hostname} is not in {self.known_hosts} "
+            f"(offered {key.get_name()} {fingerprint(key)}); refusing to connect, nothing sent. "
+            f"Verify the fingerprint on the host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), "
+            f"then add it to that file or set trust_on_first_use = true for the first connection"
+        )
+
+
+class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
+    """Accept an unknown host key and append it to the known_hosts file (mode 0600)."""
+
+    def __init__(self, label: str, known_hosts: Path):
+        self.label = label
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client, hostname, key):
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.known_hosts, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, line.encode("ascii"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        log.warning(
+            "[%s] trusted new host key of %s on first use: %s %s (recorded in %s)",
+            self.label, hostname, key.get_name(), fingerprint(key), self.known_hosts,
+        )  # fmt: skip
+
+
+class SSHExecutor:
+    """Executor for one ``[hosts.NAME]`` over SSH (paramiko); connects on first ``run``.
+
+    Thread-safe: one connection, one channel per ``run``. Use as a context manager or call
+    ``close()``.
+
+    Args:
+        host: the config's host name, used as the label in logs and errors.
+        config: the host's ``HostConfig`` (address, port, user, identity_file, known_hosts,
+            trust_on_first_use, sudo, connect_timeout).
+        known_hosts_default: known_hosts file used when ``config.known_hosts`` is None.
+
+    Raises (from ``run``):
+        HostKeyUnknown: the host's key is not in known_hosts and trust_on_first_use is off.
+        HostKeyMismatch: the host offered a different key than known_hosts records.
+        HostUnreachable: connection refused or timed out, login refused, connection lost.
+        CommandFailed: non-zero exit with ``check=True``, or timeout (``returncode=None``).
+    """
+
+    def __init__(self, host: str, config: HostConfig, *, known_hosts_default: Path):
+        self.host = host
+        self.config = config
+        self.known_hosts = known_hosts_path(config, known_hosts_default)
+        self._lock = threading.Lock()
+        self._client: paramiko.SSHClient | None = None
+
+    @property
+    def _where(self) -> str:
+        return f"{self.config.user}@{self.config.address}:{self.config.port}"
+
+    def _connect(self) -> paramiko.Transport:
+        """Return a live transport, connecting (again) if needed."""
+        with self._lock:
+            if self._client is not None:
+                transport = self._client.get_transport()
+                if transport is not None and transport.is_active():
+                    return transport
+                self._client.close()
+                self._client = None
+            client = paramiko.SSHClient()
+            try:
+                self._open(client)
+            except BaseException:
+                client.close()
+                raise
+            self._client = client
+            transport = client.get_transport()
+            transport.set_keepalive(_KEEPALIVE)
+            return transport
+
+    def _open(self, client: paramiko.SSHClient) -> None:
+        cfg = self.config
+        if self.known_hosts.exists():
+            client.load_host_keys(str(self.known_hosts))
+        policy = _TrustOnFirstUse if cfg.trust_on_first_use else _RejectUnknown
+        client.set_missing_host_key_policy(policy(self.host, self.known_hosts))
+        timeout = cfg.connect_timeout.total_seconds()
+        keys: dict[str, object] = {}
+        if cfg.identity_file is not None:
+            if not os.access(cfg.identity_file, os.R_OK):
+                raise HostUnreachable(
+                    f"[{self.host}] cannot read identity_file {cfg.identity_file} "
+                    f"for {self._where}; check hosts.{self.host}.identity_file"
+                )
+            keys = {"key_filename": str(cfg.identity_file), "look_for_keys": False,
+                    "allow_agent": False}  # fmt: skip
+        log.debug("[%s] connecting to %s", self.host, self._where)
+        try:
+            client.connect(
+                cfg.address,
+                port=cfg.port,
+                username=cfg.user,
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                **keys,
+            )
+        except paramiko.BadHostKeyException as exc:
+            raise HostKeyMismatch(
+                f"[{self.host}] HOST KEY CHANGED for {cfg.address} port {cfg.port}: offered "
+                f"{exc.key.get_name()} {fingerprint(exc.key)}, {self.known_hosts} has "
+                f"{exc.expected_key.get_name()} {fingerprint(exc.expected_key)}; nothing sent. "
+                f"If the host was reinstalled, verify the new fingerprint on it and replace the "
+                f"line (ssh-keygen -R '[{cfg.address}]:{cfg.port}' -f {self.known_hosts})"
+            ) from None
+        except paramiko.AuthenticationException as exc:
+            raise HostUnreachable(
+                f"[{self.host}] login to {self._where} refused ({exc}); check user, "
+                f"identity_file (no passphrase) and the host's authorized_keys"
+            ) from None
+        except (socket.timeout, TimeoutError) as exc:
+            raise HostUnreachable(
+                f"[{self.host}] no answer from {self._where} within {timeout:g} s ({exc}); "
+                f"check address, port, firewall and connect_timeout"
+            ) from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise HostUnreachable(
+                f"[{self.host}] cannot connect to {self._where}: {exc or type(exc).__name__}; "
+                f"check address and port, and that sshd runs there"
+            ) from None
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        input: bytes | None = None,
+        check: bool = True,
+        timeout: float | None = None,
+    ) -> Completed:
+        """Run ``argv`` on the host and wait; see the Executor contract.
+
+        Args:
+            argv: the command, one str per argument (prefixed ``sudo -n`` if ``config.sudo``).
+            input: bytes streamed to the command's stdin, then EOF; None gives an empty stdin.
+            check: raise CommandFailed on a non-zero exit.
+            timeout: seconds for the whole command; on expiry the channel is closed (the
+                remote command gets EOF/SIGPIPE; sshd delivers a KILL signal request only to
+                non-root sessions) and CommandFailed with ``returncode=None`` is raised.
+
+        Raises:
+            See the class docstring. ``returncode`` is -1 when the command ended without an
+            exit status (killed by a signal).
+        """
+        full = remote_argv(argv, sudo=self.config.sudo)
+        command = remote_command(argv, sudo=self.config.sudo)
+        log.debug("run [%s]: %s", self.host, full)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        transport = self._connect()
+        try:
+            channel = transport.open_session(timeout=self.config.connect_timeout.total_seconds())
+            channel.exec_command(command_bytes(command))
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            if transport.is_active():  # e.g. sshd's MaxSessions; other commands keep running
+                raise HostUnreachable(
+                    f"[{self.host}] {self._where} refused a new session: {exc}"
+                ) from None
+            self.close()
+            raise HostUnreachable(
+                f"[{self.host}] lost the connection to {self._where} starting a command: {exc}"
+            ) from None
+        try:
+            stdout, stderr, status = self._communicate(channel, input, deadline)
+        finally:
+            channel.close()
+        if status is None:
+            raise CommandFailed(full, None, f"timed out after {timeout} s", self.host)
+        if status == -1 and not transport.is_active():
+            self.close()
+            raise HostUnreachable(
+                f"[{self.host}] connection to {self._where} lost while running {full[0]}"
+            )
+        done = Completed(tuple(full), status, stdout, stderr)
+        if check and status != 0:
+            raise CommandFailed(full, status, done.error_text, self.host)
+        return done
+
+    def _communicate(
+        self, channel: paramiko.Channel, input: bytes | None, deadline: float | None
+    ) -> tuple[bytes, bytes, int | None]:
+        """Feed stdin and drain stdout/stderr concurrently (no window deadlock).
+
+        Returns ``(stdout, stderr, status)``; status None means the deadline passed.
+        """
+        out: list[bytes] = []
+        err: list[bytes] = []
+        threads = [
+            threading.Thread(target=_drain, args=(channel.recv, out), daemon=True),
+            threading.Thread(target=_drain, args=(channel.recv_stderr, err), daemon=True),
+        ]
+        if input:
+            threads.append(threading.Thread(target=_feed, args=(channel, input), daemon=True))
+        else:
+            channel.shutdown_write()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        finished = not any(t.is_alive() for t in threads) and channel.status_event.wait(
+            None if deadline is None else max(0.0, deadline - time.monotonic())
+        )
+        if not finished:
+            self._kill(channel)
+            channel.close()
+            for thread in threads:
+                thread.join(_CLOSE_GRACE)
+            return b"".join(out), b"".join(err), None
+        return b"".join(out), b"".join(err), channel.recv_exit_status()
+
+    def _kill(self, channel: paramiko.Channel) -> None:
+        """Best effort: ask sshd to SIGKILL the command (RFC 4254 6.9 "signal" request).
+
+        OpenSSH honours it only for privilege-separated (non-root) sessions; paramiko has no
+        public call for it, so this builds the message itself.
+        """
+        if channel.closed:
+            return
+        try:
+            message = paramiko.Message()
+            message.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
+            message.add_int(channel.remote_chanid)
+            message.add_string("signal")
+            message.add_boolean(False)
+            message.add_string("KILL")
+            channel.transport._send_user_message(message)
+        except (AttributeError, OSError, EOFError, paramiko.SSHException) as exc:
+            log.debug("[%s] could not send a KILL signal request: %s", self.host, exc)
+
+    @property
+    def connected(self) -> bool:
+        """True while an SSH connection to the host is open."""
+        client = self._client
+        transport = client.get_transport() if client is not None else None
+        return transport is not None and transport.is_active()
+
+    def close(self) -> None:
+        """Close the connection; a later ``run`` connects again."""
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def __enter__(self) -> "SSHExecutor":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SSHExecutor({self.host!r}, {self._where})"
+
+
+def _drain(recv: Callable[[int], bytes], chunks: list[bytes]) -> None:
+    """Read from one channel stream until EOF or close."""
+    while True:
+        try:
+            data = recv(_CHUNK)
+        except (OSError, EOFError, paramiko.SSHException):
+            return
+        if not data:
+            return
+        chunks.append(data)
+
+
+def _feed(channel: paramiko.Channel, data: bytes) -> None:
+    """Write ``data`` to the command's stdin, then send EOF; stop quietly if it went away."""
+    try:
+        for start in range(0, len(data), _CHUNK):
+            channel.sendall(data[start : start + _CHUNK])
+        channel.shutdown_write()
+    except (OSError, EOFError, paramiko.SSHException):
+        pass  # the command exited without reading all of stdin, like BrokenPipe locally
