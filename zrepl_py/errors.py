@@ -137,3 +137,42 @@ class CatalogError(ZbakError):
 
 class ChainBroken(CatalogError):
     """An insert or delete would break a stream chain (guid continuity, missing parent)."""
+
+
+class CatalogNotCurrent(CatalogError):
+    """The catalog schema is missing or not at the migrations' head: run ``zbak init``."""
+
+
+class CatalogUnavailable(CatalogError):
+    """The catalog database cannot be reached or opened (server down, locked, bad path)."""
+
+
+class CatalogConflict(CatalogError):
+    """A write clashed with a row already in the catalog (duplicate key or illegal change)."""
+
+
+class NotInCatalog(CatalogError):
+    """The run, stream or other row named by id is not in the catalog."""
+
+
+class HostKeyUnknown(HostKeyMismatch):
+    """The SSH host offered a key known_hosts has no entry for, and trust_on_first_use is off.
+
+    A HostKeyMismatch, so callers that treat both alike catch one type; no data was sent.
+    """
+
+
+class SnapshotHasClones(ZfsError):
+    """A snapshot cannot be destroyed because clones depend on it (``zfs destroy`` without -R).
+
+    OpenZFS and zfs-fuse say "snapshot has dependent clones"; OpenZFS says "snapshot is
+    cloned" when a clone appears between its own check and the destroy.
+    """
+
+
+class HoldExists(ZfsError):
+    """``zfs hold`` failed: the snapshot already carries a hold with this tag."""
+
+
+class HoldNotFound(ZfsError):
+    """``zfs release`` failed: the snapshot carries no hold with this tag."""

@@ -125,6 +125,21 @@ class HostConfig(_Model):
     sudo: bool = False
     connect_timeout: Duration = dt.timedelta(seconds=15)
 
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        # A hostname, IPv4 or IPv6 literal; never something ssh could read as an option.
+        if not re.fullmatch(r"[A-Za-z0-9_.:%\[\]-]{1,253}", value) or value.startswith("-"):
+            raise ValueError(f"invalid host address {value!r}")
+        return value
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z_][a-z0-9_.-]{0,31}\$?", value):
+            raise ValueError(f"invalid user name {value!r} (POSIX user names only)")
+        return value
+
 
 class StorageClasses(_Model):
     """Storage class per stream kind; manifests are always STANDARD (restorable metadata)."""
