@@ -1,0 +1,189 @@
+"""What a host's ZFS can do, found with a few cheap, read-only probe commands.
+
+zbak runs against OpenZFS 2.x and against zfs-fuse 0.7 (pool version 23, the test bed),
+which lacks ``list -p``, resume tokens, bookmarks, ``send -c/-w``, multi-snapshot
+``zfs snapshot`` and a working ``zfs holds``. Rather than parse version strings (zfs-fuse
+has no ``zfs version``), ``detect`` asks each question directly:
+
+1. ``zpool get -Hp -o property,value all POOL`` gives the pool version and every
+   ``feature@NAME`` state (OpenZFS). zfs-fuse's ``zpool get`` has no ``-H``/``-o``; then
+   ``zpool get version POOL`` is read as a table (NAME PROPERTY VALUE SOURCE).
+   Feature-flag pools print ``version`` as ``-``: that is pool version 5000
+   (zpool-features(7)). Holds need pool version 18 or feature flags (``zpool upgrade -v``:
+   "18 Snapshot user holds"); bookmarks need ``feature@bookmarks`` enabled or active;
+   resume tokens need ``feature@extensible_dataset`` (zfs-receive(8) ``-s``).
+2. ``zfs list -Hp -o name -d 0 POOL``: success means ``list -p`` (exact numbers) exists;
+   "invalid option 'p'" means not.
+3. ``zfs get -H -o value receive_resume_token POOL``: success means the property (and
+   ``receive -s`` / ``send -t``) exists; "bad property list: invalid property" means not.
+4. ``zfs holds -H POOL@<probe>``: "dataset does not exist" means ``zfs holds`` works;
+   zfs-fuse answers "internal error: /usr/lib/zfs/pyzfs.py not found" for any call.
+5. ``zfs send -c -w`` with no snapshot (it sends nothing): "invalid option 'c'" means
+   neither flag exists (``-c`` came first, OpenZFS 0.7), "invalid option 'w'" means ``-c``
+   only (``-w`` came with encryption, OpenZFS 0.8); any other complaint ("missing
+   snapshot argument") means both parsed.
+6. ``zfs snapshot POOL@zbak%probe1 POOL@zbak%probe2``: OpenZFS validates every name before
+   creating anything and refuses ``%`` ("invalid character '%' in name", libzfs
+   ``zfs_validate_name`` with modifying=true), so nothing is created; zfs-fuse refuses
+   any second name ("too many arguments"). Any other answer counts as unsupported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from zrepl_py.errors import CommandFailed, InvalidName
+from zrepl_py.proc.executor import Completed, Executor
+from zrepl_py.zfs.errors import map_error
+from zrepl_py.zfs.names import DatasetName
+
+FEATURE_FLAGS_VERSION = 5000
+"""Pool version of feature-flag pools (zpool-features(7)); ``version`` prints ``-`` there."""
+
+HOLDS_VERSION = 18
+"""First pool version with user holds (``zpool upgrade -v``)."""
+
+_PROBE_SNAPSHOT = "zbak-capability-probe"
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """Features of one host's zfs/zpool commands and one of its pools.
+
+    Attributes:
+        parsable_list: ``zfs list -p`` exists (exact numbers from ``zfs list``).
+        resume_tokens: ``receive_resume_token``, ``receive -s`` and ``send -t`` exist.
+        bookmarks: ``zfs bookmark`` works on this pool (``feature@bookmarks``).
+        raw_send: ``zfs send -w`` parses.
+        compressed_send: ``zfs send -c`` parses.
+        holds: ``zfs hold``/``release`` work (pool version >= 18 or feature flags).
+        list_holds: ``zfs holds`` lists tags (False on zfs-fuse: its ``zfs holds`` needs
+            a missing Python helper; use ``SnapshotInfo.userrefs`` for "is it held").
+        multi_snapshot: one ``zfs snapshot`` takes several names, created atomically.
+        pool_version: the pool's SPA version, 5000 for feature-flag pools, None when
+            unknown.
+    """
+
+    parsable_list: bool
+    resume_tokens: bool
+    bookmarks: bool
+    raw_send: bool
+    compressed_send: bool
+    holds: bool
+    multi_snapshot: bool
+    pool_version: int | None
+    list_holds: bool = False
+
+    NONE: ClassVar["Capabilities"]
+    """Assume nothing beyond what every supported ZFS has (the default before ``detect``)."""
+
+
+Capabilities.NONE = Capabilities(
+    parsable_list=False,
+    resume_tokens=False,
+    bookmarks=False,
+    raw_send=False,
+    compressed_send=False,
+    holds=False,
+    multi_snapshot=False,
+    pool_version=None,
+    list_holds=False,
+)
+
+
+def _pool_properties(
+    executor: Executor, pool: str, zpool: str, timeout: float | None
+) -> dict[str, str]:
+    argv = [zpool, "get", "-Hp", "-o", "property,value", "all", pool]
+    done = executor.run(argv, check=False, timeout=timeout)
+    if done.returncode == 0:
+        props = {}
+        for line in done.text.splitlines():
+            prop, _, value = line.partition("\t")
+            props[prop] = value
+        return props
+    # zfs-fuse takes the flags for property names: "bad property list: invalid property '-Hp'".
+    if "invalid property '-" not in done.error_text and "invalid option" not in done.error_text:
+        raise _failure(done, executor)
+    argv = [zpool, "get", "version", pool]
+    done = executor.run(argv, check=False, timeout=timeout)
+    if done.returncode != 0:
+        raise _failure(done, executor)
+    props = {}
+    for line in done.text.splitlines()[1:]:
+        fields = line.rsplit(None, 3)
+        if len(fields) == 4:
+            props[fields[1]] = fields[2]
+    return props
+
+
+def _failure(done: Completed, executor: Executor) -> Exception:
+    message = done.error_text or done.text.strip()
+    return map_error(CommandFailed(list(done.argv), done.returncode, message, executor.host))
+
+
+def _pool_version(props: dict[str, str]) -> int | None:
+    value = props.get("version", "")
+    if value.isdigit():
+        return int(value)
+    if value == "-" and any(key.startswith("feature@") for key in props):
+        return FEATURE_FLAGS_VERSION
+    return None
+
+
+def _feature(props: dict[str, str], name: str) -> bool:
+    return props.get(f"feature@{name}") in ("enabled", "active")
+
+
+def detect(
+    executor: Executor,
+    pool: str,
+    *,
+    zfs: str = "zfs",
+    zpool: str = "zpool",
+    timeout: float | None = None,
+) -> Capabilities:
+    """Probe the ZFS on ``executor``'s host and ``pool`` (see the module doc for each probe).
+
+    Args:
+        executor: runs the probes; none of them changes anything.
+        pool: an imported pool on that host.
+        zfs, zpool: the commands to run (a path on hosts where they are not on PATH).
+        timeout: seconds each probe may take (None: no limit).
+
+    Raises:
+        InvalidName: ``pool`` is not a valid pool name.
+        DatasetNotFound: the pool does not exist.
+        ZfsError / PermissionDenied: the pool properties cannot be read at all.
+        HostUnreachable: the executor cannot reach the host.
+        CommandFailed: a probe timed out.
+    """
+    name = DatasetName(pool)
+    if name.pool != name:
+        raise InvalidName(f"{pool!r} is a dataset, not a pool")
+    props = _pool_properties(executor, pool, zpool, timeout)
+    version = _pool_version(props)
+
+    def probe(*args: str) -> Completed:
+        return executor.run([zfs, *args], check=False, timeout=timeout)
+
+    listing = probe("list", "-Hp", "-o", "name", "-d", "0", pool)
+    token = probe("get", "-H", "-o", "value", "receive_resume_token", pool)
+    holds = probe("holds", "-H", f"{pool}@{_PROBE_SNAPSHOT}")
+    send = probe("send", "-c", "-w")
+    multi = probe("snapshot", f"{pool}@zbak%probe1", f"{pool}@zbak%probe2")
+
+    send_err = send.error_text
+    compressed = "invalid option 'c'" not in send_err and "unrecognized option" not in send_err
+    return Capabilities(
+        parsable_list=listing.returncode == 0,
+        resume_tokens=token.returncode == 0 and _feature(props, "extensible_dataset"),
+        bookmarks=_feature(props, "bookmarks"),
+        raw_send=compressed and "invalid option 'w'" not in send_err,
+        compressed_send=compressed,
+        holds=version is not None and version >= HOLDS_VERSION,
+        multi_snapshot="invalid character" in multi.error_text,
+        pool_version=version,
+        list_holds="does not exist" in holds.error_text or holds.returncode == 0,
+    )

@@ -1,0 +1,525 @@
+"""The ZFS client: one method, one zfs/zpool command, typed errors (house rules 2 and 3).
+
+Every method builds an argv list from validated names (``zrepl_py.zfs.names``), runs it on
+an Executor (this machine or an SSH host) and maps a failure with
+``zrepl_py.zfs.errors.map_error``. No method loops over snapshots: listings come from one
+``zfs get``/``zfs list`` and bulk operations take all names in one command. Exceptions to
+"one command" are named in the method docs (a failed destroy asks why; health needs two
+numbers).
+
+Never issued here: ``zfs destroy -r/-R/-f`` (DESIGN.md "Snapshots") and ``zfs receive -F``.
+Output is read only in parsable form (``-Hp``): without ``-p`` zfs prints humanized
+numbers such as ``15.9E`` for a guid. Names may contain spaces and ``:``; ``-H`` output
+is tab-separated and names hold no tab, so the first field is always the whole name.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from types import MappingProxyType
+from typing import Mapping, Sequence
+
+from zrepl_py.errors import (
+    CommandFailed,
+    DatasetBusy,
+    DatasetNotFound,
+    InvalidName,
+    SnapshotHeld,
+    Unsupported,
+    ZfsError,
+)
+from zrepl_py.proc.executor import Completed, Executor
+from zrepl_py.zfs import capabilities as _capabilities
+from zrepl_py.zfs.capabilities import Capabilities
+from zrepl_py.zfs.errors import map_error
+from zrepl_py.zfs.model import ListingError, PoolHealth, Tree, build_tree
+from zrepl_py.zfs.names import BookmarkName, DatasetName, SnapshotName, check_hold_tag
+
+TREE_PROPERTIES = ("type", "guid", "createtxg", "creation", "userrefs", "origin")
+"""What ``Zfs.tree`` reads for every dataset and snapshot."""
+
+_NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
+_PROPERTY = re.compile(r"[A-Za-z0-9_.:@+][A-Za-z0-9_.:@+-]*")
+_STATE = re.compile(r"^\s*state:\s*(\S+)", re.MULTILINE)
+
+
+def check_property_name(prop: str) -> str:
+    """Validate a native or user property name (``compression``, ``com.example:tag``,
+    ``userquota@bob``) for use in argv and return it.
+
+    Raises:
+        InvalidName: empty, over 256 bytes (ZAP_MAXNAMELEN, zfsprops(7) "User Properties"),
+            a leading ``-``, or characters outside letters, digits and ``_.:@+-``.
+    """
+    if not isinstance(prop, str) or not _PROPERTY.fullmatch(prop) or len(prop) > 256:
+        raise InvalidName(f"property name {prop!r}: letters, digits and _.:@+- only")
+    return prop
+
+
+def check_property_value(prop: str, value: str) -> str:
+    """Validate a property value and return it.
+
+    ZFS stores any string; zbak refuses control characters (tab, newline, NUL) so values
+    stay one field of the tab-separated listings it parses.
+
+    Raises:
+        InvalidName: the value is not a str or holds a control character.
+    """
+    if not isinstance(value, str) or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InvalidName(f"value of {prop}: {value!r} holds a control character")
+    return value
+
+
+def parse_any_name(name: str) -> DatasetName | SnapshotName | BookmarkName:
+    """Parse ``name`` as a snapshot (has ``@``), bookmark (has ``#``) or dataset name.
+
+    Raises:
+        InvalidName: the name breaks the rules of its kind.
+    """
+    if isinstance(name, str) and "@" in name:
+        return SnapshotName(name)
+    if isinstance(name, str) and "#" in name:
+        return BookmarkName(name)
+    return DatasetName(name)
+
+
+def parse_get_output(text: str) -> list[tuple[str, dict[str, str]]]:
+    """Group ``zfs get -Hp -o name,property,value`` lines into ``(name, {prop: value})``,
+    in order of first appearance.
+
+    Raises:
+        ListingError: a line does not have three tab-separated fields.
+    """
+    rows: dict[str, dict[str, str]] = {}
+    for line in text.split("\n"):
+        if not line:
+            continue
+        fields = line.split("\t", 2)
+        if len(fields) != 3:
+            raise ListingError(f"unexpected zfs get line {line!r}")
+        name, prop, value = fields
+        rows.setdefault(name, {})[prop] = value
+    return list(rows.items())
+
+
+def parse_list_output(text: str, props: Sequence[str]) -> list[tuple[str, dict[str, str]]]:
+    """Read ``zfs list -Hp -o name,PROPS`` lines into ``(name, {prop: value})``.
+
+    Raises:
+        ListingError: a line does not have ``1 + len(props)`` tab-separated fields.
+    """
+    rows = []
+    for line in text.split("\n"):
+        if not line:
+            continue
+        fields = line.split("\t")
+        if len(fields) != 1 + len(props):
+            raise ListingError(f"unexpected zfs list line {line!r}")
+        rows.append((fields[0], dict(zip(props, fields[1:]))))
+    return rows
+
+
+def _options(properties: Mapping[str, str]) -> list[str]:
+    argv: list[str] = []
+    for prop in sorted(properties):
+        value = check_property_value(prop, properties[prop])
+        argv += ["-o", f"{check_property_name(prop)}={value}"]
+    return argv
+
+
+def _pool_name(pool: str) -> str:
+    name = DatasetName(pool)
+    if name.pool != name:
+        raise InvalidName(f"{pool!r} is a dataset, not a pool")
+    return name
+
+
+class Zfs:
+    """ZFS operations on one host.
+
+    Args:
+        executor: runs the commands (LocalExecutor, SSH executor); its ``host`` labels errors.
+        zfs, zpool: the commands (a path, or e.g. ``/sbin/zfs``); sudo goes in the
+            executor's prefix, not here.
+        capabilities: what the host supports (``capabilities.detect``); default
+            ``Capabilities.NONE``: the slow, portable command forms, no multi-snapshot.
+        timeout: seconds any one command may take before it is killed and ZfsError
+            (returncode None) is raised; None waits forever. A wedged zfs-fuse daemon
+            never answers, so tests and the scheduler should set one.
+
+    Every method raises, besides what it lists: ``InvalidName`` for a bad name before
+    running anything, ``PermissionDenied`` (see ``zfs allow``), ``ZfsError`` for an
+    unmapped failure or unreadable output, ``HostUnreachable``/``HostKeyMismatch`` from an
+    SSH executor.
+    """
+
+    def __init__(
+        self,
+        executor: Executor,
+        *,
+        zfs: str = "zfs",
+        zpool: str = "zpool",
+        capabilities: Capabilities | None = None,
+        timeout: float | None = None,
+    ):
+        self.executor = executor
+        self.zfs = zfs
+        self.zpool = zpool
+        self.capabilities = capabilities if capabilities is not None else Capabilities.NONE
+        self.timeout = timeout
+
+    @property
+    def host(self) -> str:
+        """The executor's host label."""
+        return self.executor.host
+
+    def _run(self, argv: list[str]) -> Completed:
+        """Run argv; on failure raise the mapped ZfsError.
+
+        zfs-fuse prints some failures on stdout with nothing on stderr (``zfs holds``:
+        "internal error: /usr/lib/zfs/pyzfs.py not found", exit 255), so an empty stderr
+        is replaced by stdout for the mapping and the message.
+        """
+        try:
+            done = self.executor.run(argv, check=False, timeout=self.timeout)
+        except ZfsError:
+            raise
+        except CommandFailed as exc:  # timeout or missing binary
+            raise map_error(exc) from exc
+        if done.returncode != 0:
+            message = done.error_text or done.text.strip()[-2000:]
+            raise map_error(CommandFailed(list(done.argv), done.returncode, message, self.host))
+        return done
+
+    def _unexpected(self, argv: list[str], problem: object) -> ZfsError:
+        return ZfsError(argv, 0, f"unexpected output: {problem}", self.host)
+
+    def detect_capabilities(self, pool: str) -> Capabilities:
+        """Probe the host with ``capabilities.detect`` on ``pool``, keep and return the result.
+
+        Raises:
+            DatasetNotFound: no such pool.
+        """
+        self.capabilities = _capabilities.detect(
+            self.executor, _pool_name(pool), zfs=self.zfs, zpool=self.zpool, timeout=self.timeout
+        )
+        return self.capabilities
+
+    # -- listing ---------------------------------------------------------------------
+
+    def tree(self, root: DatasetName | str, *, recursive: bool) -> Tree:
+        """List ``root`` (and with ``recursive`` every descendant) with all snapshots.
+
+        One command: ``zfs get -Hp -r|-d 1 -o name,property,value PROPS ROOT`` (works on
+        zfs-fuse, which includes snapshots in ``get -r``), or with
+        ``capabilities.parsable_list`` the faster ``zfs list -Hp -t filesystem,volume,
+        snapshot -o name,PROPS -r|-d 1 ROOT``; both feed ``model.build_tree``, so the
+        result is the same. PROPS is ``TREE_PROPERTIES``.
+
+        Args:
+            root: the dataset to list.
+            recursive: include descendants; False lists ``root`` and its snapshots only.
+
+        Raises:
+            DatasetNotFound: ``root`` does not exist.
+        """
+        root = DatasetName(root)
+        depth = ["-r"] if recursive else ["-d", "1"]
+        if self.capabilities.parsable_list:
+            argv = [self.zfs, "list", "-Hp", "-t", "filesystem,volume,snapshot",
+                    "-o", ",".join(("name",) + TREE_PROPERTIES), *depth, root]
+        else:
+            argv = [self.zfs, "get", "-Hp", *depth, "-o", "name,property,value",
+                    ",".join(TREE_PROPERTIES), root]
+        text = self._run(argv).text
+        try:
+            if self.capabilities.parsable_list:
+                rows = parse_list_output(text, TREE_PROPERTIES)
+            else:
+                rows = parse_get_output(text)
+            return build_tree(root, rows, recursive=recursive)
+        except ListingError as exc:
+            raise self._unexpected(argv, exc) from exc
+
+    def clones(self, pool: str) -> dict[SnapshotName, list[DatasetName]]:
+        """Map every snapshot of ``pool`` that has clones to its clones, pool-wide.
+
+        One command, filesystems and volumes only (``zfs list -H -o name,origin -t
+        filesystem,volume -r POOL``; ``origin`` is a name, so no ``-p`` is needed and this
+        works on zfs-fuse). A clone can live anywhere in its origin's pool (zfs-clone(8)),
+        so a job's own tree listing is not enough to see them.
+
+        Raises:
+            DatasetNotFound: no such pool.
+        """
+        argv = [self.zfs, "list", "-H", "-o", "name,origin", "-t", "filesystem,volume",
+                "-r", _pool_name(pool)]
+        text = self._run(argv).text
+        try:
+            rows = parse_list_output(text, ("origin",))
+        except ListingError as exc:
+            raise self._unexpected(argv, exc) from exc
+        found: dict[SnapshotName, list[DatasetName]] = {}
+        for name, props in rows:
+            if props["origin"] != "-" and "%" not in name:
+                found.setdefault(SnapshotName(props["origin"]), []).append(DatasetName(name))
+        return found
+
+    def exists(self, name: str) -> bool:
+        """Tell whether a dataset, snapshot or bookmark exists (``zfs get -H type NAME``).
+
+        Raises:
+            InvalidName: ``name`` is not a valid name of any kind.
+        """
+        parsed = parse_any_name(name)
+        try:
+            self._run([self.zfs, "get", "-H", "-o", "value", "type", parsed])
+        except DatasetNotFound:
+            return False
+        return True
+
+    def get_properties(self, name: str, props: Sequence[str]) -> dict[str, str]:
+        """Return ``{property: parsable value}`` for a dataset, snapshot or bookmark.
+
+        One ``zfs get -Hp -o property,value P1,P2 NAME``. Values are exact (sizes in
+        bytes, times in epoch seconds); ``-`` means not set or not applicable.
+
+        Raises:
+            DatasetNotFound: no such object.
+            Unsupported: this ZFS does not know one of ``props``.
+        """
+        parsed = parse_any_name(name)
+        wanted = [check_property_name(p) for p in props]
+        if not wanted:
+            return {}
+        argv = [self.zfs, "get", "-Hp", "-o", "property,value", ",".join(wanted), parsed]
+        values = {}
+        for line in self._run(argv).text.split("\n"):
+            if line:
+                prop, sep, value = line.partition("\t")
+                if not sep:
+                    raise self._unexpected(argv, repr(line))
+                values[prop] = value
+        return values
+
+    def set_property(self, name: str, prop: str, value: str) -> None:
+        """Set one property: ``zfs set PROP=VALUE NAME``.
+
+        Raises:
+            DatasetNotFound: no such object.
+            Unsupported: this ZFS does not know ``prop``.
+            ZfsError: the value is refused.
+        """
+        parsed = parse_any_name(name)
+        check_property_name(prop)
+        check_property_value(prop, value)
+        self._run([self.zfs, "set", f"{prop}={value}", parsed])
+
+    # -- snapshots -------------------------------------------------------------------
+
+    def snapshot(self, name: SnapshotName | str, *, recursive: bool = False) -> None:
+        """Create ``name`` (``zfs snapshot [-r] NAME``; ``-r`` snapshots every descendant
+        atomically, in one transaction group).
+
+        Raises:
+            DatasetExists: the snapshot exists.
+            DatasetNotFound: its dataset does not exist.
+        """
+        snap = SnapshotName(name)
+        self._run([self.zfs, "snapshot", *(["-r"] if recursive else []), snap])
+
+    def snapshot_many(self, names: Sequence[SnapshotName | str]) -> None:
+        """Create several snapshots atomically in one ``zfs snapshot A@x B@y ...``.
+
+        Args:
+            names: at most one per dataset, all in one pool (libzfs ``zfs_snapshot_nvl``
+                and ``lzc_snapshot`` require both). Empty: nothing is run.
+
+        Raises:
+            Unsupported: ``capabilities.multi_snapshot`` is False (zfs-fuse); nothing is run.
+            ValueError: two names for one dataset, or names in several pools.
+            DatasetExists / DatasetNotFound: as for ``snapshot``; then none was created.
+        """
+        snaps = [SnapshotName(n) for n in names]
+        if not snaps:
+            return
+        datasets = [s.dataset for s in snaps]
+        if len(set(datasets)) != len(datasets):
+            raise ValueError("snapshot_many: at most one snapshot per dataset")
+        if len({d.pool for d in datasets}) != 1:
+            raise ValueError("snapshot_many: all snapshots must be in one pool")
+        argv = [self.zfs, "snapshot", *snaps]
+        if not self.capabilities.multi_snapshot:
+            raise Unsupported(
+                argv, None, "not run: this zfs cannot create several snapshots in one "
+                "command (capabilities.multi_snapshot is False)", self.host
+            )
+        self._run(argv)
+
+    def destroy_snapshot(self, name: SnapshotName | str) -> None:
+        """Destroy one snapshot: plain ``zfs destroy NAME`` (never -r, -R, -f or -d).
+
+        zfs-fuse reports a held snapshot as "dataset is busy"; on DatasetBusy this method
+        reads the snapshot's ``userrefs`` (a second command) to raise SnapshotHeld instead.
+
+        Raises:
+            SnapshotHeld: the snapshot carries user holds.
+            SnapshotHasClones: clones depend on it.
+            DatasetBusy: it is in use (e.g. being sent); may pass after a moment.
+            DatasetNotFound: it does not exist.
+        """
+        snap = SnapshotName(name)
+        try:
+            self._run([self.zfs, "destroy", snap])
+        except DatasetBusy as exc:
+            refs = self._userrefs(snap)
+            if refs:
+                raise SnapshotHeld(
+                    exc.argv, exc.returncode, f"{exc.stderr} (it carries {refs} user hold(s))",
+                    exc.host,
+                ) from exc
+            raise
+
+    def _userrefs(self, snap: SnapshotName) -> int:
+        """The snapshot's hold count, 0 when it cannot be read (e.g. destroyed meanwhile)."""
+        try:
+            refs = self.get_properties(snap, ["userrefs"]).get("userrefs", "")
+        except ZfsError:
+            return 0
+        return int(refs) if refs.isdigit() else 0
+
+    # -- holds -----------------------------------------------------------------------
+
+    def hold(self, snapshot: SnapshotName | str, tag: str) -> None:
+        """Put a user hold ``tag`` on ``snapshot`` (``zfs hold TAG SNAP``).
+
+        Raises:
+            HoldExists: the snapshot already has a hold with this tag.
+            DatasetNotFound: no such snapshot.
+            InvalidName: bad tag (``names.check_hold_tag``).
+        """
+        snap = SnapshotName(snapshot)
+        self._run([self.zfs, "hold", check_hold_tag(tag), snap])
+
+    def release(self, snapshot: SnapshotName | str, tag: str) -> None:
+        """Remove the user hold ``tag`` from ``snapshot`` (``zfs release TAG SNAP``).
+
+        Raises:
+            HoldNotFound: the snapshot has no hold with this tag.
+            DatasetNotFound: no such snapshot.
+        """
+        snap = SnapshotName(snapshot)
+        self._run([self.zfs, "release", check_hold_tag(tag), snap])
+
+    def holds(self, snapshots: Sequence[SnapshotName | str]) -> dict[SnapshotName, list[str]]:
+        """Return the hold tags of each snapshot (sorted; ``[]`` if none) from one
+        ``zfs holds -H S1 S2 ...`` (lines ``NAME<tab>TAG<tab>TIMESTAMP``). Empty input: ``{}``.
+
+        Raises:
+            Unsupported: this ZFS cannot list holds (zfs-fuse: "pyzfs.py not found"; use
+                ``SnapshotInfo.userrefs`` there).
+            DatasetNotFound: one of the snapshots does not exist.
+        """
+        snaps = [SnapshotName(s) for s in snapshots]
+        if not snaps:
+            return {}
+        argv = [self.zfs, "holds", "-H", *snaps]
+        result: dict[SnapshotName, list[str]] = {s: [] for s in snaps}
+        for line in self._run(argv).text.split("\n"):
+            if not line:
+                continue
+            fields = line.split("\t")
+            if len(fields) < 3:
+                raise self._unexpected(argv, repr(line))
+            # A foreign tag may hold a tab; the name and the timestamp cannot.
+            result.setdefault(SnapshotName(fields[0]), []).append("\t".join(fields[1:-1]))
+        return {snap: sorted(tags) for snap, tags in result.items()}
+
+    # -- filesystems -----------------------------------------------------------------
+
+    def create_filesystem(
+        self,
+        name: DatasetName | str,
+        *,
+        parents: bool = False,
+        properties: Mapping[str, str] = _NO_PROPERTIES,
+    ) -> None:
+        """Create a filesystem: ``zfs create [-p] [-o PROP=VALUE ...] NAME``.
+
+        Args:
+            parents: create missing parents too (and succeed if ``name`` exists).
+            properties: set at creation, e.g. ``{"mountpoint": "none"}``.
+
+        Raises:
+            DatasetExists: it exists (without ``parents``).
+            DatasetNotFound: its parent does not exist (without ``parents``).
+        """
+        ds = DatasetName(name)
+        self._run([self.zfs, "create", *(["-p"] if parents else []), *_options(properties), ds])
+
+    def destroy_filesystem(
+        self, name: DatasetName | str, *, attempts: int = 6, delay: float = 0.5
+    ) -> None:
+        """Destroy one filesystem or volume without children or snapshots: plain
+        ``zfs destroy NAME``, retried while it answers "busy" (``attempts`` tries,
+        ``delay`` seconds apart): zfs-fuse answers "dataset is busy" for about a second
+        after a clone was unmounted (TESTBED.md). Meant for zbak's temporary clones.
+
+        Raises:
+            DatasetBusy: still busy after the last attempt.
+            DatasetNotFound: it does not exist.
+            ZfsError: it has children or snapshots ("use '-r'"), which zbak never forces.
+        """
+        ds = DatasetName(name)
+        argv = [self.zfs, "destroy", ds]
+        for attempt in range(1, attempts + 1):
+            try:
+                self._run(argv)
+                return
+            except DatasetBusy:
+                if attempt >= attempts:
+                    raise
+                time.sleep(delay)
+
+    def clone(
+        self,
+        snapshot: SnapshotName | str,
+        target: DatasetName | str,
+        properties: Mapping[str, str] = _NO_PROPERTIES,
+    ) -> None:
+        """Clone ``snapshot`` as ``target``: ``zfs clone [-o PROP=VALUE ...] SNAP TARGET``.
+
+        Raises:
+            DatasetExists: ``target`` exists.
+            DatasetNotFound: the snapshot or ``target``'s parent does not exist.
+        """
+        snap = SnapshotName(snapshot)
+        ds = DatasetName(target)
+        self._run([self.zfs, "clone", *_options(properties), snap, ds])
+
+    # -- pools -----------------------------------------------------------------------
+
+    def pool_health(self, pool: str) -> PoolHealth:
+        """Read a pool's state and free space.
+
+        Two commands: ``zpool status POOL`` (full text, not ``-x``; its ``state:`` line)
+        and ``zfs get -Hp -o value available POOL`` (exact bytes; zfs-fuse's ``zpool``
+        has no ``-p``, so ``zpool list`` numbers are humanized).
+
+        Raises:
+            DatasetNotFound: no such pool.
+        """
+        name = _pool_name(pool)
+        status = self._run([self.zpool, "status", name]).text
+        match = _STATE.search(status)
+        argv = [self.zfs, "get", "-Hp", "-o", "value", "available", name]
+        available = self._run(argv).text.strip()
+        if not available.isdigit():
+            raise self._unexpected(argv, repr(available))
+        return PoolHealth(
+            pool=name,
+            state=match.group(1) if match else "UNKNOWN",
+            free_bytes=int(available),
+            status_text=status,
+        )

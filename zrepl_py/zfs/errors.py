@@ -1,0 +1,99 @@
+"""Translate a failed zfs/zpool command into a typed ZfsError (house rule 3).
+
+Callers catch types, never grep stderr: this module is the one place that reads the words.
+The table covers the wording of OpenZFS 2.x and of zfs-fuse 0.7 (pool v23); sources:
+
+- OpenZFS ``lib/libzfs/libzfs_util.c`` (``zfs_standard_error_fmt``: ENOENT "dataset does not
+  exist", EEXIST "dataset already exists", EBUSY "dataset is busy", EPERM "permission
+  denied", ENOTSUP "unsupported version"; EZFS_REFTAG_HOLD "tag already exists on this
+  dataset", EZFS_REFTAG_RELE "no such tag on this dataset");
+- OpenZFS ``cmd/zfs/zfs_main.c`` (``destroy_check_dependent``: "snapshot has dependent
+  clones"; ``zfs_do_destroy``: "could not find any snapshots to destroy; check snapshot
+  names."; a held snapshot: "it's being held. Run 'zfs holds -r ...' to see holders.",
+  seen on OpenZFS 2.3.2 in shared/zfsvm/demo.log);
+- OpenZFS ``lib/libzfs/libzfs_dataset.c`` (``zfs_destroy_snaps_nvl``: "snapshot is cloned";
+  ``zfs_create``/``check_parents``: "no such parent", "parent does not exist");
+- zfs-fuse, observed: a held snapshot says only "dataset is busy" (the client tells it
+  apart by reading ``userrefs``), ``zfs holds`` says "internal error:
+  /usr/lib/zfs/pyzfs.py not found" (on stdout, exit 255: the client passes stdout when
+  stderr is empty), ``zfs snapshot a@x b@y`` says "too many arguments",
+  unknown flags "invalid option 'p'", unknown properties "bad property list: invalid
+  property 'receive_resume_token'", a non-root user "connect: Permission denied".
+"""
+
+from __future__ import annotations
+
+import re
+
+from zrepl_py.errors import (
+    CommandFailed,
+    DatasetBusy,
+    DatasetExists,
+    DatasetNotFound,
+    HoldExists,
+    HoldNotFound,
+    PermissionDenied,
+    SnapshotHasClones,
+    SnapshotHeld,
+    Unsupported,
+    ZfsError,
+)
+
+# First match wins, so narrower wordings come before the generic ones they contain
+# ("tag already exists" before "already exists", "snapshot has dependent clones" before
+# anything mentioning "destroy").
+_TABLE: tuple[tuple[re.Pattern[str], type[ZfsError]], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), cls)
+    for pattern, cls in (
+        (r"it's being held|snapshot is held|has user holds", SnapshotHeld),
+        (r"snapshot has dependent clones|snapshot is cloned", SnapshotHasClones),
+        (r"tag already exists", HoldExists),
+        (r"no such tag", HoldNotFound),
+        (
+            r"invalid option|unrecognized command|too many arguments"
+            r"|bad property list: invalid property|invalid property '"
+            r"|pyzfs\.py not found|unsupported version|pool must be upgraded"
+            r"|operation not supported|not supported by|feature .*(?:not enabled|disabled)",
+            Unsupported,
+        ),
+        (r"permission denied|operation not permitted|must be run as root", PermissionDenied),
+        (
+            r"does not exist|no such pool|no such dataset|no such parent"
+            r"|could not find any snapshots",
+            DatasetNotFound,
+        ),
+        (r"already exists|destination '.*' exists", DatasetExists),
+        (r"\bbusy\b", DatasetBusy),
+    )
+)
+
+
+def classify(stderr: str) -> type[ZfsError]:
+    """Return the ZfsError subclass for a zfs/zpool stderr text (``ZfsError`` if none fits).
+
+    Args:
+        stderr: the command's standard error, any case, may span several lines.
+    """
+    for pattern, cls in _TABLE:
+        if pattern.search(stderr):
+            return cls
+    return ZfsError
+
+
+def map_error(exc: CommandFailed) -> ZfsError:
+    """Return the typed error for a failed zfs/zpool command, keeping its details.
+
+    Args:
+        exc: what the Executor raised; argv, returncode, stderr and host are copied to the
+            new exception. A ZfsError is returned as it is (already mapped). A timeout
+            (``returncode`` None) or a missing binary maps to plain ``ZfsError``.
+
+    Returns:
+        an instance of DatasetNotFound, DatasetExists, DatasetBusy, PermissionDenied,
+        Unsupported, SnapshotHeld, SnapshotHasClones, HoldExists, HoldNotFound or ZfsError;
+        the caller raises it ``from exc``.
+    """
+    if isinstance(exc, ZfsError):
+        return exc
+    cls = classify(exc.stderr) if exc.returncode is not None else ZfsError
+    return cls(exc.argv, exc.returncode, exc.stderr, exc.host)
