@@ -57,3 +57,10 @@ def s3_bucket(s3_server, monkeypatch):
     name = f"zbak-test-{uuid.uuid4().hex[:12]}"
     s3_server.client().create_bucket(Bucket=name)
     return name
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark every test that uses an S3 fixture with ``s3``."""
+    for item in items:
+        if {"s3_server", "s3_bucket"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.s3)

@@ -1,0 +1,103 @@
+"""``zbak init`` preflight against real stores (directory, moto S3) and a job whose source is
+a remote host reached over a real sshd."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from zrepl_py.cli import main
+from zrepl_py.errors import ExitStatus
+
+
+def run(config, capsys, *args):
+    capsys.readouterr()
+    status = main(["--config", str(config), *args], env={})
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_init_checks_a_directory_store_and_an_s3_bucket(tmp_path, s3_server, s3_bucket, capsys):
+    config = tmp_path / "zbak.toml"
+    config.write_text(textwrap.dedent(f"""
+        state_dir = "{tmp_path / 'state'}"
+        [stores.dir]
+        url = "file://{tmp_path / 'archive'}"
+        [stores.s3]
+        url = "s3://{s3_bucket}/zbak"
+        endpoint = "{s3_server.endpoint_url}"
+        region = "us-east-1"
+    """))
+    status, out, err = run(config, capsys, "init", "--json")
+    assert status == ExitStatus.OK, out + err
+    checks = {c["subject"]: c for c in json.loads(out)["checks"]}
+    assert checks["store dir"]["ok"] and checks["store s3"]["ok"]
+    assert (tmp_path / "archive").stat().st_mode & 0o777 == 0o700
+
+
+def test_init_fails_naming_a_bucket_that_does_not_answer(tmp_path, s3_server, s3_bucket, capsys):
+    config = tmp_path / "zbak.toml"
+    config.write_text(textwrap.dedent(f"""
+        state_dir = "{tmp_path / 'state'}"
+        [stores.s3]
+        url = "s3://no-such-bucket-zbak/x"
+        endpoint = "{s3_server.endpoint_url}"
+        region = "us-east-1"
+    """))
+    status, out, err = run(config, capsys, "init")
+    assert status == ExitStatus.FAILED
+    assert "no-such-bucket-zbak" in out
+
+
+def test_init_is_idempotent_and_reports_the_catalog_up_to_date(tmp_path, capsys):
+    config = tmp_path / "zbak.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
+    assert run(config, capsys, "init")[0] == ExitStatus.OK
+    status, out, _ = run(config, capsys, "init")
+    assert status == ExitStatus.OK and "up to date" in out
+    assert (tmp_path / "state" / "catalog.sqlite").stat().st_mode & 0o777 == 0o600
+
+
+def test_commands_other_than_init_refuse_an_unmigrated_catalog(tmp_path, capsys):
+    config = tmp_path / "zbak.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n[jobs.a]\ndataset = "tank/a"\n')
+    status, _, err = run(config, capsys, "status")
+    assert status == ExitStatus.FAILED and "zbak init" in err
+
+
+@pytest.mark.zfs
+def test_a_job_on_a_remote_source_snapshots_and_prunes_over_ssh(zpool, sshd, tmp_path, capsys):
+    data = f"{zpool.name}/remote data"  # a space: the name must survive the ssh hop
+    subprocess.run(["zfs", "create", data], check=True)
+    config = tmp_path / "zbak.toml"
+    config.write_text(textwrap.dedent(f"""
+        state_dir = "{tmp_path / 'state'}"
+        [hosts.src]
+        address = "{sshd.host}"
+        port = {sshd.port}
+        user = "{sshd.user}"
+        identity_file = "{sshd.identity_file}"
+        known_hosts = "{sshd.known_hosts}"
+        [jobs.r]
+        dataset = "src:{data}"
+        [jobs.r.snapshot]
+        retention = {{ keep_last = 1 }}
+    """))
+    status, out, err = run(config, capsys, "init", "--json")
+    assert status == ExitStatus.OK, out + err
+    assert run(config, capsys, "snapshot")[0] == ExitStatus.OK
+    time.sleep(1.1)  # snapshot names have one-second resolution
+    assert run(config, capsys, "snapshot")[0] == ExitStatus.OK
+    status, out, err = run(config, capsys, "prune")
+    assert status == ExitStatus.OK, err
+    names = subprocess.run(["zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r", data],
+                           capture_output=True, text=True, check=True).stdout.split("\n")
+    assert len([n for n in names if n]) == 1
+    status, out, _ = run(config, capsys, "list", "snapshots", "--json", "--all")
+    rows = json.loads(out)
+    assert {r["host"] for r in rows} == {"src"} and len(rows) == 2
+    assert sum(1 for r in rows if r["destroyed_at"]) == 1

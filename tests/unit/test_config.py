@@ -1,0 +1,123 @@
+"""Config loading: examples parse, bad configs name the key path and the file (exit 2)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zrepl_py.cli import main
+from zrepl_py.config.loading import config_path, load_config, parse_config
+from zrepl_py.config.schema import LOCAL_HOST, parse_endpoint
+from zrepl_py.config.units import parse_duration, parse_size
+from zrepl_py.errors import ConfigError, ExitStatus
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
+INVALID = sorted((ROOT / "tests/data/configs/invalid").glob("*.toml"))
+
+
+def expected_key(path: Path) -> str:
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# expect: "), f"{path} must start with '# expect: KEY'"
+    return first.removeprefix("# expect: ")
+
+
+def test_there_is_one_example_per_use():
+    assert len(EXAMPLES) >= 4
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_config_parses_into_a_validated_config(path):
+    config = load_config(path)
+    assert config.jobs
+
+
+@pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
+def test_every_invalid_config_fails_naming_its_key_path_and_file(path):
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    keys = [key or "<file>" for key, _ in info.value.problems]
+    assert expected_key(path) in keys
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
+def test_the_cli_exits_2_on_an_invalid_config_and_names_key_and_file(path, capsys):
+    assert main(["--config", str(path), "config", "check"], env={}) == ExitStatus.USAGE
+    err = capsys.readouterr().err
+    assert str(path) in err and expected_key(path) in err
+
+
+def test_config_check_exits_2_as_a_subprocess_too():
+    bad = INVALID[0]
+    proc = subprocess.run([sys.executable, "-m", "zrepl_py", "--config", str(bad), "config", "check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == ExitStatus.USAGE
+    assert expected_key(bad) in proc.stderr
+
+
+def test_a_missing_config_file_is_a_usage_error_naming_the_file(tmp_path):
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match="nope.toml"):
+        load_config(missing)
+
+
+def test_config_path_prefers_the_option_then_the_environment_then_etc():
+    assert config_path("a.toml", {"ZBAK_CONFIG": "b.toml"}) == Path("a.toml")
+    assert config_path(None, {"ZBAK_CONFIG": "b.toml"}) == Path("b.toml")
+    assert config_path(None, {}) == Path("/etc/zbak/zbak.toml")
+
+
+def test_defaults_fill_in_a_minimal_config():
+    config = parse_config({"jobs": {"a": {"dataset": "tank/a"}}}, "x.toml")
+    job = config.jobs["a"]
+    assert job.source.host == LOCAL_HOST and job.source.dataset == "tank/a"
+    assert job.snapshot.prefix == "zbak" and job.snapshot.retention.keep_last == 3
+    assert config.catalog_url == "sqlite:////var/lib/zbak/catalog.sqlite"
+
+
+@pytest.mark.parametrize(
+    "text, host, dataset, directory",
+    [
+        ("tank/a", "local", "tank/a", None),
+        ("backup:pool/a b:c", "backup", "pool/a b:c", None),
+        ("nas:/srv/zbak/", "nas", None, "/srv/zbak"),
+        ("local:p:x/y", "local", "p:x/y", None),
+    ],
+)
+def test_endpoints_parse_host_and_dataset_or_directory(text, host, dataset, directory):
+    endpoint = parse_endpoint(text, allow_directory=True)
+    assert (endpoint.host, endpoint.dataset, endpoint.directory) == (host, dataset, directory)
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [(90, 90), ("90m", 5400), ("36h", 129600), ("30d", 2592000), ("2w", 1209600), ("1y", 31536000)],
+)
+def test_durations_accept_seconds_and_unit_suffixes(text, seconds):
+    assert parse_duration(text) == dt.timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize(
+    "text, size",
+    [(512, 512), ("1K", 1000), ("1KiB", 1024), ("1.5G", 1_500_000_000), ("1GiB", 2**30), ("2TiB", 2 * 2**40)],
+)
+def test_sizes_accept_si_and_iec_units(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("bad", ["-1", "ten", True, "5x", -5])
+def test_bad_sizes_are_rejected(bad):
+    with pytest.raises(ValueError):
+        parse_size(bad)
+
+
+def test_secrets_have_no_config_key_that_takes_them_inline():
+    # S3 credentials come from the AWS chain only: a key in [stores] is an unknown key.
+    with pytest.raises(ConfigError) as info:
+        parse_config({"stores": {"s": {"url": "s3://bucket-a", "secret_access_key": "x"}}}, "x.toml")
+    assert ("stores.s.secret_access_key", "unknown key") in info.value.problems

@@ -1,0 +1,88 @@
+"""What every command shares: the invocation state, output (table or JSON), job locking."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from zrepl_py.config.loading import config_path, load_config
+from zrepl_py.context import Context
+from zrepl_py.errors import ExitStatus, ZbakError
+
+
+@dataclasses.dataclass
+class Invocation:
+    """Global options of one ``zbak`` run, shared with every command through click's ``obj``."""
+
+    env: Mapping[str, str]
+    config_option: str | None = None
+    debug: bool = False
+
+    @property
+    def config_file(self) -> Path:
+        """The config path after ``--config`` / ``$ZBAK_CONFIG`` / default resolution."""
+        return config_path(self.config_option, self.env)
+
+    def context(self) -> Context:
+        """Load and validate the config and build a Context (raises ConfigError, exit 2)."""
+        path = self.config_file
+        return Context(config=load_config(path), config_path=path)
+
+
+pass_invocation = click.make_pass_decorator(Invocation)
+
+
+def json_option(func):
+    """Add ``--json`` (machine output) to a command."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(func)
+
+
+def emit_json(data: Any) -> None:
+    """Print ``data`` as indented JSON (datetimes as ISO 8601 UTC)."""
+    click.echo(json.dumps(data, indent=2, default=_json_default, sort_keys=False))
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+def emit_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print a table (rich; plain when stdout is not a terminal)."""
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
+def for_each_job(jobs, action) -> tuple[list[Any], ExitStatus]:
+    """Run ``action(name, job)`` for every job, continuing past failures.
+
+    Each failure is printed with the job's name. Returns the results of the jobs that
+    succeeded and the exit status: OK, LOCKED when the only problems were locks, else the
+    most severe failure's status.
+    """
+    results: list[Any] = []
+    failures: list[ExitStatus] = []
+    for name, job in jobs:
+        try:
+            results.append(action(name, job))
+        except ZbakError as exc:
+            click.echo(f"zbak: job {name}: {exc}", err=True)
+            failures.append(exc.exit_status)
+    serious = [s for s in failures if s != ExitStatus.LOCKED]
+    if serious:
+        return results, serious[0]
+    return results, ExitStatus.LOCKED if failures else ExitStatus.OK

@@ -1,0 +1,63 @@
+"""``zbak list snapshots|streams [JOB]``: catalog views, as a table or ``--json``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
+from zrepl_py.errors import ExitStatus
+
+
+@click.group("list")
+def command() -> None:
+    """Show what the catalog knows."""
+
+
+@command.command("snapshots")
+@click.argument("jobs", nargs=-1)
+@click.option("--all", "include_destroyed", is_flag=True, help="Include destroyed snapshots.")
+@json_option
+@pass_invocation
+def snapshots(inv: Invocation, jobs: tuple[str, ...], include_destroyed: bool, as_json: bool) -> ExitStatus:
+    """List the snapshots of each job's datasets, oldest first per dataset (createtxg order)."""
+    with inv.context() as ctx:
+        catalog = ctx.catalog()
+        rows = []
+        for name, job in ctx.select_jobs(jobs):
+            source = job.source
+            for snap in catalog.snapshots(host=source.host, below=str(source.dataset),
+                                          include_destroyed=include_destroyed):
+                rows.append((name, snap))
+    if as_json:
+        emit_json([{"job": job, **dataclasses.asdict(s)} for job, s in rows])
+        return ExitStatus.OK
+    emit_table("snapshots", ["job", "snapshot", "guid", "createtxg", "created (UTC)", "state"],
+               [(job, f"{s.dataset}@{s.name}", s.guid, s.createtxg,
+                 s.creation.strftime("%Y-%m-%d %H:%M:%S"),
+                 "destroyed" if s.destroyed_at else "live") for job, s in rows])
+    return ExitStatus.OK
+
+
+@command.command("streams")
+@click.argument("jobs", nargs=-1)
+@json_option
+@pass_invocation
+def streams(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> ExitStatus:
+    """List archived streams of each job's datasets, chain by chain."""
+    with inv.context() as ctx:
+        catalog = ctx.catalog()
+        rows = []
+        for name, job in ctx.select_jobs(jobs):
+            for dataset in {s.dataset for s in catalog.snapshots(host=job.source.host,
+                                                                 below=str(job.source.dataset),
+                                                                 include_destroyed=True)}:
+                rows.extend((name, s) for s in catalog.streams(dataset=dataset))
+    if as_json:
+        emit_json([{"job": job, **dataclasses.asdict(s)} for job, s in rows])
+        return ExitStatus.OK
+    emit_table("streams", ["job", "id", "kind", "parent", "from", "to", "stored bytes", "class", "state"],
+               [(job, s.id, s.kind, s.parent_id or "-", s.from_name or "-", s.to_name, s.stored_bytes,
+                 s.storage_class, s.state) for job, s in rows])
+    return ExitStatus.OK

@@ -1,0 +1,27 @@
+"""``zbak snapshot [JOB...]``: take each job's snapshot now."""
+
+from __future__ import annotations
+
+import click
+
+from zrepl_py.cli.common import Invocation, emit_json, emit_table, for_each_job, json_option, pass_invocation
+from zrepl_py.errors import ExitStatus
+from zrepl_py.snapshots.job import snapshot_job
+
+
+@click.command("snapshot")
+@click.argument("jobs", nargs=-1)
+@json_option
+@pass_invocation
+def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> ExitStatus:
+    """Take a PREFIX_YYYYMMDDTHHMMSSZ snapshot of each job's dataset (all jobs by default)."""
+    with inv.context() as ctx:
+        results, status = for_each_job(ctx.select_jobs(jobs), lambda n, j: snapshot_job(ctx, n, j))
+    if as_json:
+        emit_json([{"job": r.job, "source": r.source, "snapshot": r.taken.short,
+                    "datasets": list(r.taken.datasets), "atomic": r.taken.atomic} for r in results])
+    elif results:
+        emit_table("snapshots taken", ["job", "snapshot", "datasets", "atomic"],
+                   [(r.job, r.taken.short, len(r.taken.datasets), "yes" if r.taken.atomic else "no")
+                    for r in results])
+    return status

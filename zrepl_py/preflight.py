@@ -1,0 +1,92 @@
+"""``zbak init`` checks: every source dataset, target host and store answers.
+
+Each check yields one ``Check`` row; a failing check never stops the others, so one run of
+``zbak init`` lists every problem at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import urlparse
+
+from zrepl_py.config.schema import StoreConfig
+from zrepl_py.context import Context
+from zrepl_py.errors import ZbakError
+from zrepl_py.statedir import ensure_private_dir
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One preflight result: what was checked, whether it passed, and the detail."""
+
+    subject: str
+    ok: bool
+    detail: str
+
+
+def _capabilities_text(caps) -> str:
+    flags = [f.name for f in dataclasses.fields(caps) if f.type in ("bool", bool) and getattr(caps, f.name)]
+    version = f"pool v{caps.pool_version}, " if caps.pool_version else ""
+    return version + ("features: " + ", ".join(flags) if flags else "no optional features")
+
+
+def check_store(store: StoreConfig) -> str:
+    """Check one store answers; return a detail line.
+
+    ``file://`` stores are created (mode 0700) if missing and must be writable; ``s3://``
+    stores must answer HEAD on the bucket with the standard AWS credential chain.
+
+    Raises:
+        ZbakError: the store cannot be used.
+    """
+    url = urlparse(store.url)
+    if url.scheme == "file":
+        path = ensure_private_dir(Path(url.path))
+        if not os.access(path, os.W_OK):
+            raise ZbakError(f"store directory {path} is not writable")
+        return f"directory {path} writable"
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = boto3.session.Session(profile_name=store.profile, region_name=store.region)
+    client = session.client("s3", endpoint_url=store.endpoint)
+    try:
+        client.head_bucket(Bucket=url.netloc)
+    except (ClientError, BotoCoreError) as exc:
+        raise ZbakError(f"bucket {url.netloc!r} does not answer: {exc}") from None
+    return f"bucket {url.netloc} reachable"
+
+
+def run_checks(ctx: Context) -> Iterator[Check]:
+    """Check every job source, replication target host and store of the config."""
+    for name, job in ctx.config.jobs.items():
+        source = job.source
+        subject = f"job {name}: source {source}"
+        try:
+            zfs = ctx.zfs(source.host, source.dataset.pool)
+            if not zfs.exists(str(source.dataset)):
+                yield Check(subject, False, "dataset does not exist: create it or fix jobs."
+                            f"{name}.dataset")
+            else:
+                yield Check(subject, True, _capabilities_text(zfs.capabilities))
+        except ZbakError as exc:
+            yield Check(subject, False, str(exc))
+        for target in job.replicate.endpoints() if job.replicate else []:
+            subject = f"job {name}: target {target}"
+            try:
+                if target.dataset is not None:
+                    zfs = ctx.zfs(target.host, target.dataset.pool)
+                    yield Check(subject, True, _capabilities_text(zfs.capabilities))
+                else:
+                    done = ctx.executors().get(target.host).run(["rsync", "--version"])
+                    yield Check(subject, True, done.text.splitlines()[0])
+            except ZbakError as exc:
+                yield Check(subject, False, str(exc))
+    for name, store in ctx.config.stores.items():
+        try:
+            yield Check(f"store {name}", True, check_store(store))
+        except ZbakError as exc:
+            yield Check(f"store {name}", False, str(exc))

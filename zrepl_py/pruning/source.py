@@ -1,0 +1,125 @@
+"""Source-snapshot pruning for one job: gather facts, plan (pure), destroy one by one.
+
+Safety comes in layers: the planner keeps foreign, held, cloned, protected and newest
+snapshots; destroys are plain ``zfs destroy DATASET@SNAP`` (never ``-r``/``-R``), so ZFS
+itself refuses a snapshot that gained a hold or a clone after planning; such a refusal is
+reported as skipped, not as a failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+
+from zrepl_py.catalog.repository import CursorRow
+from zrepl_py.config.schema import JobConfig
+from zrepl_py.errors import DatasetBusy, DatasetNotFound, SnapshotHasClones, SnapshotHeld, ZfsError
+from zrepl_py.pruning.planner import Candidate, PrunePlan, plan_prune
+from zrepl_py.snapshots.inventory import Inventory
+from zrepl_py.snapshots.naming import is_own
+from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.names import SnapshotName
+
+log = logging.getLogger(__name__)
+
+
+def replication_protections(
+    inventory: Inventory, job_name: str, job: JobConfig, cursors: list[CursorRow]
+) -> dict[str, list[str]]:
+    """Reasons that forbid destroying a source snapshot, from the replica cursors (pure).
+
+    - every cursor's snapshot on the job's host is a replication base (the next incremental
+      starts there), whichever job recorded it;
+    - for each of this job's targets, every snapshot newer than that target's cursor (all of
+      them, when it was never replicated) is not yet replicated (zrepl's KeepNotReplicated).
+
+    Returns:
+        ``{"DATASET@SNAP": [reason, ...]}``.
+    """
+    host = job.source.host
+    protections: dict[str, list[str]] = {}
+    for cursor in cursors:
+        if cursor.source_host == host:
+            protections.setdefault(f"{cursor.source_dataset}@{cursor.snapshot_name}", []).append(
+                f"replication base of {cursor.job} -> {cursor.target}"
+            )
+    if job.replicate is None:
+        return protections
+    mine = {(c.target, c.source_dataset): c for c in cursors if c.job == job_name}
+    for dataset in inventory.datasets:
+        for target in job.replicate.targets:
+            cursor = mine.get((target, str(dataset.name)))
+            floor = cursor.createtxg if cursor else -1
+            why = f"not yet replicated to {target}" + ("" if cursor else " (never replicated)")
+            for snap in inventory.tree.snapshots(dataset.name):
+                if snap.createtxg > floor:
+                    protections.setdefault(str(snap.name), []).append(why)
+    return protections
+
+
+def plan_source_prune(
+    inventory: Inventory,
+    job: JobConfig,
+    protections: dict[str, list[str]],
+    now: dt.datetime,
+) -> dict[str, PrunePlan]:
+    """Plan retention for every dataset the job covers (pure over the listed facts).
+
+    Returns:
+        ``{dataset name: PrunePlan}`` in tree order.
+    """
+    prefix = job.snapshot.prefix
+    plans: dict[str, PrunePlan] = {}
+    for dataset in inventory.datasets:
+        candidates = [
+            Candidate(
+                name=str(s.name),
+                createtxg=s.createtxg,
+                guid=s.guid,
+                created=s.creation,
+                own=is_own(prefix, s.short),
+                userrefs=s.userrefs,
+                clones=inventory.clones.get(str(s.name), ()),
+                protections=tuple(protections.get(str(s.name), ())),
+            )
+            for s in inventory.tree.snapshots(dataset.name)
+        ]
+        plans[str(dataset.name)] = plan_prune(candidates, job.snapshot.retention, now)
+    return plans
+
+
+@dataclasses.dataclass
+class PruneOutcome:
+    """What executing a plan did: destroyed names, skipped (name, why), failed (name, error)."""
+
+    destroyed: list[str] = dataclasses.field(default_factory=list)
+    skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    failed: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+
+def execute_source_prune(zfs: Zfs, plans: dict[str, PrunePlan]) -> PruneOutcome:
+    """Destroy every snapshot the plans condemn, oldest first, one plain destroy each.
+
+    A snapshot ZFS refuses because it is held, cloned or busy is skipped with the reason;
+    one that vanished meanwhile counts as destroyed; other errors are collected as failures
+    and the rest still run.
+    """
+    outcome = PruneOutcome()
+    for plan in plans.values():
+        for decision in plan.to_destroy:
+            name = decision.candidate.name
+            try:
+                zfs.destroy_snapshot(SnapshotName(name))
+            except DatasetNotFound:
+                outcome.destroyed.append(name)
+            except (SnapshotHeld, SnapshotHasClones, DatasetBusy) as exc:
+                log.warning("kept %s: ZFS refused to destroy it: %s", name, exc.stderr)
+                outcome.skipped.append((name, exc.stderr))
+            except ZfsError as exc:
+                log.error("destroying %s failed: %s", name, exc)
+                outcome.failed.append((name, str(exc)))
+            else:
+                log.info("destroyed %s (%s)", name, "; ".join(decision.reasons))
+                outcome.destroyed.append(name)
+    return outcome
