@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a fresh Debian bookworm machine (as root) for zbak's demo and tests:
+# Debian packages, the virtualenv with zbak in editable mode, and a running zfs-fuse daemon.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(zfs-fuse openssh-server openssh-client rsync zstd postgresql python3-venv python3-pip procps)
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  apt-get update -qq
+  # Debian's postinst scripts try to start services; the test bed starts its own instances.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python=${PYTHON:-python3}
+stamp=.venv/.zbak-installed
+want=$(sha256sum setup.cfg | cut -d' ' -f1)
+if [[ ! -x .venv/bin/python || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+  echo "setup: creating .venv and installing zbak (editable) with test extras"
+  "$python" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e '.[test]'
+  echo "$want" > "$stamp"
+fi
+
+if ! pgrep -x zfs-fuse >/dev/null; then
+  echo "setup: starting zfs-fuse"
+  /usr/sbin/zfs-fuse
+fi
+for _ in $(seq 1 50); do
+  zpool list >/dev/null 2>&1 && exit 0
+  sleep 0.2
+done
+echo "setup: zfs-fuse did not answer 'zpool list' within 10 s" >&2
+exit 1

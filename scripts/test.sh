@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The README's test command: set up the machine, then run the whole suite on real components.
+# Strict mode: a test that needs zfs-fuse, sshd, the S3 server or PostgreSQL fails (never
+# skips) when that component cannot be started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup-host.sh
+export ZBAK_TEST_STRICT=1
+exec .venv/bin/pytest "$@"
