@@ -58,6 +58,28 @@ def remote_command(argv: Sequence[str], *, sudo: bool) -> str:
     return shlex.join(remote_argv(argv, sudo=sudo))
 
 
+def remote_pipeline(argvs: Sequence[Sequence[str]], *, sudo: bool) -> str:
+    """Quote several argvs into one remote shell pipeline: ``CMD1 | CMD2 | ...``.
+
+    For the remote end of the data path, e.g. ``[["zstd", "-d"], ["zfs", "receive", T]]``
+    gives ``zstd -d | zfs receive T``. Each command is quoted by ``remote_command`` (the one
+    join), so every argument arrives byte-identical; ``|`` means the same in every POSIX
+    shell and in csh and fish, whatever the remote login shell. The remote exit status is the
+    last command's (no ``pipefail``): an upstream command failing truncates the stream, which
+    the last command (``zfs receive``) then rejects itself.
+
+    Args:
+        argvs: one or more commands, one str per argument each.
+        sudo: prefix every command with ``sudo -n`` (``HostConfig.sudo``).
+
+    Raises:
+        ValueError: ``argvs`` is empty, or see ``remote_argv``.
+    """
+    if not argvs:
+        raise ValueError("empty pipeline")
+    return " | ".join(remote_command(argv, sudo=sudo) for argv in argvs)
+
+
 def command_bytes(command: str) -> bytes:
     """Encode a command string for the wire (UTF-8, surrogate escapes back to raw bytes)."""
     return command.encode("utf-8", "surrogateescape")
@@ -113,3 +135,23 @@ def ssh_argv(host: HostConfig, *, known_hosts_default: Path, batch: bool = True)
         argv += ["-o", "IdentitiesOnly=yes", "-i", _escape_tokens(host.identity_file)]
     argv += ["-p", str(host.port), "-l", host.user, "--", host.address]
     return argv
+
+
+def ssh_argv_without_address(
+    host: HostConfig, *, known_hosts_default: Path, batch: bool = True
+) -> list[str]:
+    """Return ``ssh_argv`` without its final ADDRESS, so it ends with ``--``.
+
+    For tools that append the destination themselves: ``rsync -e CMD ADDRESS:PATH`` runs
+    ``CMD ADDRESS rsync --server ...`` (rsync main.c ``do_cmd``: it adds ``-l USER`` only for
+    ``USER@HOST:`` specs, which zbak never writes, since ``-l`` is in the options already), so
+    the address still lands after ``--`` and is never read as an ssh option. Join it into
+    rsync's ``-e`` string with ``remote_command(..., sudo=False)``: rsync splits that string
+    on spaces and honours single and double quotes, so ``shlex.join``'s quoting survives.
+
+    Args and host-key rules: see ``ssh_argv``.
+    """
+    argv = ssh_argv(host, known_hosts_default=known_hosts_default, batch=batch)
+    if argv[-2:] != ["--", host.address]:  # pragma: no cover - ssh_argv's documented shape
+        raise AssertionError(f"ssh_argv no longer ends with '-- ADDRESS': {argv[-2:]}")
+    return argv[:-1]
