@@ -1,4 +1,5 @@
-"""Plain, frozen values the ZFS client returns: snapshots, datasets, a listed tree, pool health.
+"""Plain, frozen values the ZFS client returns: snapshots, bookmarks, datasets, a listed tree,
+pool health.
 
 Nothing here runs a command. ``build_tree`` turns parsed listing rows into a ``Tree`` so the
 two listing commands (``zfs get`` and ``zfs list -p``) share one code path and give equal
@@ -12,7 +13,7 @@ import datetime as dt
 from typing import Iterable, Mapping
 
 from zrepl_py.clock import from_epoch
-from zrepl_py.zfs.names import DatasetName, SnapshotName
+from zrepl_py.zfs.names import BookmarkName, DatasetName, SnapshotName
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +112,34 @@ class Tree:
         Only clones inside the listing are seen; a clone elsewhere in the pool is not.
         """
         return sorted(info.name for info in self.datasets if info.origin == snapshot)
+
+
+@dataclasses.dataclass(frozen=True)
+class BookmarkInfo:
+    """One bookmark as ZFS reports it (zfs-bookmark(8)).
+
+    Attributes:
+        name: the full name ``DATASET#SHORT``.
+        guid: the guid of the snapshot it was made from (a bookmark keeps it, so it still
+            counts as "common" with a replica holding that snapshot).
+        createtxg: that snapshot's createtxg.
+        creation: that snapshot's creation time, aware UTC, whole seconds.
+    """
+
+    name: BookmarkName
+    guid: int
+    createtxg: int
+    creation: dt.datetime
+
+    @property
+    def dataset(self) -> DatasetName:
+        """The dataset the bookmark belongs to."""
+        return DatasetName(self.name.split("#", 1)[0])
+
+    @property
+    def short(self) -> str:
+        """The part after ``#``."""
+        return self.name.split("#", 1)[1]
 
 
 @dataclasses.dataclass(frozen=True)

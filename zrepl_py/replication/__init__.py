@@ -1,0 +1,2 @@
+"""Replication: the pure planner (``planner``), and the drivers that list both sides, run the
+planned ``zfs send | zfs receive`` pipelines and move the source protections."""

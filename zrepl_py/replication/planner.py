@@ -1,0 +1,349 @@
+"""The replication planner: source and target snapshots (+ a resume token) -> send steps.
+
+PURE (house rule 5): frozen dataclasses in, a ``Plan`` out; the driver lists both sides,
+describes the target's resume token on the source (``zfs.resume.describe_token``), calls
+``plan_replication`` and runs the steps in order. Rules (DESIGN.md "Replication",
+RELIABILITY 3, 4 and 21):
+
+- What is common is decided by guid, never by name: the common snapshot is the newest target
+  snapshot (by the target's createtxg) whose guid is a source snapshot or source bookmark
+  (a bookmark keeps its snapshot's guid, zfs-bookmark(8)).
+- A resume token is used only if its ``toname`` is in the source dataset, its ``toguid`` is a
+  current source snapshot, its ``rawok`` flag matches the source's encryption (zbak sends
+  encrypted datasets raw and others not), its base is the common snapshot (a full-stream
+  token only when the target has no snapshot at all), and the target has nothing newer than
+  that base. Then: ``Resume``, followed by an ``Incremental`` to the newest source snapshot
+  if there are newer ones. Otherwise the plan starts with ``AbortResume(reason)``
+  (``zfs receive -A``) and continues as if there had been no token, so a stale token is
+  dropped once and never retried in a loop (RELIABILITY 3).
+- Aborting an interrupted *full* receive destroys the partially received dataset (zfs_main.c
+  ``zfs_do_receive -A``: without a ``%recv`` child it destroys the inconsistent dataset
+  itself), so the plan then continues as for a missing target.
+- Target missing: ``Full`` of the oldest source snapshot, then ``Incremental`` (``-I``) to the
+  newest.
+- Target exists without a common snapshot: diverged. A full stream is never planned over an
+  existing dataset (no ``zfs receive -F``, ever).
+- Target snapshots newer than the common one: diverged, naming them. With
+  ``on_divergence="rollback"`` the plan is ``Rollback(common, destroy=those)``, then the
+  sends, unless one of them is ``foreign`` (zbak never destroys target snapshots it did not
+  create): then it stays diverged and says why.
+- A diverged plan has no steps: nothing on the target is touched, not even a stale token.
+- Common only as a bookmark on the source (its snapshot was pruned): ``zfs send -i`` from the
+  bookmark to the next source snapshot (``-I`` does not take a bookmark), then ``-I`` on.
+- The common snapshot is the newest source snapshot: up to date, no steps.
+- The source has no snapshots: nothing to do and nothing wrong; ``note`` says so.
+
+Target writes made after the common snapshot without a new snapshot are invisible to
+listings; ``zfs receive`` (without ``-F``) refuses such a target and the driver reports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal, Union
+
+from zrepl_py.zfs.resume import ResumeToken
+
+__all__ = [
+    "AbortResume",
+    "BookmarkRef",
+    "Full",
+    "Incremental",
+    "Plan",
+    "ResumeToken",
+    "Resume",
+    "Rollback",
+    "SnapRef",
+    "SourceState",
+    "Step",
+    "TargetState",
+    "plan_replication",
+]
+
+NO_COMMON = "target has no snapshot in common with the source: refusing to overwrite it"
+NO_SOURCE_SNAPSHOTS = "the source has no snapshots yet: nothing to replicate"
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapRef:
+    """One snapshot of one side.
+
+    Attributes:
+        name: the short name (after ``@``).
+        guid: its guid (64-bit unsigned), equal on source and replica.
+        createtxg: its createtxg on the side it was listed on (differs between sides).
+    """
+
+    name: str
+    guid: int
+    createtxg: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BookmarkRef:
+    """One bookmark of the source dataset.
+
+    Attributes:
+        name: the short name (after ``#``).
+        guid: the guid of the snapshot it was made from.
+        createtxg: that snapshot's createtxg.
+    """
+
+    name: str
+    guid: int
+    createtxg: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceState:
+    """The source dataset as listed now.
+
+    Attributes:
+        dataset: its full name.
+        snapshots: its snapshots (sorted by createtxg here, whatever order is given).
+        bookmarks: its bookmarks (empty where the host has none).
+        encrypted: the dataset is encrypted (it is then sent raw; see ``sendrecv.send_argv``).
+    """
+
+    dataset: str
+    snapshots: tuple[SnapRef, ...]
+    bookmarks: tuple[BookmarkRef, ...] = ()
+    encrypted: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetState:
+    """The target dataset as listed now.
+
+    Attributes:
+        dataset: its full name on the target host.
+        exists: it is listed (a partially received new dataset is listed too).
+        snapshots: its snapshots (sorted by createtxg here).
+        resume_token: its described ``receive_resume_token``, None when there is none.
+        foreign: short names of target snapshots zbak did not create; never destroyed.
+
+    Raises:
+        ValueError: a resume token on a target that does not exist.
+    """
+
+    dataset: str
+    exists: bool
+    snapshots: tuple[SnapRef, ...] = ()
+    resume_token: ResumeToken | None = None
+    foreign: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.resume_token is not None and not self.exists:
+            raise ValueError(f"{self.dataset}: a resume token on a target that does not exist")
+
+
+@dataclasses.dataclass(frozen=True)
+class AbortResume:
+    """``zfs receive -A TARGET``: drop the partial receive. ``reason`` is logged."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+    """``zfs send -t TOKEN | zfs receive -s``: finish the interrupted stream to ``to``
+    (the source snapshot with the token's toguid)."""
+
+    token: ResumeToken
+    to: SnapRef
+
+
+@dataclasses.dataclass(frozen=True)
+class Full:
+    """``zfs send DS@to | zfs receive``: a full stream of ``to`` into a new target dataset."""
+
+    to: SnapRef
+
+
+@dataclasses.dataclass(frozen=True)
+class Incremental:
+    """An incremental stream from ``base`` (on the source) to ``to``.
+
+    ``intermediates`` sends every snapshot in between (``zfs send -I``); without it only
+    ``to`` arrives (``-i``). A bookmark base only allows ``-i`` (zfs-send(8)).
+
+    Raises:
+        ValueError: ``intermediates`` with a bookmark base.
+    """
+
+    base: SnapRef | BookmarkRef
+    to: SnapRef
+    intermediates: bool
+
+    def __post_init__(self) -> None:
+        if self.intermediates and isinstance(self.base, BookmarkRef):
+            raise ValueError("zfs send -I does not take a bookmark as its base; use -i")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollback:
+    """Destroy the target snapshots ``destroy`` (short names, newest first, plain
+    ``zfs destroy`` each), then ``zfs rollback TARGET@to`` (no ``-r``). Only planned with
+    ``on_divergence="rollback"``."""
+
+    to: SnapRef
+    destroy: tuple[str, ...]
+
+
+Step = Union[AbortResume, Resume, Full, Incremental, Rollback]
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What to do for one (source dataset, target dataset) pair.
+
+    Attributes:
+        steps: to run in order; empty when up to date, diverged or nothing to send.
+        up_to_date: the target has the newest source snapshot and nothing to fix.
+        diverged: why the target cannot be updated without destroying something (stop
+            there); None otherwise.
+        common: the newest common snapshot as the TARGET lists it (its createtxg is the
+            target's), None when there is none.
+        note: extra information for the log (e.g. the source has no snapshots).
+    """
+
+    steps: tuple[Step, ...]
+    up_to_date: bool
+    diverged: str | None
+    common: SnapRef | None
+    note: str | None = None
+
+
+def _by_txg(refs):
+    return tuple(sorted(refs, key=lambda ref: (ref.createtxg, ref.guid)))
+
+
+def _names(refs) -> str:
+    return ", ".join(f"@{ref.name}" for ref in refs)
+
+
+def _token_problem(
+    token: ResumeToken,
+    source: SourceState,
+    source_snaps: dict[int, SnapRef],
+    target: TargetState,
+    common: SnapRef | None,
+    newer: tuple[SnapRef, ...],
+) -> str | None:
+    """Why ``token`` must not be resumed, or None when it may (see the module doc)."""
+    if token.dataset != source.dataset:
+        return (f"the resume token is for {token.toname}, not for a snapshot of "
+                f"{source.dataset}")  # fmt: skip
+    if token.toguid not in source_snaps:
+        return (f"the resume token's snapshot {token.toname} (guid {token.toguid}) "
+                f"no longer exists on the source")  # fmt: skip
+    if token.raw != source.encrypted:
+        if source.encrypted:
+            return "the resume token is for a non-raw stream but the source is encrypted (sent raw)"
+        return "the resume token is for a raw stream but the source is not encrypted"
+    if token.fromguid is None:
+        if target.snapshots:
+            return (f"the resume token is for a full stream but the target already has "
+                    f"snapshots ({_names(_by_txg(target.snapshots)[-3:])})")  # fmt: skip
+        return None
+    if common is None or token.fromguid != common.guid:
+        have = "no common snapshot" if common is None else (
+            f"the common snapshot is @{common.name} (guid {common.guid})")
+        return (f"the resume token's base (guid {token.fromguid}) is not the common snapshot: "
+                f"{have}")  # fmt: skip
+    if newer:
+        return f"the target has snapshots newer than the resume token's base: {_names(newer)}"
+    return None
+
+
+def _sends_from(base: SnapRef | BookmarkRef, snaps: tuple[SnapRef, ...]) -> list[Step]:
+    """The incrementals from ``base`` (on the source) to the newest source snapshot."""
+    later = [s for s in snaps if s.createtxg > base.createtxg]
+    if not later:
+        return []
+    newest = later[-1]
+    if isinstance(base, SnapRef):
+        return [Incremental(base, newest, intermediates=True)]
+    steps: list[Step] = [Incremental(base, later[0], intermediates=False)]
+    if newest != later[0]:
+        steps.append(Incremental(later[0], newest, intermediates=True))
+    return steps
+
+
+def plan_replication(
+    source: SourceState,
+    target: TargetState,
+    *,
+    on_divergence: Literal["stop", "rollback"] = "stop",
+) -> Plan:
+    """Plan how to bring ``target`` up to date with ``source`` (rules in the module doc).
+
+    Args:
+        source: the source dataset's snapshots and bookmarks.
+        target: the target dataset's state, with its described resume token if any.
+        on_divergence: ``"stop"`` (default) reports a diverged target; ``"rollback"`` plans
+            destroying the target's newer snapshots (never foreign ones) and a rollback.
+
+    Returns:
+        the Plan; ``diverged`` set means stop this target.
+
+    Raises:
+        ValueError: an unknown ``on_divergence``.
+    """
+    if on_divergence not in ("stop", "rollback"):
+        raise ValueError(f"on_divergence must be 'stop' or 'rollback', not {on_divergence!r}")
+    snaps = _by_txg(source.snapshots)
+    target_snaps = _by_txg(target.snapshots) if target.exists else ()
+    source_snaps = {s.guid: s for s in snaps}
+    source_marks = {b.guid: b for b in source.bookmarks}
+
+    common = next(
+        (t for t in reversed(target_snaps) if t.guid in source_snaps or t.guid in source_marks),
+        None,
+    )
+    if not snaps:
+        return Plan((), up_to_date=False, diverged=None, common=common, note=NO_SOURCE_SNAPSHOTS)
+    newer = tuple(t for t in target_snaps if common is not None and t.createtxg > common.createtxg)
+
+    token = target.resume_token
+    problem = None
+    exists = target.exists
+    if token is not None:
+        problem = _token_problem(token, source, source_snaps, target, common, newer)
+        if problem is not None and token.fromguid is None and not target_snaps:
+            exists = False  # zfs receive -A destroys a partially received new dataset
+    resuming = token is not None and problem is None
+
+    steps: list[Step] = []
+    if token is not None and problem is not None:
+        steps.append(AbortResume(problem))
+
+    if exists and common is None and not resuming:
+        why = f"{NO_COMMON} ({target.dataset} has {len(target_snaps)} snapshot(s), none of " \
+              f"them is a snapshot or bookmark of {source.dataset} by guid)"
+        return Plan((), up_to_date=False, diverged=why, common=None)
+    if newer:
+        why = (f"{target.dataset} has snapshots newer than the last common snapshot "
+               f"@{common.name}: {_names(newer)}")  # fmt: skip
+        foreign = [t for t in newer if t.name in target.foreign]
+        if on_divergence == "stop":
+            return Plan((), up_to_date=False, common=common, diverged=(
+                f"{why}; set on_divergence = \"rollback\" to destroy them and roll back, "
+                "or remove them by hand"))
+        if foreign:
+            return Plan((), up_to_date=False, common=common, diverged=(
+                f"{why}; not rolling back: {_names(foreign)} not created by zbak (zbak never "
+                "destroys target snapshots it did not create); remove or rename by hand"))
+        steps.append(Rollback(common, destroy=tuple(t.name for t in reversed(newer))))
+
+    if resuming:
+        to = source_snaps[token.toguid]
+        steps.append(Resume(token, to))
+        steps.extend(_sends_from(to, snaps))
+    elif not exists:
+        steps.append(Full(snaps[0]))
+        steps.extend(_sends_from(snaps[0], snaps))
+    else:
+        base = source_snaps.get(common.guid) or source_marks[common.guid]
+        steps.extend(_sends_from(base, snaps))
+    return Plan(tuple(steps), up_to_date=not steps, diverged=None, common=common)
