@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["testbed.zfs", "testbed.sshd", "testbed.s3", "testbed.postgres"]
+pytest_plugins = [
+    "testbed.zfs",
+    "testbed.sshd",
+    "testbed.s3",
+    "testbed.postgres",
+    "testbed.openzfs",
+]
 
 
 @pytest.fixture(autouse=True)
