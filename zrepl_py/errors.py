@@ -176,3 +176,96 @@ class HoldExists(ZfsError):
 
 class HoldNotFound(ZfsError):
     """``zfs release`` failed: the snapshot carries no hold with this tag."""
+
+
+class Diverged(ZbakError):
+    """A replica target has snapshots or writes the source does not; nothing was changed on it.
+
+    Set ``on_divergence = "rollback"`` on the job's ``[replicate]`` section to opt in to
+    rolling the target back to the newest common snapshot (zbak still never destroys target
+    snapshots it did not create).
+    """
+
+
+class PipelineFailed(ZbakError):
+    """A process pipeline (``zfs send | zstd | ssh HOST 'zfs receive ...'``) did not finish.
+
+    Raised by ``zrepl_py.proc.pipeline.run_pipeline`` after every stage was stopped and reaped.
+
+    Attributes:
+        stages: one ``StageResult`` per stage, upstream first.
+        culprit: the ``StageResult`` to blame: the first stage (upstream to downstream) that
+            failed on its own rather than because its neighbour went away; for a cancel or
+            timeout, a synthetic result named ``"cancelled"`` or ``"timeout"`` with empty argv.
+        bytes: stream bytes the first stage had written when the pipeline stopped.
+        seconds: how long the pipeline ran.
+    """
+
+    def __init__(self, stages: tuple, culprit, *, bytes: int = 0, seconds: float = 0.0):
+        self.stages = tuple(stages)
+        self.culprit = culprit
+        self.bytes = bytes
+        self.seconds = seconds
+        stderr = culprit.stderr.strip()
+        if len(stderr) > 4000:  # the whole tail stays on culprit.stderr
+            stderr = "..." + stderr[-4000:]
+        if not culprit.argv:
+            message = f"pipeline {culprit.name} after {seconds:.1f} s: {stderr}"
+        else:
+            shown = " ".join(culprit.argv)
+            message = (
+                f"pipeline stage '{culprit.name}' failed ({culprit.status}): `{shown}`: "
+                f"{stderr or '(no stderr)'}"
+            )
+        super().__init__(message)
+
+
+class PipelineCancelled(PipelineFailed):
+    """The pipeline was stopped because the caller set its cancel event."""
+
+
+class PipelineTimedOut(PipelineFailed):
+    """The pipeline was stopped because it ran longer than its timeout."""
+
+
+class ResumeTokenInvalid(ZbakError):
+    """A ``receive_resume_token`` is malformed, corrupt, or its ``zfs send -nvt`` description
+    cannot be read; nothing was sent. Abort the partial receive (``zfs receive -A``) and
+    replicate again from the last common snapshot.
+    """
+
+
+class SendArgsInvalid(ZbakError):
+    """zbak refused to build a ``zfs send`` command as asked, before anything ran: a raw send
+    where the host has no ``send -w``, a resume token of another dataset or another encryption
+    mode (RELIABILITY 4), or a step that is not a send.
+    """
+
+
+class NewerSnapshotsExist(ZfsError):
+    """``zfs rollback`` refused: snapshots or bookmarks newer than the rollback target exist.
+
+    zbak never passes ``rollback -r``; the planner lists those snapshots and the driver
+    destroys them one by one first (only when the user opted in with
+    ``on_divergence = "rollback"``).
+    """
+
+
+class RsyncFailed(CommandFailed):
+    """rsync exited with a failure: any exit status but 0 and 24 (rsync(1) "EXIT VALUES";
+    23 "partial transfer due to error" is a failure), or it was killed or timed out
+    (``returncode`` None). No snapshot tree was recorded on the target.
+
+    Attributes: as CommandFailed (``argv``, ``returncode``, ``stderr``, ``host``).
+    """
+
+
+class RsyncNotFound(RsyncFailed):
+    """rsync is not installed (or not on PATH) on one side of an rsync transfer; ``host``
+    names that side. Install rsync there, or use a ZFS target."""
+
+
+class SnapshotViewError(ZbakError):
+    """A snapshot's files could not be offered as a directory (a volume has no files; the
+    temporary clone did not mount), or the temporary clone could not be destroyed afterwards
+    (the message names it: ``zfs destroy`` it by hand)."""

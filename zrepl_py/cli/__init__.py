@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 from typing import Mapping, Sequence
 
 import click
 
 from zrepl_py import __version__
-from zrepl_py.cli import config_cmd, init_cmd, list_cmd, prune_cmd, snapshot_cmd, status_cmd
+from zrepl_py.cli import (
+    config_cmd,
+    init_cmd,
+    list_cmd,
+    prune_cmd,
+    replicate_cmd,
+    snapshot_cmd,
+    status_cmd,
+)
 from zrepl_py.cli.common import Invocation
 from zrepl_py.errors import ExitStatus, ZbakError
 from zrepl_py.logsetup import setup_logging
@@ -39,13 +49,21 @@ def cli(click_ctx: click.Context, config_option: str | None, debug: bool) -> Non
     setup_logging("DEBUG" if debug else inv.env.get("ZBAK_LOG_LEVEL", "INFO"))
 
 
-for module in (init_cmd, snapshot_cmd, prune_cmd, status_cmd, list_cmd, config_cmd):
+for module in (init_cmd, snapshot_cmd, replicate_cmd, prune_cmd, status_cmd, list_cmd, config_cmd):
     cli.add_command(module.command)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    # SIGTERM (systemd stop, kill) unwinds like Ctrl-C: running pipelines stop and reap
+    # their stages, the run is recorded as failed, and a partial receive stays resumable.
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatus:
     """Run zbak with ``argv`` (without the program name) and return the exit status."""
     inv = Invocation(env=dict(os.environ if env is None else env))
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         result = cli.main(args=list(argv), prog_name="zbak", standalone_mode=False, obj=inv)
     except click.exceptions.Exit as exc:

@@ -351,11 +351,14 @@ class Config(_Model):
             if job.replicate:
                 for i, target in enumerate(job.replicate.endpoints()):
                     need_host(target.host, f"jobs.{name}.replicate.targets[{i}]")
+                    key = f"jobs.{name}.replicate.targets[{i}]"
                     if target.directory is not None and job.replicate.method == "zfs":
-                        problems.append(
-                            (f"jobs.{name}.replicate.targets[{i}]",
-                             "a directory target needs method 'rsync' or 'auto'")
-                        )
+                        problems.append((key, "a directory target needs method 'rsync' or 'auto'"))
+                    if target.directory is None and job.replicate.method == "rsync":
+                        problems.append((key, "method 'rsync' needs a directory target (HOST:/dir)"))
+                    if target.directory is not None and job.recursive:
+                        problems.append((key, "an rsync directory target copies one dataset: "
+                                              "use a ZFS target or one job per dataset"))
             if job.archive and job.archive.store not in self.stores:
                 problems.append(
                     (f"jobs.{name}.archive.store",

@@ -1,0 +1,224 @@
+"""``zbak replicate`` end to end on real zfs-fuse pools, pushed over a real sshd to 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from zrepl_py.cli import main
+from zrepl_py.errors import ExitStatus
+
+pytestmark = [pytest.mark.zfs, pytest.mark.ssh]
+
+
+def zfs(*args: str) -> str:
+    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
+
+
+def guids(dataset: str) -> dict[str, int]:
+    out = zfs("get", "-Hp", "-r", "-o", "name,property,value", "guid", dataset)
+    return {n.split("@", 1)[1]: int(v) for n, _, v in (l.split("\t") for l in out.splitlines())
+            if n.startswith(dataset + "@")}
+
+
+def userrefs(snapshot: str) -> int:
+    return int(zfs("get", "-Hp", "-o", "value", "userrefs", snapshot).strip())
+
+
+def write(path: Path, size: int, seed: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(os.urandom(size) if seed < 0 else bytes([seed % 256]) * size)
+
+
+class Rig:
+    """A source and a backup pool, a config replicating SRC/data to backup:BAK/replica."""
+
+    def __init__(self, make_pool, sshd, tmp_path, capsys, *, recursive=False, extra="",
+                 targets=None, port=None):
+        self.src, self.bak = make_pool(), make_pool()
+        self.data = f"{self.src.name}/data"
+        self.replica = f"{self.bak.name}/replica"
+        self.mount = self.src.mountpoint / "data"
+        zfs("create", self.data)
+        self.tmp, self.capsys, self.sshd = tmp_path, capsys, sshd
+        self.config = tmp_path / "zbak.toml"
+        self.write_config(recursive=recursive, extra=extra, targets=targets, port=port)
+
+    def write_config(self, *, recursive=False, extra="", targets=None, port=None):
+        targets = targets or [f"backup:{self.replica}"]
+        self.config.write_text(textwrap.dedent(f"""
+            state_dir = "{self.tmp / 'state'}"
+            [hosts.backup]
+            address = "{self.sshd.host}"
+            port = {port or self.sshd.port}
+            user = "{self.sshd.user}"
+            identity_file = "{self.sshd.identity_file}"
+            known_hosts = "{self.sshd.known_hosts}"
+            connect_timeout = 5
+            [jobs.j]
+            dataset = "{self.data}"
+            recursive = {str(recursive).lower()}
+            [jobs.j.snapshot]
+            retention = {{ keep_last = 1 }}
+            [jobs.j.replicate]
+            targets = {json.dumps(targets)}
+        """) + textwrap.dedent(extra))
+
+    def __call__(self, *args: str):
+        self.capsys.readouterr()
+        status = main(["--config", str(self.config), *args], env={})
+        out, err = self.capsys.readouterr()
+        return status, out, err
+
+    def snapshot(self, short: str) -> None:
+        zfs("snapshot", "-r", f"{self.data}@{short}")
+
+
+@pytest.fixture
+def rig(make_pool, sshd, tmp_path, capsys):
+    r = Rig(make_pool, sshd, tmp_path, capsys)
+    assert r("init", "--no-checks")[0] == ExitStatus.OK
+    return r
+
+
+def test_first_run_is_full_then_incremental_with_equal_guids_and_a_moving_hold(rig):
+    write(rig.mount / "a.bin", 300_000, -1)
+    rig.snapshot("zbak_20260101T000000Z")
+    write(rig.mount / "b.bin", 200_000, -1)
+    rig.snapshot("zbak_20260102T000000Z")
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    plan = json.loads(out)["rows"][0]["plan"]
+    assert plan.startswith("full zbak_20260101T000000Z") and "-I zbak_20260101T000000Z" in plan
+    assert guids(rig.replica) == guids(rig.data)
+    tag = f"zbak:j:backup:{rig.replica}"
+    assert userrefs(f"{rig.data}@zbak_20260102T000000Z") == 1
+
+    write(rig.mount / "c.bin", 100_000, 7)
+    rig.snapshot("zbak_20260103T000000Z")
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    assert json.loads(out)["rows"][0]["plan"] == "incremental -I zbak_20260102T000000Z -> zbak_20260103T000000Z"
+    assert guids(rig.replica) == guids(rig.data)
+    assert userrefs(f"{rig.data}@zbak_20260103T000000Z") == 1
+    assert userrefs(f"{rig.data}@zbak_20260102T000000Z") == 0, f"old {tag} hold released"
+
+    status, out, _ = rig("replicate", "--json")
+    assert json.loads(out)["rows"][0]["plan"] == "up to date"
+    status, out, _ = rig("status", "--json")
+    (target,) = json.loads(out)[0]["targets"]
+    assert target["cursor"] == "zbak_20260103T000000Z" and target["lag_snapshots"] == 0
+    runs = {(r["action"], r["result"]) for r in json.loads(out)[0]["last_runs"]}
+    assert ("replicate", "ok") in runs
+
+
+def test_a_recursive_job_replicates_a_child_created_after_the_first_run(make_pool, sshd, tmp_path, capsys):
+    rig = Rig(make_pool, sshd, tmp_path, capsys, recursive=True)
+    assert rig("init", "--no-checks")[0] == ExitStatus.OK
+    zfs("create", f"{rig.data}/old child")
+    rig.snapshot("s1")
+    assert rig("replicate")[0] == ExitStatus.OK
+    zfs("create", f"{rig.data}/new:child")
+    rig.snapshot("s2")
+    status, out, err = rig("replicate")
+    assert status == ExitStatus.OK, out + err
+    for child in ("", "/old child", "/new:child"):
+        assert guids(rig.replica + child) == guids(rig.data + child)
+
+
+def test_a_transfer_whose_sender_is_killed_mid_stream_is_completed_by_the_next_run(
+        make_pool, sshd, tmp_path, capsys):
+    rig = Rig(make_pool, sshd, tmp_path, capsys, extra="bandwidth_limit = 300000\n")
+    assert rig("init", "--no-checks")[0] == ExitStatus.OK
+    write(rig.mount / "big.bin", 3_000_000, -1)
+    rig.snapshot("s1")
+    proc = subprocess.Popen([sys.executable, "-m", "zrepl_py", "--config", str(rig.config), "replicate"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sender = None
+    for _ in range(100):
+        # zfs-fuse's zfs rewrites its own argv: "zfs send POOL/data s1", no "@"
+        found = subprocess.run(["pgrep", "-f", f"zfs send {rig.data}"], capture_output=True, text=True)
+        if found.stdout.strip():
+            sender = int(found.stdout.split()[0])
+            break
+        time.sleep(0.1)
+    if sender is None:
+        proc.kill()
+        pytest.fail("the sender never started: " + "".join(proc.communicate()))
+    time.sleep(1.5)  # let some bytes through the 300 kB/s limit
+    os.kill(sender, signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == ExitStatus.FAILED, out + err
+    assert "send" in err
+    assert not guids(rig.replica) if zfs_exists(rig.replica) else True
+    status, out, err = rig("replicate")
+    assert status == ExitStatus.OK, out + err
+    assert guids(rig.replica) == guids(rig.data)
+    assert subprocess.run(["pgrep", "-f", f"zfs send .*{rig.data}"], capture_output=True).returncode == 1
+
+
+def zfs_exists(name: str) -> bool:
+    return subprocess.run(["zfs", "get", "-H", "guid", name], capture_output=True).returncode == 0
+
+
+def test_source_prune_while_the_target_is_offline_keeps_the_base_and_the_next_run_is_incremental(rig, sshd):
+    rig.snapshot("zbak_20260101T000000Z")
+    assert rig("replicate")[0] == ExitStatus.OK
+    for day in ("02", "03", "04"):
+        rig.snapshot(f"zbak_202601{day}T000000Z")
+    rig.write_config(port=1)  # the backup host is offline
+    status, out, err = rig("replicate")
+    assert status == ExitStatus.FAILED
+    status, out, err = rig("prune", "--json")
+    assert status == ExitStatus.OK, err
+    decisions = {d["snapshot"].split("@")[1]: d for d in json.loads(out)["decisions"]}
+    assert decisions["zbak_20260101T000000Z"]["action"] == "keep"
+    assert any("replication base" in r for r in decisions["zbak_20260101T000000Z"]["reasons"])
+    assert all(d["action"] == "keep" for d in decisions.values()), "nothing newer was replicated yet"
+    rig.write_config()
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    assert json.loads(out)["rows"][0]["plan"].startswith("incremental -I zbak_20260101T000000Z")
+    assert guids(rig.replica) == guids(rig.data)
+    status, out, err = rig("prune")
+    assert status == ExitStatus.OK
+    assert list(guids(rig.data)) == ["zbak_20260104T000000Z"], "base moved, old ones pruned"
+
+
+def test_a_diverged_target_is_refused_and_nothing_on_it_is_destroyed(rig):
+    rig.snapshot("s1")
+    assert rig("replicate")[0] == ExitStatus.OK
+    zfs("snapshot", f"{rig.replica}@admin-made")
+    rig.snapshot("s2")
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.FAILED
+    assert "admin-made" in out and "diverged" in out
+    assert set(guids(rig.replica)) == {"s1", "admin-made"}
+
+
+def test_the_rsync_fallback_keeps_a_point_in_time_tree_per_snapshot(make_pool, sshd, tmp_path, capsys):
+    target_dir = tmp_path / "nas dir"
+    rig = Rig(make_pool, sshd, tmp_path, capsys, targets=[f"backup:{target_dir}"])
+    assert rig("init", "--no-checks")[0] == ExitStatus.OK
+    write(rig.mount / "keep.txt", 1000, 1)
+    write(rig.mount / "change.txt", 1000, 2)
+    rig.snapshot("s1")
+    write(rig.mount / "change.txt", 1000, 3)
+    rig.snapshot("s2")
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    s1, s2 = target_dir / "snapshots/s1", target_dir / "snapshots/s2"
+    assert (s1 / "change.txt").read_bytes() == bytes([2]) * 1000
+    assert (s2 / "change.txt").read_bytes() == bytes([3]) * 1000
+    assert (s1 / "keep.txt").stat().st_ino == (s2 / "keep.txt").stat().st_ino
+    assert (target_dir / "current").resolve() == s2.resolve()
+    status, out, _ = rig("status", "--json")
+    assert json.loads(out)[0]["targets"][0]["cursor"] == "s2"

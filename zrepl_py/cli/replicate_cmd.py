@@ -1,0 +1,65 @@
+"""``zbak replicate [JOB...] [--dry-run]``: bring every replica target up to date."""
+
+from __future__ import annotations
+
+import click
+
+from zrepl_py.cli.common import Invocation, emit_json, emit_table, for_each_job, json_option, pass_invocation
+from zrepl_py.errors import ExitStatus
+from zrepl_py.replication.job import ReplicateResult, replicate_job
+
+
+def _step_text(step) -> str:
+    kind = type(step).__name__
+    to = getattr(step, "to", None)
+    base = getattr(step, "base", None)
+    if base is not None:
+        flag = "-I" if getattr(step, "intermediates", False) else "-i"
+        return f"{kind.lower()} {flag} {base.name} -> {to.name}"
+    return f"{kind.lower()} {to.name}" if to is not None else kind.lower()
+
+
+def _rows(result: ReplicateResult) -> list[dict]:
+    rows = []
+    for target in result.targets:
+        if target.method == "rsync":
+            rows.append({"job": result.job, "target": target.target, "dataset": "(rsync)",
+                         "plan": ", ".join(target.snapshots_synced) or "up to date",
+                         "bytes": target.bytes, "error": target.error, "warnings": target.warnings})
+        for d in target.datasets:
+            plan = d.plan
+            text = ("diverged: " + plan.diverged if plan.diverged else
+                    "up to date" if plan.up_to_date else
+                    "; ".join(_step_text(s) for s in plan.steps) or "nothing to send")
+            rows.append({"job": result.job, "target": target.target, "dataset": d.source,
+                         "plan": text, "bytes": d.bytes, "reached": d.reached, "error": None,
+                         "warnings": []})
+        if target.error or target.warnings:
+            rows.append({"job": result.job, "target": target.target, "dataset": "",
+                         "plan": "FAILED" if target.error else "warning", "bytes": target.bytes,
+                         "error": target.error, "warnings": target.warnings})
+    return rows
+
+
+@click.command("replicate")
+@click.argument("jobs", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="Show the plan per target and dataset; send nothing.")
+@json_option
+@pass_invocation
+def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, as_json: bool) -> ExitStatus:
+    """Send new snapshots to every target: incremental from the newest common snapshot
+    (by guid), resumable where both sides support it; never `zfs receive -F`."""
+    with inv.context() as ctx:
+        results, status = for_each_job(ctx.select_jobs(jobs),
+                                       lambda n, j: replicate_job(ctx, n, j, dry_run=dry_run))
+    rows = [row for r in results for row in _rows(r)]
+    if as_json:
+        emit_json({"dry_run": dry_run, "rows": rows})
+    else:
+        emit_table("replication" + (" (dry run: nothing sent)" if dry_run else ""),
+                   ["job", "target", "dataset", "plan", "bytes", "problem"],
+                   [(r["job"], r["target"], r["dataset"], r["plan"], r["bytes"],
+                     r["error"] or "; ".join(r["warnings"])) for r in rows])
+    if status == ExitStatus.OK and any(r.failed for r in results):
+        return ExitStatus.FAILED
+    return status

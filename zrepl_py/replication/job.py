@@ -1,0 +1,159 @@
+"""``zbak replicate`` for one job: lock the source, list it once, bring every target up to date.
+
+Targets are independent: one that fails (unreachable, diverged, a broken transfer) is
+recorded as a failed run and the others still run. Each target's bytes, duration and
+result go to the catalog's ``runs`` table; each dataset's cursor to ``replica_cursors``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+
+from zrepl_py.config.schema import Endpoint, JobConfig, ProtectionBudget
+from zrepl_py.context import Context, lock_key
+from zrepl_py.errors import UsageError, ZbakError
+from zrepl_py.locking import dataset_lock
+from zrepl_py.proc.progress import progress_callback
+from zrepl_py.replication.rsync_target import replicate_to_directory
+from zrepl_py.replication.stages import Side
+from zrepl_py.replication.zfs_target import DatasetOutcome, Transfer, replicate_to_zfs_target
+from zrepl_py.runs import recorded_run
+from zrepl_py.snapshots.inventory import Inventory, take_inventory
+from zrepl_py.zfs.names import SnapshotName
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class TargetResult:
+    """One target's outcome: per-dataset plans and bytes, or the error that stopped it."""
+
+    target: str
+    method: str
+    datasets: list[DatasetOutcome] = dataclasses.field(default_factory=list)
+    snapshots_synced: list[str] = dataclasses.field(default_factory=list)
+    bytes: int = 0
+    error: str | None = None
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class ReplicateResult:
+    """All targets of one job."""
+
+    job: str
+    dry_run: bool
+    targets: list[TargetResult]
+
+    @property
+    def failed(self) -> bool:
+        """True when any target failed."""
+        return any(t.error for t in self.targets)
+
+
+def _side(ctx: Context, host: str) -> Side:
+    return Side(host, ctx.config.hosts.get(host), ctx.state_dir / "known_hosts")
+
+
+def budget_warnings(budget: ProtectionBudget, held: list[tuple[str, dt.datetime, int]],
+                    now: dt.datetime) -> list[str]:
+    """Warnings when held replication bases exceed the protection budget (pure).
+
+    Args:
+        budget: the job's ``protection_budget``.
+        held: ``(snapshot name, creation UTC, used bytes)`` of every base held for a target.
+        now: aware UTC.
+    """
+    warnings = []
+    if budget.max_age is not None:
+        for name, created, _ in held:
+            if now - created > budget.max_age:
+                warnings.append(f"replication base {name} is held since {created:%Y-%m-%d %H:%MZ}, "
+                                f"older than max_age {budget.max_age}: is the target offline?")
+    total = sum(used for _, _, used in held)
+    if budget.max_bytes is not None and total > budget.max_bytes:
+        warnings.append(f"held replication bases pin {total} bytes, over max_bytes "
+                        f"{budget.max_bytes}: the source pool cannot free them until the "
+                        f"target catches up")
+    return warnings
+
+
+def _held_bases(ctx: Context, job_name: str, target: Endpoint, inventory: Inventory, src) -> list:
+    held = []
+    for cursor in ctx.catalog().cursors(job_name):
+        if cursor.target != str(target):
+            continue
+        snaps = {s.short: s for d in inventory.datasets for s in inventory.tree.snapshots(d.name)
+                 if str(d.name) == cursor.source_dataset}
+        snap = snaps.get(cursor.snapshot_name)
+        if snap is not None:
+            used = int(src.get_properties(str(snap.name), ["used"])["used"])
+            held.append((str(SnapshotName.of(cursor.source_dataset, snap.short)), snap.creation, used))
+    return held
+
+
+def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> ReplicateResult:
+    """Replicate one job to all its targets (see module doc).
+
+    Raises:
+        UsageError: the job has no ``[replicate]`` section.
+        Locked: another run holds the job's dataset lock (exit 3).
+        ZfsError, HostUnreachable, CatalogError: the source could not be listed (target
+            failures are reported per target in the result instead).
+    """
+    if job.replicate is None:
+        raise UsageError(f"job {name} has no [jobs.{name}.replicate] section in {ctx.config_path}")
+    cfg = job.replicate
+    source = job.source
+    catalog = ctx.catalog()
+    results: list[TargetResult] = []
+    with dataset_lock(ctx.state_dir, lock_key(job), "replicate"):
+        src = ctx.zfs(source.host, source.dataset.pool)
+        inventory = take_inventory(src, catalog, job, ctx.clock.now())
+        for target in cfg.endpoints():
+            method = "rsync" if target.directory is not None or cfg.method == "rsync" else "zfs"
+            result = TargetResult(str(target), method)
+            results.append(result)
+            try:
+                if dry_run:
+                    _one_target(ctx, name, job, target, inventory, src, result, dry_run=True)
+                    continue
+                with recorded_run(catalog, ctx.clock, name, "replicate", str(target)) as record:
+                    _one_target(ctx, name, job, target, inventory, src, result, dry_run=False)
+                    record.bytes = result.bytes
+                    held = _held_bases(ctx, name, target, inventory, src)
+                    result.warnings = budget_warnings(cfg.protection_budget, held, ctx.clock.now())
+                    if result.warnings:
+                        record.error = "; ".join(result.warnings)
+            except ZbakError as exc:
+                log.error("job %s: target %s failed: %s", name, target, exc)
+                result.error = str(exc)
+    return ReplicateResult(name, dry_run, results)
+
+
+def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inventory: Inventory,
+                src, result: TargetResult, *, dry_run: bool) -> None:
+    cfg = job.replicate
+    assert cfg is not None
+    source_side, target_side = _side(ctx, job.source.host), _side(ctx, target.host)
+    if result.method == "rsync":
+        synced = replicate_to_directory(
+            ctx=ctx, job_name=name, job=job, target=target, inventory=inventory, src=src,
+            target_side=target_side, dry_run=dry_run,
+        )
+        result.snapshots_synced = synced.snapshots
+        result.bytes = synced.bytes
+        result.warnings.extend(synced.warnings)
+        return
+    assert target.dataset is not None
+    with dataset_lock(ctx.state_dir, f"target {target}", "replicate"):
+        dst = ctx.zfs(target.host, target.dataset.pool)
+        transfer = Transfer(source_side, target_side, cfg.compression == "zstd", cfg.bandwidth_limit,
+                            cfg.on_divergence, progress_callback)
+        result.datasets = replicate_to_zfs_target(
+            job_name=name, job=job, target=target, inventory=inventory, src=src, dst=dst,
+            transfer=transfer, catalog=ctx.catalog(), clock=ctx.clock, dry_run=dry_run,
+        )
+        result.bytes = sum(d.bytes for d in result.datasets)

@@ -1,0 +1,222 @@
+"""Replicate a job's datasets to one ZFS target: list both sides, plan (pure), execute.
+
+Per target the order of work is: one listing of the target tree; then, parent datasets
+first, for each covered source dataset: plan, run each step's pipeline, check the target
+now has the snapshot's guid, move the source hold/bookmark, record the cursor. A diverged
+dataset stops the whole target (nothing on it is touched); a failed transfer leaves the
+cursor where it was, so the next run re-plans from what the target really has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Callable
+
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.clock import Clock
+from zrepl_py.config.schema import Endpoint, JobConfig
+from zrepl_py.errors import DatasetNotFound, Diverged, ZbakError
+from zrepl_py.proc.pipeline import Meter, PipelineResult, run_pipeline
+from zrepl_py.replication.planner import (
+    AbortResume,
+    BookmarkRef,
+    Full,
+    Incremental,
+    Plan,
+    Resume,
+    Rollback,
+    SnapRef,
+    SourceState,
+    TargetState,
+    plan_replication,
+)
+from zrepl_py.replication.protect import move_protection
+from zrepl_py.replication.stages import Side, transfer_stages
+from zrepl_py.snapshots.inventory import Inventory
+from zrepl_py.snapshots.naming import is_own
+from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.model import Tree
+from zrepl_py.zfs.names import DatasetName, SnapshotName
+from zrepl_py.zfs.resume import describe_token
+from zrepl_py.zfs.sendrecv import receive_argv, send_argv, stream_capabilities
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class DatasetOutcome:
+    """What happened to one dataset: the plan, bytes sent, and the snapshot now on the target."""
+
+    source: str
+    target: str
+    plan: Plan
+    bytes: int = 0
+    reached: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Transfer:
+    """How to move bytes to this target (from the job's ``[replicate]`` section)."""
+
+    source_side: Side
+    target_side: Side
+    compress: bool
+    bandwidth_limit: int | None
+    on_divergence: str
+    progress: Callable[[str], Callable[[int, float], None] | None]
+    """Given a label, return a ``(bytes, seconds)`` callback, or None for no progress."""
+
+
+def _target_tree(zfs: Zfs, root: DatasetName) -> Tree | None:
+    try:
+        return zfs.tree(root, recursive=True)
+    except DatasetNotFound:
+        return None
+
+
+def _refs(tree: Tree | None, dataset: DatasetName) -> tuple[SnapRef, ...]:
+    if tree is None or not any(d.name == dataset for d in tree.datasets):
+        return ()
+    return tuple(SnapRef(s.short, s.guid, s.createtxg) for s in tree.snapshots(dataset))
+
+
+def _source_state(zfs: Zfs, inventory: Inventory, dataset: DatasetName) -> SourceState:
+    caps = zfs.capabilities
+    bookmarks: tuple[BookmarkRef, ...] = ()
+    if caps is not None and caps.bookmarks:
+        bookmarks = tuple(BookmarkRef(b.name.split("#", 1)[1], b.guid, b.createtxg)
+                          for b in zfs.bookmarks(dataset))
+    encrypted = False
+    if caps is not None and caps.raw_send:
+        value = zfs.get_properties(str(dataset), ["encryption"]).get("encryption", "off")
+        encrypted = value not in ("off", "-", "")
+    snaps = tuple(SnapRef(s.short, s.guid, s.createtxg) for s in inventory.tree.snapshots(dataset))
+    return SourceState(str(dataset), snaps, bookmarks, encrypted)
+
+
+def _target_state(
+    src: Zfs, dst: Zfs, tree: Tree | None, dataset: DatasetName, source: SourceState, prefix: str
+) -> TargetState:
+    exists = tree is not None and any(d.name == dataset for d in tree.datasets)
+    snaps = _refs(tree, dataset)
+    token = None
+    caps = dst.capabilities
+    if caps is not None and caps.resume_tokens:
+        # A partial receive of a new dataset leaves the token on DATASET itself even though
+        # the dataset is not listed as complete; ask for it whenever the parent exists.
+        try:
+            raw = dst.resume_token(str(dataset))
+        except DatasetNotFound:
+            raw = None
+        if raw:
+            token = describe_token(src.executor, raw, zfs=src.zfs)
+    source_guids = {s.guid for s in source.snapshots}
+    foreign = frozenset(s.name for s in snaps
+                        if s.guid not in source_guids and not is_own(prefix, s.name))
+    return TargetState(str(dataset), exists, snaps, token, foreign)
+
+
+def replicate_to_zfs_target(
+    *,
+    job_name: str,
+    job: JobConfig,
+    target: Endpoint,
+    inventory: Inventory,
+    src: Zfs,
+    dst: Zfs,
+    transfer: Transfer,
+    catalog: Catalog,
+    clock: Clock,
+    dry_run: bool,
+) -> list[DatasetOutcome]:
+    """Bring ``target`` up to date for every dataset the job covers.
+
+    Raises:
+        Diverged: a target dataset has snapshots or writes the source does not (nothing on
+            the target was changed; set ``on_divergence = "rollback"`` to opt in).
+        PipelineFailed, ZfsError, HostUnreachable: a transfer or command failed; datasets
+            finished before it keep their new cursor.
+    """
+    assert target.dataset is not None
+    root = job.source.dataset
+    tree = _target_tree(dst, target.dataset)
+    outcomes: list[DatasetOutcome] = []
+    cursors = {(c.target, c.source_dataset): c for c in catalog.cursors(job_name)}
+    for info in inventory.datasets:
+        dataset = info.name
+        target_ds = target.dataset.child(dataset.relative_to(root))
+        source_state = _source_state(src, inventory, dataset)
+        target_state = _target_state(src, dst, tree, target_ds, source_state, job.snapshot.prefix)
+        plan = plan_replication(source_state, target_state, on_divergence=transfer.on_divergence)
+        outcome = DatasetOutcome(str(dataset), str(target_ds), plan)
+        outcomes.append(outcome)
+        if plan.diverged:
+            raise Diverged(f"{target}: {target_ds} diverged from {dataset}: {plan.diverged}")
+        if dry_run or not plan.steps:
+            if plan.common is not None:
+                outcome.reached = plan.common.name
+            continue
+        if not target_state.exists:
+            _ensure_parent(dst, target_ds)
+        reached: SnapRef | None = None
+        for step in plan.steps:
+            outcome.bytes += _execute(step, dataset, target_ds, source_state, src, dst, transfer)
+            if isinstance(step, (Full, Incremental, Resume)):
+                reached = step.to
+        if reached is None:
+            continue
+        outcome.reached = reached.name
+        _confirm(dst, target_ds, reached)
+        old = cursors.get((str(target), str(dataset)))
+        move_protection(src, dataset, reached.name, reached.guid, old.snapshot_name if old else None,
+                        job=job_name, target=str(target))
+        catalog.set_cursor(job_name, str(target), job.source.host, str(dataset), str(target_ds),
+                           "zfs", reached.name, reached.guid, reached.createtxg, clock.now())
+    return outcomes
+
+
+def _ensure_parent(dst: Zfs, target_ds: DatasetName) -> None:
+    parent = DatasetName(target_ds.rsplit("/", 1)[0]) if "/" in target_ds else None
+    if parent is not None and not dst.exists(str(parent)):
+        dst.create_filesystem(parent, parents=True)
+
+
+def _confirm(dst: Zfs, target_ds: DatasetName, reached: SnapRef) -> None:
+    """The receiver's word is not enough: the target must list the snapshot with its guid."""
+    got = dst.get_properties(str(SnapshotName.of(target_ds, reached.name)), ["guid"])
+    if int(got["guid"]) != reached.guid:
+        raise ZbakError(f"{target_ds}@{reached.name} has guid {got['guid']} after receive, "
+                        f"expected {reached.guid}: the target is not a replica of this source")
+
+
+def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceState,
+             src: Zfs, dst: Zfs, transfer: Transfer) -> int:
+    if isinstance(step, AbortResume):
+        log.warning("%s: aborting the partial receive: %s", target_ds, step.reason)
+        dst.abort_resume(str(target_ds))
+        return 0
+    if isinstance(step, Rollback):
+        for short in step.destroy:
+            log.warning("%s: destroying %s to roll back (on_divergence = rollback)", target_ds, short)
+            dst.destroy_snapshot(SnapshotName.of(target_ds, short))
+        dst.rollback(SnapshotName.of(target_ds, step.to.name))
+        return 0
+    # Stream features both ends understand: an OpenZFS sender must not use -c/-L/-e toward
+    # an older receiver such as zfs-fuse.
+    both = stream_capabilities(src.capabilities, dst.capabilities)
+    send = send_argv(step, source_dataset=str(dataset), caps=both, raw=source.encrypted, zfs=src.zfs)
+    caps = dst.capabilities
+    receive = receive_argv(str(target_ds), caps=caps, resumable=bool(caps and caps.resume_tokens),
+                           zfs=dst.zfs)
+    stages = transfer_stages(send, receive, source=transfer.source_side, target=transfer.target_side,
+                             compress=transfer.compress, bandwidth_limit=transfer.bandwidth_limit)
+    label = f"{dataset}@{step.to.name} -> {target_ds}"
+    log.info("sending %s (%s)", label, type(step).__name__.lower())
+    # Count the stream where it is really read or written: a remote sender's ssh writes it
+    # all (stage 0), but a local zfs-fuse `zfs send` leaves the writing to its daemon, so
+    # with a local source count what stage 1 (ssh, pv or zstd) reads.
+    meter = Meter.READ if transfer.source_side.config is None and len(stages) > 1 else Meter.WRITTEN
+    result: PipelineResult = run_pipeline(stages, progress=transfer.progress(label), meter=meter)
+    log.info("received %s: %d bytes in %.1f s", label, result.bytes, result.seconds)
+    return result.bytes
