@@ -1,0 +1,618 @@
+#!/usr/bin/env python3
+"""zbak replication against the raw pipe and syncoid, side by side in one run (by hand, not CI).
+
+Targets (the issue): zbak >= 0.97x the throughput of a raw ``zfs send | ssh zfs receive``;
+a no-op cycle over a tree of small datasets >= 3x faster than syncoid.
+
+Cases, on the same two pools and the same data, every tool through the same sshd on
+127.0.0.1 (the ssh target path):
+
+- ``full``: one dataset with ``--size-mb`` MiB of random (incompressible) data and one
+  snapshot, sent whole to a fresh target dataset;
+- ``incremental``: ``--incr-mb`` MiB of new random data between two snapshots; a fresh target
+  per run is first seeded with the base snapshot by an untimed local ``send | receive``;
+- ``tree initial`` (one run each, for orientation) and ``no-op cycle``: a tree of a root plus
+  ``--datasets`` children with 4 KiB each and one recursive snapshot; the cycle runs each tool
+  again against its own up-to-date replica, so there is nothing to send.
+
+Tools: the raw pipe (``zfs send [-I BASE] SNAP | ssh ... zfs receive TARGET``, with the ssh
+argv zbak itself uses); zbak through its CLI (``python -m zrepl_py --config CFG replicate
+JOB``, compression "none"); syncoid 2.1.0 (Debian ``sanoid``) with ``--no-sync-snap
+--compress=none`` (same bytes as the others, no lzop on random data; its mbuffer and pv stay
+as it chooses them). Syncoid 2.1.0 on zfs-fuse can only replicate to a NEW target: it lists
+snapshots with ``zfs get -Hpd 1 -t snapshot``, zfs-fuse has no ``get -t``, and its fallback
+for a remote host prefixes the ssh command twice (``ssh ... ssh ... root@HOST zfs get``,
+syncoid ``getsnaps``/``getsnapsfallback``), so every later run fails. Stock syncoid is tried
+anyway and its failure reported; ``syncoid+shim`` is syncoid with a ``zfs`` wrapper first
+on its PATH, locally and on a second sshd (``SetEnv PATH=``), that turns ``get -t TYPE`` into
+a plain ``get`` filtered to that type: the only way to time syncoid's incremental and no-op
+paths here; the wrapper costs one extra bash per zfs command, so it flatters zbak slightly.
+
+Each case runs ``--reps`` times, tools interleaved and their order rotated per repetition;
+the table gives every run, the median, the spread (max - min), MB/s (10^6 bytes of send
+stream per second) and the ratio: throughput vs the raw pipe (raw median / tool median) for
+the transfer cases, speed-up vs syncoid+shim (syncoid median / tool median) for the no-op
+cycle. ``zbak (pipe only)`` is the sum of the pipeline times zbak logs ("received ... in X
+s"), to separate its fixed cost from the data path. Every received snapshot's guid is
+checked against the source's; a profile of one ``zbak --debug`` no-op cycle (commands run,
+by kind) is printed at the end.
+
+Runs as root on the test bed of tests/testbed: a private mount namespace with its own
+zfs-fuse daemon (pools on sparse files in a temporary directory, about 3 x (size + incr) MiB
+of real disk at most) and sshd on 127.0.0.1, all removed at the end. Usage::
+
+    .venv/bin/python benchmarks/replication.py [--size-mb 512] [--incr-mb N] [--reps 3]
+        [--datasets 100] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+
+from testbed import sshd as testbed_sshd  # noqa: E402
+from testbed import zfs as testbed_zfs  # noqa: E402
+from testbed.common import free_port  # noqa: E402
+
+from zrepl_py.proc.openssh import remote_command, ssh_argv  # noqa: E402
+
+MIB = 1024 * 1024
+SYNCOID = "/usr/sbin/syncoid"
+PYTHON = sys.executable
+RECEIVED = re.compile(r"received .*: (\d+) bytes in ([0-9.]+) s")
+
+SHIM = textwrap.dedent("""\
+    #!/bin/bash
+    # zfs-fuse has no `zfs get -t TYPE` (syncoid 2.1.0 needs it): drop -t, keep rows of TYPE.
+    if [ "$1" = get ]; then
+      args=(); type=
+      while [ $# -gt 0 ]; do
+        if [ "$1" = -t ]; then type=$2; shift 2; continue; fi
+        args+=("$1"); shift
+      done
+      case $type in
+        "") exec /usr/sbin/zfs "${args[@]}" ;;
+        snapshot) /usr/sbin/zfs "${args[@]}" | awk -F'\\t' 'index($1, "@")'
+                  exit ${PIPESTATUS[0]} ;;
+        *) /usr/sbin/zfs "${args[@]}" | awk -F'\\t' 'index($1, "#")'
+           exit ${PIPESTATUS[0]} ;;
+      esac
+    fi
+    exec /usr/sbin/zfs "$@"
+""")
+
+
+class Failed(Exception):
+    """A tool run that did not complete (its exit status and last stderr line)."""
+
+
+def sh(*argv: str, timeout: float = 600) -> str:
+    """Run argv, return stdout stripped; RuntimeError with stderr on failure."""
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def guid(name: str) -> int:
+    return int(sh("zfs", "get", "-Hp", "-o", "value", "guid", name))
+
+
+def tree_guids(root: str) -> dict[str, int]:
+    """``{name relative to root: guid}`` of every dataset and snapshot under ``root``."""
+    out = sh("zfs", "get", "-Hp", "-r", "-o", "name,value", "guid", root)
+    found = {}
+    for line in out.splitlines():
+        name, value = line.split("\t")
+        found[name[len(root):]] = int(value)
+    return found
+
+
+def destroy(*names: str) -> None:
+    """``zfs destroy NAME`` each in order (no -r), retried while zfs-fuse says busy."""
+    for name in names:
+        for _ in range(100):
+            done = subprocess.run(["zfs", "destroy", name], capture_output=True, text=True)
+            if done.returncode == 0 or "does not exist" in done.stderr:
+                break
+            time.sleep(0.2)
+        else:
+            raise RuntimeError(f"cannot destroy {name}: {done.stderr.strip()}")
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:160] if lines else ""
+
+
+class Bench:
+    """Pools, data, sshds and the three tools; ``run_*`` return wall seconds of one run."""
+
+    def __init__(self, args: argparse.Namespace, workdir: Path):
+        self.args = args
+        self.work = workdir
+        tag = os.getpid()
+        self.src, self.dst = f"zbs{tag}", f"zbd{tag}"
+        self.serial = 0
+        self.servers: list = []
+        self.shim_sshd: subprocess.Popen | None = None
+
+    # -- set-up ------------------------------------------------------------------
+
+    def make_pools(self) -> None:
+        size = 3 * (self.args.size_mb + self.args.incr_mb) + 1024
+        for pool in (self.src, self.dst):
+            image = self.work / f"{pool}.img"
+            sh("truncate", "-s", f"{size}M", str(image))
+            sh("zpool", "create", "-m", str(self.work / pool), pool, str(image))
+
+    def write_random(self, dataset: str, filename: str, mib: int) -> None:
+        with open(self.work / dataset / filename, "wb") as handle:
+            for _ in range(mib):
+                handle.write(os.urandom(MIB))
+
+    def make_data(self) -> None:
+        a = self.args
+        sh("zfs", "create", f"{self.src}/full")
+        self.write_random(f"{self.src}/full", "data.bin", a.size_mb)
+        sh("zfs", "snapshot", f"{self.src}/full@full")
+        sh("zfs", "create", f"{self.src}/inc")
+        self.write_random(f"{self.src}/inc", "base.bin", 8)
+        sh("zfs", "snapshot", f"{self.src}/inc@base")
+        self.write_random(f"{self.src}/inc", "new.bin", a.incr_mb)
+        sh("zfs", "snapshot", f"{self.src}/inc@incr")
+        sh("zfs", "create", f"{self.src}/tree")
+        for i in range(a.datasets):
+            child = f"{self.src}/tree/d{i:03d}"
+            sh("zfs", "create", child)
+            with open(self.work / child / "f", "wb") as handle:
+                handle.write(os.urandom(4096))
+        sh("zfs", "snapshot", "-r", f"{self.src}/tree@s1")
+        self.stream = {
+            "full": self.stream_size(["zfs", "send", f"{self.src}/full@full"]),
+            "incremental": self.stream_size(
+                ["zfs", "send", "-I", f"{self.src}/inc@base", f"{self.src}/inc@incr"]),
+        }
+
+    def stream_size(self, send: list[str]) -> int:
+        """Bytes of a send stream (also warms the cache the first timed run would)."""
+        sender = subprocess.Popen(send, stdout=subprocess.PIPE)
+        total = 0
+        assert sender.stdout is not None
+        while chunk := sender.stdout.read(MIB):
+            total += len(chunk)
+        if sender.wait() != 0:
+            raise RuntimeError(f"{send} failed")
+        return total
+
+    def start_sshds(self) -> None:
+        key = self.work / "id_ed25519"
+        testbed_sshd._keygen(key, "zbak-bench")
+        server = testbed_sshd._Sshd(self.work / "sshd", key)
+        self.servers.append(server)
+        self.server = server.start()
+        self.host = self.server.host_config()
+        self.ssh = ssh_argv(self.host, known_hosts_default=self.work / "kh")
+        # A second sshd, same host key, whose sessions find the zfs shim first on PATH.
+        shim_dir = self.work / "shim"
+        shim_dir.mkdir()
+        (shim_dir / "zfs").write_text(SHIM)
+        (shim_dir / "zfs").chmod(0o755)
+        self.shim_path = f"{shim_dir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+        self.shim_port = free_port()
+        config = self.work / "sshd-shim.conf"
+        lines = [line for line in self.server.config_file.read_text().splitlines()
+                 if not line.startswith(("Port ", "PidFile "))]
+        lines += [f"Port {self.shim_port}", f'PidFile "{self.work / "sshd-shim.pid"}"',
+                  f"SetEnv PATH={shim_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+        config.write_text("\n".join(lines) + "\n")
+        log = open(self.work / "sshd-shim.log", "ab")
+        self.shim_sshd = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
+                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        pub = self.server.host_key_pub
+        self.known_hosts = self.work / "known_hosts_all"
+        self.known_hosts.write_text(testbed_sshd._known_hosts_line(self.server.port, pub)
+                                    + testbed_sshd._known_hosts_line(self.shim_port, pub))
+        for _ in range(100):
+            probe = subprocess.run(self.ssh_to(self.shim_port) + ["true"], capture_output=True)
+            if probe.returncode == 0:
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the shim sshd does not answer")
+
+    def ssh_to(self, port: int) -> list[str]:
+        return ["ssh", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={self.known_hosts}",
+                "-i", str(self.server.identity_file), "-p", str(port), "root@127.0.0.1"]
+
+    def zbak_init(self) -> None:
+        self.state = self.work / "zbak-state"
+        self.config = self.work / "zbak.toml"
+        self.write_config({"full": "unused-full", "inc": "unused-inc", "tree": "unused-tree"})
+        self.zbak("init", "--no-checks")
+
+    def write_config(self, targets: dict[str, str]) -> None:
+        """A config with jobs full/inc/tree pushing to ``backup:DST/<targets[job]>``."""
+        s = self.server
+        text = textwrap.dedent(f"""\
+            state_dir = "{self.state}"
+            [hosts.backup]
+            address = "{s.host}"
+            port = {s.port}
+            user = "{s.user}"
+            identity_file = "{s.identity_file}"
+            known_hosts = "{s.known_hosts}"
+        """)
+        for job, dataset, recursive in (("full", "full", False), ("inc", "inc", False),
+                                        ("tree", "tree", True)):
+            text += textwrap.dedent(f"""\
+                [jobs.{job}]
+                dataset = "{self.src}/{dataset}"
+                recursive = {str(recursive).lower()}
+                [jobs.{job}.replicate]
+                targets = ["backup:{self.dst}/{targets[job]}"]
+                compression = "none"
+            """)
+        self.config.write_text(text)
+
+    def zbak(self, *args: str) -> tuple[float, str]:
+        """Run ``python -m zrepl_py --config CFG ARGS``; (wall seconds, stderr)."""
+        argv = [PYTHON, "-m", "zrepl_py", "--config", str(self.config), *args]
+        started = time.monotonic()
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
+        seconds = time.monotonic() - started
+        if done.returncode != 0:
+            raise Failed(f"zbak exit {done.returncode}: {last_line(done.stderr + done.stdout)}")
+        return seconds, done.stderr
+
+    def target(self, case: str, tool: str) -> str:
+        self.serial += 1
+        return f"{self.dst}/{case}-{re.sub(r'[^A-Za-z0-9]', '_', tool)}-{self.serial}"
+
+    # -- the tools ---------------------------------------------------------------
+
+    def raw(self, send: list[str], target: str) -> float:
+        receive = self.ssh + [remote_command(["zfs", "receive", target], sudo=False)]
+        started = time.monotonic()
+        sender = subprocess.Popen(send, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        receiver = subprocess.Popen(receive, stdin=sender.stdout, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE)
+        assert sender.stdout is not None
+        sender.stdout.close()
+        _, rerr = receiver.communicate()
+        _, serr = sender.communicate()
+        seconds = time.monotonic() - started
+        if sender.returncode or receiver.returncode:
+            raise Failed(f"raw pipe: {last_line((serr + rerr).decode(errors='replace'))}")
+        return seconds
+
+    def syncoid(self, source: str, target: str, *, shim: bool, recursive: bool = False) -> float:
+        port = self.shim_port if shim else self.server.port
+        argv = [SYNCOID, "--no-privilege-elevation", "--no-sync-snap", "--compress=none",
+                f"--sshport={port}", f"--sshkey={self.server.identity_file}",
+                f"--sshoption=UserKnownHostsFile={self.known_hosts}",
+                "--sshoption=StrictHostKeyChecking=yes",
+                *(["--recursive"] if recursive else []), source, f"root@127.0.0.1:{target}"]
+        env = dict(os.environ, PATH=self.shim_path) if shim else None
+        started = time.monotonic()
+        done = subprocess.run(argv, capture_output=True, text=True, env=env)
+        seconds = time.monotonic() - started
+        if done.returncode != 0:
+            raise Failed(f"syncoid exit {done.returncode}: {last_line(done.stderr + done.stdout)}")
+        return seconds
+
+    def run_zbak(self, job: str, target: str, pipe_times: list[float]) -> float:
+        targets = {"full": "unused-full", "inc": "unused-inc", "tree": "unused-tree"}
+        targets[job] = target.split("/", 1)[1]
+        self.write_config(targets)
+        seconds, stderr = self.zbak("replicate", "--json", job)
+        pipe_times.append(sum(float(m.group(2)) for m in RECEIVED.finditer(stderr)))
+        return seconds
+
+
+class Results:
+    """Samples per (case, tool), failures, and the table."""
+
+    def __init__(self) -> None:
+        self.times: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+        self.failures: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+        self.order: list[tuple[str, str]] = []
+
+    def record(self, case: str, tool: str, run: Callable[[], float]) -> None:
+        key = (case, tool)
+        if key not in self.order:
+            self.order.append(key)
+        try:
+            seconds = run()
+        except Failed as exc:
+            self.failures[key].append(str(exc))
+            print(f"  {case:12} {tool:18} FAILED: {exc}", flush=True)
+            return
+        self.times[key].append(seconds)
+        print(f"  {case:12} {tool:18} {seconds:8.2f} s", flush=True)
+
+    def add(self, case: str, tool: str, seconds: float) -> None:
+        key = (case, tool)
+        if key not in self.order:
+            self.order.append(key)
+        self.times[key].append(seconds)
+
+    def median(self, case: str, tool: str) -> float | None:
+        values = self.times.get((case, tool))
+        return statistics.median(values) if values else None
+
+    def table(self, streams: dict[str, int], baseline: dict[str, tuple[str, str]]) -> str:
+        head = (f"{'case':14} {'tool':18} {'runs (s)':26} {'median':>8} {'spread':>7} "
+                f"{'MB/s':>7} {'ratio':>7}  vs")
+        lines = [head, "-" * len(head)]
+        for case, tool in self.order:
+            values = self.times.get((case, tool), [])
+            fails = self.failures.get((case, tool), [])
+            if not values:
+                lines.append(f"{case:14} {tool:18} FAILED {len(fails)}/{len(fails)}: "
+                             f"{fails[0] if fails else ''}")
+                continue
+            median = statistics.median(values)
+            spread = max(values) - min(values)
+            runs = " ".join(f"{v:.2f}" for v in values)
+            stream = streams.get(case.split()[0])
+            rate = f"{stream / 1e6 / median:7.1f}" if stream else f"{'':7}"
+            ratio, versus = "", ""
+            base_tool, kind = baseline.get(case, ("", ""))
+            base = self.median(case, base_tool) if base_tool else None
+            if base and tool != base_tool:
+                ratio = f"{base / median:7.3f}"
+                versus = f"{base_tool} ({kind})"
+            lines.append(f"{case:14} {tool:18} {runs:26} {median:8.2f} {spread:7.2f} {rate} "
+                         f"{ratio:>7}  {versus}")
+            if fails:
+                lines.append(f"{'':14} {'':18} also FAILED {len(fails)}x: {fails[0]}")
+        return "\n".join(lines)
+
+
+def rotate(items: list, n: int) -> list:
+    n %= len(items)
+    return items[n:] + items[:n]
+
+
+def measure(bench: Bench, results: Results, reps: int) -> dict[str, list[float]]:
+    """Every case and tool; returns zbak's pipe-only seconds per case."""
+    src, dst = bench.src, bench.dst
+    pipe: dict[str, list[float]] = collections.defaultdict(list)
+
+    def full(tool: str) -> Callable[[], float]:
+        def run() -> float:
+            target = bench.target("full", tool)
+            try:
+                if tool == "raw pipe":
+                    seconds = bench.raw(["zfs", "send", f"{src}/full@full"], target)
+                elif tool == "zbak":
+                    seconds = bench.run_zbak("full", target, pipe["full"])
+                else:
+                    seconds = bench.syncoid(f"{src}/full", target, shim=False)
+                got = guid(f"{target}@full")
+                if got != guid(f"{src}/full@full"):
+                    raise RuntimeError(f"{target}@full has the wrong guid")
+                return seconds
+            finally:
+                destroy(f"{target}@full", target)
+        return run
+
+    def incremental(tool: str) -> Callable[[], float]:
+        def run() -> float:
+            target = bench.target("inc", tool)
+            # Seed the base, untimed, locally: every tool starts from the same state.
+            seed = subprocess.Popen(["zfs", "send", f"{src}/inc@base"], stdout=subprocess.PIPE)
+            sh_in = subprocess.run(["zfs", "receive", target], stdin=seed.stdout,
+                                   capture_output=True, text=True)
+            seed.wait()
+            if sh_in.returncode:
+                raise RuntimeError(f"seeding {target}: {sh_in.stderr}")
+            try:
+                if tool == "raw pipe":
+                    seconds = bench.raw(["zfs", "send", "-I", f"{src}/inc@base",
+                                         f"{src}/inc@incr"], target)
+                elif tool == "zbak":
+                    seconds = bench.run_zbak("inc", target, pipe["incremental"])
+                else:
+                    seconds = bench.syncoid(f"{src}/inc", target, shim=tool == "syncoid+shim")
+                if guid(f"{target}@incr") != guid(f"{src}/inc@incr"):
+                    raise RuntimeError(f"{target}@incr has the wrong guid")
+                return seconds
+            finally:
+                destroy(f"{target}@incr", f"{target}@base", target)
+        return run
+
+    print(f"full: {bench.stream['full']} bytes per stream, {reps} reps", flush=True)
+    tools = ["raw pipe", "zbak", "syncoid"]
+    for rep in range(reps):
+        for tool in rotate(tools, rep):
+            results.record("full", tool, full(tool))
+
+    print(f"incremental: {bench.stream['incremental']} bytes per stream, {reps} reps", flush=True)
+    tools = ["raw pipe", "zbak", "syncoid+shim", "syncoid"]
+    for rep in range(reps):
+        for tool in rotate(tools, rep):
+            results.record("incremental", tool, incremental(tool))
+
+    n = bench.args.datasets
+    case = f"tree initial ({n + 1} datasets, 1 run)"
+    print(case, flush=True)
+    trees = {"zbak": f"{dst}/tree-zbak", "syncoid": f"{dst}/tree-syncoid"}
+    source = tree_guids(f"{src}/tree")
+
+    def initial(tool: str) -> Callable[[], float]:
+        def run() -> float:
+            if tool == "raw send -R":
+                seconds = bench.raw(["zfs", "send", "-R", f"{src}/tree@s1"], f"{dst}/tree-raw")
+                target = f"{dst}/tree-raw"
+            elif tool == "zbak":
+                seconds = bench.run_zbak("tree", trees["zbak"], pipe["tree"])
+                target = trees["zbak"]
+            else:
+                seconds = bench.syncoid(f"{src}/tree", trees["syncoid"], shim=False, recursive=True)
+                target = trees["syncoid"]
+            if tree_guids(target) != source:
+                raise RuntimeError(f"{target} is not a replica of {src}/tree")
+            return seconds
+        return run
+
+    for tool in ("raw send -R", "zbak", "syncoid"):
+        results.record("tree initial", tool, initial(tool))
+
+    print(f"no-op cycle over {n + 1} datasets, {reps} reps", flush=True)
+
+    def noop(tool: str) -> Callable[[], float]:
+        def run() -> float:
+            if tool == "zbak":
+                seconds = bench.run_zbak("tree", trees["zbak"], pipe["no-op"])
+                target = trees["zbak"]
+            else:
+                target = trees["syncoid"]
+                seconds = bench.syncoid(f"{src}/tree", target, shim=tool == "syncoid+shim",
+                                        recursive=True)
+            if tree_guids(target) != source:
+                raise RuntimeError(f"{target} changed in a no-op cycle")
+            return seconds
+        return run
+
+    tools = ["zbak", "syncoid+shim", "syncoid"]
+    for rep in range(reps):
+        for tool in rotate(tools, rep):
+            results.record("no-op cycle", tool, noop(tool))
+    return pipe
+
+
+def profile_noop(bench: Bench) -> str:
+    """One ``zbak --debug`` no-op cycle of the tree job: commands run, by host and kind."""
+    trees = f"{bench.dst}/tree-zbak"
+    bench.write_config({"full": "unused-full", "inc": "unused-inc", "tree": trees.split("/", 1)[1]})
+    seconds, stderr = bench.zbak("--debug", "replicate", "tree")
+    kinds: collections.Counter[str] = collections.Counter()
+    for line in stderr.splitlines():
+        found = re.search(r"run \[([^\]]+)\]: (.*)$", line)
+        if not found:
+            continue
+        host, command = found.groups()
+        words = re.findall(r"'[^']*'|\S+", command.strip("[]"))
+        words = [w.strip("',") for w in words]
+        kind = " ".join(w for w in words[:4] if not w.startswith(bench.src)
+                        and not w.startswith(bench.dst))
+        kinds[f"[{host}] {kind}"] += 1
+    total = sum(kinds.values())
+    lines = [f"zbak --debug no-op cycle, {bench.args.datasets + 1} datasets: {seconds:.2f} s, "
+             f"{total} commands ({total / (bench.args.datasets + 1):.1f} per dataset)"]
+    lines += [f"  {count:5}  {kind}" for kind, count in kinds.most_common()]
+    return "\n".join(lines)
+
+
+def startup_seconds(bench: Bench) -> float:
+    """Median wall time of ``python -m zrepl_py --help`` (interpreter + imports)."""
+    times = []
+    for _ in range(3):
+        started = time.monotonic()
+        subprocess.run([PYTHON, "-m", "zrepl_py", "--help"], capture_output=True, cwd=REPO)
+        times.append(time.monotonic() - started)
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size-mb", type=int, default=512, help="MiB of the full (default 512)")
+    parser.add_argument("--incr-mb", type=int, default=None,
+                        help="MiB of new data in the incremental (default: size / 2)")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--datasets", type=int, default=100, help="children in the tree")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 64 MiB, 10 datasets, 2 reps (unless given)")
+    args = parser.parse_args()
+    if args.quick:
+        defaults = {"size_mb": 512, "reps": 3, "datasets": 100}
+        quick = {"size_mb": 64, "reps": 2, "datasets": 10}
+        for key, value in quick.items():
+            if getattr(args, key) == defaults[key]:
+                setattr(args, key, value)
+    if args.incr_mb is None:
+        args.incr_mb = max(1, args.size_mb // 2)
+    if os.geteuid() != 0:
+        raise SystemExit("run as root (zfs-fuse, sshd)")
+    if not os.access(SYNCOID, os.X_OK):
+        raise SystemExit(f"{SYNCOID} missing: apt-get install sanoid")
+
+    why_not = testbed_zfs._enter_private_namespace()
+    if why_not:
+        raise SystemExit(f"cannot get a private zfs-fuse: {why_not}")
+    workdir = Path(tempfile.mkdtemp(prefix="zbak-bench-repl-", dir="/var/tmp"))
+    pidfile = workdir / "zfs-fuse.pid"
+    sh("/usr/sbin/zfs-fuse", "--no-kstat-mount", "--pidfile", str(pidfile))
+    testbed_zfs._wait_for_daemon("zpool")
+    bench = Bench(args, workdir)
+    try:
+        bench.make_pools()
+        started = time.monotonic()
+        bench.make_data()
+        print(f"data written in {time.monotonic() - started:.0f} s; {os.cpu_count()} cpus; "
+              f"pools {bench.src} {bench.dst} in {workdir}", flush=True)
+        bench.start_sshds()
+        bench.zbak_init()
+        startup = startup_seconds(bench)
+        results = Results()
+        pipe = measure(bench, results, args.reps)
+        for case in ("full", "incremental", "no-op"):
+            if pipe.get(case):
+                results.add(case if case != "no-op" else "no-op cycle", "zbak (pipe only)",
+                            statistics.median(pipe[case]))
+        profile = profile_noop(bench)
+        baseline = {"full": ("raw pipe", "throughput"),
+                    "incremental": ("raw pipe", "throughput"),
+                    "tree initial": ("syncoid", "speed-up"),
+                    "no-op cycle": ("syncoid+shim", "speed-up")}
+        print()
+        print(f"full {args.size_mb} MiB, incremental {args.incr_mb} MiB, tree of "
+              f"{args.datasets + 1} datasets, {args.reps} reps; streams: "
+              + ", ".join(f"{k} {v} bytes" for k, v in bench.stream.items()))
+        print(results.table(bench.stream, baseline))
+        print(f"(zbak (pipe only): median of the summed pipeline seconds zbak logs, 0.1 s "
+              f"resolution; `python -m zrepl_py --help` alone takes {startup:.2f} s)")
+        print()
+        for case, tool, floor, kind in (("full", "zbak", 0.97, "raw pipe"),
+                                        ("incremental", "zbak", 0.97, "raw pipe"),
+                                        ("no-op cycle", "zbak", 3.0, "syncoid+shim")):
+            ours, theirs = results.median(case, tool), results.median(case, kind)
+            if ours and theirs:
+                ratio = theirs / ours
+                verdict = "met" if ratio >= floor else "MISSED"
+                print(f"target {case}: zbak {ratio:.3f}x vs {kind} (>= {floor}): {verdict}")
+            else:
+                print(f"target {case}: not measured")
+        print()
+        print(profile)
+        return 0
+    finally:
+        for server in bench.servers:
+            server.stop()
+        if bench.shim_sshd is not None:
+            bench.shim_sshd.terminate()
+            bench.shim_sshd.wait(10)
+        for pool in (bench.src, bench.dst):
+            subprocess.run(["zpool", "destroy", "-f", pool], capture_output=True)
+        testbed_zfs._stop_private_daemon(pidfile)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,289 @@
+"""``zbak replicate`` end to end on real OpenZFS 2.3: zbak on this host, source AND target in
+the QEMU guest of tests/testbed/openzfs.py (remote-to-remote, DESIGN.md "Replication").
+
+The job is ``dataset = "vm:SRC/data"`` with target ``vm:DST/replica``, so every transfer is
+``ssh guest zfs send | [pv -L] | ssh guest zfs receive -s`` started by zbak on this host.
+The CLI runs in-process (``zrepl_py.cli.main``), or as ``python -m zrepl_py`` when a test
+kills the guest's ``zfs send`` mid-stream. Expected values are read in the guest with plain
+``zfs get``/``zfs holds``/``zfs list``, independently of the code under test; the features
+zfs-fuse lacks (resume tokens, bookmarks, raw send) are the point of this file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from testbed.openzfs import COMMAND_TIMEOUT
+from zrepl_py.cli import main
+from zrepl_py.errors import ExitStatus
+from zrepl_py.replication.protect import bookmark_prefix
+
+RATE = 200_000
+"""Bytes/s of the rate limit while a transfer is to be interrupted."""
+BIG_MIB = 6
+"""MiB of random data in the snapshot whose transfer is interrupted: larger than what the ssh
+channels and pipes buffer (~2-3 MB), so the guest's ``zfs send`` is still running when killed."""
+
+
+class Rig:
+    """Two fresh guest pools, a config replicating ``vm:SRC/data`` to ``vm:DST/replica``."""
+
+    def __init__(self, vm, executor, pools, tmp_path, capsys):
+        self.vm, self.executor, self.capsys, self.tmp = vm, executor, capsys, tmp_path
+        self.data = f"{pools.source}/data"
+        self.replica = f"{pools.target}/replica"
+        self.target = f"vm:{self.replica}"
+        self.tag = f"zbak:j:{self.target}"
+        self.config = tmp_path / "zbak.toml"
+        self.write_config()
+
+    def write_config(self, *, rate: int | None = None) -> None:
+        """(Re)write the config; ``rate`` sets ``bandwidth_limit`` in bytes/s."""
+        host = self.vm.host_config()
+        limit = f"bandwidth_limit = {rate}\n" if rate else ""
+        self.config.write_text(textwrap.dedent(f"""\
+            state_dir = "{self.tmp / 'state'}"
+            [hosts.vm]
+            address = "{host.address}"
+            port = {host.port}
+            user = "{host.user}"
+            identity_file = "{host.identity_file}"
+            known_hosts = "{host.known_hosts}"
+            connect_timeout = 30
+            [jobs.j]
+            dataset = "vm:{self.data}"
+            [jobs.j.replicate]
+            targets = ["{self.target}"]
+        """) + limit)
+
+    def __call__(self, *args: str) -> tuple[int, str, str]:
+        """Run ``zbak --config CONFIG ARGS`` in-process; return (status, stdout, stderr)."""
+        self.capsys.readouterr()
+        status = main(["--config", str(self.config), *args], env={})
+        out, err = self.capsys.readouterr()
+        return status, out, err
+
+    def replicate(self) -> str:
+        """``zbak replicate --json`` must succeed; return the one dataset row's plan text."""
+        status, out, err = self("replicate", "--json")
+        assert status == ExitStatus.OK, out + err
+        (row,) = json.loads(out)["rows"]
+        return row["plan"]
+
+    def guest(self, *argv: str, input: bytes | None = None, check: bool = True) -> str:
+        """Run argv in the guest; return its stdout."""
+        return self.executor.run(list(argv), input=input, check=check,
+                                 timeout=COMMAND_TIMEOUT).text  # fmt: skip
+
+    def write(self, name: str, mib: float) -> None:
+        """Write ``mib`` MiB of random (incompressible) data to the source's ``name``."""
+        self.guest("dd", "if=/dev/urandom", f"of=/{self.data}/{name}", "bs=64K",
+                   f"count={int(mib * 16)}", "iflag=fullblock", "status=none")  # fmt: skip
+
+    def snapshot(self, short: str) -> None:
+        self.guest("zfs", "snapshot", f"{self.data}@{short}")
+
+    def guids(self, dataset: str) -> dict[str, int]:
+        """``{short name: guid}`` of the dataset's snapshots ({} when it does not exist)."""
+        done = self.executor.run(["zfs", "get", "-Hp", "-d", "1", "-t", "snapshot", "-o",
+                                  "name,value", "guid", dataset], check=False,
+                                 timeout=COMMAND_TIMEOUT)  # fmt: skip
+        return {line.split("\t")[0].split("@", 1)[1]: int(line.split("\t")[1])
+                for line in done.text.splitlines()}  # fmt: skip
+
+    def prop(self, name: str, prop: str) -> str:
+        return self.guest("zfs", "get", "-H", "-o", "value", prop, name).strip()
+
+    def token(self) -> str:
+        """The replica's ``receive_resume_token`` ("-" when there is none)."""
+        return self.prop(self.replica, "receive_resume_token")
+
+    def holds(self, short: str) -> list[str]:
+        """The hold tags on ``SRC/data@short`` (``zfs holds -H``: name, tag, time)."""
+        text = self.guest("zfs", "holds", "-H", f"{self.data}@{short}")
+        return [line.split("\t")[1] for line in text.splitlines()]
+
+    def bookmarks(self) -> dict[str, int]:
+        """``{short bookmark name: guid}`` of the source dataset."""
+        text = self.guest("zfs", "list", "-Hp", "-t", "bookmark", "-o", "name,guid", self.data)
+        return {line.split("\t")[0].split("#", 1)[1]: int(line.split("\t")[1])
+                for line in text.splitlines()}  # fmt: skip
+
+    def senders(self) -> list[str]:
+        """pids of the guest's ``zfs send`` of this source (``[z]`` keeps pgrep off itself)."""
+        done = self.executor.run(["pgrep", "-f", f"[z]fs send .*{self.data}"], check=False,
+                                 timeout=COMMAND_TIMEOUT)  # fmt: skip
+        return done.text.split()
+
+    def interrupted_replicate(self) -> str:
+        """Run ``python -m zrepl_py replicate`` rate-limited, kill the guest's ``zfs send``
+        once bytes flow, and return zbak's stderr (zbak must exit 1)."""
+        self.write_config(rate=RATE)
+        proc = subprocess.Popen([sys.executable, "-m", "zrepl_py", "--config", str(self.config),
+                                 "replicate"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 90
+            while not self.senders():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("the guest's zfs send never showed up: "
+                                + "".join(proc.communicate(timeout=30)))  # fmt: skip
+                time.sleep(0.2)
+            time.sleep(1.5)  # let a few hundred kB through the rate limit
+            self.guest("pkill", "-KILL", "-f", f"[z]fs send .*{self.data}")
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == ExitStatus.FAILED, out + err
+        assert not self.senders()
+        self.write_config()
+        return err
+
+
+@pytest.fixture
+def rig(openzfs_vm, openzfs_executor, openzfs_pools, tmp_path, capsys):
+    r = Rig(openzfs_vm, openzfs_executor, openzfs_pools, tmp_path, capsys)
+    r.guest("zfs", "create", r.data)
+    assert r("init", "--no-checks")[0] == ExitStatus.OK
+    return r
+
+
+def test_full_then_incremental_on_openzfs_moves_the_hold_and_the_bookmark_with_the_base(rig):
+    rig.write("a.bin", 0.25)
+    rig.snapshot("s1")
+    rig.write("b.bin", 0.25)
+    rig.snapshot("s2")
+
+    assert rig.replicate() == "full s1; incremental -I s1 -> s2"
+    assert rig.guids(rig.replica) == rig.guids(rig.data)
+    assert rig.holds("s2") == [rig.tag] and rig.holds("s1") == []
+    prefix = bookmark_prefix("j", rig.target)
+    assert rig.bookmarks() == {f"{prefix}{rig.guids(rig.data)['s2']:016x}": rig.guids(rig.data)["s2"]}
+
+    rig.write("c.bin", 0.25)
+    rig.snapshot("s3")
+    assert rig.replicate() == "incremental -I s2 -> s3"
+    assert rig.guids(rig.replica) == rig.guids(rig.data)
+    assert rig.holds("s3") == [rig.tag]
+    assert rig.holds("s2") == [], "the old base's hold is released once the cursor moved"
+    assert list(rig.bookmarks().values()) == [rig.guids(rig.data)["s3"]]
+    assert rig.replicate() == "up to date"
+
+
+def test_an_interrupted_full_send_is_resumed_from_the_receive_resume_token(rig):
+    rig.write("big.bin", BIG_MIB)
+    rig.snapshot("s1")
+    rig.write("small.bin", 0.1)
+    rig.snapshot("s2")
+
+    err = rig.interrupted_replicate()
+    assert "zfs send" in err
+    assert rig.token() not in ("", "-")
+    assert "s1" not in rig.guids(rig.replica)
+
+    assert rig.replicate() == "resume s1; incremental -I s1 -> s2"
+    assert rig.guids(rig.replica) == rig.guids(rig.data)
+    assert rig.token() == "-"
+    assert rig.holds("s2") == [rig.tag]
+
+
+def test_an_interrupted_incremental_send_is_resumed_from_the_receive_resume_token(rig):
+    rig.snapshot("s1")
+    assert rig.replicate() == "full s1"
+    rig.write("big.bin", BIG_MIB)
+    rig.snapshot("s2")
+    rig.write("small.bin", 0.1)
+    rig.snapshot("s3")
+
+    rig.interrupted_replicate()
+    assert rig.token() not in ("", "-")
+    assert list(rig.guids(rig.replica)) == ["s1"]
+    assert rig.holds("s1") == [rig.tag], "a failed run leaves the base protected"
+
+    assert rig.replicate() == "resume s2; incremental -I s2 -> s3"
+    assert rig.guids(rig.replica) == rig.guids(rig.data)
+    assert rig.token() == "-"
+    assert rig.holds("s3") == [rig.tag] and rig.holds("s1") == []
+
+
+def test_a_token_whose_snapshot_was_destroyed_is_aborted_once_and_replication_goes_on(rig):
+    rig.snapshot("s1")
+    assert rig.replicate() == "full s1"
+    rig.write("big.bin", BIG_MIB)
+    rig.snapshot("s2")
+    rig.interrupted_replicate()
+    assert rig.token() not in ("", "-")
+    assert rig.holds("s2") == [], "zbak's hold is on the base s1, not on the half-sent s2"
+    rig.guest("zfs", "destroy", f"{rig.data}@s2")
+    rig.snapshot("s3")
+
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    assert json.loads(out)["rows"][0]["plan"] == "abortresume; incremental -I s1 -> s3"
+    assert "aborting the partial receive" in err and "no longer exists on the source" in err
+    assert rig.token() == "-"
+    assert rig.guids(rig.replica) == rig.guids(rig.data)
+    assert rig.replicate() == "up to date"
+
+
+def test_the_cursor_bookmark_is_the_incremental_base_after_an_admin_destroyed_the_base(rig):
+    rig.write("a.bin", 0.25)
+    rig.snapshot("s1")
+    assert rig.replicate() == "full s1"
+    s1 = rig.guids(rig.data)["s1"]
+    (mark,) = rig.bookmarks()
+    rig.guest("zfs", "release", rig.tag, f"{rig.data}@s1")
+    rig.guest("zfs", "destroy", f"{rig.data}@s1")
+    rig.write("b.bin", 0.25)
+    rig.snapshot("s2")
+    rig.write("c.bin", 0.25)
+    rig.snapshot("s3")
+
+    assert rig.replicate() == f"incremental -i {mark} -> s2; incremental -I s2 -> s3"
+    assert rig.guids(rig.replica) == {"s1": s1, **rig.guids(rig.data)}
+    assert rig.holds("s3") == [rig.tag]
+    assert list(rig.bookmarks().values()) == [rig.guids(rig.data)["s3"]]
+
+
+def test_an_encrypted_dataset_is_replicated_raw_and_arrives_without_its_key(rig, request):
+    keyfile = f"/root/zbak-key-{rig.data.split('/')[0]}"
+    request.addfinalizer(lambda: rig.executor.run(["rm", "-f", keyfile], check=False))
+    rig.guest("dd", f"of={keyfile}", "status=none", input=b"correct horse battery staple\n")
+    enc = f"{rig.data}/enc"
+    # pbkdf2iters: the minimum (zfsprops(7)); the default costs ~4 s of emulated CPU per use
+    rig.guest("zfs", "create", "-o", "encryption=on", "-o", "keyformat=passphrase",
+              "-o", f"keylocation=file://{keyfile}", "-o", "pbkdf2iters=100000", enc)  # fmt: skip
+    rig.guest("dd", "if=/dev/urandom", f"of=/{enc}/secret", "bs=64K", "count=4", "status=none")
+    rig.guest("zfs", "snapshot", f"{enc}@s1")
+    rig.config.write_text(rig.config.read_text().replace(f'"vm:{rig.data}"', f'"vm:{enc}"'))
+
+    assert rig.replicate() == "full s1"
+    rig.guest("dd", "if=/dev/urandom", f"of=/{enc}/more", "bs=64K", "count=4", "status=none")
+    rig.guest("zfs", "snapshot", f"{enc}@s2")
+    assert rig.replicate() == "incremental -I s1 -> s2"
+
+    assert rig.guids(rig.replica) == rig.guids(enc)
+    # a non-raw stream into the unencrypted DST pool would give encryption=off
+    assert rig.prop(rig.replica, "encryption") == "aes-256-gcm"
+    assert rig.prop(rig.replica, "keystatus") == "unavailable"
+    assert rig.prop(rig.replica, "encryptionroot") == rig.replica
+
+
+def test_init_reports_the_openzfs_features_of_source_and_target(rig):
+    status, out, err = rig("init", "--json")
+    assert status == ExitStatus.OK, out + err
+    checks = {c["subject"]: c for c in json.loads(out)["checks"]}
+    source, target = checks[f"job j: source vm:{rig.data}"], checks[f"job j: target {rig.target}"]
+    for check in (source, target):
+        assert check["ok"], check
+        assert check["detail"].startswith("pool v5000, features: ")
+        for feature in ("resume_tokens", "bookmarks", "raw_send", "compressed_send", "holds"):
+            assert feature in check["detail"], check
