@@ -43,7 +43,7 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> Prun
     with dataset_lock(ctx.state_dir, lock_key(job), "prune"):
         zfs = ctx.zfs(source.host, source.dataset.pool)
         now = ctx.clock.now()
-        inventory = take_inventory(zfs, catalog, job, now)
+        inventory = take_inventory(zfs, catalog, job, now, with_clones=True)
         protections = replication_protections(inventory, name, job, catalog.cursors())
         plans = plan_source_prune(inventory, job, protections, now)
         if dry_run:

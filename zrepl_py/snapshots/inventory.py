@@ -44,14 +44,20 @@ class Inventory:
     clones: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
-def take_inventory(zfs: Zfs, catalog: Catalog, job: JobConfig, now: dt.datetime) -> Inventory:
-    """List the job's tree and its pool's clones (two commands) and sync the catalog.
+def take_inventory(
+    zfs: Zfs, catalog: Catalog, job: JobConfig, now: dt.datetime, *, with_clones: bool = False
+) -> Inventory:
+    """List the job's tree (one command) and sync the catalog's snapshot rows.
+
+    With ``with_clones`` (pruning needs it) also list the clones of the pool, a second
+    command: a clone can live anywhere in its origin's pool.
 
     Args:
         zfs: client for the job's source host.
         catalog: the catalog to update.
         job: the job (source dataset, recursive, exclude).
         now: aware UTC time used for first-seen and tombstone stamps.
+        with_clones: fill ``Inventory.clones`` (else it is empty).
 
     Raises:
         DatasetNotFound: the job's dataset does not exist.
@@ -66,6 +72,8 @@ def take_inventory(zfs: Zfs, catalog: Catalog, job: JobConfig, now: dt.datetime)
             for s in tree.snapshots(dataset.name)
         ]
         catalog.sync_snapshots(source.host, str(dataset.name), facts, now)
-    clones = {str(snap): tuple(map(str, found))
-              for snap, found in zfs.clones(source.dataset.pool).items()}
+    clones = {}
+    if with_clones:
+        clones = {str(snap): tuple(map(str, found))
+                  for snap, found in zfs.clones(source.dataset.pool).items()}
     return Inventory(tree=tree, datasets=covered, clones=clones)
