@@ -222,3 +222,41 @@ def test_the_rsync_fallback_keeps_a_point_in_time_tree_per_snapshot(make_pool, s
     assert (target_dir / "current").resolve() == s2.resolve()
     status, out, _ = rig("status", "--json")
     assert json.loads(out)[0]["targets"][0]["cursor"] == "s2"
+
+
+def test_a_pull_job_replicates_from_a_remote_source_into_a_local_pool(make_pool, sshd, tmp_path, capsys):
+    rig = Rig(make_pool, sshd, tmp_path, capsys)
+    replica = f"{rig.bak.name}/pulled"
+    text = rig.config.read_text().replace(f'dataset = "{rig.data}"', f'dataset = "backup:{rig.data}"')
+    rig.config.write_text(text.replace(f'targets = ["backup:{rig.replica}"]', f'targets = ["local:{replica}"]'))
+    assert rig("init", "--no-checks")[0] == ExitStatus.OK
+    write(rig.mount / "a.bin", 200_000, -1)
+    rig.snapshot("s1")
+    write(rig.mount / "b.bin", 200_000, -1)
+    rig.snapshot("s2")
+    status, out, err = rig("replicate")
+    assert status == ExitStatus.OK, out + err
+    assert guids(replica) == guids(rig.data)
+    assert userrefs(f"{rig.data}@s2") == 1, "the remote source's base is held over ssh"
+
+
+def test_rollback_is_opt_in_and_never_destroys_a_snapshot_zbak_did_not_make(make_pool, sshd, tmp_path, capsys):
+    rig = Rig(make_pool, sshd, tmp_path, capsys, extra='on_divergence = "rollback"\n')
+    assert rig("init", "--no-checks")[0] == ExitStatus.OK
+    rig.snapshot("zbak_20260101T000000Z")
+    rig.snapshot("zbak_20260102T000000Z")
+    assert rig("replicate")[0] == ExitStatus.OK
+    # The admin rolls the source back: the target now has a zbak snapshot the source lost.
+    zfs("release", f"zbak:j:backup:{rig.replica}", f"{rig.data}@zbak_20260102T000000Z")
+    zfs("destroy", f"{rig.data}@zbak_20260102T000000Z")
+    rig.snapshot("zbak_20260103T000000Z")
+    zfs("snapshot", f"{rig.replica}@admin-made")
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.FAILED, "a foreign snapshot on the target blocks the rollback"
+    assert "admin-made" in out
+    assert "admin-made" in guids(rig.replica)
+    zfs("destroy", f"{rig.replica}@admin-made")  # the admin decides
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    assert "rollback" in json.loads(out)["rows"][0]["plan"]
+    assert guids(rig.replica) == guids(rig.data)
