@@ -24,11 +24,14 @@ from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 from zrepl_py.replication.protect import bookmark_prefix
 
-RATE = 200_000
-"""Bytes/s of the rate limit while a transfer is to be interrupted."""
+MiB = 1024 * 1024
+RATE = 500_000
+"""Bytes/s of the rate limit while a transfer is to be interrupted. After the kill, zbak still
+passes what the ssh channel had buffered (~2 MB, measured) at this rate before the sender's
+ssh exits, so a lower rate only makes the interrupted run longer."""
 BIG_MIB = 6
-"""MiB of random data in the snapshot whose transfer is interrupted: larger than what the ssh
-channels and pipes buffer (~2-3 MB), so the guest's ``zfs send`` is still running when killed."""
+"""MiB of random data in the snapshot whose transfer is interrupted: the guest's ``zfs send``
+blocks once ~2 MB are buffered, then writes at RATE, so it is still running ~8 s later."""
 
 
 class Rig:
@@ -41,6 +44,8 @@ class Rig:
         self.target = f"vm:{self.replica}"
         self.tag = f"zbak:j:{self.target}"
         self.config = tmp_path / "zbak.toml"
+        self.row: dict = {}
+        """The dataset row of the last ``replicate()``."""
         self.write_config()
 
     def write_config(self, *, rate: int | None = None) -> None:
@@ -73,8 +78,8 @@ class Rig:
         """``zbak replicate --json`` must succeed; return the one dataset row's plan text."""
         status, out, err = self("replicate", "--json")
         assert status == ExitStatus.OK, out + err
-        (row,) = json.loads(out)["rows"]
-        return row["plan"]
+        (self.row,) = json.loads(out)["rows"]
+        return self.row["plan"]
 
     def guest(self, *argv: str, input: bytes | None = None, check: bool = True) -> str:
         """Run argv in the guest; return its stdout."""
@@ -121,6 +126,12 @@ class Rig:
                                  timeout=COMMAND_TIMEOUT)  # fmt: skip
         return done.text.split()
 
+    def receivers(self) -> list[str]:
+        """pids of the guest's ``zfs receive`` into the replica."""
+        done = self.executor.run(["pgrep", "-f", f"[z]fs receive .*{self.replica}"],
+                                 check=False, timeout=COMMAND_TIMEOUT)  # fmt: skip
+        return done.text.split()
+
     def interrupted_replicate(self) -> str:
         """Run ``python -m zrepl_py replicate`` rate-limited, kill the guest's ``zfs send``
         once bytes flow, and return zbak's stderr (zbak must exit 1)."""
@@ -130,20 +141,22 @@ class Rig:
                                 text=True)  # fmt: skip
         try:
             deadline = time.monotonic() + 90
-            while not self.senders():
+            while not (self.senders() and self.receivers()):
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail("the guest's zfs send never showed up: "
+                    pytest.fail("the guest's zfs send | zfs receive never showed up: "
                                 + "".join(proc.communicate(timeout=30)))  # fmt: skip
                 time.sleep(0.2)
-            time.sleep(1.5)  # let a few hundred kB through the rate limit
-            self.guest("pkill", "-KILL", "-f", f"[z]fs send .*{self.data}")
+            time.sleep(1.0)  # let a few hundred kB through the rate limit
+            killed = self.executor.run(["pkill", "-KILL", "-f", f"[z]fs send .*{self.data}"],
+                                       check=False, timeout=COMMAND_TIMEOUT)  # fmt: skip
+            assert killed.returncode == 0, "zfs send ended before it could be killed"
             out, err = proc.communicate(timeout=120)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
         assert proc.returncode == ExitStatus.FAILED, out + err
-        assert not self.senders()
+        assert not self.senders() and not self.receivers(), "no transfer outlives zbak"
         self.write_config()
         return err
 
@@ -164,9 +177,11 @@ def test_full_then_incremental_on_openzfs_moves_the_hold_and_the_bookmark_with_t
 
     assert rig.replicate() == "full s1; incremental -I s1 -> s2"
     assert rig.guids(rig.replica) == rig.guids(rig.data)
+    # counted on the remote sender's ssh: at least the 512 KiB of random data went through
+    assert 2 * 256 * 1024 < rig.row["bytes"] < 4 * 256 * 1024, rig.row
     assert rig.holds("s2") == [rig.tag] and rig.holds("s1") == []
-    prefix = bookmark_prefix("j", rig.target)
-    assert rig.bookmarks() == {f"{prefix}{rig.guids(rig.data)['s2']:016x}": rig.guids(rig.data)["s2"]}
+    s2 = rig.guids(rig.data)["s2"]
+    assert rig.bookmarks() == {f"{bookmark_prefix('j', rig.target)}{s2:016x}": s2}
 
     rig.write("c.bin", 0.25)
     rig.snapshot("s3")
@@ -188,8 +203,10 @@ def test_an_interrupted_full_send_is_resumed_from_the_receive_resume_token(rig):
     assert "zfs send" in err
     assert rig.token() not in ("", "-")
     assert "s1" not in rig.guids(rig.replica)
+    assert rig.holds("s1") == [], "nothing arrived, so nothing is protected yet"
 
     assert rig.replicate() == "resume s1; incremental -I s1 -> s2"
+    assert rig.row["bytes"] < BIG_MIB * MiB, "the resumed stream starts where the cut one ended"
     assert rig.guids(rig.replica) == rig.guids(rig.data)
     assert rig.token() == "-"
     assert rig.holds("s2") == [rig.tag]
@@ -209,6 +226,7 @@ def test_an_interrupted_incremental_send_is_resumed_from_the_receive_resume_toke
     assert rig.holds("s1") == [rig.tag], "a failed run leaves the base protected"
 
     assert rig.replicate() == "resume s2; incremental -I s2 -> s3"
+    assert rig.row["bytes"] < BIG_MIB * MiB, "the resumed stream starts where the cut one ended"
     assert rig.guids(rig.replica) == rig.guids(rig.data)
     assert rig.token() == "-"
     assert rig.holds("s3") == [rig.tag] and rig.holds("s1") == []
@@ -257,20 +275,23 @@ def test_an_encrypted_dataset_is_replicated_raw_and_arrives_without_its_key(rig,
     keyfile = f"/root/zbak-key-{rig.data.split('/')[0]}"
     request.addfinalizer(lambda: rig.executor.run(["rm", "-f", keyfile], check=False))
     rig.guest("dd", f"of={keyfile}", "status=none", input=b"correct horse battery staple\n")
-    enc = f"{rig.data}/enc"
+    rig.guest("zfs", "destroy", rig.data)  # the rig's empty plain one: make it encrypted
     # pbkdf2iters: the minimum (zfsprops(7)); the default costs ~4 s of emulated CPU per use
     rig.guest("zfs", "create", "-o", "encryption=on", "-o", "keyformat=passphrase",
-              "-o", f"keylocation=file://{keyfile}", "-o", "pbkdf2iters=100000", enc)  # fmt: skip
-    rig.guest("dd", "if=/dev/urandom", f"of=/{enc}/secret", "bs=64K", "count=4", "status=none")
-    rig.guest("zfs", "snapshot", f"{enc}@s1")
-    rig.config.write_text(rig.config.read_text().replace(f'"vm:{rig.data}"', f'"vm:{enc}"'))
+              "-o", f"keylocation=file://{keyfile}", "-o", "pbkdf2iters=100000",
+              rig.data)  # fmt: skip
+    rig.write("secret", 0.25)
+    rig.snapshot("s1")
 
-    assert rig.replicate() == "full s1"
-    rig.guest("dd", "if=/dev/urandom", f"of=/{enc}/more", "bs=64K", "count=4", "status=none")
-    rig.guest("zfs", "snapshot", f"{enc}@s2")
+    status, out, err = rig("--debug", "replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    assert json.loads(out)["rows"][0]["plan"] == "full s1"
+    assert f"zfs send -w {rig.data}@s1" in err  # the pipeline's argv, logged at DEBUG
+    rig.write("more", 0.25)
+    rig.snapshot("s2")
     assert rig.replicate() == "incremental -I s1 -> s2"
 
-    assert rig.guids(rig.replica) == rig.guids(enc)
+    assert rig.guids(rig.replica) == rig.guids(rig.data)
     # a non-raw stream into the unencrypted DST pool would give encryption=off
     assert rig.prop(rig.replica, "encryption") == "aes-256-gcm"
     assert rig.prop(rig.replica, "keystatus") == "unavailable"

@@ -3,25 +3,25 @@ piped process to process, give replicas with equal guids.
 
 zfs-fuse (pool v23) covers full and ``-I`` sends, rollback and the absence of resume tokens
 and bookmarks. Resume tokens, bookmarks and raw sends run on real OpenZFS 2.3 in the
-shared/zfsvm QEMU guest (``openzfs`` marker): the guest is started for this module on a
-free port (or the running one named by ``ZFSVM_PORT``, which is then left running), its host
-keys are read into a known_hosts file, control commands go through SSHExecutor (paramiko,
-strict host keys) and the data path through two OpenSSH clients (``proc.openssh.ssh_argv``
-+ ``remote_command``) with this process pumping bytes between them, so a transfer can be
-cut after N bytes (RELIABILITY 1-3).
+session's QEMU guest (``openzfs_vm`` of tests/testbed/openzfs.py, shared with the rest of the
+``openzfs`` tier: one boot per run), each test in two fresh pools (``openzfs_pools``):
+control commands go through the session's SSHExecutor (paramiko, strict host keys) and the
+data path through two OpenSSH clients (``proc.openssh.ssh_argv`` + ``remote_command``) with
+this process pumping bytes between them, so a transfer can be cut after N bytes
+(RELIABILITY 1-3).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
-from testbed.common import free_port, unavailable
+from testbed.openzfs import COMMAND_TIMEOUT as OPENZFS_TIMEOUT
+from testbed.openzfs import OpenZfsPools
 from testbed.zfs import COMMAND_TIMEOUT
 
 from zrepl_py.config.schema import HostConfig
@@ -229,21 +229,17 @@ def test_zfs_fuse_has_no_resume_tokens_or_bookmarks_and_says_so_with_unsupported
 
 # -- OpenZFS 2.3 in the zfsvm guest --------------------------------------------------------
 
-ZFSVM = Path(os.environ.get("ZFSVM_SCRIPT", Path(__file__).resolve().parents[3]
-                            / "shared" / "zfsvm" / "zfsvm"))
-SRC_POOL, DST_POOL = "zbsrc", "zbdst"
-
 
 @dataclasses.dataclass
 class Guest:
-    """The running guest: control (paramiko) and data path (OpenSSH argv) to one host."""
+    """The session's guest for one test: control (paramiko) and data path (OpenSSH argv)."""
 
     host: HostConfig
     known_hosts: Path
     executor: SSHExecutor
     zfs: Zfs
-
     control: Path
+    pools: OpenZfsPools
 
     def ssh(self, argv: list[str]) -> list[str]:
         """The local argv that runs ``argv`` in the guest over OpenSSH (strict host keys).
@@ -256,7 +252,7 @@ class Guest:
         return base[:1] + mux + base[1:] + [remote_command(argv, sudo=False)]
 
     def run(self, *argv: str, input: bytes | None = None) -> str:
-        return self.executor.run(list(argv), input=input, timeout=COMMAND_TIMEOUT).text
+        return self.executor.run(list(argv), input=input, timeout=OPENZFS_TIMEOUT).text
 
     def fill(self, dataset: str, name: str, mib: int) -> None:
         """Write ``mib`` MiB of random data into the (mounted) dataset."""
@@ -264,60 +260,31 @@ class Guest:
                  "status=none")
 
 
-def _zfsvm(port: int, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ZFSVM_PORT": str(port)}
-    return subprocess.run([str(ZFSVM), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-
-
 @pytest.fixture(scope="module")
-def guest(tmp_path_factory):
-    """The OpenZFS guest with pools zbsrc and zbdst (destroyed again at the end)."""
-    if not os.access(ZFSVM, os.X_OK):
-        unavailable("openzfs", f"{ZFSVM} not found (set ZFSVM_SCRIPT)")
-    given = os.environ.get("ZFSVM_PORT")
-    port = int(given) if given else free_port()
-    was_running = bool(given) and _zfsvm(port, "status", timeout=60).returncode == 0
-    started = _zfsvm(port, "start")
-    if started.returncode != 0:
-        _zfsvm(port, "stop", timeout=60)
-        unavailable("openzfs", f"zfsvm start failed: {started.stderr.strip()[-500:]}")
-    try:
-        env = dict(re.findall(r"^(ZFSVM_SSH_\w+)=(.*)$", _zfsvm(port, "env").stdout, re.M))
-        keys = _zfsvm(port, "ssh", "cat /etc/ssh/ssh_host_*_key.pub", timeout=60).stdout
-        where = f"[{env['ZFSVM_SSH_HOST']}]:{env['ZFSVM_SSH_PORT']}"
-        workdir = tmp_path_factory.mktemp("zfsvm")
-        known_hosts = workdir / "known_hosts"
-        known_hosts.write_text("".join(f"{where} {' '.join(line.split()[:2])}\n"
-                                       for line in keys.splitlines() if line.strip()))
-        host = HostConfig(address=env["ZFSVM_SSH_HOST"], port=int(env["ZFSVM_SSH_PORT"]),
-                          user=env["ZFSVM_SSH_USER"], identity_file=env["ZFSVM_SSH_KEY"],
-                          known_hosts=known_hosts)
-        executor = SSHExecutor("zfsvm", host, known_hosts_default=known_hosts)
-        for pool, disk in ((SRC_POOL, "/dev/vdc"), (DST_POOL, "/dev/vdd")):
-            executor.run(["zpool", "create", "-f", pool, disk], timeout=COMMAND_TIMEOUT)
-        zfs = Zfs(executor, timeout=COMMAND_TIMEOUT)
-        zfs.detect_capabilities(SRC_POOL)
-        guest = Guest(host, known_hosts, executor, zfs, workdir / "mux")
-        try:
-            yield guest
-        finally:
-            subprocess.run(guest.ssh(["true"])[:-3] + ["-O", "exit", "--", host.address],
-                           capture_output=True, timeout=30, check=False)
-            for pool in (DST_POOL, SRC_POOL):
-                executor.run(["zpool", "destroy", "-f", pool], check=False,
-                             timeout=COMMAND_TIMEOUT)
-            executor.close()
-    finally:
-        if not was_running:
-            _zfsvm(port, "stop", timeout=120)
+def ssh_control(openzfs_vm, tmp_path_factory) -> Iterator[Path]:
+    """ControlPath of this module's multiplexed OpenSSH connection to the guest; the master
+    is told to exit at the end."""
+    control = tmp_path_factory.mktemp("mux") / "control"
+    yield control
+    if control.exists():
+        base = ssh_argv(openzfs_vm.host_config(), known_hosts_default=openzfs_vm.known_hosts)
+        subprocess.run(base[:1] + ["-o", f"ControlPath={control}", "-O", "exit"] + base[1:],
+                       capture_output=True, timeout=30, check=False)
 
 
 @pytest.fixture
-def names(request) -> tuple[str, str]:
-    """A fresh (source, target) dataset pair for this test."""
-    short = re.sub(r"[^a-z0-9]", "", request.node.name.lower())[-40:]
-    return f"{SRC_POOL}/{short}", f"{DST_POOL}/{short}"
+def guest(openzfs_vm, openzfs_executor, openzfs_pools, ssh_control) -> Guest:
+    """The shared guest (tests/testbed/openzfs.py) with this test's two fresh pools."""
+    zfs = Zfs(openzfs_executor, timeout=OPENZFS_TIMEOUT)
+    zfs.detect_capabilities(openzfs_pools.source)
+    return Guest(openzfs_vm.host_config(), openzfs_vm.known_hosts, openzfs_executor, zfs,
+                 ssh_control, openzfs_pools)
+
+
+@pytest.fixture
+def names(guest) -> tuple[str, str]:
+    """The (source, target) dataset pair of this test, in its own source and target pools."""
+    return f"{guest.pools.source}/data", f"{guest.pools.target}/data"
 
 
 def run_step(guest: Guest, step, src: str, dst: str, *, raw: bool = False,
@@ -357,7 +324,7 @@ def test_an_interrupted_full_receive_leaves_a_token_that_describes_and_resumes(g
     zfs.snapshot(SnapshotName.of(src, "a"))
     guest.fill(src, "g", 1)
     zfs.snapshot(SnapshotName.of(src, "b"))
-    assert zfs.resume_token(SRC_POOL) is None
+    assert zfs.resume_token(guest.pools.source) is None
 
     plan = replan(guest, src, dst)
     cut = run_step(guest, plan.steps[0], src, dst, limit=100_000)
@@ -508,8 +475,9 @@ def test_bookmarks_are_listed_and_an_incremental_from_a_bookmark_works(guest, na
 def test_an_encrypted_dataset_is_sent_raw_and_its_interrupted_token_is_raw(guest, names):
     src, dst = names
     zfs = guest.zfs
-    guest.run("zfs", "create", "-o", "encryption=on", "-o", "keyformat=passphrase", src,
-              input=b"correct horse battery\n")
+    # pbkdf2iters: the minimum (zfsprops(7)); the default costs ~4 s of emulated CPU
+    guest.run("zfs", "create", "-o", "encryption=on", "-o", "keyformat=passphrase",
+              "-o", "pbkdf2iters=100000", src, input=b"correct horse battery\n")
     guest.fill(src, "f", 2)
     zfs.snapshot(SnapshotName.of(src, "a"))
 
