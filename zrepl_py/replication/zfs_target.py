@@ -141,6 +141,9 @@ def replicate_to_zfs_target(
     assert target.dataset is not None
     root = job.source.dataset
     tree = _target_tree(dst, target.dataset)
+    # Datasets known to exist on the target: listed, or received earlier in this run (parents
+    # come first), so a new child's parent needs no `zfs get` over ssh of its own.
+    present = {d.name for d in tree.datasets} if tree is not None else set()
     outcomes: list[DatasetOutcome] = []
     cursors = {(c.target, c.source_dataset): c for c in catalog.cursors(job_name)}
     for info in inventory.datasets:
@@ -158,7 +161,7 @@ def replicate_to_zfs_target(
                 outcome.reached = plan.common.name
             continue
         if not target_state.exists:
-            _ensure_parent(dst, target_ds)
+            _ensure_parent(dst, target_ds, present)
         reached: SnapRef | None = None
         for step in plan.steps:
             outcome.bytes += _execute(step, dataset, target_ds, source_state, src, dst, transfer)
@@ -168,6 +171,7 @@ def replicate_to_zfs_target(
             continue
         outcome.reached = reached.name
         _confirm(dst, target_ds, reached)
+        present.add(target_ds)
         old = cursors.get((str(target), str(dataset)))
         move_protection(src, dataset, reached.name, reached.guid, old.snapshot_name if old else None,
                         job=job_name, target=str(target))
@@ -176,10 +180,11 @@ def replicate_to_zfs_target(
     return outcomes
 
 
-def _ensure_parent(dst: Zfs, target_ds: DatasetName) -> None:
+def _ensure_parent(dst: Zfs, target_ds: DatasetName, present: set[DatasetName]) -> None:
     parent = DatasetName(target_ds.rsplit("/", 1)[0]) if "/" in target_ds else None
-    if parent is not None and not dst.exists(str(parent)):
+    if parent is not None and parent not in present and not dst.exists(str(parent)):
         dst.create_filesystem(parent, parents=True)
+        present.add(parent)
 
 
 def _confirm(dst: Zfs, target_ds: DatasetName, reached: SnapRef) -> None:
