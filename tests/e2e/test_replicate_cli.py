@@ -260,3 +260,25 @@ def test_rollback_is_opt_in_and_never_destroys_a_snapshot_zbak_did_not_make(make
     assert status == ExitStatus.OK, out + err
     assert "rollback" in json.loads(out)["rows"][0]["plan"]
     assert guids(rig.replica) == guids(rig.data)
+
+
+def test_method_auto_falls_back_to_rsync_when_the_target_host_has_no_zfs(make_pool, sshd, tmp_path, capsys):
+    rig = Rig(make_pool, sshd, tmp_path, capsys)
+    name = f"zbakfallback{os.getpid()}/replica"
+    text = rig.config.read_text().replace(f'targets = ["backup:{rig.replica}"]', f'targets = ["backup:{name}"]')
+    rig.config.write_text(text.replace('connect_timeout = 5', 'connect_timeout = 5\nzfs = "/nonexistent/zfs"\n'
+                                       'zpool = "/nonexistent/zpool"'))
+    assert rig("init", "--no-checks")[0] == ExitStatus.OK
+    write(rig.mount / "f.txt", 1000, 5)
+    rig.snapshot("s1")
+    directory = Path("/") / name
+    try:
+        status, out, err = rig("replicate", "--json")
+        assert status == ExitStatus.OK, out + err
+        assert "no zfs on backup" in out
+        assert (directory / "snapshots/s1/f.txt").read_bytes() == bytes([5]) * 1000
+        status, out, _ = rig("status", "--json")
+        assert json.loads(out)[0]["targets"][0]["cursor"] == "s1"
+    finally:
+        import shutil
+        shutil.rmtree(directory.parent, ignore_errors=True)

@@ -13,7 +13,7 @@ import logging
 
 from zrepl_py.config.schema import Endpoint, JobConfig, ProtectionBudget
 from zrepl_py.context import Context, lock_key
-from zrepl_py.errors import UsageError, ZbakError
+from zrepl_py.errors import CommandFailed, UsageError, ZbakError
 from zrepl_py.locking import dataset_lock
 from zrepl_py.proc.progress import progress_callback
 from zrepl_py.replication.rsync_target import replicate_to_directory
@@ -24,6 +24,9 @@ from zrepl_py.snapshots.inventory import Inventory, take_inventory
 from zrepl_py.zfs.names import SnapshotName
 
 log = logging.getLogger(__name__)
+
+COMMAND_NOT_FOUND = 127
+"""Exit status of a shell (and of LocalExecutor) for a missing command: no zfs on the host."""
 
 
 @dataclasses.dataclass
@@ -132,7 +135,7 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
                     _one_target(ctx, name, job, target, inventory, src, result, dry_run=False)
                     record.bytes = result.bytes
                     held = _held_bases(ctx, name, target, inventory, src, cfg.protection_budget)
-                    result.warnings = budget_warnings(cfg.protection_budget, held, ctx.clock.now())
+                    result.warnings += budget_warnings(cfg.protection_budget, held, ctx.clock.now())
                     if result.warnings:
                         record.error = "; ".join(result.warnings)
             except ZbakError as exc:
@@ -157,7 +160,23 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
         return
     assert target.dataset is not None
     with dataset_lock(ctx.state_dir, f"target {target}", "replicate"):
-        dst = ctx.zfs(target.host, target.dataset.pool)
+        try:
+            dst = ctx.zfs(target.host, target.dataset.pool)
+        except CommandFailed as exc:
+            if cfg.method != "auto" or exc.returncode != COMMAND_NOT_FOUND or job.recursive:
+                raise
+            fallback = Endpoint(target.host, None, f"/{target.dataset}")
+            log.warning("%s has no zfs (%s): method auto falls back to rsync into %s",
+                        target.host, exc.stderr, fallback.directory)
+            result.method = "rsync"
+            result.warnings.append(f"no zfs on {target.host}: rsync fallback into {fallback.directory}")
+            synced = replicate_to_directory(
+                ctx=ctx, job_name=name, job=job, target=fallback, inventory=inventory, src=src,
+                target_side=target_side, dry_run=dry_run, cursor_key=str(target),
+            )
+            result.snapshots_synced, result.bytes = synced.snapshots, synced.bytes
+            result.warnings.extend(synced.warnings)
+            return
         transfer = Transfer(source_side, target_side, cfg.compression == "zstd", cfg.bandwidth_limit,
                             cfg.on_divergence, progress_callback)
         result.datasets = replicate_to_zfs_target(

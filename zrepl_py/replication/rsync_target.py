@@ -38,8 +38,12 @@ def replicate_to_directory(
     src: Zfs,
     target_side: Side,
     dry_run: bool,
+    cursor_key: str | None = None,
 ) -> DirectoryOutcome:
     """Copy each pending snapshot of the job's dataset into ``target.directory``.
+
+    ``cursor_key`` names the target in the catalog (default ``str(target)``); the method
+    ``auto`` fallback passes the configured dataset target it stands in for.
 
     Raises:
         RsyncFailed, RsyncNotFound: rsync failed (no tree and no cursor recorded for it).
@@ -49,10 +53,11 @@ def replicate_to_directory(
     dataset = job.source.dataset
     catalog = ctx.catalog()
     executor = ctx.executors().get(target.host)
+    key = cursor_key or str(target)
     with dataset_lock(ctx.state_dir, f"target {target}", "replicate"):
         present = set(last_synced(executor, target.directory))
         cursor = next((c for c in catalog.cursors(job_name)
-                       if c.target == str(target) and c.source_dataset == str(dataset)), None)
+                       if c.target == key and c.source_dataset == str(dataset)), None)
         floor = cursor.createtxg if cursor else -1
         pending = [s for s in inventory.tree.snapshots(dataset)
                    if s.createtxg > floor and s.short not in present]
@@ -67,7 +72,7 @@ def replicate_to_directory(
             )
             outcome.bytes += result.bytes_sent or 0
             outcome.warnings.extend(result.warnings)
-            catalog.set_cursor(job_name, str(target), job.source.host, str(dataset),
+            catalog.set_cursor(job_name, key, job.source.host, str(dataset),
                                target.directory, "rsync", snap.short, snap.guid, snap.createtxg,
                                ctx.clock.now())
     return outcome
