@@ -28,7 +28,7 @@ class Check:
 
 
 def _capabilities_text(caps) -> str:
-    flags = [f.name for f in dataclasses.fields(caps) if f.type in ("bool", bool) and getattr(caps, f.name)]
+    flags = [f.name for f in dataclasses.fields(caps) if getattr(caps, f.name) is True]
     version = f"pool v{caps.pool_version}, " if caps.pool_version else ""
     return version + ("features: " + ", ".join(flags) if flags else "no optional features")
 

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from testbed.common import hosts_table
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 
@@ -76,12 +77,7 @@ def test_a_job_on_a_remote_source_snapshots_and_prunes_over_ssh(zpool, sshd, tmp
     config = tmp_path / "zbak.toml"
     config.write_text(textwrap.dedent(f"""
         state_dir = "{tmp_path / 'state'}"
-        [hosts.src]
-        address = "{sshd.host}"
-        port = {sshd.port}
-        user = "{sshd.user}"
-        identity_file = "{sshd.identity_file}"
-        known_hosts = "{sshd.known_hosts}"
+    """) + hosts_table("src", sshd.host_config()) + textwrap.dedent(f"""
         [jobs.r]
         dataset = "src:{data}"
         [jobs.r.snapshot]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.common import hosts_table
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 
@@ -56,13 +57,8 @@ class Rig:
         targets = targets or [f"backup:{self.replica}"]
         self.config.write_text(textwrap.dedent(f"""
             state_dir = "{self.tmp / 'state'}"
-            [hosts.backup]
-            address = "{self.sshd.host}"
-            port = {port or self.sshd.port}
-            user = "{self.sshd.user}"
-            identity_file = "{self.sshd.identity_file}"
-            known_hosts = "{self.sshd.known_hosts}"
-            connect_timeout = 5
+        """) + hosts_table("backup", self.sshd.host_config(port=port or self.sshd.port),
+                           connect_timeout=5) + textwrap.dedent(f"""
             [jobs.j]
             dataset = "{self.data}"
             recursive = {str(recursive).lower()}

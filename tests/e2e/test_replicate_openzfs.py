@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from testbed.common import hosts_table
 from testbed.openzfs import COMMAND_TIMEOUT
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
@@ -50,17 +51,11 @@ class Rig:
 
     def write_config(self, *, rate: int | None = None) -> None:
         """(Re)write the config; ``rate`` sets ``bandwidth_limit`` in bytes/s."""
-        host = self.vm.host_config()
         limit = f"bandwidth_limit = {rate}\n" if rate else ""
-        self.config.write_text(textwrap.dedent(f"""\
-            state_dir = "{self.tmp / 'state'}"
-            [hosts.vm]
-            address = "{host.address}"
-            port = {host.port}
-            user = "{host.user}"
-            identity_file = "{host.identity_file}"
-            known_hosts = "{host.known_hosts}"
-            connect_timeout = 30
+        self.config.write_text(
+            f'state_dir = "{self.tmp / "state"}"\n'
+            + hosts_table("vm", self.vm.host_config(), connect_timeout=30)
+            + textwrap.dedent(f"""\
             [jobs.j]
             dataset = "vm:{self.data}"
             [jobs.j.replicate]

@@ -39,3 +39,18 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def hosts_table(name: str, host, **extra: object) -> str:
+    """A ``[hosts.NAME]`` TOML table for a ``HostConfig`` (from ``SshServer.host_config()``
+    or ``OpenZfsGuest.host_config()``), with ``extra`` keys (ints or strings) appended."""
+    lines = [
+        f"[hosts.{name}]",
+        f'address = "{host.address}"',
+        f"port = {host.port}",
+        f'user = "{host.user}"',
+        f'identity_file = "{host.identity_file}"',
+        f'known_hosts = "{host.known_hosts}"',
+    ]
+    lines += [f"{key} = {value!r}".replace("'", '"') for key, value in extra.items()]
+    return "\n".join(lines) + "\n"

@@ -19,9 +19,9 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> ExitStatus
         results, status = for_each_job(ctx.select_jobs(jobs), lambda n, j: snapshot_job(ctx, n, j))
     if as_json:
         emit_json([{"job": r.job, "source": r.source, "snapshot": r.taken.short,
-                    "datasets": list(r.taken.datasets), "atomic": r.taken.atomic} for r in results])
+                    "datasets": list(r.datasets), "atomic": r.taken.atomic} for r in results])
     elif results:
         emit_table("snapshots taken", ["job", "snapshot", "datasets", "atomic"],
-                   [(r.job, r.taken.short, len(r.taken.datasets), "yes" if r.taken.atomic else "no")
+                   [(r.job, r.taken.short, len(r.datasets), "yes" if r.taken.atomic else "no")
                     for r in results])
     return status

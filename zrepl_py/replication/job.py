@@ -149,38 +149,33 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
     cfg = job.replicate
     assert cfg is not None
     source_side, target_side = _side(ctx, job.source.host), _side(ctx, target.host)
-    if result.method == "rsync":
-        synced = replicate_to_directory(
-            ctx=ctx, job_name=name, job=job, target=target, inventory=inventory, src=src,
-            target_side=target_side, dry_run=dry_run,
-        )
-        result.snapshots_synced = synced.snapshots
-        result.bytes = synced.bytes
-        result.warnings.extend(synced.warnings)
-        return
-    assert target.dataset is not None
-    with dataset_lock(ctx.state_dir, f"target {target}", "replicate"):
-        try:
-            dst = ctx.zfs(target.host, target.dataset.pool)
-        except CommandFailed as exc:
-            if cfg.method != "auto" or exc.returncode != COMMAND_NOT_FOUND or job.recursive:
-                raise
-            fallback = Endpoint(target.host, None, f"/{target.dataset}")
-            log.warning("%s has no zfs (%s): method auto falls back to rsync into %s",
-                        target.host, exc.stderr, fallback.directory)
-            result.method = "rsync"
-            result.warnings.append(f"no zfs on {target.host}: rsync fallback into {fallback.directory}")
-            synced = replicate_to_directory(
-                ctx=ctx, job_name=name, job=job, target=fallback, inventory=inventory, src=src,
-                target_side=target_side, dry_run=dry_run, cursor_key=str(target),
-            )
-            result.snapshots_synced, result.bytes = synced.snapshots, synced.bytes
-            result.warnings.extend(synced.warnings)
-            return
-        transfer = Transfer(source_side, target_side, cfg.compression == "zstd", cfg.bandwidth_limit,
-                            cfg.on_divergence, progress_callback)
-        result.datasets = replicate_to_zfs_target(
-            job_name=name, job=job, target=target, inventory=inventory, src=src, dst=dst,
-            transfer=transfer, catalog=ctx.catalog(), clock=ctx.clock, dry_run=dry_run,
-        )
-        result.bytes = sum(d.bytes for d in result.datasets)
+    directory = target if result.method == "rsync" else None
+    if directory is None:
+        assert target.dataset is not None
+        with dataset_lock(ctx.state_dir, f"target {target}", "replicate"):
+            try:
+                dst = ctx.zfs(target.host, target.dataset.pool)
+            except CommandFailed as exc:
+                if cfg.method != "auto" or exc.returncode != COMMAND_NOT_FOUND or job.recursive:
+                    raise
+                directory = Endpoint(target.host, None, f"/{target.dataset}")
+                log.warning("%s has no zfs (%s): method auto falls back to rsync into %s",
+                            target.host, exc.stderr, directory.directory)
+                result.method = "rsync"
+                result.warnings.append(
+                    f"no zfs on {target.host}: rsync fallback into {directory.directory}")
+            else:
+                transfer = Transfer(source_side, target_side, cfg.compression == "zstd",
+                                    cfg.bandwidth_limit, cfg.on_divergence, progress_callback)
+                result.datasets = replicate_to_zfs_target(
+                    job_name=name, job=job, target=target, inventory=inventory, src=src, dst=dst,
+                    transfer=transfer, catalog=ctx.catalog(), clock=ctx.clock, dry_run=dry_run,
+                )
+                result.bytes = sum(d.bytes for d in result.datasets)
+                return
+    synced = replicate_to_directory(
+        ctx=ctx, job_name=name, job=job, target=directory, inventory=inventory, src=src,
+        target_side=target_side, dry_run=dry_run, cursor_key=str(target),
+    )
+    result.snapshots_synced, result.bytes = synced.snapshots, synced.bytes
+    result.warnings.extend(synced.warnings)

@@ -19,6 +19,8 @@ class SnapshotResult:
     job: str
     source: str
     taken: Taken
+    datasets: tuple[str, ...]
+    """The datasets that now carry the snapshot, from the listing after it was taken."""
 
 
 def snapshot_job(ctx: Context, name: str, job: JobConfig) -> SnapshotResult:
@@ -34,7 +36,13 @@ def snapshot_job(ctx: Context, name: str, job: JobConfig) -> SnapshotResult:
         with recorded_run(catalog, ctx.clock, name, "snapshot"):
             zfs = ctx.zfs(source.host, source.dataset.pool)
             now = ctx.clock.now()
-            before = take_inventory(zfs, catalog, job, now)
-            taken = take_snapshot(zfs, job, [d.name for d in before.datasets], now)
-            take_inventory(zfs, catalog, job, now)
-    return SnapshotResult(job=name, source=str(source), taken=taken)
+            # Only excludes need the covered datasets before the snapshot; otherwise one
+            # listing afterwards both records the new snapshot and says where it landed.
+            covered = [source.dataset]
+            if job.recursive and job.exclude:
+                covered = [d.name for d in take_inventory(zfs, catalog, job, now).datasets]
+            taken = take_snapshot(zfs, job, covered, now)
+            after = take_inventory(zfs, catalog, job, now)
+    datasets = tuple(str(d.name) for d in after.datasets
+                     if any(s.short == taken.short for s in after.tree.snapshots(d.name)))
+    return SnapshotResult(job=name, source=str(source), taken=taken, datasets=datasets)

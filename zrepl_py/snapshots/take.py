@@ -17,10 +17,9 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Taken:
-    """The snapshot name taken (short part) and the datasets it was taken on."""
+    """The snapshot name taken (short part) and whether one command took it everywhere."""
 
     short: str
-    datasets: tuple[DatasetName, ...]
     atomic: bool
 
 
@@ -35,7 +34,8 @@ def take_snapshot(zfs: Zfs, job: JobConfig, covered: list[DatasetName], now: dt.
     Args:
         zfs: client for the job's source host (capabilities probed).
         job: the job.
-        covered: the job's datasets, root first, excludes already removed.
+        covered: for a recursive job with excludes, the datasets to snapshot (root first,
+            excludes removed); otherwise only the root is used.
         now: aware UTC time the name is made from.
 
     Raises:
@@ -48,18 +48,18 @@ def take_snapshot(zfs: Zfs, job: JobConfig, covered: list[DatasetName], now: dt.
     try:
         if not job.recursive:
             zfs.snapshot(SnapshotName.of(root, short))
-            return Taken(short, (root,), True)
+            return Taken(short, True)
         if not job.exclude:
             zfs.snapshot(SnapshotName.of(root, short), recursive=True)
-            return Taken(short, tuple(covered), True)
+            return Taken(short, True)
         if zfs.capabilities is not None and zfs.capabilities.multi_snapshot:
             zfs.snapshot_many(names)
-            return Taken(short, tuple(covered), True)
+            return Taken(short, True)
         log.warning("%s: this ZFS takes one snapshot per command; %s is not atomic across "
                     "the %d datasets", root, short, len(names))
         for name in names:
             zfs.snapshot(name)
-        return Taken(short, tuple(covered), False)
+        return Taken(short, False)
     except DatasetExists as exc:
         raise DatasetExists(
             exc.argv, exc.returncode,
