@@ -269,3 +269,59 @@ class SnapshotViewError(ZbakError):
     """A snapshot's files could not be offered as a directory (a volume has no files; the
     temporary clone did not mount), or the temporary clone could not be destroyed afterwards
     (the message names it: ``zfs destroy`` it by hand)."""
+
+
+class StoreError(ZbakError):
+    """An object store (``s3://`` or ``file://``) refused or failed an operation.
+
+    Attributes:
+        store: the store's name in the config (or its URL when unnamed).
+        key: the object key involved, or None for a store-wide operation.
+    """
+
+    def __init__(self, message: str, *, store: str = "", key: str | None = None):
+        self.store = store
+        self.key = key
+        super().__init__(message)
+
+
+class StoreTransient(StoreError):
+    """A failure worth retrying (throttling, 5xx, connection reset, timeout); raised only after
+    the backend's own retries with backoff were used up."""
+
+
+class StorePermanent(StoreError):
+    """A failure retrying cannot fix: access denied, no such bucket, invalid storage class."""
+
+
+class ObjectNotFound(StorePermanent):
+    """The object does not exist in the store (deleted behind zbak's back, or never written)."""
+
+
+class NeedsThaw(StoreError):
+    """The object is in a cold class (GLACIER, DEEP_ARCHIVE) and not restored: request a thaw
+    (``Backend.request_thaw``) and read it once ``Backend.stat`` reports it ready."""
+
+    exit_status = ExitStatus.THAW_PENDING
+
+
+class ThawPending(ZbakError):
+    """A restore or deep audit is waiting for cold objects to thaw; run the command again after
+    the time in the message (the run resumes where it stopped)."""
+
+    exit_status = ExitStatus.THAW_PENDING
+
+
+class StreamCorrupt(ZbakError):
+    """A stored volume or stream does not match what the catalog or manifest records (size,
+    SHA-256, zstd frame end, or BEGIN-record guids); it was not fed to ``zfs receive``."""
+
+
+class ArchiveError(ZbakError):
+    """An archive run could not write the next stream of a chain (the message says why and
+    what to do); nothing was added to the catalog."""
+
+
+class RestoreError(ZbakError):
+    """A restore could not be planned or carried out; nothing was received, or the message
+    names what was received and where."""

@@ -185,6 +185,38 @@ class Volume(Base):
     sha256: Mapped[str] = mapped_column(sa.String(64))
 
 
+class StreamSnapshot(Base):
+    """A snapshot a stream carries: a full carries its one snapshot, an ``-I`` incremental
+    every snapshot after its from-snapshot up to and including its to-snapshot."""
+
+    __tablename__ = "stream_snapshots"
+    __table_args__ = (
+        sa.UniqueConstraint("stream_id", "guid"),
+        sa.Index("ix_stream_snapshots_guid", "guid"),
+    )
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    stream_id: Mapped[int] = mapped_column(sa.ForeignKey("streams.id", ondelete="RESTRICT"))
+    name: Mapped[str] = mapped_column(sa.String(NAME_LEN))
+    guid: Mapped[int] = mapped_column(UInt64)
+    createtxg: Mapped[int] = mapped_column(sa.BigInteger)
+
+
+class ThawRequest(Base):
+    """A thaw (S3 RestoreObject) requested for every cold object of a stream, so a rerun of a
+    restore or deep audit knows it asked and when the objects should be readable."""
+
+    __tablename__ = "thaw_requests"
+    __table_args__ = (sa.UniqueConstraint("stream_id"),)
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    stream_id: Mapped[int] = mapped_column(sa.ForeignKey("streams.id", ondelete="RESTRICT"))
+    tier: Mapped[str] = mapped_column(sa.String(16))
+    days: Mapped[int] = mapped_column(sa.Integer)
+    requested_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+    ready_by: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+
+
 class Run(Base):
     """One run of a job's action (snapshot, replicate, ...), possibly against one target."""
 

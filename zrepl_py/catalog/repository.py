@@ -33,6 +33,8 @@ from zrepl_py.catalog.models import (
     Run,
     Snapshot,
     Stream,
+    StreamSnapshot,
+    ThawRequest,
     Volume,
 )
 from zrepl_py.catalog.types import to_signed64
@@ -164,6 +166,27 @@ class NewVolume:
     raw_bytes: int
     stored_bytes: int
     sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CarriedSnapshot:
+    """A snapshot a stream carries (``name`` after ``@``, guid 0 .. 2**64-1, createtxg)."""
+
+    name: str
+    guid: int
+    createtxg: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ThawRow:
+    """A thaw requested for a stream's cold objects: retrieval ``tier``, restored copies kept
+    ``days`` days; ``requested_at`` and ``ready_by`` (expected readable) are aware UTC."""
+
+    stream_id: int
+    tier: str
+    days: int
+    requested_at: dt.datetime
+    ready_by: dt.datetime
 
 
 @dataclasses.dataclass(frozen=True)
@@ -575,8 +598,14 @@ class Catalog:
 
     # -- streams and volumes -------------------------------------------------------------
 
-    def add_stream(self, stream: NewStream, volumes: Sequence[NewVolume] = ()) -> int:
-        """Record ``stream`` and its ``volumes`` (indexes 0, 1, ...); return the stream id.
+    def add_stream(
+        self,
+        stream: NewStream,
+        volumes: Sequence[NewVolume] = (),
+        carried: Sequence[CarriedSnapshot] = (),
+    ) -> int:
+        """Record ``stream``, its ``volumes`` (indexes 0, 1, ...) and the snapshots it
+        ``carried`` (which must include its to-snapshot when given); return the stream id.
 
         An incremental must name an existing ``parent_id`` of the same dataset and store, in
         state uploading/uploaded/verified, whose ``to_guid`` equals ``from_guid`` and whose
@@ -604,7 +633,62 @@ class Catalog:
             session.add_all(
                 Volume(stream_id=row.id, **dataclasses.asdict(volume)) for volume in volumes
             )
+            if carried and stream.to_guid not in {c.guid for c in carried}:
+                raise ValueError(f"{label}: the carried snapshots must include @{stream.to_name}")
+            session.add_all(
+                StreamSnapshot(stream_id=row.id, name=c.name, guid=c.guid, createtxg=c.createtxg)
+                for c in carried
+            )
             return row.id
+
+    def carried(self, stream_ids: Iterable[int]) -> dict[int, list[CarriedSnapshot]]:
+        """Map each stream id to the snapshots it carries, in createtxg order (streams
+        recorded without them map to an empty list)."""
+        ids = sorted(set(stream_ids))
+        found: dict[int, list[CarriedSnapshot]] = {i: [] for i in ids}
+        with self._session("listing the snapshots streams carry") as session:
+            for chunk in _chunks(ids):
+                query = (
+                    sa.select(StreamSnapshot)
+                    .where(StreamSnapshot.stream_id.in_(chunk))
+                    .order_by(StreamSnapshot.stream_id, StreamSnapshot.createtxg)
+                )
+                for row in session.scalars(query):
+                    found[row.stream_id].append(CarriedSnapshot(row.name, row.guid, row.createtxg))
+        return found
+
+    def record_thaw(
+        self, stream_id: int, *, tier: str, days: int, requested_at: dt.datetime,
+        ready_by: dt.datetime,
+    ) -> None:
+        """Record (or replace) the thaw request of stream ``stream_id``.
+
+        Raises:
+            NotInCatalog: no such stream.
+            ValueError: naive times, ``days`` < 1.
+        """
+        _aware("requested_at", requested_at)
+        _aware("ready_by", ready_by)
+        if days < 1:
+            raise ValueError(f"thaw days must be >= 1, not {days}")
+        with self._session(f"recording a thaw of stream {stream_id}") as session:
+            if session.get(Stream, stream_id) is None:
+                raise NotInCatalog(f"stream {stream_id} is not in the catalog")
+            session.execute(sa.delete(ThawRequest).where(ThawRequest.stream_id == stream_id))
+            session.add(ThawRequest(stream_id=stream_id, tier=tier, days=days,
+                                    requested_at=requested_at, ready_by=ready_by))
+
+    def thaws(self, stream_ids: Iterable[int]) -> dict[int, ThawRow]:
+        """The recorded thaw requests of the given streams, by stream id (absent: none)."""
+        ids = sorted(set(stream_ids))
+        found: dict[int, ThawRow] = {}
+        with self._session("listing thaw requests") as session:
+            for chunk in _chunks(ids):
+                query = sa.select(ThawRequest).where(ThawRequest.stream_id.in_(chunk))
+                for row in session.scalars(query):
+                    found[row.stream_id] = ThawRow(row.stream_id, row.tier, row.days,
+                                                   row.requested_at, row.ready_by)
+        return found
 
     @staticmethod
     def _check_new_stream(stream: NewStream) -> None:
@@ -820,7 +904,8 @@ class Catalog:
                     f"stream {stream_id} is {stream.state}: condemn it and delete its objects"
                     " before deleting its catalog row"
                 )
-            session.execute(sa.delete(Volume).where(Volume.stream_id == stream_id))
+            for table in (Volume, StreamSnapshot, ThawRequest):
+                session.execute(sa.delete(table).where(table.stream_id == stream_id))
             session.execute(sa.delete(Stream).where(Stream.id == stream_id))
 
 

@@ -14,19 +14,12 @@ import sys
 import threading
 from typing import Mapping, Sequence
 
+import importlib
+import importlib.util
+
 import click
 
 from zrepl_py import __version__
-from zrepl_py.cli import (
-    config_cmd,
-    init_cmd,
-    list_cmd,
-    prune_cmd,
-    replicate_cmd,
-    snapshot_cmd,
-    status_cmd,
-)
-from zrepl_py.cli.common import Invocation
 from zrepl_py.errors import ExitStatus, ZbakError
 from zrepl_py.logsetup import setup_logging
 
@@ -34,8 +27,43 @@ log = logging.getLogger("zrepl_py")
 
 EPILOG = "\b\nExit codes:\n" + ExitStatus.help_table()
 
+# Command name -> module defining ``command``. Modules are imported only when their command
+# runs (or --help lists them), so `zbak snapshot` does not pay for boto3 or paramiko.
+COMMANDS = {
+    "init": "init_cmd",
+    "config": "config_cmd",
+    "snapshot": "snapshot_cmd",
+    "replicate": "replicate_cmd",
+    "archive": "archive_cmd",
+    "prune": "prune_cmd",
+    "audit": "audit_cmd",
+    "restore": "restore_cmd",
+    "status": "status_cmd",
+    "list": "list_cmd",
+    "catalog": "catalog_cmd",
+    "daemon": "daemon_cmd",
+}
 
-@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use (click's LazyGroup recipe)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name in COMMANDS if _module_exists(COMMANDS[name])]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMANDS.get(cmd_name)
+        if module is None or not _module_exists(module):
+            return None
+        return importlib.import_module(f"zrepl_py.cli.{module}").command
+
+
+def _module_exists(module: str) -> bool:
+    # Commands of later issues are listed before their module lands.
+    return importlib.util.find_spec(f"zrepl_py.cli.{module}") is not None
+
+
+@click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_option", metavar="PATH",
               help="Config file (default: $ZBAK_CONFIG, then /etc/zbak/zbak.toml).")
 @click.option("--debug", is_flag=True, help="Log every command run (never secrets).")
@@ -43,14 +71,10 @@ EPILOG = "\b\nExit codes:\n" + ExitStatus.help_table()
 @click.pass_context
 def cli(click_ctx: click.Context, config_option: str | None, debug: bool) -> None:
     """zbak: ZFS snapshots, replication and cold-storage chains under one catalog."""
-    inv: Invocation = click_ctx.obj
+    inv = click_ctx.obj
     inv.config_option = config_option
     inv.debug = debug
     setup_logging("DEBUG" if debug else inv.env.get("ZBAK_LOG_LEVEL", "INFO"))
-
-
-for module in (init_cmd, snapshot_cmd, replicate_cmd, prune_cmd, status_cmd, list_cmd, config_cmd):
-    cli.add_command(module.command)
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -61,6 +85,8 @@ def _terminate(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatus:
     """Run zbak with ``argv`` (without the program name) and return the exit status."""
+    from zrepl_py.cli.common import Invocation  # noqa: PLC0415 (keeps --help light)
+
     inv = Invocation(env=dict(os.environ if env is None else env))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)

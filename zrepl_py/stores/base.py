@@ -1,0 +1,146 @@
+"""The object-store interface every archive store implements (``file://`` and ``s3://``).
+
+Error contract (all are ``zrepl_py.errors.StoreError`` subclasses, each naming store and key):
+
+* ``ObjectNotFound``: the key does not exist (``get``, ``stat``, ``request_thaw``).
+  ``delete`` of a missing key is not an error (deletion is idempotent, so a prune rerun
+  after a crash converges).
+* ``NeedsThaw``: ``get`` of an object in a cold class (GLACIER, DEEP_ARCHIVE) that is not
+  restored; call ``request_thaw`` and wait until ``stat(key).thaw`` is ``THAWED``.
+* ``StoreTransient``: throttling, HTTP 5xx, connection reset, timeout, raised only after the
+  backend's own retries with exponential backoff were used up; the caller may run again later.
+* ``StorePermanent``: anything retrying cannot fix (access denied, no such bucket, invalid
+  storage class, a key outside the store's prefix).
+
+Keys are relative to the store's root (the URL's prefix or directory), ``/``-separated, never
+starting with ``/`` and never containing ``..`` segments. Sizes are bytes, times aware UTC.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import datetime as dt
+import enum
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+# S3 storage classes whose objects must be restored (thawed) before a GET; GLACIER_IR is read
+# directly (AWS S3 user guide, "Using Amazon S3 storage classes").
+COLD_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+
+
+class Thaw(enum.Enum):
+    """Whether an object can be read now."""
+
+    NOT_NEEDED = "not_needed"  # a class read directly (STANDARD, *_IA, GLACIER_IR, file://)
+    FROZEN = "frozen"  # cold class, no restore requested (or the restored copy expired)
+    THAWING = "thawing"  # restore requested, not finished
+    THAWED = "thawed"  # restored copy readable until ``ObjectInfo.thaw_expires``
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectInfo:
+    """What the store says about one object.
+
+    Attributes:
+        key: the key relative to the store root.
+        size: stored bytes.
+        storage_class: the class the store reports (``STANDARD`` for ``file://``).
+        modified: last-modified time, aware UTC.
+        thaw: whether a GET would succeed now (see :class:`Thaw`).
+        thaw_expires: when a restored (thawed) copy expires, aware UTC, else None.
+    """
+
+    key: str
+    size: int
+    storage_class: str
+    modified: dt.datetime
+    thaw: Thaw = Thaw.NOT_NEEDED
+    thaw_expires: dt.datetime | None = None
+
+    @property
+    def readable(self) -> bool:
+        """True when a GET would return the bytes now."""
+        return self.thaw in (Thaw.NOT_NEEDED, Thaw.THAWED)
+
+
+@dataclasses.dataclass(frozen=True)
+class PutResult:
+    """What ``put`` stored: ``size`` bytes whose SHA-256 is ``sha256`` (lowercase hex), in
+    ``storage_class`` (the class actually used: ``file://`` stores everything STANDARD)."""
+
+    size: int
+    sha256: str
+    storage_class: str
+
+
+class Backend(abc.ABC):
+    """One store: a bucket and prefix, or a directory.
+
+    Attributes:
+        name: the store's name in the config (``[stores.NAME]``), used in messages.
+        url: the store's URL (``s3://bucket/prefix`` or ``file:///dir``).
+    """
+
+    name: str
+    url: str
+
+    @abc.abstractmethod
+    def put(self, key: str, chunks: Iterable[bytes], *, storage_class: str = "STANDARD") -> PutResult:
+        """Store the concatenation of ``chunks`` (of unknown total length) under ``key``.
+
+        The object appears whole or not at all: a failure or interruption leaves no object
+        under ``key`` (an earlier object there is kept until the new one is complete, then
+        replaced). Memory stays bounded by the part size times the upload concurrency,
+        whatever the total length. The SHA-256 is computed over the bytes as they pass.
+
+        Raises:
+            StoreTransient, StorePermanent: as in the module docstring; also any exception
+                raised by iterating ``chunks`` (the upload is aborted first).
+        """
+
+    @abc.abstractmethod
+    def get(self, key: str, *, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """Yield the object's bytes in order, in chunks of at most ``chunk_size`` bytes.
+
+        A connection lost mid-object is resumed from the last byte yielded (ranged GET),
+        within the retry budget.
+
+        Raises:
+            ObjectNotFound, NeedsThaw, StoreTransient, StorePermanent.
+        """
+
+    @abc.abstractmethod
+    def stat(self, key: str) -> ObjectInfo:
+        """Return what the store knows of ``key``.
+
+        Raises:
+            ObjectNotFound, StoreTransient, StorePermanent.
+        """
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Yield every object whose key starts with ``prefix``, in key order (byte-wise)."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete ``key``; a missing key is not an error (idempotent)."""
+
+    @abc.abstractmethod
+    def request_thaw(self, key: str, *, days: int, tier: str) -> Thaw:
+        """Ask the store to make a cold object readable for ``days`` days, at retrieval
+        ``tier`` (``Expedited``, ``Standard`` or ``Bulk``; S3 RestoreObject). Requesting again
+        while a restore is in progress is not an error. Returns the state after the request
+        (``NOT_NEEDED`` for a class read directly).
+
+        Raises:
+            ObjectNotFound, StoreTransient, StorePermanent.
+        """
+
+    def local_path(self, key: str) -> Path | None:
+        """The object's file when the store is a local directory (reads skip a copy), else None."""
+        return None
+
+    def close(self) -> None:
+        """Release connections; the backend is not used afterwards."""
