@@ -8,8 +8,8 @@ reads the byte count from the kernel's per-process I/O accounting.
 Behaviour:
 
 - Every stage starts from an argv list (never a shell) in its own session and process group,
-  so stopping a stage stops its children too (ssh's, a wrapper's). Stage 0 reads /dev/null;
-  the last stage writes to /dev/null unless ``stdout`` is given.
+  so stopping a stage stops its children too (ssh's, a wrapper's). Stage 0 reads /dev/null
+  unless ``stdin`` is given; the last stage writes to /dev/null unless ``stdout`` is given.
 - If zbak itself dies (SIGTERM, SIGKILL, OOM), every stage gets SIGTERM from the kernel:
   stages start through util-linux ``setpriv --pdeathsig TERM`` (prctl(2) PR_SET_PDEATHSIG;
   a ``preexec_fn`` is unsafe with the stderr threads running), so no orphaned ``zfs receive``
@@ -313,8 +313,10 @@ def _signal_group(pgid: int, sig: int) -> None:
 class _Pipeline:
     """One run of ``run_pipeline``; see there."""
 
-    def __init__(self, stages: Sequence[Stage], stdout, meter: Meter, pipe_size: int | None):
+    def __init__(self, stages: Sequence[Stage], stdin: int | None, stdout, meter: Meter,
+                 pipe_size: int | None):
         self.children = [_Child(stage) for stage in stages]
+        self.stdin = stdin
         self.stdout = stdout
         self.meter_child = self.children[0 if meter is Meter.WRITTEN else 1]
         self.meter_field = "wchar" if meter is Meter.WRITTEN else "rchar"
@@ -328,7 +330,10 @@ class _Pipeline:
 
     def start(self) -> bool:
         """Start every stage upstream first; False when one could not be started."""
-        read_end = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        if self.stdin is None:
+            read_end = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        else:  # a copy, closed below like any pipe end: the caller's fd stays open
+            read_end = os.dup(self.stdin)
         last = len(self.children) - 1
         devnull_out = None
         try:
@@ -526,6 +531,7 @@ def run_pipeline(
     meter: Meter = Meter.WRITTEN,
     kill_grace: float = KILL_GRACE,
     pipe_size: int | None = None,
+    stdin: int | None = None,
 ) -> PipelineResult:
     """Run ``stages`` connected stdout to stdin by OS pipes and wait for all of them.
 
@@ -543,6 +549,8 @@ def run_pipeline(
             ``PipelineTimedOut`` raised; None for no limit.
         stdout: where the last stage writes (an fd or a file object with ``fileno()``, left
             open); default /dev/null.
+        stdin: an fd stage 0 reads (left open: close it once the pipeline returned, so a
+            writer blocked on it gets EPIPE); default /dev/null.
         meter: where the byte count comes from (``Meter``).
         kill_grace: seconds between SIGTERM and SIGKILL when stopping.
         pipe_size: bytes to ask for each pipe's buffer (``F_SETPIPE_SZ``, fcntl(2)); None
@@ -563,17 +571,17 @@ def run_pipeline(
         raise ValueError("Meter.READ counts what stage 1 reads: the pipeline needs 2 stages")
     log.debug("pipeline: %s", " | ".join(stage.name for stage in stages))
     try:
-        return _run(stages, progress, interval, cancel, timeout, stdout, meter, kill_grace,
-                    pipe_size)  # fmt: skip
+        return _run(stages, progress, interval, cancel, timeout, stdin, stdout, meter,
+                    kill_grace, pipe_size)  # fmt: skip
     finally:
         close = getattr(progress, "close", None)
         if callable(close):
             close()
 
 
-def _run(stages, progress, interval, cancel, timeout, stdout, meter, kill_grace, pipe_size):
+def _run(stages, progress, interval, cancel, timeout, stdin, stdout, meter, kill_grace, pipe_size):
     """``run_pipeline`` after argument checks, without the progress close."""
-    run = _Pipeline(stages, stdout, meter, pipe_size)
+    run = _Pipeline(stages, stdin, stdout, meter, pipe_size)
     reason = "failed"
     try:
         if cancel is not None and cancel.is_set():

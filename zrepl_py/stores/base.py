@@ -108,7 +108,9 @@ class Backend(abc.ABC):
         within the retry budget.
 
         Raises:
-            ObjectNotFound, NeedsThaw, StoreTransient, StorePermanent.
+            ObjectNotFound, NeedsThaw, StoreTransient, StorePermanent. ``ObjectNotFound`` and
+            ``NeedsThaw`` are raised by the call itself, before any byte is yielded; errors
+            after the first byte are raised while iterating.
         """
 
     @abc.abstractmethod
@@ -121,11 +123,23 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """Yield every object whose key starts with ``prefix``, in key order (byte-wise)."""
+        """Yield every object whose key starts with ``prefix``, in key order (byte-wise).
+
+        Objects of unfinished puts never appear. A listing may not know thaw progress: cold
+        objects are reported ``FROZEN`` there, and ``stat`` tells ``THAWING``/``THAWED``.
+
+        Raises:
+            StoreTransient, StorePermanent (also for a prefix starting with ``/`` or holding
+            a ``..`` segment).
+        """
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:
-        """Delete ``key``; a missing key is not an error (idempotent)."""
+        """Delete ``key``; a missing key is not an error (idempotent).
+
+        Raises:
+            StoreTransient, StorePermanent.
+        """
 
     @abc.abstractmethod
     def request_thaw(self, key: str, *, days: int, tier: str) -> Thaw:

@@ -1,0 +1,96 @@
+"""open_store: config URLs to backends; S3 restore headers to thaw states (pure parts)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from zrepl_py.config.schema import StoreConfig
+from zrepl_py.errors import StorePermanent
+from zrepl_py.stores.base import Thaw
+from zrepl_py.stores.file import FileBackend
+from zrepl_py.stores.open import open_store
+from zrepl_py.stores.s3 import DEFAULT_PART_SIZE, MAX_PARTS, S3Backend, _thaw_state
+
+MiB = 1 << 20
+
+
+def test_a_file_url_opens_a_directory_store_on_its_absolute_path():
+    store = open_store("local", StoreConfig(url="file:///srv/backup/zbak"))
+    assert isinstance(store, FileBackend)
+    assert store.root == Path("/srv/backup/zbak") and store.name == "local"
+
+
+def test_an_s3_url_opens_a_bucket_store_with_the_prefix_and_the_config_settings():
+    cfg = StoreConfig(url="s3://my-bucket/zbak/host1", region="eu-central-1",
+                      endpoint="http://127.0.0.1:9", upload_concurrency=7)
+    store = open_store("cold", cfg)
+    try:
+        assert isinstance(store, S3Backend)
+        assert (store.bucket, store.prefix, store.concurrency) == ("my-bucket", "zbak/host1/", 7)
+        assert store.url == "s3://my-bucket/zbak/host1/"
+        assert store.part_size == DEFAULT_PART_SIZE
+    finally:
+        store.close()
+
+
+def test_an_s3_url_without_a_prefix_uses_the_whole_bucket():
+    store = open_store("b", StoreConfig(url="s3://my-bucket", region="us-east-1"))
+    assert (store.bucket, store.prefix) == ("my-bucket", "")
+    store.close()
+
+
+def test_the_part_size_grows_so_a_large_volume_fits_in_s3s_10000_parts():
+    store = open_store("b", StoreConfig(url="s3://my-bucket", region="us-east-1",
+                                        volume_size=500 * 1024**3))
+    assert store.part_size % MiB == 0
+    assert store.part_size * MAX_PARTS >= 500 * 1024**3 > (store.part_size - MiB) * MAX_PARTS
+    store.close()
+
+
+def test_an_unknown_aws_profile_is_a_permanent_error():
+    with pytest.raises(StorePermanent):
+        open_store("b", StoreConfig(url="s3://my-bucket", profile="no-such-profile-zbak"))
+
+
+def test_an_unknown_scheme_is_a_permanent_error():
+    cfg = StoreConfig.model_construct(url="ftp://example.org/x")  # bypasses the url validator
+    with pytest.raises(StorePermanent, match="unsupported url"):
+        open_store("x", cfg)
+
+
+@pytest.mark.parametrize("storage_class, restore, thaw, expires", [
+    ("STANDARD", None, Thaw.NOT_NEEDED, None),
+    ("GLACIER_IR", None, Thaw.NOT_NEEDED, None),
+    ("GLACIER", None, Thaw.FROZEN, None),
+    ("DEEP_ARCHIVE", 'ongoing-request="true"', Thaw.THAWING, None),
+    ("GLACIER", 'ongoing-request="false", expiry-date="Fri, 21 Dec 2012 00:00:00 GMT"',
+     Thaw.THAWED, dt.datetime(2012, 12, 21, tzinfo=dt.timezone.utc)),
+])
+def test_the_restore_header_maps_to_a_thaw_state(storage_class, restore, thaw, expires):
+    assert _thaw_state(storage_class, restore) == (thaw, expires)
+
+
+def test_the_s3_wire_loggers_stay_at_warning_under_debug():
+    """botocore and urllib3 log request headers (credentials) at DEBUG (boto/botocore#2626)."""
+    import logging
+
+    from zrepl_py.logsetup import setup_logging
+
+    root = logging.getLogger()
+    saved = (root.level, list(root.handlers))
+    names = ["botocore", "botocore.endpoint", "botocore.parsers", "boto3", "urllib3",
+             "urllib3.connectionpool", "s3transfer"]
+    saved_levels = {n: logging.getLogger(n).level for n in names}
+    try:
+        setup_logging("DEBUG")
+        assert logging.getLogger("zrepl_py.stores.s3").getEffectiveLevel() == logging.DEBUG
+        for name in names:
+            assert logging.getLogger(name).getEffectiveLevel() == logging.WARNING, name
+    finally:
+        root.setLevel(saved[0])
+        root.handlers[:] = saved[1]
+        for name, level in saved_levels.items():
+            logging.getLogger(name).setLevel(level)

@@ -1,0 +1,282 @@
+"""``file:///dir``: a store that is a plain local directory (a mounted disk, NFS, a NAS share).
+
+Each key is a file under the root (``streams/a/b.zst`` is ``ROOT/streams/a/b.zst``). An object
+is written to a hidden temporary file next to its final name (``.NAME.partial-XXXXXXXX``),
+fsync'ed, renamed over the key with ``os.replace`` (atomic on POSIX: rename(2)) and the
+directory fsync'ed, so after a crash a key holds the old object or the new one, never a torn
+file; ``list`` never shows temporary files. Objects are created mode 0600 (``mkstemp``): backup
+streams are readable by the backing-up user only.
+
+Everything is ``STANDARD`` here: the storage class asked for is accepted and ignored, and no
+object ever needs a thaw. Every ``OSError`` is permanent (retrying a full disk or a permission
+problem does not help); the message says what to fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import errno
+import hashlib
+import os
+import re
+import stat as statmod
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from zrepl_py.errors import ObjectNotFound, StorePermanent
+from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw
+from zrepl_py.stores.keys import check_key, check_prefix
+
+# ".NAME.partial-" + mkstemp's random part ([a-z0-9_], 8 characters in CPython).
+_TEMP_PREFIX = ".partial-"
+_TEMP_RE = re.compile(r"^\..+\.partial-[a-z0-9_]+$")
+
+
+class FileBackend(Backend):
+    """A store in the local directory ``root`` (absolute; it must exist).
+
+    Args:
+        name: the store's name in the config, for messages.
+        root: the store's directory. It is never created here: a missing root is usually an
+            unmounted disk, and writing to the mount point would fill the root filesystem.
+
+    Raises:
+        StorePermanent: ``root`` is not absolute.
+    """
+
+    def __init__(self, name: str, root: Path):
+        root = Path(root)
+        if not root.is_absolute():
+            raise StorePermanent(f"store {name}: directory {root} is not absolute", store=name)
+        self.name = name
+        self.root = root
+        self.url = f"file://{root}"
+
+    def __repr__(self) -> str:
+        return f"FileBackend({self.name!r}, {str(self.root)!r})"
+
+    # -- Backend ----------------------------------------------------------------------------
+
+    def put(self, key: str, chunks: Iterable[bytes], *,
+            storage_class: str = "STANDARD") -> PutResult:
+        """Write ``chunks`` to a temporary file, fsync it, rename it over ``key``, fsync the
+        directory. Missing directories below the root are created (and their parents fsync'ed).
+        On any failure, the exception from ``chunks`` included, the temporary file is removed
+        and an earlier object under ``key`` is untouched. ``storage_class`` is ignored (the
+        result says ``STANDARD``). Memory: one chunk at a time.
+
+        Raises:
+            StorePermanent: invalid key, root missing, no space left (ENOSPC/EDQUOT),
+                permission denied, the key is a directory, any other OS error.
+            whatever iterating ``chunks`` raises.
+        """
+        path = self._path(key)
+        self._require_root(key)
+        try:
+            self._makedirs(path.parent)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{_TEMP_PREFIX}", dir=path.parent)
+        except OSError as exc:
+            raise self._os_error(exc, key, "creating the temporary file for") from exc
+        digest = hashlib.sha256()
+        size = 0
+        out = open(fd, "wb")  # noqa: SIM115 - closed below, before the rename
+        try:
+            for chunk in chunks:  # the caller's own errors pass through unmapped
+                try:
+                    out.write(chunk)
+                except OSError as exc:
+                    raise self._os_error(exc, key, "writing") from exc
+                digest.update(chunk)
+                size += len(chunk)
+            try:
+                out.flush()
+                os.fsync(out.fileno())
+                out.close()
+                os.replace(tmp, path)
+                _fsync_dir(path.parent)
+            except OSError as exc:
+                raise self._os_error(exc, key, "writing") from exc
+        except BaseException:
+            with contextlib.suppress(OSError):
+                out.close()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return PutResult(size=size, sha256=digest.hexdigest(), storage_class="STANDARD")
+
+    def get(self, key: str, *, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """Open the file now (so a missing key raises here, before any byte) and return an
+        iterator of its bytes in chunks of at most ``chunk_size`` bytes.
+
+        Raises:
+            ObjectNotFound: no file under ``key`` (or it is a directory).
+            StorePermanent: invalid key, permission denied, read error (also while iterating).
+        """
+        path = self._path(key)
+        try:
+            handle = open(path, "rb")  # noqa: SIM115 - closed by _read
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+            raise self._not_found(key) from exc
+        except OSError as exc:
+            raise self._os_error(exc, key, "opening") from exc
+        return self._read(handle, key, chunk_size)
+
+    def stat(self, key: str) -> ObjectInfo:
+        """Size and mtime of the file under ``key``; always ``STANDARD``, ``NOT_NEEDED``.
+
+        Raises:
+            ObjectNotFound: no regular file under ``key``.
+            StorePermanent: invalid key, permission denied.
+        """
+        path = self._path(key)
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise self._not_found(key) from exc
+        except OSError as exc:
+            raise self._os_error(exc, key, "reading the metadata of") from exc
+        if not statmod.S_ISREG(st.st_mode):
+            raise self._not_found(key)
+        return _info(key, st)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Yield the regular files whose key starts with ``prefix``, sorted by key (code-point
+        order, the same as S3's UTF-8 byte order); temporary files of unfinished puts are
+        skipped. Only the directory holding the prefix is walked.
+
+        Raises:
+            StorePermanent: invalid prefix; a directory cannot be read.
+        """
+        check_prefix(prefix, store=self.name)
+        start = self.root / prefix.rpartition("/")[0] if "/" in prefix else self.root
+        found: list[tuple[str, os.stat_result]] = []
+
+        def failed(exc: OSError) -> None:
+            if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+                raise self._os_error(exc, None, "listing") from exc
+
+        for dirpath, _dirnames, filenames in os.walk(start, onerror=failed):
+            rel_dir = Path(dirpath).relative_to(self.root).as_posix()
+            for filename in filenames:
+                if _TEMP_RE.match(filename):
+                    continue
+                key = filename if rel_dir == "." else f"{rel_dir}/{filename}"
+                if not key.startswith(prefix):
+                    continue
+                try:
+                    st = os.stat(os.path.join(dirpath, filename))
+                except FileNotFoundError:
+                    continue  # deleted while listing
+                except OSError as exc:
+                    raise self._os_error(exc, key, "reading the metadata of") from exc
+                if statmod.S_ISREG(st.st_mode):
+                    found.append((key, st))
+        found.sort(key=lambda item: item[0])
+        for key, st in found:
+            yield _info(key, st)
+
+    def delete(self, key: str) -> None:
+        """Remove the file under ``key`` and fsync its directory; a missing key is fine.
+        Emptied directories are left in place.
+
+        Raises:
+            StorePermanent: invalid key, permission denied.
+        """
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return
+        except OSError as exc:
+            raise self._os_error(exc, key, "deleting") from exc
+        with contextlib.suppress(OSError):
+            _fsync_dir(path.parent)
+
+    def request_thaw(self, key: str, *, days: int, tier: str) -> Thaw:
+        """Nothing to thaw in a directory: ``NOT_NEEDED`` once the object is known to exist.
+
+        Raises:
+            ObjectNotFound, StorePermanent: as :meth:`stat`.
+        """
+        self.stat(key)
+        return Thaw.NOT_NEEDED
+
+    def local_path(self, key: str) -> Path:
+        """The file of ``key`` (whether or not it exists).
+
+        Raises:
+            StorePermanent: invalid key.
+        """
+        return self._path(key)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _path(self, key: str) -> Path:
+        check_key(key, store=self.name)
+        if _TEMP_RE.match(key.rpartition("/")[2]):
+            raise StorePermanent(
+                f"store {self.name}: invalid object key {key!r}: the name looks like a temporary"
+                " file of an unfinished write", store=self.name, key=key)
+        return self.root / key
+
+    def _require_root(self, key: str) -> None:
+        if not self.root.is_dir():
+            raise StorePermanent(
+                f"store {self.name}: directory {self.root} does not exist or is not a directory"
+                " (create it, or mount the disk it lives on)", store=self.name, key=key)
+
+    def _makedirs(self, directory: Path) -> None:
+        missing: list[Path] = []
+        while directory != self.root and not directory.is_dir():
+            missing.append(directory)
+            directory = directory.parent
+        for new in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(new)
+            _fsync_dir(new.parent)
+
+    def _read(self, handle: BinaryIO, key: str, chunk_size: int) -> Iterator[bytes]:
+        with handle:
+            while True:
+                try:
+                    chunk = handle.read(chunk_size)
+                except OSError as exc:
+                    raise self._os_error(exc, key, "reading") from exc
+                if not chunk:
+                    return
+                yield chunk
+
+    def _not_found(self, key: str) -> ObjectNotFound:
+        return ObjectNotFound(f"store {self.name}: no object {key!r} in {self.root}",
+                              store=self.name, key=key)
+
+    def _os_error(self, exc: OSError, key: str | None, doing: str) -> StorePermanent:
+        what = f"{doing} {key!r}" if key is not None else f"{doing} {self.root}"
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            why = (f"no space left on the device (or quota) of {self.root}: free space,"
+                   " or move the store")
+        elif isinstance(exc, PermissionError):
+            why = f"permission denied on {exc.filename or self.root}: check owner and mode"
+        elif isinstance(exc, (IsADirectoryError, NotADirectoryError)):
+            why = f"a directory and an object clash at {exc.filename}"
+        else:
+            why = f"{exc.strerror or exc} ({exc.filename or self.root})"
+        return StorePermanent(f"store {self.name}: {what}: {why}", store=self.name, key=key)
+
+
+def _info(key: str, st: os.stat_result) -> ObjectInfo:
+    modified = dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, tz=dt.timezone.utc)
+    return ObjectInfo(key=key, size=st.st_size, storage_class="STANDARD", modified=modified,
+                      thaw=Thaw.NOT_NEEDED)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """fsync a directory so a rename or unlink in it survives a crash (fsync(2) NOTES)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

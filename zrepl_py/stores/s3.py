@@ -1,0 +1,579 @@
+"""``s3://bucket/prefix``: a store in an S3 bucket (AWS, MinIO, Ceph RGW, ...) through boto3.
+
+Credentials come only from the standard AWS chain (environment ``AWS_*``, the shared config and
+credentials files with an optional profile name, container or instance role); no key is ever
+accepted from argv or zbak's config.
+
+Limits this module stays within (AWS S3 user guide, "Amazon S3 multipart upload limits"):
+
+* a part is 5 MiB to 5 GiB, except the last part, which may be smaller;
+* an upload has at most 10,000 parts (numbered 1 to 10,000);
+* an object is at most 5 TiB.
+
+An object shorter than one part goes up in a single PutObject; a longer one in a multipart
+upload whose parts are uploaded ``concurrency`` at a time (memory: at most ``concurrency`` parts
+in flight plus the one being filled, ``part_size * (concurrency + 1)`` bytes). Both carry a
+SHA-256 checksum that S3 verifies on arrival (``ChecksumAlgorithm=SHA256``; AWS S3 user guide,
+"Checking object integrity"). A multipart upload that fails or is interrupted is aborted, so no
+upload stays open (parts of an open upload are billed).
+
+Retries: botocore's own retries are OFF (``total_max_attempts=1``) so that
+:class:`zrepl_py.stores.retry.RetryPolicy` is the only policy: every call maps botocore's error
+to ``StoreTransient`` / ``StorePermanent`` / ``ObjectNotFound`` / ``NeedsThaw`` first, and only
+``StoreTransient`` is retried.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import datetime as dt
+import email.utils
+import hashlib
+import http.client
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import boto3
+import botocore.config
+import botocore.exceptions
+import urllib3.exceptions
+
+from zrepl_py.errors import (
+    NeedsThaw,
+    ObjectNotFound,
+    StoreError,
+    StorePermanent,
+    StoreTransient,
+)
+from zrepl_py.stores.base import COLD_CLASSES, Backend, ObjectInfo, PutResult, Thaw
+from zrepl_py.stores.keys import check_key, check_prefix
+from zrepl_py.stores.retry import RetryPolicy
+
+log = logging.getLogger(__name__)
+
+MiB = 1 << 20
+GiB = 1 << 30
+MIN_PART_SIZE = 5 * MiB  # S3 multipart limits: every part but the last is at least 5 MiB
+MAX_PART_SIZE = 5 * GiB  # ... and at most 5 GiB
+MAX_PARTS = 10_000  # ... part numbers 1 to 10,000
+MAX_OBJECT_SIZE = 5 * (1 << 40)  # an object is at most 5 TiB
+DEFAULT_PART_SIZE = 16 * MiB
+
+RESTORE_TIERS = ("Expedited", "Standard", "Bulk")  # S3 RestoreObject GlacierJobParameters.Tier
+
+# Error codes retrying can fix (AWS S3 API reference, "Error responses"; 5xx and 429 are
+# transient whatever the code).
+_TRANSIENT_CODES = frozenset({
+    "SlowDown", "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled",
+    "RequestLimitExceeded", "TooManyRequests", "RequestTimeout", "RequestTimeoutException",
+    "InternalError", "ServiceUnavailable", "OperationAborted",
+})
+_CREDENTIAL_CODES = frozenset({
+    "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+    "InvalidToken", "TokenRefreshRequired", "AllAccessDisabled", "403",
+})
+# What a broken connection looks like while reading a GET body: botocore wraps urllib3's errors
+# (ResponseStreamingError, ReadTimeoutError are HTTPClientErrors), and checks the length at the
+# end (IncompleteReadError); the raw ones are listed for the paths botocore does not wrap.
+_STREAM_ERRORS = (
+    botocore.exceptions.HTTPClientError,
+    botocore.exceptions.IncompleteReadError,
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+    ConnectionError,
+    TimeoutError,
+)
+_RESTORE_RE = re.compile(
+    r'ongoing-request="(?P<ongoing>true|false)"(?:,\s*expiry-date="(?P<expiry>[^"]+)")?')
+
+
+class _RestoreInProgress(StorePermanent):
+    """RestoreObject answered RestoreAlreadyInProgress (HTTP 409); request_thaw catches it."""
+
+
+class S3Backend(Backend):
+    """A store under ``prefix`` in ``bucket``.
+
+    Args:
+        name: the store's name in the config, for messages.
+        bucket: the bucket (a DNS-compatible name).
+        prefix: the key prefix of the store (``""`` for the whole bucket); a trailing ``/`` is
+            added when missing, so keys live "in a directory".
+        endpoint_url: an S3-compatible endpoint (``https://minio.example:9000``); None for AWS.
+        region: the region; None takes it from the AWS chain.
+        profile: a profile of the shared AWS config/credentials files; None for the default
+            chain (environment, default profile, instance role).
+        part_size: bytes per multipart part, 5 MiB to 5 GiB; objects shorter than one part are
+            uploaded in one PutObject. An object may have at most 10,000 parts.
+        concurrency: parts uploaded at the same time (1 to 64).
+        client: an existing boto3 S3 client to use instead of building one (its retry config
+            is then the caller's business).
+        retry: the retry policy; None for :class:`RetryPolicy`'s defaults.
+
+    Raises:
+        StorePermanent: a part size or concurrency out of range, a bad prefix, an unknown
+            profile.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        profile: str | None = None,
+        part_size: int = DEFAULT_PART_SIZE,
+        concurrency: int = 4,
+        client: Any = None,
+        retry: RetryPolicy | None = None,
+    ):
+        prefix = prefix.strip("/")
+        if prefix:
+            check_key(prefix, store=name)
+            prefix += "/"
+        if not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
+            raise StorePermanent(
+                f"store {name}: part size {part_size} bytes is outside S3's limits"
+                f" ({MIN_PART_SIZE} to {MAX_PART_SIZE} bytes)", store=name)
+        if not 1 <= concurrency <= 64:
+            raise StorePermanent(f"store {name}: upload concurrency {concurrency} is not 1 to 64",
+                                 store=name)
+        self.name = name
+        self.bucket = bucket
+        self.prefix = prefix
+        self.url = f"s3://{bucket}/{prefix}"
+        self.part_size = part_size
+        self.concurrency = concurrency
+        self._retry = retry or RetryPolicy()
+        self._own_client = client is None
+        self._client = client if client is not None else self._make_client(
+            endpoint_url, region, profile)
+
+    def __repr__(self) -> str:
+        return f"S3Backend({self.name!r}, {self.url!r})"
+
+    def _make_client(self, endpoint_url: str | None, region: str | None, profile: str | None):
+        config = botocore.config.Config(
+            # botocore retries off: RetryPolicy is the only retry policy (see module docstring).
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            max_pool_connections=max(10, self.concurrency + 2),
+            connect_timeout=10,
+            read_timeout=60,
+        )
+        try:
+            session = boto3.session.Session(profile_name=profile, region_name=region)
+            return session.client("s3", endpoint_url=endpoint_url, config=config)
+        except botocore.exceptions.BotoCoreError as exc:
+            raise StorePermanent(f"store {self.name}: cannot set up the S3 client: {exc}",
+                                 store=self.name) from exc
+
+    # -- Backend ----------------------------------------------------------------------------
+
+    def put(self, key: str, chunks: Iterable[bytes], *,
+            storage_class: str = "STANDARD") -> PutResult:
+        """Upload the concatenation of ``chunks`` under ``key`` in ``storage_class``.
+
+        Less than one part in total: one PutObject. Otherwise a multipart upload with at most
+        ``concurrency`` parts in flight; S3 makes the object visible only on
+        CompleteMultipartUpload, so an earlier object under ``key`` stays until then. On any
+        failure, KeyboardInterrupt and the caller's exception included, queued parts are
+        cancelled, running ones finish, and the upload is aborted.
+
+        Raises:
+            StorePermanent: invalid key or storage class, access denied, no such bucket, more
+                than 10,000 parts (raise the part size, or lower the store's volume_size), more
+                than 5 TiB.
+            StoreTransient: after the retries.
+            whatever iterating ``chunks`` raises.
+        """
+        check_key(key, store=self.name)
+        digest = hashlib.sha256()
+        counter = [0]
+        parts = self._parts(chunks, key, digest, counter)
+        first = next(parts)
+        second = next(parts) if len(first) == self.part_size else bytearray()
+        if not second:  # the whole object fits in one part: one request
+            self._retry.call(
+                self._op, "put_object", key,
+                Bucket=self.bucket, Key=self._full(key), Body=first, StorageClass=storage_class,
+                ChecksumAlgorithm="SHA256", ChecksumSHA256=_b64sha256(first),
+            )
+        else:
+            head = [first, second]
+            del first, second  # only ``head`` may hold them, and it lets go once they are sent
+            self._multipart(key, storage_class, head, parts)
+        return PutResult(size=counter[0], sha256=digest.hexdigest(), storage_class=storage_class)
+
+    def get(self, key: str, *, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """Send the GetObject now (so a missing or frozen object raises here, before any byte)
+        and return an iterator of the body in chunks of at most ``chunk_size`` bytes.
+
+        A connection lost mid-body is resumed with a ranged GET from the first byte not yet
+        yielded (``If-Match`` the first answer's ETag, so a replaced object is not spliced
+        in); after ``retry.attempts`` failures in a row without progress, the iterator raises
+        ``StoreTransient``.
+
+        Raises:
+            ObjectNotFound, NeedsThaw (``InvalidObjectState``: a cold object not restored),
+            StoreTransient, StorePermanent (also ``PreconditionFailed`` when the object was
+            replaced during the read).
+        """
+        check_key(key, store=self.name)
+        response = self._retry.call(self._op, "get_object", key,
+                                    Bucket=self.bucket, Key=self._full(key))
+        return self._stream(key, response, chunk_size)
+
+    def stat(self, key: str) -> ObjectInfo:
+        """HeadObject: size, class (absent means STANDARD), modified time and thaw state from
+        the ``x-amz-restore`` header (``ongoing-request="true"`` is THAWING;
+        ``ongoing-request="false", expiry-date="..."`` is THAWED until that date; a cold class
+        without the header is FROZEN).
+
+        Raises:
+            ObjectNotFound (a HEAD 404; S3 answers 403 AccessDenied instead when the
+            credentials may not list the bucket), StoreTransient, StorePermanent.
+        """
+        check_key(key, store=self.name)
+        head = self._retry.call(self._op, "head_object", key,
+                                Bucket=self.bucket, Key=self._full(key))
+        storage_class = head.get("StorageClass") or "STANDARD"
+        thaw, expires = _thaw_state(storage_class, head.get("Restore"))
+        return ObjectInfo(key=key, size=head["ContentLength"], storage_class=storage_class,
+                          modified=_utc(head["LastModified"]), thaw=thaw, thaw_expires=expires)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """ListObjectsV2 under the store prefix + ``prefix``, in S3's key order (UTF-8 bytes).
+
+        Pages are fetched one by one with the continuation token (what boto3's paginator does)
+        so each page request is retried on its own. The listing has no restore information:
+        cold objects are reported FROZEN (``stat`` tells THAWING/THAWED). Keys that are not
+        valid zbak keys (a console's ``dir/`` marker, ``a//b``) are skipped.
+
+        Raises:
+            StoreTransient, StorePermanent (e.g. NoSuchBucket, AccessDenied).
+        """
+        check_prefix(prefix, store=self.name)
+        params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
+        while True:
+            page = self._retry.call(self._op, "list_objects_v2", None, **params)
+            for item in page.get("Contents", ()):
+                key = item["Key"][len(self.prefix):]
+                try:
+                    check_key(key, store=self.name)
+                except StorePermanent:
+                    log.debug("store %s: skipping object %r (not a zbak key)",
+                              self.name, item["Key"])
+                    continue
+                storage_class = item.get("StorageClass") or "STANDARD"
+                yield ObjectInfo(
+                    key=key, size=item["Size"], storage_class=storage_class,
+                    modified=_utc(item["LastModified"]),
+                    thaw=Thaw.FROZEN if storage_class in COLD_CLASSES else Thaw.NOT_NEEDED,
+                )
+            if not page.get("IsTruncated"):
+                return
+            params["ContinuationToken"] = page["NextContinuationToken"]
+
+    def delete(self, key: str) -> None:
+        """DeleteObject; S3 answers 204 whether or not the key existed (idempotent).
+
+        Raises:
+            StoreTransient, StorePermanent.
+        """
+        check_key(key, store=self.name)
+        try:
+            self._retry.call(self._op, "delete_object", key,
+                             Bucket=self.bucket, Key=self._full(key))
+        except ObjectNotFound:
+            pass
+
+    def request_thaw(self, key: str, *, days: int, tier: str) -> Thaw:
+        """RestoreObject for ``days`` days (>= 1) at ``tier`` for a GLACIER or DEEP_ARCHIVE
+        object: THAWING for a new request (HTTP 202) or one in progress
+        (RestoreAlreadyInProgress, 409), THAWED when a restored copy exists (HTTP 200: S3
+        extends its expiry). Other classes need no thaw: NOT_NEEDED, without a RestoreObject.
+        DEEP_ARCHIVE has no Expedited tier (S3 answers an error: StorePermanent).
+
+        Raises:
+            ObjectNotFound, StoreTransient, StorePermanent (also bad ``days``/``tier``).
+        """
+        info = self.stat(key)
+        if info.storage_class not in COLD_CLASSES:
+            return Thaw.NOT_NEEDED
+        if tier not in RESTORE_TIERS or days < 1:
+            raise StorePermanent(
+                f"store {self.name}: thaw of {key!r}: tier must be one of"
+                f" {', '.join(RESTORE_TIERS)}"
+                f" and days >= 1 (got {tier!r}, {days})", store=self.name, key=key)
+        try:
+            response = self._retry.call(
+                self._op, "restore_object", key, Bucket=self.bucket, Key=self._full(key),
+                RestoreRequest={"Days": days, "GlacierJobParameters": {"Tier": tier}},
+            )
+        except _RestoreInProgress:
+            return Thaw.THAWING
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return Thaw.THAWED if status == 200 else Thaw.THAWING
+
+    def close(self) -> None:
+        """Close the client's connection pool when this backend built the client."""
+        if self._own_client:
+            self._client.close()
+
+    # -- put helpers --------------------------------------------------------------------------
+
+    def _parts(self, chunks: Iterable[bytes], key: str, digest,
+               counter: list[int]) -> Iterator[bytearray]:
+        """Cut ``chunks`` into parts of exactly ``part_size`` bytes, the last one shorter
+        (possibly empty); hash and count the bytes as they pass. A fresh buffer per part, so
+        a part handed to an upload thread is never written again."""
+        size = self.part_size
+        buf = bytearray(size)
+        fill = 0
+        for chunk in chunks:
+            digest.update(chunk)
+            counter[0] += len(chunk)
+            if counter[0] > MAX_OBJECT_SIZE:
+                raise StorePermanent(
+                    f"store {self.name}: object {key!r} exceeds S3's 5 TiB object limit:"
+                    " lower the store's volume_size", store=self.name, key=key)
+            view = memoryview(chunk).cast("B")
+            while view:
+                n = min(size - fill, len(view))
+                buf[fill:fill + n] = view[:n]
+                fill += n
+                view = view[n:]
+                if fill == size:
+                    yield buf
+                    buf = bytearray(size)
+                    fill = 0
+        del buf[fill:]
+        yield buf
+
+    def _multipart(self, key: str, storage_class: str, head: list[bytearray],
+                   rest: Iterator[bytearray]) -> None:
+        created = self._retry.call(
+            self._op, "create_multipart_upload", key, Bucket=self.bucket, Key=self._full(key),
+            StorageClass=storage_class, ChecksumAlgorithm="SHA256",
+        )
+        upload_id = created["UploadId"]
+
+        def all_parts() -> Iterator[bytearray]:
+            while head:
+                yield head.pop(0)  # pop: the list must not keep sent parts alive
+            yield from rest
+
+        pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.concurrency, thread_name_prefix=f"zbak-s3-{self.name}")
+        # One slot per part in flight: the reader blocks when all are taken, which bounds
+        # memory to part_size * (concurrency + 1).
+        slots = threading.BoundedSemaphore(self.concurrency)
+        futures: list[concurrent.futures.Future] = []
+        try:
+            try:
+                number = 0
+                for part in all_parts():
+                    if not part:
+                        continue  # an empty last part: the stream ended on a part boundary
+                    number += 1
+                    if number > MAX_PARTS:
+                        raise StorePermanent(
+                            f"store {self.name}: object {key!r} needs more than {MAX_PARTS} parts"
+                            f" of {self.part_size} bytes (S3's multipart limit): raise the part"
+                            " size or lower the store's volume_size", store=self.name, key=key)
+                    _raise_first_failure(futures)
+                    slots.acquire()
+                    try:
+                        future = pool.submit(self._upload_part, key, upload_id, number, part)
+                    except BaseException:
+                        slots.release()
+                        raise
+                    future.add_done_callback(lambda _f: slots.release())
+                    futures.append(future)
+                    del part
+                done = [f.result() for f in futures]
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
+            self._retry.call(
+                self._op, "complete_multipart_upload", key, Bucket=self.bucket,
+                Key=self._full(key), UploadId=upload_id, MultipartUpload={"Parts": done},
+            )
+        except BaseException:
+            self._abort(key, upload_id)
+            raise
+
+    def _upload_part(self, key: str, upload_id: str, number: int,
+                     data: bytearray) -> dict[str, Any]:
+        checksum = _b64sha256(data)
+        response = self._retry.call(
+            self._op, "upload_part", key, Bucket=self.bucket, Key=self._full(key),
+            UploadId=upload_id, PartNumber=number, Body=data,
+            ChecksumAlgorithm="SHA256", ChecksumSHA256=checksum,
+        )
+        return {"PartNumber": number, "ETag": response["ETag"],
+                "ChecksumSHA256": response.get("ChecksumSHA256") or checksum}
+
+    def _abort(self, key: str, upload_id: str) -> None:
+        try:
+            self._retry.call(self._op, "abort_multipart_upload", key, Bucket=self.bucket,
+                             Key=self._full(key), UploadId=upload_id)
+        except StoreError as exc:
+            log.warning(
+                "store %s: could not abort the multipart upload %s of %r: %s (its parts are"
+                " billed until a lifecycle rule AbortIncompleteMultipartUpload removes them)",
+                self.name, upload_id, key, exc)
+
+    # -- get helpers --------------------------------------------------------------------------
+
+    def _stream(self, key: str, response: dict[str, Any], chunk_size: int) -> Iterator[bytes]:
+        total = response["ContentLength"]
+        etag = response.get("ETag")
+        body = response["Body"]
+        offset = 0
+        failures = 0
+        try:
+            while True:
+                try:
+                    chunk = body.read(chunk_size)
+                except _STREAM_ERRORS as exc:
+                    body.close()
+                    if offset >= total:
+                        break  # every byte arrived; the error came after the last one
+                    failures += 1
+                    if failures >= self._retry.attempts:
+                        raise StoreTransient(
+                            f"store {self.name}: reading {key!r} failed at byte {offset} of"
+                            f" {total}: {exc} (gave up after {failures} attempts)",
+                            store=self.name, key=key) from exc
+                    log.info("store %s: reading %r broke at byte %d of %d (%s); resuming",
+                             self.name, key, offset, total, exc)
+                    time.sleep(self._retry.backoff(failures))
+                    params: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full(key),
+                                              "Range": f"bytes={offset}-"}
+                    if etag:
+                        params["IfMatch"] = etag
+                    body = self._retry.call(self._op, "get_object", key, **params)["Body"]
+                    continue
+                except botocore.exceptions.BotoCoreError as exc:  # e.g. FlexibleChecksumError
+                    raise StorePermanent(f"store {self.name}: reading {key!r}: {exc}",
+                                         store=self.name, key=key) from exc
+                if not chunk:
+                    break
+                failures = 0
+                offset += len(chunk)
+                yield chunk
+        finally:
+            body.close()
+        if offset != total:
+            raise StoreTransient(
+                f"store {self.name}: reading {key!r} ended at byte {offset} of {total}",
+                store=self.name, key=key)
+
+    # -- calls and error mapping --------------------------------------------------------------
+
+    def _full(self, key: str) -> str:
+        return self.prefix + key
+
+    def _op(self, operation: str, key: str | None, **params: Any) -> dict[str, Any]:
+        """Call client.``operation``(**params); map every botocore error to a StoreError."""
+        try:
+            return getattr(self._client, operation)(**params)
+        except botocore.exceptions.ClientError as exc:
+            raise self._map_client_error(exc, operation, key) from exc
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._map_botocore_error(exc, operation, key) from exc
+
+    def _where(self, key: str | None) -> str:
+        target = f"s3://{self.bucket}/{self._full(key)}" if key is not None else self.url
+        return f"store {self.name} ({target})"
+
+    def _map_client_error(self, exc: botocore.exceptions.ClientError, operation: str,
+                          key: str | None) -> StoreError:
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        detail = f"{operation}: {code or status}: {error.get('Message') or exc}"
+        where = self._where(key)
+        kw = {"store": self.name, "key": key}
+        if code == "NoSuchBucket":
+            return StorePermanent(f"{where}: bucket {self.bucket!r} does not exist (check the"
+                                  f" store url, endpoint and region) [{detail}]", **kw)
+        if key is not None and (code in ("NoSuchKey", "NotFound", "404") or (
+                status == 404 and code not in ("NoSuchUpload", "NoSuchVersion"))):
+            return ObjectNotFound(f"{where}: no such object", **kw)
+        if code == "InvalidObjectState":
+            return NeedsThaw(f"{where}: the object is in a cold storage class and not restored:"
+                             " request a thaw and read it once it is ready", **kw)
+        if code == "RestoreAlreadyInProgress":
+            return _RestoreInProgress(f"{where}: a restore is already in progress", **kw)
+        if code in _TRANSIENT_CODES or status >= 500 or status == 429:
+            return StoreTransient(f"{where}: {detail}", **kw)
+        if code in _CREDENTIAL_CODES:
+            return StorePermanent(
+                f"{where}: access denied [{detail}]: check the credentials of the AWS chain"
+                " (AWS_* environment, profile, instance role) and the bucket policy", **kw)
+        if code == "InvalidStorageClass":
+            return StorePermanent(f"{where}: the store does not offer this storage class"
+                                  f" [{detail}]", **kw)
+        return StorePermanent(f"{where}: {detail}", **kw)
+
+    def _map_botocore_error(self, exc: botocore.exceptions.BotoCoreError, operation: str,
+                            key: str | None) -> StoreError:
+        where = self._where(key)
+        kw = {"store": self.name, "key": key}
+        if isinstance(exc, (botocore.exceptions.NoCredentialsError,
+                            botocore.exceptions.PartialCredentialsError,
+                            botocore.exceptions.CredentialRetrievalError,
+                            botocore.exceptions.ProfileNotFound)):
+            return StorePermanent(
+                f"{where}: {operation}: {exc}: set credentials in the AWS chain (AWS_*"
+                " environment, ~/.aws/credentials with the store's profile, instance role)", **kw)
+        if (isinstance(exc, botocore.exceptions.SSLError)
+                and "CERTIFICATE_VERIFY_FAILED" in str(exc)):
+            return StorePermanent(f"{where}: {operation}: TLS certificate not trusted: {exc}", **kw)
+        if isinstance(exc, (botocore.exceptions.ConnectionError,
+                            botocore.exceptions.HTTPClientError,
+                            botocore.exceptions.IncompleteReadError)):
+            return StoreTransient(f"{where}: {operation}: {exc}", **kw)
+        return StorePermanent(f"{where}: {operation}: {exc}", **kw)
+
+
+def _raise_first_failure(futures: list[concurrent.futures.Future]) -> None:
+    for future in futures:
+        if future.done() and not future.cancelled() and future.exception() is not None:
+            raise future.exception()
+
+
+def _b64sha256(data: bytes | bytearray) -> str:
+    """The SHA-256 of ``data`` as S3's ``x-amz-checksum-sha256`` wants it (base64)."""
+    return base64.b64encode(hashlib.sha256(data).digest()).decode("ascii")
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    return value.astimezone(dt.timezone.utc)
+
+
+def _thaw_state(storage_class: str, restore: str | None) -> tuple[Thaw, dt.datetime | None]:
+    """Map a class and an ``x-amz-restore`` header value (AWS S3 API reference, HeadObject,
+    "x-amz-restore") to a thaw state and the expiry of the restored copy (aware UTC)."""
+    if storage_class not in COLD_CLASSES:
+        return Thaw.NOT_NEEDED, None
+    match = _RESTORE_RE.search(restore or "")
+    if not match:
+        return Thaw.FROZEN, None
+    if match["ongoing"] == "true":
+        return Thaw.THAWING, None
+    expires = None
+    if match["expiry"]:
+        try:
+            expires = _utc(email.utils.parsedate_to_datetime(match["expiry"]))
+        except (TypeError, ValueError):
+            expires = None
+    return Thaw.THAWED, expires
