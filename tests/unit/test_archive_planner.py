@@ -1,0 +1,120 @@
+"""The archive chain policy (archive/planner.py), table-driven on plain data."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from zrepl_py.archive.manifest import SnapRecord
+from zrepl_py.archive.planner import ChainPolicy, current_chain, plan_archive
+from zrepl_py.catalog.repository import StreamRow
+
+NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.timezone.utc)
+POLICY = ChainPolicy(full_every=dt.timedelta(days=30), max_chain_length=5, max_chain_bytes=None)
+
+
+def snaps(*names: str) -> list[SnapRecord]:
+    return [SnapRecord(n, 1000 + i, 10 * (i + 1)) for i, n in enumerate(names)]
+
+
+def stream(id, kind, to: SnapRecord, parent=None, frm=None, state="uploaded", age_days=1,
+           stored=100) -> StreamRow:
+    return StreamRow(
+        id=id, host="local", dataset="tank/d", store="s", kind=kind, parent_id=parent,
+        from_guid=frm.guid if frm else None, to_guid=to.guid, from_name=frm.name if frm else None,
+        to_name=to.name, to_createtxg=to.createtxg, raw_bytes=stored, stored_bytes=stored,
+        object_prefix=f"p{id}/", storage_class="STANDARD", compression="zstd", state=state,
+        created_at=NOW - dt.timedelta(days=age_days), uploaded_at=None, verified_at=None)
+
+
+def kinds(plan) -> list[tuple[str, str | None, str]]:
+    return [(p.kind, p.from_snap.name if p.from_snap else None, p.to_snap.name)
+            for p in plan.streams]
+
+
+def test_the_first_chain_is_a_full_of_the_oldest_snapshot_then_one_incremental_to_the_newest():
+    s = snaps("0", "1", "2", "3")
+    plan = plan_archive(s, [], POLICY, NOW)
+    assert kinds(plan) == [("full", None, "0"), ("incremental", "0", "3")]
+    assert [c.name for c in plan.streams[1].carried] == ["1", "2", "3"]
+
+
+def test_a_single_snapshot_gets_only_a_full():
+    assert kinds(plan_archive(snaps("0"), [], POLICY, NOW)) == [("full", None, "0")]
+
+
+def test_no_snapshots_plans_nothing_and_says_to_snapshot_first():
+    plan = plan_archive([], [], POLICY, NOW)
+    assert plan.streams == () and "zbak snapshot" in plan.note
+
+
+def test_an_existing_chain_continues_with_an_incremental_from_its_tip_carrying_every_newer_snapshot():
+    s = snaps("0", "1", "2", "3")
+    chain = [stream(1, "full", s[0]), stream(2, "incremental", s[1], parent=1, frm=s[0])]
+    plan = plan_archive(s, chain, POLICY, NOW)
+    assert kinds(plan) == [("incremental", "1", "3")]
+    assert plan.streams[0].parent_id == 2
+    assert [c.name for c in plan.streams[0].carried] == ["2", "3"]
+
+
+def test_a_chain_whose_tip_is_the_newest_snapshot_is_up_to_date_even_when_a_full_is_due():
+    s = snaps("0", "1")
+    chain = [stream(1, "full", s[0], age_days=90), stream(2, "incremental", s[1], 1, s[0])]
+    plan = plan_archive(s, chain, POLICY, NOW)
+    assert plan.streams == () and "up to date" in plan.note
+
+
+@pytest.mark.parametrize("chain_len, age, stored, limit, force, expect_full", [
+    (2, 1, 10, None, False, False),
+    (2, 30, 10, None, False, True),      # full_every reached
+    (5, 1, 10, None, False, True),       # max_chain_length reached
+    (4, 1, 10, None, False, False),
+    (2, 1, 600, 1000, False, True),      # 2 x 600 >= max_chain_bytes
+    (2, 1, 10, 1000, False, False),
+    (2, 1, 10, None, True, True),        # --full
+])
+def test_a_new_full_of_the_newest_snapshot_starts_when_the_policy_says_so(
+        chain_len, age, stored, limit, force, expect_full):
+    names = [str(i) for i in range(chain_len + 1)]
+    s = snaps(*names)
+    chain = [stream(1, "full", s[0], age_days=age, stored=stored)]
+    for i in range(1, chain_len):
+        chain.append(stream(i + 1, "incremental", s[i], parent=i, frm=s[i - 1], stored=stored))
+    policy = ChainPolicy(dt.timedelta(days=30), 5, limit)
+    plan = plan_archive(s, chain, policy, NOW, force_full=force)
+    newest = names[-1]
+    if expect_full:
+        assert kinds(plan) == [("full", None, newest)]
+    else:
+        assert kinds(plan) == [("incremental", names[chain_len - 1], newest)]
+
+
+def test_a_tip_destroyed_on_the_source_starts_a_new_full_and_says_why():
+    s = snaps("0", "1", "2")
+    chain = [stream(1, "full", s[0]), stream(2, "incremental", s[1], 1, s[0])]
+    plan = plan_archive([s[0], s[2]], chain, POLICY, NOW)
+    assert kinds(plan) == [("full", None, "2")]
+    assert "gone from the source" in plan.streams[0].reason
+
+
+def test_a_bad_stream_in_the_chain_starts_a_new_full():
+    s = snaps("0", "1", "2")
+    chain = [stream(1, "full", s[0], state="bad"), stream(2, "incremental", s[1], 1, s[0])]
+    plan = plan_archive(s, chain, POLICY, NOW)
+    assert kinds(plan) == [("full", None, "2")] and "bad" in plan.streams[0].reason
+
+
+def test_the_current_chain_is_the_newest_full_and_its_descendants_ignoring_condemned_streams():
+    s = snaps("0", "1", "2", "3")
+    old = [stream(1, "full", s[0]), stream(2, "incremental", s[1], 1, s[0])]
+    new = [stream(3, "full", s[2]), stream(4, "incremental", s[3], 3, s[2])]
+    assert [x.id for x in current_chain(old + new)] == [3, 4]
+    condemned = [stream(3, "full", s[2], state="condemned")]
+    assert [x.id for x in current_chain(old + condemned)] == [1, 2]
+
+
+def test_forcing_a_full_when_the_chain_already_starts_at_the_newest_snapshot_does_nothing():
+    s = snaps("0")
+    plan = plan_archive(s, [stream(1, "full", s[0])], POLICY, NOW, force_full=True)
+    assert plan.streams == ()

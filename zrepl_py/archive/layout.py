@@ -1,0 +1,59 @@
+"""Where a stream's objects live in a store (the in-bucket format of DESIGN.md "Archive").
+
+Every stream has its own key prefix, a pure function of what the stream is, so an interrupted
+archive run finds its own partial upload again::
+
+    HOST/DATASET/TXG-full-TOGUID/                 a full stream of DATASET@to
+    HOST/DATASET/TXG-incr-FROMGUID-TOGUID/        an incremental stream from -> to
+        vol-000000.zst, vol-000001.zst, ...       volumes: one zstd frame each, in order
+        progress.json                             volumes durable so far (while uploading)
+        manifest.json                             written last, after every volume
+
+TXG is the to-snapshot's createtxg zero-padded to 20 digits so keys sort in chain order; guids
+are 16 hex digits. ``HOST`` is ``local`` for datasets of this machine, else the config's host
+name. Dataset names keep their ``/``; OpenZFS names hold only ``[A-Za-z0-9_.:-]``, space and
+``/`` (zfs(8) "Naming"), all valid in S3 keys and file names.
+"""
+
+from __future__ import annotations
+
+import re
+
+MANIFEST = "manifest.json"
+PROGRESS = "progress.json"
+_VOLUME = re.compile(r"vol-(\d{6})\.zst")
+_STREAM_DIR = re.compile(
+    r"(?P<txg>\d{20})-(?:full-(?P<full>[0-9a-f]{16})|incr-(?P<from>[0-9a-f]{16})-(?P<to>[0-9a-f]{16}))"
+)
+
+
+def dataset_prefix(host: str, dataset: str) -> str:
+    """``HOST/DATASET/``: the prefix of every stream of one dataset."""
+    return f"{host}/{dataset}/"
+
+
+def stream_prefix(host: str, dataset: str, *, to_createtxg: int, to_guid: int,
+                  from_guid: int | None) -> str:
+    """The key prefix (ending in ``/``) of one stream; ``from_guid`` None for a full."""
+    head = dataset_prefix(host, dataset) + f"{to_createtxg:020d}-"
+    if from_guid is None:
+        return head + f"full-{to_guid:016x}/"
+    return head + f"incr-{from_guid:016x}-{to_guid:016x}/"
+
+
+def volume_key(prefix: str, index: int) -> str:
+    """Key of volume ``index`` (0-based) of the stream at ``prefix``."""
+    if not 0 <= index <= 999_999:
+        raise ValueError(f"volume index {index} out of range 0..999999")
+    return f"{prefix}vol-{index:06d}.zst"
+
+
+def is_stream_prefix(prefix: str) -> bool:
+    """True when the last component of ``prefix`` (ending in ``/``) names a stream."""
+    return bool(_STREAM_DIR.fullmatch(prefix.rstrip("/").rsplit("/", 1)[-1]))
+
+
+def volume_index(key: str) -> int | None:
+    """The index of a volume key, or None when ``key`` is not a volume."""
+    match = _VOLUME.fullmatch(key.rsplit("/", 1)[-1])
+    return int(match.group(1)) if match else None

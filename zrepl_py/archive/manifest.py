@@ -1,0 +1,181 @@
+"""The stream manifest: a JSON object stored next to a stream's volumes (STANDARD class).
+
+It is written after the last volume is durable and before the catalog row (house rule 10),
+and holds everything needed to rebuild the catalog without it (``zbak catalog rebuild``).
+Guids are written as decimal strings: JSON readers other than Python's lose precision on
+integers above 2**53.
+
+Format ``zbak-stream/1``::
+
+    {"format": "zbak-stream/1", "host": "local", "dataset": "tank/data",
+     "kind": "full" | "incremental",
+     "from": null | {"name": "a", "guid": "123", "createtxg": 5},
+     "to": {"name": "b", "guid": "456", "createtxg": 9},
+     "snapshots": [{"name": ..., "guid": ..., "createtxg": ...}, ...],   # carried, txg order
+     "raw_bytes": 123, "stored_bytes": 45,
+     "volumes": [{"index": 0, "key": "...", "raw_bytes": 1, "stored_bytes": 1,
+                  "sha256": "<hex>", "raw_sha256": "<hex>"}, ...],
+     "compression": "zstd", "compression_level": 3, "send_flags": ["-I"],
+     "storage_class": "GLACIER", "tool": "zbak 0.1.0", "created_at": "2026-01-01T00:00:00Z"}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+from typing import Any
+
+from zrepl_py.errors import StreamCorrupt
+
+FORMAT = "zbak-stream/1"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapRecord:
+    """A snapshot in a manifest: short ``name``, ``guid`` (0 .. 2**64-1), ``createtxg``."""
+
+    name: str
+    guid: int
+    createtxg: int
+
+
+@dataclasses.dataclass(frozen=True)
+class VolumeRecord:
+    """One volume: ``index``, ``key``, sizes in bytes, SHA-256 (hex) of the stored and of the
+    raw (uncompressed) bytes."""
+
+    index: int
+    key: str
+    raw_bytes: int
+    stored_bytes: int
+    sha256: str
+    raw_sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """A stream as its manifest describes it (see the module docstring for the JSON)."""
+
+    host: str
+    dataset: str
+    kind: str
+    from_snap: SnapRecord | None
+    to_snap: SnapRecord
+    snapshots: tuple[SnapRecord, ...]
+    volumes: tuple[VolumeRecord, ...]
+    compression: str
+    compression_level: int
+    send_flags: tuple[str, ...]
+    storage_class: str
+    tool: str
+    created_at: dt.datetime
+
+    @property
+    def raw_bytes(self) -> int:
+        """Uncompressed stream size, bytes."""
+        return sum(v.raw_bytes for v in self.volumes)
+
+    @property
+    def stored_bytes(self) -> int:
+        """Stored size of all volumes, bytes."""
+        return sum(v.stored_bytes for v in self.volumes)
+
+    def to_json(self) -> bytes:
+        """Serialize to UTF-8 JSON (stable key order)."""
+        data = {
+            "format": FORMAT,
+            "host": self.host,
+            "dataset": self.dataset,
+            "kind": self.kind,
+            "from": _snap_out(self.from_snap),
+            "to": _snap_out(self.to_snap),
+            "snapshots": [_snap_out(s) for s in self.snapshots],
+            "raw_bytes": self.raw_bytes,
+            "stored_bytes": self.stored_bytes,
+            "volumes": [dataclasses.asdict(v) for v in self.volumes],
+            "compression": self.compression,
+            "compression_level": self.compression_level,
+            "send_flags": list(self.send_flags),
+            "storage_class": self.storage_class,
+            "tool": self.tool,
+            "created_at": self.created_at.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        return json.dumps(data, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> "Manifest":
+        """Parse and check a manifest read from ``where`` (store and key, for messages).
+
+        Raises:
+            StreamCorrupt: not JSON, another format, missing or ill-typed fields, sizes that
+                do not add up, volumes out of order.
+        """
+        try:
+            obj = json.loads(data)
+            if obj.get("format") != FORMAT:
+                raise ValueError(f"format {obj.get('format')!r}, expected {FORMAT!r}")
+            volumes = tuple(_volume_in(v) for v in obj["volumes"])
+            manifest = cls(
+                host=_str(obj["host"]),
+                dataset=_str(obj["dataset"]),
+                kind=_kind(obj["kind"]),
+                from_snap=None if obj["from"] is None else _snap_in(obj["from"]),
+                to_snap=_snap_in(obj["to"]),
+                snapshots=tuple(_snap_in(s) for s in obj["snapshots"]),
+                volumes=volumes,
+                compression=_str(obj["compression"]),
+                compression_level=int(obj["compression_level"]),
+                send_flags=tuple(_str(f) for f in obj["send_flags"]),
+                storage_class=_str(obj["storage_class"]),
+                tool=_str(obj["tool"]),
+                created_at=dt.datetime.strptime(obj["created_at"], "%Y-%m-%dT%H:%M:%SZ").replace(
+                    tzinfo=dt.timezone.utc),
+            )
+            if [v.index for v in volumes] != list(range(len(volumes))) or not volumes:
+                raise ValueError("volumes must be numbered 0, 1, ... and not empty")
+            if obj["raw_bytes"] != manifest.raw_bytes or obj["stored_bytes"] != manifest.stored_bytes:
+                raise ValueError("stream sizes differ from the sum of the volume sizes")
+            if (manifest.kind == "full") != (manifest.from_snap is None):
+                raise ValueError("a full has no from-snapshot and an incremental has one")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise StreamCorrupt(f"manifest {where} is not a valid {FORMAT} manifest: {exc}") from None
+        return manifest
+
+
+def _snap_out(snap: SnapRecord | None) -> dict[str, Any] | None:
+    if snap is None:
+        return None
+    return {"name": snap.name, "guid": str(snap.guid), "createtxg": snap.createtxg}
+
+
+def _snap_in(obj: dict[str, Any]) -> SnapRecord:
+    guid = int(_str(obj["guid"]))
+    if not 0 <= guid < 2**64:
+        raise ValueError(f"guid {guid} out of range")
+    return SnapRecord(name=_str(obj["name"]), guid=guid, createtxg=int(obj["createtxg"]))
+
+
+def _volume_in(obj: dict[str, Any]) -> VolumeRecord:
+    volume = VolumeRecord(index=int(obj["index"]), key=_str(obj["key"]),
+                          raw_bytes=int(obj["raw_bytes"]), stored_bytes=int(obj["stored_bytes"]),
+                          sha256=_str(obj["sha256"]), raw_sha256=_str(obj["raw_sha256"]))
+    if volume.raw_bytes < 0 or volume.stored_bytes < 0:
+        raise ValueError(f"volume {volume.index} has a negative size")
+    if not (_HEX64.fullmatch(volume.sha256) and _HEX64.fullmatch(volume.raw_sha256)):
+        raise ValueError(f"volume {volume.index} has a malformed sha256")
+    return volume
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value not in ("full", "incremental"):
+        raise ValueError(f"kind {value!r} is neither 'full' nor 'incremental'")
+    return value

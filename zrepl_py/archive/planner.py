@@ -1,0 +1,156 @@
+"""Decide the next stream(s) of a dataset's archive chain (pure: plain data in, steps out).
+
+Policy (DESIGN.md "Archive", ``[jobs.NAME.archive]``):
+
+* No chain yet: a full of the OLDEST snapshot, then one ``-I`` incremental to the newest, so
+  every snapshot that exists when archiving starts is archived (the seed's "full of @0, then
+  incrementals").
+* A chain exists and its tip (the last stream's to-snapshot, found by guid) still exists on
+  the source: a ``-I`` incremental from the tip to the newest snapshot, unless a new full is
+  due: ``--full``, the chain's full older than ``full_every``, the chain at
+  ``max_chain_length`` streams or ``max_chain_bytes`` stored bytes. A new full is of the
+  NEWEST snapshot and starts a new chain; the old chain stays until retention removes it.
+* The tip is gone from the source (destroyed behind zbak's back) or a stream of the chain is
+  ``bad``: a new full of the newest snapshot, with the reason.
+* Nothing newer than the tip: nothing to do (a due full waits for the next snapshot, so a
+  quiet dataset is not archived again and again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+
+from zrepl_py.archive.manifest import SnapRecord
+from zrepl_py.catalog.repository import StreamRow
+
+LIVING = ("uploaded", "verified")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainPolicy:
+    """When to start a new chain: ``full_every`` (age of the chain's full), ``max_chain_length``
+    (streams, the full included), ``max_chain_bytes`` (stored bytes; None: no limit)."""
+
+    full_every: dt.timedelta
+    max_chain_length: int
+    max_chain_bytes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedStream:
+    """One stream to write.
+
+    Attributes:
+        kind: ``"full"`` or ``"incremental"``.
+        from_snap: the incremental's base (the chain tip, or the full planned just before);
+            None for a full.
+        to_snap: the snapshot the stream ends at.
+        carried: the snapshots the stream carries (``-I`` sends every one after the base).
+        parent_id: the catalogued stream an incremental applies on; None for a full, and for
+            an incremental on the full planned in the same run (the driver fills it in).
+        reason: why this stream, for the plan shown to the user.
+    """
+
+    kind: str
+    from_snap: SnapRecord | None
+    to_snap: SnapRecord
+    carried: tuple[SnapRecord, ...]
+    parent_id: int | None
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchivePlan:
+    """The streams to write for one dataset (maybe none) and a note saying why."""
+
+    streams: tuple[PlannedStream, ...]
+    note: str
+
+
+def current_chain(streams: Sequence[StreamRow]) -> list[StreamRow]:
+    """The newest chain among ``streams`` (one dataset, one store): its full, then each
+    incremental on the one before, following parent links; condemned streams are ignored."""
+    alive = [s for s in streams if s.state != "condemned"]
+    fulls = [s for s in alive if s.kind == "full"]
+    if not fulls:
+        return []
+    head = max(fulls, key=lambda s: (s.to_createtxg, s.id))
+    children: dict[int, list[StreamRow]] = {}
+    for s in alive:
+        if s.parent_id is not None:
+            children.setdefault(s.parent_id, []).append(s)
+    chain = [head]
+    while children.get(chain[-1].id):
+        chain.append(max(children[chain[-1].id], key=lambda s: (s.to_createtxg, s.id)))
+    return chain
+
+
+def _full_due(chain: list[StreamRow], policy: ChainPolicy, now: dt.datetime) -> str | None:
+    """Why the policy wants a new full now, or None."""
+    age = now - chain[0].created_at
+    if age >= policy.full_every:
+        return f"the chain's full is {age.days} days old (full_every {policy.full_every})"
+    if len(chain) >= policy.max_chain_length:
+        return f"the chain has {len(chain)} streams (max_chain_length {policy.max_chain_length})"
+    stored = sum(s.stored_bytes for s in chain)
+    if policy.max_chain_bytes is not None and stored >= policy.max_chain_bytes:
+        return f"the chain holds {stored} bytes (max_chain_bytes {policy.max_chain_bytes})"
+    return None
+
+
+def plan_archive(
+    snapshots: Sequence[SnapRecord],
+    streams: Sequence[StreamRow],
+    policy: ChainPolicy,
+    now: dt.datetime,
+    *,
+    force_full: bool = False,
+) -> ArchivePlan:
+    """Plan the next streams of one dataset's chain in one store.
+
+    Args:
+        snapshots: the dataset's snapshots on the source now, any order (sorted by createtxg).
+        streams: the catalogued streams of this dataset in this store (any state).
+        policy: the job's chain policy.
+        now: aware UTC.
+        force_full: ``zbak archive --full``.
+    """
+    snaps = sorted(snapshots, key=lambda s: s.createtxg)
+    if not snaps:
+        return ArchivePlan((), "no snapshots to archive: run `zbak snapshot` first")
+    newest = snaps[-1]
+    chain = current_chain(streams)
+    if not chain:
+        oldest = snaps[0]
+        planned = [PlannedStream("full", None, oldest, (oldest,), None, "no chain yet")]
+        if newest is not oldest:
+            planned.append(PlannedStream("incremental", oldest, newest, tuple(snaps[1:]), None,
+                                         "continues the new chain to the newest snapshot"))
+        return ArchivePlan(tuple(planned), "starting the first chain")
+    tip = chain[-1]
+    by_guid = {s.guid: s for s in snaps}
+    tip_snap = by_guid.get(tip.to_guid)
+    reason = None
+    if any(s.state == "bad" for s in chain):
+        bad = next(s for s in chain if s.state == "bad")
+        reason = f"stream {bad.id} (@{bad.to_name}) of the current chain is bad"
+    elif tip_snap is None:
+        reason = f"the chain ends at @{tip.to_name} (guid {tip.to_guid}), gone from the source"
+    if reason is None and tip_snap is newest:
+        return ArchivePlan((), f"up to date: the chain ends at @{tip.to_name}")
+    if reason is None and force_full:
+        reason = "--full"
+    if reason is None:
+        reason = _full_due(chain, policy, now)
+    if reason is not None:
+        if chain[0].to_guid == newest.guid:
+            return ArchivePlan((), f"the current chain already starts with a full of @{newest.name}")
+        return ArchivePlan((PlannedStream("full", None, newest, (newest,), None, reason),),
+                           "starting a new chain")
+    carried = tuple(s for s in snaps if s.createtxg > tip_snap.createtxg)
+    return ArchivePlan(
+        (PlannedStream("incremental", tip_snap, newest, carried, tip.id,
+                       f"continues the chain from @{tip_snap.name}"),),
+        f"chain of {len(chain)} stream(s)")

@@ -1,0 +1,200 @@
+"""Write one planned stream to a store, in the order that keeps the catalog honest.
+
+Order (house rule 10, issue "Cold storage" item 3):
+
+1. volumes, each durable before the next, with ``progress.json`` updated after each;
+2. ``manifest.json`` (STANDARD class), once the last volume is durable;
+3. the catalog row (state ``uploaded``) with its volumes and carried snapshots;
+4. ``progress.json`` removed.
+
+A crash before 2 leaves a partial upload the next run resumes (or deletes, when the plan
+changed); between 2 and 3 the next run adopts the manifest instead of sending again; after 3
+only a stale ``progress.json`` remains, removed by the next run. The catalog never names an
+object that was not written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Callable
+
+from zrepl_py import __version__
+from zrepl_py.archive.layout import MANIFEST, PROGRESS
+from zrepl_py.archive.manifest import Manifest, VolumeRecord
+from zrepl_py.archive.planner import PlannedStream
+from zrepl_py.archive.send import SendReader
+from zrepl_py.archive.volumes import RestartNeeded, read_progress, write_volumes
+from zrepl_py.catalog.repository import Catalog, CarriedSnapshot, NewStream, NewVolume
+from zrepl_py.errors import ObjectNotFound, StreamCorrupt
+from zrepl_py.proc.pipeline import Stage
+from zrepl_py.stores.base import Backend
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamSpec:
+    """Everything needed to write one stream.
+
+    Attributes:
+        host / dataset: the source dataset (host ``local`` or a config host name).
+        store: the store's name in the config.
+        planned: the planner's stream (kind, from/to, carried snapshots).
+        parent_id: the catalogued stream an incremental applies on (None for a full).
+        prefix: the stream's key prefix (layout.stream_prefix).
+        send_stages: the pipeline producing the raw stream (``[ssh HOST] zfs send ...``).
+        send_flags: the send flags, for the manifest (e.g. ``("-I",)``).
+        volume_size: raw bytes per volume.
+        level: zstd level.
+        storage_class: the class asked for the volumes.
+    """
+
+    host: str
+    dataset: str
+    store: str
+    planned: PlannedStream
+    parent_id: int | None
+    prefix: str
+    send_stages: tuple[Stage, ...]
+    send_flags: tuple[str, ...]
+    volume_size: int
+    level: int
+    storage_class: str
+
+
+@dataclasses.dataclass(frozen=True)
+class WrittenStream:
+    """What writing a stream did: its catalog id, sizes (bytes), volumes written and volumes
+    skipped because an interrupted run had stored them already, and whether an existing
+    manifest was adopted instead of sending."""
+
+    stream_id: int
+    raw_bytes: int
+    stored_bytes: int
+    volumes_written: int
+    volumes_skipped: int
+    adopted: bool = False
+
+
+def write_stream(
+    spec: StreamSpec,
+    backend: Backend,
+    catalog: Catalog,
+    now: Callable[[], dt.datetime],
+    *,
+    on_volume: Callable[[VolumeRecord, bool], None] | None = None,
+) -> WrittenStream:
+    """Write ``spec``'s stream (see the module docstring for the order) and catalog it.
+
+    Raises:
+        PipelineFailed: ``zfs send`` failed (no manifest, no catalog row; stored volumes
+            are kept for the next run to check and skip).
+        StoreError: the store failed.
+        StreamCorrupt: a manifest already at the prefix contradicts the plan.
+        ChainBroken, CatalogError: the catalog refused the row.
+    """
+    adopted = _adopt(spec, backend)
+    if adopted is not None:
+        stream_id = _catalog(spec, adopted, catalog, now())
+        backend.delete(spec.prefix + PROGRESS)
+        return WrittenStream(stream_id, adopted.raw_bytes, adopted.stored_bytes, 0, 0, True)
+    progress = read_progress(backend, spec.prefix)
+    done = ()
+    if progress is not None:
+        if (progress.volume_size, progress.level) == (spec.volume_size, spec.level):
+            done = progress.volumes
+        else:
+            delete_prefix(backend, spec.prefix)
+    counts = {"written": 0, "skipped": 0}
+
+    def count(record: VolumeRecord, skipped: bool) -> None:
+        counts["skipped" if skipped else "written"] += 1
+        if on_volume is not None:
+            on_volume(record, skipped)
+
+    try:
+        volumes, used_class = _send(spec, backend, done, count)
+    except RestartNeeded as exc:
+        log.warning("%s; deleting the partial upload and sending %s again", exc, spec.prefix)
+        delete_prefix(backend, spec.prefix)
+        counts.update(written=0, skipped=0)
+        volumes, used_class = _send(spec, backend, (), count)
+    manifest = _manifest(spec, volumes, used_class, now())
+    backend.put(spec.prefix + MANIFEST, [manifest.to_json()], storage_class="STANDARD")
+    stream_id = _catalog(spec, manifest, catalog, now())
+    backend.delete(spec.prefix + PROGRESS)
+    return WrittenStream(stream_id, manifest.raw_bytes, manifest.stored_bytes,
+                         counts["written"], counts["skipped"])
+
+
+def _send(spec: StreamSpec, backend: Backend, done, on_volume):
+    with SendReader(spec.send_stages) as reader:
+        return write_volumes(reader, backend, spec.prefix, volume_size=spec.volume_size,
+                             level=spec.level, storage_class=spec.storage_class, done=done,
+                             on_volume=on_volume)
+
+
+def delete_prefix(backend: Backend, prefix: str) -> int:
+    """Delete every object under ``prefix``; return how many."""
+    keys = [info.key for info in backend.list(prefix)]
+    for key in keys:
+        backend.delete(key)
+    return len(keys)
+
+
+def _manifest(spec: StreamSpec, volumes, storage_class: str, now: dt.datetime) -> Manifest:
+    planned = spec.planned
+    return Manifest(
+        host=spec.host, dataset=spec.dataset, kind=planned.kind,
+        from_snap=planned.from_snap, to_snap=planned.to_snap,
+        snapshots=planned.carried, volumes=tuple(volumes),
+        compression="zstd", compression_level=spec.level, send_flags=spec.send_flags,
+        storage_class=storage_class, tool=f"zbak {__version__}", created_at=now,
+    )
+
+
+def _adopt(spec: StreamSpec, backend: Backend) -> Manifest | None:
+    """The manifest a crashed run wrote at the prefix before its catalog row, if any."""
+    key = spec.prefix + MANIFEST
+    try:
+        data = b"".join(backend.get(key))
+    except ObjectNotFound:
+        return None
+    manifest = Manifest.from_json(data, f"{backend.name}:{key}")
+    planned = spec.planned
+    same = (manifest.dataset == spec.dataset and manifest.kind == planned.kind
+            and manifest.to_snap.guid == planned.to_snap.guid
+            and (manifest.from_snap.guid if manifest.from_snap else None)
+            == (planned.from_snap.guid if planned.from_snap else None))
+    if not same:
+        raise StreamCorrupt(f"manifest {backend.name}:{key} describes another stream than the"
+                            " one planned there; move it away and run again")
+    for volume in manifest.volumes:
+        info = backend.stat(volume.key)
+        if info.size != volume.stored_bytes:
+            raise StreamCorrupt(f"volume {backend.name}:{volume.key} has {info.size} bytes, the"
+                                f" manifest says {volume.stored_bytes}; delete {spec.prefix}"
+                                " and run again")
+    log.info("adopting %s: its manifest was written but not catalogued", spec.prefix)
+    return manifest
+
+
+def _catalog(spec: StreamSpec, manifest: Manifest, catalog: Catalog, now: dt.datetime) -> int:
+    planned = spec.planned
+    stream = NewStream(
+        host=spec.host, dataset=spec.dataset, store=spec.store, kind=planned.kind,
+        to_guid=planned.to_snap.guid, to_name=planned.to_snap.name,
+        to_createtxg=planned.to_snap.createtxg, object_prefix=spec.prefix,
+        storage_class=manifest.storage_class, compression=manifest.compression,
+        created_at=manifest.created_at, parent_id=spec.parent_id,
+        from_guid=planned.from_snap.guid if planned.from_snap else None,
+        from_name=planned.from_snap.name if planned.from_snap else None,
+        raw_bytes=manifest.raw_bytes, stored_bytes=manifest.stored_bytes,
+        state="uploaded", uploaded_at=now,
+    )
+    volumes = [NewVolume(v.index, v.key, v.raw_bytes, v.stored_bytes, v.sha256)
+               for v in manifest.volumes]
+    carried = [CarriedSnapshot(s.name, s.guid, s.createtxg) for s in manifest.snapshots]
+    return catalog.add_stream(stream, volumes, carried)

@@ -1,0 +1,94 @@
+"""``zbak restore [DATASET] --to @SNAP [--into POOL/NAME] [--from SRC] [--dry-run] [--yes]``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
+from zrepl_py.errors import ExitStatus
+
+
+def _plan_rows(plan) -> list[dict]:
+    rows = []
+    for o in plan.options:
+        chosen = o is plan.chosen
+        if o.path is not None:
+            streams = [f"{s.kind} @{s.to_name} ({s.storage_class}, {s.stored_bytes} B)"
+                       for s in o.path.streams]
+            detail = " -> ".join(streams)
+            if o.path.later:
+                detail += f"; then destroy {', '.join('@' + c.name for c in o.path.later)} from the copy"
+            size = o.path.stored_bytes
+        elif o.snapshots:
+            first, last = o.snapshots[0].name, o.snapshots[-1].name
+            detail = (f"zfs send {o.dataset}@{first}" +
+                      (f", then -I @{first} @{last}" if len(o.snapshots) > 1 else "") +
+                      (f" from {o.host}" if o.source == "replica" else ""))
+            size = None
+        else:
+            detail, size = "", None
+        rows.append({"source": o.source, "from": o.label, "chosen": chosen,
+                     "plan": detail, "bytes": size, "problem": o.problem})
+    return rows
+
+
+def _thaw_text(plan) -> str:
+    t = plan.thaw
+    if t is None:
+        return "no cold objects: no thaw needed"
+    return (f"thaw {t.objects} object(s), {t.bytes} bytes, tier {t.tier}: about {t.hours:g} h,"
+            f" about ${t.cost_usd:.2f} in retrieval fees")
+
+
+@click.command("restore")
+@click.argument("dataset", required=False)
+@click.option("--to", "to", required=True, metavar="@SNAP", help="The snapshot to restore.")
+@click.option("--into", metavar="POOL/NAME", help="Create this dataset instead of DATASET.")
+@click.option("--from", "from_", metavar="local|HOST|STORE", help="Force a source.")
+@click.option("--dry-run", is_flag=True, help="Print the plan only.")
+@click.option("--yes", is_flag=True, help="Do not ask before restoring.")
+@json_option
+@pass_invocation
+def command(inv: Invocation, dataset: str | None, to: str, into: str | None, from_: str | None,
+            dry_run: bool, yes: bool, as_json: bool) -> ExitStatus:
+    """Restore DATASET (default: the only job's dataset) to snapshot @SNAP from the cheapest
+    source that has it: the local pool (with --into), a replica, or the archive chain.
+    Never overwrites an existing dataset."""
+    from zrepl_py.locking import dataset_lock  # noqa: PLC0415 (boto3 only when restoring)
+    from zrepl_py.restore.execute import execute_restore  # noqa: PLC0415
+    from zrepl_py.restore.plan import plan_restore  # noqa: PLC0415
+    from zrepl_py.runs import recorded_run  # noqa: PLC0415
+
+    with inv.context() as ctx:
+        plan = plan_restore(ctx, dataset, to, into, from_)
+        rows = _plan_rows(plan)
+        title = (f"restore {plan.host}:{plan.dataset}@{plan.target.name} into {plan.into}"
+                 f" from {plan.chosen.source} {plan.chosen.label}")
+        if as_json:
+            emit_json({"dry_run": dry_run, "plan": title, "options": rows,
+                       "thaw": plan.thaw, "into": plan.into})
+        else:
+            emit_table(title, ["source", "from", "use", "plan", "stored bytes", "problem"],
+                       [(r["source"], r["from"], "yes" if r["chosen"] else "", r["plan"],
+                         r["bytes"], r["problem"]) for r in rows])
+            if plan.chosen.source == "archive":
+                click.echo(_thaw_text(plan))
+        if dry_run:
+            return ExitStatus.OK
+        if not yes:
+            if not sys.stdin.isatty():
+                click.echo("zbak: pass --yes to restore without a terminal to confirm on", err=True)
+                return ExitStatus.USAGE
+            if not click.confirm("Restore now?"):
+                return ExitStatus.FAILED
+        job = next(iter(ctx.config.jobs), "restore")
+        with dataset_lock(ctx.state_dir, f"{plan.host}:{plan.into}", "restore"), \
+                recorded_run(ctx.catalog(), ctx.clock, job, "restore", f"{plan.host}:{plan.into}") as record:
+            outcome = execute_restore(ctx, plan)
+            record.bytes = outcome.bytes
+    if not as_json:
+        click.echo(f"restored {plan.dataset}@{plan.target.name} into {outcome.into}:"
+                   f" {outcome.streams} stream(s), {outcome.bytes} bytes received")
+    return ExitStatus.OK

@@ -1,0 +1,82 @@
+"""Which archived streams bring a dataset back to a snapshot (pure).
+
+A snapshot is restorable from the archive when some living stream carries it (a full carries
+its snapshot, a ``-I`` incremental every snapshot after its base) and every stream from that
+one back to its chain's full is living (``uploaded`` or ``verified``). Among such paths the
+one with the fewest stored bytes wins (then the fewest streams).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
+
+LIVING = frozenset({"uploaded", "verified"})
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainPath:
+    """Streams to receive in order (full first) to reach a snapshot.
+
+    Attributes:
+        streams: the streams, full first.
+        target: the snapshot wanted.
+        later: snapshots the last stream carries after ``target`` (received, then destroyed
+            from the restored dataset so it ends at ``target``), in createtxg order.
+    """
+
+    streams: tuple[StreamRow, ...]
+    target: CarriedSnapshot
+    later: tuple[CarriedSnapshot, ...]
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes to read from the store."""
+        return sum(s.stored_bytes for s in self.streams)
+
+    @property
+    def store(self) -> str:
+        """The store the path's streams are in."""
+        return self.streams[0].store
+
+
+def _carried(stream: StreamRow, carried: Mapping[int, Sequence[CarriedSnapshot]]) -> list[CarriedSnapshot]:
+    found = list(carried.get(stream.id, ()))
+    return found or [CarriedSnapshot(stream.to_name, stream.to_guid, stream.to_createtxg)]
+
+
+def archive_paths(
+    streams: Sequence[StreamRow],
+    carried: Mapping[int, Sequence[CarriedSnapshot]],
+    target_guid: int,
+) -> list[ChainPath]:
+    """Every restorable path to the snapshot with ``target_guid``, cheapest first.
+
+    Args:
+        streams: the dataset's catalogued streams (any store, any state).
+        carried: ``Catalog.carried`` for those streams.
+        target_guid: the snapshot wanted.
+    """
+    by_id = {s.id: s for s in streams}
+    paths = []
+    for stream in streams:
+        if stream.state not in LIVING:
+            continue
+        snaps = _carried(stream, carried)
+        hit = next((c for c in snaps if c.guid == target_guid), None)
+        if hit is None:
+            continue
+        chain = [stream]
+        while chain[-1].parent_id is not None:
+            parent = by_id.get(chain[-1].parent_id)
+            if parent is None or parent.state not in LIVING or len(chain) > len(by_id):
+                chain = []
+                break
+            chain.append(parent)
+        if not chain or chain[-1].kind != "full":
+            continue
+        later = tuple(c for c in snaps if c.createtxg > hit.createtxg)
+        paths.append(ChainPath(tuple(reversed(chain)), hit, later))
+    return sorted(paths, key=lambda p: (p.stored_bytes, len(p.streams), p.streams[-1].id))
