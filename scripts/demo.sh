@@ -89,6 +89,14 @@ retention = { keep_last = 2, hourly = 0, daily = 0 }
 targets = ["backup:$bak/data"]
 compression = "zstd"
 
+# Cold copies: chains of zstd-compressed send streams in a directory store.
+[stores.cold]
+url = "file://$work/cold"
+volume_size = "64MiB"
+
+[jobs.demo.archive]
+store = "cold"
+
 # The docs as plain files on a host without ZFS: the rsync fallback.
 [jobs.mirror]
 dataset = "$src/data/docs"
@@ -141,6 +149,30 @@ done
 echo "guids equal for every snapshot of $src/data/docs"
 zfs mount "$bak/data/docs" 2>/dev/null || true
 diff -r --no-dereference "$work/mnt/$src/data/docs" "$(zfs get -H -o value mountpoint "$bak/data/docs")" && echo "replica files identical to the source"
+
+step "archive to a file:// store: a full of the oldest snapshot, then -I to the newest"
+mkdir -p "$work/cold"
+zbak archive --dry-run
+zbak archive
+cp -a /usr/share/common-licenses "$work/mnt/$src/data/docs/licenses-before-second-archive"
+sleep 1.1
+zbak snapshot demo
+zbak archive demo   # an incremental on each chain
+zbak list streams demo
+find "$work/cold" -name manifest.json | sort
+
+step "restore the docs from the archive into a new dataset and compare with the source snapshot"
+docs_snap=$(zfs list -H -t snapshot -o name -s createtxg -r "$src/data/docs" | tail -1 | sed 's/^[^@]*@//')
+zbak restore "$src/data/docs" --to "@$docs_snap" --into "$src/restored-docs" --dry-run
+zbak restore "$src/data/docs" --to "@$docs_snap" --into "$src/restored-docs" --from cold --yes
+zfs list -t snapshot -o name,guid -r "$src/restored-docs"
+[[ "$(zfs get -H -o value guid "$src/restored-docs@$docs_snap")" == "$(zfs get -H -o value guid "$src/data/docs@$docs_snap")" ]] \
+  && echo "restored @$docs_snap has the source snapshot's guid"
+zfs mount "$src/restored-docs" 2>/dev/null || true
+zfs clone "$src/data/docs@$docs_snap" "$src/compare-docs"   # zfs-fuse has no .zfs/snapshot
+diff -r --no-dereference "$(zfs get -H -o value mountpoint "$src/compare-docs")" \
+     "$(zfs get -H -o value mountpoint "$src/restored-docs")" && echo "restored files identical to the source snapshot"
+retry zfs destroy "$src/compare-docs"
 
 step "rsync fallback: the docs as hard-linked point-in-time trees"
 sleep 1.1
