@@ -325,3 +325,32 @@ class ArchiveError(ZbakError):
 class RestoreError(ZbakError):
     """A restore could not be planned or carried out; nothing was received, or the message
     names what was received and where."""
+
+
+class StreamUnsupported(Unsupported):
+    """The receiving ZFS rejected a send stream as unsupported: feature flags it does not know
+    ("stream has unsupported feature, feature flags = 4": zfs-fuse 0.7 receiving any OpenZFS
+    2.x stream, whose SA_SPILL flag it lacks), or a pool too old for them ("pool must be
+    upgraded to receive this stream"). Nothing was received. Method ``auto`` falls back to
+    rsync for that dataset; method ``zfs`` reports this."""
+
+
+class SecretUnavailable(UsageError):
+    """A secret the config points at (``{ env = "NAME" }`` / ``{ file = "/path" }``) cannot be
+    read; the message names the variable or file, never a value."""
+
+
+class AlertDeliveryFailed(ZbakError):
+    """An alert could not be delivered to a webhook or SMTP server after its retries; the
+    message names the channel and the server (never a URL path, header or password)."""
+
+
+class CommandRefused(ZbakError):
+    """``zbak serve`` refused a remote request: it is not one of the commands zbak issues, or
+    it names something outside the allowed root (the message says which rule). Nothing was
+    run; the forced command exits ``serve.execute.REFUSED`` (126)."""
+
+
+class InsufficientSpace(ZbakError):
+    """A target pool has less free space than the job's ``min_free`` floor: nothing was sent
+    to it. The message names the host, pool, free bytes and the floor (``zrepl_py.health``)."""

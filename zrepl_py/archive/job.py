@@ -15,7 +15,13 @@ import logging
 
 from zrepl_py.archive.layout import MANIFEST, PROGRESS, dataset_prefix, stream_prefix
 from zrepl_py.archive.manifest import SnapRecord
-from zrepl_py.archive.planner import ArchivePlan, ChainPolicy, PlannedStream, plan_archive
+from zrepl_py.archive.planner import (
+    ArchivePlan,
+    ChainPolicy,
+    PlannedStream,
+    current_chain,
+    plan_archive,
+)
 from zrepl_py.archive.writer import StreamSpec, WrittenStream, delete_prefix, write_stream
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.context import Context, lock_key
@@ -121,8 +127,10 @@ def _write_plan(ctx: Context, job_name: str, store: str, backend: Backend, zfs: 
     """Write the planned streams of one dataset in order and move the archive hold."""
     prefixes = [_prefix(host, dataset, p) for p in plan.streams]
     _clean_stale_uploads(backend, dataset_prefix(host, str(dataset)), keep=set(prefixes))
-    tips = {s.id: s.to_name for s in streams}
-    old_tip = tips.get(plan.streams[0].parent_id) if plan.streams[0].parent_id else None
+    chain = current_chain(streams)
+    # The hold moves from the current chain's tip, also when a new full starts a new chain:
+    # the old chain cannot be continued, so its tip needs no protection any more.
+    old_tip = chain[-1].to_name if chain else None
     parent_id = plan.streams[0].parent_id
     caps = zfs.capabilities
     plain = dataclasses.replace(caps, compressed_send=False)

@@ -1,4 +1,5 @@
-"""``zbak prune [JOB...] [--dry-run]``: apply snapshot retention, showing why each is kept."""
+"""``zbak prune [JOB...] [--dry-run] [--accept-early-delete-fee]``: apply retention to source
+snapshots, replica snapshots and archive chains, showing why each thing is kept."""
 
 from __future__ import annotations
 
@@ -6,21 +7,74 @@ import click
 
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, for_each_job, json_option, pass_invocation
 from zrepl_py.errors import ExitStatus
-from zrepl_py.pruning.job import prune_job
+
+
+def _stream_label(s) -> str:
+    if s.kind == "full":
+        return f"full @{s.to_name}"
+    return f"incremental @{s.from_name} -> @{s.to_name}"
+
+
+def _stream_rows(result) -> list[dict]:
+    """One row per archived stream: kept (with reasons), deleted, or finished."""
+    rows = []
+    archive = result.archive
+    if archive is None:
+        return rows
+    for d in archive.datasets:
+        base = {"job": result.job, "store": archive.store, "dataset": d.dataset}
+        if d.plan is None:
+            rows.append({**base, "stream_id": None, "stream": "", "state": "", "action": "error",
+                         "reasons": [d.error or ""]})
+            continue
+        for s in d.plan.unfinished:
+            rows.append({**base, "stream_id": s.id, "stream": _stream_label(s), "state": s.state,
+                         "storage_class": s.storage_class, "action": "finish delete",
+                         "reasons": ["condemned by an earlier prune that did not finish"]})
+        for decision in d.plan.decisions:
+            s = decision.stream
+            rows.append({**base, "stream_id": s.id, "stream": _stream_label(s), "state": s.state,
+                         "storage_class": s.storage_class,
+                         "action": "delete" if decision.delete else "keep",
+                         "reasons": list(decision.reasons)})
+    return rows
+
+
+def _replica_rows(result) -> list[dict]:
+    rows = []
+    for r in result.replicas:
+        if r.error:
+            rows.append({"job": result.job, "target": r.target, "snapshot": "", "action": "error",
+                         "reasons": [r.error]})
+        for plan in r.plans.values():
+            for d in plan.decisions:
+                rows.append({"job": result.job, "target": r.target, "snapshot": d.candidate.name,
+                             "action": "destroy" if d.destroy else "keep",
+                             "reasons": list(d.reasons)})
+    return rows
 
 
 @click.command("prune")
 @click.argument("jobs", nargs=-1)
-@click.option("--dry-run", is_flag=True, help="Show the plan; destroy nothing.")
+@click.option("--dry-run", is_flag=True, help="Show the plan; destroy and delete nothing.")
+@click.option("--accept-early-delete-fee", is_flag=True,
+              help="Delete archive chains even when a stream is younger than its storage"
+                   " class's minimum duration (S3 bills the rest of the minimum).")
 @json_option
 @pass_invocation
-def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, as_json: bool) -> ExitStatus:
-    """Destroy zbak snapshots the retention no longer wants; never held, cloned,
-    foreign, newest or replication-base snapshots."""
+def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, accept_early_delete_fee: bool,
+            as_json: bool) -> ExitStatus:
+    """Destroy zbak snapshots the retention no longer wants on the source and on ZFS
+    replica targets (never held, cloned, foreign, newest, replication-base or archive-base
+    snapshots), and delete whole archive chains the archive retention no longer wants
+    (only once a newer full is verified; never a damaged chain)."""
+    from zrepl_py.pruning.job import prune_job  # noqa: PLC0415 (command modules load lazily)
+
     with inv.context() as ctx:
         results, status = for_each_job(
-            ctx.select_jobs(jobs), lambda n, j: prune_job(ctx, n, j, dry_run=dry_run)
-        )
+            ctx.select_jobs(jobs),
+            lambda n, j: prune_job(ctx, n, j, dry_run=dry_run,
+                                   accept_early_delete_fee=accept_early_delete_fee))
     rows = []
     for result in results:
         for plan in result.plans.values():
@@ -28,19 +82,89 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, as_json: bool
                 rows.append({"job": result.job, "snapshot": d.candidate.name,
                              "action": "destroy" if d.destroy else "keep",
                              "reasons": list(d.reasons)})
+    streams = [row for r in results for row in _stream_rows(r)]
+    replica = [row for r in results for row in _replica_rows(r)]
     outcomes = {r.job: r.outcome for r in results if r.outcome is not None}
     if as_json:
-        emit_json({"dry_run": dry_run, "decisions": rows,
-                   "outcome": {job: o.__dict__ for job, o in outcomes.items()}})
+        emit_json({
+            "dry_run": dry_run, "decisions": rows,
+            "outcome": {job: o.__dict__ for job, o in outcomes.items()},
+            "replica": replica,
+            "replica_outcome": {r.job: {t.target: t.outcome.__dict__ for t in r.replicas
+                                        if t.outcome is not None} for r in results},
+            "streams": streams,
+            "archive": {r.job: _archive_summary(r.archive) for r in results if r.archive},
+        })
     else:
-        emit_table("prune plan" + (" (dry run: nothing destroyed)" if dry_run else ""),
-                   ["job", "snapshot", "action", "why"],
-                   [(r["job"], r["snapshot"], r["action"], "; ".join(r["reasons"])) for r in rows])
-        for job, outcome in outcomes.items():
-            click.echo(f"{job}: destroyed {len(outcome.destroyed)}, skipped {len(outcome.skipped)}, "
-                       f"failed {len(outcome.failed)}")
-            for name, why in outcome.skipped + outcome.failed:
-                click.echo(f"  kept {name}: {why}")
-    if any(o.failed for o in outcomes.values()) and status == ExitStatus.OK:
+        _print_tables(rows, replica, streams, outcomes, results, dry_run)
+    _report_errors(results)
+    if status == ExitStatus.OK and any(r.failed for r in results):
         return ExitStatus.FAILED
     return status
+
+
+def _archive_summary(archive) -> dict:
+    return {
+        "store": archive.store, "error": archive.error,
+        "datasets": {d.dataset: {
+            "damaged": d.damaged, "error": d.error,
+            "deleted": d.outcome.deleted if d.outcome else [],
+            "finished": d.outcome.finished if d.outcome else [],
+            "object_deletes": d.outcome.objects if d.outcome else 0,
+            "stopped": d.outcome.error if d.outcome else None,
+        } for d in archive.datasets},
+    }
+
+
+def _print_tables(rows, replica, streams, outcomes, results, dry_run: bool) -> None:
+    note = " (dry run: nothing destroyed)" if dry_run else ""
+    emit_table("prune plan" + note, ["job", "snapshot", "action", "why"],
+               [(r["job"], r["snapshot"], r["action"], "; ".join(r["reasons"])) for r in rows])
+    if replica:
+        emit_table("replica prune plan" + note, ["job", "target", "snapshot", "action", "why"],
+                   [(r["job"], r["target"], r["snapshot"], r["action"], "; ".join(r["reasons"]))
+                    for r in replica])
+    if streams:
+        emit_table("archive chains" + (" (dry run: nothing deleted)" if dry_run else ""),
+                   ["job", "store", "dataset", "stream", "state", "action", "why"],
+                   [(r["job"], r["store"], r["dataset"], r["stream"], r["state"], r["action"],
+                     "; ".join(r["reasons"])) for r in streams])
+    for job, outcome in outcomes.items():
+        click.echo(f"{job}: destroyed {len(outcome.destroyed)}, skipped {len(outcome.skipped)}, "
+                   f"failed {len(outcome.failed)}")
+        for name, why in outcome.skipped + outcome.failed:
+            click.echo(f"  kept {name}: {why}")
+    for result in results:
+        for target in result.replicas:
+            if target.outcome is not None:
+                o = target.outcome
+                click.echo(f"{result.job} -> {target.target}: destroyed {len(o.destroyed)},"
+                           f" skipped {len(o.skipped)}, failed {len(o.failed)}")
+                for name, why in o.skipped + o.failed:
+                    click.echo(f"  kept {name}: {why}")
+        archive = result.archive
+        for d in archive.datasets if archive else ():
+            if d.outcome is not None:
+                click.echo(f"{result.job} -> {archive.store}: {d.dataset}: deleted"
+                           f" {len(d.outcome.deleted)} stream(s)"
+                           + (f", finished {len(d.outcome.finished)} left by an earlier prune"
+                              if d.outcome.finished else ""))
+
+
+def _report_errors(results) -> None:
+    """Every target and store failure on stderr, whatever the output format."""
+    for result in results:
+        for target in result.replicas:
+            if target.error:
+                click.echo(f"zbak: job {result.job}: target {target.target}: {target.error}",
+                           err=True)
+        archive = result.archive
+        if archive is None:
+            continue
+        if archive.error:
+            click.echo(f"zbak: job {result.job}: store {archive.store}: {archive.error}", err=True)
+        for d in archive.datasets:
+            problem = d.error or (d.outcome.error if d.outcome else None)
+            if problem:
+                click.echo(f"zbak: job {result.job}: store {archive.store}: {d.dataset}: {problem}"
+                           "; run zbak prune again to finish", err=True)

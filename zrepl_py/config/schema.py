@@ -13,11 +13,11 @@ import datetime as dt
 import re
 import zoneinfo
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator, model_validator
 
-from zrepl_py.config.units import ByteSize, CronSchedule, Duration
+from zrepl_py.config.units import ByteSize, CronSchedule, Duration, parse_size
 from zrepl_py.errors import InvalidName
 from zrepl_py.zfs.names import DatasetName, check_short_name
 
@@ -231,6 +231,51 @@ class ProtectionBudget(_Model):
     max_bytes: ByteSize | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class FreeSpaceFloor:
+    """A free-space floor: exactly one of ``bytes`` or ``percent`` is set.
+
+    Attributes:
+        bytes: the floor in bytes.
+        percent: the floor as a percentage (0 < p < 100) of the pool's usable size, which
+            ``zrepl_py.health`` takes as ``used + available`` of the pool's root dataset.
+    """
+
+    bytes: int | None = None
+    percent: float | None = None
+
+    def floor_bytes(self, size_bytes: int) -> int:
+        """The floor in bytes for a pool of ``size_bytes`` usable bytes."""
+        if self.bytes is not None:
+            return self.bytes
+        return int(size_bytes * (self.percent or 0.0) / 100)
+
+    def __str__(self) -> str:
+        return f"{self.bytes} bytes" if self.bytes is not None else f"{self.percent:g}%"
+
+
+def parse_free_floor(value: object) -> FreeSpaceFloor:
+    """Parse ``min_free``: ``"10%"`` (percent of the pool), or a size (``"20G"``, bytes).
+
+    Raises:
+        ValueError: not a size or a percentage in (0, 100).
+    """
+    if isinstance(value, FreeSpaceFloor):
+        return value
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            percent = float(value.strip()[:-1])
+        except ValueError:
+            raise ValueError(f"expected a percentage like '10%', got {value!r}") from None
+        if not 0 < percent < 100:
+            raise ValueError(f"a free-space percentage must be between 0 and 100, got {value!r}")
+        return FreeSpaceFloor(percent=percent)
+    return FreeSpaceFloor(bytes=parse_size(value))
+
+
+MinFree = Annotated[FreeSpaceFloor, PlainValidator(parse_free_floor)]
+
+
 class ReplicateConfig(_Model):
     """``[jobs.NAME.replicate]``: targets and how to send to them."""
 
@@ -244,6 +289,10 @@ class ReplicateConfig(_Model):
     retention: Retention | None = None
     """Retention of zbak snapshots on the target; None keeps every received snapshot."""
     protection_budget: ProtectionBudget = ProtectionBudget()
+    min_free: MinFree | None = None
+    """Free-space floor of each ZFS target's pool (``zrepl_py.health``): bytes (``"20G"``)
+    or a percentage of the pool's usable size (``"10%"``); a target pool with less free
+    space is not sent to (the target's run fails saying so). None: no floor."""
 
     @field_validator("targets")
     @classmethod
@@ -259,8 +308,34 @@ class ReplicateConfig(_Model):
         return [parse_endpoint(t, allow_directory=True) for t in self.targets]
 
 
+# Minimum storage duration per S3 storage class: an object deleted (or overwritten) earlier
+# is billed as if stored that long ("early delete fee"). AWS S3 user guide, "Comparing the
+# Amazon S3 storage classes" (docs.aws.amazon.com/AmazonS3/latest/userguide/
+# storage-class-intro.html#sc-compare) and https://aws.amazon.com/s3/pricing/: STANDARD_IA
+# and ONEZONE_IA 30 days, GLACIER_IR and GLACIER (Flexible Retrieval) 90 days, DEEP_ARCHIVE
+# 180 days; STANDARD none; INTELLIGENT_TIERING none since AWS dropped its 30-day minimum in
+# September 2021 ("Amazon S3 Intelligent-Tiering ... no minimum storage duration", AWS What's
+# New, 2021-09-02). Override per class under [jobs.NAME.archive] min_storage_duration.
+DEFAULT_MIN_STORAGE_DURATION: dict[str, dt.timedelta] = {
+    "STANDARD": dt.timedelta(0),
+    "STANDARD_IA": dt.timedelta(days=30),
+    "ONEZONE_IA": dt.timedelta(days=30),
+    "INTELLIGENT_TIERING": dt.timedelta(0),
+    "GLACIER_IR": dt.timedelta(days=90),
+    "GLACIER": dt.timedelta(days=90),
+    "DEEP_ARCHIVE": dt.timedelta(days=180),
+}
+
+
 class ArchiveConfig(_Model):
-    """``[jobs.NAME.archive]``: the chain policy and retention for one store."""
+    """``[jobs.NAME.archive]``: the chain policy and retention for one store.
+
+    Retention (``zbak prune``, ``zrepl_py.chains.retention``) deletes whole chains only:
+    the ``keep_chains`` newest chains are kept; with ``max_age``, a chain whose newest stream
+    is older than that is no longer protected by ``keep_chains``; a chain is deleted only when
+    a newer, verified, undamaged full exists, and (unless ``--accept-early-delete-fee``) only
+    when none of its streams is younger than its class's ``min_storage_duration``.
+    """
 
     store: str
     schedule: CronSchedule | None = "30 2 * * *"
@@ -269,9 +344,25 @@ class ArchiveConfig(_Model):
     max_chain_bytes: ByteSize | None = None
     keep_chains: int = Field(2, ge=1)
     max_age: Duration | None = None
+    """A chain whose newest stream is older than this may be deleted even within
+    ``keep_chains`` (never the newest verified chain); None: age deletes nothing."""
+    min_storage_duration: dict[StorageClass, Duration] = {}
+    """Overrides of DEFAULT_MIN_STORAGE_DURATION per storage class, e.g. ``{ GLACIER = "90d" }``."""
     storage_class: StorageClasses | None = None
     """Overrides the store's classes for this job."""
     compression_level: int = Field(3, ge=1, le=22)
+
+    def min_storage(self, storage_class: str) -> dt.timedelta:
+        """The minimum storage duration of ``storage_class``: the override, else S3's
+        default, else zero for a class S3 does not name (``file://`` reports STANDARD)."""
+        found = self.min_storage_duration.get(storage_class)  # type: ignore[call-overload]
+        if found is not None:
+            return found
+        return DEFAULT_MIN_STORAGE_DURATION.get(storage_class, dt.timedelta(0))
+
+    def min_storage_durations(self) -> dict[str, dt.timedelta]:
+        """Every known class's minimum storage duration, overrides applied."""
+        return {cls: self.min_storage(cls) for cls in S3_STORAGE_CLASSES}
 
 
 class JobConfig(_Model):
@@ -348,6 +439,214 @@ class RestoreConfig(_Model):
         return found or DEFAULT_THAW_PRICES.get(storage_class, {}).get(tier)
 
 
+class SecretRef(_Model):
+    """Where a secret comes from: ``{ env = "NAME" }`` or ``{ file = "/path" }``, exactly one.
+
+    The value itself is never written in the config (house rule 7); it is read when first
+    needed (``load``), so ``zbak config check`` does not need the secret present.
+    """
+
+    env: str | None = None
+    file: Path | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "SecretRef":
+        if (self.env is None) == (self.file is None):
+            raise ValueError('give exactly one of env = "NAME" or file = "/path"')
+        return self
+
+    def load(self):
+        """Read the secret and return it as a ``zrepl_py.config.secret.Secret``.
+
+        Raises:
+            SecretUnavailable: the variable is unset or the file cannot be read (the message
+                names the variable or file, never a value).
+        """
+        from zrepl_py.config.secret import Secret
+        from zrepl_py.errors import SecretUnavailable
+
+        try:
+            return Secret.from_env(self.env) if self.env is not None else Secret.from_file(self.file)
+        except KeyError:
+            raise SecretUnavailable(f"environment variable {self.env} is not set") from None
+        except OSError as exc:
+            raise SecretUnavailable(f"cannot read secret file {self.file}: {exc.strerror}") from None
+
+
+ALERT_KINDS = ("failure", "recovery", "stale", "budget", "degraded")
+AlertKind = Literal["failure", "recovery", "stale", "budget", "degraded"]
+StaleAction = Literal["snapshot", "replicate", "archive", "prune", "audit"]
+
+
+class WebhookConfig(_Model):
+    """``[alerts.webhook]``: POST each alert as JSON to ``url``.
+
+    ``url`` may be a ``SecretRef`` (chat webhooks carry their token in the URL); header
+    values are always ``SecretRef`` (``{ Authorization = { env = "ZBAK_HOOK_AUTH" } }``).
+    """
+
+    url: str | SecretRef
+    headers: dict[str, SecretRef] = {}
+    timeout: Duration = dt.timedelta(seconds=10)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value):
+        if isinstance(value, str) and not re.match(r"^https?://[^\s/]+", value):
+            raise ValueError("expected an http:// or https:// URL")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict) -> dict:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", name):
+                raise ValueError(f"invalid HTTP header name {name!r}")
+        return value
+
+
+class EmailConfig(_Model):
+    """``[alerts.email]``: send each alert as a mail through an SMTP server (smtplib).
+
+    ``starttls`` upgrades a plain connection (port 587); ``ssl`` connects with TLS from the
+    start (SMTPS, port 465). Certificates are verified against the system CAs.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    host: str
+    port: int = Field(587, ge=1, le=65535)
+    starttls: bool = True
+    ssl: bool = False
+    sender: str = Field(alias="from")
+    to: list[str] = Field(min_length=1)
+    username: str | None = None
+    password: SecretRef | None = None
+    timeout: Duration = dt.timedelta(seconds=30)
+
+    @field_validator("sender", "to")
+    @classmethod
+    def _addresses(cls, value):
+        for address in [value] if isinstance(value, str) else value:
+            if not re.fullmatch(r"[^@\s<>,]+@[^@\s<>,]+", address):
+                raise ValueError(f"invalid mail address {address!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "EmailConfig":
+        if self.ssl and self.starttls:
+            raise ValueError("ssl (SMTPS) and starttls exclude each other: set starttls = false")
+        if (self.username is None) != (self.password is None):
+            raise ValueError("username and password go together")
+        return self
+
+
+class AlertsConfig(_Model):
+    """``[alerts]``: where alerts go and when staleness is alerted (see zrepl_py/alerts).
+
+    ``stale_after`` maps an action to how long it may go without a successful run before a
+    ``stale`` alert (checked by the daemon; only for actions a job schedules). ``repeat_after``
+    is the shortest time between two alerts of the same kind for the same job, action and
+    target (a recovery always goes out and re-arms its failure alert).
+    """
+
+    webhook: WebhookConfig | None = None
+    email: EmailConfig | None = None
+    stale_after: dict[StaleAction, Duration] = {
+        "replicate": dt.timedelta(hours=26),
+        "archive": dt.timedelta(hours=50),
+    }
+    repeat_after: Duration = dt.timedelta(hours=24)
+    events: list[AlertKind] = list(ALERT_KINDS)
+
+
+class MetricsConfig(_Model):
+    """``[metrics]``: Prometheus exposition (see zrepl_py/metrics.py).
+
+    ``listen`` (``HOST:PORT``) makes ``zbak daemon`` serve ``/metrics``; ``textfile`` is a
+    node_exporter textfile-collector file rewritten atomically after every run.
+    """
+
+    listen: str | None = None
+    textfile: Path | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("expected HOST:PORT, e.g. '127.0.0.1:9811'")
+        return value
+
+    @field_validator("textfile")
+    @classmethod
+    def _textfile(cls, value: Path | None) -> Path | None:
+        if value is not None and (not value.is_absolute() or value.suffix != ".prom"):
+            raise ValueError("expected an absolute path ending in .prom (node_exporter reads only those)")
+        return value
+
+    def listen_address(self) -> tuple[str, int] | None:
+        """``listen`` split into ``(host, port)`` (brackets of an IPv6 literal removed)."""
+        if self.listen is None:
+            return None
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+DAEMON_ACTIONS = ("snapshot", "replicate", "archive", "prune", "audit")
+"""What ``zbak daemon`` schedules, in the order it runs a job's actions that are due together."""
+DaemonAction = Literal["snapshot", "replicate", "archive", "prune", "audit"]
+
+
+class DaemonConfig(_Model):
+    """``[daemon]``: how ``zbak daemon`` schedules and logs (``zrepl_py.daemon``).
+
+    Every job gets one trigger per action: ``snapshot``, ``replicate`` and ``archive`` from
+    the job's ``schedule`` keys (an action whose section is missing or whose schedule is
+    unset is not scheduled); ``prune`` and ``audit`` from ``prune_schedule`` and
+    ``audit_schedule`` here, for every job (unset: not scheduled). Schedules are five-field
+    crontab lines in UTC. ``every`` replaces an action's cron schedule for every job by a
+    fixed interval (``{ snapshot = "5s", replicate = "10s" }``): for demos and tests;
+    interval runs fall on whole multiples of the interval counted from 2000-01-01T00:00Z,
+    so a restart does not shift them.
+
+    A run missed while the daemon was down (its next-run time is kept in the catalog
+    database) runs once at start-up, however many were missed (coalesced), unless it is
+    more than ``misfire_grace_time`` late (unset: always caught up).
+    """
+
+    name: str | None = None
+    """Names this daemon's schedule table (``zbak_schedule_<name>``) in a catalog several
+    daemons share (a PostgreSQL fleet): each daemon needs its own. Unset: ``zbak_schedule``."""
+    prune_schedule: CronSchedule | None = "0 4 * * *"
+    audit_schedule: CronSchedule | None = "0 5 * * 0"
+    every: dict[DaemonAction, Duration] = {}
+    misfire_grace_time: Duration | None = None
+    """How late a missed run may still start; unset: any missed run is caught up once."""
+    stop_timeout: Duration = dt.timedelta(seconds=30)
+    """On SIGTERM, how long running actions get to stop (they are sent SIGTERM at once and
+    stop their transfers) before they are killed."""
+    log_format: Literal["human", "json"] = "human"
+    """``json``: one JSON object per line (time, level, logger, message, job, action)."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[a-z0-9_]{1,40}", value):
+            raise ValueError("use lower-case letters, digits and '_' (max 40): it names a table")
+        return value
+
+    @field_validator("every")
+    @classmethod
+    def _every(cls, value: dict) -> dict:
+        for action, interval in value.items():
+            if interval < dt.timedelta(seconds=1):
+                raise ValueError(f"every.{action}: an interval must be at least 1 second")
+        return value
+
+
 class Config(_Model):
     """The whole config file."""
 
@@ -359,6 +658,9 @@ class Config(_Model):
     stores: dict[str, StoreConfig] = {}
     jobs: dict[str, JobConfig] = {}
     restore: RestoreConfig = RestoreConfig()
+    alerts: AlertsConfig = AlertsConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    daemon: DaemonConfig = DaemonConfig()
 
     @field_validator("hosts", "stores", "jobs")
     @classmethod

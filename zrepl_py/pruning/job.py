@@ -1,42 +1,86 @@
-"""``zbak prune`` for source snapshots of one job: lock, list, plan, (dry-run or) destroy."""
+"""``zbak prune`` for one job: source snapshots, replica snapshots, archive chains.
+
+Under the job's dataset lock (the one ``snapshot``, ``replicate`` and ``archive`` take), from
+one fresh listing of the source plus the catalog:
+
+1. source snapshots: retention, never a held, cloned, foreign or newest snapshot, a
+   replication base, one not yet replicated, or an archive base (``pruning.source``); the
+   archive hold left on the tip of a chain a newer full has closed is released first;
+2. each ZFS target with a ``retention``: the target's zbak snapshots (``pruning.replica``),
+   under the target's lock too;
+3. the job's archive: whole chains (``pruning.archive``, ``chains.*``).
+
+Each part's failure is reported in the result and the other parts still run. With
+``dry_run`` nothing is destroyed or deleted and no run is recorded; otherwise each part is
+a recorded run (``prune`` with target None, the replica target, or ``archive:STORE``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 
-from zrepl_py.config.schema import JobConfig
+from zrepl_py.config.schema import Endpoint, JobConfig
 from zrepl_py.context import Context, lock_key
+from zrepl_py.errors import CommandFailed, DatasetNotFound, HoldNotFound, ZbakError, ZfsError
 from zrepl_py.locking import dataset_lock
+from zrepl_py.pruning.archive import ArchivePruneResult, prune_archive
 from zrepl_py.pruning.planner import PrunePlan
+from zrepl_py.pruning.replica import ReplicaPruneResult, plan_replica_prune, zfs_targets
 from zrepl_py.pruning.source import (
     PruneOutcome,
+    archive_protections,
     execute_source_prune,
     plan_source_prune,
     replication_protections,
+    stale_archive_tips,
 )
+from zrepl_py.replication.protect import hold_tag
 from zrepl_py.runs import recorded_run
-from zrepl_py.snapshots.inventory import take_inventory
+from zrepl_py.snapshots.inventory import Inventory, take_inventory
+from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.names import SnapshotName
+
+log = logging.getLogger(__name__)
+
+COMMAND_NOT_FOUND = 127
+"""Exit status of a missing command (no zfs on a target host: method auto uses rsync there)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class PruneResult:
-    """The plan per dataset and, unless it was a dry run, what executing it did."""
+    """The source plan per dataset and, unless it was a dry run, what executing it did; the
+    replica targets' results; the archive's result (None when the job has no archive)."""
 
     job: str
     plans: dict[str, PrunePlan]
     outcome: PruneOutcome | None
+    replicas: tuple[ReplicaPruneResult, ...] = ()
+    archive: ArchivePruneResult | None = None
+
+    @property
+    def failed(self) -> bool:
+        """True when any part failed (source destroys, a target, the archive)."""
+        return bool((self.outcome and self.outcome.failed)
+                    or any(r.failed for r in self.replicas)
+                    or (self.archive and self.archive.failed))
 
 
-def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> PruneResult:
-    """Apply the job's snapshot retention to its source datasets.
+def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
+              accept_early_delete_fee: bool = False) -> PruneResult:
+    """Apply the job's retention to its source, its ZFS targets and its archive chains.
 
-    The plan is computed from one fresh listing plus the catalog's replication cursors;
-    with ``dry_run`` nothing is destroyed and no run is recorded.
+    Args:
+        ctx: the invocation's context.
+        name / job: the job.
+        dry_run: plan and show only.
+        accept_early_delete_fee: let archive retention delete streams younger than their
+            storage class's minimum duration.
 
     Raises:
         Locked: another run holds the job's dataset lock (exit 3).
-        ZfsError, HostUnreachable, CatalogError: listing failed (destroy failures are
-            collected in the outcome instead).
+        ZfsError, HostUnreachable, CatalogError: listing the source failed (target, store and
+            destroy failures are reported in the result instead).
     """
     source = job.source
     catalog = ctx.catalog()
@@ -44,14 +88,111 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> Prun
         zfs = ctx.zfs(source.host, source.dataset.pool)
         now = ctx.clock.now()
         inventory = take_inventory(zfs, catalog, job, now, with_clones=True)
+        streams = catalog.streams(host=source.host)
+        if not dry_run and _release_stale_archive_holds(zfs, name, inventory, streams):
+            inventory = take_inventory(zfs, catalog, job, now, with_clones=True)
         protections = replication_protections(inventory, name, job, catalog.cursors())
+        for snap, reasons in archive_protections(inventory, streams).items():
+            protections.setdefault(snap, []).extend(reasons)
         plans = plan_source_prune(inventory, job, protections, now)
+        outcome = None
+        if not dry_run:
+            with recorded_run(catalog, ctx.clock, name, "prune") as record:
+                outcome = execute_source_prune(zfs, plans)
+                take_inventory(zfs, catalog, job, ctx.clock.now())
+                if outcome.failed:
+                    record.result = "partial"
+                    record.error = "; ".join(f"{n}: {e}" for n, e in outcome.failed)
+        replicas = tuple(_prune_target(ctx, name, job, target, inventory, dry_run=dry_run)
+                         for target in zfs_targets(job))
+        archive = None
+        if job.archive is not None:
+            archive = _prune_archive(ctx, name, job, dry_run=dry_run,
+                                     accept_early_delete_fee=accept_early_delete_fee)
+    return PruneResult(name, plans, outcome, replicas, archive)
+
+
+def _release_stale_archive_holds(zfs: Zfs, name: str, inventory: Inventory,
+                                 streams: list) -> int:
+    """Release this job's archive hold on tips of chains a newer full has closed; return how
+    many were released (``pruning.source.stale_archive_tips``)."""
+    released = 0
+    for snap, stores in stale_archive_tips(inventory, streams).items():
+        for store in stores:
+            try:
+                zfs.release(SnapshotName(snap), hold_tag(name, f"archive:{store}"))
+            except (HoldNotFound, DatasetNotFound):
+                continue  # another job's hold, or gone: nothing of ours to release
+            except ZfsError as exc:
+                log.warning("could not release the archive hold on %s: %s", snap, exc)
+                continue
+            log.info("released the archive hold on %s: its chain in %s is closed", snap, store)
+            released += 1
+    return released
+
+
+def _prune_target(ctx: Context, name: str, job: JobConfig, target: Endpoint,
+                  inventory: Inventory, *, dry_run: bool) -> ReplicaPruneResult:
+    """Plan and (unless ``dry_run``) apply the target's retention; errors go in the result."""
+    assert job.replicate is not None and job.replicate.retention is not None
+    assert target.dataset is not None
+    result = ReplicaPruneResult(str(target))
+    try:
+        with dataset_lock(ctx.state_dir, f"target {target}", "prune"):
+            try:
+                dst = ctx.zfs(target.host, target.dataset.pool)
+            except CommandFailed as exc:
+                if job.replicate.method == "auto" and exc.returncode == COMMAND_NOT_FOUND:
+                    return result  # method auto fell back to rsync there: no snapshots
+                raise
+            try:
+                tree = dst.tree(target.dataset, recursive=True)
+            except DatasetNotFound:
+                return result
+            clones = {str(snap): tuple(map(str, found))
+                      for snap, found in dst.clones(target.dataset.pool).items()}
+            result.plans = plan_replica_prune(job, target, job.replicate.retention, inventory,
+                                              tree, ctx.catalog().cursors(), clones,
+                                              ctx.clock.now())
+            if dry_run:
+                return result
+            with recorded_run(ctx.catalog(), ctx.clock, name, "prune", str(target)) as record:
+                result.outcome = execute_source_prune(dst, result.plans)
+                if result.outcome.failed:
+                    record.result = "partial"
+                    record.error = "; ".join(f"{n}: {e}" for n, e in result.outcome.failed)
+    except ZbakError as exc:
+        log.error("job %s: pruning target %s failed: %s", name, target, exc)
+        result.error = str(exc)
+    return result
+
+
+def _prune_archive(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
+                   accept_early_delete_fee: bool) -> ArchivePruneResult:
+    """Open the job's store and apply archive retention; errors go in the result."""
+    from zrepl_py.stores.open import open_store  # noqa: PLC0415 (boto3 only with a store)
+
+    assert job.archive is not None
+    cfg = job.archive
+    try:
+        backend = open_store(cfg.store, ctx.config.stores[cfg.store])
+    except ZbakError as exc:
+        return ArchivePruneResult(cfg.store, error=str(exc))
+    try:
         if dry_run:
-            return PruneResult(name, plans, None)
-        with recorded_run(catalog, ctx.clock, name, "prune") as record:
-            outcome = execute_source_prune(zfs, plans)
-            take_inventory(zfs, catalog, job, ctx.clock.now())
-            if outcome.failed:
-                record.result = "partial"
-                record.error = "; ".join(f"{n}: {e}" for n, e in outcome.failed)
-    return PruneResult(name, plans, outcome)
+            return prune_archive(backend, ctx.catalog(), job, ctx.clock.now(), dry_run=True,
+                                 accept_early_delete_fee=accept_early_delete_fee)
+        target = f"archive:{cfg.store}"
+        with recorded_run(ctx.catalog(), ctx.clock, name, "prune", target) as record:
+            result = prune_archive(backend, ctx.catalog(), job, ctx.clock.now(), dry_run=False,
+                                   accept_early_delete_fee=accept_early_delete_fee)
+            errors = [f"{d.dataset}: {d.error or d.outcome.error}" for d in result.datasets
+                      if d.failed]
+            if errors:
+                record.result, record.error = "partial", "; ".join(errors)
+        return result
+    except ZbakError as exc:
+        log.error("job %s: pruning store %s failed: %s", name, cfg.store, exc)
+        return ArchivePruneResult(cfg.store, error=str(exc))
+    finally:
+        backend.close()

@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+from collections.abc import Sequence
 
-from zrepl_py.catalog.repository import CursorRow
+from zrepl_py.archive.planner import current_chain
+from zrepl_py.catalog.repository import CursorRow, StreamRow
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.errors import DatasetBusy, DatasetNotFound, SnapshotHasClones, SnapshotHeld, ZfsError
 from zrepl_py.pruning.planner import Candidate, PrunePlan, plan_prune
@@ -56,6 +58,75 @@ def replication_protections(
                 if snap.createtxg > floor:
                     protections.setdefault(str(snap.name), []).append(why)
     return protections
+
+
+def archive_protections(inventory: Inventory, streams: Sequence[StreamRow]) -> dict[str, list[str]]:
+    """Reasons that forbid destroying a source snapshot, from the archive chains (pure).
+
+    For each dataset of the inventory and each store holding streams of it, the tip of the
+    current chain (``archive.planner.current_chain``: the snapshot the next incremental
+    starts from) is an archive base, found by guid. The archive hold
+    (``zbak:<job>:archive:<store>``) protects it too; this keeps it even when the hold was
+    released by hand.
+
+    Args:
+        inventory: the job's listing.
+        streams: the catalog's streams of the job's host (any dataset, store and state).
+
+    Returns:
+        ``{"DATASET@SNAP": ["archive base (store NAME)", ...]}``.
+    """
+    by_key: dict[tuple[str, str], list[StreamRow]] = {}
+    for s in streams:
+        by_key.setdefault((s.dataset, s.store), []).append(s)
+    protections: dict[str, list[str]] = {}
+    for info in inventory.datasets:
+        by_guid = {s.guid: s for s in inventory.tree.snapshots(info.name)}
+        for (dataset, store), rows in sorted(by_key.items()):
+            if dataset != str(info.name):
+                continue
+            chain = current_chain(rows)
+            snap = by_guid.get(chain[-1].to_guid) if chain else None
+            if snap is not None:
+                protections.setdefault(str(snap.name), []).append(f"archive base (store {store})")
+    return protections
+
+
+def stale_archive_tips(inventory: Inventory, streams: Sequence[StreamRow]) -> dict[str, list[str]]:
+    """Source snapshots still carrying an archive hold they no longer need (pure).
+
+    ``zbak archive`` holds each chain's tip (``zbak:<job>:archive:<store>``) and moves the
+    hold along the chain, but a new full starts a new chain and the old chain's tip keeps
+    its hold although no incremental will ever start there again. Those tips (with a hold
+    count, and not the current tip of any store) are returned so prune can release the
+    hold and retention can then decide.
+
+    Returns:
+        ``{"DATASET@SNAP": [store, ...]}``.
+    """
+    by_key: dict[tuple[str, str], list[StreamRow]] = {}
+    for s in streams:
+        if s.state != "condemned":
+            by_key.setdefault((s.dataset, s.store), []).append(s)
+    stale: dict[str, list[str]] = {}
+    for info in inventory.datasets:
+        by_guid = {s.guid: s for s in inventory.tree.snapshots(info.name)}
+        current: set[int] = set()
+        old: list[tuple[int, str]] = []
+        for (dataset, store), rows in sorted(by_key.items()):
+            if dataset != str(info.name):
+                continue
+            chain = current_chain(rows)
+            if chain:
+                current.add(chain[-1].to_guid)
+            members = {s.id for s in chain}
+            parents = {s.parent_id for s in rows}
+            old += [(s.to_guid, store) for s in rows if s.id not in members and s.id not in parents]
+        for guid, store in old:
+            snap = by_guid.get(guid)
+            if snap is not None and snap.userrefs > 0 and guid not in current:
+                stale.setdefault(str(snap.name), []).append(store)
+    return stale
 
 
 def plan_source_prune(

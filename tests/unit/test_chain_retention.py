@@ -1,0 +1,248 @@
+"""Archive chain retention (chains/retention.py), table-driven on plain catalog rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+import pytest
+
+from zrepl_py.catalog.repository import StreamRow
+from zrepl_py.chains.retention import ChainRetention, build_chains, plan_chain_retention
+from zrepl_py.config.schema import ArchiveConfig
+
+NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.timezone.utc)
+S3_MIN = ArchiveConfig(store="s").min_storage_durations()
+FEE = "(early-delete fee): pass --accept-early-delete-fee"
+
+
+def row(id, txg, parent: StreamRow | None = None, *, state="uploaded", age=10.0,
+        cls="STANDARD") -> StreamRow:
+    """Stream ``id`` ending at snapshot @TXG (guid TXG*7); a full without ``parent``."""
+    return StreamRow(
+        id=id, host="local", dataset="tank/d", store="s",
+        kind="full" if parent is None else "incremental",
+        parent_id=parent.id if parent else None, from_guid=parent.to_guid if parent else None,
+        to_guid=txg * 7, from_name=parent.to_name if parent else None, to_name=str(txg),
+        to_createtxg=txg, raw_bytes=100, stored_bytes=50, object_prefix=f"p{id}/",
+        storage_class=cls, compression="zstd", state=state,
+        created_at=NOW - dt.timedelta(days=age), uploaded_at=None, verified_at=None)
+
+
+def chain(first_id, txg, *, n=2, state="uploaded", full_state=None, age=100.0, step=10.0,
+          cls="STANDARD", inc_cls=None) -> list[StreamRow]:
+    """A full (id ``first_id``, @TXG) and ``n - 1`` incrementals, each ``step`` days younger."""
+    rows = [row(first_id, txg, state=full_state or state, age=age, cls=cls)]
+    for i in range(1, n):
+        rows.append(row(first_id + i, txg + i * 10, rows[-1], state=state, age=age - i * step,
+                        cls=inc_cls or cls))
+    return rows
+
+
+A = chain(1, 10)                                    # streams 1 (@10), 2 (@10->@20); 100 / 90 days
+A_VERIFIED = chain(1, 10, state="verified")
+B = chain(3, 30, age=60)                            # 3 (@30), 4 (@30->@40); 60 / 50 days
+B_VERIFIED = chain(3, 30, age=60, state="verified")
+C_VERIFIED = chain(5, 50, n=1, age=5, state="verified")   # 5 (@50)
+KEEP1, KEEP2 = ChainRetention(1), ChainRetention(2)
+
+NEWEST = ("newest chain",)
+DEL1 = ("beyond keep_chains = 1 (chain 2 from the newest)",)
+
+
+def keep(*reasons):
+    return ("keep", tuple(reasons))
+
+
+def delete(*reasons):
+    return ("delete", tuple(reasons))
+
+
+CASES = [
+    # (id, streams, policy, damaged, {stream id: (action, reasons)})
+    ("a single full is kept as the newest chain",
+     [row(1, 10, age=400)], KEEP1, {}, {1: keep("newest chain")}),
+    ("a new full that is not verified yet does not release the old chain",
+     A + [row(3, 30, age=1)], KEEP1, {},
+     {1: keep("the newer full @30 (stream 3) is not verified yet: zbak audit --deep verifies it"),
+      2: keep("the newer full @30 (stream 3) is not verified yet: zbak audit --deep verifies it"),
+      3: keep(*NEWEST)}),
+    ("a verified newer full releases the whole old chain",
+     A + [row(3, 30, age=1, state="verified")], KEEP1, {},
+     {1: delete(*DEL1), 2: delete(*DEL1), 3: keep(*NEWEST)}),
+    ("only the newer FULL must be verified, not its incrementals",
+     A + chain(3, 30, full_state="verified", state="uploaded"), KEEP1, {},
+     {1: delete(*DEL1), 2: delete(*DEL1), 3: keep(*NEWEST), 4: keep(*NEWEST)}),
+    ("keep_chains keeps that many newest chains",
+     A + B_VERIFIED + C_VERIFIED, KEEP2, {},
+     {1: delete("beyond keep_chains = 2 (chain 3 from the newest)"),
+      2: delete("beyond keep_chains = 2 (chain 3 from the newest)"),
+      3: keep("within keep_chains (2 of 2)"), 4: keep("within keep_chains (2 of 2)"),
+      5: keep(*NEWEST)}),
+    ("an older verified chain justifies deleting everything before it, unverified or not",
+     A + B + C_VERIFIED, KEEP1, {},
+     {1: delete("beyond keep_chains = 1 (chain 3 from the newest)"),
+      2: delete("beyond keep_chains = 1 (chain 3 from the newest)"),
+      3: delete(*DEL1), 4: delete(*DEL1), 5: keep(*NEWEST)}),
+    ("the newest verified chain stays while the chain after it is unverified",
+     A + B_VERIFIED + chain(5, 50, n=1, age=5), KEEP1, {},
+     {1: delete("beyond keep_chains = 1 (chain 3 from the newest)"),
+      2: delete("beyond keep_chains = 1 (chain 3 from the newest)"),
+      3: keep("the newer full @50 (stream 5) is not verified yet: zbak audit --deep verifies it"),
+      4: keep("the newer full @50 (stream 5) is not verified yet: zbak audit --deep verifies it"),
+      5: keep(*NEWEST)}),
+    ("a damaged stream makes prune refuse to touch its chain",
+     A + B_VERIFIED, KEEP1, {2: "vol-000000.zst missing"},
+     {1: keep("chain has a damaged stream @10->@20 (stream 2) (vol-000000.zst missing): prune"
+              " refuses to touch it; run zbak audit"),
+      2: keep("chain has a damaged stream @10->@20 (stream 2) (vol-000000.zst missing): prune"
+              " refuses to touch it; run zbak audit"),
+      3: keep(*NEWEST), 4: keep(*NEWEST)}),
+    ("a damaged newer chain does not release the old one",
+     A + B_VERIFIED, KEEP1, [4],
+     {1: keep("the newer full @30 (stream 3) has a damaged or bad stream in its chain"),
+      2: keep("the newer full @30 (stream 3) has a damaged or bad stream in its chain"),
+      3: keep("chain has a damaged stream @30->@40 (stream 4): prune refuses to touch it; run"
+              " zbak audit", *NEWEST),
+      4: keep("chain has a damaged stream @30->@40 (stream 4): prune refuses to touch it; run"
+              " zbak audit", *NEWEST)}),
+    ("a bad stream in the newer chain does not release the old one either",
+     A + [B_VERIFIED[0], row(4, 40, B_VERIFIED[0], state="bad", age=50)], KEEP1, {},
+     {1: keep("the newer full @30 (stream 3) has a damaged or bad stream in its chain"),
+      2: keep("the newer full @30 (stream 3) has a damaged or bad stream in its chain"),
+      3: keep("chain has a bad stream @30->@40 (stream 4): prune refuses to touch it; run zbak"
+              " audit", *NEWEST),
+      4: keep("chain has a bad stream @30->@40 (stream 4): prune refuses to touch it; run zbak"
+              " audit", *NEWEST)}),
+    ("max_age lets a chain within keep_chains go once its newest stream is older",
+     A + B_VERIFIED + C_VERIFIED, ChainRetention(3, max_age=dt.timedelta(days=70)), {},
+     {1: delete("its newest stream is older than max_age 70d"),
+      2: delete("its newest stream is older than max_age 70d"),
+      3: keep("within keep_chains (2 of 3)"), 4: keep("within keep_chains (2 of 3)"),
+      5: keep(*NEWEST)}),
+    ("max_age never deletes the newest verified chain",
+     A_VERIFIED + B, ChainRetention(2, max_age=dt.timedelta(days=30)), {},
+     {1: keep("the newer full @30 (stream 3) is not verified yet: zbak audit --deep verifies it"),
+      2: keep("the newer full @30 (stream 3) is not verified yet: zbak audit --deep verifies it"),
+      3: keep(*NEWEST), 4: keep(*NEWEST)}),
+    ("max_age never deletes the newest chain",
+     A_VERIFIED, ChainRetention(1, max_age=dt.timedelta(days=1)), {},
+     {1: keep(*NEWEST), 2: keep(*NEWEST)}),
+    ("a stream younger than GLACIER's 90-day minimum keeps its whole chain",
+     chain(1, 10, inc_cls="GLACIER", age=100, step=70) + [row(3, 30, age=1, state="verified")],
+     ChainRetention(1, min_storage=S3_MIN), {},
+     {1: keep(f"kept with its chain: @10->@20 is younger than GLACIER's 90-day minimum {FEE}"),
+      2: keep(f"younger than GLACIER's 90-day minimum {FEE}"),
+      3: keep(*NEWEST)}),
+    ("--accept-early-delete-fee deletes it anyway and says so",
+     chain(1, 10, inc_cls="GLACIER", age=100, step=70) + [row(3, 30, age=1, state="verified")],
+     ChainRetention(1, min_storage=S3_MIN, accept_early_delete_fee=True), {},
+     {1: delete(*DEL1),
+      2: delete(*DEL1, "early-delete fee accepted: younger than GLACIER's 90-day minimum"),
+      3: keep(*NEWEST)}),
+    ("DEEP_ARCHIVE's minimum is 180 days",
+     [row(1, 10, cls="DEEP_ARCHIVE", age=179), row(3, 30, age=1, state="verified")],
+     ChainRetention(1, min_storage=S3_MIN), {},
+     {1: keep(f"younger than DEEP_ARCHIVE's 180-day minimum {FEE}"), 3: keep(*NEWEST)}),
+    ("a stream older than its class's minimum goes without a fee",
+     [row(1, 10, cls="DEEP_ARCHIVE", age=181), row(3, 30, age=1, state="verified")],
+     ChainRetention(1, min_storage=S3_MIN), {},
+     {1: delete(*DEL1), 3: keep(*NEWEST)}),
+    ("an overridden minimum wins over S3's default",
+     [row(1, 10, cls="GLACIER", age=20), row(3, 30, age=1, state="verified")],
+     ChainRetention(1, min_storage=ArchiveConfig(
+         store="s", min_storage_duration={"GLACIER": "14d"}).min_storage_durations()), {},
+     {1: delete(*DEL1), 3: keep(*NEWEST)}),
+    ("STANDARD and INTELLIGENT_TIERING have no minimum",
+     [row(1, 10, cls="INTELLIGENT_TIERING", age=0.5), row(2, 20, cls="STANDARD", age=0.2),
+      row(3, 30, age=0.1, state="verified")],
+     ChainRetention(1, min_storage=S3_MIN), {},
+     {1: delete("beyond keep_chains = 1 (chain 3 from the newest)"), 2: delete(*DEL1),
+      3: keep(*NEWEST)}),
+]
+
+
+@pytest.mark.parametrize("streams, policy, damaged, expected",
+                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_chain_retention_decides_every_stream_with_its_reasons(streams, policy, damaged, expected):
+    plan = plan_chain_retention(streams, policy, NOW, damaged=damaged)
+    got = {d.stream.id: ("delete" if d.delete else "keep", d.reasons) for d in plan.decisions}
+    assert got == expected
+
+
+def test_condemned_streams_are_listed_unfinished_leaf_first_and_never_replanned():
+    condemned = chain(1, 10, n=3, state="condemned")
+    plan = plan_chain_retention(condemned + B_VERIFIED, KEEP1, NOW)
+    assert [s.id for s in plan.unfinished] == [3, 2, 1]
+    assert {d.stream.id for d in plan.decisions} == {3, 4}
+    assert plan.to_delete == ()
+
+
+def test_a_deleted_chain_lists_every_stream_leaf_first():
+    plan = plan_chain_retention(chain(1, 10, n=4) + C_VERIFIED, KEEP1, NOW)
+    (doomed,) = plan.to_delete
+    assert [s.id for s in doomed.leaf_first] == [4, 3, 2, 1]
+
+
+def test_a_branching_chain_is_one_chain_deleted_whole():
+    full = row(1, 10)
+    branch_a = row(2, 20, full)
+    branch_b = row(3, 25, full)
+    chains, orphans = build_chains([full, branch_a, branch_b, row(4, 30, branch_a)])
+    assert [[s.id for s in c] for c in chains] == [[1, 2, 3, 4]] and orphans == []
+    plan = plan_chain_retention([full, branch_a, branch_b] + C_VERIFIED, KEEP1, NOW)
+    assert {s.id for c in plan.to_delete for s in c.leaf_first} == {1, 2, 3}
+
+
+def test_streams_of_two_datasets_or_a_naive_now_are_refused():
+    other = StreamRow(**{**row(9, 90).__dict__, "dataset": "tank/e"})
+    with pytest.raises(ValueError, match="one dataset"):
+        plan_chain_retention(A + [other], KEEP1, NOW)
+    with pytest.raises(ValueError, match="naive"):
+        plan_chain_retention(A, KEEP1, NOW.replace(tzinfo=None))
+
+
+def test_keep_chains_below_one_is_refused():
+    with pytest.raises(ValueError):
+        ChainRetention(0)
+
+
+def _random_catalog(rng: random.Random) -> tuple[list[StreamRow], set[int]]:
+    rows: list[StreamRow] = []
+    txg = 10
+    for _ in range(rng.randint(1, 6)):
+        state = rng.choice(["uploaded", "verified", "verified", "bad"])
+        rows.append(row(len(rows) + 1, txg, state=state if state != "bad" else "uploaded",
+                        age=rng.uniform(0, 400), cls=rng.choice(list(S3_MIN))))
+        for _ in range(rng.randint(0, 3)):
+            txg += 10
+            rows.append(row(len(rows) + 1, txg, rows[-1], age=rng.uniform(0, 400),
+                            state=rng.choice(["uploaded", "verified", "bad"]),
+                            cls=rng.choice(list(S3_MIN))))
+        txg += 10
+    damaged = {s.id for s in rows if rng.random() < 0.1}
+    return rows, damaged
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_on_random_catalogs_every_deleted_chain_leaves_a_newer_kept_verified_sound_chain(seed):
+    rng = random.Random(seed)
+    streams, damaged = _random_catalog(rng)
+    policy = ChainRetention(rng.randint(1, 3),
+                            max_age=rng.choice([None, dt.timedelta(days=rng.randint(1, 300))]),
+                            min_storage=S3_MIN, accept_early_delete_fee=rng.random() < 0.5)
+    plan = plan_chain_retention(streams, policy, NOW, damaged=damaged)
+    assert plan.chains[-1].delete is False, "the newest chain is never deleted"
+    for c in plan.chains:
+        assert all(d.delete == c.delete for d in c.streams), "whole chains only"
+        if not c.delete:
+            assert all(d.reasons for d in c.streams), "every kept stream says why"
+    for i, c in enumerate(plan.chains):
+        if not c.delete:
+            continue
+        ids = {d.stream.id for d in c.streams}
+        assert not ids & damaged and all(d.stream.state != "bad" for d in c.streams)
+        assert any(not n.delete and n.full.state == "verified"
+                   and not {d.stream.id for d in n.streams} & damaged
+                   and all(d.stream.state != "bad" for d in n.streams)
+                   for n in plan.chains[i + 1:]), "a newer verified, sound chain stays"

@@ -1,0 +1,1 @@
+"""Archive chains as a whole: retention (pure planner) and prune (the driver that deletes)."""

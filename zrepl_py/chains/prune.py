@@ -1,0 +1,149 @@
+"""Carry out a chain retention plan: tombstone, delete objects, delete rows (in that order).
+
+Order (DESIGN.md "Catalog and chain validity", house rule 10, issue 5 item 2):
+
+1. streams left ``condemned`` by an earlier prune that stopped (crash, store error) are
+   finished first, leaf first: their objects, then their rows;
+2. every stream of the planned chains is condemned in ONE catalog transaction
+   (``Catalog.condemn_streams``): from here on no restore or archive run uses them;
+3. per stream, leaf first: the manifest, every volume, ``progress.json``, then anything
+   else a listing of the stream's prefix still shows; then the stream's catalog row
+   (``Catalog.delete_stream``, which the database refuses while children exist).
+
+A crash at any step leaves either condemned rows whose objects may be partly gone (the
+audit reports them; the next prune finishes them, ``Backend.delete`` being idempotent) or
+nothing changed, never an object the catalog forgot: a row goes only after a listing of
+its prefix came back empty of everything but what was just deleted. The manifest goes
+first so that ``zbak catalog rebuild`` never resurrects a half-deleted stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Sequence
+
+from zrepl_py.archive.layout import MANIFEST, PROGRESS
+from zrepl_py.catalog.repository import Catalog, StreamRow
+from zrepl_py.chains.retention import ChainPlan
+from zrepl_py.errors import CatalogConflict, ZbakError
+from zrepl_py.stores.base import Backend
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class ChainPruneOutcome:
+    """What executing one dataset's plan did.
+
+    Attributes:
+        finished: ids of streams condemned by an earlier run, now deleted.
+        deleted: ids of streams this plan deleted (objects and rows).
+        objects: number of object deletes issued (missing objects included).
+        error: the error that stopped execution (the rest waits for the next prune), or None.
+    """
+
+    finished: list[int] = dataclasses.field(default_factory=list)
+    deleted: list[int] = dataclasses.field(default_factory=list)
+    objects: int = 0
+    error: str | None = None
+
+
+def common_prefix(streams: Sequence[StreamRow]) -> str:
+    """The longest ``/``-ending key prefix shared by the streams' object prefixes (``""``
+    when they share none: the whole store)."""
+    shared = os.path.commonprefix([s.object_prefix for s in streams])
+    return shared[: shared.rfind("/") + 1]
+
+
+def find_damaged(backend: Backend, catalog: Catalog,
+                 streams: Sequence[StreamRow]) -> dict[int, str]:
+    """Check that every catalogued object of the not-condemned ``streams`` is in the store.
+
+    A cheap check (no object is read): ONE listing of the streams' common prefix, compared
+    with each stream's catalogued volumes (key and stored size) and its manifest (streams
+    still ``uploading`` have none yet).
+
+    Returns:
+        ``{stream id: what is wrong}`` for each stream with a missing or resized object.
+
+    Raises:
+        StoreError: the listing failed.
+        CatalogError: reading the volumes failed.
+    """
+    living = [s for s in streams if s.state != "condemned"]
+    if not living:
+        return {}
+    listed = {info.key: info.size for info in backend.list(common_prefix(living))}
+    damaged: dict[int, str] = {}
+    for stream in living:
+        problems = []
+        for volume in catalog.volumes(stream.id):
+            size = listed.get(volume.key)
+            if size is None:
+                problems.append(f"{volume.key} missing")
+            elif size != volume.stored_bytes:
+                problems.append(f"{volume.key} has {size} bytes, the catalog says"
+                                f" {volume.stored_bytes}")
+        if stream.state != "uploading" and stream.object_prefix + MANIFEST not in listed:
+            problems.append(f"{stream.object_prefix}{MANIFEST} missing")
+        if problems:
+            damaged[stream.id] = "; ".join(problems[:3]) + (
+                f"; {len(problems) - 3} more" if len(problems) > 3 else "")
+    return damaged
+
+
+def delete_stream(backend: Backend, catalog: Catalog, stream: StreamRow) -> int:
+    """Delete a CONDEMNED stream's objects, then its catalog row; return the deletes issued.
+
+    Raises:
+        CatalogConflict: the stream is not condemned (nothing is deleted).
+        NotInCatalog: the stream is gone from the catalog.
+        StoreError: a delete or the listing failed (the row stays, condemned).
+        CatalogError: the row could not be deleted (e.g. ``ChainBroken``: a child remains).
+    """
+    current = catalog.stream(stream.id)
+    if current.state != "condemned":
+        raise CatalogConflict(f"stream {stream.id} ({stream.dataset}@{stream.to_name}) is"
+                              f" {current.state}, not condemned: its objects are kept")
+    prefix = stream.object_prefix
+    keys = [prefix + MANIFEST]
+    keys += [v.key for v in reversed(catalog.volumes(stream.id))]
+    keys.append(prefix + PROGRESS)
+    for key in keys:
+        backend.delete(key)
+    # Only the stream's own objects: a child dataset could be named like a stream directory.
+    rest = [info.key for info in backend.list(prefix)
+            if info.key not in keys and "/" not in info.key[len(prefix):]]
+    for key in rest:
+        backend.delete(key)
+    catalog.delete_stream(stream.id)
+    log.info("deleted stream %d (%s@%s, %s) from store %s: %d object deletes", stream.id,
+             stream.dataset, stream.to_name, stream.kind, stream.store, len(keys) + len(rest))
+    return len(keys) + len(rest)
+
+
+def execute_chain_prune(plan: ChainPlan, backend: Backend, catalog: Catalog) -> ChainPruneOutcome:
+    """Finish the plan's unfinished streams, then delete its chains (module doc order).
+
+    Stops at the first store or catalog error and reports it in the outcome: what is
+    condemned stays condemned and the next prune finishes it.
+    """
+    outcome = ChainPruneOutcome()
+    try:
+        for stream in plan.unfinished:
+            outcome.objects += delete_stream(backend, catalog, stream)
+            outcome.finished.append(stream.id)
+        doomed = [s for chain in plan.to_delete for s in chain.leaf_first]
+        if not doomed:
+            return outcome
+        catalog.condemn_streams([s.id for s in doomed])
+        for stream in doomed:
+            outcome.objects += delete_stream(backend, catalog, stream)
+            outcome.deleted.append(stream.id)
+    except ZbakError as exc:
+        log.error("pruning chains in store %s stopped: %s; the next zbak prune finishes the"
+                  " condemned streams", backend.name, exc)
+        outcome.error = str(exc)
+    return outcome

@@ -1,0 +1,283 @@
+"""Archive retention: which whole chains of one dataset in one store may go, and why the rest
+stay (PURE, house rule 5: catalog rows in, a plan out; ``chains.prune`` executes it).
+
+A chain is one full and every stream that applies on it (parent links, whatever their state).
+Rules (DESIGN.md "Catalog and chain validity", issue 5 item 1), every reason recorded:
+
+* Only whole chains are deleted, every stream of the chain in the same plan, leaf first.
+* Retention: the newest chain is kept; so are the ``keep_chains`` newest chains, except that
+  with ``max_age`` a chain whose newest stream is older than ``max_age`` is no longer kept
+  by ``keep_chains`` (the newest chain and the newest verified chain stay anyway: see next).
+* Safety gates for every chain retention would delete:
+  - a NEWER full must exist whose state is ``verified`` (every volume re-read and
+    checksummed) and whose chain has no damaged or ``bad`` stream; so the newest verified,
+    undamaged chain is never deleted, and every deleted chain leaves a newer one to restore;
+  - a chain with a damaged stream (objects missing, per the caller's ``damaged`` map, e.g.
+    from an audit or a listing of the store) or a ``bad`` one is never touched: the audit
+    reports it and the user decides;
+  - a chain with a stream younger than its storage class's minimum storage duration is kept
+    unless ``accept_early_delete_fee`` (S3 bills the rest of the minimum on early delete).
+* ``condemned`` streams are tombstones of a prune that did not finish (crash, store error):
+  they are listed as ``unfinished`` for the driver to finish first, never re-planned.
+
+Order: chains by their full's ``to_createtxg`` (then id), never by time (house rule 8).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+
+from zrepl_py.catalog.repository import StreamRow
+
+NEWEST_CHAIN = "newest chain"
+EARLY_FEE_FLAG = "--accept-early-delete-fee"
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainRetention:
+    """The retention of one job's archive.
+
+    Attributes:
+        keep_chains: the newest N chains are kept (N >= 1).
+        max_age: with a value, a chain whose newest stream was created longer ago than this
+            is not kept by ``keep_chains``; None: age deletes nothing.
+        min_storage: minimum storage duration per storage class (``ArchiveConfig.
+            min_storage_durations()``); a class not listed has none.
+        accept_early_delete_fee: delete chains with streams younger than their class's
+            minimum anyway (``zbak prune --accept-early-delete-fee``).
+    """
+
+    keep_chains: int
+    max_age: dt.timedelta | None = None
+    min_storage: Mapping[str, dt.timedelta] = dataclasses.field(default_factory=dict)
+    accept_early_delete_fee: bool = False
+
+    def __post_init__(self) -> None:
+        if self.keep_chains < 1:
+            raise ValueError(f"keep_chains must be at least 1, not {self.keep_chains}")
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamDecision:
+    """One stream of a chain: deleted with its chain or kept, with every reason."""
+
+    stream: StreamRow
+    delete: bool
+    reasons: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainDecision:
+    """One chain: its streams in chain order (the full first, each parent before its
+    children), whether it is deleted, and a decision per stream with the reasons."""
+
+    streams: tuple[StreamDecision, ...]
+    delete: bool
+
+    @property
+    def full(self) -> StreamRow:
+        """The chain's full stream."""
+        return self.streams[0].stream
+
+    @property
+    def leaf_first(self) -> tuple[StreamRow, ...]:
+        """The chain's streams children before parents (the order objects and rows go)."""
+        return tuple(sorted((d.stream for d in self.streams),
+                            key=lambda s: (s.to_createtxg, s.id), reverse=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainPlan:
+    """Retention's decisions for one dataset in one store.
+
+    Attributes:
+        chains: one decision per chain, oldest chain first.
+        unfinished: condemned streams left by an earlier prune, leaf first; the driver
+            deletes their objects and rows before anything else.
+        orphans: streams not reachable from any full (the catalog's constraints should make
+            this impossible); always kept, with the reason.
+    """
+
+    chains: tuple[ChainDecision, ...]
+    unfinished: tuple[StreamRow, ...] = ()
+    orphans: tuple[StreamDecision, ...] = ()
+
+    @property
+    def to_delete(self) -> tuple[ChainDecision, ...]:
+        """The chains to delete, oldest first."""
+        return tuple(c for c in self.chains if c.delete)
+
+    @property
+    def decisions(self) -> tuple[StreamDecision, ...]:
+        """Every stream decision, chain by chain (oldest first), then the orphans."""
+        return tuple(d for c in self.chains for d in c.streams) + self.orphans
+
+
+def build_chains(streams: Iterable[StreamRow]) -> tuple[list[list[StreamRow]], list[StreamRow]]:
+    """Group the not-condemned ``streams`` into chains.
+
+    Returns:
+        ``(chains, orphans)``: each chain is its full then every stream reachable from it
+        through parent links (parents before children, by to_createtxg), chains ordered by
+        their full's to_createtxg then id; orphans are streams no full reaches.
+    """
+    alive = [s for s in streams if s.state != "condemned"]
+    children: dict[int, list[StreamRow]] = {}
+    for s in alive:
+        if s.parent_id is not None:
+            children.setdefault(s.parent_id, []).append(s)
+    fulls = sorted((s for s in alive if s.kind == "full"), key=lambda s: (s.to_createtxg, s.id))
+    chains, reached = [], set()
+    for full in fulls:
+        members, todo = [], [full]
+        while todo:
+            s = todo.pop()
+            if s.id in reached:
+                continue  # a cycle cannot happen (to_createtxg grows), but never loop
+            reached.add(s.id)
+            members.append(s)
+            todo.extend(children.get(s.id, ()))
+        chains.append(sorted(members, key=lambda s: (s.kind != "full", s.to_createtxg, s.id)))
+    orphans = [s for s in alive if s.id not in reached]
+    return chains, orphans
+
+
+def _days(span: dt.timedelta) -> str:
+    return f"{span.days}-day" if span == dt.timedelta(days=span.days) else str(span)
+
+
+def _span(span: dt.timedelta) -> str:
+    return f"{span.days}d" if span == dt.timedelta(days=span.days) else str(span)
+
+
+def _label(s: StreamRow) -> str:
+    return f"@{s.to_name}" if s.kind == "full" else f"@{s.from_name}->@{s.to_name}"
+
+
+def _trouble(chain: Sequence[StreamRow], damaged: Mapping[int, str]) -> str | None:
+    """Why the chain must not be touched (a damaged or bad stream), else None."""
+    for s in chain:
+        if s.id in damaged:
+            what = f" ({damaged[s.id]})" if damaged[s.id] else ""
+            return (f"chain has a damaged stream {_label(s)} (stream {s.id}){what}: prune refuses"
+                    " to touch it; run zbak audit")
+        if s.state == "bad":
+            return (f"chain has a bad stream {_label(s)} (stream {s.id}): prune refuses to touch"
+                    " it; run zbak audit")
+    return None
+
+
+def _no_newer_verified(index: int, chains: Sequence[Sequence[StreamRow]],
+                       usable_after: Sequence[bool]) -> str | None:
+    """None when a newer chain has a verified full and no damaged/bad stream, else why not
+    (``usable_after[i]``: some chain newer than chain ``i`` qualifies)."""
+    if usable_after[index]:
+        return None
+    if index == len(chains) - 1:
+        return "no newer full exists"
+    full = chains[-1][0]
+    if full.state != "verified":
+        return (f"the newer full @{full.to_name} (stream {full.id}) is not verified yet: zbak"
+                " audit --deep verifies it")
+    return (f"the newer full @{full.to_name} (stream {full.id}) has a damaged or bad stream in"
+            " its chain")
+
+
+def _young(chain: Sequence[StreamRow], policy: ChainRetention,
+           now: dt.datetime) -> dict[int, str]:
+    """Streams younger than their class's minimum storage duration: ``{id: description}``."""
+    found = {}
+    for s in chain:
+        minimum = policy.min_storage.get(s.storage_class, dt.timedelta(0))
+        if minimum > dt.timedelta(0) and now - s.created_at < minimum:
+            found[s.id] = f"younger than {s.storage_class}'s {_days(minimum)} minimum"
+    return found
+
+
+def plan_chain_retention(
+    streams: Sequence[StreamRow],
+    policy: ChainRetention,
+    now: dt.datetime,
+    *,
+    damaged: Mapping[int, str] | Iterable[int] = (),
+) -> ChainPlan:
+    """Decide which whole chains of one dataset in one store to delete (module doc rules).
+
+    Args:
+        streams: every catalogued stream of ONE dataset in ONE store, any state, any order.
+        policy: keep_chains, max_age, minimum storage durations, the early-delete flag.
+        now: aware UTC.
+        damaged: stream ids whose objects are missing or wrong (``{id: what}``, or just ids):
+            their chains are never touched, and they never justify deleting an older chain.
+
+    Returns:
+        A ChainPlan; every kept stream carries at least one reason.
+
+    Raises:
+        ValueError: streams of several datasets or stores, or a naive ``now``.
+    """
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError("now is naive; pass an aware UTC datetime")
+    where = {(s.host, s.dataset, s.store) for s in streams}
+    if len(where) > 1:
+        raise ValueError(f"a chain plan covers one dataset in one store; got {sorted(where)}")
+    damaged = dict(damaged) if isinstance(damaged, Mapping) else dict.fromkeys(damaged, "")
+    chains, orphans = build_chains(streams)
+    trouble = [_trouble(c, damaged) for c in chains]
+    usable = [c[0].state == "verified" and t is None for c, t in zip(chains, trouble)]
+    usable_after = [False] * len(chains)  # one pass from the newest: linear in the chains
+    for i in range(len(chains) - 2, -1, -1):
+        usable_after[i] = usable_after[i + 1] or usable[i + 1]
+    decisions = []
+    for index, chain in enumerate(chains):
+        rank = len(chains) - index  # 1 = newest
+        newest_created = max(s.created_at for s in chain)
+        expired = policy.max_age is not None and now - newest_created > policy.max_age
+        reasons: list[str] = []
+        if trouble[index]:
+            reasons.append(trouble[index])
+        if rank == 1:
+            reasons.append(NEWEST_CHAIN)
+        elif rank <= policy.keep_chains and not expired:
+            reasons.append(f"within keep_chains ({rank} of {policy.keep_chains})")
+        retained = rank == 1 or (rank <= policy.keep_chains and not expired)
+        young: dict[int, str] = {}
+        if not retained:
+            gate = _no_newer_verified(index, chains, usable_after)
+            if gate:
+                reasons.append(gate)
+            young = _young(chain, policy, now)
+        fee = {} if policy.accept_early_delete_fee else young
+        if reasons or fee:
+            decisions.append(ChainDecision(tuple(
+                StreamDecision(s, False, tuple(reasons) + _fee_reasons(s, fee, chain))
+                for s in chain), False))
+            continue
+        why = (f"beyond keep_chains = {policy.keep_chains} (chain {rank} from the newest)"
+               if rank > policy.keep_chains else
+               f"its newest stream is older than max_age {_span(policy.max_age)}")
+        deleting = []
+        for s in chain:
+            extra = (f"early-delete fee accepted: {young[s.id]}",) if s.id in young else ()
+            deleting.append(StreamDecision(s, True, (why,) + extra))
+        decisions.append(ChainDecision(tuple(deleting), True))
+    orphan_decisions = tuple(
+        StreamDecision(s, False, ("not reachable from a full stream: run zbak audit",))
+        for s in sorted(orphans, key=lambda s: (s.to_createtxg, s.id)))
+    unfinished = tuple(sorted((s for s in streams if s.state == "condemned"),
+                              key=lambda s: (s.to_createtxg, s.id), reverse=True))
+    return ChainPlan(tuple(decisions), unfinished, orphan_decisions)
+
+
+def _fee_reasons(stream: StreamRow, young: Mapping[int, str],
+                 chain: Sequence[StreamRow]) -> tuple[str, ...]:
+    """The early-delete reasons for one stream of a chain kept for its young streams."""
+    if not young:
+        return ()
+    if stream.id in young:
+        return (f"{young[stream.id]} (early-delete fee): pass {EARLY_FEE_FLAG}",)
+    first = next(s for s in chain if s.id in young)
+    return (f"kept with its chain: {_label(first)} is {young[first.id]} (early-delete fee):"
+            f" pass {EARLY_FEE_FLAG}",)

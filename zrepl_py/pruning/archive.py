@@ -1,0 +1,138 @@
+"""Archive retention for one job: per dataset, check the store, plan whole chains, delete.
+
+Per dataset of the job (the catalog's streams below the job's dataset, excludes left out,
+including datasets since destroyed on the source) in the job's store: one listing of the
+store finds streams with missing objects (``chains.prune.find_damaged``), the pure planner
+(``chains.retention``) decides, and unless it is a dry run ``chains.prune`` executes. A
+dataset whose store or catalog fails is reported and the others still run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Sequence
+
+from zrepl_py.catalog.repository import Catalog, StreamRow
+from zrepl_py.chains.prune import ChainPruneOutcome, execute_chain_prune, find_damaged
+from zrepl_py.chains.retention import ChainPlan, ChainRetention, plan_chain_retention
+from zrepl_py.config.schema import ArchiveConfig, JobConfig
+from zrepl_py.errors import UsageError, ZbakError
+from zrepl_py.snapshots.inventory import is_excluded
+from zrepl_py.stores.base import Backend
+from zrepl_py.zfs.names import DatasetName
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class DatasetChains:
+    """One dataset's chains in the store: the plan, the streams found damaged
+    (``{stream id: what}``), what executing did (None on a dry run), or the error."""
+
+    dataset: str
+    plan: ChainPlan | None
+    damaged: dict[int, str] = dataclasses.field(default_factory=dict)
+    outcome: ChainPruneOutcome | None = None
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """True when planning or executing stopped on an error."""
+        return bool(self.error or (self.outcome and self.outcome.error))
+
+
+@dataclasses.dataclass
+class ArchivePruneResult:
+    """Archive retention of one job in its store, dataset by dataset."""
+
+    store: str
+    datasets: list[DatasetChains] = dataclasses.field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """True when the store could not be opened or any dataset failed."""
+        return bool(self.error) or any(d.failed for d in self.datasets)
+
+
+def chain_retention(cfg: ArchiveConfig, *, accept_early_delete_fee: bool) -> ChainRetention:
+    """The planner's policy from ``[jobs.NAME.archive]`` and the command-line flag."""
+    return ChainRetention(cfg.keep_chains, cfg.max_age, cfg.min_storage_durations(),
+                          accept_early_delete_fee)
+
+
+def job_streams(job: JobConfig, streams: Sequence[StreamRow],
+                store: str) -> dict[str, list[StreamRow]]:
+    """The streams of ``store`` that belong to the job's datasets, by dataset name: the
+    job's dataset, and with ``recursive`` its descendants that are not excluded."""
+    source = job.source
+    root = str(source.dataset)
+    found: dict[str, list[StreamRow]] = {}
+    for s in streams:
+        if s.store != store or s.host != source.host:
+            continue
+        if s.dataset != root and not (job.recursive and s.dataset.startswith(root + "/")):
+            continue
+        if s.dataset != root and is_excluded(job, DatasetName(s.dataset)):
+            continue
+        found.setdefault(s.dataset, []).append(s)
+    return found
+
+
+def prune_dataset_chains(
+    backend: Backend,
+    catalog: Catalog,
+    dataset: str,
+    streams: Sequence[StreamRow],
+    policy: ChainRetention,
+    now: dt.datetime,
+    *,
+    dry_run: bool,
+) -> DatasetChains:
+    """Check, plan and (unless ``dry_run``) execute retention for one dataset's ``streams``
+    (all of one store). Store and catalog errors are reported in the result."""
+    result = DatasetChains(dataset, None)
+    try:
+        result.damaged = find_damaged(backend, catalog, streams)
+        result.plan = plan_chain_retention(streams, policy, now, damaged=result.damaged)
+    except ZbakError as exc:
+        log.error("checking the chains of %s in store %s failed: %s", dataset, backend.name, exc)
+        result.error = str(exc)
+        return result
+    for stream_id, what in result.damaged.items():
+        log.warning("stream %d of %s in store %s is damaged (%s): its chain is left alone;"
+                    " run zbak audit", stream_id, dataset, backend.name, what)
+    if not dry_run:
+        result.outcome = execute_chain_prune(result.plan, backend, catalog)
+    return result
+
+
+def prune_archive(
+    backend: Backend,
+    catalog: Catalog,
+    job: JobConfig,
+    now: dt.datetime,
+    *,
+    dry_run: bool,
+    accept_early_delete_fee: bool,
+) -> ArchivePruneResult:
+    """Apply the job's archive retention to every dataset it has streams of in ``backend``.
+
+    Raises:
+        UsageError: the job has no ``[archive]`` section.
+        CatalogError: listing the catalog's streams failed (per-dataset failures are
+            reported in the result instead).
+    """
+    cfg = job.archive
+    if cfg is None:
+        raise UsageError("this job has no [archive] section")
+    policy = chain_retention(cfg, accept_early_delete_fee=accept_early_delete_fee)
+    result = ArchivePruneResult(cfg.store)
+    by_dataset = job_streams(job, catalog.streams(host=job.source.host, store=cfg.store),
+                             cfg.store)
+    for dataset, streams in by_dataset.items():
+        result.datasets.append(prune_dataset_chains(backend, catalog, dataset, streams, policy,
+                                                    now, dry_run=dry_run))
+    return result
