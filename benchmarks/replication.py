@@ -37,6 +37,13 @@ pipeline times zbak logs ("received ... in X s"), to separate its fixed cost fro
 path. Every received snapshot's guid is checked against the source's; a profile of one
 ``zbak --debug`` no-op cycle (commands run, by kind) is printed at the end.
 
+zbak runs as an installed package would: with compiled bytecode (``compileall`` into a
+private ``PYTHONPYCACHEPREFIX`` under the work directory, since this development venv's
+editable install has none and the environment may set ``PYTHONDONTWRITEBYTECODE``), so its
+start-up is what a user pays. Its capability cache (``<state_dir>/capabilities``) is warm
+after the first run, as it is for a scheduled job. The start-up of ``--version``,
+``--help`` and ``replicate --help`` is printed with the table.
+
 Every remote command of every tool starts a login user's shell over ssh; bash run by sshd
 reads ``~/.bashrc``, and root's here runs ``pyenv init`` (+0.13 s per remote command, measured:
 ``ssh HOST true`` 0.35 s with it, 0.21 s without), a cost of this development machine that
@@ -282,11 +289,22 @@ class Bench:
             """)
         self.config.write_text(text)
 
+    def zbak_env(self) -> dict[str, str]:
+        """The environment zbak runs in: bytecode compiled once into the work directory."""
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = str(self.work / "pycache")
+        return env
+
+    def compile_zbak(self) -> None:
+        """``compileall`` zbak's modules into the private pycache (what an install does)."""
+        subprocess.run([PYTHON, "-m", "compileall", "-q", str(REPO / "zrepl_py")],
+                       env=self.zbak_env(), check=True, capture_output=True)
+
     def zbak(self, *args: str) -> tuple[float, str]:
         """Run ``python -m zrepl_py --config CFG ARGS``; (wall seconds, stderr)."""
         argv = [PYTHON, "-m", "zrepl_py", "--config", str(self.config), *args]
         started = time.monotonic()
-        done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=self.zbak_env())
         seconds = time.monotonic() - started
         if done.returncode != 0:
             raise Failed(f"zbak exit {done.returncode}: {last_line(done.stderr + done.stdout)}")
@@ -560,12 +578,13 @@ def profile_noop(bench: Bench) -> str:
     return "\n".join(lines)
 
 
-def startup_seconds(bench: Bench) -> float:
-    """Median wall time of ``python -m zrepl_py --help`` (interpreter + imports)."""
+def startup_seconds(bench: Bench, *args: str) -> float:
+    """Median wall time of ``python -m zrepl_py ARGS`` (interpreter + imports), 5 runs."""
     times = []
-    for _ in range(3):
+    for _ in range(5):
         started = time.monotonic()
-        subprocess.run([PYTHON, "-m", "zrepl_py", "--help"], capture_output=True, cwd=REPO)
+        subprocess.run([PYTHON, "-m", "zrepl_py", *args], capture_output=True, cwd=REPO,
+                       env=bench.zbak_env())  # fmt: skip
         times.append(time.monotonic() - started)
     return statistics.median(times)
 
@@ -615,8 +634,10 @@ def main() -> int:
               f"pools {bench.src} {bench.dst} in {workdir}; ~/.bashrc for ssh sessions: "
               f"{'kept' if args.keep_bashrc else 'hidden'}", flush=True)
         bench.start_sshds()
+        bench.compile_zbak()
         bench.zbak_init()
-        startup = startup_seconds(bench)
+        startup = {args: startup_seconds(bench, *args.split())
+                   for args in ("--version", "--help", "replicate --help")}  # fmt: skip
         results = Results()
         pipe = measure(bench, results, args.reps)
         for case in ("full", "incremental"):
@@ -632,8 +653,9 @@ def main() -> int:
               f"{args.datasets + 1} datasets, {args.reps} reps; streams: "
               + ", ".join(f"{k} {v} bytes" for k, v in bench.stream.items()))
         print(results.table(bench.stream, baseline))
-        print(f"(zbak (pipe only): median of the summed pipeline seconds zbak logs, 0.1 s "
-              f"resolution; `python -m zrepl_py --help` alone takes {startup:.2f} s)")
+        print("(zbak (pipe only): median of the summed pipeline seconds zbak logs, 0.1 s "
+              "resolution; start-up alone, median of 5: "
+              + ", ".join(f"`zbak {args}` {secs:.2f} s" for args, secs in startup.items()) + ")")
         print()
         for case, tool, floor, kind in (("full", "zbak", 0.97, "raw pipe"),
                                         ("incremental", "zbak", 0.97, "raw pipe"),

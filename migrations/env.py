@@ -9,6 +9,7 @@ from __future__ import annotations
 from alembic import context
 
 from zrepl_py.catalog.models import Base
+from zrepl_py.daemon.store import include_object  # leaves the daemon's schedule table out
 
 target_metadata = Base.metadata
 
@@ -25,6 +26,7 @@ def run_migrations_online() -> None:
         connection=connection,
         target_metadata=target_metadata,
         compare_type=True,
+        include_object=include_object,
         # SQLite cannot ALTER constraints; later migrations rebuild tables in batch mode.
         render_as_batch=connection.dialect.name == "sqlite",
     )

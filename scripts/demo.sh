@@ -194,4 +194,7 @@ zfs release keep-for-audit "${ours[0]}"
 step "status"
 zbak status
 zbak status --json | head -30
+step "audit: the chain graph, every object in the store, and a deep re-read of every volume"
+zbak audit --deep
+zbak list streams demo
 step "done: the demo cycle completed"

@@ -1,25 +1,28 @@
 """What one zbak invocation works with: config, clock, catalog, host executors, ZFS clients.
 
 Everything that talks to the outside is opened lazily and closed by ``Context.close``, so a
-command that only reads the catalog never dials a host.
+command that only reads the catalog never dials a host. The modules behind them are imported
+lazily too (SQLAlchemy and Alembic for the catalog, paramiko for remote hosts): every command
+imports this module, and ``zbak replicate`` should not pay for what it does not use.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from sqlalchemy.engine import Engine
-
-from zrepl_py.catalog.db import make_engine, require_current
-from zrepl_py.catalog.repository import Catalog
 from zrepl_py.clock import Clock, SystemClock
 from zrepl_py.config.schema import LOCAL_HOST, Config, JobConfig
 from zrepl_py.errors import UsageError
-from zrepl_py.proc.hosts import ExecutorPool
-from zrepl_py.zfs.capabilities import Capabilities, detect
-from zrepl_py.zfs.client import Zfs
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from zrepl_py.catalog.repository import Catalog
+    from zrepl_py.proc.hosts import ExecutorPool
+    from zrepl_py.zfs.capabilities import Capabilities
+    from zrepl_py.zfs.client import Zfs
 
 
 @dataclasses.dataclass
@@ -67,6 +70,9 @@ class Context:
             CatalogError: when the database is unreachable or not migrated (`zbak init`).
         """
         if self._catalog is None:
+            from zrepl_py.catalog.db import make_engine, require_current
+            from zrepl_py.catalog.repository import Catalog
+
             self._engine = make_engine(self.config.catalog_url)
             require_current(self._engine)
             self._catalog = Catalog(self._engine)
@@ -75,15 +81,24 @@ class Context:
     def executors(self) -> ExecutorPool:
         """The pool of per-host executors (local and SSH), opened on first use."""
         if self._executors is None:
+            from zrepl_py.proc.hosts import ExecutorPool
+
             self._executors = ExecutorPool(self.config)
         return self._executors
 
     def zfs(self, host: str, pool: str | None = None) -> Zfs:
-        """A ZFS client for ``host``; with ``pool``, its capabilities are probed once and cached.
+        """A ZFS client for ``host``; with ``pool``, its capabilities are known.
+
+        Capabilities come from ``<state_dir>/capabilities`` when a cached answer still fits
+        the host (one ``zpool get all`` to check, ``zfs/capability_cache.py``), else from a
+        fresh ``detect``; within one Context they are looked up once per (host, pool).
 
         Raises:
             HostUnreachable, HostKeyMismatch: when the host cannot be reached safely.
+            CommandFailed: the host has no zfs/zpool (exit 127), or a probe failed.
         """
+        from zrepl_py.zfs.client import Zfs
+
         executor = self.executors().get(host)
         cfg = self.config.hosts.get(host)
         zfs_cmd, zpool_cmd = (cfg.zfs, cfg.zpool) if cfg else ("zfs", "zpool")
@@ -91,7 +106,12 @@ class Context:
         if pool is not None:
             key = (host, pool)
             if key not in self._capabilities:
-                self._capabilities[key] = detect(executor, pool, zfs=zfs_cmd, zpool=zpool_cmd)
+                from zrepl_py.zfs.capability_cache import cached_capabilities
+
+                self._capabilities[key] = cached_capabilities(
+                    executor, pool, cache_dir=self.state_dir / "capabilities",
+                    now=self.clock.now(), zfs=zfs_cmd, zpool=zpool_cmd,
+                )  # fmt: skip
             caps = self._capabilities[key]
         return Zfs(executor, zfs=zfs_cmd, zpool=zpool_cmd, capabilities=caps)
 

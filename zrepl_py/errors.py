@@ -354,3 +354,11 @@ class CommandRefused(ZbakError):
 class InsufficientSpace(ZbakError):
     """A target pool has less free space than the job's ``min_free`` floor: nothing was sent
     to it. The message names the host, pool, free bytes and the floor (``zrepl_py.health``)."""
+
+
+class StreamRejected(RestoreError):
+    """``zfs receive`` rejected an archived stream whose volumes had passed verification (size,
+    SHA-256, zstd frame): the stored stream itself is not a valid ZFS stream ("invalid stream
+    (bad magic number)", "checksum mismatch", "invalid backup stream"). The stream is marked
+    ``bad`` in the catalog, so no later restore plans a path through it; the message names it
+    and what was received."""

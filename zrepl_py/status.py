@@ -1,21 +1,42 @@
-"""``zbak status`` facts per job, from the catalog and the config alone (no host is dialled)."""
+"""``zbak status`` facts per job: last successes, replica lag, archive chains, held bytes,
+running runs and next scheduled runs.
+
+Everything comes from the catalog and the config (``job_status``, no host dialled) except
+the bytes pinned by zbak's holds, which only the source's ZFS knows (``read_held``: one
+``zfs get -Hp`` listing of the job's tree). ``zrepl_py.metrics`` exports the same facts.
+
+Definitions (all times aware UTC, sizes bytes):
+
+* lag of a target, per source dataset: ``lag_seconds`` is the creation time of the source's
+  newest snapshot minus that of the snapshot the target's cursor names (how much newer the
+  source's data is), ``lag_snapshots`` the live source snapshots newer than the cursor (by
+  createtxg). A target's own figures are the worst of its datasets; ``cursor`` is the root
+  dataset's.
+* chain: the current chain (``archive.planner.current_chain``) of a dataset in the job's
+  store: its streams, full first.
+* held bytes: the ``used`` bytes (zfs(8): space freed if that snapshot alone were destroyed)
+  of the source snapshots that carry a zbak hold: each replication cursor's snapshot and each
+  chain's last snapshot, where ``userrefs`` > 0. A lower bound of what destroying them all
+  would free (space shared by two held snapshots counts in neither).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Sequence
 
-from apscheduler.triggers.cron import CronTrigger
-
-from zrepl_py.catalog.repository import Catalog, CursorRow, RunRow, SnapshotRow
+from zrepl_py.archive.planner import current_chain
+from zrepl_py.catalog.repository import Catalog, CursorRow, RunRow, SnapshotRow, StreamRow
 from zrepl_py.config.schema import JobConfig
+from zrepl_py.daemon.crontab import crontab_trigger
 
 
 @dataclasses.dataclass(frozen=True)
-class TargetStatus:
-    """One replication target: its cursor and how far it lags the newest source snapshot."""
+class DatasetLag:
+    """How far one source dataset's replica on one target lags (see module doc)."""
 
-    target: str
+    dataset: str
     cursor: str | None
     cursor_time: dt.datetime | None
     lag_seconds: float | None
@@ -23,8 +44,103 @@ class TargetStatus:
 
 
 @dataclasses.dataclass(frozen=True)
+class TargetStatus:
+    """One replication target.
+
+    Attributes:
+        target: the config's target string.
+        cursor / cursor_time: the root dataset's cursor snapshot and its creation time.
+        lag_seconds / lag_snapshots: the worst of ``datasets`` (None: never replicated).
+        last_success: end of the newest ok replicate run to this target.
+        last_result: result of the newest replicate run to this target.
+        datasets: one DatasetLag per source dataset with a cursor (the root first).
+    """
+
+    target: str
+    cursor: str | None
+    cursor_time: dt.datetime | None
+    lag_seconds: float | None
+    lag_snapshots: int | None
+    last_success: dt.datetime | None
+    last_result: str | None
+    datasets: list[DatasetLag]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainStatus:
+    """The current archive chain of one dataset in one store.
+
+    Attributes:
+        length: streams in the chain, the full included.
+        chains: chains of the dataset in the store (not condemned).
+        stored_bytes / raw_bytes: the chain's bytes as stored and as zfs sent them.
+        full_time: when the chain's full was written.
+        newest / newest_time: the chain's last snapshot and when its stream was written.
+    """
+
+    dataset: str
+    store: str
+    length: int
+    chains: int
+    stored_bytes: int
+    raw_bytes: int
+    full_time: dt.datetime
+    newest: str
+    newest_time: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class RunningRun:
+    """A run the catalog shows as still running, with ``seconds`` since it started.
+
+    A zbak killed with SIGKILL leaves such a row behind; it is shown until the next run of the
+    same action and target replaces it as the newest.
+    """
+
+    action: str
+    target: str | None
+    started_at: dt.datetime
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Success:
+    """The newest ok run of one action (and target): when it ended and the bytes it moved."""
+
+    action: str
+    target: str | None
+    time: dt.datetime
+    bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """Bytes pinned by zbak's holds on a job's source (see module doc).
+
+    Attributes:
+        bytes: the sum of ``used`` of ``snapshots``; None when it could not be read.
+        snapshots: the held snapshots (``DATASET@NAME``).
+        error: why it could not be read (host down, ...), else None.
+    """
+
+    bytes: int | None
+    snapshots: list[str]
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class JobStatus:
-    """One job's state: snapshots, last runs per action, targets, next scheduled runs (UTC)."""
+    """One job's state (see module doc for the definitions).
+
+    Attributes:
+        snapshots / newest / newest_time: live catalogued snapshots under the source.
+        last_runs: the newest run per action and target.
+        last_success: the newest ok run per action and target.
+        targets: replication targets; chains: archive chains of the job's store.
+        held_bytes / held_snapshots / held_error: see ``Held`` (None: not read, ``--offline``).
+        running: runs still marked running.
+        next_runs: per scheduled action, the next fire time (UTC) of its cron schedule.
+    """
 
     job: str
     source: str
@@ -32,48 +148,239 @@ class JobStatus:
     newest: str | None
     newest_time: dt.datetime | None
     last_runs: list[RunRow]
+    last_success: list[Success]
     targets: list[TargetStatus]
+    chains: list[ChainStatus]
+    held_bytes: int | None
+    held_snapshots: list[str] | None
+    held_error: str | None
+    running: list[RunningRun]
     next_runs: dict[str, dt.datetime | None]
 
 
-def _next_fire(schedule: str | None, now: dt.datetime) -> dt.datetime | None:
+def job_schedules(job: JobConfig) -> dict[str, str | None]:
+    """The cron schedule (UTC) of every action ``job`` configures: ``snapshot`` always,
+    ``replicate``/``archive`` when their sections exist, and any other section of the job
+    that has a ``schedule`` (e.g. prune, audit); None where the schedule is switched off."""
+    found: dict[str, str | None] = {}
+    for field in type(job).model_fields:
+        section = getattr(job, field)
+        if hasattr(section, "schedule"):
+            found[field] = section.schedule
+    return found
+
+
+def next_fire(schedule: str | None, now: dt.datetime) -> dt.datetime | None:
+    """The first fire time of the crontab line ``schedule`` (UTC) at or after ``now``; None
+    for no schedule (see ``crontab_trigger``)."""
     if schedule is None:
         return None
-    return CronTrigger.from_crontab(schedule, timezone="UTC").get_next_fire_time(None, now)
+    return crontab_trigger(schedule).get_next_fire_time(None, now)
 
 
-def _target_status(target: str, cursor: CursorRow | None, root_snaps: list[SnapshotRow]) -> TargetStatus:
+def scheduled_runs(config, now: dt.datetime) -> dict[str, dict[str, dt.datetime | None]]:
+    """Per job, per action the daemon schedules (``daemon.plan.plan_entries``: job schedules,
+    ``[daemon] prune_schedule``/``audit_schedule``, ``every``), the next fire time (UTC)."""
+    from zrepl_py.daemon.plan import make_trigger, plan_entries
+
+    found: dict[str, dict[str, dt.datetime | None]] = {name: {} for name in config.jobs}
+    for entry in plan_entries(config):
+        trigger = make_trigger(entry)
+        found[entry.job][entry.action] = trigger.get_next_fire_time(None, now)
+    return found
+
+
+def _lag(dataset: str, cursor: CursorRow | None, snaps: list[SnapshotRow],
+         by_guid: dict[int, SnapshotRow]) -> DatasetLag:
     if cursor is None:
-        return TargetStatus(target, None, None, None, None)
-    newer = [s for s in root_snaps if s.createtxg > cursor.createtxg]
-    base = next((s for s in root_snaps if s.guid == cursor.guid), None)
+        return DatasetLag(dataset, None, None, None, None)
+    base = by_guid.get(cursor.guid)
+    newer = [s for s in snaps if s.createtxg > cursor.createtxg]
     lag = None
-    if base is not None and root_snaps:
-        lag = max(0.0, (root_snaps[-1].creation - base.creation).total_seconds())
-    return TargetStatus(target, cursor.snapshot_name, base.creation if base else None, lag, len(newer))
+    if base is not None:
+        newest = snaps[-1].creation if snaps else base.creation
+        lag = max(0.0, (newest - base.creation).total_seconds())
+    return DatasetLag(dataset, cursor.snapshot_name, base.creation if base else None, lag,
+                      len(newer))
 
 
-def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime) -> JobStatus:
-    """Summarise one job from the catalog; ``now`` (aware UTC) anchors next-run times."""
+def _worst(values: Sequence[float | int | None]):
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _target_status(target: str, root: str, cursors: list[CursorRow],
+                   live: dict[str, list[SnapshotRow]], by_guid: dict[tuple[str, int], SnapshotRow],
+                   last_ok: RunRow | None, last: RunRow | None) -> TargetStatus:
+    mine = sorted((c for c in cursors if c.target == target),
+                  key=lambda c: (c.source_dataset != root, c.source_dataset))
+    if not any(c.source_dataset == root for c in mine):
+        mine_lags = [DatasetLag(root, None, None, None, None)]
+    else:
+        mine_lags = []
+    for cursor in mine:
+        snaps = live.get(cursor.source_dataset, [])
+        guids = {g: s for (d, g), s in by_guid.items() if d == cursor.source_dataset}
+        mine_lags.append(_lag(cursor.source_dataset, cursor, snaps, guids))
+    head = next(d for d in mine_lags if d.dataset == root)
+    return TargetStatus(
+        target=target, cursor=head.cursor, cursor_time=head.cursor_time,
+        lag_seconds=_worst([d.lag_seconds for d in mine_lags]) if head.cursor else None,
+        lag_snapshots=_worst([d.lag_snapshots for d in mine_lags]) if head.cursor else None,
+        last_success=(last_ok.ended_at or last_ok.started_at) if last_ok else None,
+        last_result=last.result if last else None, datasets=mine_lags,
+    )
+
+
+def _chains(streams: list[StreamRow], store: str) -> list[ChainStatus]:
+    by_dataset: dict[str, list[StreamRow]] = {}
+    for stream in streams:
+        by_dataset.setdefault(stream.dataset, []).append(stream)
+    found = []
+    for dataset, rows in sorted(by_dataset.items()):
+        chain = current_chain(rows)
+        if not chain:
+            continue
+        fulls = [s for s in rows if s.kind == "full" and s.state != "condemned"]
+        found.append(ChainStatus(
+            dataset=dataset, store=store, length=len(chain), chains=len(fulls),
+            stored_bytes=sum(s.stored_bytes for s in chain),
+            raw_bytes=sum(s.raw_bytes for s in chain), full_time=chain[0].created_at,
+            newest=chain[-1].to_name, newest_time=chain[-1].uploaded_at or chain[-1].created_at,
+        ))
+    return found
+
+
+def _below(dataset: str, root: str) -> bool:
+    return dataset == root or dataset.startswith(root.rstrip("/") + "/")
+
+
+def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
+               held: Held | None = None,
+               next_runs: dict[str, dt.datetime | None] | None = None) -> JobStatus:
+    """Summarise one job from the catalog (no host is dialled); ``now`` is aware UTC.
+
+    ``held`` comes from ``read_held`` (None: left out, e.g. ``zbak status --offline``);
+    ``next_runs`` from ``scheduled_runs`` (None: from the job's own schedules only).
+
+    Raises:
+        CatalogError: the catalog cannot be read.
+    """
     source = job.source
-    snaps = catalog.snapshots(host=source.host, below=str(source.dataset))
-    root_snaps = [s for s in snaps if s.dataset == str(source.dataset)]
+    root = str(source.dataset)
+    every = catalog.snapshots(host=source.host, below=root, include_destroyed=True)
+    live: dict[str, list[SnapshotRow]] = {}
+    for snap in every:
+        if snap.destroyed_at is None:
+            live.setdefault(snap.dataset, []).append(snap)
+    by_guid = {(s.dataset, s.guid): s for s in every}
+    root_snaps = live.get(root, [])
     newest = root_snaps[-1] if root_snaps else None
-    cursors = {c.target: c for c in catalog.cursors(name) if c.source_dataset == str(source.dataset)}
-    targets = [_target_status(t, cursors.get(t), root_snaps)
+    last_runs = catalog.last_runs(name)
+    cursors = [c for c in catalog.cursors(name) if c.source_host == source.host]
+    ok = {}
+    for action in sorted({r.action for r in last_runs}):
+        ok.update({(action, t): r for (_, t), r in catalog.last_successes(action, name).items()})
+    latest = {(r.action, r.target): r for r in last_runs}
+    targets = [_target_status(t, root, cursors, live, by_guid, ok.get(("replicate", t)),
+                              latest.get(("replicate", t)))
                for t in (job.replicate.targets if job.replicate else [])]
-    schedules = {"snapshot": job.snapshot.schedule}
-    if job.replicate:
-        schedules["replicate"] = job.replicate.schedule
-    if job.archive:
-        schedules["archive"] = job.archive.schedule
+    chains = []
+    if job.archive is not None:
+        streams = [s for s in catalog.streams(host=source.host, store=job.archive.store)
+                   if _below(s.dataset, root)]
+        chains = _chains(streams, job.archive.store)
     return JobStatus(
         job=name,
         source=str(source),
-        snapshots=len(snaps),
+        snapshots=sum(len(v) for v in live.values()),
         newest=newest.name if newest else None,
         newest_time=newest.creation if newest else None,
-        last_runs=catalog.last_runs(name),
+        last_runs=last_runs,
+        last_success=sorted((Success(a, t, r.ended_at or r.started_at, r.bytes)
+                             for (a, t), r in ok.items()),
+                            key=lambda s: (s.action, s.target or "")),
         targets=targets,
-        next_runs={action: _next_fire(s, now) for action, s in schedules.items()},
+        chains=chains,
+        held_bytes=held.bytes if held else None,
+        held_snapshots=held.snapshots if held else None,
+        held_error=held.error if held else None,
+        running=[RunningRun(r.action, r.target, r.started_at,
+                            max(0.0, (now - r.started_at).total_seconds()))
+                 for r in last_runs if r.result == "running"],
+        next_runs=(next_runs if next_runs is not None else
+                   {a: next_fire(s, now) for a, s in job_schedules(job).items()}),
     )
+
+
+def held_guids(catalog: Catalog, name: str, job: JobConfig) -> set[tuple[str, int]]:
+    """``(dataset, guid)`` of every source snapshot zbak holds for ``job``: the replication
+    cursors' snapshots and the last snapshot of each current archive chain."""
+    source = job.source
+    root = str(source.dataset)
+    found = {(c.source_dataset, c.guid) for c in catalog.cursors(name)
+             if c.source_host == source.host and _below(c.source_dataset, root)}
+    if job.archive is not None:
+        by_dataset: dict[str, list[StreamRow]] = {}
+        for s in catalog.streams(host=source.host, store=job.archive.store):
+            if _below(s.dataset, root):
+                by_dataset.setdefault(s.dataset, []).append(s)
+        for dataset, rows in by_dataset.items():
+            chain = current_chain(rows)
+            if chain:
+                found.add((dataset, chain[-1].to_guid))
+    return found
+
+
+def read_held(ctx, name: str, job: JobConfig) -> Held:
+    """Read the bytes zbak's holds pin on ``job``'s source (see module doc).
+
+    One ``zfs get -Hp -r|-d 1 -o name,property,value guid,userrefs,used ROOT`` on the source
+    host (zfs-fuse includes snapshots in ``get -r``; ``-p`` gives exact bytes). Never raises
+    for the host: a failure comes back as ``Held(None, [], error)``.
+
+    Args:
+        ctx: the ``zrepl_py.context.Context`` (its executors and catalog are used).
+    """
+    from zrepl_py.errors import ZbakError
+    from zrepl_py.zfs.client import parse_get_output
+    from zrepl_py.zfs.model import ListingError
+
+    source = job.source
+    wanted = held_guids(ctx.catalog(), name, job)
+    if not wanted:
+        return Held(0, [])
+    cfg = ctx.config.hosts.get(source.host)
+    argv = [cfg.zfs if cfg else "zfs", "get", "-Hp", *(["-r"] if job.recursive else ["-d", "1"]),
+            "-o", "name,property,value", "guid,userrefs,used", str(source.dataset)]
+    try:
+        done = ctx.executors().get(source.host).run(argv, check=True, timeout=120)
+        rows = parse_get_output(done.text)
+    except (ZbakError, ListingError) as exc:
+        return Held(None, [], f"cannot read held bytes on {source.host}: {exc}")
+    total, names = 0, []
+    for snap, props in rows:
+        dataset, at, _ = snap.partition("@")
+        if not at or not props.get("guid", "").isdigit():
+            continue
+        if (dataset, int(props["guid"])) in wanted and props.get("userrefs", "0") not in ("0", "-"):
+            total += int(props["used"]) if props.get("used", "").isdigit() else 0
+            names.append(snap)
+    return Held(total, names)
+
+
+def job_statuses(ctx, names: Sequence[str] = (), *, offline: bool = False) -> list[JobStatus]:
+    """``job_status`` of each named job (all when empty), held bytes read unless ``offline``.
+
+    Raises:
+        UsageError: an unknown job name.
+        CatalogError: the catalog cannot be read.
+    """
+    catalog, now = ctx.catalog(), ctx.clock.now()
+    chosen = ctx.select_jobs(names)
+    upcoming = scheduled_runs(ctx.config, now)
+    found = []
+    for name, job in chosen:
+        held = None if offline else read_held(ctx, name, job)
+        found.append(job_status(catalog, name, job, now, held=held, next_runs=upcoming[name]))
+    return found

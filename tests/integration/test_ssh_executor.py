@@ -26,7 +26,7 @@ from zrepl_py.errors import (
 )
 from zrepl_py.proc.hosts import ExecutorPool, executor_for
 from zrepl_py.proc.local import LocalExecutor
-from zrepl_py.proc.openssh import remote_command, ssh_argv
+from zrepl_py.proc.openssh import control_dir, control_path, remote_command, ssh_argv
 from zrepl_py.proc.ssh import SSHExecutor
 
 MB = 1024 * 1024
@@ -311,6 +311,105 @@ def test_ssh_argv_refuses_an_unknown_host_unless_trust_on_first_use(sshd, tmp_pa
     # a key recorded by OpenSSH (possibly hashed) is accepted by the paramiko executor too
     with SSHExecutor("backup1", config, known_hosts_default=tmp_path / "kh") as ex:
         assert ex.run(["true"]).returncode == 0
+
+
+# --- ssh_argv with a shared connection (ControlMaster) -------------------------------------
+
+
+def close_master(argv: list[str]) -> None:
+    """``ssh -O exit`` for the master ``argv`` (an ssh_argv with control_dir) may have left."""
+    subprocess.run(argv[:-2] + ["-O", "exit"] + argv[-2:], capture_output=True, timeout=30)
+
+
+def test_a_shared_connection_carries_later_sessions_after_the_listener_is_gone(
+    sshd_factory, tmp_path
+):
+    """Consecutive ssh_argv invocations with a control_dir ride on one connection: once the
+    first has connected, a second needs no new connection (proved by stopping the listener)."""
+    server = sshd_factory()
+    shared = control_dir(tmp_path / "state")
+    argv = ssh_argv(server.host_config(), known_hosts_default=tmp_path / "kh", control_dir=shared)
+    try:
+        assert LocalExecutor().run(argv + ["true"], timeout=30).returncode == 0
+        socket = control_path(shared, server.host_config(), server.known_hosts)
+        assert stat.S_ISSOCK(os.stat(socket).st_mode)
+        pid = int((server.config_file.parent / "sshd.pid").read_text())
+        os.kill(pid, 15)  # the listener only: the master's own sshd process lives on
+        for _ in range(100):
+            fresh = ssh_argv(server.host_config(), known_hosts_default=tmp_path / "kh")
+            if LocalExecutor().run(fresh + ["true"], check=False, timeout=30).returncode != 0:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the sshd listener did not stop")
+        done = LocalExecutor().run(argv + [remote_command(["printf", "%s", "a b"], sudo=False)],
+                                   timeout=30)  # fmt: skip
+        assert done.stdout == b"a b"
+    finally:
+        close_master(argv)
+
+
+def test_control_sockets_live_only_in_a_private_directory_of_ours(tmp_path):
+    """The socket directory is made 0700; a symlink or an over-long path is not used."""
+    state = tmp_path / "state"
+    chosen = control_dir(state)
+    assert chosen == state / "ssh"
+    assert stat.S_IMODE(os.lstat(chosen).st_mode) == 0o700
+    assert stat.S_IMODE(os.lstat(state).st_mode) == 0o700
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    elsewhere.chmod(0o777)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "ssh").symlink_to(elsewhere)
+    fallback = control_dir(linked)
+    assert fallback is not None and fallback != linked / "ssh"
+    assert stat.S_IMODE(os.lstat(elsewhere).st_mode) == 0o777, "the link target is untouched"
+
+    long_state = tmp_path / ("x" * 100)
+    fallback = control_dir(long_state)
+    info = os.lstat(fallback)
+    assert stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+    assert stat.S_IMODE(info.st_mode) == 0o700
+    assert len(str(control_path(fallback, _host(), tmp_path / "kh"))) < 100
+
+
+def _host(**changes):
+    from zrepl_py.config.schema import HostConfig
+
+    return HostConfig(**{"address": "h.example", "port": 22, "user": "root",
+                         "identity_file": "/k/id", **changes})
+
+
+def test_connections_are_shared_only_between_identical_identities_and_host_key_files(tmp_path):
+    """Another key, known_hosts file, user, port or trust mode never rides on a master."""
+    base = control_path(tmp_path, _host(), tmp_path / "kh")
+    assert base == control_path(tmp_path, _host(), tmp_path / "kh")
+    others = {
+        control_path(tmp_path, _host(identity_file="/k/other"), tmp_path / "kh"),
+        control_path(tmp_path, _host(), tmp_path / "other_kh"),
+        control_path(tmp_path, _host(user="backup"), tmp_path / "kh"),
+        control_path(tmp_path, _host(port=2222), tmp_path / "kh"),
+        control_path(tmp_path, _host(trust_on_first_use=True), tmp_path / "kh"),
+    }
+    assert base not in others and len(others) == 5
+
+
+def test_a_shared_connection_still_refuses_a_changed_host_key(sshd, sshd_factory, tmp_path):
+    """Sharing changes nothing about host keys: the master checks them and runs nothing."""
+    changed = sshd_factory(known_hosts_from=sshd)
+    canary = tmp_path / "ran"
+    argv = ssh_argv(changed.host_config(trust_on_first_use=True),
+                    known_hosts_default=tmp_path / "kh",
+                    control_dir=control_dir(tmp_path / "state"))  # fmt: skip
+    try:
+        done = LocalExecutor().run(argv + [remote_command(["touch", str(canary)], sudo=False)],
+                                   check=False, timeout=30)  # fmt: skip
+        assert done.returncode != 0 and "Host key verification failed" in done.error_text
+        assert not canary.exists()
+    finally:
+        close_master(argv)
 
 
 # --- choosing executors from the config ----------------------------------------------------

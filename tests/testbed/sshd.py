@@ -4,6 +4,10 @@ Recipe from TESTBED.md: ``mkdir -p /run/sshd``, an ed25519 host key and user key
 ``ssh-keygen -t ed25519 -N ''``, a config listening on 127.0.0.1 and a free port, root login by
 key only, and ``/usr/sbin/sshd -D -e -f CONFIG`` (absolute path: sshd re-executes itself).
 Tests that use ``sshd`` or ``sshd_factory`` get the ``ssh`` marker automatically.
+
+``sshd_factory(forced_command=CMD)`` writes the user key as ``command="CMD",restrict KEY``
+(sshd(8) AUTHORIZED_KEYS FILE FORMAT): every session of that server runs CMD with the
+client's request in ``$SSH_ORIGINAL_COMMAND``, as a least-privilege backup host would.
 """
 
 from __future__ import annotations
@@ -88,6 +92,17 @@ def _known_hosts_line(port: int, host_key_pub: Path) -> str:
     return f"[127.0.0.1]:{port} {keytype} {blob}\n"
 
 
+def authorized_keys_line(public_key: str, forced_command: str | None) -> str:
+    """One authorized_keys line for ``public_key``; with ``forced_command``, prefixed by
+    ``command="...",restrict`` (the command may not hold ``"`` or ``\\``: sshd would
+    unescape them)."""
+    if forced_command is None:
+        return public_key
+    if '"' in forced_command or "\\" in forced_command or "\n" in forced_command:
+        raise ValueError(f"forced command {forced_command!r} holds a quote, backslash or newline")
+    return f'command="{forced_command}",restrict {public_key}'
+
+
 def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
@@ -121,7 +136,9 @@ class _Sshd:
         self.user_key = user_key
         self.proc: subprocess.Popen | None = None
 
-    def start(self, known_hosts_from: SshServer | None = None) -> SshServer:
+    def start(
+        self, known_hosts_from: SshServer | None = None, forced_command: str | None = None
+    ) -> SshServer:
         sshd = need_binary("sshd", "sshd")
         if os.geteuid() != 0:
             unavailable("sshd", "the test sshd logs in as root and must be started as root")
@@ -130,7 +147,8 @@ class _Sshd:
         host_key = self.workdir / "ssh_host_ed25519_key"
         _keygen(host_key, "zbak-test-host")
         authorized = self.workdir / "authorized_keys"
-        _write_private(authorized, self.user_key.with_name(self.user_key.name + ".pub").read_text())
+        public_key = self.user_key.with_name(self.user_key.name + ".pub").read_text()
+        _write_private(authorized, authorized_keys_line(public_key, forced_command))
         log = self.workdir / "sshd.log"
         for _attempt in range(3):  # the free port may be taken between probe and bind
             port = free_port()
@@ -210,16 +228,19 @@ def sshd(tmp_path_factory, ssh_user_key) -> Iterator[SshServer]:
 def sshd_factory(tmp_path, ssh_user_key) -> Iterator[Callable[..., SshServer]]:
     """Factory for more sshd servers, each with a fresh host key; all stopped after the test.
 
-    Call as ``sshd_factory(known_hosts_from=None) -> SshServer``. With ``known_hosts_from`` an
-    SshServer, the new server's ``known_hosts`` names the new port with that server's host key,
-    so a client using it sees a changed host key (the mismatch case).
+    Call as ``sshd_factory(known_hosts_from=None, forced_command=None) -> SshServer``. With
+    ``known_hosts_from`` an SshServer, the new server's ``known_hosts`` names the new port with
+    that server's host key, so a client using it sees a changed host key (the mismatch case).
+    With ``forced_command``, the user key may only run that command (``command=...,restrict``).
     """
     started: list[_Sshd] = []
 
-    def start(known_hosts_from: SshServer | None = None) -> SshServer:
+    def start(
+        known_hosts_from: SshServer | None = None, forced_command: str | None = None
+    ) -> SshServer:
         server = _Sshd(tmp_path / f"sshd-{len(started)}", ssh_user_key)
         started.append(server)
-        return server.start(known_hosts_from)
+        return server.start(known_hosts_from, forced_command)
 
     try:
         yield start

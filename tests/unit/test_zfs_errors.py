@@ -14,10 +14,11 @@ from zrepl_py.errors import (
     PermissionDenied,
     SnapshotHasClones,
     SnapshotHeld,
+    StreamUnsupported,
     Unsupported,
     ZfsError,
 )
-from zrepl_py.zfs.errors import classify, map_error
+from zrepl_py.zfs.errors import classify, classify_receive, map_error
 
 # (where the wording comes from, stderr, expected class)
 CASES = [
@@ -107,3 +108,37 @@ def test_an_already_mapped_error_is_returned_unchanged():
 def test_every_mapped_class_is_a_zfs_error_so_one_except_catches_all():
     for _source, stderr, _expected in CASES:
         assert isinstance(map_error(CommandFailed(["zfs"], 1, stderr)), ZfsError)
+
+
+# (where the wording comes from, stderr of a failed `zfs receive`, expected class)
+RECEIVE_CASES = [
+    # zfs-fuse 0.7 receiving OpenZFS 2.3.2 streams, observed (plain, -c, -e, -w sends)
+    ("fuse plain OpenZFS stream",
+     "cannot receive: stream has unsupported feature, feature flags = 4", StreamUnsupported),
+    ("fuse -c stream", "cannot receive: stream has unsupported feature, feature flags = 420004\n",
+     StreamUnsupported),
+    ("fuse -w stream", "cannot receive: stream has unsupported feature, feature flags = 430004",
+     StreamUnsupported),
+    # OpenZFS libzfs_sendrecv.c / libzfs_util.c wordings
+    ("openzfs pool feature", "cannot receive new filesystem stream: pool must be upgraded to "
+     "receive this stream.", StreamUnsupported),
+    ("openzfs kernel", "cannot receive new filesystem stream: the loaded zfs module does not "
+     "support this operation. A reboot may be required to enable this operation.",
+     StreamUnsupported),
+    ("openzfs badversion", "cannot receive: unsupported version or feature", StreamUnsupported),
+    # not the stream's fault: the usual classes
+    ("receive exists", "cannot receive new filesystem stream: destination 'p/b' exists\n"
+     "must specify -F to overwrite it", DatasetExists),
+    ("receive modified", "cannot receive incremental stream: destination p/b has been modified\n"
+     "since most recent snapshot", ZfsError),
+]
+
+
+@pytest.mark.parametrize(("source", "stderr", "expected"), RECEIVE_CASES,
+                         ids=[c[0] for c in RECEIVE_CASES])
+def test_a_receive_that_rejects_the_stream_maps_to_stream_unsupported(source, stderr, expected):
+    assert classify_receive(stderr) is expected
+
+
+def test_stream_unsupported_is_caught_as_unsupported_and_as_zfs_error():
+    assert issubclass(StreamUnsupported, Unsupported) and issubclass(StreamUnsupported, ZfsError)

@@ -13,7 +13,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from zrepl_py.archive.layout import MANIFEST, PROGRESS, dataset_prefix, stream_prefix
+from zrepl_py.archive.layout import (
+    PROGRESS,
+    dataset_prefix,
+    is_stream_prefix,
+    stream_prefix,
+)
 from zrepl_py.archive.manifest import SnapRecord
 from zrepl_py.archive.planner import (
     ArchivePlan,
@@ -26,6 +31,7 @@ from zrepl_py.archive.writer import StreamSpec, WrittenStream, delete_prefix, wr
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.context import Context, lock_key
 from zrepl_py.errors import UsageError, ZbakError
+from zrepl_py.health import before_archive
 from zrepl_py.locking import dataset_lock
 from zrepl_py.replication.planner import Full, Incremental, SnapRef
 from zrepl_py.replication.protect import move_protection
@@ -95,6 +101,7 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
     try:
         with dataset_lock(ctx.state_dir, lock_key(job), "archive"):
             zfs = ctx.zfs(source.host, source.dataset.pool)
+            health = [] if dry_run else before_archive(ctx, job)  # pool warnings (zrepl_py.health)
             inventory = take_inventory(zfs, catalog, job, ctx.clock.now())
             side = Side(source.host, ctx.config.hosts.get(source.host), ctx.state_dir / "known_hosts")
             for info in inventory.datasets:
@@ -113,6 +120,7 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
                                     info.name, plan, streams, store_cfg.volume_size,
                                     cfg.compression_level, classes, outcome)
                         record.bytes = sum(w.stored_bytes for _, w in outcome.written)
+                        record.error = "; ".join(health) or None
                 except ZbakError as exc:
                     log.error("job %s: archiving %s failed: %s", name, dataset, exc)
                     outcome.error = str(exc)
@@ -126,7 +134,8 @@ def _write_plan(ctx: Context, job_name: str, store: str, backend: Backend, zfs: 
                 level: int, classes, outcome: DatasetArchive) -> None:
     """Write the planned streams of one dataset in order and move the archive hold."""
     prefixes = [_prefix(host, dataset, p) for p in plan.streams]
-    _clean_stale_uploads(backend, dataset_prefix(host, str(dataset)), keep=set(prefixes))
+    _clean_stale_uploads(backend, dataset_prefix(host, str(dataset)), keep=set(prefixes),
+                         catalogued={s.object_prefix for s in streams})
     chain = current_chain(streams)
     # The hold moves from the current chain's tip, also when a new full starts a new chain:
     # the old chain cannot be continued, so its tip needs no protection any more.
@@ -166,18 +175,24 @@ def _prefix(host: str, dataset: DatasetName, planned: PlannedStream) -> str:
                          from_guid=planned.from_snap.guid if planned.from_snap else None)
 
 
-def _clean_stale_uploads(backend: Backend, prefix: str, keep: set[str]) -> None:
-    """Delete partial uploads (progress.json, no manifest) other than the planned ones, and
-    stale progress records next to a manifest."""
+def _clean_stale_uploads(backend: Backend, prefix: str, keep: set[str], catalogued: set[str]) -> None:
+    """Delete what interrupted runs left under the dataset's ``prefix`` that no plan or catalog
+    row accounts for: stream folders neither planned now nor catalogued (a partial upload, or
+    a manifest written before its catalog row, whose plan changed), and stale
+    ``progress.json`` records next to catalogued streams. Only stream folders directly under
+    ``prefix`` are considered: a child dataset's folders are its own."""
     by_stream: dict[str, set[str]] = {}
     for info in backend.list(prefix):
         head, _, leaf = info.key.rpartition("/")
-        by_stream.setdefault(head + "/", set()).add(leaf)
+        stream = head + "/"
+        if stream[len(prefix):].count("/") == 1 and is_stream_prefix(stream):
+            by_stream.setdefault(stream, set()).add(leaf)
     for stream, leaves in by_stream.items():
-        if PROGRESS not in leaves or stream in keep:
+        if stream in keep:
             continue
-        if MANIFEST in leaves:
-            backend.delete(stream + PROGRESS)
-        else:
-            log.info("deleting the partial upload %s of an earlier run: the plan changed", stream)
-            delete_prefix(backend, stream)
+        if stream in catalogued:
+            if PROGRESS in leaves:
+                backend.delete(stream + PROGRESS)
+            continue
+        log.info("deleting %s, left by an interrupted run whose plan changed", stream)
+        delete_prefix(backend, stream)

@@ -908,6 +908,244 @@ class Catalog:
                 session.execute(sa.delete(table).where(table.stream_id == stream_id))
             session.execute(sa.delete(Stream).where(Stream.id == stream_id))
 
+    # -- bulk reads (audit, catalog-wide planning) ---------------------------------------
+    # One query per table for a whole scope, never one per stream: the audit of a catalog of
+    # 100,000 streams must load in well under a second (benchmarks/catalog.py). Rows are read
+    # as plain column tuples (no ORM objects).
+
+    def bulk_streams(
+        self, *, host: str | None = None, below: str | None = None, store: str | None = None
+    ) -> list[StreamRow]:
+        """Every stream in a scope, in chain order (host, dataset, store, to_createtxg, id).
+
+        Args:
+            host: only datasets of this host ("local" for this machine).
+            below: only this dataset and its descendants (``tank/a`` matches ``tank/a/b``,
+                not ``tank/ab``).
+            store: only streams in this store.
+        """
+        columns = [getattr(Stream, f.name) for f in dataclasses.fields(StreamRow)
+                   if f.name not in ("host", "dataset")]
+        query = (
+            sa.select(Dataset.host, Dataset.name, *columns)
+            .join(Stream, Stream.dataset_id == Dataset.id)
+            .where(*_scope(host, below, store))
+            .order_by(Dataset.host, Dataset.name, Stream.store, Stream.to_createtxg, Stream.id)
+        )
+        names = ["host", "dataset"] + [c.key for c in columns]
+        with self._session("reading the streams in bulk") as session:
+            return [StreamRow(**dict(zip(names, row))) for row in session.execute(query)]
+
+    def bulk_volumes(
+        self, *, host: str | None = None, below: str | None = None, store: str | None = None
+    ) -> dict[int, list[VolumeRow]]:
+        """The volumes of every stream in a scope (see :meth:`bulk_streams`), by stream id,
+        each list in index order; streams without volumes are absent."""
+        query = (
+            sa.select(Volume.id, Volume.stream_id, Volume.index, Volume.key, Volume.raw_bytes,
+                      Volume.stored_bytes, Volume.sha256)
+            .join(Stream, Stream.id == Volume.stream_id)
+            .join(Dataset, Dataset.id == Stream.dataset_id)
+            .where(*_scope(host, below, store))
+            .order_by(Volume.stream_id, Volume.index)
+        )
+        found: dict[int, list[VolumeRow]] = {}
+        with self._session("reading the volumes in bulk") as session:
+            for row in session.execute(query):
+                found.setdefault(row[1], []).append(VolumeRow(*row))
+        return found
+
+    def bulk_carried(
+        self, *, host: str | None = None, below: str | None = None, store: str | None = None
+    ) -> dict[int, list[CarriedSnapshot]]:
+        """The snapshots every stream in a scope carries (see :meth:`bulk_streams`), by
+        stream id, each list in createtxg order; streams recorded without them are absent."""
+        query = (
+            sa.select(StreamSnapshot.stream_id, StreamSnapshot.name, StreamSnapshot.guid,
+                      StreamSnapshot.createtxg)
+            .join(Stream, Stream.id == StreamSnapshot.stream_id)
+            .join(Dataset, Dataset.id == Stream.dataset_id)
+            .where(*_scope(host, below, store))
+            .order_by(StreamSnapshot.stream_id, StreamSnapshot.createtxg)
+        )
+        found: dict[int, list[CarriedSnapshot]] = {}
+        with self._session("reading the carried snapshots in bulk") as session:
+            for stream_id, name, guid, createtxg in session.execute(query):
+                found.setdefault(stream_id, []).append(CarriedSnapshot(name, guid, createtxg))
+        return found
+
+    def stream_links(
+        self, *, host: str | None = None, below: str | None = None, store: str | None = None
+    ) -> list[StreamLink]:
+        """The chain facts of every stream in a scope (see :meth:`bulk_streams`), in no
+        particular order: a lean :class:`StreamRow` for catalog-wide checks (no times,
+        prefixes or classes, which cost more to read than the rest together)."""
+        datasets = sa.select(Dataset.id, Dataset.host, Dataset.name)
+        signed = sa.BigInteger()
+        query = sa.select(
+            Stream.id, Stream.dataset_id, Stream.store, Stream.kind, Stream.parent_id,
+            sa.type_coerce(Stream.from_guid, signed), sa.type_coerce(Stream.to_guid, signed),
+            Stream.from_name, Stream.to_name, Stream.to_createtxg, Stream.raw_bytes,
+            Stream.stored_bytes, Stream.state,
+        )
+        query = query.where(*_stream_scope(host, below, store))
+        with self._session("reading the stream chain links") as session:
+            names = {i: (h, n) for i, h, n in session.execute(datasets)}
+            rows = _raw_rows(session, query)
+        wrap, links, new = _WRAP64, [], tuple.__new__
+        for sid, dataset_id, store_, kind, parent, from_guid, to_guid, *rest in rows:
+            if from_guid is not None and from_guid < 0:
+                from_guid += wrap
+            if to_guid < 0:
+                to_guid += wrap
+            links.append(new(StreamLink, (sid, *names[dataset_id], store_, kind, parent,
+                                          from_guid, to_guid, *rest)))
+        return links
+
+    def volume_totals(
+        self, *, host: str | None = None, below: str | None = None, store: str | None = None
+    ) -> dict[int, tuple[int, int, int, int, int]]:
+        """Per stream in a scope: ``(count, first index, last index, raw bytes, stored
+        bytes)`` of its volume rows, summed by the database; streams without volumes are
+        absent."""
+        query = (
+            sa.select(Volume.stream_id, sa.func.count(), sa.func.min(Volume.index),
+                      sa.func.max(Volume.index), sa.func.sum(Volume.raw_bytes),
+                      sa.func.sum(Volume.stored_bytes))
+            .group_by(Volume.stream_id)
+        )
+        if host is not None or below is not None or store is not None:
+            query = query.where(Volume.stream_id.in_(
+                sa.select(Stream.id).where(*_stream_scope(host, below, store))))
+        with self._session("summing the volumes") as session:
+            return {r[0]: (r[1], r[2], r[3], int(r[4]), int(r[5]))
+                    for r in _raw_rows(session, query)}
+
+    def carried_columns(
+        self, *, host: str | None = None, below: str | None = None, store: str | None = None,
+        names: bool = True,
+    ) -> tuple[list[int], list[int], list[int], list[str | None]]:
+        """Every carried snapshot of the streams in a scope, as four parallel columns sorted
+        by stream id: ``(stream ids, guids, createtxgs, names)``. ``names=False`` leaves the
+        names None (reading them doubles the cost on large catalogs)."""
+        signed = sa.BigInteger()
+        columns = [StreamSnapshot.stream_id, sa.type_coerce(StreamSnapshot.guid, signed),
+                   StreamSnapshot.createtxg]
+        if names:
+            columns.append(StreamSnapshot.name)
+        query = sa.select(*columns)
+        if host is not None or below is not None or store is not None:
+            # IN (subquery), not a join: SQLite then scans the index once (measured 0.12 s
+            # against 0.19 s for 196,000 rows).
+            query = query.where(StreamSnapshot.stream_id.in_(
+                sa.select(Stream.id).where(*_stream_scope(host, below, store))))
+        with self._session("reading the carried snapshots") as session:
+            rows = _raw_rows(session, query)
+        # Sorting here, not in SQL: rows are stored in stream order already (written stream
+        # by stream), where Python's sort is linear and SQL's index-ordered scan is slower.
+        rows.sort(key=_first)
+        wrap = _WRAP64
+        return ([r[0] for r in rows], [r[1] + wrap if r[1] < 0 else r[1] for r in rows],
+                [r[2] for r in rows], [r[3] for r in rows] if names else [None] * len(rows))
+
+    def snapshots_by_guid(self, keys: Iterable[tuple[str, str, int]]) -> list[SnapshotRow]:
+        """The catalogued snapshots (destroyed ones included) named by ``(host, dataset,
+        guid)`` keys; unknown keys are left out."""
+        wanted = set(keys)
+        guids = sorted({to_signed64(g) for _, _, g in wanted})
+        found = []
+        with self._session("reading snapshots by guid") as session:
+            for chunk in _chunks(guids):
+                query = (sa.select(Dataset.host, Dataset.name, Snapshot)
+                         .join(Snapshot, Snapshot.dataset_id == Dataset.id)
+                         .where(sa.type_coerce(Snapshot.guid, sa.BigInteger()).in_(chunk)))
+                for host, name, snap in session.execute(query):
+                    if (host, name, snap.guid) in wanted:
+                        found.append(_snapshot_row(host, name, snap))
+        return found
+
+    def archive_heads(
+        self, job: str, store: str, *, host: str | None = None, below: str | None = None
+    ) -> list[tuple[str, str, dt.datetime, SnapshotRow | None]]:
+        """For each dataset (of ``host``, at or below ``below``; None: any) that ``job``
+        archived to ``store`` successfully: ``(host, dataset, start of the last successful
+        archive run, the newest live snapshot created before that start, or None)``.
+
+        Reads the runs ``archive.job`` records (target ``STORE:DATASET``), then one
+        index-backed lookup per dataset inside a single query.
+        """
+        head = f"{store}:"
+        last = (
+            sa.select(Run.target.label("target"), sa.func.max(Run.started_at).label("last"))
+            .where(Run.job == job, Run.action == "archive", Run.result == "ok",
+                   Run.target.startswith(head, autoescape=True))
+            .group_by(Run.target)
+            .subquery()
+        )
+        newest = (
+            sa.select(Snapshot.id)
+            .where(Snapshot.dataset_id == Dataset.id, Snapshot.destroyed_at.is_(None),
+                   Snapshot.creation < last.c.last)
+            .order_by(Snapshot.createtxg.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        # With a host, (host, name) is the datasets table's unique index: one lookup per run.
+        match = Dataset.name == sa.func.substr(last.c.target, len(head) + 1)
+        if host is not None:
+            match = sa.and_(Dataset.host == host, match)
+        query = (
+            sa.select(Dataset.host, Dataset.name, last.c.last, newest)
+            .select_from(last)
+            .join(Dataset, match)
+            .where(*_scope(host, below, None))
+            .order_by(Dataset.name)
+        )
+        with self._session(f"reading the archive runs of {job}") as session:
+            rows = session.execute(query).all()
+            ids = [r[3] for r in rows if r[3] is not None]
+            snaps = {}
+            for chunk in _chunks(ids):
+                query = (sa.select(Dataset.host, Dataset.name, Snapshot)
+                         .join(Snapshot, Snapshot.dataset_id == Dataset.id)
+                         .where(Snapshot.id.in_(chunk)))
+                for row_host, name, snap in session.execute(query):
+                    snaps[snap.id] = _snapshot_row(row_host, name, snap)
+        return [(row_host, name, ensure_utc(_parse_time(when)), snaps.get(snap_id))
+                for row_host, name, when, snap_id in rows]
+
+    def dataset_names(
+        self, *, host: str | None = None, below: str | None = None
+    ) -> list[tuple[str, str]]:
+        """``(host, name)`` of every catalogued dataset in a scope (see :meth:`bulk_streams`),
+        sorted."""
+        query = (sa.select(Dataset.host, Dataset.name).where(*_scope(host, below, None))
+                 .order_by(Dataset.host, Dataset.name))
+        with self._session("listing datasets") as session:
+            return [(h, n) for h, n in session.execute(query)]
+
+    def last_successes(
+        self, action: str, job: str | None = None
+    ) -> dict[tuple[str, str | None], RunRow]:
+        """The latest ok run of ``action`` per (job, target), in one query.
+
+        Returns:
+            ``{(job, target): RunRow}`` (target None for runs recorded without one).
+        """
+        _one_of("run action", action, RUN_ACTIONS)
+        latest = sa.func.row_number().over(
+            partition_by=(Run.job, Run.target),
+            order_by=(Run.started_at.desc(), Run.id.desc()),
+        )
+        ranked = sa.select(Run.id, latest.label("rank")).where(
+            Run.action == action, Run.result == "ok")
+        if job is not None:
+            ranked = ranked.where(Run.job == job)
+        ranked = ranked.subquery()
+        query = sa.select(Run).join(ranked, ranked.c.id == Run.id).where(ranked.c.rank == 1)
+        with self._session(f"reading the last successful {action} runs") as session:
+            return {(run.job, run.target): _run_row(run) for run in session.scalars(query)}
+
 
 def _children(session: Session, parent_ids: Sequence[int], *, living: bool = False) -> list[int]:
     """Ids of streams whose parent is in ``parent_ids`` (only not-condemned ones if ``living``)."""
@@ -979,3 +1217,86 @@ def _stream_row(host: str, dataset: str, stream: Stream) -> StreamRow:
         uploaded_at=stream.uploaded_at,
         verified_at=stream.verified_at,
     )
+
+
+def _stream_scope(host: str | None, below: str | None, store: str | None) -> list:
+    """WHERE conditions on streams alone (datasets through ``IN (subquery)``)."""
+    conditions = []
+    if host is not None or below is not None:
+        conditions.append(Stream.dataset_id.in_(
+            sa.select(Dataset.id).where(*_scope(host, below, None))))
+    if store is not None:
+        conditions.append(Stream.store == store)
+    return conditions
+
+
+def _scope(host: str | None, below: str | None, store: str | None) -> list:
+    """WHERE conditions selecting streams (joined with their dataset) of a bulk read."""
+    conditions = []
+    if host is not None:
+        conditions.append(Dataset.host == host)
+    if below is not None:
+        conditions.append(sa.or_(
+            Dataset.name == below,
+            Dataset.name.startswith(below.rstrip("/") + "/", autoescape=True),
+        ))
+    if store is not None:
+        conditions.append(Stream.store == store)
+    return conditions
+
+
+# Appended for the bulk reads above (kept below the original module body).
+from typing import NamedTuple  # noqa: E402
+
+from zrepl_py.clock import ensure_utc  # noqa: E402
+
+_WRAP64 = 2**64
+
+
+def _first(row: tuple) -> object:
+    return row[0]
+
+
+class StreamLink(NamedTuple):
+    """The chain facts of one stream (:meth:`Catalog.stream_links`): :class:`StreamRow`'s
+    fields of the same names, without its times, prefix, class and compression."""
+
+    id: int
+    host: str
+    dataset: str
+    store: str
+    kind: str
+    parent_id: int | None
+    from_guid: int | None
+    to_guid: int
+    from_name: str | None
+    to_name: str
+    to_createtxg: int
+    raw_bytes: int
+    stored_bytes: int
+    state: str
+
+
+def _raw_rows(session: Session, query: sa.Select) -> list[tuple]:
+    """Run ``query`` and fetch its rows straight from the DBAPI cursor: plain tuples, no
+    SQLAlchemy Row objects and no column type processing (twice as fast on large reads).
+    Only for columns whose raw driver values are what the caller wants (ints, strings)."""
+    result = session.connection().execute(query)
+    try:
+        return result.cursor.fetchall()
+    finally:
+        result.close()
+
+
+def _snapshot_row(host: str, dataset: str, snap: Snapshot) -> SnapshotRow:
+    """Copy an ORM Snapshot plus its dataset's host and name into a SnapshotRow."""
+    return SnapshotRow(host=host, dataset=dataset, name=snap.name, guid=snap.guid,
+                       createtxg=snap.createtxg, creation=snap.creation,
+                       first_seen=snap.first_seen, destroyed_at=snap.destroyed_at)
+
+
+def _parse_time(value: dt.datetime | str) -> dt.datetime:
+    """A time from an aggregate (``max(started_at)``): SQLite hands back its text form."""
+    if isinstance(value, str):
+        return dt.datetime.fromisoformat(value)
+    return value

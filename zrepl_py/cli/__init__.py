@@ -42,6 +42,7 @@ COMMANDS = {
     "list": "list_cmd",
     "catalog": "catalog_cmd",
     "daemon": "daemon_cmd",
+    "serve": "serve_cmd",
 }
 
 

@@ -1,4 +1,8 @@
-"""What every command shares: the invocation state, output (table or JSON), job locking."""
+"""What every command shares: the invocation state, output (table or JSON), job locking.
+
+Imported by every command module and by ``zbak --version``, so it imports only click: the
+config loader (pydantic), the Context (catalog, hosts) and rich load when first used.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,14 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from zrepl_py.config.loading import config_path, load_config
-from zrepl_py.context import Context
 from zrepl_py.errors import ExitStatus, ZbakError
+
+if TYPE_CHECKING:
+    from zrepl_py.context import Context
 
 
 @dataclasses.dataclass
@@ -28,12 +31,21 @@ class Invocation:
     @property
     def config_file(self) -> Path:
         """The config path after ``--config`` / ``$ZBAK_CONFIG`` / default resolution."""
+        from zrepl_py.config.loading import config_path
+
         return config_path(self.config_option, self.env)
 
     def context(self) -> Context:
         """Load and validate the config and build a Context (raises ConfigError, exit 2)."""
+        from zrepl_py.config.loading import load_config
+        from zrepl_py.context import Context
+
+        from zrepl_py.alerts import install
+
         path = self.config_file
-        return Context(config=load_config(path), config_path=path)
+        config = load_config(path)
+        install(config.alerts)  # failure/recovery/budget alerts from manual and cron runs too
+        return Context(config=config, config_path=path)
 
 
 pass_invocation = click.make_pass_decorator(Invocation)
@@ -59,6 +71,9 @@ def _json_default(value: Any) -> Any:
 
 def emit_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Print a table (rich; plain when stdout is not a terminal)."""
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left", show_lines=False)
     for column in columns:
         table.add_column(column, overflow="fold")

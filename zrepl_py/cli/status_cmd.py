@@ -1,41 +1,80 @@
-"""``zbak status [--json]``: per job, snapshots, last runs, target lag and next runs."""
+"""``zbak status [JOB...] [--json] [--offline] [--prom-textfile PATH]``: per job and target,
+last success, lag, chain lengths, held bytes, running runs and next scheduled runs."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import click
 
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
 from zrepl_py.errors import ExitStatus
-from zrepl_py.status import job_status
 
 
 def _when(value) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%SZ") if value else "-"
 
 
+def _size(value: int | None) -> str:
+    from zrepl_py.proc.progress import format_size
+
+    return "-" if value is None else format_size(value)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 @click.command("status")
+@click.argument("jobs", nargs=-1)
 @json_option
+@click.option("--offline", is_flag=True,
+              help="Read the catalog only: do not ask the source hosts for held bytes.")
+@click.option("--prom-textfile", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the Prometheus metrics to this .prom file (atomically).")
 @pass_invocation
-def command(inv: Invocation, as_json: bool) -> ExitStatus:
-    """Show each job's snapshots, last run per action, replica lag and next runs."""
+def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool,
+            prom_textfile: Path | None) -> ExitStatus:
+    """Show, per job and target: last success, lag (time and snapshots), archive chain
+    lengths, bytes held by zbak's holds, runs in progress and the next scheduled runs."""
+    from zrepl_py.status import job_statuses
+
     with inv.context() as ctx:
-        catalog, now = ctx.catalog(), ctx.clock.now()
-        states = [job_status(catalog, n, j, now) for n, j in ctx.select_jobs(())]
+        states = job_statuses(ctx, jobs, offline=offline)
+        if prom_textfile is not None:
+            from zrepl_py.metrics import write_textfile
+
+            write_textfile(ctx, prom_textfile, states=states)
     if as_json:
         emit_json([dataclasses.asdict(s) for s in states])
         return ExitStatus.OK
-    emit_table("jobs", ["job", "source", "snapshots", "newest", "next runs (UTC)"],
+    emit_table("jobs", ["job", "source", "snapshots", "newest", "held", "next runs (UTC)"],
                [(s.job, s.source, s.snapshots, f"{s.newest or '-'} ({_when(s.newest_time)})",
+                 s.held_error or _size(s.held_bytes),
                  ", ".join(f"{a} {_when(t)}" for a, t in s.next_runs.items())) for s in states])
     runs = [(s.job, r.action, r.target or "", r.result, _when(r.started_at), _when(r.ended_at),
              r.bytes, (r.error or "")[:120]) for s in states for r in s.last_runs]
     emit_table("last runs", ["job", "action", "target", "result", "started", "ended", "bytes", "error"], runs)
-    targets = [(s.job, t.target, t.cursor or "never replicated",
-                "-" if t.lag_seconds is None else f"{t.lag_seconds / 3600:.1f} h",
-                "-" if t.lag_snapshots is None else t.lag_snapshots)
+    targets = [(s.job, t.target, t.cursor or "never replicated", _age(t.lag_seconds),
+                "-" if t.lag_snapshots is None else t.lag_snapshots, _when(t.last_success),
+                t.last_result or "-")
                for s in states for t in s.targets]
     if targets:
-        emit_table("replication targets", ["job", "target", "cursor", "lag", "snapshots behind"], targets)
+        emit_table("replication targets", ["job", "target", "cursor", "lag", "snapshots behind",
+                                           "last success", "last result"], targets)
+    chains = [(s.job, c.dataset, c.store, c.length, c.chains, _size(c.stored_bytes),
+               _when(c.full_time), f"{c.newest} ({_when(c.newest_time)})")
+              for s in states for c in s.chains]
+    if chains:
+        emit_table("archive chains", ["job", "dataset", "store", "streams", "chains", "stored",
+                                      "full written", "newest"], chains)
+    running = [(s.job, r.action, r.target or "", _when(r.started_at), _age(r.seconds))
+               for s in states for r in s.running]
+    if running:
+        emit_table("running", ["job", "action", "target", "started", "for"], running)
     return ExitStatus.OK

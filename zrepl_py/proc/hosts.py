@@ -8,7 +8,6 @@ from zrepl_py.config.schema import LOCAL_HOST, Config
 from zrepl_py.errors import UsageError
 from zrepl_py.proc.executor import Executor
 from zrepl_py.proc.local import LocalExecutor
-from zrepl_py.proc.ssh import SSHExecutor
 
 
 def executor_for(config: Config, host: str) -> Executor:
@@ -31,6 +30,8 @@ def executor_for(config: Config, host: str) -> Executor:
         host_config = config.hosts[host]
     except KeyError:
         raise UsageError(f"host {host!r} is not defined under [hosts]") from None
+    from zrepl_py.proc.ssh import SSHExecutor  # paramiko: only when a remote host is used
+
     return SSHExecutor(host, host_config, known_hosts_default=config.state_dir / "known_hosts")
 
 

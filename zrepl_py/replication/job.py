@@ -3,6 +3,12 @@
 Targets are independent: one that fails (unreachable, diverged, a broken transfer) is
 recorded as a failed run and the others still run. Each target's bytes, duration and
 result go to the catalog's ``runs`` table; each dataset's cursor to ``replica_cursors``.
+
+Method ``auto`` falls back to rsync (DESIGN.md "Replication") when the target host has no
+``zfs`` (a non-recursive job, into ``/POOL/PATH``) or when its ZFS rejects a dataset's stream
+as unsupported (``StreamUnsupported``; that dataset only, into the directory where its target
+dataset would be mounted, ``rsync_target.fallback_directory``); each fallback adds a warning
+naming the reason to the target's result. Method ``zfs`` reports both as errors.
 """
 
 from __future__ import annotations
@@ -14,14 +20,21 @@ import logging
 from zrepl_py.config.schema import Endpoint, JobConfig, ProtectionBudget
 from zrepl_py.context import Context, lock_key
 from zrepl_py.errors import CommandFailed, UsageError, ZbakError
+from zrepl_py.health import before_replicate
 from zrepl_py.locking import dataset_lock
 from zrepl_py.proc.progress import progress_callback
-from zrepl_py.replication.rsync_target import replicate_to_directory
+from zrepl_py.proc.openssh import control_dir
+from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
 from zrepl_py.replication.stages import Side
-from zrepl_py.replication.zfs_target import DatasetOutcome, Transfer, replicate_to_zfs_target
+from zrepl_py.replication.zfs_target import (
+    DatasetOutcome,
+    FallbackResult,
+    Transfer,
+    replicate_to_zfs_target,
+)
 from zrepl_py.runs import recorded_run
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
-from zrepl_py.zfs.names import SnapshotName
+from zrepl_py.zfs.names import DatasetName, SnapshotName
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +70,9 @@ class ReplicateResult:
 
 
 def _side(ctx: Context, host: str) -> Side:
-    return Side(host, ctx.config.hosts.get(host), ctx.state_dir / "known_hosts")
+    config = ctx.config.hosts.get(host)
+    shared = control_dir(ctx.state_dir) if config is not None else None
+    return Side(host, config, ctx.state_dir / "known_hosts", shared)
 
 
 def budget_warnings(budget: ProtectionBudget, held: list[tuple[str, dt.datetime, int]],
@@ -135,7 +150,8 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
                     _one_target(ctx, name, job, target, inventory, src, result, dry_run=False)
                     record.bytes = result.bytes
                     held = _held_bases(ctx, name, target, inventory, src, cfg.protection_budget)
-                    result.warnings += budget_warnings(cfg.protection_budget, held, ctx.clock.now())
+                    record.budget = budget_warnings(cfg.protection_budget, held, ctx.clock.now())
+                    result.warnings += record.budget
                     if result.warnings:
                         record.error = "; ".join(result.warnings)
             except ZbakError as exc:
@@ -148,6 +164,8 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
                 src, result: TargetResult, *, dry_run: bool) -> None:
     cfg = job.replicate
     assert cfg is not None
+    if not dry_run:  # pool health and the target's min_free floor (zrepl_py.health)
+        result.warnings += before_replicate(ctx, name, job, target)
     source_side, target_side = _side(ctx, job.source.host), _side(ctx, target.host)
     directory = target if result.method == "rsync" else None
     if directory is None:
@@ -167,9 +185,14 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
             else:
                 transfer = Transfer(source_side, target_side, cfg.compression == "zstd",
                                     cfg.bandwidth_limit, cfg.on_divergence, progress_callback)
+                fallback = None
+                if cfg.method == "auto":
+                    fallback = _stream_fallback(ctx, name, job, target, inventory, src, dst,
+                                                target_side, result)  # fmt: skip
                 result.datasets = replicate_to_zfs_target(
                     job_name=name, job=job, target=target, inventory=inventory, src=src, dst=dst,
                     transfer=transfer, catalog=ctx.catalog(), clock=ctx.clock, dry_run=dry_run,
+                    fallback=fallback,
                 )
                 result.bytes = sum(d.bytes for d in result.datasets)
                 return
@@ -179,3 +202,36 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
     )
     result.snapshots_synced, result.bytes = synced.snapshots, synced.bytes
     result.warnings.extend(synced.warnings)
+
+
+def _stream_fallback(ctx: Context, name: str, job: JobConfig, target: Endpoint,
+                     inventory: Inventory, src, dst, target_side: Side, result: TargetResult):
+    """The method-``auto`` fallback for a dataset whose stream ``target`` rejected: rsync its
+    snapshots into ``rsync_target.fallback_directory`` (cursor keyed by the configured
+    target) and add a warning naming the receiver's reason to ``result``."""
+
+    def fallback(dataset: DatasetName, target_ds: DatasetName, error) -> FallbackResult:
+        """Copy ``dataset`` with rsync where ``target_ds`` would be mounted."""
+        directory = fallback_directory(dst, target_ds, (), error)
+        reason = error.stderr.strip().splitlines()[-1] if error.stderr.strip() else str(error)
+        result.warnings.append(f"{target.host} cannot receive the ZFS stream of {dataset} "
+                               f"({reason}): rsync fallback into {directory}")
+        synced = replicate_to_directory(
+            ctx=ctx, job_name=name, job=job, target=Endpoint(target.host, None, directory),
+            inventory=inventory, src=src, target_side=target_side, dry_run=False,
+            cursor_key=str(target), dataset=dataset,
+        )  # fmt: skip
+        result.warnings.extend(synced.warnings)
+        result.snapshots_synced.extend(f"{dataset}@{short}" for short in synced.snapshots)
+        reached = synced.snapshots[-1] if synced.snapshots else _last_cursor(ctx, name, target,
+                                                                             dataset)
+        return FallbackResult(synced.bytes or 0, reached, directory)
+
+    return fallback
+
+
+def _last_cursor(ctx: Context, name: str, target: Endpoint, dataset: DatasetName) -> str | None:
+    for cursor in ctx.catalog().cursors(name):
+        if cursor.target == str(target) and cursor.source_dataset == str(dataset):
+            return cursor.snapshot_name
+    return None

@@ -449,6 +449,7 @@ def _route(
     target_executor: Executor,
     source_host: HostConfig | None,
     known_hosts_default: Path,
+    control_dir: Path | None = None,
 ) -> _Route:
     source_remote = source_zfs.host != "local"
     if source_remote and target_host is not None:
@@ -462,7 +463,8 @@ def _route(
             far=target_executor,
             source_address=None,
             target_address=target_host.address,
-            ssh=ssh_argv_without_address(target_host, known_hosts_default=known_hosts_default),
+            ssh=ssh_argv_without_address(target_host, known_hosts_default=known_hosts_default,
+                                         control_dir=control_dir),
             rsync_path=remote_command([RSYNC], sudo=True) if target_host.sudo else None,
             sent_key="Total bytes sent",
         )
@@ -475,7 +477,8 @@ def _route(
             far=source_zfs.executor,
             source_address=host.address,
             target_address=None,
-            ssh=ssh_argv_without_address(host, known_hosts_default=known_hosts_default),
+            ssh=ssh_argv_without_address(host, known_hosts_default=known_hosts_default,
+                                         control_dir=control_dir),
             rsync_path=remote_command([RSYNC], sudo=True) if host.sudo else None,
             sent_key="Total bytes received",
         )
@@ -520,6 +523,7 @@ def replicate_snapshot_rsync(
     bandwidth_limit: int | None = None,
     source_host: HostConfig | None = None,
     timeout: float | None = None,
+    control_dir: Path | None = None,
 ) -> RsyncResult:
     """Copy one snapshot's files into ``DIR/snapshots/SHORT`` on the target (see module doc).
 
@@ -549,6 +553,8 @@ def replicate_snapshot_rsync(
             own ``config`` (SSHExecutor).
         timeout: seconds the rsync may run before it is killed (RsyncFailed, returncode
             None; partial files stay for the next run); None for no limit.
+        control_dir: share the host's ssh connection (``openssh.control_dir``); rsync
+            counts its bytes itself, so sharing costs nothing here.
 
     Returns:
         RsyncResult (bytes, warnings, the tree's path).
@@ -567,7 +573,8 @@ def replicate_snapshot_rsync(
         raise ValueError(f"{target} is not a directory target")
     snap = SnapshotName(snapshot)
     layout = TargetLayout(target.directory)
-    route = _route(source_zfs, target_host, target_executor, source_host, known_hosts_default)
+    route = _route(source_zfs, target_host, target_executor, source_host, known_hosts_default,
+                   control_dir)
     check_rsync_installed(route.runner)
     if route.far is not None:
         check_rsync_installed(route.far)

@@ -4,19 +4,34 @@ Every source snapshot newer than the target's cursor (and not already a tree the
 one point-in-time tree, oldest first (createtxg order), so the target holds the same history
 as the source; the cursor moves after each finished tree, so an interrupted run resumes with
 the next snapshot. See ``replication/rsync.py`` for the directory layout.
+
+``fallback_directory`` says where method ``auto`` puts a dataset whose stream the target's
+ZFS rejected: where that dataset would be mounted on the target.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import posixpath
+from typing import TYPE_CHECKING, Iterable
 
 from zrepl_py.config.schema import Endpoint, JobConfig
-from zrepl_py.context import Context
+from zrepl_py.errors import StreamUnsupported
 from zrepl_py.locking import dataset_lock
-from zrepl_py.replication.rsync import last_synced, replicate_snapshot_rsync
+from zrepl_py.replication.rsync import (
+    CURRENT,
+    PARTIAL,
+    SNAPSHOTS,
+    last_synced,
+    replicate_snapshot_rsync,
+)
 from zrepl_py.replication.stages import Side
-from zrepl_py.snapshots.inventory import Inventory
-from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.names import DatasetName
+
+if TYPE_CHECKING:
+    from zrepl_py.context import Context
+    from zrepl_py.snapshots.inventory import Inventory
+    from zrepl_py.zfs.client import Zfs
 
 
 @dataclasses.dataclass
@@ -39,18 +54,21 @@ def replicate_to_directory(
     target_side: Side,
     dry_run: bool,
     cursor_key: str | None = None,
+    dataset: DatasetName | None = None,
 ) -> DirectoryOutcome:
     """Copy each pending snapshot of the job's dataset into ``target.directory``.
 
     ``cursor_key`` names the target in the catalog (default ``str(target)``); the method
-    ``auto`` fallback passes the configured dataset target it stands in for.
+    ``auto`` fallback passes the configured dataset target it stands in for. ``dataset`` is
+    the source dataset to copy (default the job's; a child of a recursive job when its
+    stream was rejected).
 
     Raises:
         RsyncFailed, RsyncNotFound: rsync failed (no tree and no cursor recorded for it).
         HostUnreachable, HostKeyMismatch, ZfsError: the target or source could not be used.
     """
     assert target.directory is not None
-    dataset = job.source.dataset
+    dataset = dataset or job.source.dataset
     catalog = ctx.catalog()
     executor = ctx.executors().get(target.host)
     key = cursor_key or str(target)
@@ -69,6 +87,7 @@ def replicate_to_directory(
                 src, snap.name, target, target_side.config, executor,
                 known_hosts_default=target_side.known_hosts_default,
                 bandwidth_limit=job.replicate.bandwidth_limit if job.replicate else None,
+                control_dir=target_side.control_dir,
             )
             outcome.bytes += result.bytes_sent or 0
             outcome.warnings.extend(result.warnings)
@@ -76,3 +95,42 @@ def replicate_to_directory(
                                target.directory, "rsync", snap.short, snap.guid, snap.createtxg,
                                ctx.clock.now())
     return outcome
+
+
+def fallback_directory(
+    dst: Zfs, target_ds: DatasetName, known: Iterable[DatasetName], error: StreamUnsupported
+) -> str:
+    """Return the directory on the target host where ``target_ds`` would be mounted.
+
+    The nearest existing ancestor dataset (``known`` ones first, else asked with ``zfs
+    get``) must be mounted at a real path; the directory is that mountpoint plus the rest of
+    the name, as ZFS would inherit it (zfsprops(7) ``mountpoint``). Nothing is created here.
+
+    Raises:
+        StreamUnsupported: ``error`` itself, with the reason appended, when there is no such
+            place: ``target_ds`` exists already (a ZFS replica that took earlier streams: no
+            second, rsync copy beside it), the ancestor is not mounted or has
+            ``mountpoint=none``/``legacy``, or a name on the way is ``snapshots``,
+            ``current`` or ``partial`` (it would land inside a parent's rsync layout).
+    """
+    known = set(known)
+    parts = target_ds.split("/")
+    why = None
+    if target_ds in known or dst.exists(str(target_ds)):
+        why = f"{target_ds} exists there as a ZFS dataset"
+    else:
+        for depth in range(len(parts) - 1, 0, -1):
+            ancestor = DatasetName("/".join(parts[:depth]))
+            if ancestor in known or depth == 1 or dst.exists(str(ancestor)):
+                break
+        rest = parts[depth:]
+        props = dst.get_properties(str(ancestor), ["mountpoint", "mounted"])
+        mountpoint = props.get("mountpoint", "")
+        if props.get("mounted") != "yes" or not mountpoint.startswith("/"):
+            why = f"{ancestor} is not mounted (mountpoint {mountpoint or '-'})"
+        elif any(part in (SNAPSHOTS, CURRENT, PARTIAL) for part in rest):
+            why = f"{target_ds} would land inside a parent's rsync layout ({'/'.join(rest)})"
+        else:
+            return posixpath.join(mountpoint, *rest)
+    error.args = (f"{error.args[0]}; no rsync fallback: {why}",)
+    raise error

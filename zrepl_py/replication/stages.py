@@ -4,6 +4,11 @@ Push (source local), pull (target local) and remote-to-remote all become
 ``[ssh SRC] zfs send [| zstd] | [pv -L] | [ssh DST] [zstd -d |] zfs receive``:
 compression runs on the sending host and decompression on the receiving one, so only
 compressed bytes cross the wire; the rate limiter runs locally, between the two.
+
+``metered_transfer`` also decides where the stream is counted (``proc.pipeline.Meter``) and
+lets every ssh stage except the counted one share its host's connection
+(``proc.openssh`` "Connection sharing"): a shared ssh hands the stream to its master
+process, where no /proc counter of the pipeline sees it.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Sequence
 
 from zrepl_py.config.schema import HostConfig
 from zrepl_py.proc.openssh import remote_command, remote_pipeline, ssh_argv
-from zrepl_py.proc.pipeline import Stage
+from zrepl_py.proc.pipeline import Meter, Stage
 
 ZSTD_SEND = ("zstd", "-q", "-T0", "-3", "-c")
 ZSTD_RECEIVE = ("zstd", "-q", "-d", "-c")
@@ -27,13 +32,19 @@ class Side:
     host: str
     config: HostConfig | None
     known_hosts_default: Path
+    control_dir: Path | None = None
+    """Directory of shared ssh connections (``openssh.control_dir``); None: never share."""
 
-    def wrap(self, argvs: Sequence[Sequence[str]], name: str) -> list[Stage]:
-        """Stages running ``argvs`` (a pipeline) on this side: local processes, or one ssh."""
+    def wrap(
+        self, argvs: Sequence[Sequence[str]], name: str, *, share: bool = False
+    ) -> list[Stage]:
+        """Stages running ``argvs`` (a pipeline) on this side: local processes, or one ssh
+        (over the host's shared connection when ``share`` and ``control_dir`` allow it)."""
         if self.config is None:
             return [Stage(name if len(argvs) == 1 else f"{name} {i}", tuple(a))
                     for i, a in enumerate(argvs)]
-        ssh = ssh_argv(self.config, known_hosts_default=self.known_hosts_default)
+        ssh = ssh_argv(self.config, known_hosts_default=self.known_hosts_default,
+                       control_dir=self.control_dir if share else None)
         if len(argvs) == 1:
             command = remote_command(argvs[0], sudo=self.config.sudo)
         else:
@@ -58,10 +69,55 @@ def transfer_stages(
         compress: zstd on the wire; only useful when at least one side is remote.
         bandwidth_limit: bytes per second through ``pv -q -L`` (Debian ``pv``), or None.
     """
+    stages, _ = metered_transfer(send, receive, source=source, target=target, compress=compress,
+                                 bandwidth_limit=bandwidth_limit, send_writes_stream=False,
+                                 share=False)  # fmt: skip
+    return stages
+
+
+def metered_transfer(
+    send: Sequence[str],
+    receive: Sequence[str],
+    *,
+    source: Side,
+    target: Side,
+    compress: bool,
+    bandwidth_limit: int | None,
+    send_writes_stream: bool,
+    share: bool = True,
+) -> tuple[list[Stage], Meter]:
+    """Stages for ``send | receive`` (as ``transfer_stages``) and the Meter that counts them.
+
+    The stream is counted where a process of the pipeline really writes or reads it:
+
+    - remote source: ``wchar`` of stage 0, the ssh that carries it out of the source host
+      (that ssh never shares a connection);
+    - local source whose ``zfs send`` writes the stream itself (``send_writes_stream``,
+      OpenZFS): ``wchar`` of stage 0;
+    - other local sources (zfs-fuse's daemon writes the stream): ``rchar`` of stage 1 (zstd,
+      pv, or the target's ssh, which then does not share a connection).
+
+    Every other ssh stage shares its host's connection when ``share`` (and the side has a
+    ``control_dir``).
+
+    Args:
+        send, receive, compress, bandwidth_limit: see ``transfer_stages``.
+        send_writes_stream: the local source's ``zfs send`` writes the stream itself
+            (``Capabilities.send_writes_stream``); ignored for a remote source.
+        share: allow connection sharing at all.
+
+    Returns:
+        ``(stages, meter)``: pass both to ``proc.pipeline.run_pipeline``.
+    """
     remote = source.config is not None or target.config is not None
     squeeze = compress and remote
+    local_source = source.config is None
+    meter = Meter.READ if local_source and not send_writes_stream else Meter.WRITTEN
     stages = source.wrap([send, ZSTD_SEND] if squeeze else [send], "zfs send")
     if bandwidth_limit:
         stages.append(Stage("rate limit", ("pv", "-q", "-L", str(bandwidth_limit))))
-    stages += target.wrap([ZSTD_RECEIVE, receive] if squeeze else [receive], "zfs receive")
-    return stages
+    # Stage 1 is the target's first stage only when nothing runs in between.
+    target_counted = meter is Meter.READ and len(stages) == 1
+    stages += target.wrap([ZSTD_RECEIVE, receive] if squeeze else [receive], "zfs receive",
+                          share=share and not target_counted)  # fmt: skip
+    return stages, meter

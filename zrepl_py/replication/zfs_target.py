@@ -5,6 +5,12 @@ first, for each covered source dataset: plan, run each step's pipeline, check th
 now has the snapshot's guid, move the source hold/bookmark, record the cursor. A diverged
 dataset stops the whole target (nothing on it is touched); a failed transfer leaves the
 cursor where it was, so the next run re-plans from what the target really has.
+
+A stream the target's ZFS rejects as unsupported (``StreamUnsupported``: zfs-fuse receiving
+any OpenZFS 2.x stream, a pool without a feature the stream needs) is handed to the
+caller's ``fallback`` for that dataset (method ``auto``: rsync), and the next datasets go on
+with ZFS streams; without a fallback (method ``zfs``) it stops the target. Every run tries the
+ZFS stream first, so a target whose ZFS was upgraded goes back to receiving streams.
 """
 
 from __future__ import annotations
@@ -16,8 +22,8 @@ from typing import Callable
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.clock import Clock
 from zrepl_py.config.schema import Endpoint, JobConfig
-from zrepl_py.errors import DatasetNotFound, Diverged, ZbakError
-from zrepl_py.proc.pipeline import Meter, PipelineResult, run_pipeline
+from zrepl_py.errors import DatasetNotFound, Diverged, PipelineFailed, StreamUnsupported, ZbakError
+from zrepl_py.proc.pipeline import PipelineResult, run_pipeline
 from zrepl_py.replication.planner import (
     AbortResume,
     BookmarkRef,
@@ -32,10 +38,11 @@ from zrepl_py.replication.planner import (
     plan_replication,
 )
 from zrepl_py.replication.protect import move_protection
-from zrepl_py.replication.stages import Side, transfer_stages
+from zrepl_py.replication.stages import Side, metered_transfer
 from zrepl_py.snapshots.inventory import Inventory
 from zrepl_py.snapshots.naming import is_own
 from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.errors import classify_receive
 from zrepl_py.zfs.model import Tree
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.resume import describe_token
@@ -46,13 +53,34 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class DatasetOutcome:
-    """What happened to one dataset: the plan, bytes sent, and the snapshot now on the target."""
+    """What happened to one dataset: the plan, bytes sent, and the snapshot now on the target.
+
+    ``method`` is ``"rsync"`` when the target rejected the stream and the fallback copied the
+    dataset's snapshots instead (``reached``: the newest snapshot copied; ``fallback``: the
+    directory on the target host they went to).
+    """
 
     source: str
     target: str
     plan: Plan
     bytes: int = 0
     reached: str | None = None
+    method: str = "zfs"
+    fallback: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FallbackResult:
+    """What a fallback did for one dataset: bytes sent, newest snapshot copied (short name,
+    None when there is none yet), and the directory on the target host it copied into."""
+
+    bytes: int
+    reached: str | None
+    where: str
+
+
+Fallback = Callable[[DatasetName, DatasetName, StreamUnsupported], FallbackResult]
+"""``fallback(source dataset, target dataset, error)``: copy the dataset another way."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,12 +157,19 @@ def replicate_to_zfs_target(
     catalog: Catalog,
     clock: Clock,
     dry_run: bool,
+    fallback: Fallback | None = None,
 ) -> list[DatasetOutcome]:
     """Bring ``target`` up to date for every dataset the job covers.
+
+    Args:
+        fallback: called for a dataset whose stream the target rejects as unsupported
+            (see the module doc); None: raise ``StreamUnsupported``.
 
     Raises:
         Diverged: a target dataset has snapshots or writes the source does not (nothing on
             the target was changed; set ``on_divergence = "rollback"`` to opt in).
+        StreamUnsupported: the target's ZFS cannot receive the stream and there is no
+            ``fallback``.
         PipelineFailed, ZfsError, HostUnreachable: a transfer or command failed; datasets
             finished before it keep their new cursor.
     """
@@ -163,10 +198,22 @@ def replicate_to_zfs_target(
         if not target_state.exists:
             _ensure_parent(dst, target_ds, present)
         reached: SnapRef | None = None
-        for step in plan.steps:
-            outcome.bytes += _execute(step, dataset, target_ds, source_state, src, dst, transfer)
-            if isinstance(step, (Full, Incremental, Resume)):
-                reached = step.to
+        try:
+            for step in plan.steps:
+                outcome.bytes += _execute(step, dataset, target_ds, source_state, src, dst,
+                                          transfer)  # fmt: skip
+                if isinstance(step, (Full, Incremental, Resume)):
+                    reached = step.to
+        except StreamUnsupported as exc:
+            if fallback is None:
+                raise
+            log.warning("%s cannot receive %s: %s; falling back to rsync", target, dataset,
+                        exc.stderr)  # fmt: skip
+            done = fallback(dataset, target_ds, exc)
+            outcome.method, outcome.fallback = "rsync", done.where
+            outcome.bytes += done.bytes
+            outcome.reached = done.reached
+            continue
         if reached is None:
             continue
         outcome.reached = reached.name
@@ -214,14 +261,35 @@ def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceS
     caps = dst.capabilities
     receive = receive_argv(str(target_ds), caps=caps, resumable=bool(caps and caps.resume_tokens),
                            zfs=dst.zfs)
-    stages = transfer_stages(send, receive, source=transfer.source_side, target=transfer.target_side,
-                             compress=transfer.compress, bandwidth_limit=transfer.bandwidth_limit)
+    # Count the stream where it is really read or written (stages.metered_transfer): a remote
+    # sender's ssh, a local OpenZFS `zfs send`, or what stage 1 reads from zfs-fuse's daemon.
+    writes = src.capabilities is not None and src.capabilities.send_writes_stream
+    stages, meter = metered_transfer(
+        send, receive, source=transfer.source_side, target=transfer.target_side,
+        compress=transfer.compress, bandwidth_limit=transfer.bandwidth_limit,
+        send_writes_stream=writes,
+    )  # fmt: skip
     label = f"{dataset}@{step.to.name} -> {target_ds}"
     log.info("sending %s (%s)", label, type(step).__name__.lower())
-    # Count the stream where it is really read or written: a remote sender's ssh writes it
-    # all (stage 0), but a local zfs-fuse `zfs send` leaves the writing to its daemon, so
-    # with a local source count what stage 1 (ssh, pv or zstd) reads.
-    meter = Meter.READ if transfer.source_side.config is None and len(stages) > 1 else Meter.WRITTEN
-    result: PipelineResult = run_pipeline(stages, progress=transfer.progress(label), meter=meter)
+    try:
+        result: PipelineResult = run_pipeline(stages, progress=transfer.progress(label),
+                                              meter=meter)  # fmt: skip
+    except PipelineFailed as exc:
+        raise _rejected(exc, receive, dst) or exc
     log.info("received %s: %d bytes in %.1f s", label, result.bytes, result.seconds)
     return result.bytes
+
+
+def _rejected(exc: PipelineFailed, receive: list[str], dst: Zfs) -> StreamUnsupported | None:
+    """The receiver's refusal of the stream itself, whichever stage the pipeline blamed.
+
+    The receive is the last stage. When it rejects the stream the sender dies of the closed
+    pipe, sometimes (an ssh exiting 255 without a word) before zbak stops it, so the culprit
+    may be the sender; the receiver's own words decide.
+    """
+    last = exc.stages[-1] if exc.stages else None
+    if last is None or not last.failed or classify_receive(last.stderr) is not StreamUnsupported:
+        return None
+    rejected = StreamUnsupported(receive, last.returncode, last.stderr.strip(), dst.executor.host)
+    rejected.__cause__ = exc
+    return rejected

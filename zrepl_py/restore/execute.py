@@ -14,9 +14,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 
 from zrepl_py.context import Context
-from zrepl_py.errors import RestoreError, ThawPending
+from zrepl_py.errors import (
+    CatalogError,
+    PipelineCancelled,
+    PipelineFailed,
+    RestoreError,
+    StreamCorrupt,
+    StreamRejected,
+    ThawPending,
+)
 from zrepl_py.proc.pipeline import run_pipeline
 from zrepl_py.replication.planner import Full, Incremental, SnapRef
 from zrepl_py.replication.stages import Side, transfer_stages
@@ -30,6 +39,14 @@ from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.sendrecv import receive_argv, send_argv
 
 log = logging.getLogger(__name__)
+
+# What ``zfs receive`` says about a stream whose content is invalid (seen on zfs-fuse 0.7:
+# "invalid stream (bad magic number)", "invalid stream (checksum mismatch)", "invalid backup
+# stream"; OpenZFS libzfs_sendrecv.c adds "checksum mismatch or incomplete stream"). Not
+# "unsupported feature": that is the receiver's limit, not the stream's fault.
+_INVALID_STREAM = re.compile(
+    r"invalid (?:backup )?stream|checksum mismatch|bad magic number|incomplete stream",
+    re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +68,8 @@ def execute_restore(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     Raises:
         ThawPending: cold volumes are not readable yet (exit 75; thaws were requested).
         StreamCorrupt: a volume failed verification (nothing received).
+        StreamRejected: zfs receive (or the receive pass's zstd decode) rejected a verified
+            stream's content; the stream is marked ``bad`` in the catalog.
         PipelineFailed: a send or receive failed (the message says what was received).
         StoreError, ZfsError, HostUnreachable.
     """
@@ -86,13 +105,21 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
             with ReceiveWriter(side.wrap([receive], "zfs receive")) as writer:
                 for volume in plan.volumes[stream.id]:
                     where = f"{path.store}:{volume.key}"
-                    for chunk in decompress_frame(file_chunks(files[volume.id]), where):
+                    chunks = decompress_frame(file_chunks(files[volume.id]), where,
+                                              raw_bytes=volume.raw_bytes)
+                    for chunk in chunks:
                         writer.write(chunk)
                         total += len(chunk)
                 writer.finish()
         except Exception as exc:
             got = (f"{plan.into} holds the streams up to @{path.streams[done - 1].to_name}"
                    if done else "nothing was received")
+            if _stream_rejected(exc):
+                _mark_bad(ctx, stream.id)
+                raise StreamRejected(
+                    f"zfs receive rejected stream {stream.id} (@{stream.to_name}, store"
+                    f" {path.store}) although its volumes verified: {exc}; the stream is marked"
+                    f" bad in the catalog; {got}") from exc
             raise RestoreError(f"receiving stream {stream.id} (@{stream.to_name}) into"
                                f" {plan.host}:{plan.into} failed: {exc}; {got}") from exc
     _trim(ctx, plan, [c.name for c in path.later])
@@ -100,6 +127,27 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
         if file.is_relative_to(spool):
             file.unlink(missing_ok=True)
     return RestoreOutcome(plan.into, len(path.streams), total)
+
+
+def _stream_rejected(exc: BaseException) -> bool:
+    """True when a receive failed because of the stream's own bytes (RELIABILITY 12): zfs
+    receive called it invalid, or its zstd frame failed while decoding for the receive."""
+    if isinstance(exc, StreamCorrupt):
+        return True
+    return (isinstance(exc, PipelineFailed) and not isinstance(exc, PipelineCancelled)
+            and bool(_INVALID_STREAM.search(exc.culprit.stderr or "")))
+
+
+def _mark_bad(ctx: Context, stream_id: int) -> None:
+    """Mark stream ``stream_id`` bad so no restore path uses it again; a catalog failure here
+    is logged, never hides the receive error."""
+    try:
+        ctx.catalog().set_stream_state(stream_id, "bad", ctx.clock.now())
+    except CatalogError as exc:
+        log.error("could not mark stream %d bad in the catalog: %s", stream_id, exc)
+    else:
+        log.error("stream %d marked bad in the catalog: zfs receive rejected its content",
+                  stream_id)
 
 
 def _trim(ctx: Context, plan: RestorePlan, later: list[str]) -> None:

@@ -5,17 +5,30 @@ bytes, frame end, content checksum) before any of it reaches ``zfs receive``, an
 be downloaded in parallel. Frames are written with ``write_checksum=True``; STYLE.md's
 zstandard pitfall applies: a truncated frame decodes partially without error, so readers
 must check ``eof`` (frame end reached) and that nothing follows the frame.
+
+Frame layout (RFC 8878 section 3.1.1, the only facts :class:`FrameWalk` relies on): magic
+``28 B5 2F FD``; a frame header descriptor byte (bits 7-6 Frame_Content_Size_Flag, bit 5
+Single_Segment_Flag, bit 3 reserved = 0, bit 2 Content_Checksum_Flag, bits 1-0
+Dictionary_ID_Flag); a window descriptor byte unless Single_Segment; 0/1/2/4 dictionary id
+bytes; 0/2/4/8 content size bytes (1 when the flag is 0 and Single_Segment is set); then
+blocks, each a 3-byte little-endian header (bit 0 Last_Block, bits 2-1 Block_Type: 0 raw,
+1 RLE, 2 compressed, 3 reserved; bits 23-3 Block_Size, at most 128 KiB) followed by
+Block_Size bytes (1 byte for RLE); after the last block, the 4-byte content checksum.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import zstandard
 
 from zrepl_py.errors import StreamCorrupt
+
+_MAGIC = b"\x28\xb5\x2f\xfd"
+_MAX_BLOCK = 128 * 1024  # RFC 8878 3.1.1.2.3: Block_Maximum_Size <= 128 KiB
 
 
 @dataclasses.dataclass
@@ -25,10 +38,13 @@ class Digest:
     Attributes:
         raw_bytes / raw_sha256: the uncompressed stream bytes (what zfs send wrote).
         stored_bytes / sha256: the compressed frame (what the store holds).
+        hash_stored: False to only count the stored bytes (when the store hashes them
+            anyway, ``Backend.put`` returns the SHA-256); ``sha256`` then raises ValueError.
     """
 
     raw_bytes: int = 0
     stored_bytes: int = 0
+    hash_stored: bool = True
     _raw: "hashlib._Hash" = dataclasses.field(default_factory=hashlib.sha256, repr=False)
     _stored: "hashlib._Hash" = dataclasses.field(default_factory=hashlib.sha256, repr=False)
 
@@ -40,7 +56,8 @@ class Digest:
     def add_stored(self, data: bytes) -> None:
         """Account for stored (compressed) bytes."""
         self.stored_bytes += len(data)
-        self._stored.update(data)
+        if self.hash_stored:
+            self._stored.update(data)
 
     @property
     def raw_sha256(self) -> str:
@@ -49,48 +66,82 @@ class Digest:
 
     @property
     def sha256(self) -> str:
-        """Lowercase hex SHA-256 of the stored bytes so far."""
+        """Lowercase hex SHA-256 of the stored bytes so far.
+
+        Raises:
+            ValueError: the digest only counts stored bytes (``hash_stored=False``).
+        """
+        if not self.hash_stored:
+            raise ValueError("this digest counts the stored bytes without hashing them")
         return self._stored.hexdigest()
 
 
 def compress_frame(raw: Iterable[bytes], level: int, digest: Digest) -> Iterator[bytes]:
     """Yield one zstd frame (content checksum on) compressing ``raw``; fill ``digest``.
 
+    Compression runs in one helper thread, one chunk behind the caller: while it compresses
+    chunk N, this generator's consumer stores the output of chunk N-1 and the source's next
+    chunk is read and hashed (python-zstandard releases the GIL while compressing; so do
+    hashlib and file/socket I/O). This overlaps like zstd's own worker (``threads=1``) but
+    keeps zstd in single-thread mode: no job buffers (``threads=1`` held ~60 MiB more at
+    level 3, measured with python-zstandard 0.25: ZSTDMT buffers several 8 MiB jobs in and
+    out) and no overlap re-hashing between jobs (slightly smaller output).
+
     Args:
-        raw: the volume's uncompressed chunks.
+        raw: the volume's uncompressed chunks (any size; 1 MiB is what callers use).
         level: zstd level 1..22.
         digest: receives the raw and stored counts and hashes as bytes pass.
+
+    Raises:
+        whatever iterating ``raw`` raises; zstandard.ZstdError (not expected).
     """
-    # threads=1 moves compression to a zstd worker thread, overlapping it with our pipe
-    # reads and uploads (python-zstandard ZstdCompressor ``threads``).
-    cobj = zstandard.ZstdCompressor(level=level, write_checksum=True, threads=1).compressobj()
-    for chunk in raw:
-        digest.add_raw(chunk)
-        out = cobj.compress(chunk)
-        if out:
-            digest.add_stored(out)
-            yield out
-    out = cobj.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH)
+    cobj = zstandard.ZstdCompressor(level=level, write_checksum=True).compressobj()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="zstd") as worker:
+        pending: concurrent.futures.Future[bytes] | None = None
+        try:
+            for chunk in raw:
+                digest.add_raw(chunk)
+                out = pending.result() if pending is not None else b""
+                # One call at a time on ``cobj``: the previous one has returned.
+                pending = worker.submit(cobj.compress, chunk)
+                if out:
+                    digest.add_stored(out)
+                    yield out
+            out = pending.result() if pending is not None else b""
+            pending = None
+        finally:
+            if pending is not None:
+                pending.cancel()  # the consumer stopped early: do not wait for the rest
+        out += cobj.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH)
     if out:
         digest.add_stored(out)
         yield out
 
 
-def decompress_frame(stored: Iterable[bytes], what: str, digest: Digest | None = None) -> Iterator[bytes]:
+def decompress_frame(stored: Iterable[bytes], what: str, digest: Digest | None = None, *,
+                     raw_bytes: int | None = None) -> Iterator[bytes]:
     """Yield the decompressed bytes of exactly one zstd frame read from ``stored``.
 
     The frame's content checksum is checked by zstd as it ends; after the input ends, the
-    frame must have ended (``eof``) with nothing after it.
+    frame must have ended (``eof``) with nothing after it, and, when ``raw_bytes`` is given,
+    have decoded to that many bytes. The last decoded piece is held back until all of these
+    checks passed, so a consumer (``zfs receive``) never gets the end of a frame that fails
+    them: a send stream's END record is in its last bytes, and a receive that never sees it
+    discards the partial stream once cancelled.
 
     Args:
         stored: the stored bytes in chunks.
         what: names the volume in error messages (store, key).
         digest: when given, receives the stored and raw counts and hashes.
+        raw_bytes: the decoded size the catalog records, checked at the end.
 
     Raises:
-        StreamCorrupt: a damaged frame, a checksum mismatch, a truncated frame or bytes after it.
+        StreamCorrupt: a damaged frame, a checksum mismatch, a truncated frame, bytes after
+            it, or another decoded size than ``raw_bytes``.
     """
     dobj = zstandard.ZstdDecompressor().decompressobj()
+    held = b""
+    total = 0
     for chunk in stored:
         if digest is not None:
             digest.add_stored(chunk)
@@ -101,10 +152,123 @@ def decompress_frame(stored: Iterable[bytes], what: str, digest: Digest | None =
         except zstandard.ZstdError as exc:
             raise StreamCorrupt(f"{what}: not a valid zstd frame: {exc}") from None
         if out:
+            total += len(out)
             if digest is not None:
                 digest.add_raw(out)
-            yield out
+            if held:
+                yield held
+            held = out
     if not dobj.eof:
         raise StreamCorrupt(f"{what}: the zstd frame is truncated (no frame end)")
     if dobj.unused_data:
         raise StreamCorrupt(f"{what}: bytes after the end of the zstd frame")
+    if raw_bytes is not None and total != raw_bytes:
+        raise StreamCorrupt(f"{what}: decodes to {total} bytes, the catalog records {raw_bytes}")
+    if held:
+        yield held
+
+
+class FrameWalk:
+    """Check the structure of one zstd frame as its bytes pass, without decoding it.
+
+    Follows the frame header and block headers (see the module docstring) to where the
+    frame must end, so a frame cut short, with bytes after it, with a reserved block type
+    or an oversized block, or without a content checksum is rejected at a cost of a few
+    bytes read per 128 KiB block. What it cannot see (a changed byte inside a block, a
+    wrong content checksum) is what the SHA-256 of the stored bytes or a decode catches.
+
+    Use: ``feed(chunk)`` for every chunk in order, then ``end()``.
+
+    Args:
+        what: names the volume in error messages (store, key).
+    """
+
+    def __init__(self, what: str):
+        self._what = what
+        self._need = 5  # bytes the next structure needs (magic + frame header descriptor)
+        self._pending = bytearray()
+        self._parse: Callable[[bytes], None] = self._frame_start
+        self._skip = 0  # block content bytes still to pass over
+        self._after_skip: Callable[[], None] = self._expect_block
+        self._ended = False
+        self._checksum = False
+
+    def feed(self, chunk: bytes) -> None:
+        """Account for the next stored bytes.
+
+        Raises:
+            StreamCorrupt: the bytes so far cannot be (the start of) one whole frame.
+        """
+        view = memoryview(chunk)
+        while view:
+            if self._ended:
+                self._fail("bytes after the end of the zstd frame")
+            if self._skip:
+                step = min(self._skip, len(view))
+                self._skip -= step
+                view = view[step:]
+                if not self._skip:
+                    self._after_skip()
+                continue
+            take = self._need - len(self._pending)
+            self._pending += view[:take]
+            view = view[take:]
+            if len(self._pending) == self._need:
+                data = bytes(self._pending)
+                self._pending.clear()
+                self._parse(data)
+
+    def end(self) -> None:
+        """The input is over: the frame must be complete.
+
+        Raises:
+            StreamCorrupt: the frame is truncated.
+        """
+        if not self._ended:
+            self._fail("the zstd frame is truncated (no frame end)")
+
+    # -- states ------------------------------------------------------------------
+
+    def _fail(self, why: str) -> None:
+        raise StreamCorrupt(f"{self._what}: {why}")
+
+    def _frame_start(self, data: bytes) -> None:
+        if data[:4] != _MAGIC:
+            self._fail("not a zstd frame (bad magic number)")
+        fhd = data[4]
+        if fhd & 0x08:
+            self._fail("not a valid zstd frame (reserved header bit set)")
+        self._checksum = bool(fhd & 0x04)
+        if not self._checksum:
+            self._fail("the zstd frame has no content checksum (zbak writes one)")
+        single = bool(fhd & 0x20)
+        fcs = (1 if single else 0, 2, 4, 8)[fhd >> 6]
+        rest = (0 if single else 1) + (0, 1, 2, 4)[fhd & 0x03] + fcs
+        if rest:
+            self._expect(rest, lambda _: self._expect_block())
+        else:
+            self._expect_block()
+
+    def _expect(self, need: int, parse: Callable[[bytes], None]) -> None:
+        self._need, self._parse = need, parse
+
+    def _expect_block(self) -> None:
+        self._expect(3, self._block_header)
+
+    def _block_header(self, data: bytes) -> None:
+        header = int.from_bytes(data, "little")
+        last, kind, size = header & 1, (header >> 1) & 3, header >> 3
+        if kind == 3:
+            self._fail("not a valid zstd frame (reserved block type)")
+        if size > _MAX_BLOCK:
+            self._fail(f"not a valid zstd frame (a block of {size} bytes)")
+        self._skip = 1 if kind == 1 else size
+        self._after_skip = self._expect_checksum if last else self._expect_block
+        if not self._skip:
+            self._after_skip()
+
+    def _expect_checksum(self) -> None:
+        self._expect(4, self._frame_end)
+
+    def _frame_end(self, _: bytes) -> None:
+        self._ended = True

@@ -19,6 +19,18 @@ The table covers the wording of OpenZFS 2.x and of zfs-fuse 0.7 (pool v23); sour
   stderr is empty), ``zfs snapshot a@x b@y`` says "too many arguments",
   unknown flags "invalid option 'p'", unknown properties "bad property list: invalid
   property 'receive_resume_token'", a non-root user "connect: Permission denied".
+
+``classify_receive`` reads a failed ``zfs receive``: the words above, plus those of a stream
+the receiver cannot take (``StreamUnsupported``): OpenZFS ``lib/libzfs/libzfs_sendrecv.c``
+"stream has unsupported feature, feature flags = %llx" (unknown ``DMU_BACKUP_FEATURE_*``
+bits) and, for ENOTSUP from ``dmu_recv.c`` ``recv_begin_check_feature_flags_impl`` (a stream
+feature whose pool feature is not enabled), "pool must be upgraded to receive this stream.";
+a kernel that knows fewer stream features than its userland says "the loaded zfs module does
+not support this operation" (``libzfs_util.c``, ``ZFS_ERR_UNKNOWN_SEND_STREAM_FEATURE``), and
+EZFS_BADVERSION without detail prints "unsupported version" (zfs-fuse) or "unsupported
+version or feature" (OpenZFS). zfs-fuse 0.7, observed receiving an OpenZFS 2.3.2 stream:
+"cannot receive: stream has unsupported feature, feature flags = 4" (plain send; 420004 with
+``-c``, 30004 with ``-e``, 430004 with ``-w``), exit 1.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ from zrepl_py.errors import (
     PermissionDenied,
     SnapshotHasClones,
     SnapshotHeld,
+    StreamUnsupported,
     Unsupported,
     ZfsError,
 )
@@ -78,6 +91,27 @@ def classify(stderr: str) -> type[ZfsError]:
         if pattern.search(stderr):
             return cls
     return ZfsError
+
+
+_RECEIVE_REJECTED = re.compile(
+    r"stream has unsupported feature|pool must be upgraded to receive"
+    r"|module does not support this operation|unsupported version",
+    re.IGNORECASE,
+)
+
+
+def classify_receive(stderr: str) -> type[ZfsError]:
+    """Return the ZfsError subclass for the stderr of a failed ``zfs receive``.
+
+    ``StreamUnsupported`` when the receiver rejected the stream itself as unsupported (see
+    the module doc for the wordings), else what ``classify`` says.
+
+    Args:
+        stderr: the receive's standard error (any case, several lines).
+    """
+    if _RECEIVE_REJECTED.search(stderr):
+        return StreamUnsupported
+    return classify(stderr)
 
 
 def map_error(exc: CommandFailed) -> ZfsError:

@@ -1,0 +1,299 @@
+"""``zbak daemon`` end to end: a real daemon process with a seconds-scale schedule over
+zfs-fuse pools, its schedule kept in the SQLite catalog, stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from zrepl_py.catalog.db import make_engine
+from zrepl_py.cli import main
+from zrepl_py.config.loading import load_config
+from zrepl_py.daemon.store import scheduled_runs
+from zrepl_py.errors import ExitStatus
+from zrepl_py.locking import dataset_lock
+
+UTC = dt.timezone.utc
+NEVER = "0 0 1 1 *"  # keeps the cron schedules of actions a test does not drive out of the way
+
+
+def zfs(*args: str) -> str:
+    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
+
+
+def snapshots(dataset: str) -> list[str]:
+    out = zfs("get", "-Hp", "-r", "-o", "name,value", "guid", dataset)
+    return [line.split("\t")[0].split("@")[1] for line in out.splitlines() if "@" in line]
+
+
+def guids(dataset: str) -> dict[str, str]:
+    out = zfs("get", "-Hp", "-r", "-o", "name,value", "guid", dataset)
+    return {n.split("@")[1]: g for n, g in (l.split("\t") for l in out.splitlines()) if "@" in n}
+
+
+def processes(pattern: str) -> list[str]:
+    found = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True)
+    return [line for line in found.stdout.splitlines() if "pgrep" not in line]
+
+
+class DaemonProcess:
+    """``python -m zrepl_py --config CFG daemon`` with its JSON log lines in a file."""
+
+    def __init__(self, config: Path, log: Path):
+        self.log = log
+        self.handle = open(log, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "zrepl_py", "--config", str(config),
+                                      "daemon"], stdout=self.handle, stderr=subprocess.STDOUT)
+
+    def records(self) -> list[dict]:
+        lines = self.log.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def wait_for(self, predicate, timeout: float = 30.0, what: str = "") -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [r for r in self.records() if predicate(r)]
+            if found:
+                return found
+            assert self.proc.poll() is None, f"daemon exited: {self.log.read_text()}"
+            time.sleep(0.2)
+        pytest.fail(f"no {what or 'matching'} log record within {timeout} s:\n{self.log.read_text()}")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.handle.close()
+
+
+def done(action: str):
+    return lambda r: r["action"] == action and r["message"].startswith("done in")
+
+
+class Rig:
+    """Source pool with SRC/data, backup pool, a config and a catalog made by `zbak init`."""
+
+    def __init__(self, make_pool, tmp_path: Path, capsys):
+        self.src, self.bak = make_pool(), make_pool()
+        self.data, self.replica = f"{self.src.name}/data", f"{self.bak.name}/replica"
+        zfs("create", self.data)
+        self.mount = self.src.mountpoint / "data"
+        self.tmp, self.capsys = tmp_path, capsys
+        self.state = tmp_path / "state"
+        self.config = tmp_path / "zbak.toml"
+        self.logs = 0
+
+    def write_config(self, *, every: str, replicate: str = "", snapshot_schedule: str = NEVER):
+        self.config.write_text(textwrap.dedent(f"""
+            state_dir = "{self.state}"
+            [daemon]
+            log_format = "json"
+            prune_schedule = "{NEVER}"
+            audit_schedule = "{NEVER}"
+            stop_timeout = "20s"
+            every = {{ {every} }}
+            [jobs.j]
+            dataset = "{self.data}"
+            [jobs.j.snapshot]
+            schedule = "{snapshot_schedule}"
+            retention = {{ keep_last = 100 }}
+            [jobs.j.replicate]
+            targets = ["local:{self.replica}"]
+            schedule = "{NEVER}"
+        """) + textwrap.dedent(replicate))
+
+    def cli(self, *args: str):
+        self.capsys.readouterr()
+        status = main(["--config", str(self.config), *args], env={})
+        out, err = self.capsys.readouterr()
+        return status, out, err
+
+    def daemon(self) -> DaemonProcess:
+        self.logs += 1
+        return DaemonProcess(self.config, self.tmp / f"daemon-{self.logs}.log")
+
+    def schedule(self) -> dict[str, dt.datetime | None]:
+        config = load_config(self.config)
+        engine = make_engine(config.catalog_url)
+        try:
+            return {r.action: r.next_run for r in scheduled_runs(engine, config.daemon)}
+        finally:
+            engine.dispose()
+
+
+@pytest.fixture
+def rig(make_pool, tmp_path, capsys):
+    r = Rig(make_pool, tmp_path, capsys)
+    r.write_config(every='snapshot = "3s"')
+    assert r.cli("init", "--no-checks")[0] == ExitStatus.OK
+    return r
+
+
+def test_runs_missed_while_the_daemon_was_down_are_caught_up_exactly_once_at_start(rig):
+    first = rig.daemon()
+    first.wait_for(done("snapshot"), what="first snapshot run")
+    assert first.stop() == 0
+    due = rig.schedule()["snapshot"]
+    assert due is not None and set(rig.schedule()) >= {"snapshot", "replicate", "prune"}
+    while dt.datetime.now(UTC) < due + dt.timedelta(seconds=7):  # fire times due, +3s, +6s pass
+        time.sleep(0.2)
+    launched = dt.datetime.now(UTC)
+
+    second = rig.daemon()
+    (missed,) = second.wait_for(lambda r: r["message"].startswith("missed while"), what="missed")
+    assert missed["action"] == "snapshot" and int(missed["message"].split(": ")[1].split()[0]) >= 3
+    second.wait_for(lambda r: len([x for x in second.records() if done("snapshot")(x)]) >= 2,
+                    what="catch-up run and one scheduled run")
+    assert second.stop() == 0
+
+    starts = [dt.datetime.fromisoformat(r["scheduled"]) for r in second.records()
+              if r["action"] == "snapshot" and r["message"].startswith("due at")]
+    assert len([s for s in starts if s < launched]) == 1, "one catch-up for three missed runs"
+    runs = [r for d in (first, second) for r in d.records() if done("snapshot")(r)]
+    assert len(snapshots(rig.data)) >= len(runs) >= 3
+    assert all(set(r) >= {"time", "level", "logger", "message", "job", "action"}
+               for d in (first, second) for r in d.records())
+
+
+def test_a_scheduled_run_that_finds_the_dataset_locked_is_skipped_and_logged(rig):
+    with dataset_lock(rig.state, f"local:{rig.data}", "manual snapshot (test)"):
+        daemon = rig.daemon()
+        (skipped,) = daemon.wait_for(lambda r: r["message"].startswith("skipped"), what="skip")[:1]
+        assert "manual snapshot (test)" in skipped["message"]
+        assert snapshots(rig.data) == []
+    daemon.wait_for(done("snapshot"), what="snapshot after the lock was released")
+    assert daemon.stop() == 0
+    assert len(snapshots(rig.data)) >= 1
+
+
+def _start_slow_replication(rig) -> DaemonProcess:
+    (rig.mount / "big.bin").write_bytes(os.urandom(3_000_000))
+    zfs("snapshot", f"{rig.data}@s1")
+    rig.write_config(every='replicate = "2s"', replicate="bandwidth_limit = 250000\n")
+    daemon = rig.daemon()
+    daemon.wait_for(lambda r: r["action"] == "replicate" and r["message"].startswith("started"),
+                    what="replication start")
+    deadline = time.monotonic() + 20
+    while not processes(f"zfs send {rig.data}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes(f"zfs send {rig.data}"), daemon.log.read_text()
+    return daemon
+
+
+def test_a_manual_run_during_a_scheduled_replication_exits_3_at_once(rig):
+    daemon = _start_slow_replication(rig)
+    try:
+        for command in ("replicate", "snapshot"):
+            began = time.monotonic()
+            status, out, err = rig.cli(command)
+            assert status == ExitStatus.LOCKED, out + err
+            assert time.monotonic() - began < 5 and "locked by pid" in err
+        assert processes(f"zfs send {rig.data}"), "the scheduled transfer went on"
+    finally:
+        assert daemon.stop() == 0
+
+
+def test_sigterm_mid_replication_stops_the_transfer_exits_0_and_the_next_start_completes_it(rig):
+    daemon = _start_slow_replication(rig)
+    time.sleep(1.5)
+    stopped_at = dt.datetime.now(UTC)
+    assert daemon.stop() == 0
+    assert processes(f"zfs send {rig.data}") == [] and processes(rig.replica) == []
+    assert any(r["message"].startswith("interrupted by shutdown") for r in daemon.records())
+    assert rig.schedule()["replicate"] <= stopped_at, "the interrupted run is due again"
+    assert "s1" not in (guids(rig.replica) if rig.replica in zfs("list", "-H", "-o", "name") else {})
+
+    rig.write_config(every='replicate = "2s"')  # same schedule, no bandwidth limit
+    again = rig.daemon()
+    again.wait_for(done("replicate"), what="replication after restart")
+    assert again.stop() == 0
+    assert guids(rig.replica) == guids(rig.data)
+
+
+def test_the_schedule_table_lives_in_the_catalog_and_alembic_leaves_it_alone(catalog_url, tmp_path):
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from zrepl_py.catalog.models import Base
+    from zrepl_py.daemon.store import include_object
+
+    config = tmp_path / "zbak.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n[catalog]\nurl = "{catalog_url}"\n'
+                      '[daemon]\nlog_format = "json"\nname = "t1"\n')
+    assert main(["--config", str(config), "init", "--no-checks"], env={}) == ExitStatus.OK
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
+    daemon.wait_for(lambda r: r["message"].startswith("daemon started"), what="start")
+    assert daemon.stop() == 0
+    engine = make_engine(load_config(config).catalog_url)
+    try:
+        with engine.connect() as connection:
+            plain = MigrationContext.configure(connection, opts={"compare_type": True})
+            flagged = compare_metadata(plain, Base.metadata)
+            assert {d[0] for d in flagged} == {"remove_table", "remove_index"}  # without the hook
+            hooked = MigrationContext.configure(
+                connection, opts={"compare_type": True, "include_object": include_object})
+            assert compare_metadata(hooked, Base.metadata) == []
+        assert sa.inspect(engine).has_table("zbak_schedule_t1")
+    finally:
+        engine.dispose()
+    assert main(["--config", str(config), "init", "--no-checks"], env={}) == ExitStatus.OK
+
+
+def test_plan_has_one_entry_per_job_and_scheduled_action_and_every_replaces_cron():
+    from zrepl_py.config.schema import Config
+    from zrepl_py.daemon.plan import plan_entries
+
+    config = Config.model_validate({
+        "daemon": {"every": {"replicate": "5s"}, "audit_schedule": None},
+        "jobs": {
+            "a": {"dataset": "p/a", "replicate": {"targets": ["local:q/a"]}},
+            "b": {"dataset": "p/b", "snapshot": {"schedule": None}},
+        },
+    })
+    assert [(e.id, e.schedule) for e in plan_entries(config)] == [
+        ("a:snapshot", "cron 0 * * * *"),
+        ("a:replicate", "every 5s"),
+        ("a:prune", "cron 0 4 * * *"),
+        ("b:prune", "cron 0 4 * * *"),
+    ]
+
+
+def test_a_dataset_gate_lets_actions_due_together_in_action_order_and_frees_waiters_on_stop():
+    import threading
+
+    from zrepl_py.daemon.gate import Gate
+
+    gate, stop, entered = Gate(), threading.Event(), []
+
+    def run(order: int) -> None:
+        if gate.acquire(order, stop):
+            entered.append(order)
+            time.sleep(0.1)
+            gate.release()
+
+    threads = [threading.Thread(target=run, args=(o,)) for o in (3, 0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert entered == [0, 1, 3]
+
+    assert gate.acquire(0, stop)
+    waiter = threading.Thread(target=run, args=(1,))
+    waiter.start()
+    stop.set()
+    waiter.join(5)
+    assert not waiter.is_alive() and entered == [0, 1, 3], "the waiter gave up without entering"

@@ -1,0 +1,184 @@
+"""``zbak status`` end to end on real zfs-fuse pools: last successes, lag in time and
+snapshots, archive chain lengths, held bytes, runs in progress and next scheduled runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from zrepl_py.catalog import db
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.cli import main
+from zrepl_py.errors import ExitStatus
+
+pytestmark = pytest.mark.zfs
+UTC = dt.timezone.utc
+
+
+def zfs(*args: str) -> str:
+    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
+
+
+def put(path, data: bytes) -> None:
+    """Write and fsync: zfs-fuse sees page-cached FUSE writes only once they are flushed."""
+    with open(path, "wb") as f:
+        f.write(data)
+        os.fsync(f.fileno())
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def parse(value: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(value) if value else None
+
+
+@pytest.fixture
+def rig(make_pool, tmp_path, capsys):
+    src, bak = make_pool(), make_pool()
+    data, replica = f"{src.name}/data", f"{bak.name}/replica"
+    zfs("create", data)
+    zfs("create", f"{data}/child")
+    (tmp_path / "store").mkdir()
+    config = tmp_path / "zbak.toml"
+    config.write_text(textwrap.dedent(f"""
+        state_dir = "{tmp_path / 'state'}"
+        [hosts.gone]
+        address = "127.0.0.1"
+        port = {closed_port()}
+        connect_timeout = "3s"
+        known_hosts = "{tmp_path / 'known_hosts'}"
+        [stores.cold]
+        url = "file://{tmp_path / 'store'}"
+        [jobs.j]
+        dataset = "{data}"
+        recursive = true
+        [jobs.j.snapshot]
+        schedule = "*/15 * * * *"
+        [jobs.j.replicate]
+        targets = ["local:{replica}"]
+        schedule = "15 * * * *"
+        [jobs.j.archive]
+        store = "cold"
+        schedule = "30 2 * * *"
+        [jobs.remote]
+        dataset = "gone:tank/away"
+        [jobs.remote.snapshot]
+        schedule = "0 3 * * 0"
+    """))
+    (tmp_path / "known_hosts").write_text("")
+
+    def run(*args, ok=True):
+        capsys.readouterr()
+        status = main(["--config", str(config), *args], env={})
+        out, err = capsys.readouterr()
+        if ok:
+            assert status == ExitStatus.OK, out + err
+        return status, out, err
+
+    run("init", "--no-checks")
+    run.src, run.data, run.replica, run.state = src, data, replica, tmp_path / "state"
+    return run
+
+
+def catalog_of(rig) -> Catalog:
+    return Catalog(db.make_engine(f"sqlite:///{rig.state / 'catalog.sqlite'}"))
+
+
+def test_status_json_reports_successes_lag_chains_held_bytes_running_runs_and_next_runs(rig):
+    put(rig.src.mountpoint / "data" / "old.bin", os.urandom(300_000))
+    put(rig.src.mountpoint / "data" / "child" / "c.bin", os.urandom(50_000))
+    rig("snapshot", "j")
+    rig("replicate", "j")
+    rig("archive", "j")
+    (rig.src.mountpoint / "data" / "old.bin").unlink()
+    os.sync()
+    time.sleep(1.1)  # snapshot names have one-second resolution
+    rig("snapshot", "j")
+    time.sleep(1.1)
+    rig("snapshot", "j")
+    catalog = catalog_of(rig)
+    started = dt.datetime.now(UTC).replace(microsecond=0)
+    catalog.start_run("j", "archive", f"cold:{rig.data}", started)
+
+    before = dt.datetime.now(UTC)
+    status, out, _ = rig("status", "--json", "j")
+    (job,) = json.loads(out)
+    assert job["job"] == "j" and job["snapshots"] == 6, "three snapshots of data and of child"
+
+    (target,) = job["targets"]
+    assert target["target"] == f"local:{rig.replica}" and target["last_result"] == "ok"
+    assert before - dt.timedelta(minutes=5) < parse(target["last_success"]) <= before
+    assert target["lag_snapshots"] == 2 and target["lag_seconds"] >= 2
+    assert [d["dataset"] for d in target["datasets"]] == [rig.data, f"{rig.data}/child"]
+    assert all(d["lag_snapshots"] == 2 for d in target["datasets"])
+
+    chains = {c["dataset"]: c for c in job["chains"]}
+    assert set(chains) == {rig.data, f"{rig.data}/child"}
+    assert chains[rig.data]["length"] == 1 and chains[rig.data]["chains"] == 1
+    assert chains[rig.data]["store"] == "cold" and chains[rig.data]["stored_bytes"] > 0
+
+    successes = {(s["action"], s["target"]) for s in job["last_success"]}
+    assert {("snapshot", None), ("replicate", f"local:{rig.replica}"),
+            ("archive", f"cold:{rig.data}")} <= successes
+
+    assert job["held_error"] is None
+    assert sorted(job["held_snapshots"]) == sorted(
+        f"{d}@{n}" for d in (rig.data, f"{rig.data}/child")
+        for n in [target["datasets"][0]["cursor"]])
+    assert 300_000 <= job["held_bytes"] < 1_000_000, "the replicated snapshot pins old.bin"
+
+    (running,) = job["running"]
+    assert running["action"] == "archive" and running["target"] == f"cold:{rig.data}"
+    assert parse(running["started_at"]) == started and running["seconds"] >= 0
+
+    nxt = {a: parse(t) for a, t in job["next_runs"].items()}
+    assert set(nxt) == {"snapshot", "replicate", "archive", "prune", "audit"}, "as the daemon plans"
+    assert (nxt["audit"].weekday(), nxt["audit"].hour) == (6, 5), "[daemon] 0 5 * * 0: Sunday"
+    assert nxt["snapshot"].minute % 15 == 0 and nxt["snapshot"] - before <= dt.timedelta(minutes=15)
+    assert nxt["replicate"].minute == 15 and nxt["replicate"] - before <= dt.timedelta(hours=1)
+    assert (nxt["archive"].hour, nxt["archive"].minute) == (2, 30)
+    assert dt.timedelta(0) < nxt["archive"] - before <= dt.timedelta(days=1)
+
+
+def test_status_tables_show_every_section_and_offline_reads_no_host(rig):
+    put(rig.src.mountpoint / "data" / "f.bin", os.urandom(20_000))
+    rig("snapshot", "j")
+    rig("replicate", "j")
+    rig("archive", "j")
+    status, out, _ = rig("status")
+    for title in ("jobs", "last runs", "replication targets", "archive chains"):
+        assert title in out
+    assert f"local:{rig.replica}" in out and "0 min" in out, "an up-to-date target lags 0"
+
+    status, out, _ = rig("status", "--json", "--offline", "j")
+    (job,) = json.loads(out)
+    assert job["held_bytes"] is None and job["held_snapshots"] is None
+
+
+def test_an_unreachable_source_host_is_reported_in_held_error_and_status_still_answers(rig):
+    catalog = catalog_of(rig)
+    catalog.sync_snapshots("gone", "tank/away", [], dt.datetime.now(UTC))
+    catalog.set_cursor("remote", "local:bak/x", "gone", "tank/away", "bak/x", "zfs", "s1", 7, 10,
+                       dt.datetime.now(UTC))
+    started = time.monotonic()
+    status, out, _ = rig("status", "--json", "remote")
+    (job,) = json.loads(out)
+    assert job["held_bytes"] is None and "cannot read held bytes on gone" in job["held_error"]
+    assert time.monotonic() - started < 30
+    assert parse(job["next_runs"]["snapshot"]).weekday() == 6, "Sunday 03:00 UTC"
+
+
+def test_an_unknown_job_is_a_usage_error(rig):
+    status, _, err = rig("status", "nope", ok=False)
+    assert status == ExitStatus.USAGE and "nope" in err

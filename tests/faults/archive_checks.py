@@ -1,0 +1,147 @@
+"""Invariants of an archive store and its catalog, checked after every injected fault.
+
+House rule 10 and DESIGN.md "Archive": the catalog never names an object that is not stored
+whole (every catalogued volume exists with its recorded size and SHA-256, next to its
+manifest); the only objects outside a catalogued stream are those of an upload that a rerun
+finishes (a partial upload, with or without ``progress.json`` yet) or adopts (a manifest
+whose volumes are all stored, written just before the crash hit the catalog row).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from zrepl_py.archive.layout import MANIFEST, PROGRESS, volume_index
+from zrepl_py.archive.manifest import Manifest
+from zrepl_py.catalog.db import make_engine
+from zrepl_py.catalog.repository import Catalog, StreamRow, VolumeRow
+from zrepl_py.config.loading import load_config
+from zrepl_py.stores.base import Backend
+
+
+@contextlib.contextmanager
+def catalog_of(config_path: Path) -> Iterator[Catalog]:
+    """The catalog of the zbak config at ``config_path`` (engine disposed afterwards)."""
+    engine = make_engine(load_config(config_path).catalog_url)
+    try:
+        yield Catalog(engine)
+    finally:
+        engine.dispose()
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreState:
+    """What a store holds, grouped by stream prefix (``HOST/DATASET/TXG-...-GUID/``).
+
+    Attributes:
+        objects: key -> size in bytes, every object.
+        prefixes: stream prefix -> the leaf names under it.
+    """
+
+    objects: dict[str, int]
+    prefixes: dict[str, set[str]]
+
+
+def store_state(backend: Backend) -> StoreState:
+    """List every object of ``backend`` (its ``list("")``)."""
+    objects = {info.key: info.size for info in backend.list("")}
+    prefixes: dict[str, set[str]] = {}
+    for key in objects:
+        head, _, leaf = key.rpartition("/")
+        prefixes.setdefault(head + "/", set()).add(leaf)
+    return StoreState(objects, prefixes)
+
+
+def catalogued(catalog: Catalog, dataset: str) -> list[tuple[StreamRow, list[VolumeRow]]]:
+    """Every stream of ``dataset`` in the catalog with its volumes, chain order."""
+    return [(s, catalog.volumes(s.id)) for s in catalog.streams(dataset=dataset)]
+
+
+def sha256_of(backend: Backend, key: str) -> str:
+    """Lowercase hex SHA-256 of the stored object ``key``."""
+    digest = hashlib.sha256()
+    for chunk in backend.get(key):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def catalog_problems(backend: Backend, streams: list[tuple[StreamRow, list[VolumeRow]]]
+                     ) -> list[str]:
+    """Catalogued objects that are missing, of another size or SHA-256, or lack a manifest."""
+    state = store_state(backend)
+    problems = []
+    for stream, volumes in streams:
+        if not volumes:
+            problems.append(f"stream {stream.id} has no volumes")
+        if stream.object_prefix + MANIFEST not in state.objects:
+            problems.append(f"stream {stream.id}: no manifest at {stream.object_prefix}")
+        for v in volumes:
+            size = state.objects.get(v.key)
+            if size is None:
+                problems.append(f"stream {stream.id}: volume {v.key} missing")
+            elif size != v.stored_bytes:
+                problems.append(f"stream {stream.id}: volume {v.key} has {size} bytes,"
+                                f" catalog {v.stored_bytes}")
+            elif sha256_of(backend, v.key) != v.sha256:
+                problems.append(f"stream {stream.id}: volume {v.key} SHA-256 differs")
+    return problems
+
+
+def leftovers(backend: Backend, streams: list[tuple[StreamRow, list[VolumeRow]]]
+              ) -> dict[str, str]:
+    """Stream prefixes that hold objects but no catalogued stream, each classified:
+    ``"partial"`` (volumes and/or progress.json, no manifest: a rerun resumes or restarts it),
+    ``"adoptable"`` (a manifest whose volumes are all stored with their sizes), or
+    ``"broken: ..."`` (anything else: a manifest naming missing volumes, stray files)."""
+    state = store_state(backend)
+    known = {s.object_prefix for s, _ in streams}
+    found: dict[str, str] = {}
+    for prefix, leaves in state.prefixes.items():
+        if prefix in known:
+            continue
+        strays = {leaf for leaf in leaves
+                  if leaf not in (MANIFEST, PROGRESS) and volume_index(leaf) is None}
+        if strays:
+            found[prefix] = f"broken: stray objects {sorted(strays)}"
+        elif MANIFEST not in leaves:
+            found[prefix] = "partial"
+        else:
+            data = b"".join(backend.get(prefix + MANIFEST))
+            manifest = Manifest.from_json(data, prefix + MANIFEST)
+            missing = [v.key for v in manifest.volumes
+                       if state.objects.get(v.key) != v.stored_bytes]
+            found[prefix] = f"broken: manifest names missing volumes {missing}" if missing \
+                else "adoptable"
+    return found
+
+
+def converged_problems(backend: Backend, streams: list[tuple[StreamRow, list[VolumeRow]]],
+                       *, stale_progress_ok: bool = False) -> list[str]:
+    """After a successful run: the store holds exactly the catalogued manifests and volumes
+    (no ``progress.json``, nothing else), and they match the catalog.
+
+    ``stale_progress_ok`` allows a ``progress.json`` inside a catalogued stream: a run killed
+    after the catalog row and before deleting it leaves one, and a rerun with nothing to write
+    does not look at the store (``archive.job`` cleans it when it next writes a stream)."""
+    state = store_state(backend)
+    expected = set()
+    for stream, volumes in streams:
+        expected.add(stream.object_prefix + MANIFEST)
+        expected.update(v.key for v in volumes)
+        if stale_progress_ok:
+            expected.add(stream.object_prefix + PROGRESS)
+    problems = catalog_problems(backend, streams)
+    problems += [f"object {key} is not in the catalog" for key in sorted(set(state.objects)
+                                                                          - expected)]
+    for stream, volumes in streams:
+        key = stream.object_prefix + MANIFEST
+        if key in state.objects:
+            manifest = Manifest.from_json(b"".join(backend.get(key)), key)
+            if [(v.key, v.sha256, v.stored_bytes) for v in manifest.volumes] != \
+                    [(v.key, v.sha256, v.stored_bytes) for v in volumes]:
+                problems.append(f"manifest {key} and the catalog disagree on the volumes")
+    return problems

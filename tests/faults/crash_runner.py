@@ -1,0 +1,102 @@
+"""Run ``zbak ARGS...`` and SIGKILL it after its k-th store or catalog step (issue 7 item 2).
+
+Usage: ``python tests/faults/crash_runner.py [ZBAK ARGS...]`` with the environment:
+
+``ZBAK_FAULT_KILL_AFTER=k``
+    after the k-th step has completed, the process sends itself SIGKILL: no exception, no
+    ``finally``, no atexit; exactly what a power cut or the OOM killer leaves behind (the
+    pipeline stages die with it: ``setpriv --pdeathsig``). Unset: run to the end.
+``ZBAK_FAULT_STEPS_FILE=path``
+    each step is appended as ``COUNT<TAB>OP<TAB>KEY`` and fsync'ed before the next action, so
+    the test knows every step of a run and which one was the last.
+
+A step is a call that changes durable state: ``put`` and ``delete`` on a store (every store
+is opened through ``faults.backend.FaultyBackend`` around the real backend) and the catalog
+writes of an archive or prune (``Catalog.add_stream``, ``set_stream_state``,
+``condemn_streams``, ``delete_stream``). The factory ``open_store`` is replaced in the modules
+that imported it; the code under test is otherwise unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ``import faults``
+
+from faults.backend import FaultyBackend  # noqa: E402
+
+STORE_USERS = ("zrepl_py.archive.job", "zrepl_py.restore.execute", "zrepl_py.pruning.archive",
+               "zrepl_py.pruning.job", "zrepl_py.chains.prune", "zrepl_py.audit.graph")
+"""Modules that may hold their own reference to ``open_store`` (imported when present)."""
+CATALOG_STEPS = ("add_stream", "set_stream_state", "condemn_streams", "delete_stream")
+
+
+class Steps:
+    """Counts steps across stores and the catalog; kills the process after step ``kill_after``."""
+
+    def __init__(self, kill_after: int | None, log_path: str | None):
+        self.kill_after = kill_after
+        self.count = 0
+        self.log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
+
+    def step(self, op: str, key: object) -> None:
+        """Record one completed step; SIGKILL the process when it is the k-th."""
+        self.count += 1
+        if self.log is not None:
+            self.log.write(f"{self.count}\t{op}\t{key}\n")
+            self.log.flush()
+            os.fsync(self.log.fileno())
+        if self.kill_after is not None and self.count >= self.kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def install(steps: Steps) -> None:
+    """Route every store and the catalog writes through ``steps``."""
+    from zrepl_py.catalog import repository
+    from zrepl_py.stores import open as store_open
+
+    original = store_open.open_store
+
+    @functools.wraps(original)
+    def open_store(*args, **kwargs):
+        return FaultyBackend(original(*args, **kwargs),
+                             after_call=lambda _n, op, key: steps.step(op, key))
+
+    store_open.open_store = open_store
+    for name in STORE_USERS:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if getattr(module, "open_store", None) is original:
+            module.open_store = open_store
+
+    for method in CATALOG_STEPS:
+        real = getattr(repository.Catalog, method, None)
+        if real is None:
+            continue
+
+        def wrapped(self, *args, _real=real, _method=method, **kwargs):
+            result = _real(self, *args, **kwargs)
+            steps.step(f"catalog.{_method}", args[0] if args else "")
+            return result
+
+        setattr(repository.Catalog, method, functools.wraps(real)(wrapped))
+
+
+def main() -> int:
+    """Install the step counter and run ``zbak`` with ``sys.argv[1:]``."""
+    kill = os.environ.get("ZBAK_FAULT_KILL_AFTER")
+    install(Steps(int(kill) if kill else None, os.environ.get("ZBAK_FAULT_STEPS_FILE")))
+    from zrepl_py.cli import main as zbak_main
+
+    return int(zbak_main(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

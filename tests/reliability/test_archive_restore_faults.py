@@ -1,0 +1,392 @@
+"""RELIABILITY 7-12 and 18 on the archive and restore path, with real zfs-fuse pools, a real
+``file://`` store (and moto's S3 for the zero-length stream) and faults injected by wrapping:
+``faults.backend.FaultyBackend`` around the store the restore opens, ``faults.executor`` stage
+wrappers around the real ``zfs send``.
+
+How the faulty store reaches ``zbak restore``: the restore opens its store with
+``zrepl_py.restore.execute.open_store``; the ``faulty_store`` fixture swaps that factory for one
+that wraps the real backend it returns (the store, the CLI and the restore code are unchanged).
+A ``FaultyBackend`` has no ``local_path``, so the volumes are downloaded through ``get`` into
+the spool and verified there, as from S3.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import random
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from faults.archive_checks import catalog_of, catalogued, store_state
+from faults.backend import FaultyBackend
+from faults.executor import (
+    cut_stage,
+    fail_at_end_stage,
+    flip_stage,
+    garbage_stage,
+    stderr_stage,
+)
+from zrepl_py.archive.layout import MANIFEST, PROGRESS, stream_prefix
+from zrepl_py.archive.manifest import SnapRecord
+from zrepl_py.archive.planner import PlannedStream
+from zrepl_py.archive.writer import StreamSpec, write_stream
+from zrepl_py.cli import main
+from zrepl_py.clock import SystemClock
+from zrepl_py.errors import ExitStatus, PipelineFailed, StoreError, StreamCorrupt
+from zrepl_py.proc.pipeline import Stage
+from zrepl_py.restore import execute as restore_execute
+from zrepl_py.restore.fetch import fetch_verified
+from zrepl_py.stores.file import FileBackend
+from zrepl_py.streams.frames import decompress_frame
+
+pytestmark = pytest.mark.zfs
+
+KiB = 1 << 10
+MiB = 1 << 20
+
+
+def zfs(*args: str) -> str:
+    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True,
+                          timeout=60).stdout
+
+
+def prop(name: str, what: str) -> str:
+    return zfs("get", "-Hp", "-o", "value", what, name).strip()
+
+
+def exists(name: str) -> bool:
+    return subprocess.run(["zfs", "list", name], capture_output=True, timeout=60).returncode == 0
+
+
+class Zbak:
+    """``zbak --config CONFIG ...`` in this process; returns (status, stdout, stderr). zbak's
+    log lines go to stderr (``setup_logging`` binds the stream at each call)."""
+
+    def __init__(self, config: Path):
+        self.config = config
+
+    def __call__(self, *args: str) -> tuple[ExitStatus, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(["--config", str(self.config), *args], env={})
+        return status, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def setup(zpool, tmp_path):
+    """``POOL/data`` with @0, @1, @2 (about 300 KB each of random data), a ``file://`` store
+    named ``cold``, a config and an initialised catalog; nothing archived yet."""
+    data = f"{zpool.name}/data"
+    zfs("create", data)
+    mount = Path(prop(data, "mountpoint"))
+    for step in range(3):
+        (mount / f"f{step}.bin").write_bytes(os.urandom(300 * KiB))
+        zfs("snapshot", f"{data}@{step}")
+    store = tmp_path / "store"
+    store.mkdir()
+    config = tmp_path / "zbak.toml"
+    config.write_text(textwrap.dedent(f"""
+        state_dir = "{tmp_path / 'state'}"
+        [stores.cold]
+        url = "file://{store}"
+        volume_size = "1MiB"
+        [jobs.data]
+        dataset = "{data}"
+        [jobs.data.archive]
+        store = "cold"
+    """))
+    run = Zbak(config)
+    status, out, err = run("init", "--no-checks")
+    assert status == ExitStatus.OK, out + err
+    return run, zpool, data, store
+
+
+@pytest.fixture
+def archived(setup):
+    """``setup`` archived: a full @0 and an incremental -I @0 -> @2 in ``cold``."""
+    run, pool, data, store = setup
+    status, out, err = run("archive")
+    assert status == ExitStatus.OK, out + err
+    return setup
+
+
+@pytest.fixture
+def faulty_store(monkeypatch):
+    """Call with FaultyBackend keyword arguments: every store the restore opens is wrapped in
+    a FaultyBackend with them; returns the list the wrappers are appended to."""
+    made: list[FaultyBackend] = []
+    real = restore_execute.open_store
+
+    def install(**faults):
+        def open_store(*args, **kwargs):
+            made.append(FaultyBackend(real(*args, **kwargs), **faults))
+            return made[-1]
+
+        monkeypatch.setattr(restore_execute, "open_store", open_store)
+        return made
+
+    return install
+
+
+def newest_volume(store: Path) -> tuple[str, int]:
+    """Key and size of the last volume of the incremental (the chain's newest stream)."""
+    state = store_state(FileBackend("cold", store))
+    key = max(k for k in state.objects if "-incr-" in k and "/vol-" in k)
+    return key, state.objects[key]
+
+
+def restore_refused(run, pool, data, into: str) -> str:
+    status, out, err = run("restore", data, "--to", "@2", "--into", into, "--from", "cold",
+                           "--yes")
+    assert status == ExitStatus.FAILED, out + err
+    assert not exists(into), "a refused restore must receive nothing"
+    return err
+
+
+# -- 8, 9, 10: truncated, flipped, extended objects -----------------------------------------
+
+
+def test_a_zstd_decoder_fed_a_truncated_frame_succeeds_silently_so_the_frame_end_check_is_needed():
+    """The pitfall behind case 8: zstandard's decompressobj returns a prefix without error."""
+    raw = random.Random(8).randbytes(200 * KiB)
+    frame = zstandard.ZstdCompressor(write_checksum=True).compress(raw)
+    cut = frame[: len(frame) // 2]
+    prefix = zstandard.ZstdDecompressor().decompressobj().decompress(cut)
+    assert raw.startswith(prefix)  # no exception: a "successful" partial decode
+    with pytest.raises(StreamCorrupt, match="truncated"):
+        b"".join(decompress_frame([cut], "vol"))
+
+
+@pytest.mark.parametrize("where", ["after-header", "middle", "last-byte"])
+def test_a_volume_read_truncated_past_the_frame_header_is_refused_and_nothing_is_received(
+        archived, faulty_store, where):
+    """RELIABILITY 8: the store's stat says the full size, the read stops early; the restore
+    refuses with the volume named and no dataset is created."""
+    run, pool, data, store = archived
+    key, size = newest_volume(store)
+    offset = {"after-header": 18, "middle": random.Random(size).randrange(19, size - 1),
+              "last-byte": size - 1}[where]
+    made = faulty_store(truncate_at=offset, keys=key)
+    err = restore_refused(run, pool, data, f"{pool.name}/r")
+    assert key in err and "nothing was received" in err
+    assert ("get", key) in made[0].calls
+
+
+def test_a_flipped_bit_in_a_volume_is_refused_and_nothing_is_received(archived, faulty_store):
+    """RELIABILITY 9: one bit flipped on every read: SHA-256 differs from the catalog."""
+    run, pool, data, store = archived
+    key, size = newest_volume(store)
+    faulty_store(flip_byte_at=size // 2, keys=key)
+    err = restore_refused(run, pool, data, f"{pool.name}/r")
+    assert key in err and "SHA-256" in err
+
+
+@pytest.mark.parametrize("garbage", [b"\0", b"trailing garbage" * 64,
+                                     zstandard.ZstdCompressor().compress(b"a second frame")],
+                         ids=["one-byte", "text", "a-second-zstd-frame"])
+def test_bytes_after_the_end_of_the_frame_are_refused_and_nothing_is_received(
+        archived, faulty_store, garbage):
+    """RELIABILITY 10: trailing garbage, even a valid second frame, fails the volume."""
+    run, pool, data, store = archived
+    key, _ = newest_volume(store)
+    faulty_store(append=garbage, keys=key)
+    err = restore_refused(run, pool, data, f"{pool.name}/r")
+    assert key in err
+
+
+def test_trailing_bytes_after_a_frame_fail_the_decoder_too():
+    """RELIABILITY 10 at the codec: ``decompress_frame`` rejects a frame followed by bytes."""
+    frame = zstandard.ZstdCompressor(write_checksum=True).compress(b"x" * 1000)
+    with pytest.raises(StreamCorrupt, match="after the end"):
+        b"".join(decompress_frame([frame + b"\0"], "vol"))
+    with pytest.raises(StreamCorrupt, match="after the end"):
+        b"".join(decompress_frame([frame, frame], "vol"))
+
+
+# -- 11: flaky read ---------------------------------------------------------------------------
+
+
+def test_a_volume_corrupt_on_the_first_read_only_is_read_again_and_the_restore_reports_it(
+        archived, faulty_store):
+    """RELIABILITY 11 (restic errorOnceBackend): the first read of the volume is bad, the
+    second good: the restore succeeds and warns, naming the volume."""
+    run, pool, data, store = archived
+    key, size = newest_volume(store)
+    made = faulty_store(flip_byte_at=size // 3, faulty_reads=1, keys=key)
+    into = f"{pool.name}/r"
+    status, out, err = run("restore", data, "--to", "@2", "--into", into, "--from", "cold",
+                           "--yes")
+    assert status == ExitStatus.OK, out + err
+    assert prop(f"{into}@2", "guid") == prop(f"{data}@2", "guid")
+    assert made[0].calls.count(("get", key)) == 2
+    warnings = [line for line in err.splitlines() if "WARNING" in line and key in line]
+    assert any("failed verification on the first read" in line for line in warnings), err
+    assert any("verified on the second read" in line for line in warnings), err
+
+
+def test_a_volume_corrupt_on_every_read_is_read_twice_then_refused(archived, faulty_store):
+    """One retry only: a volume bad on both reads fails the restore; nothing is received."""
+    run, pool, data, store = archived
+    key, size = newest_volume(store)
+    made = faulty_store(flip_byte_at=size // 3, faulty_reads=2, keys=key)
+    err = restore_refused(run, pool, data, f"{pool.name}/r")
+    assert "failed verification on the first read" in err and key in err
+    assert made[0].calls.count(("get", key)) == 2
+
+
+# -- 12: valid zstd around an invalid ZFS stream -------------------------------------------------
+
+
+def _spec(data: str, snap: SnapRecord, stages: tuple[Stage, ...], *, store: str = "cold"
+          ) -> StreamSpec:
+    planned = PlannedStream("full", None, snap, (snap,), None, "test")
+    prefix = stream_prefix("local", data, to_createtxg=snap.createtxg, to_guid=snap.guid,
+                           from_guid=None)
+    return StreamSpec(host="local", dataset=data, store=store, planned=planned, parent_id=None,
+                      prefix=prefix, send_stages=stages, send_flags=(), volume_size=MiB,
+                      level=3, storage_class="STANDARD")
+
+
+def _snap(data: str, name: str) -> SnapRecord:
+    return SnapRecord(name, int(prop(f"{data}@{name}", "guid")),
+                      int(prop(f"{data}@{name}", "createtxg")))
+
+
+def _send(data: str, name: str) -> Stage:
+    return Stage("zfs send", ("zfs", "send", f"{data}@{name}"))
+
+
+@pytest.mark.parametrize("content", ["garbage", "bit-flipped"])
+def test_a_verified_stream_that_zfs_receive_rejects_is_marked_bad_and_nothing_is_left(
+        setup, content):
+    """RELIABILITY 12: a full @0 whose zstd volumes are valid and match the catalog, but whose
+    content is not a valid ZFS stream (random bytes, or the real stream with one bit flipped
+    before compression) is rejected by ``zfs receive``: typed error, no dataset left, and the
+    stream is ``bad`` in the catalog, so the next restore does not use it."""
+    run, pool, data, store = setup
+    snap = _snap(data, "0")
+    stages = ((garbage_stage(400 * KiB, seed=12),) if content == "garbage"
+              else (flip_stage(_send(data, "0"), at=150 * KiB),))
+    with catalog_of(run.config) as catalog:
+        written = write_stream(_spec(data, snap, stages), FileBackend("cold", store), catalog,
+                               SystemClock().now)
+    into = f"{pool.name}/r"
+    status, out, err = run("restore", data, "--to", "@0", "--into", into, "--from", "cold",
+                           "--yes")
+    assert status == ExitStatus.FAILED, out + err
+    assert "rejected stream" in err and "marked bad" in err
+    assert ("bad magic number" if content == "garbage" else "checksum mismatch") in err
+    assert not exists(into)
+    with catalog_of(run.config) as catalog:
+        assert catalog.stream(written.stream_id).state == "bad"
+    status, out, err = run("restore", data, "--to", "@0", "--into", into, "--from", "cold",
+                           "--yes")
+    assert status != ExitStatus.OK and "not a source" in err, out + err
+    assert not exists(into)
+
+
+def test_a_stream_rejected_as_unsupported_by_the_receiver_is_not_marked_bad():
+    """Only the stream's own content marks it bad: "unsupported feature" is the receiver's
+    limit (zfs-fuse receiving an OpenZFS 2.x stream) and leaves the stream living."""
+    from zrepl_py.proc.pipeline import StageResult
+
+    def failed(stderr: str) -> PipelineFailed:
+        result = StageResult("zfs receive", ("zfs", "receive"), 1, stderr, False)
+        return PipelineFailed((result,), result)
+
+    assert restore_execute._stream_rejected(failed("cannot receive: invalid stream (bad magic"
+                                                    " number)"))
+    assert restore_execute._stream_rejected(failed("cannot receive new filesystem stream:"
+                                                    " invalid backup stream"))
+    assert not restore_execute._stream_rejected(failed(
+        "cannot receive: stream has unsupported feature, feature flags = 4"))
+    assert not restore_execute._stream_rejected(failed(
+        "cannot receive new filesystem stream: destination 'p/x' exists"))
+
+
+# -- 7: a failing stage of send | compress+hash | upload ----------------------------------------
+
+
+def _nothing_uploaded(run, store: Path, data: str) -> None:
+    state = store_state(FileBackend("cold", store))
+    assert not [k for k in state.objects if k.endswith(MANIFEST)], state.objects
+    with catalog_of(run.config) as catalog:
+        assert catalogued(catalog, data) == []
+
+
+@pytest.mark.parametrize("fault", ["killed-mid-stream", "exit-1-after-the-whole-stream"])
+def test_a_failing_send_is_reported_as_the_send_stage_and_nothing_is_marked_uploaded(
+        setup, fault):
+    """RELIABILITY 7, send stage: ``zfs send`` SIGKILLed after 200 KiB, or exiting 1 after
+    writing its whole stream: PipelineFailed names the send; no manifest, no catalog row
+    (volumes already stored stay for the next run, listed in progress.json)."""
+    run, pool, data, store = setup
+    send = _send(data, "2")
+    stage = (cut_stage(send, 200 * KiB) if fault == "killed-mid-stream"
+             else fail_at_end_stage(send, 1, "injected: zfs send failed at the end"))
+    with catalog_of(run.config) as catalog, pytest.raises(PipelineFailed) as failure:
+        write_stream(_spec(data, _snap(data, "2"), (stage,)), FileBackend("cold", store),
+                     catalog, SystemClock().now)
+    assert failure.value.culprit.name == "zfs send"
+    assert ("killed" if fault == "killed-mid-stream" else "failed at the end") in str(failure.value)
+    _nothing_uploaded(run, store, data)
+
+
+def test_stderr_noise_from_a_send_that_exits_0_is_not_a_failure(setup):
+    """The other side of 7: warnings on stderr alone do not fail a stream."""
+    run, pool, data, store = setup
+    stage = stderr_stage(_send(data, "0"), "warning: injected noise on stderr")
+    with catalog_of(run.config) as catalog:
+        written = write_stream(_spec(data, _snap(data, "0"), (stage,)),
+                               FileBackend("cold", store), catalog, SystemClock().now)
+        assert catalog.stream(written.stream_id).state == "uploaded"
+
+
+@pytest.mark.parametrize("calls", [0, 1, 2])
+def test_a_failing_upload_is_reported_as_a_store_error_and_nothing_is_marked_uploaded(
+        setup, calls):
+    """RELIABILITY 7, upload stage: the store refuses its (calls+1)-th write (the first
+    volume, its progress record, the manifest): StoreError, no manifest, no catalog row."""
+    run, pool, data, store = setup
+    backend = FaultyBackend(FileBackend("cold", store), fail_after_calls=calls)
+    with catalog_of(run.config) as catalog, pytest.raises(StoreError, match="injected fault"):
+        write_stream(_spec(data, _snap(data, "0"), (_send(data, "0"),)), backend, catalog,
+                     SystemClock().now)
+    _nothing_uploaded(run, store, data)
+
+
+# -- 18: zero-length stream -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["file", pytest.param("s3", marks=pytest.mark.s3)])
+def test_a_zero_length_stream_round_trips_through_store_catalog_and_verification(
+        setup, kind, request, tmp_path):
+    """RELIABILITY 18: a sender that writes nothing gives one empty-frame volume, a manifest
+    and a catalog row; the volume verifies and decodes to zero bytes."""
+    run, pool, data, store = setup
+    if kind == "file":
+        backend = FileBackend("cold", store)
+    else:
+        from zrepl_py.stores.s3 import S3Backend
+
+        server = request.getfixturevalue("s3_server")
+        bucket = request.getfixturevalue("s3_bucket")
+        backend = S3Backend("cold", bucket, "zbak", endpoint_url=server.endpoint_url,
+                            region=server.region)
+    with catalog_of(run.config) as catalog:
+        written = write_stream(_spec(data, _snap(data, "0"), (Stage("zfs send", ("true",)),)),
+                               backend, catalog, SystemClock().now)
+        volumes = catalog.volumes(written.stream_id)
+    assert written.raw_bytes == 0 and len(volumes) == 1 and volumes[0].raw_bytes == 0
+    assert backend.stat(volumes[0].key).size == volumes[0].stored_bytes > 0
+    files = fetch_verified(FaultyBackend(backend), volumes, tmp_path / "spool", 2)
+    assert b"".join(decompress_frame([files[volumes[0].id].read_bytes()], "vol",
+                                     raw_bytes=0)) == b""
+    assert not [k for k in store_state(backend).objects if k.endswith(PROGRESS)]
+    backend.close()

@@ -1,0 +1,76 @@
+"""Where a transfer is counted and which ssh stages share a connection (``metered_transfer``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zrepl_py.config.schema import HostConfig
+from zrepl_py.proc.pipeline import Meter
+from zrepl_py.replication.stages import Side, metered_transfer, transfer_stages
+
+SEND = ["zfs", "send", "tank/a@s1"]
+RECEIVE = ["zfs", "receive", "-u", "bak/a"]
+HOST = HostConfig(address="h.example", port=22, user="root")
+SHARED = Path("/state/ssh")
+
+
+def side(remote: bool) -> Side:
+    return Side("h" if remote else "local", HOST if remote else None, Path("/state/known_hosts"),
+                SHARED if remote else None)  # fmt: skip
+
+
+def shares(stage) -> bool:
+    return any(arg.startswith("ControlPath=") for arg in stage.argv)
+
+
+# (case, source remote, target remote, send writes stream, compress, rate limit,
+#  expected meter, expected stage names, which stages share a connection)
+CASES = [
+    ("push from zfs-fuse: the target's ssh is counted, so it connects alone",
+     False, True, False, False, None, Meter.READ, ["zfs send", "ssh h: zfs receive"],
+     [False, False]),
+    ("push from OpenZFS: its zfs send is counted, the target's ssh shares",
+     False, True, True, False, None, Meter.WRITTEN, ["zfs send", "ssh h: zfs receive"],
+     [False, True]),
+    ("push from zfs-fuse through pv: pv is counted, the target's ssh shares",
+     False, True, False, False, 1000, Meter.READ, ["zfs send", "rate limit", "ssh h: zfs receive"],
+     [False, False, True]),
+    ("push from zfs-fuse with zstd: zstd is counted, the target's ssh shares",
+     False, True, False, True, None, Meter.READ, ["zfs send 0", "zfs send 1", "ssh h: zfs receive"],
+     [False, False, True]),
+    ("pull: the source's ssh is counted and connects alone",
+     True, False, False, False, None, Meter.WRITTEN, ["ssh h: zfs send", "zfs receive"],
+     [False, False]),
+    ("remote to remote: the source's ssh alone, the target's shares",
+     True, True, True, False, None, Meter.WRITTEN, ["ssh h: zfs send", "ssh h: zfs receive"],
+     [False, True]),
+    ("local to local from zfs-fuse: the receive reads what is counted",
+     False, False, False, False, None, Meter.READ, ["zfs send", "zfs receive"], [False, False]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "src_remote", "dst_remote", "writes", "compress", "limit",
+                          "meter", "names", "shared"), CASES, ids=[c[0] for c in CASES])
+def test_the_counted_stage_never_shares_a_connection(case, src_remote, dst_remote, writes,
+                                                     compress, limit, meter, names, shared):
+    stages, got = metered_transfer(SEND, RECEIVE, source=side(src_remote), target=side(dst_remote),
+                                   compress=compress, bandwidth_limit=limit,
+                                   send_writes_stream=writes)  # fmt: skip
+    assert got is meter
+    assert [s.name for s in stages] == names
+    assert [shares(s) for s in stages] == shared
+
+
+def test_transfer_stages_never_shares_a_connection():
+    stages = transfer_stages(SEND, RECEIVE, source=side(True), target=side(True), compress=True,
+                             bandwidth_limit=None)  # fmt: skip
+    assert not any(shares(s) for s in stages)
+
+
+def test_a_side_without_a_control_dir_never_shares():
+    plain = Side("h", HOST, Path("/state/known_hosts"))
+    stages, _ = metered_transfer(SEND, RECEIVE, source=side(False), target=plain, compress=False,
+                                 bandwidth_limit=None, send_writes_stream=True)  # fmt: skip
+    assert not any(shares(s) for s in stages)

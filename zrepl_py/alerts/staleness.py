@@ -1,0 +1,109 @@
+"""Staleness: actions that have not succeeded for longer than ``[alerts] stale_after`` allows.
+
+Checked from the catalog alone (``check_staleness``), so the daemon can call it on its own
+timer and still shout when jobs stop being scheduled, hang, or never get to record a run.
+Only actions the daemon schedules for a job count (``daemon.plan.plan_entries``: the job's
+schedules, ``[daemon] prune_schedule``/``audit_schedule``). What "the last success" means per
+action:
+
+* ``replicate``: per target of the job (``runs.target`` is the target string);
+* ``archive``: per store, the newest ok archive run of any dataset (targets ``STORE:DATASET``);
+* any other action: the newest ok run of the job, whatever its target.
+
+An action that never succeeded counts from ``since`` (the daemon's start); without ``since``
+it is not reported (a fresh install is not stale).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from zrepl_py.catalog.repository import Catalog, RunRow
+from zrepl_py.config.schema import Config
+from zrepl_py.events import Event, emit
+
+
+def _when(run: RunRow) -> dt.datetime:
+    return run.ended_at or run.started_at
+
+
+def _fmt(value: dt.datetime) -> str:
+    return value.strftime("%Y-%m-%d %H:%MZ")
+
+
+def _hours(delta: dt.timedelta) -> str:
+    hours = delta.total_seconds() / 3600
+    return f"{hours:.0f}h" if hours >= 10 else f"{hours:.1f}h"
+
+
+def stale_events(catalog: Catalog, config: Config, now: dt.datetime, *,
+                 since: dt.datetime | None = None) -> list[Event]:
+    """The ``stale`` events due now (pure reading of the catalog; emits nothing).
+
+    Args:
+        now: aware UTC.
+        since: aware UTC start of watching, for actions that never succeeded (see module doc).
+
+    Raises:
+        CatalogError: the catalog cannot be read.
+    """
+    from zrepl_py.daemon.plan import plan_entries
+
+    found: list[Event] = []
+    limits = config.alerts.stale_after
+    scheduled = {(e.job, e.action) for e in plan_entries(config)}
+    successes: dict[str, dict] = {}
+    for name, job in config.jobs.items():
+        for action, limit in limits.items():
+            if (name, action) not in scheduled:
+                continue
+            if action not in successes:
+                successes[action] = catalog.last_successes(action)
+            runs = {t: r for (j, t), r in successes[action].items() if j == name}
+            for target, last in _last_by_key(job, action, runs).items():
+                event = _judge(name, action, target, last, limit, now, since)
+                if event is not None:
+                    found.append(event)
+    return found
+
+
+def _last_by_key(job, action: str, runs: dict[str | None, RunRow]) -> dict[str | None, dt.datetime | None]:
+    if action == "replicate":
+        return {t: (_when(runs[t]) if t in runs else None) for t in job.replicate.targets}
+    if action == "archive":
+        head = f"{job.archive.store}:"
+        times = [_when(r) for t, r in runs.items() if t == job.archive.store or (t or "").startswith(head)]
+        return {job.archive.store: max(times, default=None)}
+    return {None: max((_when(r) for r in runs.values()), default=None)}
+
+
+def _judge(job: str, action: str, target: str | None, last: dt.datetime | None,
+           limit: dt.timedelta, now: dt.datetime, since: dt.datetime | None) -> Event | None:
+    where = f" to {target}" if action == "replicate" else f" to store {target}" if target else ""
+    if last is None:
+        if since is None or now - since <= limit:
+            return None
+        message = (f"{action} of job {job}{where} has not succeeded since zbak started watching "
+                   f"at {_fmt(since)} ({_hours(now - since)} ago; stale_after {_hours(limit)})")
+    elif now - last > limit:
+        message = (f"no successful {action} of job {job}{where} since {_fmt(last)} "
+                   f"({_hours(now - last)} ago; stale_after {_hours(limit)})")
+    else:
+        return None
+    return Event("stale", job, action, target, message, now)
+
+
+def check_staleness(catalog: Catalog, config: Config, now: dt.datetime, *,
+                    since: dt.datetime | None = None) -> list[Event]:
+    """Emit (``zrepl_py.events.emit``) every stale event due now and return them.
+
+    The daemon calls this on its own timer (every few minutes); repeats are held back by the
+    alert dispatcher (``[alerts] repeat_after``), not here.
+
+    Raises:
+        CatalogError: the catalog cannot be read.
+    """
+    found = stale_events(catalog, config, now, since=since)
+    for event in found:
+        emit(event)
+    return found

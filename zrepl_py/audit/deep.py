@@ -1,0 +1,403 @@
+"""Audit level 3, deep: read the volumes back and check what they hold.
+
+For each stream chosen (:func:`choose`: all living streams, or ``--sample PERCENT`` of them,
+least recently verified first, never-verified first of all), every volume is read in order
+and checked: the SHA-256 and size of the stored bytes, the zstd frame (content checksum,
+frame end, nothing after it) and the raw size, all against the catalog; the decompressed
+bytes of all volumes are walked as one send stream (``streams.records``): complete, well
+formed, and its BEGIN records carry the catalog's guids (:func:`begin_problems`). A stream
+that passes is marked ``verified`` (``verified_at`` now) as soon as it is done, so an
+interrupted or sampled run continues with the others next time; one whose bytes or guids
+are wrong is marked ``bad`` (the archive planner then starts a new full, and prune never
+deletes an older chain on its account). A volume that is missing is a finding but does not
+mark the stream bad: the object level names it and nothing was read.
+
+Cold volumes (GLACIER, DEEP_ARCHIVE) are thawed like a restore does (``restore.thaw``): one
+request per frozen object, recorded per stream; such streams are skipped this run and the
+result says when to run again (exit 75 when nothing else is wrong).
+
+``--receive-into POOL`` also proves the chains restore: each chain holding a chosen stream is
+received whole (``zfs receive -u``, full first) into ``POOL/zbak-audit-<random>/c<full id>``
+while its volumes are read, the received snapshots' guids are compared with the catalog's,
+then every snapshot and dataset the audit created there is destroyed one by one (never
+``-r``); the scratch parent is created with ``canmount=off`` and ``mountpoint=none``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import math
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+
+from zrepl_py.audit.findings import Finding, Severity
+from zrepl_py.catalog.repository import Catalog, CarriedSnapshot, StreamRow, VolumeRow
+from zrepl_py.config.schema import RestoreConfig
+from zrepl_py.errors import (
+    NeedsThaw,
+    ObjectNotFound,
+    PipelineFailed,
+    StreamCorrupt,
+    ZbakError,
+)
+from zrepl_py.replication.stages import Side
+from zrepl_py.restore.receive import ReceiveWriter
+from zrepl_py.restore.thaw import request_thaws
+from zrepl_py.stores.base import COLD_CLASSES, Backend
+from zrepl_py.streams.frames import Digest, decompress_frame
+from zrepl_py.streams.records import RecordWalker, StreamSummary
+from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.names import DatasetName, SnapshotName
+from zrepl_py.zfs.sendrecv import receive_argv
+
+log = logging.getLogger(__name__)
+
+LIVING = ("uploaded", "verified")
+_NEVER = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+
+
+def choose(streams: Sequence[StreamRow], sample: float | None) -> list[StreamRow]:
+    """The living streams to read, least recently verified first (never verified first,
+    then by ``verified_at``, then id): all, or ``ceil(sample% of them)`` (at least one).
+
+    Raises:
+        ValueError: ``sample`` outside (0, 100].
+    """
+    if sample is not None and not 0 < sample <= 100:
+        raise ValueError(f"--sample must be a percentage in (0, 100], not {sample}")
+    living = sorted((s for s in streams if s.state in LIVING),
+                    key=lambda s: (s.verified_at is not None, s.verified_at or _NEVER, s.id))
+    if sample is None or not living:
+        return living
+    return living[:max(1, math.ceil(len(living) * sample / 100))]
+
+
+def begin_problems(summary: StreamSummary, stream: StreamRow,
+                   carried: Sequence[CarriedSnapshot]) -> list[str]:
+    """What the stream's own BEGIN records contradict in the catalog (pure).
+
+    The first substream must start at the stream's from-guid (0 for a full), each further
+    substream at the previous one's to-guid, the last must end at the stream's to-guid, and
+    the substreams' to-guids must be the carried snapshots' guids in createtxg order.
+    """
+    subs = summary.substreams
+    if not subs:
+        return ["the stream holds no substream BEGIN record"]
+    problems = []
+    expected_from = stream.from_guid if stream.kind == "incremental" else 0
+    if subs[0].fromguid != expected_from:
+        problems.append(f"its first BEGIN record starts at guid {subs[0].fromguid}"
+                        f" ({subs[0].toname}), the catalog says {expected_from}")
+    for before, after in zip(subs, subs[1:]):
+        if after.fromguid != before.toguid:
+            problems.append(f"the BEGIN record of {after.toname} starts at guid {after.fromguid},"
+                            f" not at the previous substream's {before.toguid}")
+    if subs[-1].toguid != stream.to_guid:
+        problems.append(f"its last BEGIN record ends at guid {subs[-1].toguid}"
+                        f" ({subs[-1].toname}), the catalog says {stream.to_guid}"
+                        f" (@{stream.to_name})")
+    if carried:
+        want = [c.guid for c in sorted(carried, key=lambda c: c.createtxg)]
+        have = [b.toguid for b in subs]
+        if have != want:
+            problems.append(f"it carries snapshots with guids {have[:10]}, the catalog records"
+                            f" {want[:10]}")
+    return problems
+
+
+@dataclasses.dataclass
+class StreamCheck:
+    """What reading one stream found.
+
+    Attributes:
+        problems: why its bytes or guids are wrong (mark it bad), with the volume key of each.
+        missing: volume keys the store does not have (not marked bad).
+        thawing: True when a volume turned out to be cold and unreadable after all.
+        summary: the record walk, when every volume was read and well formed.
+    """
+
+    problems: list[tuple[str, str | None]] = dataclasses.field(default_factory=list)
+    missing: list[str] = dataclasses.field(default_factory=list)
+    thawing: bool = False
+    summary: StreamSummary | None = None
+
+    @property
+    def clean(self) -> bool:
+        """True when the stream was read whole and nothing was wrong."""
+        return not (self.problems or self.missing or self.thawing)
+
+
+def read_stream(backend: Backend, stream: StreamRow, volumes: Sequence[VolumeRow],
+                carried: Sequence[CarriedSnapshot], *,
+                sink: Callable[[bytes], None] | None = None) -> StreamCheck:
+    """Read every volume of ``stream`` in order and check it (see the module docstring);
+    ``sink`` receives the decompressed bytes (a test receive)."""
+    check = StreamCheck()
+    walker = RecordWalker(f"stream {stream.id} (@{stream.to_name}) in store {stream.store}")
+    walk_error: str | None = None
+    damaged = False
+    for volume in volumes:
+        where = f"{backend.name}:{volume.key}"
+        digest = Digest()
+        try:
+            for chunk in decompress_frame(backend.get(volume.key), where, digest):
+                if walk_error is None and not damaged:
+                    try:
+                        walker.feed(chunk)
+                    except StreamCorrupt as exc:
+                        walk_error = str(exc)
+                if sink is not None and not damaged:
+                    sink(chunk)
+        except ObjectNotFound:
+            check.missing.append(volume.key)
+            damaged = True
+            continue
+        except NeedsThaw:
+            check.thawing = True
+            return check
+        except StreamCorrupt as exc:
+            check.problems.append((f"volume {volume.index} is damaged: {exc}", volume.key))
+            damaged = True
+            continue
+        if digest.stored_bytes != volume.stored_bytes or digest.sha256 != volume.sha256:
+            check.problems.append((
+                f"volume {volume.index} holds {digest.stored_bytes} bytes with SHA-256"
+                f" {digest.sha256[:16]}..., the catalog records {volume.stored_bytes} bytes and"
+                f" {volume.sha256[:16]}...", volume.key))
+            damaged = True
+        elif digest.raw_bytes != volume.raw_bytes:
+            check.problems.append((f"volume {volume.index} decodes to {digest.raw_bytes} bytes,"
+                                   f" the catalog records {volume.raw_bytes}", volume.key))
+            damaged = True
+    if damaged:
+        return check
+    if walk_error is None:
+        try:
+            check.summary = walker.finish()
+        except StreamCorrupt as exc:
+            walk_error = str(exc)
+    if walk_error is not None:
+        check.problems.append((walk_error, None))
+        return check
+    for problem in begin_problems(check.summary, stream, carried):
+        check.problems.append((problem, None))
+    return check
+
+
+@dataclasses.dataclass(frozen=True)
+class ScratchPool:
+    """Where ``--receive-into`` receives: a ZFS client and the side (local or ssh) of the
+    host, and the scratch parent dataset ``POOL/zbak-audit-<random>`` to create."""
+
+    zfs: Zfs
+    side: Side
+    parent: str
+
+    @classmethod
+    def under(cls, zfs: Zfs, side: Side, pool: str) -> "ScratchPool":
+        """A new scratch name under ``pool`` (a pool or dataset name)."""
+        return cls(zfs, side, str(DatasetName(pool).child(f"zbak-audit-{secrets.token_hex(4)}")))
+
+
+@dataclasses.dataclass
+class DeepResult:
+    """What the deep level did: findings, streams verified and marked bad, cold volumes
+    still thawing and when they should be readable (aware UTC), chains test-received."""
+
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+    verified: list[int] = dataclasses.field(default_factory=list)
+    bad: list[int] = dataclasses.field(default_factory=list)
+    waiting: int = 0
+    ready_by: dt.datetime | None = None
+    received: list[int] = dataclasses.field(default_factory=list)
+
+
+def _chain_of(stream: StreamRow, by_id: Mapping[int, StreamRow]) -> list[StreamRow]:
+    chain = [stream]
+    while (chain[-1].parent_id is not None and chain[-1].parent_id in by_id
+           and len(chain) <= len(by_id)):
+        chain.append(by_id[chain[-1].parent_id])
+    return list(reversed(chain))
+
+
+def chains_to_receive(chosen: Sequence[StreamRow],
+                      streams: Sequence[StreamRow]) -> list[list[StreamRow]]:
+    """The chains (full first) a test receive covers: for each chosen stream, the path from
+    its full to it, extended to the deepest living descendant; paths inside another are
+    dropped (pure)."""
+    by_id = {s.id: s for s in streams}
+    children: dict[int, list[StreamRow]] = {}
+    for s in streams:
+        if s.parent_id is not None and s.state in LIVING:
+            children.setdefault(s.parent_id, []).append(s)
+    paths = []
+    for s in chosen:
+        path = _chain_of(s, by_id)
+        while children.get(path[-1].id):
+            path.append(max(children[path[-1].id], key=lambda c: (c.to_createtxg, c.id)))
+        if path[0].kind == "full" and all(p.state in LIVING for p in path):
+            paths.append(path)
+    paths.sort(key=len, reverse=True)
+    kept: list[list[StreamRow]] = []
+    for path in paths:
+        ids = [p.id for p in path]
+        if not any(ids == [p.id for p in other][:len(ids)] for other in kept):
+            kept.append(path)
+    return sorted(kept, key=lambda p: p[0].id)
+
+
+def _finding(stream: StreamRow, severity: Severity, problem: str, action: str,
+             key: str | None = None, chain: int | None = None) -> Finding:
+    return Finding(severity, "deep", problem, action, host=stream.host, dataset=stream.dataset,
+                   store=stream.store, chain=chain, stream=stream.id, key=key)
+
+
+class DeepAudit:
+    """One deep audit of streams in one store (see the module docstring).
+
+    Args:
+        backend: the store.
+        catalog: where states, verification times and thaw requests are recorded.
+        volumes / carried: catalog rows by stream id.
+        now: the clock (aware UTC).
+        thaw: the ``[restore]`` settings (tier, days) used for thaw requests.
+    """
+
+    def __init__(self, backend: Backend, catalog: Catalog,
+                 volumes: Mapping[int, Sequence[VolumeRow]],
+                 carried: Mapping[int, Sequence[CarriedSnapshot]],
+                 now: Callable[[], dt.datetime], thaw: RestoreConfig):
+        self.backend, self.catalog = backend, catalog
+        self.volumes, self.carried = volumes, carried
+        self.now, self.thaw = now, thaw
+        self.result = DeepResult()
+        self.chain: dict[int, int] = {}  # stream id -> id of its chain's full
+
+    def run(self, chosen: Sequence[StreamRow], streams: Sequence[StreamRow],
+            scratch: ScratchPool | None = None) -> DeepResult:
+        """Verify ``chosen`` (with ``scratch``: receive their chains there); ``streams``
+        are all streams of the store in scope (to find the chains)."""
+        by_id = {s.id: s for s in streams}
+        for stream in chosen:
+            head = _chain_of(stream, by_id)[0]
+            if head.kind == "full":
+                self.chain[stream.id] = head.id
+        if scratch is None:
+            for stream in self._readable(chosen):
+                self._verify(stream)
+            return self.result
+        chains = chains_to_receive(chosen, streams)
+        every = list({s.id: s for chain in chains for s in chain}.values())
+        readable = {s.id for s in self._readable(every)}
+        scratch.zfs.create_filesystem(scratch.parent, properties={"canmount": "off",
+                                                                  "mountpoint": "none"})
+        try:
+            for chain in chains:
+                if all(s.id in readable for s in chain):
+                    self._receive_chain(chain, scratch)
+        finally:
+            self._destroy_scratch(scratch)
+        return self.result
+
+    def _readable(self, streams: Sequence[StreamRow]) -> list[StreamRow]:
+        """The streams whose volumes can be read now; thaws requested for the others."""
+        ready = []
+        for stream in streams:
+            if stream.storage_class not in COLD_CLASSES:
+                ready.append(stream)
+                continue
+            try:
+                waiting, when = request_thaws(self.backend, self.catalog, [stream],
+                                              {stream.id: self.volumes.get(stream.id, [])},
+                                              self.thaw, self.now())
+            except ObjectNotFound as exc:
+                self.result.findings.append(_finding(
+                    stream, Severity.ERROR, f"a volume of stream {stream.id} is missing: {exc}",
+                    "see the objects findings", exc.key))
+                continue
+            if waiting:
+                self.result.waiting += waiting
+                if when is not None:
+                    self.result.ready_by = max(self.result.ready_by or when, when)
+            else:
+                ready.append(stream)
+        return ready
+
+    def _verify(self, stream: StreamRow, sink: Callable[[bytes], None] | None = None) -> bool:
+        """Read and check one stream, record the outcome; True when it is clean."""
+        vols = self.volumes.get(stream.id, [])
+        if not vols:
+            return False  # the graph audit reports a living stream without volumes
+        check = read_stream(self.backend, stream, vols, self.carried.get(stream.id, ()), sink=sink)
+        for key in check.missing:
+            self.result.findings.append(_finding(
+                stream, Severity.ERROR, f"volume {key} of stream {stream.id} (@{stream.to_name})"
+                " is missing", "the chain cannot be restored past it: run `zbak archive --full`",
+                key, self.chain.get(stream.id)))
+        if check.thawing:
+            self.result.waiting += 1
+            return False
+        if check.problems:
+            keys = [key for _, key in check.problems if key]
+            self.result.findings.append(_finding(
+                stream, Severity.ERROR, f"stream {stream.id} (@{stream.to_name} of"
+                f" {stream.host}:{stream.dataset}) is bad: "
+                + "; ".join(problem for problem, _ in check.problems),
+                "marked bad: the chain cannot be restored past this stream; when it is the"
+                " newest chain `zbak archive` starts a new full at its next run, else the"
+                " newer chain is what restores", keys[0] if keys else None,
+                self.chain.get(stream.id)))
+            self.catalog.set_stream_state(stream.id, "bad", self.now())
+            self.result.bad.append(stream.id)
+            return False
+        if check.missing:
+            return False
+        self.catalog.set_stream_state(stream.id, "verified", self.now())
+        self.result.verified.append(stream.id)
+        return True
+
+    def _receive_chain(self, chain: Sequence[StreamRow], scratch: ScratchPool) -> None:
+        full = chain[0]
+        target = str(DatasetName(scratch.parent).child(f"c{full.id}"))
+        argv = receive_argv(target, caps=scratch.zfs.capabilities, resumable=False,
+                            zfs=scratch.zfs.zfs)
+        for stream in chain:
+            try:
+                with ReceiveWriter(scratch.side.wrap([argv], "zfs receive")) as writer:
+                    if not self._verify(stream, sink=writer.write):
+                        return  # leaving the block cancels the receive
+                    writer.finish()
+            except PipelineFailed as exc:
+                self.result.findings.append(_finding(
+                    stream, Severity.ERROR, f"a test receive of stream {stream.id}"
+                    f" (@{stream.to_name}) into {target} failed: {exc}",
+                    "the chain may not restore: check the message; `zbak restore --dry-run`"
+                    " shows the path a restore would take", chain=full.id))
+                return
+        want = [c.guid for s in chain for c in sorted(self.carried.get(s.id, ()),
+                                                      key=lambda c: c.createtxg)]
+        have = [snap.guid for snap in scratch.zfs.tree(target, recursive=False).snapshots(target)]
+        if want and have != want:
+            self.result.findings.append(_finding(
+                chain[-1], Severity.ERROR, f"the chain of full {full.id} received into {target}"
+                f" holds snapshots with guids {have[:10]}, the catalog records {want[:10]}",
+                "the catalog or the streams are wrong: run `zbak audit --deep` on the chain",
+                chain=full.id))
+            return
+        self.result.received.append(full.id)
+
+    def _destroy_scratch(self, scratch: ScratchPool) -> None:
+        """Destroy what this audit created under the scratch parent, one by one."""
+        zfs = scratch.zfs
+        try:
+            tree = zfs.tree(scratch.parent, recursive=True)
+        except ZbakError as exc:
+            log.error("could not list the scratch dataset %s to destroy it: %s",
+                      scratch.parent, exc)
+            return
+        for info in reversed(tree.datasets):
+            for snap in reversed(tree.snapshots(info.name)):
+                zfs.destroy_snapshot(SnapshotName(snap.name))
+            zfs.destroy_filesystem(info.name)

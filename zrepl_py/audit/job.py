@@ -1,0 +1,239 @@
+"""``zbak audit`` for one job: the three levels over the job's datasets, recorded as a run.
+
+1. graph: the catalog rows of the job's datasets (``audit.load``, one query per table), its
+   replica cursors (each ZFS target dataset listed once, to see the cursor's snapshot is
+   there) and, when the job has ``[archive]``, the archive's progress (``audit.graph``);
+2. objects: per store holding the job's streams, one listing of the job's dataset prefix,
+   the manifests read and compared (``audit.objects``);
+3. with ``deep``: the chosen streams re-read and checked, verified or marked bad, and with
+   ``receive_into`` their chains test-received (``audit.deep``).
+
+The job's dataset lock is held throughout (``zbak archive``/``prune`` on the same datasets
+wait for the audit, and the other way round), so the store is not changing under the audit.
+The run is recorded with action ``audit``: ``ok`` when nothing is wrong, ``failed`` with a
+summary when a warning or error was found, ``partial`` when cold volumes are still thawing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+
+from zrepl_py.archive.layout import dataset_prefix, volume_index
+from zrepl_py.audit.deep import DeepAudit, DeepResult, ScratchPool, choose
+from zrepl_py.audit.findings import Finding, Severity
+from zrepl_py.audit.graph import TargetListing, audit_graph, sort_findings
+from zrepl_py.audit.load import load_graph_input
+from zrepl_py.audit.objects import audit_objects
+from zrepl_py.config.schema import LOCAL_HOST, JobConfig, parse_endpoint
+from zrepl_py.context import Context, lock_key
+from zrepl_py.errors import UsageError, ZbakError
+from zrepl_py.locking import dataset_lock
+from zrepl_py.replication.stages import Side
+from zrepl_py.runs import recorded_run
+from zrepl_py.snapshots.inventory import is_excluded
+from zrepl_py.stores.open import open_store
+from zrepl_py.zfs.names import DatasetName
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class AuditResult:
+    """One job's audit.
+
+    Attributes:
+        job: the job's name.
+        findings: every finding, errors first (each names the job).
+        streams: streams of the job's datasets in the catalog.
+        verified / bad: stream ids the deep level verified / marked bad.
+        received: the fulls whose chains were test-received.
+        waiting: cold volumes still thawing (deep level); ``ready_by`` when they should be
+            readable (aware UTC).
+    """
+
+    job: str
+    findings: list[Finding]
+    streams: int = 0
+    verified: list[int] = dataclasses.field(default_factory=list)
+    bad: list[int] = dataclasses.field(default_factory=list)
+    received: list[int] = dataclasses.field(default_factory=list)
+    waiting: int = 0
+    ready_by: dt.datetime | None = None
+
+    @property
+    def wrong(self) -> bool:
+        """True when a finding is a warning or an error (``zbak audit`` exits 4)."""
+        return any(f.wrong for f in self.findings)
+
+    def summary(self) -> str:
+        """``N error(s), M warning(s), K info`` plus thaw state, for the run record."""
+        counts = {s: sum(1 for f in self.findings if f.severity is s) for s in Severity}
+        text = (f"{counts[Severity.ERROR]} error(s), {counts[Severity.WARNING]} warning(s),"
+                f" {counts[Severity.INFO]} info")
+        if self.waiting:
+            text += f"; {self.waiting} cold volume(s) thawing"
+        return text
+
+
+def _covered(job: JobConfig, dataset: str) -> bool:
+    root = job.source.dataset
+    if dataset == root:
+        return True
+    if not job.recursive or not dataset.startswith(f"{root}/"):
+        return False
+    return not is_excluded(job, DatasetName(dataset))
+
+
+def _targets(ctx: Context, cursors) -> dict[tuple[str, str], TargetListing]:
+    """List each ZFS target dataset named by a cursor once (one ``zfs get`` each)."""
+    listings: dict[tuple[str, str], TargetListing] = {}
+    for cur in cursors:
+        key = (cur.target, cur.target_location)
+        if cur.method != "zfs" or key in listings:
+            continue
+        try:
+            host = parse_endpoint(cur.target, allow_directory=True).host
+            zfs = ctx.zfs(host)
+            tree = zfs.tree(cur.target_location, recursive=False)
+            guids = frozenset(s.guid for s in tree.snapshots(cur.target_location))
+            listings[key] = TargetListing(cur.target, cur.target_location, guids)
+        except (ZbakError, ValueError) as exc:
+            listings[key] = TargetListing(cur.target, cur.target_location, None, str(exc))
+    return listings
+
+
+def _scratch(ctx: Context, receive_into: str) -> ScratchPool:
+    host, sep, pool = receive_into.partition(":")
+    if not sep:
+        host, pool = LOCAL_HOST, receive_into
+    if host != LOCAL_HOST and host not in ctx.config.hosts:
+        raise UsageError(f"--receive-into {receive_into}: host {host!r} is not under [hosts]"
+                         f" in {ctx.config_path}")
+    name = DatasetName(pool)
+    zfs = ctx.zfs(host, name.pool)
+    side = Side(host, ctx.config.hosts.get(host), ctx.state_dir / "known_hosts")
+    return ScratchPool.under(zfs, side, str(name))
+
+
+def audit_job(ctx: Context, name: str, job: JobConfig, *, deep: bool = False,
+              sample: float | None = None, receive_into: str | None = None) -> AuditResult:
+    """Audit one job (see the module docstring).
+
+    Args:
+        ctx: the invocation's context.
+        name / job: the job.
+        deep: read the volumes back (level 3).
+        sample: with ``deep``, the percentage of streams to read (least recently verified
+            first); None: all.
+        receive_into: with ``deep``, ``[HOST:]POOL[/PATH]`` to test-receive chains under.
+
+    Raises:
+        Locked: another run holds the job's dataset lock (exit 3).
+        UsageError: a bad ``sample`` or ``receive_into``.
+        CatalogError, StoreError, ZfsError: the catalog, a store listing or the scratch pool
+            failed (what one stream's reads find is a finding instead).
+    """
+    if sample is not None and not 0 < sample <= 100:
+        raise UsageError(f"--sample must be a percentage in (0, 100], not {sample}")
+    source = job.source
+    catalog = ctx.catalog()
+    with dataset_lock(ctx.state_dir, lock_key(job), "audit"), \
+            recorded_run(catalog, ctx.clock, name, "audit") as record:
+        result = _audit(ctx, name, job, source.host, str(source.dataset), deep=deep,
+                        sample=sample, receive_into=receive_into)
+        record.error = result.summary()
+        record.result = "failed" if result.wrong else ("partial" if result.waiting else "ok")
+        if not result.wrong and not result.waiting:
+            record.error = None
+    return result
+
+
+def _audit(ctx: Context, name: str, job: JobConfig, host: str, root: str, *, deep: bool,
+           sample: float | None, receive_into: str | None) -> AuditResult:
+    catalog = ctx.catalog()
+    cursors = catalog.cursors(job=name)
+    archives = [(name, job.archive.store)] if job.archive is not None else []
+    data = load_graph_input(catalog, host=host, below=root, archives=archives,
+                            cursors=cursors, targets=_targets(ctx, cursors))
+    covered = [s for s in data.streams if _covered(job, s.dataset)]
+    data = dataclasses.replace(
+        data, streams=covered,
+        archives=[a for a in data.archives if _covered(job, a.dataset)])
+    findings = audit_graph(data)
+    result = AuditResult(name, [], streams=len(covered))
+    stores = sorted({s.store for s in covered} | ({job.archive.store} if job.archive else set()))
+    for store in stores:
+        store_cfg = ctx.config.stores.get(store)
+        if store_cfg is None:
+            findings.append(Finding(
+                Severity.WARNING, "objects", f"store {store} holds streams of job {name} but is"
+                f" not under [stores] in {ctx.config_path}: its objects were not checked",
+                f"add [stores.{store}] back to the config", store=store))
+            continue
+        backend = open_store(store, store_cfg)
+        try:
+            findings += _audit_store(ctx, backend, job, host, root, store, deep=deep,
+                                     sample=sample, receive_into=receive_into, result=result)
+        finally:
+            backend.close()
+    chain = _chain_heads(covered)
+    result.findings = sort_findings(
+        dataclasses.replace(f, job=name, chain=f.chain if f.chain is not None or f.stream is None
+                            else chain.get(f.stream))
+        for f in findings)
+    return result
+
+
+def _chain_heads(streams) -> dict[int, int]:
+    """Stream id -> id of the full its chain starts at (streams whose parents lead to no
+    full are left out), following each parent link once."""
+    by_id = {s.id: s for s in streams}
+    head: dict[int, int | None] = {}
+    for start in streams:
+        path, cur = [], start
+        while cur is not None and cur.id not in head and len(path) <= len(by_id):
+            path.append(cur)
+            cur = None if cur.kind == "full" else by_id.get(cur.parent_id)
+        top = head.get(cur.id) if cur is not None else (
+            path[-1].id if path and path[-1].kind == "full" else None)
+        for s in path:
+            head[s.id] = top
+    return {sid: full for sid, full in head.items() if full is not None}
+
+
+def _audit_store(ctx: Context, backend, job: JobConfig, host: str, root: str, store: str, *,
+                 deep: bool, sample: float | None, receive_into: str | None,
+                 result: AuditResult) -> list[Finding]:
+    catalog = ctx.catalog()
+    every = catalog.bulk_streams(host=host, below=root, store=store)
+    mine = [s for s in every if _covered(job, s.dataset)]
+    volumes = catalog.bulk_volumes(host=host, below=root, store=store)
+    carried = catalog.bulk_carried(host=host, below=root, store=store)
+    findings = audit_objects(backend, mine, volumes, carried, [dataset_prefix(host, root)],
+                             known_streams=every,
+                             concurrency=ctx.config.stores[store].upload_concurrency)
+    if not deep:
+        return findings
+    # Streams with a volume missing or of the wrong size are reported already; reading them
+    # would only repeat it.
+    unreadable = {f.stream for f in findings if f.severity is Severity.ERROR
+                  and f.key is not None and volume_index(f.key) is not None}
+    chosen = [s for s in choose(mine, sample) if s.id not in unreadable]
+    scratch = _scratch(ctx, receive_into) if receive_into else None
+    outcome: DeepResult = DeepAudit(backend, catalog, volumes, carried, ctx.clock.now,
+                                    ctx.config.restore).run(chosen, mine, scratch)
+    result.verified += outcome.verified
+    result.bad += outcome.bad
+    result.received += outcome.received
+    result.waiting += outcome.waiting
+    if outcome.ready_by is not None:
+        result.ready_by = max(result.ready_by or outcome.ready_by, outcome.ready_by)
+    if outcome.waiting:
+        when = f" after {outcome.ready_by:%Y-%m-%d %H:%M}Z" if outcome.ready_by else " later"
+        findings.append(Finding(
+            Severity.INFO, "deep", f"{outcome.waiting} cold volume(s) in store {store} are"
+            " thawing; their streams were not read", f"run the same audit again{when}: it"
+            " continues with the streams not verified yet", store=store))
+    return findings + outcome.findings

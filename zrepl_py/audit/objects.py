@@ -1,0 +1,229 @@
+"""Audit level 2, the objects: what the store holds against what the catalog records.
+
+For each store, the dataset prefixes in scope are listed once (``Backend.list``; no request
+per object), then, per stream that is not condemned (a condemned stream's objects may be
+gone on purpose; the graph audit reports the unfinished prune):
+
+* every volume exists with the recorded size and storage class (a class changed behind
+  zbak's back, e.g. by a bucket lifecycle rule, is a warning: restores will need a thaw);
+* the manifest exists, in STANDARD class, parses (``Manifest.from_json``) and agrees with
+  the catalog: host, dataset, kind, from/to snapshot names and guids, createtxg, the
+  snapshots carried, every volume's key, sizes and SHA-256, the storage class and
+  compression (manifests are fetched in parallel, ``concurrency`` at a time);
+* objects under the prefixes that no catalogued stream owns are leftovers, reported as
+  information per stream directory: an uncatalogued stream with a manifest (``zbak catalog
+  rebuild STORE --merge`` adds it), a partial upload of an interrupted archive run
+  (``progress.json``, no manifest: the next ``zbak archive`` resumes or deletes it), or
+  anything else.
+
+The comparisons are pure functions (:func:`compare_volumes`, :func:`compare_manifest`,
+:func:`leftovers`); :func:`audit_objects` does the listing and the reads.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Mapping, Sequence
+
+from zrepl_py.archive.layout import MANIFEST, PROGRESS, is_stream_prefix
+from zrepl_py.archive.manifest import Manifest
+from zrepl_py.audit.findings import Finding, Severity
+from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow, VolumeRow
+from zrepl_py.errors import NeedsThaw, ObjectNotFound, StoreError, StreamCorrupt
+from zrepl_py.stores.base import Backend, ObjectInfo
+
+MANIFEST_CLASS = "STANDARD"
+_LOST = ("the stream and every stream applying after it cannot be restored from this store;"
+         " run `zbak archive --full` to start a new chain (and `zbak audit` again)")
+
+
+def _finding(stream: StreamRow, severity: Severity, problem: str, action: str,
+             key: str | None) -> Finding:
+    return Finding(severity, "objects", problem, action, host=stream.host,
+                   dataset=stream.dataset, store=stream.store, stream=stream.id, key=key)
+
+
+def compare_volumes(stream: StreamRow, volumes: Sequence[VolumeRow],
+                    listing: Mapping[str, ObjectInfo]) -> list[Finding]:
+    """Findings for ``stream``'s volumes (by index) against the store's ``listing``
+    (key -> ObjectInfo): missing objects, other sizes, other storage classes."""
+    found = []
+    for volume in volumes:
+        where = f"volume {volume.index} of stream {stream.id} (@{stream.to_name})"
+        info = listing.get(volume.key)
+        if info is None:
+            found.append(_finding(stream, Severity.ERROR, f"{where} is missing from store"
+                                  f" {stream.store}: {volume.key}", _LOST, volume.key))
+        elif info.size != volume.stored_bytes:
+            found.append(_finding(stream, Severity.ERROR, f"{where} has {info.size} bytes in the"
+                                  f" store, the catalog records {volume.stored_bytes}", _LOST,
+                                  volume.key))
+        elif info.storage_class != stream.storage_class:
+            found.append(_finding(
+                stream, Severity.WARNING, f"{where} is in storage class {info.storage_class},"
+                f" the catalog records {stream.storage_class}",
+                "check the bucket's lifecycle rules; restores from a cold class need a thaw"
+                " first (zbak requests it)", volume.key))
+    return found
+
+
+def compare_manifest(stream: StreamRow, volumes: Sequence[VolumeRow],
+                     carried: Sequence[CarriedSnapshot], manifest: Manifest,
+                     key: str) -> list[Finding]:
+    """Findings where ``manifest`` disagrees with the catalog's rows for ``stream``."""
+    differ: list[str] = []
+
+    def check(what: str, in_manifest: object, in_catalog: object) -> None:
+        if in_manifest != in_catalog:
+            differ.append(f"{what}: manifest {in_manifest!r}, catalog {in_catalog!r}")
+
+    check("host", manifest.host, stream.host)
+    check("dataset", manifest.dataset, stream.dataset)
+    check("kind", manifest.kind, stream.kind)
+    check("from guid", manifest.from_snap.guid if manifest.from_snap else None, stream.from_guid)
+    check("from snapshot", manifest.from_snap.name if manifest.from_snap else None,
+          stream.from_name)
+    check("to guid", manifest.to_snap.guid, stream.to_guid)
+    check("to snapshot", manifest.to_snap.name, stream.to_name)
+    check("to createtxg", manifest.to_snap.createtxg, stream.to_createtxg)
+    check("storage class", manifest.storage_class, stream.storage_class)
+    check("compression", manifest.compression, stream.compression)
+    check("raw bytes", manifest.raw_bytes, stream.raw_bytes)
+    check("stored bytes", manifest.stored_bytes, stream.stored_bytes)
+    if carried:
+        check("snapshots carried", [(s.name, s.guid) for s in manifest.snapshots],
+              [(c.name, c.guid) for c in carried])
+    check("volume count", len(manifest.volumes), len(volumes))
+    for mine, theirs in zip(manifest.volumes, volumes):
+        check(f"volume {theirs.index}", (mine.key, mine.raw_bytes, mine.stored_bytes, mine.sha256),
+              (theirs.key, theirs.raw_bytes, theirs.stored_bytes, theirs.sha256))
+    if not differ:
+        return []
+    return [_finding(stream, Severity.ERROR, f"the manifest of stream {stream.id}"
+                     f" (@{stream.to_name}) disagrees with the catalog: {'; '.join(differ[:5])}"
+                     + (f" and {len(differ) - 5} more" if len(differ) > 5 else ""),
+                     "find out which side is right: `zbak audit --deep` reads the volumes; a"
+                     " wrong catalog row is fixed by `zbak catalog rebuild`", key)]
+
+
+def leftovers(listing: Mapping[str, ObjectInfo], known: set[str],
+              known_prefixes: set[str], store: str) -> list[Finding]:
+    """Information findings for objects no catalogued stream owns, one per stream directory.
+
+    Args:
+        listing: key -> ObjectInfo under the audited prefixes.
+        known: every key the catalog records (volumes, manifests) in ``store``.
+        known_prefixes: the object prefixes (ending in ``/``) of catalogued streams.
+        store: the store's name.
+    """
+    groups: dict[str, list[str]] = {}
+    for key in listing:
+        if key not in known:
+            head = key.rpartition("/")[0] + "/"
+            groups.setdefault(head, []).append(key.rpartition("/")[2])
+    found = []
+    for head in sorted(groups):
+        leaves = sorted(groups[head])
+        if head in known_prefixes:
+            if leaves == [PROGRESS]:
+                problem = (f"a stale {PROGRESS} of a finished upload is left in {head}")
+                action = "nothing to do; the next `zbak archive` removes it"
+            else:
+                problem = (f"{len(leaves)} object(s) in {head} not in the catalog:"
+                           f" {', '.join(leaves[:5])}")
+                action = "check what wrote them; zbak does not use them"
+        elif is_stream_prefix(head) and MANIFEST in leaves:
+            problem = f"stream {head} has a manifest but is not in the catalog"
+            action = f"`zbak catalog rebuild {store} --merge` adds it to the catalog"
+        elif is_stream_prefix(head) and PROGRESS in leaves:
+            problem = (f"{head} is a partial upload of an interrupted archive run"
+                       f" ({len(leaves)} object(s))")
+            action = "the next `zbak archive` resumes or deletes it"
+        else:
+            problem = (f"{len(leaves)} object(s) in {head} not in the catalog:"
+                       f" {', '.join(leaves[:5])}")
+            action = "check what wrote them; zbak does not use them"
+        found.append(Finding(Severity.INFO, "objects", problem, action, store=store, key=head))
+    return found
+
+
+def _read_manifest(backend: Backend, key: str) -> Manifest:
+    return Manifest.from_json(b"".join(backend.get(key)), f"{backend.name}:{key}")
+
+
+def audit_objects(
+    backend: Backend,
+    streams: Sequence[StreamRow],
+    volumes: Mapping[int, Sequence[VolumeRow]],
+    carried: Mapping[int, Sequence[CarriedSnapshot]],
+    prefixes: Sequence[str],
+    *,
+    known_streams: Sequence[StreamRow] | None = None,
+    concurrency: int = 4,
+) -> list[Finding]:
+    """Check the objects of ``streams`` (all in ``backend``'s store) and list leftovers.
+
+    Args:
+        backend: the store.
+        streams: the streams to check (condemned ones are skipped).
+        volumes: their volume rows by stream id.
+        carried: their carried snapshots by stream id.
+        prefixes: key prefixes to list (``layout.dataset_prefix`` of each audited tree).
+        known_streams: every catalogued stream of the store under ``prefixes`` (also other
+            jobs'), so their objects are not leftovers; default ``streams``.
+        concurrency: manifests read at once.
+
+    Raises:
+        StoreError: listing the store failed (a manifest that cannot be read is a finding).
+    """
+    listing: dict[str, ObjectInfo] = {}
+    for prefix in prefixes:
+        for info in backend.list(prefix):
+            listing[info.key] = info
+    findings: list[Finding] = []
+    reads = []
+    for stream in streams:
+        if stream.state == "condemned":
+            continue
+        findings += compare_volumes(stream, volumes.get(stream.id, ()), listing)
+        key = stream.object_prefix + MANIFEST
+        info = listing.get(key)
+        if info is None:
+            findings.append(_finding(stream, Severity.WARNING, f"the manifest of stream"
+                                     f" {stream.id} (@{stream.to_name}) is missing: {key}",
+                                     "the stream restores without it, but `zbak catalog rebuild`"
+                                     " cannot recover it; it is rewritten only by a new chain",
+                                     key))
+            continue
+        if info.storage_class != MANIFEST_CLASS:
+            findings.append(_finding(stream, Severity.WARNING, f"the manifest {key} is in"
+                                     f" storage class {info.storage_class}, not {MANIFEST_CLASS}",
+                                     "check the bucket's lifecycle rules: manifests must stay"
+                                     " readable without a thaw", key))
+        reads.append((stream, key))
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency))
+    try:
+        futures = [(stream, key, pool.submit(_read_manifest, backend, key))
+                   for stream, key in reads]
+        for stream, key, future in futures:
+            try:
+                manifest = future.result()
+            except (StreamCorrupt, ObjectNotFound, NeedsThaw, StoreError) as exc:
+                findings.append(_finding(stream, Severity.ERROR, f"the manifest of stream"
+                                         f" {stream.id} cannot be read: {exc}",
+                                         "`zbak catalog rebuild` cannot use it; check the store",
+                                         key))
+                continue
+            findings += compare_manifest(stream, volumes.get(stream.id, ()),
+                                         carried.get(stream.id, ()), manifest, key)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    known: set[str] = set()
+    known_prefixes: set[str] = set()
+    for stream in known_streams if known_streams is not None else streams:
+        known_prefixes.add(stream.object_prefix)
+        known.add(stream.object_prefix + MANIFEST)
+    for rows in volumes.values():
+        known.update(v.key for v in rows)
+    findings += leftovers(listing, known, known_prefixes, backend.name)
+    return findings

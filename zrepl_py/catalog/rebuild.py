@@ -1,0 +1,179 @@
+"""``zbak catalog rebuild STORE``: the catalog's streams re-created from the manifests alone.
+
+After the database is lost (DESIGN.md "Archive": the catalog can be rebuilt from manifests
+alone), every ``manifest.json`` under the store is read and parsed (``Manifest.from_json``),
+and its stream, volumes and carried snapshots are added in chain order: per dataset by the
+to-snapshot's createtxg, fulls before incrementals ending at the same snapshot, so a parent
+is always in before its children. An incremental's parent is the stream of the same host,
+dataset and store whose to-guid is its from-guid; when several match (a chain tip and a newer
+full of the same snapshot), the one created last before the incremental wins, then a full
+(what ``zbak archive`` continues: the newest chain). Rebuilt streams are ``uploaded``
+(``uploaded_at`` = the manifest's time): verification is not in the manifests, ``zbak audit
+--deep`` verifies them again.
+
+A store that already has streams in the catalog is refused unless ``merge``: then only the
+streams whose prefix the catalog lacks are added. Manifests that cannot be parsed, and
+incrementals whose parent is nowhere, are skipped and reported; prefixes with volumes but no
+manifest (an interrupted upload) are not streams.
+
+Snapshot rows (the ``snapshots`` table) are not in the manifests: the next ``zbak snapshot``,
+``archive`` or ``prune`` lists the source and records them again.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+from zrepl_py.archive.layout import MANIFEST, is_stream_prefix
+from zrepl_py.archive.manifest import Manifest
+from zrepl_py.catalog.repository import Catalog, CarriedSnapshot, NewStream, NewVolume, StreamRow
+from zrepl_py.errors import CatalogError, StoreError, StreamCorrupt, UsageError
+from zrepl_py.stores.base import Backend
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A manifest not turned into a stream: its key and why."""
+
+    key: str
+    why: str
+
+
+@dataclasses.dataclass
+class RebuildResult:
+    """What a rebuild did: manifests found, stream ids added (chain order), prefixes already
+    in the catalog (with ``merge``), and manifests skipped with the reason."""
+
+    store: str
+    manifests: int = 0
+    added: list[int] = dataclasses.field(default_factory=list)
+    present: list[str] = dataclasses.field(default_factory=list)
+    skipped: list[Skipped] = dataclasses.field(default_factory=list)
+
+
+def read_manifests(backend: Backend,
+                   concurrency: int = 4) -> tuple[list[tuple[str, Manifest]], list[Skipped]]:
+    """Every stream manifest in the store as ``(key, Manifest)``, and the unreadable ones.
+
+    Raises:
+        StoreError: listing the store failed.
+    """
+    keys = [info.key for info in backend.list("")
+            if info.key.endswith("/" + MANIFEST)
+            and is_stream_prefix(info.key[: -len(MANIFEST)])]
+    found, skipped = [], []
+
+    def read(key: str) -> Manifest:
+        return Manifest.from_json(b"".join(backend.get(key)), f"{backend.name}:{key}")
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency))
+    try:
+        for key, future in [(k, pool.submit(read, k)) for k in keys]:
+            try:
+                found.append((key, future.result()))
+            except (StreamCorrupt, StoreError) as exc:
+                skipped.append(Skipped(key, str(exc)))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return found, skipped
+
+
+def chain_order(manifests: Sequence[tuple[str, Manifest]]) -> list[tuple[str, Manifest]]:
+    """Manifests ordered so every parent comes before its children (pure)."""
+    return sorted(manifests, key=lambda km: (km[1].host, km[1].dataset, km[1].to_snap.createtxg,
+                                             km[1].kind != "full", km[1].created_at, km[0]))
+
+
+def pick_parent(manifest: Manifest, candidates: Sequence[StreamRow]) -> StreamRow | None:
+    """The stream an incremental applies on among ``candidates`` (same host, dataset and
+    store, ``to_guid`` = its from-guid, not bad or condemned): created last no later than it,
+    a full on ties (see the module docstring); None when there is none (pure)."""
+    usable = [s for s in candidates if s.state in ("uploaded", "verified")]
+    if not usable:
+        return None
+    before = [s for s in usable if s.created_at <= manifest.created_at] or usable
+    return max(before, key=lambda s: (s.created_at, s.kind == "full", s.id))
+
+
+def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool = False,
+                  concurrency: int = 4) -> RebuildResult:
+    """Re-create the catalog's streams of ``store`` from its manifests (module docstring).
+
+    Args:
+        catalog: the (migrated) catalog to fill.
+        backend: the store's backend.
+        store: the store's name in the config (recorded in every stream row).
+        merge: add only what is missing when the catalog already has streams of the store.
+        concurrency: manifests read at once.
+
+    Raises:
+        UsageError: the catalog already has streams of ``store`` and ``merge`` is False.
+        StoreError: the store could not be listed.
+        CatalogError: the database failed.
+    """
+    existing = catalog.bulk_streams(store=store)
+    if existing and not merge:
+        raise UsageError(f"the catalog already has {len(existing)} stream(s) of store {store};"
+                         " pass --merge to add only the missing ones")
+    result = RebuildResult(store)
+    manifests, result.skipped = read_manifests(backend, concurrency)
+    result.manifests = len(manifests) + len(result.skipped)
+    known = {s.object_prefix for s in existing}
+    by_tip: dict[tuple[str, str, int], list[StreamRow]] = {}
+    for s in existing:
+        by_tip.setdefault((s.host, s.dataset, s.to_guid), []).append(s)
+    for key, manifest in chain_order(manifests):
+        prefix = key[: -len(MANIFEST)]
+        if prefix in known:
+            result.present.append(prefix)
+            continue
+        parent = None
+        if manifest.kind == "incremental":
+            parent = pick_parent(manifest, by_tip.get(
+                (manifest.host, manifest.dataset, manifest.from_snap.guid), []))
+            if parent is None:
+                result.skipped.append(Skipped(key, f"no stream ends at @{manifest.from_snap.name}"
+                                               f" (guid {manifest.from_snap.guid}), the snapshot"
+                                               " this incremental applies on"))
+                continue
+        try:
+            stream_id = catalog.add_stream(_new_stream(manifest, store, prefix, parent),
+                                           _volumes(manifest), _carried(manifest))
+        except CatalogError as exc:
+            result.skipped.append(Skipped(key, str(exc)))
+            continue
+        row = catalog.stream(stream_id)
+        by_tip.setdefault((row.host, row.dataset, row.to_guid), []).append(row)
+        known.add(prefix)
+        result.added.append(stream_id)
+    for skip in result.skipped:
+        log.warning("rebuild of store %s: skipped %s: %s", store, skip.key, skip.why)
+    return result
+
+
+def _new_stream(manifest: Manifest, store: str, prefix: str, parent: StreamRow | None) -> NewStream:
+    return NewStream(
+        host=manifest.host, dataset=manifest.dataset, store=store, kind=manifest.kind,
+        to_guid=manifest.to_snap.guid, to_name=manifest.to_snap.name,
+        to_createtxg=manifest.to_snap.createtxg, object_prefix=prefix,
+        storage_class=manifest.storage_class, compression=manifest.compression,
+        created_at=manifest.created_at, parent_id=parent.id if parent else None,
+        from_guid=manifest.from_snap.guid if manifest.from_snap else None,
+        from_name=manifest.from_snap.name if manifest.from_snap else None,
+        raw_bytes=manifest.raw_bytes, stored_bytes=manifest.stored_bytes,
+        state="uploaded", uploaded_at=manifest.created_at,
+    )
+
+
+def _volumes(manifest: Manifest) -> list[NewVolume]:
+    return [NewVolume(v.index, v.key, v.raw_bytes, v.stored_bytes, v.sha256)
+            for v in manifest.volumes]
+
+
+def _carried(manifest: Manifest) -> list[CarriedSnapshot]:
+    return [CarriedSnapshot(s.name, s.guid, s.createtxg) for s in manifest.snapshots]

@@ -1,0 +1,52 @@
+"""``zbak catalog rebuild STORE [--merge] [--json]``: the catalog's streams from the manifests."""
+
+from __future__ import annotations
+
+import click
+
+from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
+from zrepl_py.errors import ExitStatus, UsageError
+
+
+@click.group("catalog")
+def command() -> None:
+    """Maintain the catalog itself."""
+
+
+@command.command("rebuild")
+@click.argument("store")
+@click.option("--merge", is_flag=True,
+              help="Add only the streams the catalog lacks (the store already has some).")
+@json_option
+@pass_invocation
+def rebuild(inv: Invocation, store: str, merge: bool, as_json: bool) -> ExitStatus:
+    """Re-create the streams, volumes and carried snapshots of STORE from the manifests in it
+    (after the catalog was lost; run `zbak init` first on an empty database). Rebuilt streams
+    are unverified: run `zbak audit --deep` afterwards."""
+    from zrepl_py.catalog.rebuild import rebuild_store  # noqa: PLC0415 (boto3 only here)
+    from zrepl_py.stores.open import open_store  # noqa: PLC0415
+
+    with inv.context() as ctx:
+        cfg = ctx.config.stores.get(store)
+        if cfg is None:
+            known = ", ".join(ctx.config.stores) or "none"
+            raise UsageError(f"store {store!r} is not under [stores] in {ctx.config_path}"
+                             f" (stores: {known})")
+        backend = open_store(store, cfg)
+        try:
+            result = rebuild_store(ctx.catalog(), backend, store, merge=merge,
+                                   concurrency=cfg.upload_concurrency)
+        finally:
+            backend.close()
+    if as_json:
+        emit_json({"store": store, "manifests": result.manifests, "added": result.added,
+                   "present": result.present,
+                   "skipped": [{"key": s.key, "why": s.why} for s in result.skipped]})
+    else:
+        click.echo(f"store {store}: {result.manifests} manifest(s), {len(result.added)} stream(s)"
+                   f" added, {len(result.present)} already in the catalog,"
+                   f" {len(result.skipped)} skipped")
+        if result.skipped:
+            emit_table("skipped manifests", ["manifest", "why"],
+                       [(s.key, s.why) for s in result.skipped])
+    return ExitStatus.FAILED if result.skipped else ExitStatus.OK

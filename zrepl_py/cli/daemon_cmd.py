@@ -1,0 +1,79 @@
+"""``zbak daemon``: run the scheduler in the foreground until SIGTERM or SIGINT (systemd
+``Type=simple``); exits 0 after a clean stop. See ``zrepl_py.daemon``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import click
+
+from zrepl_py.cli.common import Invocation, pass_invocation
+from zrepl_py.errors import ExitStatus
+
+
+@click.command("daemon")
+@click.option("--log-format", type=click.Choice(["human", "json"]), default=None,
+              help="Log lines as text or one JSON object per line (default: [daemon] log_format).")
+@pass_invocation
+def command(inv: Invocation, log_format: str | None) -> ExitStatus:
+    """Run every job's snapshot, replicate, archive, prune and audit on their schedules.
+
+    Runs missed while the daemon was down run once at start-up. Each run takes the same
+    per-dataset lock as a manual run. SIGTERM stops running transfers cleanly and exits 0.
+    """
+    from zrepl_py.config.loading import load_config
+    from zrepl_py.daemon.logs import configure
+    from zrepl_py.daemon.scheduler import Daemon
+
+    path = inv.config_file
+    config = load_config(path)
+    configure(log_format or config.daemon.log_format, "DEBUG" if inv.debug else config.log_level)
+    daemon = Daemon(config, path, env={**os.environ, **inv.env}, debug=inv.debug)
+    dispatcher, server = _operations(daemon, config, path)
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, lambda signum, frame: daemon.stop())
+                    for sig in (signal.SIGTERM, signal.SIGINT)}  # fmt: skip
+    else:  # an in-process caller (tests) stops it with daemon.stop()
+        previous = {}
+    try:
+        return daemon.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if server is not None:
+            server.shutdown()
+        dispatcher.close()
+
+
+STALENESS_EVERY = 300.0  # seconds between staleness checks: alerts come within minutes
+
+
+def _operations(daemon, config, path):
+    """Register alerts, the staleness check and metrics with ``daemon``; return the alert
+    dispatcher and the metrics HTTP server (or None)."""
+    from zrepl_py import metrics
+    from zrepl_py.alerts import check_staleness, install
+    from zrepl_py.clock import SystemClock
+    from zrepl_py.context import Context
+
+    clock = SystemClock()
+    started = clock.now()
+    ctx = Context(config=config, config_path=path)
+    dispatcher = install(config.alerts)
+    daemon.add_task("staleness", STALENESS_EVERY,
+                    lambda: check_staleness(ctx.catalog(), config, clock.now(), since=started))
+    registry, collector = metrics.registry_for(ctx)
+    server = None
+    if config.metrics.listen is not None:
+        server = metrics.serve(registry, config.metrics.listen_address())
+    if config.metrics.textfile is not None:
+        textfile = config.metrics.textfile
+
+        def refresh(job: str, action: str, code: int) -> None:
+            collector.refresh_held()
+            metrics.write_textfile(ctx, textfile, registry=registry)
+
+        daemon.after_run(refresh)
+    return dispatcher, server

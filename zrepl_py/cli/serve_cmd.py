@@ -1,0 +1,57 @@
+"""``zbak serve --root POOL/PATH``: the SSH forced command of a least-privilege remote side.
+
+Put in ``authorized_keys`` on the backup host (or a pull source), never run by hand::
+
+    command="zbak serve --root backup/replicas",restrict ssh-ed25519 AAAA... zbak@master
+
+It reads ``$SSH_ORIGINAL_COMMAND``, runs it if it is one of the commands zbak issues on
+datasets inside the root, and otherwise exits 126 with the reason on stderr and in the log
+(``zrepl_py.serve``). It reads no config file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from zrepl_py.cli.common import Invocation, pass_invocation
+from zrepl_py.errors import InvalidName, UsageError
+from zrepl_py.serve.execute import audit_logger, exit_now, serve
+from zrepl_py.serve.policy import Policy
+from zrepl_py.zfs.names import DatasetName, check_short_name
+
+
+@click.command("serve")
+@click.option("--root", "roots", multiple=True, required=True, metavar="POOL/PATH",
+              help="Allow datasets at or below this one (repeatable).")
+@click.option("--allow-destroy-own", is_flag=True,
+              help="Allow destroying zbak's own snapshots/bookmarks and zfs rollback "
+                   "(on_divergence = rollback, replica retention, source prune).")
+@click.option("--allow-force-receive", is_flag=True,
+              help="Allow zfs receive -F (zbak never asks for it).")
+@click.option("--prefix", default="zbak", show_default=True,
+              help="Snapshot prefix marking zbak's own snapshots.")
+@click.option("--log", "log_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Append the audit log here (default: syslog, authpriv).")
+@click.option("--zfs", "zfs_path", default="zfs", show_default=True, help="zfs to execute.")
+@click.option("--zpool", "zpool_path", default="zpool", show_default=True,
+              help="zpool to execute.")
+@click.option("--zstd", "zstd_path", default="zstd", show_default=True, help="zstd to execute.")
+@pass_invocation
+def command(inv: Invocation, roots: tuple[str, ...], allow_destroy_own: bool,
+            allow_force_receive: bool, prefix: str, log_file: Path | None, zfs_path: str,
+            zpool_path: str, zstd_path: str) -> None:
+    """Run $SSH_ORIGINAL_COMMAND if zbak may (SSH forced command); exit 126 otherwise."""
+    try:
+        policy = Policy(
+            roots=tuple(DatasetName(root) for root in roots),
+            allow_destroy_own=allow_destroy_own,
+            allow_force_receive=allow_force_receive,
+            prefix=check_short_name(prefix, "snapshot prefix"),
+            zfs=zfs_path, zpool=zpool_path, zstd=zstd_path,
+        )  # fmt: skip
+    except InvalidName as exc:
+        raise UsageError(f"zbak serve: {exc}") from None
+    log = audit_logger(log_file)
+    exit_now(serve(inv.env.get("SSH_ORIGINAL_COMMAND"), policy, log=log, env=inv.env))

@@ -1,0 +1,126 @@
+"""Which action of which job the daemon runs when: one ``Entry`` per (job, action) (pure).
+
+Cron lines come from ``[jobs.NAME.snapshot|replicate|archive] schedule`` and ``[daemon]
+prune_schedule`` / ``audit_schedule``; ``[daemon] every`` replaces an action's cron line by a
+fixed interval for every job (see ``DaemonConfig``). Entries are compared across restarts by
+``Entry.name``, which spells the schedule: a changed schedule replaces the stored job (its
+next run is computed afresh), an unchanged one keeps the stored next-run time, which is how
+a run missed while the daemon was down is found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Collection
+
+from zrepl_py.config.schema import DAEMON_ACTIONS, Config, JobConfig
+
+UTC = dt.timezone.utc
+INTERVAL_ORIGIN = dt.datetime(2000, 1, 1, tzinfo=UTC)
+"""Interval runs fall on whole multiples of the interval from this instant, so a restart
+keeps their phase and the stored job still matches."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One scheduled action of one job.
+
+    Attributes:
+        job: the ``[jobs.NAME]`` key.
+        action: one of ``DAEMON_ACTIONS``.
+        cron: a five-field crontab line (UTC), or None when ``every`` is set.
+        every: seconds between runs, or None for a cron schedule.
+    """
+
+    job: str
+    action: str
+    cron: str | None = None
+    every: float | None = None
+
+    @property
+    def id(self) -> str:
+        """The job store id, ``JOB:ACTION`` (job names hold no ``:``)."""
+        return f"{self.job}:{self.action}"
+
+    @property
+    def schedule(self) -> str:
+        """``cron 0 2 * * *`` or ``every 5s``."""
+        return f"cron {self.cron}" if self.cron is not None else f"every {self.every:g}s"
+
+    @property
+    def name(self) -> str:
+        """``JOB ACTION (SCHEDULE)``: what the job store keeps to recognise an unchanged entry."""
+        return f"{self.job} {self.action} ({self.schedule})"
+
+    @property
+    def order(self) -> int:
+        """Rank among a job's actions due together: snapshot first, audit last."""
+        return DAEMON_ACTIONS.index(self.action)
+
+
+def _cron(config: Config, job: JobConfig, action: str) -> str | None:
+    if action == "snapshot":
+        return job.snapshot.schedule
+    if action == "replicate":
+        return job.replicate.schedule if job.replicate is not None else None
+    if action == "archive":
+        return job.archive.schedule if job.archive is not None else None
+    if action == "prune":
+        return config.daemon.prune_schedule
+    return config.daemon.audit_schedule
+
+
+def _has_section(job: JobConfig, action: str) -> bool:
+    if action == "replicate":
+        return job.replicate is not None
+    if action == "archive":
+        return job.archive is not None
+    return True
+
+
+def plan_entries(config: Config, available: Collection[str] = DAEMON_ACTIONS) -> list[Entry]:
+    """Every (job, action) the daemon schedules, in config order, actions in DAEMON_ACTIONS order.
+
+    Args:
+        config: the validated config.
+        available: the actions this installation can run (``audit`` is left out where the
+            ``zbak audit`` command is not installed).
+    """
+    entries = []
+    for name, job in config.jobs.items():
+        for action in DAEMON_ACTIONS:
+            if action not in available or not _has_section(job, action):
+                continue
+            cron = _cron(config, job, action)
+            if cron is None:
+                continue
+            every = config.daemon.every.get(action)  # type: ignore[call-overload]
+            if every is not None:
+                entries.append(Entry(name, action, every=every.total_seconds()))
+            else:
+                entries.append(Entry(name, action, cron=cron))
+    return entries
+
+
+def make_trigger(entry: Entry):
+    """The APScheduler trigger of ``entry``: a crontab line with crontab(5)'s meaning
+    (``daemon.crontab``, UTC) or an ``IntervalTrigger`` anchored at ``INTERVAL_ORIGIN``."""
+    from apscheduler.triggers.interval import IntervalTrigger
+
+    from zrepl_py.daemon.crontab import crontab_trigger
+
+    if entry.cron is not None:
+        return crontab_trigger(entry.cron)
+    assert entry.every is not None
+    return IntervalTrigger(seconds=entry.every, start_date=INTERVAL_ORIGIN, timezone=UTC)
+
+
+def missed_runs(trigger, since: dt.datetime, now: dt.datetime, limit: int = 1000) -> int:
+    """How many fire times of ``trigger`` lie in ``[since, now]`` (at most ``limit``)."""
+    count, fire = 0, since
+    while fire is not None and fire <= now and count < limit:
+        count += 1
+        # (previous, now): both APScheduler 3 triggers answer the first fire time after it.
+        fire = trigger.get_next_fire_time(fire, fire + dt.timedelta(microseconds=1))
+    return count

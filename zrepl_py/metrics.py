@@ -1,0 +1,220 @@
+"""Prometheus metrics: the facts of ``zbak status`` as gauges (prometheus_client).
+
+Two ways out, both configured under ``[metrics]``:
+
+* ``listen = "127.0.0.1:9811"``: ``zbak daemon`` serves ``http://HOST:PORT/metrics``
+  (``serve``). Each scrape reads the catalog afresh (a few indexed queries per job), so
+  manual runs show up too; held bytes need the source host and are read by ``refresh_held``
+  (the daemon calls it after every run), never during a scrape.
+* ``textfile = "/var/lib/node_exporter/zbak.prom"``: rewritten atomically (a temporary file
+  in the same directory, then rename(2)) by ``write_textfile``, which the daemon calls after
+  every run and ``zbak status --prom-textfile PATH`` calls on demand (cron without a daemon).
+
+Metrics (labels in braces; ``target`` is "" for actions without one; times are Unix seconds
+UTC, sizes bytes):
+
+==============================================  ===============================================
+``zbak_last_success_timestamp_seconds``          {job, action, target} end of the newest ok run
+``zbak_last_run_timestamp_seconds``              {job, action, target} start of the newest run
+``zbak_last_run_ok``                             {job, action, target} 1 ok, 0 failed/partial
+``zbak_last_run_bytes``                          {job, action, target} bytes moved by it
+``zbak_running_since_timestamp_seconds``         {job, action, target} a run marked running
+``zbak_replication_lag_seconds``                 {job, target, dataset} see ``zrepl_py.status``
+``zbak_replication_lag_snapshots``               {job, target, dataset}
+``zbak_archive_chain_length``                    {job, dataset, store} streams, full included
+``zbak_archive_chain_stored_bytes``              {job, dataset, store}
+``zbak_audit_ok``                                {job} newest audit run: 1 ok, 0 found problems
+``zbak_held_bytes``                              {job} bytes pinned by zbak's holds
+``zbak_snapshots``                               {job} live snapshots under the source
+==============================================  ===============================================
+
+A never-replicated target has no lag sample (absent, not zero); alert on
+``time() - zbak_last_success_timestamp_seconds`` for staleness.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from zrepl_py.status import Held, JobStatus, job_status, read_held
+
+log = logging.getLogger(__name__)
+
+_RUN = ["job", "action", "target"]
+_OK = {"ok": 1.0, "failed": 0.0, "partial": 0.0}
+
+
+def _ts(value) -> float:
+    return value.timestamp()
+
+
+def families(states: Sequence[JobStatus]) -> list[Metric]:
+    """The metric families for ``states`` (pure; see the module doc for names and labels)."""
+    success = GaugeMetricFamily("zbak_last_success_timestamp_seconds",
+                                "End of the newest successful run (Unix seconds).", labels=_RUN)
+    started = GaugeMetricFamily("zbak_last_run_timestamp_seconds",
+                                "Start of the newest run (Unix seconds).", labels=_RUN)
+    run_ok = GaugeMetricFamily("zbak_last_run_ok",
+                               "1 when the newest finished run ended ok, 0 when it failed.",
+                               labels=_RUN)
+    run_bytes = GaugeMetricFamily("zbak_last_run_bytes",
+                                  "Bytes moved by the newest finished run.", labels=_RUN)
+    running = GaugeMetricFamily("zbak_running_since_timestamp_seconds",
+                                "Start of a run still marked running (Unix seconds).", labels=_RUN)
+    lag_s = GaugeMetricFamily("zbak_replication_lag_seconds",
+                              "Newest source snapshot's creation minus the replica cursor's.",
+                              labels=["job", "target", "dataset"])
+    lag_n = GaugeMetricFamily("zbak_replication_lag_snapshots",
+                              "Source snapshots newer than the replica cursor.",
+                              labels=["job", "target", "dataset"])
+    chain_len = GaugeMetricFamily("zbak_archive_chain_length",
+                                  "Streams in the current archive chain, the full included.",
+                                  labels=["job", "dataset", "store"])
+    chain_bytes = GaugeMetricFamily("zbak_archive_chain_stored_bytes",
+                                    "Stored bytes of the current archive chain.",
+                                    labels=["job", "dataset", "store"])
+    audit = GaugeMetricFamily("zbak_audit_ok",
+                              "1 when the newest audit run ended ok, 0 when it found problems.",
+                              labels=["job"])
+    held = GaugeMetricFamily("zbak_held_bytes",
+                             "Bytes of source snapshots pinned by zbak's holds.", labels=["job"])
+    snaps = GaugeMetricFamily("zbak_snapshots", "Live catalogued snapshots under the source.",
+                              labels=["job"])
+    for state in states:
+        job = state.job
+        snaps.add_metric([job], state.snapshots)
+        for s in state.last_success:
+            success.add_metric([job, s.action, s.target or ""], _ts(s.time))
+        for run in state.last_runs:
+            labels = [job, run.action, run.target or ""]
+            started.add_metric(labels, _ts(run.started_at))
+            if run.result == "running":
+                running.add_metric(labels, _ts(run.started_at))
+                continue
+            run_ok.add_metric(labels, _OK.get(run.result, 0.0))
+            run_bytes.add_metric(labels, run.bytes)
+            if run.action == "audit" and run.target is None:
+                audit.add_metric([job], _OK.get(run.result, 0.0))
+        for target in state.targets:
+            for d in target.datasets:
+                if d.lag_seconds is not None:
+                    lag_s.add_metric([job, target.target, d.dataset], d.lag_seconds)
+                if d.lag_snapshots is not None:
+                    lag_n.add_metric([job, target.target, d.dataset], d.lag_snapshots)
+        for chain in state.chains:
+            chain_len.add_metric([job, chain.dataset, chain.store], chain.length)
+            chain_bytes.add_metric([job, chain.dataset, chain.store], chain.stored_bytes)
+        if state.held_bytes is not None:
+            held.add_metric([job], state.held_bytes)
+    return [success, started, run_ok, run_bytes, running, lag_s, lag_n, chain_len, chain_bytes,
+            audit, held, snaps]
+
+
+class StatusCollector(Collector):
+    """A prometheus_client collector reading ``ctx``'s catalog at every scrape.
+
+    Held bytes are cached: ``refresh_held`` reads them from the source hosts (the daemon
+    calls it after each run); a scrape never dials a host. A catalog that cannot be read
+    yields no samples for that scrape (logged), so the endpoint keeps answering.
+
+    Args:
+        ctx: a ``zrepl_py.context.Context`` kept open by the caller (the daemon's).
+    """
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+        self._held: dict[str, Held] = {}
+        self._lock = threading.Lock()
+
+    def refresh_held(self) -> None:
+        """Read every job's held bytes now (one ``zfs get`` per job's source host)."""
+        found = {name: read_held(self._ctx, name, job) for name, job in self._ctx.config.jobs.items()}
+        with self._lock:
+            self._held = found
+
+    def states(self) -> list[JobStatus]:
+        """Every job's status from the catalog, with the cached held bytes.
+
+        Raises:
+            CatalogError: the catalog cannot be read.
+        """
+        catalog, now = self._ctx.catalog(), self._ctx.clock.now()
+        with self._lock:
+            held = dict(self._held)
+        return [job_status(catalog, name, job, now, held=held.get(name), next_runs={})
+                for name, job in self._ctx.config.jobs.items()]
+
+    def collect(self) -> Iterable[Metric]:
+        """Called by prometheus_client at each scrape or textfile write."""
+        from zrepl_py.errors import ZbakError
+
+        try:
+            states = self.states()
+        except ZbakError as exc:
+            log.error("metrics: cannot read the catalog: %s", exc)
+            return []
+        return families(states)
+
+
+class _Fixed(Collector):
+    def __init__(self, states: Sequence[JobStatus]):
+        self._states = states
+
+    def collect(self) -> Iterable[Metric]:
+        return families(self._states)
+
+
+def registry_for(ctx) -> tuple[CollectorRegistry, StatusCollector]:
+    """A fresh registry holding one StatusCollector for ``ctx`` (no process metrics)."""
+    registry = CollectorRegistry(auto_describe=False)
+    collector = StatusCollector(ctx)
+    registry.register(collector)
+    return registry, collector
+
+
+def serve(registry: CollectorRegistry, listen: tuple[str, int]):
+    """Serve ``registry`` at ``http://HOST:PORT/metrics`` from a daemon thread.
+
+    Args:
+        listen: ``(host, port)``, e.g. ``MetricsConfig.listen_address()``; port 0 picks one.
+
+    Returns:
+        The ``wsgiref`` server (``server.server_port`` is the bound port; call
+        ``server.shutdown()`` to stop it).
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    server, _thread = start_http_server(listen[1], addr=listen[0], registry=registry)
+    log.info("metrics served at http://%s:%d/metrics", listen[0], server.server_port)
+    return server
+
+
+def write_textfile(ctx, path: Path | str, *, states: Sequence[JobStatus] | None = None,
+                   registry: CollectorRegistry | None = None) -> None:
+    """Write the metrics to ``path`` for node_exporter's textfile collector, atomically.
+
+    Args:
+        ctx: the Context (used when neither ``states`` nor ``registry`` is given).
+        states: statuses already computed (``zbak status``), else read now with held bytes.
+        registry: a registry to write instead (the daemon's, with its cached held bytes).
+
+    Raises:
+        OSError: the file or its temporary sibling cannot be written.
+        CatalogError: the catalog cannot be read (only when ``states`` is None).
+    """
+    if registry is None:
+        if states is None:
+            from zrepl_py.status import job_statuses
+
+            states = job_statuses(ctx)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Fixed(states))
+    write_to_textfile(str(path), registry)

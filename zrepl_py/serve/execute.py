@@ -1,0 +1,221 @@
+"""Run what ``policy.check`` approved, without a shell, and keep an audit log of every request.
+
+- One command: ``os.execvpe`` replaces the zbak process, so stdin, stdout and stderr are the
+  ssh session's own and no Python stays in the data path.
+- A two-command pipeline (``zstd -d | zfs receive``, ``zfs send | zstd``): both start with
+  ``subprocess.Popen`` (argv lists), the first one's stdout is the second one's stdin (a pipe
+  between the two processes; zbak serve only waits), SIGTERM/SIGHUP/SIGINT received by zbak
+  serve are passed on to both. The exit status is that of the last stage that failed
+  (``pipefail``): a ``zfs send`` that dies shows through its zstd.
+- A real ``zfs send -t TOKEN``: before it runs, a snapshot with the token's ``toguid`` must
+  exist at or below the token's dataset (``zfs get -Hp -r -o name,value guid DS``), because
+  zfs picks the snapshot by guid (``serve.token``).
+
+Commands run with a scrubbed environment (``PATH``, ``HOME``, ``USER``, ``LOGNAME``,
+``LANG``, ``LC_ALL``, nothing else), so variables a client might pass through sshd
+(``AcceptEnv``) reach neither zfs nor zstd.
+
+The audit log gets one line per request: ``ALLOWED`` or ``REFUSED`` with the reason, the
+client (``$SSH_CLIENT``) and the request (``repr``, so a newline cannot forge a line). It
+goes to ``--log FILE`` (appended, created 0600) or to syslog (``/dev/log``, facility
+``authpriv``, ident ``zbak-serve``), never to stderr: stderr belongs to the zfs command, whose
+messages zbak parses on the other end.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Mapping, NoReturn, Sequence, TextIO
+
+from zrepl_py.errors import CommandRefused
+from zrepl_py.serve.cmdline import split_command_line
+from zrepl_py.serve.policy import Approved, Policy, check
+from zrepl_py.serve.token import TokenTarget
+
+REFUSED = 126
+"""Exit status of a refused request (POSIX shells use 126 for "found but cannot execute";
+127, "not found", would make zbak's method ``auto`` think the host has no zfs)."""
+NOT_FOUND = 127
+"""Exit status when the approved program is not installed (as a shell would)."""
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_KEPT_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL")
+_LOG_NAME = "zrepl_py.serve.audit"
+
+
+def audit_logger(log_file: Path | None) -> logging.Logger:
+    """Return the audit logger: ``log_file`` (appended, 0600) or syslog, never stderr.
+
+    Args:
+        log_file: ``--log FILE``; None logs to syslog through ``/dev/log`` (dropped when the
+            host has no syslog socket: the refusal still reaches the client's stderr).
+    """
+    logger = logging.getLogger(_LOG_NAME)
+    for old in list(logger.handlers):
+        logger.removeHandler(old)
+        old.close()
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    handler: logging.Handler
+    if log_file is not None:
+        fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        handler = logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8", errors="replace"))
+        formatter = logging.Formatter("%(asctime)s zbak-serve[%(process)d]: %(message)s",
+                                      "%Y-%m-%dT%H:%M:%SZ")  # fmt: skip
+        formatter.converter = time.gmtime
+        handler.setFormatter(formatter)
+    elif os.path.exists("/dev/log"):
+        handler = logging.handlers.SysLogHandler(
+            "/dev/log", facility=logging.handlers.SysLogHandler.LOG_AUTHPRIV)
+        handler.setFormatter(logging.Formatter("zbak-serve[%(process)d]: %(message)s"))
+    else:
+        handler = logging.NullHandler()
+    logger.addHandler(handler)
+    return logger
+
+
+def clean_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment commands run with: ``_KEPT_ENV`` from ``env``, PATH defaulted."""
+    kept = {key: env[key] for key in _KEPT_ENV if key in env}
+    kept.setdefault("PATH", DEFAULT_PATH)
+    return kept
+
+
+def decide(request: str | None, policy: Policy) -> Approved:
+    """Split and check one request (``$SSH_ORIGINAL_COMMAND``).
+
+    Raises:
+        CommandRefused: see ``cmdline.split_command_line`` and ``policy.check``.
+    """
+    return check(split_command_line(request), policy)
+
+
+def serve(
+    request: str | None,
+    policy: Policy,
+    *,
+    log: logging.Logger,
+    env: Mapping[str, str],
+    stderr: TextIO | None = None,
+) -> int:
+    """Run one request if the policy allows it; return the exit status otherwise.
+
+    For an allowed single command this does not return (the process becomes the command).
+
+    Args:
+        request: ``$SSH_ORIGINAL_COMMAND``, None for a login without a command.
+        policy: what is allowed.
+        log: from ``audit_logger``.
+        env: the process environment (for ``$SSH_CLIENT`` and ``clean_env``).
+        stderr: where a refusal is explained to the client (default ``sys.stderr``).
+
+    Returns:
+        ``REFUSED`` (126), ``NOT_FOUND`` (127), or a pipeline's exit status.
+    """
+    stderr = stderr or sys.stderr
+    client = env.get("SSH_CLIENT", "local").split(" ")[0]
+    try:
+        approved = decide(request, policy)
+        if approved.token is not None:
+            check_token_guid(approved.token, policy, clean_env(env))
+    except CommandRefused as exc:
+        # Printable ASCII only: a request may hold any byte (surrogate escapes), and a
+        # message must not break the log line or its encoder.
+        reason = str(exc).encode("ascii", "backslashreplace").decode("ascii")
+        reason = "".join(c if c.isprintable() else repr(c)[1:-1] for c in reason)
+        log.warning("REFUSED from %s: %s; request: %r", client, reason, request)
+        print(f"zbak serve: refused: {reason}", file=stderr, flush=True)
+        return REFUSED
+    log.info("ALLOWED from %s: %r", client, request)
+    for handler in log.handlers:
+        handler.flush()
+    return run(approved.argvs, clean_env(env), stderr=stderr)
+
+
+def check_token_guid(token: TokenTarget, policy: Policy, env: Mapping[str, str]) -> None:
+    """Require a snapshot with ``token.toguid`` at or below the token's dataset.
+
+    Raises:
+        CommandRefused: none there (or it cannot be listed): zfs would look for the guid
+            in ever larger ancestors, outside the root.
+    """
+    # `zfs get -r` lists snapshots too (its default types include them) and, unlike
+    # `list -p` and `get -t`, exists in every zfs zbak supports.
+    argv = [policy.zfs, "get", "-H", "-p", "-r", "-o", "name,value", "guid",
+            token.toname.dataset]  # fmt: skip
+    try:
+        done = subprocess.run(argv, env=dict(env), stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=120, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CommandRefused(f"cannot check the resume token's snapshot: {exc}") from None
+    guids = {value.strip() for name, _, value in
+             (line.partition("\t") for line in done.stdout.decode("utf-8", "replace").split("\n"))
+             if "@" in name}
+    if done.returncode != 0 or str(token.toguid) not in guids:
+        raise CommandRefused(f"the resume token's snapshot (guid {token.toguid}) is not in "
+                             f"{token.toname.dataset}")
+
+
+def run(argvs: Sequence[Sequence[str]], env: Mapping[str, str], *, stderr: TextIO) -> int:
+    """Execute one command (exec, never returns unless it cannot start) or a pipeline."""
+    if len(argvs) == 1:
+        argv = list(argvs[0])
+        # Python ignores SIGPIPE and an ignored signal stays ignored across exec: give zfs
+        # the default back, as a shell would (subprocess does the same, restore_signals).
+        for name in ("SIGPIPE", "SIGXFSZ"):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+        try:
+            os.execvpe(argv[0], argv, dict(env))
+        except OSError as exc:
+            print(f"zbak serve: {argv[0]}: {exc.strerror}", file=stderr, flush=True)
+            return NOT_FOUND
+    return _pipeline(argvs, env, stderr=stderr)
+
+
+def _pipeline(argvs: Sequence[Sequence[str]], env: Mapping[str, str], *, stderr: TextIO) -> int:
+    procs: list[subprocess.Popen] = []
+    previous = None
+    try:
+        for index, argv in enumerate(argvs):
+            last = index == len(argvs) - 1
+            procs.append(subprocess.Popen(
+                list(argv), stdin=previous, stdout=None if last else subprocess.PIPE,
+                env=dict(env), close_fds=True,
+            ))  # fmt: skip
+            if previous is not None:
+                previous.close()
+            previous = procs[-1].stdout
+    except OSError as exc:
+        print(f"zbak serve: {exc.filename or argv[0]}: {exc.strerror}", file=stderr, flush=True)
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        return NOT_FOUND
+
+    def forward(signum: int, _frame: object) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, forward)
+    statuses = [proc.wait() for proc in procs]
+    failed = [s for s in statuses if s != 0]
+    if not failed:
+        return 0
+    status = failed[-1]
+    return 128 - status if status < 0 else status
+
+
+def exit_now(status: int) -> NoReturn:
+    """Leave with ``status`` (what the ssh client sees as the remote exit status)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    raise SystemExit(status)

@@ -1,0 +1,544 @@
+"""The allow-list of ``zbak serve``: which commands zbak issues, and on what (pure).
+
+``check(commands, policy)`` takes the argvs from ``cmdline.split_command_line`` and returns
+the argvs to run, or raises ``CommandRefused`` naming the rule. Every allowed shape below is
+one zbak itself issues (``zfs/client.py``, ``zfs/capabilities.py``, ``zfs/resume.py``,
+``zfs/sendrecv.py``, ``replication/stages.py``); options are read as zfs's getopt reads them
+(``options.parse``), so a flag placed after an operand is still seen.
+
+"Inside" means a dataset equal to one of the ``--root`` datasets or below it (a snapshot or
+bookmark counts by its dataset). Names are validated with ``zfs.names`` first, so none has a
+leading ``-``, a ``%`` or ``,`` (destroy ranges and lists) or a shell character.
+
+Read-only, names inside a root (``-r``/``-d`` allowed):
+  ``zfs get [-Hpr] [-d N] [-o F] [-s S] [-t T] PROPS NAME...``,
+  ``zfs list [-Hpr] [-d N] [-o P] [-s P] [-S P] [-t T] NAME...``, ``zfs holds [-Hpr] SNAP...``.
+  The roots' ancestors (their pool included) may be read too, but not recursively, except
+  ``zfs list -o name,origin -r POOL`` (names and origins only: zbak looks for clones
+  pool-wide). ``zpool get [-Hp] [-o F] PROPS POOL``, ``zpool status [-LPpvx] POOL`` and
+  ``zpool list [-HLPpv] [-o P] POOL`` for the roots' pools. ``zfs version``, ``zpool version``.
+Capability probes (``zfs/capabilities.py``; they change nothing): ``zfs send`` with flags and
+  no snapshot (zfs prints its usage), ``zfs snapshot POOL@zbak%probe1 POOL@zbak%probe2`` (both
+  names are invalid, so nothing is created).
+Replication, inside a root:
+  ``zfs receive -u [-s] DS`` (``-F`` only with ``allow_force_receive``), ``zfs receive -A DS``,
+  ``zfs create [-p] DS``, ``zfs hold TAG SNAP...``, ``zfs release TAG SNAP...``,
+  ``zfs snapshot [-r] DS@PREFIX_YYYYMMDDTHHMMSSZ...`` (zbak's own names only),
+  ``zfs bookmark SNAP DS#NAME`` (same dataset),
+  ``zfs send [-wcLenvP] [-i|-I BASE] SNAP`` (BASE inside too),
+  ``zfs send [-nvP] -t TOKEN`` where the token's snapshot is inside (``token``; for a real
+  send the caller also checks the guid, see ``Approved.token``).
+With ``allow_destroy_own`` (``on_divergence = "rollback"``, replica retention, source prune):
+  ``zfs destroy DS@PREFIX_YYYYMMDDTHHMMSSZ`` and ``zfs destroy DS#zbak_...`` (one name, no
+  flags: never ``-r``/``-R``/``-f``), ``zfs rollback SNAP`` (no flags: zfs refuses while
+  newer snapshots exist).
+Pipelines, exactly the data path's two shapes (``replication/stages.py``):
+  ``zstd -q -d -c | zfs receive ...`` and ``zfs send ... | zstd -q -T0 -3 -c`` (zstd with
+  ``-q -c -d -T# -#`` only and no file operand: it reads stdin and writes stdout).
+Never: any other program, ``sudo``, a shell, ``zfs set/inherit/clone/promote/rename/allow/
+mount/upgrade``, ``zpool`` changes, ``receive -F`` (by default), ``destroy`` of a dataset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Callable, Sequence
+
+from zrepl_py.errors import CommandRefused, InvalidName
+from zrepl_py.serve.options import Parsed, parse
+from zrepl_py.serve.token import TokenTarget, read_token
+from zrepl_py.snapshots.naming import is_own
+from zrepl_py.zfs.client import check_property_name, parse_any_name
+from zrepl_py.zfs.names import BookmarkName, DatasetName, SnapshotName, check_hold_tag
+
+OWN_BOOKMARK_PREFIX = "zbak_"
+"""Start of zbak's cursor bookmarks (``replication.protect.bookmark_prefix``)."""
+
+PROBE_SNAPSHOTS = ("zbak%probe1", "zbak%probe2")
+"""Short names of the multi-snapshot probe (``zfs/capabilities.py``, probe 6)."""
+
+_GET_FIELDS = frozenset({"name", "property", "value", "received", "source"})
+_TYPES = frozenset({"filesystem", "volume", "snapshot", "snap", "bookmark", "all"})
+_SOURCES = frozenset({"local", "default", "inherited", "temporary", "received", "none"})
+_ZSTD_ARG = re.compile(r"-q|-c|-d|-T[0-9]{1,3}|-(?:[1-9]|1[0-9])")
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """What one ``zbak serve`` allows (its command-line options).
+
+    Attributes:
+        roots: datasets under which names are allowed (``--root``, at least one; plain
+            strings are parsed, InvalidName if one is not a dataset name).
+        allow_destroy_own: allow destroying zbak's own snapshots and bookmarks and plain
+            ``zfs rollback`` (``--allow-destroy-own``).
+        allow_force_receive: allow ``zfs receive -F`` (``--allow-force-receive``; zbak never
+            issues it).
+        prefix: the snapshot prefix that marks zbak's own snapshots (``--prefix``).
+        zfs, zpool, zstd: the programs actually executed (``--zfs`` etc.); a request may
+            name a program by its plain name or by exactly this path.
+    """
+
+    roots: tuple[DatasetName, ...]
+    allow_destroy_own: bool = False
+    allow_force_receive: bool = False
+    prefix: str = "zbak"
+    zfs: str = "zfs"
+    zpool: str = "zpool"
+    zstd: str = "zstd"
+
+    def __post_init__(self) -> None:
+        if not self.roots:
+            raise ValueError("zbak serve needs at least one --root")
+        # Parse, don't validate: plain strings become DatasetName (InvalidName if bad).
+        object.__setattr__(self, "roots", tuple(DatasetName(root) for root in self.roots))
+
+    @property
+    def pools(self) -> frozenset[str]:
+        """The pools the roots live in."""
+        return frozenset(root.pool for root in self.roots)
+
+    def inside(self, dataset: str) -> bool:
+        """True when ``dataset`` is a root or below one."""
+        return any(dataset == root or dataset.startswith(root + "/") for root in self.roots)
+
+    def above(self, dataset: str) -> bool:
+        """True when ``dataset`` is a proper ancestor of a root (its pool included)."""
+        return any(root.startswith(dataset + "/") for root in self.roots)
+
+
+@dataclasses.dataclass(frozen=True)
+class Approved:
+    """An allowed request.
+
+    Attributes:
+        argvs: the commands to run, a pipeline when more than one, each starting with the
+            program to execute (``Policy.zfs`` etc.).
+        token: for a real ``zfs send -t`` (not ``-n``), the snapshot the token names; the
+            executor must check a snapshot with ``token.toguid`` exists below
+            ``token.toname``'s dataset before running it (see ``serve.token``).
+    """
+
+    argvs: tuple[tuple[str, ...], ...]
+    token: TokenTarget | None = None
+
+
+def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
+    """Return what to run for ``commands`` (from ``cmdline.split_command_line``).
+
+    Raises:
+        CommandRefused: the request is not one of the shapes in the module doc; the message
+            says which rule it broke.
+    """
+    programs = [_program(argv[0], policy) for argv in commands]
+    if len(commands) == 1:
+        if programs[0] == "zstd":
+            raise CommandRefused("zstd runs only in a pipeline with zfs send or zfs receive")
+        token = _check_one(programs[0], commands[0], policy)
+        return Approved((_resolved(programs[0], commands[0], policy),), token)
+    if len(commands) == 2 and programs == ["zstd", "zfs"]:
+        _check_zstd(commands[0], decompress=True)
+        if len(commands[1]) < 2 or commands[1][1] not in ("receive", "recv") \
+                or "-A" in commands[1]:
+            raise CommandRefused("zstd -d may only feed zfs receive")
+        _check_one("zfs", commands[1], policy)
+    elif len(commands) == 2 and programs == ["zfs", "zstd"]:
+        _check_zstd(commands[1], decompress=False)
+        if len(commands[0]) < 2 or commands[0][1] != "send":
+            raise CommandRefused("zstd -c may only read from zfs send")
+        token = _check_one("zfs", commands[0], policy)
+        return Approved(tuple(_resolved(p, c, policy) for p, c in zip(programs, commands)), token)
+    else:
+        shape = " | ".join(programs)
+        raise CommandRefused(f"pipeline {shape!r} is not one zbak uses "
+                             "(only 'zstd -d | zfs receive' and 'zfs send | zstd')")
+    return Approved(tuple(_resolved(p, c, policy) for p, c in zip(programs, commands)))
+
+
+def _program(name: str, policy: Policy) -> str:
+    for plain, configured in (("zfs", policy.zfs), ("zpool", policy.zpool),
+                              ("zstd", policy.zstd)):  # fmt: skip
+        if name in (plain, configured):
+            return plain
+    if name == "sudo":
+        raise CommandRefused("sudo is not allowed: zbak serve runs commands as the login user; "
+                             "set sudo = false for this host and delegate with zfs allow")
+    raise CommandRefused(f"program {name!r} is not allowed (only zfs, zpool, and zstd in a "
+                         "pipeline)")
+
+
+def _resolved(program: str, argv: Sequence[str], policy: Policy) -> tuple[str, ...]:
+    return (getattr(policy, program), *argv[1:])
+
+
+def _check_zstd(argv: Sequence[str], *, decompress: bool) -> None:
+    args = list(argv[1:])
+    bad = [a for a in args if not _ZSTD_ARG.fullmatch(a)]
+    if bad:
+        raise CommandRefused(f"zstd argument {bad[0]!r} is not allowed (no files, no options "
+                             "beyond -q -c -d -T# -#)")
+    if ("-d" in args) != decompress or "-c" not in args:
+        want = "zstd -d -c before zfs receive" if decompress else "zstd -c (no -d) after zfs send"
+        raise CommandRefused(f"zstd arguments {args!r}: expected {want}")
+
+
+def _check_one(program: str, argv: Sequence[str], policy: Policy) -> TokenTarget | None:
+    if len(argv) < 2:
+        raise CommandRefused(f"{program} without a subcommand is not allowed")
+    sub, args = argv[1], list(argv[2:])
+    table = _ZFS if program == "zfs" else _ZPOOL
+    if program == "zfs" and sub == "recv":
+        sub = "receive"
+    checker = table.get(sub)
+    if checker is None:
+        raise CommandRefused(f"{program} {sub} is not allowed")
+    return checker(args, policy)
+
+
+# -- names -----------------------------------------------------------------------------
+
+
+def _name(text: str, what: str) -> DatasetName | SnapshotName | BookmarkName:
+    try:
+        return parse_any_name(text)
+    except InvalidName as exc:
+        raise CommandRefused(f"{what}: {exc}") from None
+
+
+def _dataset_part(name: str) -> str:
+    return name.split("@", 1)[0].split("#", 1)[0]
+
+
+def _require_inside(name: str, policy: Policy, what: str) -> None:
+    if not policy.inside(_dataset_part(name)):
+        roots = ", ".join(policy.roots)
+        raise CommandRefused(f"{what}: {name} is outside the allowed root ({roots})")
+
+
+def _readable(names: Sequence[str], policy: Policy, *, recursive: bool, what: str,
+              pool_wide_ok: bool = False) -> None:
+    if not names:
+        raise CommandRefused(f"{what} needs a dataset (listing every pool is not allowed)")
+    for text in names:
+        name = _name(text, what)
+        dataset = _dataset_part(name)
+        if policy.inside(dataset):
+            continue
+        if policy.above(dataset):
+            if not recursive or (pool_wide_ok and dataset in policy.pools and name == dataset):
+                continue
+            raise CommandRefused(f"{what}: recursive read of {name}, above the allowed root, "
+                                 "is not allowed")
+        raise CommandRefused(f"{what}: {name} is outside the allowed root "
+                             f"({', '.join(policy.roots)})")
+
+
+def _recursive(parsed: Parsed) -> bool:
+    return parsed.has("r") or any(d != "0" for d in parsed.values("d"))
+
+
+def _check_depths(parsed: Parsed, what: str) -> None:
+    for depth in parsed.values("d"):
+        if not depth.isdigit():
+            raise CommandRefused(f"{what}: -d {depth!r} is not a depth")
+
+
+def _check_list(value: str, allowed: frozenset[str] | None, what: str) -> list[str]:
+    items = value.split(",")
+    for item in items:
+        if allowed is not None:
+            if item not in allowed:
+                raise CommandRefused(f"{what}: {item!r} is not allowed")
+        else:
+            try:
+                check_property_name(item)
+            except InvalidName as exc:
+                raise CommandRefused(f"{what}: {exc}") from None
+    return items
+
+
+def _snapshot(text: str, policy: Policy, what: str) -> SnapshotName:
+    try:
+        snap = SnapshotName(text)
+    except InvalidName as exc:
+        raise CommandRefused(f"{what}: {exc}") from None
+    _require_inside(snap, policy, what)
+    return snap
+
+
+def _dataset(text: str, policy: Policy, what: str) -> DatasetName:
+    try:
+        dataset = DatasetName(text)
+    except InvalidName as exc:
+        raise CommandRefused(f"{what}: {exc}") from None
+    _require_inside(dataset, policy, what)
+    return dataset
+
+
+def _no_options(parsed: Parsed, what: str) -> None:
+    if parsed.options:
+        raise CommandRefused(f"{what} takes no options here")
+
+
+# -- zfs -------------------------------------------------------------------------------
+
+
+def _zfs_get(args: list[str], policy: Policy) -> None:
+    what = "zfs get"
+    parsed = parse(args, flags="Hpr", valued="dost", what=what)
+    _check_depths(parsed, what)
+    for value in parsed.values("o"):
+        _check_list(value, _GET_FIELDS, f"{what} -o")
+    for value in parsed.values("t"):
+        _check_list(value, _TYPES, f"{what} -t")
+    for value in parsed.values("s"):
+        _check_list(value, _SOURCES, f"{what} -s")
+    if not parsed.operands:
+        raise CommandRefused(f"{what} needs a property list and a dataset")
+    props = parsed.operands[0]
+    if props != "all":
+        _check_list(props, None, f"{what} property")
+    _readable(parsed.operands[1:], policy, recursive=_recursive(parsed), what=what)
+
+
+def _zfs_list(args: list[str], policy: Policy) -> None:
+    what = "zfs list"
+    parsed = parse(args, flags="Hpr", valued="dostS", what=what)
+    _check_depths(parsed, what)
+    columns: list[str] = []
+    for value in parsed.values("o"):
+        columns += _check_list(value, None, f"{what} -o")
+    for letter in "sS":
+        for value in parsed.values(letter):
+            _check_list(value, None, f"{what} -{letter}")
+    for value in parsed.values("t"):
+        _check_list(value, _TYPES, f"{what} -t")
+    # zbak finds clones pool-wide (Zfs.clones): names and origins only.
+    clones_listing = columns == ["name", "origin"] and not parsed.has("d")
+    _readable(parsed.operands, policy, recursive=_recursive(parsed), what=what,
+              pool_wide_ok=clones_listing)
+
+
+def _zfs_holds(args: list[str], policy: Policy) -> None:
+    what = "zfs holds"
+    parsed = parse(args, flags="Hpr", what=what)
+    for text in parsed.operands:
+        if "@" not in text:
+            raise CommandRefused(f"{what}: {text!r} is not a snapshot")
+    _readable(parsed.operands, policy, recursive=parsed.has("r"), what=what)
+
+
+def _zfs_receive(args: list[str], policy: Policy) -> None:
+    what = "zfs receive"
+    parsed = parse(args, flags="usAF", what=what)
+    if len(parsed.operands) != 1:
+        raise CommandRefused(f"{what} takes exactly one dataset")
+    if parsed.has("A"):
+        if parsed.letters() != {"A"}:
+            raise CommandRefused(f"{what} -A takes no other option")
+    else:
+        if parsed.has("F") and not policy.allow_force_receive:
+            raise CommandRefused(f"{what} -F is not allowed (it rolls back and destroys "
+                                 "snapshots on this host; start zbak serve with "
+                                 "--allow-force-receive to permit it)")
+        if not parsed.has("u"):
+            raise CommandRefused(f"{what} without -u is not allowed (nothing is mounted "
+                                 "by a receive)")
+    _dataset(parsed.operands[0], policy, what)
+
+
+def _zfs_create(args: list[str], policy: Policy) -> None:
+    what = "zfs create"
+    parsed = parse(args, flags="p", what=what)
+    if len(parsed.operands) != 1:
+        raise CommandRefused(f"{what} takes exactly one dataset")
+    _dataset(parsed.operands[0], policy, what)
+
+
+def _zfs_snapshot(args: list[str], policy: Policy) -> None:
+    what = "zfs snapshot"
+    parsed = parse(args, flags="r", what=what)
+    probe = [f"{pool}@{short}" for pool in sorted(policy.pools) for short in PROBE_SNAPSHOTS]
+    if not parsed.options and len(parsed.operands) == 2 \
+            and list(parsed.operands) in [probe[i:i + 2] for i in range(0, len(probe), 2)]:
+        return  # capability probe: '%' is invalid, so zfs creates nothing
+    if not parsed.operands:
+        raise CommandRefused(f"{what} needs a snapshot name")
+    for text in parsed.operands:
+        snap = _snapshot(text, policy, what)
+        if not is_own(policy.prefix, snap.short):
+            raise CommandRefused(f"{what}: {snap} is not a zbak snapshot name "
+                                 f"({policy.prefix}_YYYYMMDDTHHMMSSZ)")
+
+
+def _zfs_hold_or_release(args: list[str], policy: Policy, what: str) -> None:
+    parsed = parse(args, what=what)
+    if len(parsed.operands) < 2:
+        raise CommandRefused(f"{what} needs a tag and a snapshot")
+    try:
+        check_hold_tag(parsed.operands[0])
+    except InvalidName as exc:
+        raise CommandRefused(f"{what}: {exc}") from None
+    for text in parsed.operands[1:]:
+        _snapshot(text, policy, what)
+
+
+def _zfs_hold(args: list[str], policy: Policy) -> None:
+    _zfs_hold_or_release(args, policy, "zfs hold")
+
+
+def _zfs_release(args: list[str], policy: Policy) -> None:
+    _zfs_hold_or_release(args, policy, "zfs release")
+
+
+def _zfs_bookmark(args: list[str], policy: Policy) -> None:
+    what = "zfs bookmark"
+    parsed = parse(args, what=what)
+    if len(parsed.operands) != 2:
+        raise CommandRefused(f"{what} takes a snapshot and a bookmark")
+    source = _name(parsed.operands[0], what)
+    if isinstance(source, DatasetName) or not isinstance(source, (SnapshotName, BookmarkName)):
+        raise CommandRefused(f"{what}: {source} is not a snapshot or bookmark")
+    _require_inside(source, policy, what)
+    try:
+        mark = BookmarkName(parsed.operands[1])
+    except InvalidName as exc:
+        raise CommandRefused(f"{what}: {exc}") from None
+    if _dataset_part(mark) != _dataset_part(source):
+        raise CommandRefused(f"{what}: {mark} is not in the dataset of {source}")
+
+
+def _zfs_send(args: list[str], policy: Policy) -> TokenTarget | None:
+    what = "zfs send"
+    parsed = parse(args, flags="wcLenvP", valued="iIt", what=what)
+    bases = parsed.values("i") + parsed.values("I")
+    tokens = parsed.values("t")
+    if len(bases) > 1 or len(tokens) > 1:
+        raise CommandRefused(f"{what}: one -i/-I base and one -t token at most")
+    if tokens:
+        if bases or parsed.operands or not parsed.letters() <= {"t", "n", "v", "P"}:
+            raise CommandRefused(f"{what} -t takes only -n -v -P and no snapshot")
+        target = read_token(tokens[0])
+        _require_inside(target.toname, policy, f"{what} -t (the token's snapshot)")
+        return None if parsed.has("n") else target
+    if not parsed.operands:
+        if bases:
+            raise CommandRefused(f"{what} -i/-I needs a snapshot")
+        return None  # capability probe: zfs prints its usage and sends nothing
+    if len(parsed.operands) != 1:
+        raise CommandRefused(f"{what} takes exactly one snapshot")
+    snap = _snapshot(parsed.operands[0], policy, what)
+    if bases:
+        base = _name(bases[0], f"{what} base")
+        if isinstance(base, BookmarkName) and parsed.has("I"):
+            raise CommandRefused(f"{what} -I does not take a bookmark")
+        if not isinstance(base, (SnapshotName, BookmarkName)):
+            raise CommandRefused(f"{what}: base {base} is not a snapshot or bookmark")
+        if _dataset_part(base) != snap.dataset:
+            raise CommandRefused(f"{what}: base {base} is not in the dataset of {snap}")
+    return None
+
+
+def _zfs_destroy(args: list[str], policy: Policy) -> None:
+    what = "zfs destroy"
+    if not policy.allow_destroy_own:
+        raise CommandRefused(f"{what} is not allowed (start zbak serve with "
+                             "--allow-destroy-own to let zbak destroy its own snapshots)")
+    parsed = parse(args, what=what)
+    _no_options(parsed, what)
+    if len(parsed.operands) != 1:
+        raise CommandRefused(f"{what} takes exactly one snapshot or bookmark")
+    name = _name(parsed.operands[0], what)
+    _require_inside(name, policy, what)
+    if isinstance(name, SnapshotName):
+        if not is_own(policy.prefix, name.short):
+            raise CommandRefused(f"{what}: {name} is not a zbak snapshot "
+                                 f"({policy.prefix}_YYYYMMDDTHHMMSSZ); only those may be "
+                                 "destroyed")
+    elif isinstance(name, BookmarkName):
+        if not name.split("#", 1)[1].startswith(OWN_BOOKMARK_PREFIX):
+            raise CommandRefused(f"{what}: {name} is not a zbak bookmark")
+    else:
+        raise CommandRefused(f"{what}: {name} is a dataset; only zbak's own snapshots may be "
+                             "destroyed")
+
+
+def _zfs_rollback(args: list[str], policy: Policy) -> None:
+    what = "zfs rollback"
+    if not policy.allow_destroy_own:
+        raise CommandRefused(f"{what} is not allowed (start zbak serve with "
+                             "--allow-destroy-own for on_divergence = \"rollback\")")
+    parsed = parse(args, what=what)
+    _no_options(parsed, what)
+    if len(parsed.operands) != 1:
+        raise CommandRefused(f"{what} takes exactly one snapshot")
+    _snapshot(parsed.operands[0], policy, what)
+
+
+def _version(args: list[str], policy: Policy) -> None:
+    if args:
+        raise CommandRefused("version takes no arguments")
+
+
+_ZFS: dict[str, Callable[[list[str], Policy], TokenTarget | None]] = {
+    "get": _zfs_get,
+    "list": _zfs_list,
+    "holds": _zfs_holds,
+    "receive": _zfs_receive,
+    "create": _zfs_create,
+    "snapshot": _zfs_snapshot,
+    "hold": _zfs_hold,
+    "release": _zfs_release,
+    "bookmark": _zfs_bookmark,
+    "send": _zfs_send,
+    "destroy": _zfs_destroy,
+    "rollback": _zfs_rollback,
+    "version": _version,
+}
+
+
+# -- zpool -----------------------------------------------------------------------------
+
+
+def _pool_operand(parsed: Parsed, policy: Policy, what: str, *, skip: int = 0) -> None:
+    operands = parsed.operands[skip:]
+    if len(operands) != 1:
+        raise CommandRefused(f"{what} takes exactly one pool")
+    if operands[0] not in policy.pools:
+        raise CommandRefused(f"{what}: pool {operands[0]!r} is not the pool of an allowed root "
+                             f"({', '.join(sorted(policy.pools))})")
+
+
+def _zpool_get(args: list[str], policy: Policy) -> None:
+    what = "zpool get"
+    parsed = parse(args, flags="Hp", valued="o", what=what)
+    for value in parsed.values("o"):
+        _check_list(value, frozenset({"name", "property", "value", "source"}), f"{what} -o")
+    if not parsed.operands:
+        raise CommandRefused(f"{what} needs a property list and a pool")
+    if parsed.operands[0] != "all":
+        _check_list(parsed.operands[0], None, f"{what} property")
+    _pool_operand(parsed, policy, what, skip=1)
+
+
+def _zpool_status(args: list[str], policy: Policy) -> None:
+    what = "zpool status"
+    parsed = parse(args, flags="LPpvx", what=what)
+    _pool_operand(parsed, policy, what)
+
+
+def _zpool_list(args: list[str], policy: Policy) -> None:
+    what = "zpool list"
+    parsed = parse(args, flags="HLPpv", valued="o", what=what)
+    for value in parsed.values("o"):
+        _check_list(value, None, f"{what} -o")
+    _pool_operand(parsed, policy, what)
+
+
+_ZPOOL: dict[str, Callable[[list[str], Policy], TokenTarget | None]] = {
+    "get": _zpool_get,
+    "status": _zpool_status,
+    "list": _zpool_list,
+    "version": _version,
+}
