@@ -50,14 +50,16 @@ def streams(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> ExitStatus
         catalog = ctx.catalog()
         rows = []
         for name, job in ctx.select_jobs(jobs):
-            for dataset in {s.dataset for s in catalog.snapshots(host=job.source.host,
-                                                                 below=str(job.source.dataset),
-                                                                 include_destroyed=True)}:
-                rows.extend((name, s) for s in catalog.streams(dataset=dataset))
+            host = job.source.host
+            datasets = {s.dataset for s in catalog.snapshots(host=host, below=str(job.source.dataset),
+                                                             include_destroyed=True)}
+            for dataset in sorted(datasets):
+                rows.extend((name, s) for s in catalog.streams(host=host, dataset=dataset))
     if as_json:
         emit_json([{"job": job, **dataclasses.asdict(s)} for job, s in rows])
         return ExitStatus.OK
-    emit_table("streams", ["job", "id", "kind", "parent", "from", "to", "stored bytes", "class", "state"],
-               [(job, s.id, s.kind, s.parent_id or "-", s.from_name or "-", s.to_name, s.stored_bytes,
-                 s.storage_class, s.state) for job, s in rows])
+    emit_table("streams", ["job", "dataset", "store", "id", "kind", "parent", "from", "to",
+                           "stored bytes", "class", "state"],
+               [(job, s.dataset, s.store, s.id, s.kind, s.parent_id or "-", s.from_name or "-",
+                 s.to_name, s.stored_bytes, s.storage_class, s.state) for job, s in rows])
     return ExitStatus.OK
