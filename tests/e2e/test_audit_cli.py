@@ -297,14 +297,15 @@ def test_the_human_output_names_dataset_stream_object_and_what_to_do(archived):
 
 def test_a_manifest_that_disagrees_with_the_catalog_or_is_missing_is_found(archived):
     run, data, store, pool = archived
-    from zrepl_py.archive.manifest import Manifest, SnapRecord
+    from zrepl_py.archive.manifest import Manifest
+    from zrepl_py.catalog.repository import CarriedSnapshot
 
     first, second = sorted((s for s in streams_of(run, data) if s.kind == "incremental"),
                            key=lambda s: s.to_createtxg)
     path = store / first.object_prefix / "manifest.json"
     manifest = Manifest.from_json(path.read_bytes(), "test")
     path.write_bytes(dataclasses.replace(
-        manifest, to_snap=SnapRecord(manifest.to_snap.name, 12345, manifest.to_snap.createtxg)).to_json())
+        manifest, to_snap=CarriedSnapshot(manifest.to_snap.name, 12345, manifest.to_snap.createtxg)).to_json())
     (store / second.object_prefix / "manifest.json").unlink()
     status, doc, err = audit_json(run)
     assert status == ExitStatus.AUDIT_FINDINGS

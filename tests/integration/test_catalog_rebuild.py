@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from zrepl_py.archive.manifest import Manifest, SnapRecord
+from zrepl_py.archive.manifest import Manifest
 from zrepl_py.catalog.rebuild import chain_order, pick_parent
-from zrepl_py.catalog.repository import StreamRow
+from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 
@@ -169,8 +169,8 @@ def row(id: int, kind: str, created: dt.datetime, state: str = "uploaded") -> St
 
 
 def manifest(kind: str, to: int, created: dt.datetime, frm: int | None = None) -> Manifest:
-    snap = SnapRecord(f"s{to}", to, 10 * to)
-    return Manifest("local", "tank/a", kind, None if frm is None else SnapRecord(f"s{frm}", frm, 10 * frm),
+    snap = CarriedSnapshot(f"s{to}", to, 10 * to)
+    return Manifest("local", "tank/a", kind, None if frm is None else CarriedSnapshot(f"s{frm}", frm, 10 * frm),
                     snap, (snap,), (), "zstd", 3, (), "STANDARD", "zbak", created)
 
 

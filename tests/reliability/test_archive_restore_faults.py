@@ -33,7 +33,7 @@ from faults.executor import (
     stderr_stage,
 )
 from zrepl_py.archive.layout import MANIFEST, PROGRESS, stream_prefix
-from zrepl_py.archive.manifest import SnapRecord
+from zrepl_py.catalog.repository import CarriedSnapshot
 from zrepl_py.archive.planner import PlannedStream
 from zrepl_py.archive.writer import StreamSpec, write_stream
 from zrepl_py.cli import main
@@ -243,7 +243,7 @@ def test_a_volume_corrupt_on_every_read_is_read_twice_then_refused(archived, fau
 # -- 12: valid zstd around an invalid ZFS stream -------------------------------------------------
 
 
-def _spec(data: str, snap: SnapRecord, stages: tuple[Stage, ...], *, store: str = "cold"
+def _spec(data: str, snap: CarriedSnapshot, stages: tuple[Stage, ...], *, store: str = "cold"
           ) -> StreamSpec:
     planned = PlannedStream("full", None, snap, (snap,), None, "test")
     prefix = stream_prefix("local", data, to_createtxg=snap.createtxg, to_guid=snap.guid,
@@ -253,8 +253,8 @@ def _spec(data: str, snap: SnapRecord, stages: tuple[Stage, ...], *, store: str 
                       level=3, storage_class="STANDARD")
 
 
-def _snap(data: str, name: str) -> SnapRecord:
-    return SnapRecord(name, int(prop(f"{data}@{name}", "guid")),
+def _snap(data: str, name: str) -> CarriedSnapshot:
+    return CarriedSnapshot(name, int(prop(f"{data}@{name}", "guid")),
                       int(prop(f"{data}@{name}", "createtxg")))
 
 

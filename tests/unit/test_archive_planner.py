@@ -6,19 +6,18 @@ import datetime as dt
 
 import pytest
 
-from zrepl_py.archive.manifest import SnapRecord
 from zrepl_py.archive.planner import ChainPolicy, current_chain, plan_archive
-from zrepl_py.catalog.repository import StreamRow
+from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
 
 NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.timezone.utc)
 POLICY = ChainPolicy(full_every=dt.timedelta(days=30), max_chain_length=5, max_chain_bytes=None)
 
 
-def snaps(*names: str) -> list[SnapRecord]:
-    return [SnapRecord(n, 1000 + i, 10 * (i + 1)) for i, n in enumerate(names)]
+def snaps(*names: str) -> list[CarriedSnapshot]:
+    return [CarriedSnapshot(n, 1000 + i, 10 * (i + 1)) for i, n in enumerate(names)]
 
 
-def stream(id, kind, to: SnapRecord, parent=None, frm=None, state="uploaded", age_days=1,
+def stream(id, kind, to: CarriedSnapshot, parent=None, frm=None, state="uploaded", age_days=1,
            stored=100) -> StreamRow:
     return StreamRow(
         id=id, host="local", dataset="tank/d", store="s", kind=kind, parent_id=parent,

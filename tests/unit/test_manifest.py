@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from zrepl_py.archive.manifest import Manifest, SnapRecord, VolumeRecord
+from zrepl_py.archive.manifest import Manifest, VolumeRecord
+from zrepl_py.catalog.repository import CarriedSnapshot
 from zrepl_py.errors import StreamCorrupt
 
 BIG_GUID = 2**64 - 3
@@ -16,8 +17,8 @@ BIG_GUID = 2**64 - 3
 def manifest(**changes) -> Manifest:
     fields = dict(
         host="local", dataset="tank/a b", kind="incremental",
-        from_snap=SnapRecord("0", 17, 5), to_snap=SnapRecord("9", BIG_GUID, 30),
-        snapshots=(SnapRecord("5", 99, 20), SnapRecord("9", BIG_GUID, 30)),
+        from_snap=CarriedSnapshot("0", 17, 5), to_snap=CarriedSnapshot("9", BIG_GUID, 30),
+        snapshots=(CarriedSnapshot("5", 99, 20), CarriedSnapshot("9", BIG_GUID, 30)),
         volumes=(VolumeRecord(0, "k/vol-000000.zst", 10, 4, "a" * 64, "b" * 64),
                  VolumeRecord(1, "k/vol-000001.zst", 3, 2, "c" * 64, "d" * 64)),
         compression="zstd", compression_level=3, send_flags=("-I",), storage_class="GLACIER",

@@ -19,7 +19,7 @@ from zrepl_py.archive.layout import (
     is_stream_prefix,
     stream_prefix,
 )
-from zrepl_py.archive.manifest import SnapRecord
+from zrepl_py.catalog.repository import CarriedSnapshot
 from zrepl_py.archive.planner import (
     ArchivePlan,
     ChainPolicy,
@@ -103,10 +103,10 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
             zfs = ctx.zfs(source.host, source.dataset.pool)
             health = [] if dry_run else before_archive(ctx, job)  # pool warnings (zrepl_py.health)
             inventory = take_inventory(zfs, catalog, job, ctx.clock.now())
-            side = Side(source.host, ctx.config.hosts.get(source.host), ctx.state_dir / "known_hosts")
+            side = Side.of(ctx.config, source.host)
             for info in inventory.datasets:
                 dataset = str(info.name)
-                snaps = [SnapRecord(s.short, s.guid, s.createtxg)
+                snaps = [CarriedSnapshot(s.short, s.guid, s.createtxg)
                          for s in inventory.tree.snapshots(info.name)]
                 streams = catalog.streams(host=source.host, dataset=dataset, store=cfg.store)
                 plan = plan_archive(snaps, streams, policy, ctx.clock.now(), force_full=force_full)

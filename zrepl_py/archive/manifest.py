@@ -27,19 +27,11 @@ import json
 import re
 from typing import Any
 
+from zrepl_py.catalog.repository import CarriedSnapshot, NewStream, NewVolume
 from zrepl_py.errors import StreamCorrupt
 
 FORMAT = "zbak-stream/1"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-@dataclasses.dataclass(frozen=True)
-class SnapRecord:
-    """A snapshot in a manifest: short ``name``, ``guid`` (0 .. 2**64-1), ``createtxg``."""
-
-    name: str
-    guid: int
-    createtxg: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,9 +54,9 @@ class Manifest:
     host: str
     dataset: str
     kind: str
-    from_snap: SnapRecord | None
-    to_snap: SnapRecord
-    snapshots: tuple[SnapRecord, ...]
+    from_snap: CarriedSnapshot | None
+    to_snap: CarriedSnapshot
+    snapshots: tuple[CarriedSnapshot, ...]
     volumes: tuple[VolumeRecord, ...]
     compression: str
     compression_level: int
@@ -82,6 +74,31 @@ class Manifest:
     def stored_bytes(self) -> int:
         """Stored size of all volumes, bytes."""
         return sum(v.stored_bytes for v in self.volumes)
+
+    def catalog_rows(self, *, store: str, prefix: str, parent_id: int | None,
+                     uploaded_at: dt.datetime) -> tuple[NewStream, list[NewVolume]]:
+        """The catalog rows of this stream (state ``uploaded``), for ``Catalog.add_stream``
+        with ``self.snapshots`` as the carried snapshots.
+
+        Args:
+            store: the store's name; prefix: the stream's key prefix there.
+            parent_id: the catalogued stream an incremental applies on (None for a full).
+            uploaded_at: aware UTC.
+        """
+        stream = NewStream(
+            host=self.host, dataset=self.dataset, store=store, kind=self.kind,
+            to_guid=self.to_snap.guid, to_name=self.to_snap.name,
+            to_createtxg=self.to_snap.createtxg, object_prefix=prefix,
+            storage_class=self.storage_class, compression=self.compression,
+            created_at=self.created_at, parent_id=parent_id,
+            from_guid=self.from_snap.guid if self.from_snap else None,
+            from_name=self.from_snap.name if self.from_snap else None,
+            raw_bytes=self.raw_bytes, stored_bytes=self.stored_bytes,
+            state="uploaded", uploaded_at=uploaded_at,
+        )
+        volumes = [NewVolume(v.index, v.key, v.raw_bytes, v.stored_bytes, v.sha256)
+                   for v in self.volumes]
+        return stream, volumes
 
     def to_json(self) -> bytes:
         """Serialize to UTF-8 JSON (stable key order)."""
@@ -145,17 +162,17 @@ class Manifest:
         return manifest
 
 
-def _snap_out(snap: SnapRecord | None) -> dict[str, Any] | None:
+def _snap_out(snap: CarriedSnapshot | None) -> dict[str, Any] | None:
     if snap is None:
         return None
     return {"name": snap.name, "guid": str(snap.guid), "createtxg": snap.createtxg}
 
 
-def _snap_in(obj: dict[str, Any]) -> SnapRecord:
+def _snap_in(obj: dict[str, Any]) -> CarriedSnapshot:
     guid = int(_str(obj["guid"]))
     if not 0 <= guid < 2**64:
         raise ValueError(f"guid {guid} out of range")
-    return SnapRecord(name=_str(obj["name"]), guid=guid, createtxg=int(obj["createtxg"]))
+    return CarriedSnapshot(name=_str(obj["name"]), guid=guid, createtxg=int(obj["createtxg"]))
 
 
 def _volume_in(obj: dict[str, Any]) -> VolumeRecord:

@@ -22,10 +22,8 @@ import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
-from zrepl_py.archive.manifest import SnapRecord
-from zrepl_py.catalog.repository import StreamRow
+from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
 
-LIVING = ("uploaded", "verified")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,9 +52,9 @@ class PlannedStream:
     """
 
     kind: str
-    from_snap: SnapRecord | None
-    to_snap: SnapRecord
-    carried: tuple[SnapRecord, ...]
+    from_snap: CarriedSnapshot | None
+    to_snap: CarriedSnapshot
+    carried: tuple[CarriedSnapshot, ...]
     parent_id: int | None
     reason: str
 
@@ -101,7 +99,7 @@ def _full_due(chain: list[StreamRow], policy: ChainPolicy, now: dt.datetime) -> 
 
 
 def plan_archive(
-    snapshots: Sequence[SnapRecord],
+    snapshots: Sequence[CarriedSnapshot],
     streams: Sequence[StreamRow],
     policy: ChainPolicy,
     now: dt.datetime,

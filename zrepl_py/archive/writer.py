@@ -24,11 +24,11 @@ from zrepl_py import __version__
 from zrepl_py.archive.layout import MANIFEST, PROGRESS
 from zrepl_py.archive.manifest import Manifest, VolumeRecord
 from zrepl_py.archive.planner import PlannedStream
-from zrepl_py.archive.send import SendReader
 from zrepl_py.archive.volumes import RestartNeeded, read_progress, write_volumes
-from zrepl_py.catalog.repository import Catalog, CarriedSnapshot, NewStream, NewVolume
+from zrepl_py.catalog.repository import Catalog
 from zrepl_py.errors import ObjectNotFound, StreamCorrupt
 from zrepl_py.proc.pipeline import Stage
+from zrepl_py.proc.python_end import SendReader
 from zrepl_py.stores.base import Backend
 
 log = logging.getLogger(__name__)
@@ -182,19 +182,6 @@ def _adopt(spec: StreamSpec, backend: Backend) -> Manifest | None:
 
 
 def _catalog(spec: StreamSpec, manifest: Manifest, catalog: Catalog, now: dt.datetime) -> int:
-    planned = spec.planned
-    stream = NewStream(
-        host=spec.host, dataset=spec.dataset, store=spec.store, kind=planned.kind,
-        to_guid=planned.to_snap.guid, to_name=planned.to_snap.name,
-        to_createtxg=planned.to_snap.createtxg, object_prefix=spec.prefix,
-        storage_class=manifest.storage_class, compression=manifest.compression,
-        created_at=manifest.created_at, parent_id=spec.parent_id,
-        from_guid=planned.from_snap.guid if planned.from_snap else None,
-        from_name=planned.from_snap.name if planned.from_snap else None,
-        raw_bytes=manifest.raw_bytes, stored_bytes=manifest.stored_bytes,
-        state="uploaded", uploaded_at=now,
-    )
-    volumes = [NewVolume(v.index, v.key, v.raw_bytes, v.stored_bytes, v.sha256)
-               for v in manifest.volumes]
-    carried = [CarriedSnapshot(s.name, s.guid, s.createtxg) for s in manifest.snapshots]
-    return catalog.add_stream(stream, volumes, carried)
+    stream, volumes = manifest.catalog_rows(store=spec.store, prefix=spec.prefix,
+                                            parent_id=spec.parent_id, uploaded_at=now)
+    return catalog.add_stream(stream, volumes, manifest.snapshots)

@@ -33,6 +33,7 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 
 from zrepl_py.audit.findings import Finding, Severity
+from zrepl_py.catalog.models import LIVING_STATES
 from zrepl_py.catalog.repository import Catalog, CarriedSnapshot, StreamRow, VolumeRow
 from zrepl_py.config.schema import RestoreConfig
 from zrepl_py.errors import (
@@ -43,7 +44,7 @@ from zrepl_py.errors import (
     ZbakError,
 )
 from zrepl_py.replication.stages import Side
-from zrepl_py.restore.receive import ReceiveWriter
+from zrepl_py.proc.python_end import ReceiveWriter
 from zrepl_py.restore.thaw import request_thaws
 from zrepl_py.stores.base import COLD_CLASSES, Backend
 from zrepl_py.streams.frames import Digest, decompress_frame
@@ -54,7 +55,6 @@ from zrepl_py.zfs.sendrecv import receive_argv
 
 log = logging.getLogger(__name__)
 
-LIVING = ("uploaded", "verified")
 _NEVER = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
 
 
@@ -67,7 +67,7 @@ def choose(streams: Sequence[StreamRow], sample: float | None) -> list[StreamRow
     """
     if sample is not None and not 0 < sample <= 100:
         raise ValueError(f"--sample must be a percentage in (0, 100], not {sample}")
-    living = sorted((s for s in streams if s.state in LIVING),
+    living = sorted((s for s in streams if s.state in LIVING_STATES),
                     key=lambda s: (s.verified_at is not None, s.verified_at or _NEVER, s.id))
     if sample is None or not living:
         return living
@@ -230,14 +230,14 @@ def chains_to_receive(chosen: Sequence[StreamRow],
     by_id = {s.id: s for s in streams}
     children: dict[int, list[StreamRow]] = {}
     for s in streams:
-        if s.parent_id is not None and s.state in LIVING:
+        if s.parent_id is not None and s.state in LIVING_STATES:
             children.setdefault(s.parent_id, []).append(s)
     paths = []
     for s in chosen:
         path = _chain_of(s, by_id)
         while children.get(path[-1].id):
             path.append(max(children[path[-1].id], key=lambda c: (c.to_createtxg, c.id)))
-        if path[0].kind == "full" and all(p.state in LIVING for p in path):
+        if path[0].kind == "full" and all(p.state in LIVING_STATES for p in path):
             paths.append(path)
     paths.sort(key=len, reverse=True)
     kept: list[list[StreamRow]] = []

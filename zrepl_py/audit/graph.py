@@ -38,18 +38,18 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
 
 from zrepl_py.audit.findings import Finding, Severity
+from zrepl_py.catalog.models import LIVING_STATES
 from zrepl_py.catalog.repository import (
     CarriedSnapshot,
     CursorRow,
     SnapshotRow,
     StreamLink,
+    StreamRow,
     VolumeRow,
 )
 
-LIVING = frozenset({"uploaded", "verified"})
 MAX_LISTED = 10  # snapshots named in one finding before "and N more"
 
 VolumeTotals = tuple[int, int, int, int, int]
@@ -57,23 +57,8 @@ VolumeTotals = tuple[int, int, int, int, int]
 (``Catalog.volume_totals``; :func:`volume_totals` computes it from rows)."""
 
 
-class ChainStream(Protocol):
-    """What the graph reads of a stream: ``StreamRow`` and the lean ``StreamLink`` both fit."""
-
-    id: int
-    host: str
-    dataset: str
-    store: str
-    kind: str
-    parent_id: int | None
-    from_guid: int | None
-    to_guid: int
-    from_name: str | None
-    to_name: str
-    to_createtxg: int
-    raw_bytes: int
-    stored_bytes: int
-    state: str
+ChainStream = StreamRow | StreamLink
+"""What the graph reads of a stream: a full ``StreamRow`` or the lean ``StreamLink``."""
 
 
 def volume_totals(volumes: Mapping[int, Sequence[VolumeRow]]) -> dict[int, VolumeTotals]:
@@ -296,7 +281,7 @@ class _Audit:
         pairs, conflicts = facts
         table = self.data.carried
         guids, txgs = table.guids, table.createtxgs
-        living = s.state in LIVING
+        living = s.state in LIVING_STATES
         problems = [] if living else [f"it is {s.state}"]
         parent = None
         if s.kind == "full":
@@ -445,11 +430,11 @@ class _Audit:
         if len(with_children) < len(parents):  # some stream has two living children
             children: dict[int, list[int]] = {}
             for s in self.streams:
-                if s.parent_id is not None and s.state in LIVING:
+                if s.parent_id is not None and s.state in LIVING_STATES:
                     children.setdefault(s.parent_id, []).append(s.id)
             for parent_id, ids in children.items():
                 s = self.by_id.get(parent_id)
-                if len(ids) > 1 and s is not None and s.state in LIVING:
+                if len(ids) > 1 and s is not None and s.state in LIVING_STATES:
                     self.add(s, Severity.INFO, f"{_label(s)} has {len(ids)} living"
                              f" incrementals applying on it (streams {sorted(ids)}): the chain"
                              " branches", "nothing to do; each branch restores on its own")
@@ -509,7 +494,7 @@ class _Audit:
                 guid = table.guids[i]
                 if guid not in restorable and guid not in lost:
                     lost[guid] = (table.createtxgs[i], self.name_of(s, i))
-        dependents = [s for s in members if s.id != brk.id and s.state in LIVING]
+        dependents = [s for s in members if s.id != brk.id and s.state in LIVING_STATES]
         why = "; ".join(self.local.get(brk.id, [])) or f"it is {brk.state}"
         problem = f"{_label(brk)} cannot be restored: {why}"
         if dependents:

@@ -113,7 +113,7 @@ def _scratch(ctx: Context, receive_into: str) -> ScratchPool:
                          f" in {ctx.config_path}")
     name = DatasetName(pool)
     zfs = ctx.zfs(host, name.pool)
-    side = Side(host, ctx.config.hosts.get(host), ctx.state_dir / "known_hosts")
+    side = Side.of(ctx.config, host)
     return ScratchPool.under(zfs, side, str(name))
 
 

@@ -32,6 +32,8 @@ NAMING_CONVENTION = {
 
 STREAM_KINDS = ("full", "incremental")
 STREAM_STATES = ("uploading", "uploaded", "verified", "condemned", "bad")
+LIVING_STATES = frozenset({"uploaded", "verified"})
+"""Stream states whose objects are complete and may be restored from or built on."""
 RUN_ACTIONS = ("snapshot", "replicate", "archive", "prune", "audit", "restore")
 RUN_RESULTS = ("running", "ok", "failed", "partial")
 REPLICATION_METHODS = ("zfs", "rsync")

@@ -29,7 +29,8 @@ from collections.abc import Sequence
 
 from zrepl_py.archive.layout import MANIFEST, is_stream_prefix
 from zrepl_py.archive.manifest import Manifest
-from zrepl_py.catalog.repository import Catalog, CarriedSnapshot, NewStream, NewVolume, StreamRow
+from zrepl_py.catalog.models import LIVING_STATES
+from zrepl_py.catalog.repository import Catalog, StreamRow
 from zrepl_py.errors import CatalogError, StoreError, StreamCorrupt, UsageError
 from zrepl_py.stores.base import Backend
 
@@ -93,7 +94,7 @@ def pick_parent(manifest: Manifest, candidates: Sequence[StreamRow]) -> StreamRo
     """The stream an incremental applies on among ``candidates`` (same host, dataset and
     store, ``to_guid`` = its from-guid, not bad or condemned): created last no later than it,
     a full on ties (see the module docstring); None when there is none (pure)."""
-    usable = [s for s in candidates if s.state in ("uploaded", "verified")]
+    usable = [s for s in candidates if s.state in LIVING_STATES]
     if not usable:
         return None
     before = [s for s in usable if s.created_at <= manifest.created_at] or usable
@@ -142,8 +143,10 @@ def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool
                                                " this incremental applies on"))
                 continue
         try:
-            stream_id = catalog.add_stream(_new_stream(manifest, store, prefix, parent),
-                                           _volumes(manifest), _carried(manifest))
+            stream, volumes = manifest.catalog_rows(
+                store=store, prefix=prefix, parent_id=parent.id if parent else None,
+                uploaded_at=manifest.created_at)
+            stream_id = catalog.add_stream(stream, volumes, manifest.snapshots)
         except CatalogError as exc:
             result.skipped.append(Skipped(key, str(exc)))
             continue
@@ -154,26 +157,3 @@ def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool
     for skip in result.skipped:
         log.warning("rebuild of store %s: skipped %s: %s", store, skip.key, skip.why)
     return result
-
-
-def _new_stream(manifest: Manifest, store: str, prefix: str, parent: StreamRow | None) -> NewStream:
-    return NewStream(
-        host=manifest.host, dataset=manifest.dataset, store=store, kind=manifest.kind,
-        to_guid=manifest.to_snap.guid, to_name=manifest.to_snap.name,
-        to_createtxg=manifest.to_snap.createtxg, object_prefix=prefix,
-        storage_class=manifest.storage_class, compression=manifest.compression,
-        created_at=manifest.created_at, parent_id=parent.id if parent else None,
-        from_guid=manifest.from_snap.guid if manifest.from_snap else None,
-        from_name=manifest.from_snap.name if manifest.from_snap else None,
-        raw_bytes=manifest.raw_bytes, stored_bytes=manifest.stored_bytes,
-        state="uploaded", uploaded_at=manifest.created_at,
-    )
-
-
-def _volumes(manifest: Manifest) -> list[NewVolume]:
-    return [NewVolume(v.index, v.key, v.raw_bytes, v.stored_bytes, v.sha256)
-            for v in manifest.volumes]
-
-
-def _carried(manifest: Manifest) -> list[CarriedSnapshot]:
-    return [CarriedSnapshot(s.name, s.guid, s.createtxg) for s in manifest.snapshots]

@@ -107,6 +107,8 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
     except KeyboardInterrupt:
         click.echo("zbak: interrupted", err=True)
         return ExitStatus.FAILED
+    finally:
+        inv.close()
     if isinstance(result, int):
         return ExitStatus(result)
     return ExitStatus.OK

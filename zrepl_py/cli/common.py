@@ -27,6 +27,8 @@ class Invocation:
     env: Mapping[str, str]
     config_option: str | None = None
     debug: bool = False
+    alerts: Any = None
+    """The alert Dispatcher installed by ``context()``; ``close()`` flushes and removes it."""
 
     @property
     def config_file(self) -> Path:
@@ -37,15 +39,21 @@ class Invocation:
 
     def context(self) -> Context:
         """Load and validate the config and build a Context (raises ConfigError, exit 2)."""
+        from zrepl_py.alerts import install
         from zrepl_py.config.loading import load_config
         from zrepl_py.context import Context
 
-        from zrepl_py.alerts import install
-
         path = self.config_file
         config = load_config(path)
-        install(config.alerts)  # failure/recovery/budget alerts from manual and cron runs too
+        if self.alerts is None:  # failure/recovery/budget alerts from manual and cron runs too
+            self.alerts = install(config.alerts)
         return Context(config=config, config_path=path)
+
+    def close(self) -> None:
+        """Deliver queued alerts and unregister the dispatcher (end of the command)."""
+        if self.alerts is not None:
+            self.alerts.close()
+            self.alerts = None
 
 
 pass_invocation = click.make_pass_decorator(Invocation)

@@ -39,7 +39,7 @@ from zrepl_py.context import lock_key
 from zrepl_py.daemon import child
 from zrepl_py.daemon.gate import Gate
 from zrepl_py.daemon.logs import run_logger
-from zrepl_py.daemon.plan import Entry, make_trigger, missed_runs, plan_entries
+from zrepl_py.daemon.plan import make_trigger, missed_runs, plan_entries
 from zrepl_py.errors import ExitStatus
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,6 @@ from zrepl_py.errors import CommandFailed, UsageError, ZbakError
 from zrepl_py.health import before_replicate
 from zrepl_py.locking import dataset_lock
 from zrepl_py.proc.progress import progress_callback
-from zrepl_py.proc.openssh import control_dir
 from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
 from zrepl_py.replication.stages import Side
 from zrepl_py.replication.zfs_target import (
@@ -67,12 +66,6 @@ class ReplicateResult:
     def failed(self) -> bool:
         """True when any target failed."""
         return any(t.error for t in self.targets)
-
-
-def _side(ctx: Context, host: str) -> Side:
-    config = ctx.config.hosts.get(host)
-    shared = control_dir(ctx.state_dir) if config is not None else None
-    return Side(host, config, ctx.state_dir / "known_hosts", shared)
 
 
 def budget_warnings(budget: ProtectionBudget, held: list[tuple[str, dt.datetime, int]],
@@ -166,7 +159,7 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
     assert cfg is not None
     if not dry_run:  # pool health and the target's min_free floor (zrepl_py.health)
         result.warnings += before_replicate(ctx, name, job, target)
-    source_side, target_side = _side(ctx, job.source.host), _side(ctx, target.host)
+    source_side, target_side = Side.of(ctx.config, job.source.host), Side.of(ctx.config, target.host)
     directory = target if result.method == "rsync" else None
     if directory is None:
         assert target.dataset is not None

@@ -17,8 +17,8 @@ import dataclasses
 from pathlib import Path
 from typing import Sequence
 
-from zrepl_py.config.schema import HostConfig
-from zrepl_py.proc.openssh import remote_command, remote_pipeline, ssh_argv
+from zrepl_py.config.schema import Config, HostConfig
+from zrepl_py.proc.openssh import control_dir, remote_command, remote_pipeline, ssh_argv
 from zrepl_py.proc.pipeline import Meter, Stage
 
 ZSTD_SEND = ("zstd", "-q", "-T0", "-3", "-c")
@@ -34,6 +34,14 @@ class Side:
     known_hosts_default: Path
     control_dir: Path | None = None
     """Directory of shared ssh connections (``openssh.control_dir``); None: never share."""
+
+    @classmethod
+    def of(cls, config: Config, host: str) -> "Side":
+        """The side for ``host``: its ``[hosts]`` entry (None for ``local``), known_hosts and
+        shared ssh connections under the config's state directory."""
+        host_cfg = config.hosts.get(host)
+        shared = control_dir(config.state_dir) if host_cfg is not None else None
+        return cls(host, host_cfg, config.state_dir / "known_hosts", shared)
 
     def wrap(
         self, argvs: Sequence[Sequence[str]], name: str, *, share: bool = False

@@ -31,7 +31,7 @@ from zrepl_py.replication.planner import Full, Incremental, SnapRef
 from zrepl_py.replication.stages import Side, transfer_stages
 from zrepl_py.restore.fetch import fetch_verified, file_chunks
 from zrepl_py.restore.plan import RestorePlan
-from zrepl_py.restore.receive import ReceiveWriter
+from zrepl_py.proc.python_end import ReceiveWriter
 from zrepl_py.restore.thaw import request_thaws
 from zrepl_py.stores.open import open_store
 from zrepl_py.streams.frames import decompress_frame
@@ -56,10 +56,6 @@ class RestoreOutcome:
     into: str
     streams: int
     bytes: int
-
-
-def _side(ctx: Context, host: str) -> Side:
-    return Side(host, ctx.config.hosts.get(host), ctx.state_dir / "known_hosts")
 
 
 def execute_restore(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
@@ -97,7 +93,7 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     finally:
         backend.close()
     zfs = ctx.zfs(plan.host, DatasetName(plan.into).pool)
-    side = _side(ctx, plan.host)
+    side = Side.of(ctx.config, plan.host)
     receive = receive_argv(plan.into, caps=zfs.capabilities, resumable=False, zfs=zfs.zfs)
     total = 0
     for done, stream in enumerate(path.streams):
@@ -170,7 +166,7 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     steps = [Full(refs[0])]
     if len(refs) > 1:
         steps.append(Incremental(refs[0], refs[-1], intermediates=True))
-    source, target = _side(ctx, chosen.host), _side(ctx, plan.host)
+    source, target = Side.of(ctx.config, chosen.host), Side.of(ctx.config, plan.host)
     total = 0
     for step in steps:
         send = send_argv(step, source_dataset=chosen.dataset, caps=plain, raw=False, zfs=src.zfs)

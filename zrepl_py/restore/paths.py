@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from zrepl_py.catalog.models import LIVING_STATES
 from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
 
-LIVING = frozenset({"uploaded", "verified"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +62,7 @@ def archive_paths(
     by_id = {s.id: s for s in streams}
     paths = []
     for stream in streams:
-        if stream.state not in LIVING:
+        if stream.state not in LIVING_STATES:
             continue
         snaps = _carried(stream, carried)
         hit = next((c for c in snaps if c.guid == target_guid), None)
@@ -71,7 +71,7 @@ def archive_paths(
         chain = [stream]
         while chain[-1].parent_id is not None:
             parent = by_id.get(chain[-1].parent_id)
-            if parent is None or parent.state not in LIVING or len(chain) > len(by_id):
+            if parent is None or parent.state not in LIVING_STATES or len(chain) > len(by_id):
                 chain = []
                 break
             chain.append(parent)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow, VolumeRow
+from zrepl_py.catalog.repository import CarriedSnapshot, VolumeRow
 from zrepl_py.config.schema import LOCAL_HOST, parse_endpoint
 from zrepl_py.context import Context
 from zrepl_py.errors import DatasetNotFound, RestoreError, UsageError, ZbakError
