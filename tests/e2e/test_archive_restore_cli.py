@@ -16,18 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
+from testbed.cli import prop, Zbak, zfs
 
 pytestmark = pytest.mark.zfs
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
-
-
-def prop(name: str, what: str) -> str:
-    return zfs("get", "-Hp", "-o", "value", what, name).strip()
 
 
 def snapshots(dataset: str) -> list[str]:
@@ -40,17 +32,6 @@ def snapshots(dataset: str) -> list[str]:
 def tree_digest(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-class Zbak:
-    def __init__(self, config, capsys):
-        self.config, self.capsys = config, capsys
-
-    def __call__(self, *args: str):
-        self.capsys.readouterr()
-        status = main(["--config", str(self.config), *args], env={})
-        out, err = self.capsys.readouterr()
-        return status, out, err
 
 
 def write_config(path: Path, state: Path, dataset: str, store_toml: str, extra: str = "") -> Path:

@@ -6,37 +6,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
+import testbed.cli
+from testbed.cli import prop, zfs
 
 pytestmark = pytest.mark.zfs
 
 
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
-
-
-def prop(name: str, what: str) -> str:
-    return zfs("get", "-Hp", "-o", "value", what, name).strip()
-
-
-class Zbak:
-    def __init__(self, config: Path, capsys):
-        self.config, self.capsys = config, capsys
-
-    def __call__(self, *args: str):
-        self.capsys.readouterr()
-        status = main(["--config", str(self.config), *args], env={})
-        out, err = self.capsys.readouterr()
-        return status, out, err
-
+class Zbak(testbed.cli.Zbak):
     def catalog(self):
         from zrepl_py.catalog.db import make_engine
         from zrepl_py.catalog.repository import Catalog

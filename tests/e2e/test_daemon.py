@@ -22,13 +22,10 @@ from zrepl_py.config.loading import load_config
 from zrepl_py.daemon.store import scheduled_runs
 from zrepl_py.errors import ExitStatus
 from zrepl_py.locking import dataset_lock
+from testbed.cli import zfs
 
 UTC = dt.timezone.utc
 NEVER = "0 0 1 1 *"  # keeps the cron schedules of actions a test does not drive out of the way
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
 
 
 def snapshots(dataset: str) -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import subprocess
 import textwrap
 from pathlib import Path
 
@@ -19,13 +18,10 @@ from zrepl_py.catalog.repository import Catalog
 from zrepl_py.cli import main
 from zrepl_py.config.loading import load_config
 from zrepl_py.errors import ExitStatus
+from testbed.cli import zfs
 
 pytestmark = pytest.mark.zfs
 HOLD = "zbak:data:archive:cold"
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
 
 
 def snapshot_names(dataset: str) -> list[str]:

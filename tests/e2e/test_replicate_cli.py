@@ -16,12 +16,9 @@ import pytest
 from testbed.common import hosts_table
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
+from testbed.cli import zfs
 
 pytestmark = [pytest.mark.zfs, pytest.mark.ssh]
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
 
 
 def guids(dataset: str) -> dict[str, int]:

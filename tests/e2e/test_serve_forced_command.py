@@ -24,15 +24,12 @@ from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 from zrepl_py.proc.openssh import remote_command, ssh_argv
 from zrepl_py.serve.token import make_token
+from testbed.cli import zfs
 
 pytestmark = [pytest.mark.zfs, pytest.mark.ssh]
 
 ZBAK = Path(sys.executable).with_name("zbak")
 REFUSED = 126
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
 
 
 def guids(dataset: str) -> dict[str, int]:

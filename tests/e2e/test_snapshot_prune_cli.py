@@ -11,15 +11,11 @@ import time
 
 import pytest
 
-from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 from zrepl_py.locking import dataset_lock
+from testbed.cli import Zbak, zfs
 
 pytestmark = pytest.mark.zfs
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
 
 
 def destroy_when_not_busy(name: str) -> None:
@@ -36,19 +32,6 @@ def snapshot_names(dataset: str) -> list[str]:
     rows = [line.split("\t") for line in out.splitlines()]
     snaps = [(int(v), n) for n, _, v in rows if n.startswith(dataset + "@")]
     return [n for _, n in sorted(snaps)]
-
-
-class Zbak:
-    """Runs the real CLI in-process against one config; returns (exit status, stdout, stderr)."""
-
-    def __init__(self, config, capsys):
-        self.config, self.capsys = config, capsys
-
-    def __call__(self, *args: str):
-        self.capsys.readouterr()
-        status = main(["--config", str(self.config), *args], env={})
-        out, err = self.capsys.readouterr()
-        return status, out, err
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import datetime as dt
 import json
 import os
 import socket
-import subprocess
 import textwrap
 import time
 
@@ -17,13 +16,10 @@ from zrepl_py.catalog import db
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
+from testbed.cli import zfs
 
 pytestmark = pytest.mark.zfs
 UTC = dt.timezone.utc
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
 
 
 def put(path, data: bytes) -> None:

@@ -13,12 +13,9 @@ from pathlib import Path
 import pytest
 
 from zrepl_py.streams.records import walk_records
+from testbed.cli import zfs
 
 pytestmark = pytest.mark.zfs
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
 
 
 def guid(snapshot: str) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import subprocess
 import textwrap
 import uuid
 from pathlib import Path
@@ -19,12 +18,9 @@ from zrepl_py.catalog.rebuild import chain_order, pick_parent
 from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
+from testbed.cli import zfs
 
 T0 = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
 
 
 def config_file(path: Path, state: Path, url: str, dataset: str, store: Path) -> Path:

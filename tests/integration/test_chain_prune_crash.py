@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-import subprocess
 import textwrap
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from zrepl_py.context import Context
 from zrepl_py.errors import ExitStatus
 from zrepl_py.pruning.archive import prune_dataset_chains
 from zrepl_py.stores.file import FileBackend
+from testbed.cli import zfs
 
 pytestmark = pytest.mark.zfs
 KEEP_ONE = ChainRetention(keep_chains=1)
@@ -78,10 +78,6 @@ class CrashingCatalog:
 
     def __getattr__(self, attr):
         return getattr(self._inner, attr)
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
 
 
 def store_keys(root: Path) -> set[str]:

@@ -19,6 +19,7 @@ from zrepl_py.errors import ExitStatus
 from zrepl_py.health import parse_status, pool_problems, pool_report
 from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.zfs.client import Zfs
+from testbed.cli import zfs
 
 OPENZFS_DEGRADED = """\
   pool: tank
@@ -45,10 +46,6 @@ config:
 
 errors: No known data errors
 """
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
 
 
 def test_parse_status_reads_every_vdev_row_with_depth_section_counts_and_note():

@@ -4,7 +4,6 @@ zfs-fuse, scraped over HTTP from the endpoint and read back from the textfile.""
 from __future__ import annotations
 
 import os
-import subprocess
 import textwrap
 import time
 import urllib.request
@@ -18,12 +17,9 @@ from zrepl_py.context import Context
 from zrepl_py.errors import ExitStatus, ZbakError
 from zrepl_py.metrics import registry_for, serve, write_textfile
 from zrepl_py.runs import recorded_run
+from testbed.cli import zfs
 
 pytestmark = pytest.mark.zfs
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True).stdout
 
 
 def put(path, data: bytes) -> None:

@@ -44,20 +44,12 @@ from zrepl_py.archive.layout import MANIFEST, PROGRESS
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 from zrepl_py.stores.file import FileBackend
+from testbed.cli import prop, zfs
 
 pytestmark = [pytest.mark.zfs, pytest.mark.slow]
 
 RUNNER = Path(__file__).resolve().parents[1] / "faults" / "crash_runner.py"
 MiB = 1 << 20
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True,
-                          timeout=60).stdout
-
-
-def prop(name: str, what: str) -> str:
-    return zfs("get", "-Hp", "-o", "value", what, name).strip()
 
 
 def write_config(base: Path, dataset: str) -> tuple[Path, Path]:

@@ -44,20 +44,12 @@ from zrepl_py.restore import execute as restore_execute
 from zrepl_py.restore.fetch import fetch_verified
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.streams.frames import decompress_frame
+from testbed.cli import prop, zfs
 
 pytestmark = pytest.mark.zfs
 
 KiB = 1 << 10
 MiB = 1 << 20
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True,
-                          timeout=60).stdout
-
-
-def prop(name: str, what: str) -> str:
-    return zfs("get", "-Hp", "-o", "value", what, name).strip()
 
 
 def exists(name: str) -> bool:

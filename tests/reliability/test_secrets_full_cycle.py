@@ -29,7 +29,6 @@ import logging
 import os
 import secrets
 import sqlite3
-import subprocess
 import textwrap
 import threading
 import time
@@ -41,17 +40,13 @@ import pytest
 from testbed.common import hosts_table
 from zrepl_py import cli
 from zrepl_py.errors import ExitStatus
+from testbed.cli import zfs
 
 pytestmark = [pytest.mark.zfs, pytest.mark.ssh, pytest.mark.s3, pytest.mark.slow]
 
 WIRE_LOGGERS = ("botocore", "boto3", "urllib3", "s3transfer", "botocore.endpoint",
                 "botocore.auth", "botocore.credentials", "botocore.hooks",
                 "urllib3.connectionpool", "botocore.httpsession", "botocore.parsers")
-
-
-def zfs(*args: str) -> str:
-    return subprocess.run(["zfs", *args], check=True, capture_output=True, text=True,
-                          timeout=60).stdout
 
 
 class Records(logging.Handler):
