@@ -69,6 +69,8 @@ sys.path.insert(0, str(REPO))
 from testbed import zfs as testbed_zfs  # noqa: E402
 from testbed.common import free_port  # noqa: E402
 
+from zfsbench import destroy, guid, last_line, rotate, sh  # noqa: E402 (script-local import)
+
 MIB = 1024 * 1024
 PYTHON = sys.executable
 S3_KEYS = {"AWS_ACCESS_KEY_ID": "bench-access-key", "AWS_SECRET_ACCESS_KEY": "bench-secret-key",
@@ -99,37 +101,6 @@ def human(size: int) -> str:
         if size >= scale:
             return f"{size / scale:g} {unit}"
     return f"{size} B"
-
-
-def sh(*argv: str, timeout: float = 600) -> str:
-    """Run argv, return stdout stripped; RuntimeError with stderr on failure."""
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
-    return done.stdout.strip()
-
-
-def guid(name: str) -> int:
-    return int(sh("zfs", "get", "-Hp", "-o", "value", "guid", name))
-
-
-def destroy(*names: str) -> None:
-    """``zfs destroy NAME`` each in order (no -r), retried while zfs-fuse says busy."""
-    for name in names:
-        for _ in range(100):
-            done = subprocess.run(["zfs", "destroy", name], capture_output=True, text=True)
-            if done.returncode == 0 or "does not exist" in done.stderr:
-                break
-            time.sleep(0.2)
-        else:
-            raise RuntimeError(f"cannot destroy {name}: {done.stderr.strip()}")
-
-
-def last_line(text: str) -> str:
-    """The last error-looking line of a tool's output (else its last line), shortened."""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    errors = [line for line in lines if re.search(r"CRITICAL|ERROR|error|cannot|failed", line)]
-    return (errors or lines or [""])[-1][:200]
 
 
 def timed(argv: list[str], log: Path) -> list[str]:
@@ -515,11 +486,6 @@ class Results:
             if fails:
                 lines.append(f"{'':14} {'':32} also FAILED {len(fails)}x: {fails[0]}")
         return "\n".join(lines)
-
-
-def rotate(items: list, n: int) -> list:
-    n %= len(items)
-    return items[n:] + items[:n]
 
 
 PIPE_FILE = "zfs send | zstd -3 > FILE; fsync"

@@ -86,6 +86,8 @@ from testbed.common import free_port  # noqa: E402
 
 from zrepl_py.proc.openssh import remote_command, ssh_argv  # noqa: E402
 
+from zfsbench import destroy, guid, last_line, rotate, sh  # noqa: E402 (script-local import)
+
 MIB = 1024 * 1024
 SYNCOID = "/usr/sbin/syncoid"
 PYTHON = sys.executable
@@ -116,18 +118,6 @@ class Failed(Exception):
     """A tool run that did not complete (its exit status and last stderr line)."""
 
 
-def sh(*argv: str, timeout: float = 600) -> str:
-    """Run argv, return stdout stripped; RuntimeError with stderr on failure."""
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
-    return done.stdout.strip()
-
-
-def guid(name: str) -> int:
-    return int(sh("zfs", "get", "-Hp", "-o", "value", "guid", name))
-
-
 def tree_guids(root: str) -> dict[str, int]:
     """``{name relative to root: guid}`` of every snapshot under ``root`` (a receive keeps
     snapshot guids; filesystems get new ones)."""
@@ -138,25 +128,6 @@ def tree_guids(root: str) -> dict[str, int]:
         if "@" in name:
             found[name[len(root):]] = int(value)
     return found
-
-
-def destroy(*names: str) -> None:
-    """``zfs destroy NAME`` each in order (no -r), retried while zfs-fuse says busy."""
-    for name in names:
-        for _ in range(100):
-            done = subprocess.run(["zfs", "destroy", name], capture_output=True, text=True)
-            if done.returncode == 0 or "does not exist" in done.stderr:
-                break
-            time.sleep(0.2)
-        else:
-            raise RuntimeError(f"cannot destroy {name}: {done.stderr.strip()}")
-
-
-def last_line(text: str) -> str:
-    """The last error-looking line of a tool's output (else its last line), shortened."""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    errors = [line for line in lines if re.search(r"CRITICAL|ERROR|error|cannot", line)]
-    return (errors or lines or [""])[-1][:160]
 
 
 class Bench:
@@ -433,11 +404,6 @@ class Results:
             if fails:
                 lines.append(f"{'':14} {'':18} also FAILED {len(fails)}x: {fails[0]}")
         return "\n".join(lines)
-
-
-def rotate(items: list, n: int) -> list:
-    n %= len(items)
-    return items[n:] + items[:n]
 
 
 def measure(bench: Bench, results: Results, reps: int) -> dict[str, list[float]]:
