@@ -9,12 +9,14 @@ imports this module, and ``zbak replicate`` should not pay for what it does not 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Sequence, TypeVar
 
 from zrepl_py.clock import Clock, SystemClock
 from zrepl_py.config.schema import LOCAL_HOST, Config, JobConfig
 from zrepl_py.errors import UsageError
+from zrepl_py.prefetch import Prefetch, Task
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
     from zrepl_py.proc.hosts import ExecutorPool
     from zrepl_py.zfs.capabilities import Capabilities
     from zrepl_py.zfs.client import Zfs
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass
@@ -42,6 +46,9 @@ class Context:
     _engine: Engine | None = None
     _catalog: Catalog | None = None
     _capabilities: dict[tuple[str, str], Capabilities] = dataclasses.field(default_factory=dict)
+    _capability_locks: dict[tuple[str, str], threading.Lock] = dataclasses.field(
+        default_factory=dict)
+    _prefetch: Prefetch | None = None
 
     def __enter__(self) -> "Context":
         return self
@@ -50,7 +57,10 @@ class Context:
         self.close()
 
     def close(self) -> None:
-        """Close SSH connections and the catalog engine."""
+        """Stop the prefetch; close SSH connections and the catalog engine."""
+        if self._prefetch is not None:
+            self._prefetch.close()
+            self._prefetch = None
         if self._executors is not None:
             self._executors.close()
             self._executors = None
@@ -105,15 +115,32 @@ class Context:
         caps = None
         if pool is not None:
             key = (host, pool)
-            if key not in self._capabilities:
-                from zrepl_py.zfs.capability_cache import cached_capabilities
+            # One lookup per (host, pool) even when a prefetch thread asks at the same time;
+            # setdefault is atomic under the GIL.
+            with self._capability_locks.setdefault(key, threading.Lock()):
+                if key not in self._capabilities:
+                    from zrepl_py.zfs.capability_cache import cached_capabilities
 
-                self._capabilities[key] = cached_capabilities(
-                    executor, pool, cache_dir=self.state_dir / "capabilities",
-                    now=self.clock.now(), zfs=zfs_cmd, zpool=zpool_cmd,
-                )  # fmt: skip
-            caps = self._capabilities[key]
+                    self._capabilities[key] = cached_capabilities(
+                        executor, pool, cache_dir=self.state_dir / "capabilities",
+                        now=self.clock.now(), zfs=zfs_cmd, zpool=zpool_cmd,
+                    )  # fmt: skip
+                caps = self._capabilities[key]
         return Zfs(executor, zfs=zfs_cmd, zpool=zpool_cmd, capabilities=caps)
+
+    def start_prefetch(self, tasks: Sequence[Task]) -> None:
+        """Start running ``tasks`` in the background (``zrepl_py.prefetch``), replacing any
+        earlier prefetch of this Context (its unstarted tasks are dropped)."""
+        if self._prefetch is not None:
+            self._prefetch.close()
+        self.executors()  # created here, so the two threads share one pool
+        self._prefetch = Prefetch(tasks)
+
+    def prefetched(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """The prefetched result for ``key``, else ``compute()`` (``Prefetch.take``)."""
+        if self._prefetch is None:
+            return compute()
+        return self._prefetch.take(key, compute)
 
     def select_jobs(self, names: Sequence[str]) -> list[tuple[str, JobConfig]]:
         """Return the named jobs (all jobs when ``names`` is empty), in config order.

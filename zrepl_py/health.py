@@ -41,6 +41,7 @@ from zrepl_py.zfs.model import PoolHealth
 if TYPE_CHECKING:
     from zrepl_py.config.schema import Endpoint, JobConfig
     from zrepl_py.context import Context
+    from zrepl_py.prefetch import Task
     from zrepl_py.zfs.client import Zfs
 
 log = logging.getLogger(__name__)
@@ -193,6 +194,35 @@ def pool_report(zfs: Zfs, pool: str, *, with_size: bool = False) -> PoolReport:
                       data_errors)
 
 
+def report_task(ctx: Context, host: str, pool: str, *, with_size: bool = False) -> Task:
+    """The ``zrepl_py.prefetch`` task for a ``pool_report`` of ``pool`` on ``host``: the
+    checks below take its result when a run prefetched it, else read the pool themselves."""
+    return ("pool_report", host, pool, with_size), lambda: pool_report(
+        ctx.zfs(host), pool, with_size=with_size)
+
+
+def _report(ctx: Context, host: str, pool: str, *, with_size: bool = False) -> PoolReport:
+    key, compute = report_task(ctx, host, pool, with_size=with_size)
+    return ctx.prefetched(key, compute)
+
+
+def _needs_size(job: JobConfig) -> bool:
+    """A percentage ``min_free`` floor needs the pool's size (one more command)."""
+    floor = job.replicate.min_free if job.replicate is not None else None
+    return floor is not None and floor.percent is not None
+
+
+def replicate_tasks(ctx: Context, job: JobConfig, target: Endpoint) -> list[Task]:
+    """Prefetch tasks for the reads ``before_replicate(ctx, ..., job, target)`` makes."""
+    source = job.source
+    assert source.dataset is not None
+    tasks = [report_task(ctx, source.host, source.dataset.pool)]
+    if target.dataset is not None:
+        tasks.append(report_task(ctx, target.host, target.dataset.pool,
+                                 with_size=_needs_size(job)))
+    return tasks
+
+
 def _note(ctx: Context, report: PoolReport, role: str) -> list[str]:
     """Log the report; for a degraded pool emit the event and return the warning."""
     if not report.degraded:
@@ -212,7 +242,7 @@ def check_source(ctx: Context, job: JobConfig) -> list[str]:
     """
     source = job.source
     assert source.dataset is not None
-    report = pool_report(ctx.zfs(source.host), source.dataset.pool)
+    report = _report(ctx, source.host, source.dataset.pool)
     return _note(ctx, report, "source")
 
 
@@ -233,8 +263,7 @@ def check_target(ctx: Context, name: str, job: JobConfig, target: Endpoint) -> l
         return []
     floor = job.replicate.min_free if job.replicate is not None else None
     try:
-        report = pool_report(ctx.zfs(target.host), target.dataset.pool,
-                             with_size=floor is not None and floor.percent is not None)
+        report = _report(ctx, target.host, target.dataset.pool, with_size=_needs_size(job))
     except CommandFailed as exc:
         if exc.returncode == COMMAND_NOT_FOUND:
             return []

@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-from zrepl_py.catalog.repository import Catalog
 from zrepl_py.clock import Clock
 from zrepl_py.errors import CatalogError, PipelineCancelled
 from zrepl_py.events import Event, emit
+
+if TYPE_CHECKING:
+    from zrepl_py.catalog.repository import Catalog
 
 log = logging.getLogger(__name__)
 

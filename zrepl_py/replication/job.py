@@ -20,7 +20,7 @@ import logging
 from zrepl_py.config.schema import Endpoint, JobConfig, ProtectionBudget
 from zrepl_py.context import Context, lock_key
 from zrepl_py.errors import CommandFailed, UsageError, ZbakError
-from zrepl_py.health import before_replicate
+from zrepl_py.health import before_replicate, replicate_tasks
 from zrepl_py.locking import dataset_lock
 from zrepl_py.proc.progress import progress_callback
 from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
@@ -126,9 +126,10 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
         raise UsageError(f"job {name} has no [jobs.{name}.replicate] section in {ctx.config_path}")
     cfg = job.replicate
     source = job.source
-    catalog = ctx.catalog()
     results: list[TargetResult] = []
     with dataset_lock(ctx.state_dir, lock_key(job), "replicate"):
+        ctx.start_prefetch(_prefetch_tasks(ctx, job, dry_run=dry_run))
+        catalog = ctx.catalog()  # imports SQLAlchemy: CPU while the prefetch waits on hosts
         src = ctx.zfs(source.host, source.dataset.pool)
         inventory = take_inventory(src, catalog, job, ctx.clock.now())
         for target in cfg.endpoints():
@@ -151,6 +152,22 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
                 log.error("job %s: target %s failed: %s", name, target, exc)
                 result.error = str(exc)
     return ReplicateResult(name, dry_run, results)
+
+
+def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list:
+    """What the run will wait on, to start in the background (``zrepl_py.prefetch``): each
+    ZFS target's connection and capabilities, then the pool reads of the health checks."""
+    cfg = job.replicate
+    assert cfg is not None
+    tasks: dict = {}
+    zfs_targets = [t for t in cfg.endpoints() if t.dataset is not None and cfg.method != "rsync"]
+    for target in zfs_targets:
+        pool = target.dataset.pool
+        tasks[("zfs", target.host, pool)] = lambda t=target, p=pool: ctx.zfs(t.host, p)
+    for target in [] if dry_run else zfs_targets:
+        for key, compute in replicate_tasks(ctx, job, target):
+            tasks.setdefault(key, compute)
+    return list(tasks.items())
 
 
 def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inventory: Inventory,

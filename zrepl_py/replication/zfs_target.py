@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from zrepl_py.catalog.repository import Catalog
 from zrepl_py.clock import Clock
 from zrepl_py.config.schema import Endpoint, JobConfig
 from zrepl_py.errors import DatasetNotFound, Diverged, PipelineFailed, StreamUnsupported, ZbakError
@@ -47,6 +46,9 @@ from zrepl_py.zfs.model import Tree
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.resume import describe_token
 from zrepl_py.zfs.sendrecv import receive_argv, send_argv, stream_capabilities
+
+if TYPE_CHECKING:  # SQLAlchemy loads with the catalog, while the run's SSH prefetch goes on
+    from zrepl_py.catalog.repository import Catalog
 
 log = logging.getLogger(__name__)
 

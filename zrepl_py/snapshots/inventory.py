@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-from zrepl_py.catalog.repository import Catalog, SnapshotFact
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.model import DatasetInfo, Tree
 from zrepl_py.zfs.names import DatasetName
+
+if TYPE_CHECKING:
+    from zrepl_py.catalog.repository import Catalog
 
 
 def is_excluded(job: JobConfig, dataset: DatasetName) -> bool:
@@ -63,6 +65,9 @@ def take_inventory(
         DatasetNotFound: the job's dataset does not exist.
         ZfsError, CatalogError: listing or recording failed.
     """
+    # Imported here, not at the top: SQLAlchemy loads with the catalog (zrepl_py.prefetch).
+    from zrepl_py.catalog.repository import SnapshotFact
+
     source = job.source
     tree = zfs.tree(source.dataset, recursive=job.recursive)
     covered = tuple(d for d in tree.datasets if not is_excluded(job, d.name))
