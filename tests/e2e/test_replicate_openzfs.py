@@ -303,3 +303,36 @@ def test_init_reports_the_openzfs_features_of_source_and_target(rig):
         assert check["detail"].startswith("pool v5000, features: ")
         for feature in ("resume_tokens", "bookmarks", "raw_send", "compressed_send", "holds"):
             assert feature in check["detail"], check
+
+
+def test_sigterm_mid_transfer_leaves_a_resume_token_and_the_rerun_resumes_from_it(rig):
+    """Issue 6: SIGTERM (what ``zbak daemon`` sends its running child on stop, and systemd on
+    ``systemctl stop``) mid-transfer leaves a resumable receive on OpenZFS; the rerun
+    continues from the token instead of sending the snapshot again."""
+    rig.write("big.bin", BIG_MIB)
+    rig.snapshot("s1")
+    rig.write_config(rate=RATE)
+    proc = subprocess.Popen([sys.executable, "-m", "zrepl_py", "--config", str(rig.config),
+                             "replicate"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while not (rig.senders() and rig.receivers()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(1.0)
+        proc.terminate()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != ExitStatus.OK, out + err
+    assert not rig.senders() and not rig.receivers(), "no transfer outlives zbak"
+    assert rig.token() not in ("", "-"), err
+    rig.write_config()
+
+    assert rig.replicate() == "resume s1"
+    assert rig.row["bytes"] < BIG_MIB * MiB, "the resumed stream starts where the cut one ended"
+    assert rig.guids(rig.replica) == rig.guids(rig.data)
+    assert rig.token() == "-"
