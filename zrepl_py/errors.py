@@ -362,3 +362,51 @@ class StreamRejected(RestoreError):
     (bad magic number)", "checksum mismatch", "invalid backup stream"). The stream is marked
     ``bad`` in the catalog, so no later restore plans a path through it; the message names it
     and what was received."""
+
+
+class CatalogReplay(ZbakError):
+    """A store's exported catalog object is older than this machine last wrote there (its
+    generation is below the local high-water mark in ``<state_dir>/catalog-marks``), or it is
+    gone although this machine wrote one: the store was rolled back, restored from an older
+    copy or replaced (borg's ``RepositoryReplay``). Nothing was done to the store; the message
+    names the object, both generations and the mark file to remove once the store is known to
+    be the right one (``catalog.export``)."""
+
+
+class CatalogExportCorrupt(ZbakError):
+    """A store's exported catalog object and its ``.copy`` both fail their SHA-256 or do not
+    parse (pgBackRest ``backup.info``/``.copy``). Nothing was done to the store; the message
+    names both keys and what to do (``catalog.export``)."""
+
+
+class StoreInconsistent(ZbakError):
+    """An object the catalog records is missing from the store, or has another size there:
+    ``zbak prune`` refuses to delete anything of that dataset in that store (restic
+    ``ErrPacksMissing``; RELIABILITY 19). The message names the streams and objects; run
+    ``zbak audit`` and repair the store or the catalog first."""
+
+
+class LockBroken(ZbakError):
+    """The lock this run held was taken away (its lock file removed or rewritten by another
+    process that judged it stale): the run stops at once rather than work unprotected
+    (borg ``LockTimeout``/``NotMyLock``; RELIABILITY 29)."""
+
+    exit_status = ExitStatus.LOCKED
+
+
+class StoreReadCorrupt(StoreTransient, StreamCorrupt):
+    """The bytes of one read did not match the checksum the store keeps for the object
+    (botocore's ``FlexibleChecksumError`` on an S3 GET: "Expected checksum ... did not match
+    calculated checksum"). Raised while iterating ``Backend.get``, after the damaged bytes
+    were yielded, so the caller discards what it read. Both a ``StoreTransient`` (damage in
+    transit: reading again may succeed) and a ``StreamCorrupt`` (what was read is not the
+    object), so a verifying reader re-reads it once like any other bad read (RELIABILITY 11);
+    a second failure means the object is damaged where it is stored."""
+
+
+class RawSendUnavailable(SendArgsInvalid):
+    """An encrypted dataset (``encryption`` not ``off``) was to be archived, but its host's
+    ``zfs send`` has no ``-w`` (``Capabilities.raw_send`` False): without ``-w`` the stream
+    would carry the data decrypted (zfs-send(8) ``-w, --raw``), so nothing is sent
+    (RELIABILITY 38). Upgrade the host's ZFS (OpenZFS 0.8 or later) or check its detected
+    capabilities (``zbak init``)."""

@@ -21,7 +21,7 @@ smaller object: the reader's own end-of-frame, byte-count and SHA-256 checks mus
 by opening the file themselves; they download through ``get`` like from S3.
 
 Faults on calls (``op`` is one of ``put``, ``get``, ``stat``, ``list``, ``delete``,
-``request_thaw``):
+``request_thaw``, ``abort_stale_uploads``):
 
 * ``fail_once={"put", ...}``: the first call of each named op raises ``error(op, key)``.
 * ``fail_after_calls=N``: the first N calls of the ``counted`` ops (default ``put`` and
@@ -234,6 +234,14 @@ class FaultyBackend(Backend):
         state = self.inner.request_thaw(key, days=days, tier=tier)
         self._done("request_thaw", key)
         return state
+
+    def abort_stale_uploads(self, older_than: float) -> list[str]:
+        """The inner ``abort_stale_uploads``, after the call faults (op ``abort_stale_uploads``,
+        key None)."""
+        self._enter("abort_stale_uploads", None)
+        removed = self.inner.abort_stale_uploads(older_than)
+        self._done("abort_stale_uploads", None)
+        return removed
 
     def local_path(self, key: str) -> Path | None:
         """Always None: every read goes through ``get`` and its faults."""

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,7 @@ class StoreContract:
                              ids=["empty", "small", "exactly-one-part", "multi-part"])
     def test_put_then_get_returns_the_bytes_and_put_reports_their_size_and_sha256(
             self, store, size):
+        """RELIABILITY 18."""
         data = payload(size, seed=size)
         result = store.put("streams/obj", chunked(data))
         assert result.size == size
@@ -77,12 +79,14 @@ class StoreContract:
         assert read_all(store, "k") == b"new bytes"
 
     def test_a_source_failing_midway_keeps_the_earlier_object_and_raises_its_own_error(self, store):
+        """RELIABILITY 13."""
         store.put("k", [b"old object"])
         with pytest.raises(RuntimeError, match="source broke"):
             store.put("k", failing_after(payload(2 * PART + 1), RuntimeError("source broke")))
         assert read_all(store, "k") == b"old object"
 
     def test_a_source_failing_midway_leaves_no_object_where_there_was_none(self, store):
+        """RELIABILITY 13."""
         with pytest.raises(RuntimeError):
             store.put("fresh", failing_after(payload(PART + 10), RuntimeError("source broke")))
         with pytest.raises(ObjectNotFound):
@@ -137,6 +141,18 @@ class StoreContract:
             with pytest.raises(StorePermanent, match="invalid object key"):
                 call(key)
 
+    def test_abort_stale_uploads_never_touches_stored_objects_and_refuses_a_negative_age(
+            self, store):
+        """RELIABILITY 15 (both stores): with nothing unfinished there is nothing to remove,
+        whatever the age, and every object stays readable."""
+        for key in ("a", "d/b", "d/e/c"):
+            store.put(key, [key.encode()])
+        assert store.abort_stale_uploads(0) == []
+        assert [(i.key, read_all(store, i.key)) for i in store.list()] == [
+            ("a", b"a"), ("d/b", b"d/b"), ("d/e/c", b"d/e/c")]
+        with pytest.raises(StorePermanent, match="older_than"):
+            store.abort_stale_uploads(-1)
+
 
 class TestFileStore(StoreContract):
     @pytest.fixture
@@ -152,6 +168,24 @@ class TestFileStore(StoreContract):
             store.put("d/y", failing_after(payload(100), RuntimeError("boom")))
         assert sorted(os.listdir(store.root / "d")) == [".x.partial-abc123"]
         assert list(store.list()) == []
+
+    def test_abort_stale_uploads_removes_only_temporary_files_older_than_the_age(self, store):
+        """RELIABILITY 15 (file): a crashed put's temporary file older than the age is
+        removed and reported under the key it was for; a younger one (a put that may still
+        run) and the objects stay."""
+        store.put("d/obj", [b"kept"])
+        old = store.root / "d" / ".obj.partial-old12345"
+        young = store.root / ".top.partial-new12345"
+        for path in (old, young):
+            path.write_bytes(b"half a volume")
+        two_days_ago = time.time() - 2 * 86400
+        os.utime(old, (two_days_ago, two_days_ago))
+        assert store.abort_stale_uploads(86400) == ["d/obj (temporary file .obj.partial-old12345)"]
+        assert not old.exists() and young.exists()
+        assert read_all(store, "d/obj") == b"kept"
+        assert store.abort_stale_uploads(86400) == []
+        assert store.abort_stale_uploads(0) == ["top (temporary file .top.partial-new12345)"]
+        assert sorted(p.name for p in store.root.rglob("*") if p.is_file()) == ["obj"]
 
     def test_a_key_shaped_like_a_temporary_file_is_rejected(self, store):
         with pytest.raises(StorePermanent):
@@ -257,12 +291,38 @@ class TestS3Store(StoreContract):
         assert [i.key for i in store.list()] == ["k"]
 
     def test_a_failed_multipart_put_leaves_no_upload_open(self, store, s3_server):
+        """RELIABILITY 13."""
         with pytest.raises(RuntimeError):
             store.put("k", failing_after(payload(3 * PART), RuntimeError("source broke")))
         with pytest.raises(KeyboardInterrupt):
             store.put("k", failing_after(payload(2 * PART), KeyboardInterrupt()))
         uploads = s3_server.client().list_multipart_uploads(Bucket=store.bucket)
         assert uploads.get("Uploads", []) == []
+
+    def test_abort_stale_uploads_aborts_open_multipart_uploads_under_the_prefix_only(
+            self, store, s3_server):
+        """RELIABILITY 15 (S3): an upload left open (as by a process killed mid-put) is
+        aborted; uploads outside the store's prefix stay, and stored objects are untouched.
+        moto 5.2.5 reports every upload as initiated on 2010-11-10, so the age filter (a
+        younger upload is kept) is tested with botocore's Stubber in
+        tests/reliability/test_cases_01_18.py."""
+        raw = s3_server.client()
+        store.put("kept", [b"object"])
+        ours = raw.create_multipart_upload(Bucket=store.bucket, Key="some/prefix/streams/v")
+        raw.upload_part(Bucket=store.bucket, Key="some/prefix/streams/v", PartNumber=1,
+                        UploadId=ours["UploadId"], Body=b"part one")
+        theirs = raw.create_multipart_upload(Bucket=store.bucket, Key="elsewhere/v")
+
+        def open_uploads() -> set[str]:
+            return {u["UploadId"] for u in
+                    raw.list_multipart_uploads(Bucket=store.bucket).get("Uploads", [])}
+
+        assert open_uploads() == {ours["UploadId"], theirs["UploadId"]}
+        assert store.abort_stale_uploads(86400) == [
+            f"streams/v (multipart upload {ours['UploadId']})"]
+        assert open_uploads() == {theirs["UploadId"]}
+        assert read_all(store, "kept") == b"object"
+        assert store.abort_stale_uploads(0) == []
 
     def test_more_parts_than_s3_allows_is_refused_before_the_limit_and_the_upload_aborted(
             self, store, s3_server, monkeypatch):
@@ -276,6 +336,7 @@ class TestS3Store(StoreContract):
 
     @pytest.mark.parametrize("storage_class", ["GLACIER", "DEEP_ARCHIVE"])
     def test_a_cold_object_needs_a_thaw_before_it_can_be_read(self, store, storage_class):
+        """RELIABILITY 17."""
         data = payload(2 * PART + 5)
         result = store.put("cold", chunked(data), storage_class=storage_class)
         assert result.storage_class == storage_class
@@ -314,6 +375,7 @@ class TestS3Store(StoreContract):
             list(store.list())
 
     def test_an_unreachable_endpoint_is_a_transient_error_after_the_retries(self, s3_bucket):
+        """RELIABILITY 16."""
         with socket.create_server(("127.0.0.1", 0)) as probe:
             port = probe.getsockname()[1]  # closed again when the block ends: nobody listens
         store = S3Backend("down", s3_bucket, "", endpoint_url=f"http://127.0.0.1:{port}",

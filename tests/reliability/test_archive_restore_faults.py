@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import random
 import subprocess
@@ -145,7 +146,7 @@ def restore_refused(run, pool, data, into: str) -> str:
 
 
 def test_a_zstd_decoder_fed_a_truncated_frame_succeeds_silently_so_the_frame_end_check_is_needed():
-    """The pitfall behind case 8: zstandard's decompressobj returns a prefix without error."""
+    """RELIABILITY 8: The pitfall behind case 8: zstandard's decompressobj returns a prefix without error."""
     raw = random.Random(8).randbytes(200 * KiB)
     frame = zstandard.ZstdCompressor(write_checksum=True).compress(raw)
     cut = frame[: len(frame) // 2]
@@ -223,13 +224,60 @@ def test_a_volume_corrupt_on_the_first_read_only_is_read_again_and_the_restore_r
 
 
 def test_a_volume_corrupt_on_every_read_is_read_twice_then_refused(archived, faulty_store):
-    """One retry only: a volume bad on both reads fails the restore; nothing is received."""
+    """RELIABILITY 11: One retry only: a volume bad on both reads fails the restore; nothing is received."""
     run, pool, data, store = archived
     key, size = newest_volume(store)
     made = faulty_store(flip_byte_at=size // 3, faulty_reads=2, keys=key)
     err = restore_refused(run, pool, data, f"{pool.name}/r")
     assert "failed verification on the first read" in err and key in err
     assert made[0].calls.count(("get", key)) == 2
+
+
+def _audit_reads_through(monkeypatch, **faults) -> list[FaultyBackend]:
+    """Wrap every store ``zbak audit`` opens in a FaultyBackend with ``faults``."""
+    from zrepl_py.audit import job as audit_job
+
+    made: list[FaultyBackend] = []
+    real = audit_job.open_store
+
+    def open_store(*args, **kwargs):
+        made.append(FaultyBackend(real(*args, **kwargs), **faults))
+        return made[-1]
+
+    monkeypatch.setattr(audit_job, "open_store", open_store)
+    return made
+
+
+def test_verify_reads_a_volume_bad_on_the_first_read_again_verifies_it_and_reports_it(
+        archived, monkeypatch):
+    """RELIABILITY 11 for ``verify`` (``zbak audit --deep``): the first read of the newest
+    volume has a flipped bit, the second is good: the audit exits 0, the stream is
+    ``verified`` (not ``bad``), and an info finding plus a warning say the first read
+    failed."""
+    run, pool, data, store = archived
+    key, size = newest_volume(store)
+    made = _audit_reads_through(monkeypatch, flip_byte_at=size // 3, faulty_reads=1, keys=key)
+    status, out, err = run("audit", "--deep", "--json")
+    assert made and sum(m.calls.count(("get", key)) for m in made) == 2
+    assert status == ExitStatus.OK, out + err
+    doc = json.loads(out)
+    assert doc["jobs"][0]["bad"] == []
+    notes = [f for f in doc["findings"] if f["key"] == key]
+    assert notes and notes[0]["severity"] == "info" and "first read" in notes[0]["problem"]
+    assert "first read failed verification" in err
+
+
+def test_verify_marks_a_volume_bad_on_both_reads_bad(archived, monkeypatch):
+    """RELIABILITY 9, 11: The other side of case 11 for ``verify``: a volume whose every read is damaged is a
+    finding and its stream is marked bad (exit 4)."""
+    run, pool, data, store = archived
+    key, size = newest_volume(store)
+    _audit_reads_through(monkeypatch, flip_byte_at=size // 3, keys=key)
+    status, out, err = run("audit", "--deep", "--json")
+    assert status == ExitStatus.AUDIT_FINDINGS, out + err
+    doc = json.loads(out)
+    assert len(doc["jobs"][0]["bad"]) == 1
+    assert any(f["key"] == key and f["severity"] == "error" for f in doc["findings"])
 
 
 # -- 12: valid zstd around an invalid ZFS stream -------------------------------------------------
@@ -284,7 +332,7 @@ def test_a_verified_stream_that_zfs_receive_rejects_is_marked_bad_and_nothing_is
 
 
 def test_a_stream_rejected_as_unsupported_by_the_receiver_is_not_marked_bad():
-    """Only the stream's own content marks it bad: "unsupported feature" is the receiver's
+    """RELIABILITY 12: Only the stream's own content marks it bad: "unsupported feature" is the receiver's
     limit (zfs-fuse receiving an OpenZFS 2.x stream) and leaves the stream living."""
     from zrepl_py.proc.pipeline import StageResult
 
@@ -331,7 +379,7 @@ def test_a_failing_send_is_reported_as_the_send_stage_and_nothing_is_marked_uplo
 
 
 def test_stderr_noise_from_a_send_that_exits_0_is_not_a_failure(setup):
-    """The other side of 7: warnings on stderr alone do not fail a stream."""
+    """RELIABILITY 7: The other side of 7: warnings on stderr alone do not fail a stream."""
     run, pool, data, store = setup
     stage = stderr_stage(_send(data, "0"), "warning: injected noise on stderr")
     with catalog_of(run.config) as catalog:

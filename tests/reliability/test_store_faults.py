@@ -1,4 +1,4 @@
-"""RELIABILITY 13, 14 and 18 at the store contract level (C), against the ``file://`` store and
+"""RELIABILITY 13, 14, 15 and 18 at the store contract level (C), against the ``file://`` store and
 moto's S3 server over HTTP, and the fault wrappers themselves (a fault that does not fire
 would make every test above it pass for nothing).
 
@@ -29,7 +29,13 @@ import pytest
 
 from faults.backend import FaultyBackend
 from zrepl_py.catalog.repository import VolumeRow
-from zrepl_py.errors import ObjectNotFound, StorePermanent, StoreTransient, StreamCorrupt
+from zrepl_py.errors import (
+    ObjectNotFound,
+    StorePermanent,
+    StoreReadCorrupt,
+    StoreTransient,
+    StreamCorrupt,
+)
 from zrepl_py.restore.fetch import fetch_verified
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.stores.retry import RetryPolicy
@@ -147,6 +153,28 @@ def test_a_process_killed_mid_upload_leaves_no_visible_object(store):
         store.stat("streams/obj")
 
 
+def test_what_a_put_killed_midway_left_behind_is_removed_by_abort_stale_uploads(store, request):
+    """RELIABILITY 15 (C, both stores): after a SIGKILL mid-put, the store still holds the
+    put's leftover (S3: an open multipart upload with its parts; ``file://``: the temporary
+    file), invisible to ``list``; ``abort_stale_uploads`` removes it and names the key, and a
+    second call finds nothing."""
+    done = subprocess.run([sys.executable, "-c", KILLED_PUT, json.dumps(store.spec)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+
+    def leftovers() -> list:
+        if isinstance(store, S3Backend):
+            client = request.getfixturevalue("s3_server").client()
+            return client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", [])
+        return [p for p in store.root.rglob("*") if p.is_file()]
+
+    assert len(leftovers()) == 1 and list(store.list("")) == []
+    removed = store.abort_stale_uploads(0)
+    assert len(removed) == 1 and removed[0].startswith("streams/obj ("), removed
+    assert leftovers() == []
+    assert store.abort_stale_uploads(0) == []
+
+
 def test_a_source_failing_midway_leaves_no_object_and_no_open_upload(store, request):
     """RELIABILITY 13: the chunks raise after 11 MiB (two S3 parts sent): the caller's error
     comes out, nothing is visible, and the S3 multipart upload was aborted."""
@@ -207,6 +235,7 @@ def _corrupting_client(server, *, operations=("PutObject", "UploadPart"),
 @pytest.mark.parametrize("size", [MiB, 11 * MiB], ids=["put-object", "multipart"])
 def test_an_upload_whose_bytes_do_not_match_their_checksum_is_refused_and_leaves_no_object(
         s3_server, s3_bucket, size):
+    """RELIABILITY 14."""
     backend = S3Backend("cold", s3_bucket, "zbak", client=_corrupting_client(s3_server),
                         part_size=5 * MiB, retry=FAST)
     with pytest.raises(StorePermanent):
@@ -219,9 +248,10 @@ def test_an_upload_whose_bytes_do_not_match_their_checksum_is_refused_and_leaves
 @pytest.mark.parametrize("response_checksums", ["when_supported", "when_required"])
 def test_a_volume_corrupted_in_transit_on_upload_is_refused_before_any_receive(
         s3_server, s3_bucket, tmp_path, response_checksums):
-    """The defences that hold whatever the server checks: botocore compares the download
-    with the stored object's SHA-256 checksum (which moto kept from the upload's header),
-    and, with that off, the catalog's SHA-256 of the bytes zbak produced fails the volume."""
+    """RELIABILITY 14: the defences that hold whatever the server checks: botocore compares
+    the download with the stored object's SHA-256 checksum (which moto kept from the upload's
+    header: a StoreReadCorrupt, read again once as a flaky read would be, then refused), and,
+    with that off, the catalog's SHA-256 of the bytes zbak produced fails the volume."""
     client = _corrupting_client(s3_server, response_checksums=response_checksums)
     backend = S3Backend("cold", s3_bucket, "zbak", client=client, retry=FAST)
     digest = Digest()
@@ -229,7 +259,7 @@ def test_a_volume_corrupted_in_transit_on_upload_is_refused_before_any_receive(
     volume = VolumeRow(id=1, stream_id=1, index=0, key="s/vol-000000.zst",
                        raw_bytes=digest.raw_bytes, stored_bytes=digest.stored_bytes,
                        sha256=digest.sha256)
-    expected = ((StorePermanent, "did not match calculated checksum")
+    expected = ((StoreReadCorrupt, "did not match calculated checksum")
                 if response_checksums == "when_supported" else (StreamCorrupt, "SHA-256"))
     with pytest.raises(expected[0], match=expected[1]):
         fetch_verified(backend, [volume], tmp_path / "spool", 1)
@@ -266,7 +296,7 @@ def test_a_hanging_store_read_can_be_abandoned_by_its_caller(store):
 
 
 def test_the_checksum_header_s3_verifies_is_the_sha256_of_the_part(s3_server, s3_bucket):
-    """What makes case 14 hold on AWS: every PutObject carries x-amz-checksum-sha256 of its
+    """RELIABILITY 14: What makes case 14 hold on AWS: every PutObject carries x-amz-checksum-sha256 of its
     body (recorded here from the real request, before it is sent)."""
     import boto3
 

@@ -16,6 +16,11 @@ Cold volumes (GLACIER, DEEP_ARCHIVE) are thawed like a restore does (``restore.t
 request per frozen object, recorded per stream; such streams are skipped this run and the
 result says when to run again (exit 75 when nothing else is wrong).
 
+``--max-duration SECONDS`` (:class:`Deadline`) bounds one run: once that much time has passed
+no further stream (or chain) is started, but at least one is read per run so each run makes
+progress; with the least-recently-verified order and ``verified_at`` written per stream, the
+next run continues where this one stopped (borg ``check --max-duration``; RELIABILITY 24).
+
 ``--receive-into POOL`` also proves the chains restore: each chain holding a chosen stream is
 received whole (``zfs receive -u``, full first) into ``POOL/zbak-audit-<random>/c<full id>``
 while its volumes are read, the received snapshots' guids are compared with the catalog's,
@@ -30,6 +35,7 @@ import datetime as dt
 import logging
 import math
 import secrets
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from zrepl_py.audit.findings import Finding, Severity
@@ -212,6 +218,30 @@ class DeepResult:
     waiting: int = 0
     ready_by: dt.datetime | None = None
     received: list[int] = dataclasses.field(default_factory=list)
+    skipped: int = 0
+
+
+class Deadline:
+    """The time budget of one audit run's deep reads (``--max-duration``), across stores.
+
+    Args:
+        seconds: the budget; None: unbounded.
+        monotonic: the clock (seconds, ``time.monotonic``); tests inject a fake.
+    """
+
+    def __init__(self, seconds: float | None, monotonic: Callable[[], float] = time.monotonic):
+        if seconds is not None and seconds < 0:
+            raise ValueError(f"--max-duration must be 0 or more seconds, not {seconds}")
+        self.seconds, self._clock = seconds, monotonic
+        self._start = monotonic()
+        self.started = 0  # streams (or chains) begun this run
+
+    def allows(self) -> bool:
+        """True when another stream may be started: the first one always, then while the
+        elapsed time is below the budget."""
+        if self.seconds is None or self.started == 0:
+            return True
+        return self._clock() - self._start < self.seconds
 
 
 def _chain_of(stream: StreamRow, by_id: Mapping[int, StreamRow]) -> list[StreamRow]:
@@ -263,15 +293,18 @@ class DeepAudit:
         volumes / carried: catalog rows by stream id.
         now: the clock (aware UTC).
         thaw: the ``[restore]`` settings (tier, days) used for thaw requests.
+        deadline: the run's ``--max-duration`` budget (None: unbounded).
     """
 
     def __init__(self, backend: Backend, catalog: Catalog,
                  volumes: Mapping[int, Sequence[VolumeRow]],
                  carried: Mapping[int, Sequence[CarriedSnapshot]],
-                 now: Callable[[], dt.datetime], thaw: RestoreConfig):
+                 now: Callable[[], dt.datetime], thaw: RestoreConfig,
+                 deadline: Deadline | None = None):
         self.backend, self.catalog = backend, catalog
         self.volumes, self.carried = volumes, carried
         self.now, self.thaw = now, thaw
+        self.deadline = deadline or Deadline(None)
         self.result = DeepResult()
         self.chain: dict[int, int] = {}  # stream id -> id of its chain's full
 
@@ -285,7 +318,12 @@ class DeepAudit:
             if head.kind == "full":
                 self.chain[stream.id] = head.id
         if scratch is None:
-            for stream in self._readable(chosen):
+            ready = self._readable(chosen)
+            for done, stream in enumerate(ready):
+                if not self.deadline.allows():
+                    self.result.skipped += len(ready) - done
+                    break
+                self.deadline.started += 1
                 self._verify(stream)
             return self.result
         chains = chains_to_receive(chosen, streams)
@@ -294,8 +332,12 @@ class DeepAudit:
         scratch.zfs.create_filesystem(scratch.parent, properties={"canmount": "off",
                                                                   "mountpoint": "none"})
         try:
-            for chain in chains:
+            for done, chain in enumerate(chains):
+                if not self.deadline.allows():
+                    self.result.skipped += sum(len(c) for c in chains[done:])
+                    break
                 if all(s.id in readable for s in chain):
+                    self.deadline.started += 1
                     self._receive_chain(chain, scratch)
         finally:
             self._destroy_scratch(scratch)
@@ -331,6 +373,24 @@ class DeepAudit:
         if not vols:
             return False  # the graph audit reports a living stream without volumes
         check = read_stream(self.backend, stream, vols, self.carried.get(stream.id, ()), sink=sink)
+        if check.problems and not check.missing and not check.thawing and sink is None:
+            # RELIABILITY 11 (restic errorOnceBackend, "check successful on second attempt"):
+            # a flaky read (a connection that looked like EOF, a bit flipped in transit) must
+            # not mark a good stream bad: read it once more, and report what the first read
+            # saw. Not with a sink: its bytes already went to the scratch receive.
+            first = check
+            check = read_stream(self.backend, stream, vols, self.carried.get(stream.id, ()))
+            if not (check.problems or check.missing or check.thawing):
+                what = "; ".join(p for p, _ in first.problems)
+                keys = [k for _, k in first.problems if k]
+                log.warning("stream %s (@%s): the first read failed verification (%s); the"
+                            " second read verified it", stream.id, stream.to_name, what)
+                self.result.findings.append(_finding(
+                    stream, Severity.INFO, f"stream {stream.id} (@{stream.to_name}) failed"
+                    f" verification on the first read and verified on the second: {what}",
+                    "nothing to repair (a flaky store, network or disk); repeated reports"
+                    " point at the store", keys[0] if keys else None,
+                    self.chain.get(stream.id)))
         for key in check.missing:
             self.result.findings.append(_finding(
                 stream, Severity.ERROR, f"volume {key} of stream {stream.id} (@{stream.to_name})"

@@ -152,6 +152,24 @@ class Backend(abc.ABC):
             ObjectNotFound, StoreTransient, StorePermanent.
         """
 
+    @abc.abstractmethod
+    def abort_stale_uploads(self, older_than: float) -> list[str]:
+        """Remove what unfinished puts left behind that started more than ``older_than``
+        seconds ago (>= 0): S3 multipart uploads never completed nor aborted (a process
+        killed mid-put; their parts are billed and never visible), the ``file://`` store's
+        temporary files. Younger leftovers may be puts still running and are kept. Objects
+        are never touched. Used by ``zbak audit --repair`` (RELIABILITY 15; z3
+        ``s3_mp_cleanup.py``).
+
+        Returns:
+            one entry per leftover removed, in key order: the key it was meant for and what
+            was removed (``"KEY (multipart upload ID)"`` on S3, ``"KEY (temporary file
+            NAME)"`` for ``file://``).
+
+        Raises:
+            StoreTransient, StorePermanent (also for a negative ``older_than``).
+        """
+
     def local_path(self, key: str) -> Path | None:
         """The object's file when the store is a local directory (reads skip a copy), else None."""
         return None

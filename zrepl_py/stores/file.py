@@ -22,6 +22,7 @@ import os
 import re
 import stat as statmod
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -33,6 +34,7 @@ from zrepl_py.stores.keys import check_key, check_prefix
 # ".NAME.partial-" + mkstemp's random part ([a-z0-9_], 8 characters in CPython).
 _TEMP_PREFIX = ".partial-"
 _TEMP_RE = re.compile(r"^\..+\.partial-[a-z0-9_]+$")
+_TEMP_PARTS_RE = re.compile(r"^\.(?P<name>.+)\.partial-[a-z0-9_]+$")
 
 
 class FileBackend(Backend):
@@ -203,6 +205,51 @@ class FileBackend(Backend):
         """
         self.stat(key)
         return Thaw.NOT_NEEDED
+
+    def abort_stale_uploads(self, older_than: float) -> list[str]:
+        """Remove the temporary files of unfinished puts (``.NAME.partial-XXXXXXXX``, left by
+        a process killed mid-put) last modified more than ``older_than`` seconds ago. A
+        running put writes its temporary file all the time, so its mtime stays recent and it
+        is kept. Objects and directories are never touched; a file that vanished meanwhile
+        (its put finished or another cleaner was faster) is skipped.
+
+        Returns:
+            ``"KEY (temporary file NAME)"`` per removed file, in key order.
+
+        Raises:
+            StorePermanent: negative ``older_than``; a directory cannot be read, or a
+                temporary file cannot be removed.
+        """
+        if older_than < 0:
+            raise StorePermanent(f"store {self.name}: older_than must be >= 0 seconds, not"
+                                 f" {older_than}", store=self.name)
+        cutoff = time.time() - older_than
+
+        def failed(exc: OSError) -> None:
+            if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+                raise self._os_error(exc, None, "listing") from exc
+
+        removed: list[tuple[str, str]] = []
+        for dirpath, _dirnames, filenames in os.walk(self.root, onerror=failed):
+            rel_dir = Path(dirpath).relative_to(self.root).as_posix()
+            for filename in filenames:
+                match = _TEMP_PARTS_RE.match(filename)
+                if not match:
+                    continue
+                path = os.path.join(dirpath, filename)
+                try:
+                    if os.stat(path).st_mtime >= cutoff:
+                        continue
+                    os.unlink(path)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    raise self._os_error(exc, None, f"removing the temporary file {path} in") \
+                        from exc
+                key = match["name"] if rel_dir == "." else f"{rel_dir}/{match['name']}"
+                removed.append((key, filename))
+        removed.sort()
+        return [f"{key} (temporary file {name})" for key, name in removed]
 
     def local_path(self, key: str) -> Path:
         """The file of ``key`` (whether or not it exists).

@@ -48,6 +48,7 @@ from zrepl_py.errors import (
     ObjectNotFound,
     StoreError,
     StorePermanent,
+    StoreReadCorrupt,
     StoreTransient,
 )
 from zrepl_py.stores.base import COLD_CLASSES, Backend, ObjectInfo, PutResult, Thaw
@@ -322,6 +323,60 @@ class S3Backend(Backend):
         status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         return Thaw.THAWED if status == 200 else Thaw.THAWING
 
+    def abort_stale_uploads(self, older_than: float) -> list[str]:
+        """Abort every multipart upload under the store prefix initiated more than
+        ``older_than`` seconds ago (ListMultipartUploads, then AbortMultipartUpload each):
+        uploads of a process killed mid-put, whose parts are billed but never visible. The
+        age is measured against this host's clock (``Initiated`` is the server's, UTC), so
+        keep ``older_than`` well above any clock skew and the longest put (days, not
+        minutes). An upload that vanished meanwhile (NoSuchUpload: completed or aborted by
+        someone else) is skipped. A bucket lifecycle rule ``AbortIncompleteMultipartUpload``
+        does the same on the server side.
+
+        Returns:
+            ``"KEY (multipart upload ID)"`` per aborted upload, in key order.
+
+        Raises:
+            StoreTransient, StorePermanent (also a negative ``older_than``; AccessDenied when
+            the credential lacks s3:ListBucketMultipartUploads or s3:AbortMultipartUpload).
+        """
+        if older_than < 0:
+            raise StorePermanent(f"store {self.name}: older_than must be >= 0 seconds, not"
+                                 f" {older_than}", store=self.name)
+        cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=older_than)
+        params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix}
+        stale: list[tuple[str, str]] = []
+        while True:
+            page = self._retry.call(self._op, "list_multipart_uploads", None, **params)
+            for upload in page.get("Uploads", ()):
+                if _utc(upload["Initiated"]) <= cutoff:
+                    stale.append((upload["Key"][len(self.prefix):], upload["UploadId"]))
+            if not page.get("IsTruncated"):
+                break
+            params["KeyMarker"] = page["NextKeyMarker"]
+            params["UploadIdMarker"] = page["NextUploadIdMarker"]
+        aborted = []
+        for key, upload_id in sorted(stale):
+            if not self._retry.call(self._abort_if_open, key, upload_id):
+                continue
+            log.info("store %s: aborted the multipart upload %s of %r (initiated more than"
+                     " %.0f s ago)", self.name, upload_id, key, older_than)
+            aborted.append(f"{key} (multipart upload {upload_id})")
+        return aborted
+
+    def _abort_if_open(self, key: str, upload_id: str) -> bool:
+        """AbortMultipartUpload; False when the upload no longer exists (NoSuchUpload)."""
+        try:
+            self._client.abort_multipart_upload(Bucket=self.bucket, Key=self._full(key),
+                                                UploadId=upload_id)
+        except botocore.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "NoSuchUpload":
+                return False
+            raise self._map_client_error(exc, "abort_multipart_upload", key) from exc
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._map_botocore_error(exc, "abort_multipart_upload", key) from exc
+        return True
+
     def close(self) -> None:
         """Close the client's connection pool when this backend built the client."""
         if self._own_client:
@@ -401,13 +456,34 @@ class S3Backend(Backend):
                 done = [f.result() for f in futures]
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
-            self._retry.call(
-                self._op, "complete_multipart_upload", key, Bucket=self.bucket,
-                Key=self._full(key), UploadId=upload_id, MultipartUpload={"Parts": done},
-            )
+            self._retry.call(self._complete, key, upload_id, done)
         except BaseException:
             self._abort(key, upload_id)
             raise
+
+    def _complete(self, key: str, upload_id: str, parts: list[dict[str, Any]]) -> None:
+        """CompleteMultipartUpload, and check its answer: S3 may answer HTTP 200 and still
+        fail, with an ``<Error>`` in the body ("a 200 OK response can contain either a
+        success or an error", AWS S3 API reference, CompleteMultipartUpload; pgBackRest
+        "error in success response of multipart upload"). botocore turns such a body into a
+        500 ``ClientError`` for the S3 operations it knows (``_handle_200_error``); this check
+        also catches an answer that parsed with an ``Error`` member or without the new
+        object's ``ETag``, so no such answer is ever taken for a stored object.
+
+        Raises:
+            StoreTransient: the answer carried an error code retrying can fix, or no ETag.
+            StorePermanent: the answer carried another error code.
+        """
+        response = self._op("complete_multipart_upload", key, Bucket=self.bucket,
+                            Key=self._full(key), UploadId=upload_id,
+                            MultipartUpload={"Parts": parts})
+        error = response.get("Error")
+        if error or not response.get("ETag"):
+            raise self._map_client_error(botocore.exceptions.ClientError(
+                {"Error": error or {"Code": "InternalError",
+                                    "Message": "the answer names no ETag of the new object"},
+                 "ResponseMetadata": response.get("ResponseMetadata", {})},
+                "CompleteMultipartUpload"), "complete_multipart_upload (HTTP 200)", key)
 
     def _upload_part(self, key: str, upload_id: str, number: int,
                      data: bytearray) -> dict[str, Any]:
@@ -461,7 +537,13 @@ class S3Backend(Backend):
                         params["IfMatch"] = etag
                     body = self._retry.call(self._op, "get_object", key, **params)["Body"]
                     continue
-                except botocore.exceptions.BotoCoreError as exc:  # e.g. FlexibleChecksumError
+                except botocore.exceptions.FlexibleChecksumError as exc:
+                    # The body did not match the object's stored checksum, found after the
+                    # last byte was read: what was yielded is damaged, so no ranged resume.
+                    raise StoreReadCorrupt(
+                        f"store {self.name}: reading {key!r}: {exc} (the bytes read are"
+                        " damaged; read the object again)", store=self.name, key=key) from exc
+                except botocore.exceptions.BotoCoreError as exc:
                     raise StorePermanent(f"store {self.name}: reading {key!r}: {exc}",
                                          store=self.name, key=key) from exc
                 if not chunk:
