@@ -1,4 +1,5 @@
-"""The state directory: private (0700) whatever the umask, as RELIABILITY case 41 asks."""
+"""The state directory: private (0700) whatever the umask, as RELIABILITY case 41 asks, and
+its small state files written atomically (the catalog high-water marks, RELIABILITY 25)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,45 @@ from pathlib import Path
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) if missing and make it mode 0700; return it.
+    """Create ``path`` and its missing parents mode 0700, and make ``path`` 0700; return it.
+
+    ``Path.mkdir(parents=True)`` would create the parents with the umask's mode (0777 under
+    umask 000), so each missing level is made and chmod-ed here.
 
     Raises:
-        OSError: when the directory cannot be created or chmod-ed.
+        OSError: when a directory cannot be created or chmod-ed.
     """
-    path.mkdir(parents=True, exist_ok=True)
+    missing = []
+    level = path
+    while not level.is_dir():
+        missing.append(level)
+        level = level.parent
+    for directory in reversed(missing):
+        directory.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(directory, 0o700)
     os.chmod(path, 0o700)
     return path
+
+
+def write_private_file(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably, mode 0600, creating its parent
+    directories 0700: a temporary file in the same directory is written, fsync-ed and renamed
+    over ``path`` (rename(2) is atomic), then the directory is fsync-ed, so a crash leaves the
+    old or the new content, never a mix.
+
+    Raises:
+        OSError: the file or its directories cannot be written.
+    """
+    parent = ensure_private_dir(path.parent)
+    tmp = parent / f".{path.name}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -4,7 +4,9 @@ House rule 10 and DESIGN.md "Archive": the catalog never names an object that is
 whole (every catalogued volume exists with its recorded size and SHA-256, next to its
 manifest); the only objects outside a catalogued stream are those of an upload that a rerun
 finishes (a partial upload, with or without ``progress.json`` yet) or adopts (a manifest
-whose volumes are all stored, written just before the crash hit the catalog row).
+whose volumes are all stored, written just before the crash hit the catalog row). Each
+manifest may have its ``.copy`` next to it, and the store's catalog exports (``_zbak/``,
+RELIABILITY 25/26) are checked by :func:`export_problems`.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from zrepl_py.archive.layout import MANIFEST, PROGRESS, volume_index
+from zrepl_py.archive.layout import EXPORT_PREFIX, MANIFEST, MANIFEST_COPY, PROGRESS, volume_index
 from zrepl_py.archive.manifest import Manifest
+from zrepl_py.catalog.export import load_export
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog, StreamRow, VolumeRow
 from zrepl_py.config.loading import load_config
@@ -101,10 +104,10 @@ def leftovers(backend: Backend, streams: list[tuple[StreamRow, list[VolumeRow]]]
     known = {s.object_prefix for s, _ in streams}
     found: dict[str, str] = {}
     for prefix, leaves in state.prefixes.items():
-        if prefix in known:
+        if prefix in known or prefix.startswith(EXPORT_PREFIX):
             continue
         strays = {leaf for leaf in leaves
-                  if leaf not in (MANIFEST, PROGRESS) and volume_index(leaf) is None}
+                  if leaf not in (MANIFEST, MANIFEST_COPY, PROGRESS) and volume_index(leaf) is None}
         if strays:
             found[prefix] = f"broken: stray objects {sorted(strays)}"
         elif MANIFEST not in leaves:
@@ -121,8 +124,9 @@ def leftovers(backend: Backend, streams: list[tuple[StreamRow, list[VolumeRow]]]
 
 def converged_problems(backend: Backend, streams: list[tuple[StreamRow, list[VolumeRow]]],
                        *, stale_progress_ok: bool = False) -> list[str]:
-    """After a successful run: the store holds exactly the catalogued manifests and volumes
-    (no ``progress.json``, nothing else), and they match the catalog.
+    """After a successful run: the store holds exactly the catalogued manifests, their copies
+    and volumes, and a healthy catalog export listing exactly the catalogued streams (no
+    ``progress.json``, nothing else), and they match the catalog.
 
     ``stale_progress_ok`` allows a ``progress.json`` inside a catalogued stream: a run killed
     after the catalog row and before deleting it leaves one, and a rerun with nothing to write
@@ -131,17 +135,37 @@ def converged_problems(backend: Backend, streams: list[tuple[StreamRow, list[Vol
     expected = set()
     for stream, volumes in streams:
         expected.add(stream.object_prefix + MANIFEST)
+        expected.add(stream.object_prefix + MANIFEST_COPY)
         expected.update(v.key for v in volumes)
         if stale_progress_ok:
             expected.add(stream.object_prefix + PROGRESS)
     problems = catalog_problems(backend, streams)
+    problems += export_problems(backend, streams)
     problems += [f"object {key} is not in the catalog" for key in sorted(set(state.objects)
-                                                                          - expected)]
+                                                                          - expected)
+                 if not key.startswith(EXPORT_PREFIX)]
     for stream, volumes in streams:
         key = stream.object_prefix + MANIFEST
-        if key in state.objects:
-            manifest = Manifest.from_json(b"".join(backend.get(key)), key)
+        for each in (key, stream.object_prefix + MANIFEST_COPY):
+            if each not in state.objects:
+                continue
+            manifest = Manifest.from_json(b"".join(backend.get(each)), each)
             if [(v.key, v.sha256, v.stored_bytes) for v in manifest.volumes] != \
                     [(v.key, v.sha256, v.stored_bytes) for v in volumes]:
-                problems.append(f"manifest {key} and the catalog disagree on the volumes")
+                problems.append(f"manifest {each} and the catalog disagree on the volumes")
     return problems
+
+
+def export_problems(backend: Backend, streams: list[tuple[StreamRow, list[VolumeRow]]]
+                    ) -> list[str]:
+    """The store's catalog exports (primary and copy, ``_zbak/catalog/...``): exactly one,
+    healthy (both objects valid and equal), listing exactly the catalogued stream prefixes."""
+    keys = sorted({info.key.removesuffix(".copy") for info in backend.list(EXPORT_PREFIX)})
+    if len(keys) != 1:
+        return [f"expected one catalog export, found {keys}"]
+    loaded = load_export(backend, keys[0])
+    if loaded is None or not loaded.healthy:
+        return [f"catalog export {keys[0]} is missing or not healthy"]
+    listed = sorted(row["prefix"] for row in loaded.export.streams)
+    wanted = sorted(s.object_prefix for s, _ in streams)
+    return [] if listed == wanted else [f"catalog export lists {listed}, catalog {wanted}"]

@@ -40,6 +40,7 @@ def _full(catalog: Catalog, name: str, guid: int, txg: int) -> int:
 
 
 def test_upgrade_from_empty_reaches_head_and_running_it_again_changes_nothing(engine):
+    """RELIABILITY 27: upgrade from base reaches the head; a second upgrade is a no-op."""
     head = db.head_revision()
     assert db.current_revision(engine) is None
     assert db.upgrade(engine) == (None, head)
@@ -48,12 +49,14 @@ def test_upgrade_from_empty_reaches_head_and_running_it_again_changes_nothing(en
 
 
 def test_the_migration_scripts_have_exactly_one_head():
+    """RELIABILITY 27: a single head."""
     script = ScriptDirectory.from_config(db._alembic_config())
     assert len(script.get_heads()) == 1
     assert script.get_heads()[0] == db.head_revision()
 
 
 def test_the_models_match_the_migrated_schema(engine):
+    """RELIABILITY 27: the models match the DDL the migrations create."""
     db.upgrade(engine)
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
@@ -169,3 +172,106 @@ def test_concurrent_writers_on_one_sqlite_file_wait_for_each_other_instead_of_fa
     check = db.make_engine(url)
     assert len(Catalog(check).last_runs()) == 3
     check.dispose()
+
+
+# -- RELIABILITY 27: up/down consistency and data migrations with rows present -------------------
+
+
+def _revisions() -> list[str]:
+    """Every revision, base first."""
+    script = ScriptDirectory.from_config(db._alembic_config())
+    return [r.revision for r in reversed(list(script.walk_revisions("base", "heads")))]
+
+
+def _upgrade_to(engine, revision: str) -> None:
+    from alembic import command
+
+    with engine.begin() as connection:
+        command.upgrade(db._alembic_config(connection), revision)
+
+
+def _schema(engine) -> dict:
+    """Tables with their columns (name, type, nullable), primary key, foreign keys, unique
+    constraints and indexes, as the database reports them (Alembic's own version table left
+    out: it stays, empty, after a downgrade to base)."""
+    inspector = sa.inspect(engine)
+    return {
+        table: (
+            [(c["name"], str(c["type"]), c["nullable"]) for c in inspector.get_columns(table)],
+            inspector.get_pk_constraint(table)["constrained_columns"],
+            sorted((f["name"] or "", tuple(f["constrained_columns"]), f["referred_table"])
+                   for f in inspector.get_foreign_keys(table)),
+            sorted((u["name"] or "", tuple(u["column_names"]))
+                   for u in inspector.get_unique_constraints(table)),
+            sorted((i["name"], tuple(i["column_names"]), bool(i["unique"]))
+                   for i in inspector.get_indexes(table)),
+        )
+        for table in sorted(inspector.get_table_names()) if table != "alembic_version"
+    }
+
+
+def test_every_revision_downgrades_to_the_schema_before_it_and_upgrades_again_to_the_same(engine):
+    """RELIABILITY 27 (pytest-alembic ``test_up_down_consistency``, stairway): for each
+    revision in order, upgrade, downgrade one step (the schema is what it was before),
+    upgrade again (the schema is what the first upgrade made)."""
+    revisions = _revisions()
+    assert revisions[0] == "0001" and revisions[-1] == db.head_revision()
+    for revision in revisions:
+        before = _schema(engine)
+        _upgrade_to(engine, revision)
+        after = _schema(engine)
+        assert after != before, f"revision {revision} changed nothing"
+        db.downgrade(engine, "-1")
+        assert _schema(engine) == before, f"downgrade of {revision} left another schema"
+        _upgrade_to(engine, revision)
+        assert _schema(engine) == after, f"upgrade of {revision} after a downgrade differs"
+        assert db.current_revision(engine) == revision
+
+
+def test_downgrading_0002_with_rows_present_keeps_the_chain_and_upgrading_again_works(engine):
+    """RELIABILITY 27 (data migrations with rows present): a chain with carried snapshots and
+    a thaw request in 0002; downgrade to 0001 keeps the streams and drops only what 0002 added;
+    upgrade back to head with those rows present; the models still match and the catalog
+    accepts new rows."""
+    from zrepl_py.catalog.repository import CarriedSnapshot
+
+    db.upgrade(engine)
+    catalog = Catalog(engine)
+    full = catalog.add_stream(
+        NewStream(dataset="tank/data", store="cold", kind="full", to_guid=1, to_name="a",
+                  to_createtxg=10, object_prefix="tank/data/a", storage_class="GLACIER",
+                  compression="zstd", created_at=T0),
+        carried=[CarriedSnapshot("a", 1, 10)])
+    catalog.add_stream(
+        NewStream(dataset="tank/data", store="cold", kind="incremental", parent_id=full,
+                  from_guid=1, from_name="a", to_guid=2, to_name="c", to_createtxg=30,
+                  object_prefix="tank/data/c", storage_class="GLACIER", compression="zstd",
+                  created_at=T0),
+        carried=[CarriedSnapshot("b", 9, 20), CarriedSnapshot("c", 2, 30)])
+    catalog.record_thaw(full, tier="Standard", days=7, requested_at=T0,
+                        ready_by=T0 + dt.timedelta(hours=5))
+    streams_before = catalog.streams()
+
+    db.downgrade(engine, "0001")
+    assert db.current_revision(engine) == "0001"
+    tables = set(sa.inspect(engine).get_table_names())
+    assert "streams" in tables and not {"stream_snapshots", "thaw_requests"} & tables
+    with engine.connect() as connection:
+        rows = connection.execute(sa.text("SELECT to_name, parent_id FROM streams ORDER BY id"))
+        assert [tuple(r) for r in rows] == [("a", None), ("c", full)]
+
+    assert db.upgrade(engine) == ("0001", db.head_revision())
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        assert compare_metadata(context, Base.metadata) == []
+    catalog = Catalog(engine)
+    assert catalog.streams() == streams_before
+    assert catalog.carried([s.id for s in streams_before]) == {s.id: [] for s in streams_before}
+    assert catalog.thaws([full]) == {}
+    tip = catalog.add_stream(
+        NewStream(dataset="tank/data", store="cold", kind="incremental",
+                  parent_id=streams_before[1].id, from_guid=2, from_name="c", to_guid=3,
+                  to_name="d", to_createtxg=40, object_prefix="tank/data/d",
+                  storage_class="GLACIER", compression="zstd", created_at=T0),
+        carried=[CarriedSnapshot("d", 3, 40)])
+    assert [c.name for c in catalog.carried([tip])[tip]] == ["d"]

@@ -6,14 +6,30 @@ the archive hold (``zbak:<job>:archive:<store>``, plus a bookmark where supporte
 chain tip so no pruner can remove the next incremental's base. Leftovers of interrupted runs
 whose plan changed (a prefix with ``progress.json`` but no manifest) are deleted first.
 A dataset that fails is reported and the others still run.
+
+Before anything, the store's catalog exports are checked against this machine's high-water
+marks (``catalog.export.StoreGuard``: a rolled-back or replaced store stops the run with
+``CatalogReplay``); after a run that is not a dry run, the job's export in the store is
+rewritten when its rows changed (RELIABILITY 25 and 26).
+
+Encrypted datasets (``encryption`` not ``off``, read for all datasets of the job in one
+``zfs get``) are archived raw, ``zfs send -w`` (RELIABILITY 38): without ``-w`` an encrypted
+dataset whose key is loaded is sent DECRYPTED (zfs-send(8) ``-w, --raw``), which would put
+plaintext in the store. A host whose ``zfs send`` has no ``-w`` gets ``RawSendUnavailable``
+for such a dataset and nothing is sent. The manifest records ``-w`` (``Manifest.raw``); the
+catalog has no column for it. A chain written decrypted before (its tip's manifest is not
+raw) is not continued with raw incrementals, which no ``zfs receive`` could apply on it: a
+new raw full starts a new chain.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 
 from zrepl_py.archive.layout import (
+    MANIFEST,
     PROGRESS,
     dataset_prefix,
     is_stream_prefix,
@@ -27,19 +43,32 @@ from zrepl_py.archive.planner import (
     current_chain,
     plan_archive,
 )
+from zrepl_py.archive.manifest import Manifest
+from zrepl_py.archive.sealed import read_with_copy
 from zrepl_py.archive.writer import StreamSpec, WrittenStream, delete_prefix, write_stream
+from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.context import Context, lock_key
-from zrepl_py.errors import UsageError, ZbakError
+from zrepl_py.errors import (
+    ObjectNotFound,
+    RawSendUnavailable,
+    StreamCorrupt,
+    Unsupported,
+    UsageError,
+    ZbakError,
+)
 from zrepl_py.health import before_archive
 from zrepl_py.locking import dataset_lock
+from zrepl_py.pruning.archive import job_streams
 from zrepl_py.replication.planner import Full, Incremental, SnapRef
 from zrepl_py.replication.protect import move_protection
 from zrepl_py.replication.stages import Side
+from zrepl_py.running import reporting
 from zrepl_py.runs import recorded_run
 from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.stores.base import Backend
 from zrepl_py.stores.open import open_store
+from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION, Capabilities
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName
 from zrepl_py.zfs.sendrecv import send_argv
@@ -85,8 +114,11 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
     Raises:
         UsageError: the job has no ``[archive]`` section.
         Locked: another run holds the job's dataset lock (exit 3).
-        ZfsError, HostUnreachable, CatalogError, StoreError: listing the source or the store
-            failed (per-dataset failures are reported in the result instead).
+        CatalogReplay: the store's catalog export is older than this machine wrote, or gone.
+        CatalogExportCorrupt: a catalog export and its copy are both damaged.
+        ZfsError, HostUnreachable, CatalogError, StoreError: listing the source or the store,
+            or writing the catalog export, failed (per-dataset failures are reported in the
+            result instead).
     """
     if job.archive is None:
         raise UsageError(f"job {name} has no [jobs.{name}.archive] section in {ctx.config_path}")
@@ -100,16 +132,22 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
     backend = open_store(cfg.store, store_cfg)
     try:
         with dataset_lock(ctx.state_dir, lock_key(job), "archive"):
+            guard = StoreGuard(backend, cfg.store, ctx.state_dir, job=name)
+            guard.check()
             zfs = ctx.zfs(source.host, source.dataset.pool)
             health = [] if dry_run else before_archive(ctx, job)  # pool warnings (zrepl_py.health)
             inventory = take_inventory(zfs, catalog, job, ctx.clock.now())
             side = Side.of(ctx.config, source.host)
+            encrypted = encrypted_datasets(zfs, [info.name for info in inventory.datasets])
             for info in inventory.datasets:
                 dataset = str(info.name)
                 snaps = [CarriedSnapshot(s.short, s.guid, s.createtxg)
                          for s in inventory.tree.snapshots(info.name)]
                 streams = catalog.streams(host=source.host, dataset=dataset, store=cfg.store)
-                plan = plan_archive(snaps, streams, policy, ctx.clock.now(), force_full=force_full)
+                restart = (_decrypted_chain(backend, info.name, streams)
+                           if info.name in encrypted else None)
+                plan = plan_archive(snaps, streams, policy, ctx.clock.now(), force_full=force_full,
+                                    new_chain=restart)
                 outcome = DatasetArchive(dataset, plan)
                 results.append(outcome)
                 if dry_run or not plan.streams:
@@ -118,21 +156,41 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
                     with recorded_run(catalog, ctx.clock, name, "archive", f"{cfg.store}:{dataset}") as record:
                         _write_plan(ctx, name, cfg.store, backend, zfs, side, source.host,
                                     info.name, plan, streams, store_cfg.volume_size,
-                                    cfg.compression_level, classes, outcome)
+                                    cfg.compression_level, classes, outcome,
+                                    encrypted=info.name in encrypted)
                         record.bytes = sum(w.stored_bytes for _, w in outcome.written)
                         record.error = "; ".join(health) or None
                 except ZbakError as exc:
                     log.error("job %s: archiving %s failed: %s", name, dataset, exc)
                     outcome.error = str(exc)
+            if not dry_run:
+                _publish(guard, catalog, name, job, cfg.store, ctx.clock.now())
     finally:
         backend.close()
     return ArchiveResult(name, cfg.store, dry_run, results)
 
 
+def _publish(guard: StoreGuard, catalog, name: str, job: JobConfig, store: str, now) -> None:
+    """Rewrite the job's catalog export in the store when its streams changed."""
+    by_dataset = job_streams(job, catalog.streams(host=job.source.host, store=store), store)
+    guard.publish([s for d in sorted(by_dataset) for s in by_dataset[d]], now)
+
+
 def _write_plan(ctx: Context, job_name: str, store: str, backend: Backend, zfs: Zfs, side: Side,
                 host: str, dataset: DatasetName, plan: ArchivePlan, streams, volume_size: int,
-                level: int, classes, outcome: DatasetArchive) -> None:
-    """Write the planned streams of one dataset in order and move the archive hold."""
+                level: int, classes, outcome: DatasetArchive, *, encrypted: bool) -> None:
+    """Write the planned streams of one dataset in order and move the archive hold.
+
+    Raises:
+        RawSendUnavailable: ``encrypted`` and the host has no ``zfs send -w`` (before
+            anything touched the store).
+    """
+    # Every argv first: an encrypted dataset on a host without -w is refused before the
+    # store is touched.
+    sends = [archive_send(p, dataset, zfs.capabilities, encrypted=encrypted, zfs=zfs.zfs)
+             for p in plan.streams]
+    if encrypted:
+        log.info("%s is encrypted: archiving it raw (zfs send -w)", dataset)
     prefixes = [_prefix(host, dataset, p) for p in plan.streams]
     _clean_stale_uploads(backend, dataset_prefix(host, str(dataset)), keep=set(prefixes),
                          catalogued={s.object_prefix for s in streams})
@@ -141,32 +199,110 @@ def _write_plan(ctx: Context, job_name: str, store: str, backend: Backend, zfs: 
     # the old chain cannot be continued, so its tip needs no protection any more.
     old_tip = chain[-1].to_name if chain else None
     parent_id = plan.streams[0].parent_id
-    caps = zfs.capabilities
-    plain = dataclasses.replace(caps, compressed_send=False)
-    for planned, prefix in zip(plan.streams, prefixes):
-        to = SnapRef(planned.to_snap.name, planned.to_snap.guid, planned.to_snap.createtxg)
+    for planned, prefix, (argv, flags) in zip(plan.streams, prefixes, sends):
         if planned.kind == "full":
-            step, flags, parent_id = Full(to), (), None
-        else:
-            base = SnapRef(planned.from_snap.name, planned.from_snap.guid,
-                           planned.from_snap.createtxg)
-            step, flags = Incremental(base, to, intermediates=True), ("-I",)
-        # Plain streams (no -c/-L/-e): restorable into any pool, whatever its features; zstd
-        # compresses anyway.
-        argv = send_argv(step, source_dataset=str(dataset), caps=plain, raw=False,
-                         zfs=zfs.zfs)
+            parent_id = None
         spec = StreamSpec(
             host=host, dataset=str(dataset), store=store, planned=planned, parent_id=parent_id,
             prefix=prefix, send_stages=tuple(side.wrap([argv], "zfs send")), send_flags=flags,
             volume_size=volume_size, level=level,
             storage_class=classes.full if planned.kind == "full" else classes.incremental,
         )
-        written = write_stream(spec, backend, ctx.catalog(), ctx.clock.now)
+        with reporting(ctx.state_dir, "archive", job_name, store)(  # for zbak status
+                f"{dataset}@{planned.to_snap.name} -> {store}", dataset=str(dataset),
+                from_snap=planned.from_snap.name if planned.from_snap else None,
+                to_snap=planned.to_snap.name) as progress:
+            written = write_stream(spec, backend, ctx.catalog(), ctx.clock.now, progress=progress)
         outcome.written.append((planned, written))
         parent_id = written.stream_id
         move_protection(zfs, dataset, planned.to_snap.name, planned.to_snap.guid, old_tip,
                         job=job_name, target=f"archive:{store}")
         old_tip = planned.to_snap.name
+
+
+def archive_send(planned: PlannedStream, dataset: DatasetName, caps: Capabilities, *,
+                 encrypted: bool, zfs: str = "zfs") -> tuple[list[str], tuple[str, ...]]:
+    """The ``zfs send`` argv of one planned stream and the send flags its manifest records
+    (pure).
+
+    Unencrypted: plain streams (no ``-c/-L/-e``), restorable into any pool whatever its
+    features (zstd compresses anyway): ``zfs send DS@to`` or ``zfs send -I DS@from DS@to``,
+    flags ``()`` or ``("-I",)``. Encrypted: ``zfs send -w ...`` (``-w`` implies ``-L -e -c``,
+    zfs-send(8)), flags ``("-w",)`` or ``("-w", "-I")``.
+
+    Args:
+        planned: the stream (kind, from/to snapshots).
+        dataset: the source dataset the short names belong to.
+        caps: the sending host's capabilities.
+        encrypted: the dataset's ``encryption`` is not ``off`` (see ``encrypted_datasets``).
+        zfs: the zfs command on the sending host.
+
+    Raises:
+        RawSendUnavailable: ``encrypted`` and ``caps.raw_send`` is False (RELIABILITY 38:
+            never archive an encrypted dataset decrypted).
+        InvalidName: a name breaks the ZFS naming rules.
+    """
+    if encrypted and not caps.raw_send:
+        raise RawSendUnavailable(
+            f"{dataset} is encrypted, but zfs send on its host has no -w (raw send): refusing"
+            " to archive it decrypted. Upgrade that host's ZFS to OpenZFS 0.8 or later"
+            " (`zbak init` shows the features found)")
+    to = SnapRef(planned.to_snap.name, planned.to_snap.guid, planned.to_snap.createtxg)
+    if planned.kind == "full":
+        step, flags = Full(to), ()
+    else:
+        base = SnapRef(planned.from_snap.name, planned.from_snap.guid,
+                       planned.from_snap.createtxg)
+        step, flags = Incremental(base, to, intermediates=True), ("-I",)
+    plain = dataclasses.replace(caps, compressed_send=False)
+    argv = send_argv(step, source_dataset=str(dataset), caps=plain, raw=encrypted, zfs=zfs)
+    return argv, (("-w",) + flags if encrypted else flags)
+
+
+def encrypted_datasets(zfs: Zfs, datasets: Sequence[DatasetName]) -> frozenset[DatasetName]:
+    """The datasets among ``datasets`` whose ``encryption`` is not ``off``.
+
+    One command for all of them, ``zfs get -H -o name,value encryption DS...`` (never one per
+    dataset or snapshot). Not asked where no dataset can be encrypted: a pool without
+    feature flags (zfs-fuse, pool v23; encryption is ``feature@encryption``,
+    zpool-features(7)) on a host without ``zfs send -w``; a ZFS that does not know the
+    property (before OpenZFS 0.8, "bad property list") has no encryption either.
+
+    Raises:
+        DatasetNotFound: a dataset vanished since it was listed.
+        ZfsError, HostUnreachable: the command failed.
+    """
+    caps = zfs.capabilities
+    if not datasets or not (caps.raw_send or caps.pool_version == FEATURE_FLAGS_VERSION):
+        return frozenset()
+    try:
+        values = zfs.property_of_each([str(d) for d in datasets], "encryption")
+    except Unsupported:
+        if caps.raw_send:
+            raise
+        return frozenset()
+    found = {DatasetName(name) for name, value in values.items() if value not in ("off", "-", "")}
+    return frozenset(found)
+
+
+def _decrypted_chain(backend: Backend, dataset: DatasetName, streams) -> str | None:
+    """Why an encrypted dataset's current chain must not be continued, or None: its tip was
+    archived without ``-w`` (before RELIABILITY 38), and a raw incremental cannot be received
+    on a dataset received from a non-raw stream (zfs-receive(8)), or the tip's manifest
+    cannot be read to tell. One small read (the manifest is STANDARD class)."""
+    chain = current_chain(streams)
+    if not chain:
+        return None
+    key = chain[-1].object_prefix + MANIFEST
+    try:
+        manifest = read_with_copy(backend, key, Manifest.from_json, StreamCorrupt).value
+    except (ObjectNotFound, StreamCorrupt) as exc:
+        return (f"{dataset} is encrypted and the chain's tip manifest {key} cannot be read"
+                f" ({exc}): a new raw chain starts")
+    if manifest.raw:
+        return None
+    return (f"{dataset} is encrypted but its chain was archived decrypted (without"
+            " zfs send -w): a new raw chain starts")
 
 
 def _prefix(host: str, dataset: DatasetName, planned: PlannedStream) -> str:

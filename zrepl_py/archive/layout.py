@@ -7,12 +7,16 @@ archive run finds its own partial upload again::
     HOST/DATASET/TXG-incr-FROMGUID-TOGUID/        an incremental stream from -> to
         vol-000000.zst, vol-000001.zst, ...       volumes: one zstd frame each, in order
         progress.json                             volumes durable so far (while uploading)
-        manifest.json                             written last, after every volume
+        manifest.json                             written after every volume
+        manifest.json.copy                        the same bytes, written after it
+    _zbak/catalog/NODE/JOB.json                   the catalog export of JOB written by
+    _zbak/catalog/NODE/JOB.json.copy              machine NODE (``catalog.export``), and its copy
 
 TXG is the to-snapshot's createtxg zero-padded to 20 digits so keys sort in chain order; guids
 are 16 hex digits. ``HOST`` is ``local`` for datasets of this machine, else the config's host
 name. Dataset names keep their ``/``; OpenZFS names hold only ``[A-Za-z0-9_.:-]``, space and
-``/`` (zfs(8) "Naming"), all valid in S3 keys and file names.
+``/`` (zfs(8) "Naming"), all valid in S3 keys and file names. Config host names start with a
+letter or digit, so the ``_zbak/`` prefix never meets a stream's.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ import re
 
 MANIFEST = "manifest.json"
 PROGRESS = "progress.json"
+COPY_SUFFIX = ".copy"
+MANIFEST_COPY = MANIFEST + COPY_SUFFIX
+EXPORT_PREFIX = "_zbak/catalog/"
+_NODE_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _VOLUME = re.compile(r"vol-(\d{6})\.zst")
 _STREAM_DIR = re.compile(
     r"(?P<txg>\d{20})-(?:full-(?P<full>[0-9a-f]{16})|incr-(?P<from>[0-9a-f]{16})-(?P<to>[0-9a-f]{16}))"
@@ -51,6 +59,18 @@ def volume_key(prefix: str, index: int) -> str:
 def is_stream_prefix(prefix: str) -> bool:
     """True when the last component of ``prefix`` (ending in ``/``) names a stream."""
     return bool(_STREAM_DIR.fullmatch(prefix.rstrip("/").rsplit("/", 1)[-1]))
+
+
+def copy_key(key: str) -> str:
+    """The key of the ``.copy`` written after ``key`` (manifests, catalog exports)."""
+    return key + COPY_SUFFIX
+
+
+def export_key(node: str, job: str) -> str:
+    """``_zbak/catalog/NODE/JOB.json``: the catalog export of ``job`` written by machine
+    ``node`` (its hostname; characters outside ``[A-Za-z0-9_.-]`` become ``_``)."""
+    safe = _NODE_UNSAFE.sub("_", node).lstrip(".") or "node"
+    return f"{EXPORT_PREFIX}{safe}/{job}.json"
 
 
 def volume_index(key: str) -> int | None:

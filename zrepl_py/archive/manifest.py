@@ -15,8 +15,21 @@ Format ``zbak-stream/1``::
      "raw_bytes": 123, "stored_bytes": 45,
      "volumes": [{"index": 0, "key": "...", "raw_bytes": 1, "stored_bytes": 1,
                   "sha256": "<hex>", "raw_sha256": "<hex>"}, ...],
-     "compression": "zstd", "compression_level": 3, "send_flags": ["-I"],
-     "storage_class": "GLACIER", "tool": "zbak 0.1.0", "created_at": "2026-01-01T00:00:00Z"}
+     "compression": "zstd", "compression_level": 3, "send_flags": ["-I"], "raw": false,
+     "storage_class": "GLACIER", "tool": "zbak 0.1.0", "created_at": "2026-01-01T00:00:00Z",
+     "sha256": "<hex>"}
+
+``sha256`` is the SHA-256 of all the other fields as canonical JSON (``archive.sealed``), so
+a changed byte is caught even where the JSON still parses; the writer stores the manifest
+twice (``manifest.json``, then ``manifest.json.copy``) and readers fall back to the copy
+(RELIABILITY 26). Manifests written before the checksum existed have no ``sha256``: they are
+checked by their structure only, and any key outside the format is refused.
+
+``raw`` (added for RELIABILITY 38; manifests written before it have none and read as
+``"-w" in send_flags``) says the stream is a raw send (``zfs send -w``) of an encrypted
+dataset: its blocks are stored as encrypted on disk, the key is in no stream, and a restore
+creates the dataset encrypted with its key unloaded (``zfs load-key`` it). It always equals
+``"-w" in send_flags``; a manifest where they differ is refused.
 """
 
 from __future__ import annotations
@@ -27,11 +40,15 @@ import json
 import re
 from typing import Any
 
+from zrepl_py.archive.sealed import canonical_sha256
 from zrepl_py.catalog.repository import CarriedSnapshot, NewStream, NewVolume
 from zrepl_py.errors import StreamCorrupt
 
 FORMAT = "zbak-stream/1"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_FIELDS = frozenset({"format", "host", "dataset", "kind", "from", "to", "snapshots", "raw_bytes",
+                     "stored_bytes", "volumes", "compression", "compression_level", "send_flags",
+                     "storage_class", "tool", "created_at", "sha256", "raw"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +81,12 @@ class Manifest:
     storage_class: str
     tool: str
     created_at: dt.datetime
+
+    @property
+    def raw(self) -> bool:
+        """True for a raw send (``-w`` among ``send_flags``): an encrypted dataset's blocks,
+        still encrypted; restoring it needs the dataset's key (zfs-send(8) ``-w``)."""
+        return "-w" in self.send_flags
 
     @property
     def raw_bytes(self) -> int:
@@ -116,10 +139,12 @@ class Manifest:
             "compression": self.compression,
             "compression_level": self.compression_level,
             "send_flags": list(self.send_flags),
+            "raw": self.raw,
             "storage_class": self.storage_class,
             "tool": self.tool,
             "created_at": self.created_at.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
+        data["sha256"] = canonical_sha256(data)
         return json.dumps(data, indent=1).encode()
 
     @classmethod
@@ -127,11 +152,20 @@ class Manifest:
         """Parse and check a manifest read from ``where`` (store and key, for messages).
 
         Raises:
-            StreamCorrupt: not JSON, another format, missing or ill-typed fields, sizes that
-                do not add up, volumes out of order.
+            StreamCorrupt: not JSON, a checksum that does not match, another format, unknown,
+                missing or ill-typed fields, sizes that do not add up, volumes out of order.
         """
         try:
             obj = json.loads(data)
+            if not isinstance(obj, dict):
+                raise TypeError("not a JSON object")
+            if "sha256" in obj:
+                recorded = obj.pop("sha256")
+                if recorded != canonical_sha256(obj):
+                    raise ValueError("its content does not match its sha256 (changed bytes)")
+            unknown = set(obj) - _FIELDS
+            if unknown:
+                raise ValueError(f"unknown field(s) {sorted(unknown)}")
             if obj.get("format") != FORMAT:
                 raise ValueError(f"format {obj.get('format')!r}, expected {FORMAT!r}")
             volumes = tuple(_volume_in(v) for v in obj["volumes"])
@@ -153,11 +187,14 @@ class Manifest:
             )
             if [v.index for v in volumes] != list(range(len(volumes))) or not volumes:
                 raise ValueError("volumes must be numbered 0, 1, ... and not empty")
+            if "raw" in obj and obj["raw"] is not manifest.raw:
+                raise ValueError(f"raw is {obj['raw']!r} but send_flags {list(manifest.send_flags)}"
+                                 f" {'include' if manifest.raw else 'lack'} -w")
             if obj["raw_bytes"] != manifest.raw_bytes or obj["stored_bytes"] != manifest.stored_bytes:
                 raise ValueError("stream sizes differ from the sum of the volume sizes")
             if (manifest.kind == "full") != (manifest.from_snap is None):
                 raise ValueError("a full has no from-snapshot and an incremental has one")
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise StreamCorrupt(f"manifest {where} is not a valid {FORMAT} manifest: {exc}") from None
         return manifest
 

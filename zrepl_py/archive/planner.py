@@ -105,6 +105,7 @@ def plan_archive(
     now: dt.datetime,
     *,
     force_full: bool = False,
+    new_chain: str | None = None,
 ) -> ArchivePlan:
     """Plan the next streams of one dataset's chain in one store.
 
@@ -114,6 +115,9 @@ def plan_archive(
         policy: the job's chain policy.
         now: aware UTC.
         force_full: ``zbak archive --full``.
+        new_chain: a reason the caller found to start a new chain, treated like
+            ``force_full`` (e.g. the chain was archived decrypted but the dataset is
+            encrypted: a raw incremental cannot apply on it, zfs-receive(8)).
     """
     snaps = sorted(snapshots, key=lambda s: s.createtxg)
     if not snaps:
@@ -138,6 +142,8 @@ def plan_archive(
         reason = f"the chain ends at @{tip.to_name} (guid {tip.to_guid}), gone from the source"
     if reason is None and tip_snap is newest:
         return ArchivePlan((), f"up to date: the chain ends at @{tip.to_name}")
+    if reason is None and new_chain is not None:
+        reason = new_chain
     if reason is None and force_full:
         reason = "--full"
     if reason is None:

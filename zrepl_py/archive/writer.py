@@ -3,12 +3,14 @@
 Order (house rule 10, issue "Cold storage" item 3):
 
 1. volumes, each durable before the next, with ``progress.json`` updated after each;
-2. ``manifest.json`` (STANDARD class), once the last volume is durable;
+2. ``manifest.json`` (STANDARD class), once the last volume is durable, then its copy
+   ``manifest.json.copy`` (same bytes; readers fall back to it, RELIABILITY 26);
 3. the catalog row (state ``uploaded``) with its volumes and carried snapshots;
 4. ``progress.json`` removed.
 
 A crash before 2 leaves a partial upload the next run resumes (or deletes, when the plan
-changed); between 2 and 3 the next run adopts the manifest instead of sending again; after 3
+changed); between 2 and 3 the next run adopts the manifest (from its copy when the primary is
+damaged, writing whichever of the two is missing or damaged) instead of sending again; after 3
 only a stale ``progress.json`` remains, removed by the next run. The catalog never names an
 object that was not written.
 """
@@ -21,13 +23,15 @@ import logging
 from collections.abc import Callable
 
 from zrepl_py import __version__
-from zrepl_py.archive.layout import MANIFEST, PROGRESS
+from zrepl_py.archive.layout import MANIFEST, PROGRESS, copy_key
 from zrepl_py.archive.manifest import Manifest, VolumeRecord
 from zrepl_py.archive.planner import PlannedStream
+from zrepl_py.archive.sealed import put_with_copy, read_object, read_with_copy
 from zrepl_py.archive.volumes import RestartNeeded, read_progress, write_volumes
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.errors import ObjectNotFound, StreamCorrupt
 from zrepl_py.proc.pipeline import Stage
+from zrepl_py.proc.progress import MeteredReader
 from zrepl_py.proc.python_end import SendReader
 from zrepl_py.stores.base import Backend
 
@@ -85,8 +89,12 @@ def write_stream(
     now: Callable[[], dt.datetime],
     *,
     on_volume: Callable[[VolumeRecord, bool], None] | None = None,
+    progress: Callable[[int, float], None] | None = None,
 ) -> WrittenStream:
     """Write ``spec``'s stream (see the module docstring for the order) and catalog it.
+
+    ``progress(raw bytes read from the send, seconds)`` is called about once a second
+    (``proc.progress.MeteredReader``), e.g. a ``ProgressReporter``; the caller closes it.
 
     Raises:
         PipelineFailed: ``zfs send`` failed (no manifest, no catalog row; stored volumes
@@ -115,23 +123,24 @@ def write_stream(
             on_volume(record, skipped)
 
     try:
-        volumes, used_class = _send(spec, backend, done, count)
+        volumes, used_class = _send(spec, backend, done, count, progress)
     except RestartNeeded as exc:
         log.warning("%s; deleting the partial upload and sending %s again", exc, spec.prefix)
         delete_prefix(backend, spec.prefix)
         counts.update(written=0, skipped=0)
-        volumes, used_class = _send(spec, backend, (), count)
+        volumes, used_class = _send(spec, backend, (), count, progress)
     manifest = _manifest(spec, volumes, used_class, now())
-    backend.put(spec.prefix + MANIFEST, [manifest.to_json()], storage_class="STANDARD")
+    put_with_copy(backend, spec.prefix + MANIFEST, manifest.to_json())
     stream_id = _catalog(spec, manifest, catalog, now())
     backend.delete(spec.prefix + PROGRESS)
     return WrittenStream(stream_id, manifest.raw_bytes, manifest.stored_bytes,
                          counts["written"], counts["skipped"])
 
 
-def _send(spec: StreamSpec, backend: Backend, done, on_volume):
+def _send(spec: StreamSpec, backend: Backend, done, on_volume, progress=None):
     with SendReader(spec.send_stages) as reader:
-        return write_volumes(reader, backend, spec.prefix, volume_size=spec.volume_size,
+        return write_volumes(MeteredReader(reader, progress), backend, spec.prefix,
+                             volume_size=spec.volume_size,
                              level=spec.level, storage_class=spec.storage_class, done=done,
                              on_volume=on_volume)
 
@@ -156,13 +165,14 @@ def _manifest(spec: StreamSpec, volumes, storage_class: str, now: dt.datetime) -
 
 
 def _adopt(spec: StreamSpec, backend: Backend) -> Manifest | None:
-    """The manifest a crashed run wrote at the prefix before its catalog row, if any."""
+    """The manifest a crashed run wrote at the prefix before its catalog row, if any; a
+    missing or damaged primary or copy is rewritten from the good one."""
     key = spec.prefix + MANIFEST
     try:
-        data = b"".join(backend.get(key))
+        loaded = read_with_copy(backend, key, Manifest.from_json, StreamCorrupt)
     except ObjectNotFound:
         return None
-    manifest = Manifest.from_json(data, f"{backend.name}:{key}")
+    manifest = loaded.value
     planned = spec.planned
     same = (manifest.dataset == spec.dataset and manifest.kind == planned.kind
             and manifest.to_snap.guid == planned.to_snap.guid
@@ -177,8 +187,21 @@ def _adopt(spec: StreamSpec, backend: Backend) -> Manifest | None:
             raise StreamCorrupt(f"volume {backend.name}:{volume.key} has {info.size} bytes, the"
                                 f" manifest says {volume.stored_bytes}; delete {spec.prefix}"
                                 " and run again")
+    _repair_copies(backend, key, loaded.key)
     log.info("adopting %s: its manifest was written but not catalogued", spec.prefix)
     return manifest
+
+
+def _repair_copies(backend: Backend, key: str, good: str) -> None:
+    """Rewrite the primary or copy of ``key`` that is missing or damaged from ``good``."""
+    data = read_object(backend, good)
+    for other in (key, copy_key(key)):
+        if other == good:
+            continue
+        try:
+            Manifest.from_json(read_object(backend, other), other)
+        except (ObjectNotFound, StreamCorrupt):
+            backend.put(other, [data], storage_class="STANDARD")
 
 
 def _catalog(spec: StreamSpec, manifest: Manifest, catalog: Catalog, now: dt.datetime) -> int:

@@ -6,7 +6,9 @@ gone on purpose; the graph audit reports the unfinished prune):
 
 * every volume exists with the recorded size and storage class (a class changed behind
   zbak's back, e.g. by a bucket lifecycle rule, is a warning: restores will need a thaw);
-* the manifest exists, in STANDARD class, parses (``Manifest.from_json``) and agrees with
+* the manifest exists, in STANDARD class, parses (``Manifest.from_json``, falling back to
+  ``manifest.json.copy`` when the primary fails: a damaged or missing primary is a warning,
+  both damaged an error, RELIABILITY 26) and agrees with
   the catalog: host, dataset, kind, from/to snapshot names and guids, createtxg, the
   snapshots carried, every volume's key, sizes and SHA-256, the storage class and
   compression (manifests are fetched in parallel, ``concurrency`` at a time);
@@ -25,8 +27,9 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import Mapping, Sequence
 
-from zrepl_py.archive.layout import MANIFEST, PROGRESS, is_stream_prefix
+from zrepl_py.archive.layout import MANIFEST, MANIFEST_COPY, PROGRESS, is_stream_prefix
 from zrepl_py.archive.manifest import Manifest
+from zrepl_py.archive.sealed import Loaded, read_with_copy
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow, VolumeRow
 from zrepl_py.errors import NeedsThaw, ObjectNotFound, StoreError, StreamCorrupt
@@ -132,7 +135,7 @@ def leftovers(listing: Mapping[str, ObjectInfo], known: set[str],
                 problem = (f"{len(leaves)} object(s) in {head} not in the catalog:"
                            f" {', '.join(leaves[:5])}")
                 action = "check what wrote them; zbak does not use them"
-        elif is_stream_prefix(head) and MANIFEST in leaves:
+        elif is_stream_prefix(head) and (MANIFEST in leaves or MANIFEST_COPY in leaves):
             problem = f"stream {head} has a manifest but is not in the catalog"
             action = f"`zbak catalog rebuild {store} --merge` adds it to the catalog"
         elif is_stream_prefix(head) and PROGRESS in leaves:
@@ -147,8 +150,8 @@ def leftovers(listing: Mapping[str, ObjectInfo], known: set[str],
     return found
 
 
-def _read_manifest(backend: Backend, key: str) -> Manifest:
-    return Manifest.from_json(b"".join(backend.get(key)), f"{backend.name}:{key}")
+def _read_manifest(backend: Backend, key: str) -> Loaded[Manifest]:
+    return read_with_copy(backend, key, Manifest.from_json, StreamCorrupt)
 
 
 def audit_objects(
@@ -188,18 +191,27 @@ def audit_objects(
         findings += compare_volumes(stream, volumes.get(stream.id, ()), listing)
         key = stream.object_prefix + MANIFEST
         info = listing.get(key)
-        if info is None:
+        copy = listing.get(stream.object_prefix + MANIFEST_COPY)
+        if info is None and copy is None:
             findings.append(_finding(stream, Severity.WARNING, f"the manifest of stream"
                                      f" {stream.id} (@{stream.to_name}) is missing: {key}",
                                      "the stream restores without it, but `zbak catalog rebuild`"
                                      " cannot recover it; it is rewritten only by a new chain",
                                      key))
             continue
-        if info.storage_class != MANIFEST_CLASS:
-            findings.append(_finding(stream, Severity.WARNING, f"the manifest {key} is in"
-                                     f" storage class {info.storage_class}, not {MANIFEST_CLASS}",
-                                     "check the bucket's lifecycle rules: manifests must stay"
-                                     " readable without a thaw", key))
+        if info is None:
+            findings.append(_finding(stream, Severity.WARNING, f"the manifest of stream"
+                                     f" {stream.id} (@{stream.to_name}) is missing: {key}; its"
+                                     f" copy {MANIFEST_COPY} is there and is used",
+                                     f"copy {MANIFEST_COPY} to {MANIFEST} in the same folder",
+                                     key))
+        for each in (info, copy):
+            if each is not None and each.storage_class != MANIFEST_CLASS:
+                findings.append(_finding(stream, Severity.WARNING, f"the manifest {each.key} is"
+                                         f" in storage class {each.storage_class}, not"
+                                         f" {MANIFEST_CLASS}", "check the bucket's lifecycle"
+                                         " rules: manifests must stay readable without a thaw",
+                                         each.key))
         reads.append((stream, key))
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency))
     try:
@@ -207,15 +219,21 @@ def audit_objects(
                    for stream, key in reads]
         for stream, key, future in futures:
             try:
-                manifest = future.result()
+                loaded = future.result()
             except (StreamCorrupt, ObjectNotFound, NeedsThaw, StoreError) as exc:
                 findings.append(_finding(stream, Severity.ERROR, f"the manifest of stream"
                                          f" {stream.id} cannot be read: {exc}",
                                          "`zbak catalog rebuild` cannot use it; check the store",
                                          key))
                 continue
+            if loaded.from_copy and key in listing:
+                findings.append(_finding(stream, Severity.WARNING, f"the manifest of stream"
+                                         f" {stream.id} fails its checks:"
+                                         f" {loaded.primary_problem}; its copy is used",
+                                         f"copy {MANIFEST_COPY} over {MANIFEST} in the same"
+                                         " folder (the copy passed its checksum)", key))
             findings += compare_manifest(stream, volumes.get(stream.id, ()),
-                                         carried.get(stream.id, ()), manifest, key)
+                                         carried.get(stream.id, ()), loaded.value, loaded.key)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     known: set[str] = set()
@@ -223,6 +241,7 @@ def audit_objects(
     for stream in known_streams if known_streams is not None else streams:
         known_prefixes.add(stream.object_prefix)
         known.add(stream.object_prefix + MANIFEST)
+        known.add(stream.object_prefix + MANIFEST_COPY)
     for rows in volumes.values():
         known.update(v.key for v in rows)
     findings += leftovers(listing, known, known_prefixes, backend.name)

@@ -11,6 +11,13 @@ full of the same snapshot), the one created last before the incremental wins, th
 (``uploaded_at`` = the manifest's time): verification is not in the manifests, ``zbak audit
 --deep`` verifies them again.
 
+Each manifest is read from ``manifest.json``, or from ``manifest.json.copy`` when the primary
+is missing or fails its checksum (``archive.sealed``, RELIABILITY 26). The store's catalog
+exports (``catalog.export``) then tell what manifests cannot: streams an export lists whose
+manifests are gone (neither primary nor copy) are reported in ``lost`` (their objects may be
+gone too: ``zbak audit``). Stream states are not taken from the exports: rebuilt streams are
+re-verified by ``zbak audit --deep`` like any other.
+
 A store that already has streams in the catalog is refused unless ``merge``: then only the
 streams whose prefix the catalog lacks are added. Manifests that cannot be parsed, and
 incrementals whose parent is nowhere, are skipped and reported; prefixes with volumes but no
@@ -27,8 +34,10 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-from zrepl_py.archive.layout import MANIFEST, is_stream_prefix
+from zrepl_py.archive.layout import MANIFEST, MANIFEST_COPY, is_stream_prefix
 from zrepl_py.archive.manifest import Manifest
+from zrepl_py.archive.sealed import read_with_copy
+from zrepl_py.catalog.export import CatalogExport, read_exports
 from zrepl_py.catalog.models import LIVING_STATES
 from zrepl_py.catalog.repository import Catalog, StreamRow
 from zrepl_py.errors import CatalogError, StoreError, StreamCorrupt, UsageError
@@ -48,29 +57,33 @@ class Skipped:
 @dataclasses.dataclass
 class RebuildResult:
     """What a rebuild did: manifests found, stream ids added (chain order), prefixes already
-    in the catalog (with ``merge``), and manifests skipped with the reason."""
+    in the catalog (with ``merge``), manifests skipped with the reason, and the prefixes of
+    streams a catalog export lists whose manifests are gone (``lost``)."""
 
     store: str
     manifests: int = 0
     added: list[int] = dataclasses.field(default_factory=list)
     present: list[str] = dataclasses.field(default_factory=list)
     skipped: list[Skipped] = dataclasses.field(default_factory=list)
+    lost: list[str] = dataclasses.field(default_factory=list)
 
 
 def read_manifests(backend: Backend,
                    concurrency: int = 4) -> tuple[list[tuple[str, Manifest]], list[Skipped]]:
-    """Every stream manifest in the store as ``(key, Manifest)``, and the unreadable ones.
+    """Every stream manifest in the store as ``(key, Manifest)`` (``key`` the primary's, the
+    copy read when the primary fails), and the unreadable ones.
 
     Raises:
         StoreError: listing the store failed.
     """
-    keys = [info.key for info in backend.list("")
-            if info.key.endswith("/" + MANIFEST)
-            and is_stream_prefix(info.key[: -len(MANIFEST)])]
+    keys = sorted({info.key.removesuffix(MANIFEST_COPY[len(MANIFEST):])
+                   for info in backend.list("")
+                   if info.key.endswith(("/" + MANIFEST, "/" + MANIFEST_COPY))
+                   and is_stream_prefix(info.key[: info.key.rfind("/") + 1])})
     found, skipped = [], []
 
     def read(key: str) -> Manifest:
-        return Manifest.from_json(b"".join(backend.get(key)), f"{backend.name}:{key}")
+        return read_with_copy(backend, key, Manifest.from_json, StreamCorrupt).value
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency))
     try:
@@ -154,6 +167,28 @@ def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool
         by_tip.setdefault((row.host, row.dataset, row.to_guid), []).append(row)
         known.add(prefix)
         result.added.append(stream_id)
+    _apply_exports(backend, known, result)
     for skip in result.skipped:
         log.warning("rebuild of store %s: skipped %s: %s", store, skip.key, skip.why)
+    for prefix in result.lost:
+        log.warning("rebuild of store %s: the catalog export lists stream %s but its manifest"
+                    " is gone: its objects may be lost; run `zbak audit`", store, prefix)
     return result
+
+
+def export_states(exports: Sequence[tuple[str, CatalogExport]]) -> dict[str, dict]:
+    """Each stream prefix's row from the newest export (by time written) that lists it (pure)."""
+    rows: dict[str, dict] = {}
+    for _, export in sorted(exports, key=lambda ke: (ke[1].written_at, ke[1].generation)):
+        for row in export.streams:
+            rows[row["prefix"]] = row
+    return rows
+
+
+def _apply_exports(backend: Backend, known: set[str], result: RebuildResult) -> None:
+    """List the streams the store's catalog exports name but no manifest describes."""
+    exports, bad = read_exports(backend)
+    unreadable = {skip.key[: skip.key.rfind("/") + 1] for skip in result.skipped}
+    result.skipped += [Skipped(key, why) for key, why in bad]
+    rows = export_states(exports)
+    result.lost = sorted(p for p in rows if p not in known and p not in unreadable)

@@ -91,4 +91,7 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
     if not as_json:
         click.echo(f"restored {plan.dataset}@{plan.target.name} into {outcome.into}:"
                    f" {outcome.streams} stream(s), {outcome.bytes} bytes received")
+        if outcome.locked:  # a raw stream of an encrypted dataset arrives without its key
+            click.echo(f"{outcome.into} is encrypted and its key is not loaded: zfs load-key"
+                       f" {outcome.into}, then zfs mount {outcome.into}")
     return ExitStatus.OK

@@ -1,13 +1,23 @@
 """Carry out a restore plan: thaw, fetch and verify, then receive in order.
 
-Archive path: every cold volume is thawed first (exit 75 until readable); every volume of
+Archive path: the store's catalog exports are checked against this machine's high-water marks
+(``catalog.export.StoreGuard``), then every cold volume is thawed first (exit 75 until readable); every volume of
 every stream is verified (fetch.py) before the first byte is received, so a missing,
 truncated or altered volume means nothing is received; then each stream is decompressed
 into ``zfs receive -u INTO`` (never ``-F``), full first. When the target snapshot lies inside
 the last ``-I`` stream, the snapshots after it are destroyed from the NEW dataset (which this
 restore created) and the dataset is rolled back to the target.
 Local and replica paths: ``zfs send`` of the first snapshot, then ``-I`` to the target, piped
-into ``zfs receive -u INTO`` (over ssh when the source is a replica host).
+into ``zfs receive -u INTO`` (over ssh when the source is a replica host); raw (``-w``) when
+that dataset is encrypted, as replication sends it.
+
+Encrypted datasets (RELIABILITY 38): an archived raw stream (``zfs send -w``) is received
+as it is (``zfs receive`` needs no flag); the new dataset is encrypted, its key unloaded
+(``keystatus`` ``unavailable``) and it stays unmounted. Destroying the later snapshots and
+the rollback work without the key (checked on OpenZFS 2.3). After every restore the new
+dataset must hold the target snapshot with its guid; when it arrived locked the outcome says
+so and a warning names the ``zfs load-key`` / ``zfs mount`` to run (the key is the source
+dataset's: a raw stream carries none).
 """
 
 from __future__ import annotations
@@ -15,7 +25,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import time
 
+from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.context import Context
 from zrepl_py.errors import (
     CatalogError,
@@ -27,14 +39,18 @@ from zrepl_py.errors import (
     ThawPending,
 )
 from zrepl_py.proc.pipeline import run_pipeline
+from zrepl_py.proc.progress import ProgressReporter, Sampler
 from zrepl_py.replication.planner import Full, Incremental, SnapRef
 from zrepl_py.replication.stages import Side, transfer_stages
 from zrepl_py.restore.fetch import fetch_verified, file_chunks
 from zrepl_py.restore.plan import RestorePlan
 from zrepl_py.proc.python_end import ReceiveWriter
 from zrepl_py.restore.thaw import request_thaws
+from zrepl_py.running import job_of, reporting
 from zrepl_py.stores.open import open_store
 from zrepl_py.streams.frames import decompress_frame
+from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION
+from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.sendrecv import receive_argv, send_argv
 
@@ -51,22 +67,30 @@ _INVALID_STREAM = re.compile(
 
 @dataclasses.dataclass(frozen=True)
 class RestoreOutcome:
-    """What a restore did: the dataset created, the streams received, raw bytes received."""
+    """What a restore did: the dataset created, the streams received, raw bytes received,
+    and ``locked``: the dataset arrived encrypted with its key not loaded (``zfs load-key
+    INTO``, then ``zfs mount INTO``, with the source dataset's passphrase or key)."""
 
     into: str
     streams: int
     bytes: int
+    locked: bool = False
 
 
 def execute_restore(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     """Restore per ``plan`` (see the module docstring).
 
     Raises:
+        CatalogReplay: the store is older than this machine last wrote it (rolled back or
+            replaced); CatalogExportCorrupt: its catalog export and copy are both damaged.
         ThawPending: cold volumes are not readable yet (exit 75; thaws were requested).
         StreamCorrupt: a volume failed verification (nothing received).
         StreamRejected: zfs receive (or the receive pass's zstd decode) rejected a verified
             stream's content; the stream is marked ``bad`` in the catalog.
         PipelineFailed: a send or receive failed (the message says what was received).
+        RestoreError: the new dataset does not hold the target snapshot's guid afterwards.
+        SendArgsInvalid: the local or replica source is encrypted and its host has no
+            ``zfs send -w`` (it is never sent decrypted).
         StoreError, ZfsError, HostUnreachable.
     """
     if plan.chosen.source == "archive":
@@ -80,6 +104,8 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     cfg = ctx.config.restore
     backend = open_store(path.store, ctx.config.stores[path.store])
     try:
+        # RELIABILITY 25: a store rolled back behind this machine's back is refused.
+        StoreGuard(backend, path.store, ctx.state_dir).check()
         waiting, ready_by = request_thaws(backend, ctx.catalog(), path.streams, plan.volumes,
                                           cfg, ctx.clock.now())
         if waiting:
@@ -96,6 +122,9 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     side = Side.of(ctx.config, plan.host)
     receive = receive_argv(plan.into, caps=zfs.capabilities, resumable=False, zfs=zfs.zfs)
     total = 0
+    label = f"{path.store}:{plan.dataset}@{plan.target.name} -> {plan.into}"
+    progress = _reporter(ctx, plan, label, total=sum(s.raw_bytes for s in path.streams))
+    sampler = Sampler(progress)
     for done, stream in enumerate(path.streams):
         try:
             with ReceiveWriter(side.wrap([receive], "zfs receive")) as writer:
@@ -106,8 +135,10 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
                     for chunk in chunks:
                         writer.write(chunk)
                         total += len(chunk)
+                        sampler.add(len(chunk))
                 writer.finish()
         except Exception as exc:
+            progress.close()  # a KeyboardInterrupt leaves the file: stale once we exit
             got = (f"{plan.into} holds the streams up to @{path.streams[done - 1].to_name}"
                    if done else "nothing was received")
             if _stream_rejected(exc):
@@ -118,11 +149,13 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
                     f" bad in the catalog; {got}") from exc
             raise RestoreError(f"receiving stream {stream.id} (@{stream.to_name}) into"
                                f" {plan.host}:{plan.into} failed: {exc}; {got}") from exc
+    progress.finish(total, time.monotonic() - sampler.started)
     _trim(ctx, plan, [c.name for c in path.later])
+    locked = _check_received(zfs, plan)
     for file in set(files.values()):
         if file.is_relative_to(spool):
             file.unlink(missing_ok=True)
-    return RestoreOutcome(plan.into, len(path.streams), total)
+    return RestoreOutcome(plan.into, len(path.streams), total, locked)
 
 
 def _stream_rejected(exc: BaseException) -> bool:
@@ -156,11 +189,59 @@ def _trim(ctx: Context, plan: RestorePlan, later: list[str]) -> None:
     zfs.rollback(SnapshotName.of(DatasetName(plan.into), plan.target.name))
 
 
+def _may_be_encrypted(zfs: Zfs) -> bool:
+    """False where no dataset can be encrypted: a pool without feature flags (zfs-fuse, pool
+    v23; encryption is ``feature@encryption``) on a ZFS without ``send -w``."""
+    caps = zfs.capabilities
+    return caps.raw_send or caps.pool_version == FEATURE_FLAGS_VERSION
+
+
+def is_encrypted(zfs: Zfs, dataset: str) -> bool:
+    """True when ``dataset``'s ``encryption`` is not ``off`` (one ``zfs get``; none where
+    encryption cannot exist, see ``_may_be_encrypted``).
+
+    Raises:
+        DatasetNotFound, ZfsError, HostUnreachable.
+    """
+    if not _may_be_encrypted(zfs):
+        return False
+    value = zfs.get_properties(dataset, ["encryption"]).get("encryption", "off")
+    return value not in ("off", "-", "")
+
+
+def _check_received(zfs: Zfs, plan: RestorePlan) -> bool:
+    """Check the new dataset holds the target snapshot with its guid (readable without the
+    key); return True when it is encrypted with its key not loaded, and warn how to unlock it.
+
+    Raises:
+        RestoreError: the snapshot is missing or has another guid.
+    """
+    into = DatasetName(plan.into)
+    snapshot = SnapshotName.of(into, plan.target.name)
+    got = zfs.get_properties(str(snapshot), ["guid"]).get("guid", "-")
+    if got != str(plan.target.guid):
+        raise RestoreError(f"{plan.host}:{snapshot} has guid {got} after the restore, expected"
+                           f" {plan.target.guid}: the received data is not @{plan.target.name}"
+                           f" of {plan.dataset}")
+    if not _may_be_encrypted(zfs):
+        return False
+    props = zfs.get_properties(str(into), ["encryption", "keystatus"])
+    if props.get("encryption", "off") in ("off", "-", "") or props.get("keystatus") != "unavailable":
+        return False
+    log.warning("%s:%s is encrypted (raw stream) and its key is not loaded: run `zfs load-key"
+                " %s` with the key or passphrase of %s, then `zfs mount %s`", plan.host, into,
+                into, plan.dataset, into)
+    return True
+
+
 def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     chosen = plan.chosen
     assert chosen.host is not None and chosen.dataset is not None
     src = ctx.zfs(chosen.host, DatasetName(chosen.dataset).pool)
     dst = ctx.zfs(plan.host, DatasetName(plan.into).pool)
+    # An encrypted source goes raw, as replication sends it: never decrypted into a new
+    # dataset, and a replica (key not loaded there) can only be sent raw.
+    raw = is_encrypted(src, chosen.dataset)
     plain = dataclasses.replace(src.capabilities, compressed_send=False)
     refs = [SnapRef(s.name, s.guid, s.createtxg) for s in chosen.snapshots]
     steps = [Full(refs[0])]
@@ -169,10 +250,22 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     source, target = Side.of(ctx.config, chosen.host), Side.of(ctx.config, plan.host)
     total = 0
     for step in steps:
-        send = send_argv(step, source_dataset=chosen.dataset, caps=plain, raw=False, zfs=src.zfs)
+        send = send_argv(step, source_dataset=chosen.dataset, caps=plain, raw=raw, zfs=src.zfs)
         receive = receive_argv(plan.into, caps=dst.capabilities, resumable=False, zfs=dst.zfs)
         stages = transfer_stages(send, receive, source=source, target=target,
                                  compress=source.config is not None or target.config is not None,
                                  bandwidth_limit=None)
-        total += run_pipeline(stages).bytes
-    return RestoreOutcome(plan.into, len(steps), total)
+        label = f"{chosen.dataset}@{step.to.name} -> {plan.into}"
+        total += run_pipeline(stages, progress=_reporter(
+            ctx, plan, label, dataset=chosen.dataset, to_snap=step.to.name,
+            from_snap=step.base.name if isinstance(step, Incremental) else None)).bytes
+    return RestoreOutcome(plan.into, len(steps), total, _check_received(dst, plan))
+
+
+def _reporter(ctx: Context, plan: RestorePlan, label: str, **what) -> ProgressReporter:
+    """A progress reporter (bar or log lines) that also publishes the restore for
+    ``zbak status`` (``zrepl_py.running``, kind ``restore``, keyed by the new dataset)."""
+    what.setdefault("dataset", plan.dataset)
+    what.setdefault("to_snap", plan.target.name)
+    job = job_of(ctx.config, plan.host, plan.dataset)
+    return reporting(ctx.state_dir, "restore", job, plan.into)(label, **what)

@@ -20,6 +20,17 @@ of both):
   when ``drr_compressiontype`` is set, else ``drr_logical_size``; SPILL ``drr_compressed_size``
   or else ``drr_length``; WRITE_EMBEDDED ``drr_psize`` rounded up to 8; the others none.
 
+Raw streams (``zfs send -w`` of an encrypted dataset, RELIABILITY 38; checked against
+OpenZFS ``module/zfs/dmu_send.c`` ``dump_write`` and on real OpenZFS 2.3 streams): every
+substream's BEGIN carries ``DMU_BACKUP_FEATURE_RAW`` (1 << 24 of the feature flags; the
+compound header of ``-I`` carries no features) and a payload (an nvlist with the wrapped key
+material, never the key itself); OBJECT_RANGE records (salt, IV and MAC of a range of dnode
+blocks) have no payload; a WRITE's ``drr_compressiontype`` is the block's own
+(``BP_GET_COMPRESS``, ZIO_COMPRESS_OFF = 2 for an uncompressed block, never 0), so its
+payload is ``drr_compressed_size`` (the block's encrypted physical size) like a ``-c``
+WRITE; OBJECT payloads are ``drr_raw_bonuslen``. All substreams of one stream are raw or
+none is (libzfs sends them with the same flags); a mix is reported as corrupt.
+
 What ``zfs send`` writes (libzfs ``zfs_send``): a plain full or ``-i`` stream is one
 substream, BEGIN ... END. ``-I`` and ``-R`` write a compound stream: a BEGIN with header
 type 2 (toguid 0), its END, then one substream per snapshot in createtxg order (each
@@ -46,6 +57,7 @@ DRR_BEGIN, DRR_OBJECT, DRR_FREEOBJECTS, DRR_WRITE, DRR_FREE, DRR_END = range(6)
 DRR_WRITE_BYREF, DRR_SPILL, DRR_WRITE_EMBEDDED, DRR_OBJECT_RANGE, DRR_REDACT = range(6, 11)
 DRR_NUMTYPES = 11
 DMU_SUBSTREAM, DMU_COMPOUNDSTREAM = 1, 2
+DMU_BACKUP_FEATURE_RAW = 1 << 24  # of BeginRecord.features (zfs_ioctl.h)
 
 # A record's payload is at most one block: SPA_MAXBLOCKSIZE (16 MiB, include/sys/spa.h).
 # A larger length means the header is damaged; stop instead of skipping gigabytes.
@@ -83,6 +95,11 @@ class BeginRecord:
         """True for a substream's BEGIN (not a compound header)."""
         return self.header_type == DMU_SUBSTREAM
 
+    @property
+    def raw(self) -> bool:
+        """True when the substream is a raw send (``DMU_BACKUP_FEATURE_RAW``)."""
+        return bool(self.features & DMU_BACKUP_FEATURE_RAW)
+
 
 @dataclasses.dataclass(frozen=True)
 class StreamSummary:
@@ -105,6 +122,12 @@ class StreamSummary:
         """The substreams' BEGIN records, in order (one per snapshot carried)."""
         return tuple(b for b in self.begins if b.substream)
 
+    @property
+    def raw(self) -> bool:
+        """True for a raw stream (``zfs send -w``): its substreams carry the RAW feature
+        (the walker refused a stream whose substreams disagree)."""
+        return any(b.raw for b in self.substreams)
+
 
 class RecordWalker:
     """Feed a raw stream in chunks of any size (``feed``), then call ``finish``.
@@ -126,6 +149,7 @@ class RecordWalker:
         self._order = ""  # struct byte-order prefix, known after the first record
         self._begins: list[BeginRecord] = []
         self._compound = False
+        self._raw: bool | None = None  # whether the substreams so far are raw
         # "start", "header" (in a compound header), "between" (between substreams),
         # "sub" (inside a substream), "done"
         self._state = "start"
@@ -192,6 +216,13 @@ class RecordWalker:
                 raise self._corrupt("a BEGIN record where none may start")
             if payloadlen > MAX_BEGIN_PAYLOAD:
                 raise self._corrupt(f"BEGIN payload of {payloadlen} bytes")
+            if begin.substream:
+                if self._raw is not None and self._raw != begin.raw:
+                    self._offset = offset
+                    raise self._corrupt(f"substream {begin.toname} is"
+                                        f" {'' if begin.raw else 'not '}raw but the one before"
+                                        f" it is {'' if self._raw else 'not '}raw")
+                self._raw = begin.raw
             self._begins.append(begin)
             self._skip = payloadlen
             return

@@ -306,6 +306,26 @@ class Zfs:
                 values[prop] = value
         return values
 
+    def property_of_each(self, names: Sequence[str], prop: str) -> dict[str, str]:
+        """Return ``{name: value}`` of one property for several datasets in one command:
+        ``zfs get -H -o name,value PROP NAME...`` (values as zfs prints them, not ``-p``).
+
+        Raises:
+            DatasetNotFound: a name does not exist.
+            Unsupported: this ZFS does not know ``prop``.
+        """
+        wanted = check_property_name(prop)
+        argv = [self.zfs, "get", "-H", "-o", "name,value", wanted,
+                *(parse_any_name(n) for n in names)]
+        values = {}
+        for line in self._run(argv).text.split("\n"):
+            if line:
+                name, sep, value = line.partition("\t")
+                if not sep:
+                    raise self._unexpected(argv, repr(line))
+                values[name] = value
+        return values
+
     def set_property(self, name: str, prop: str, value: str) -> None:
         """Set one property: ``zfs set PROP=VALUE NAME``.
 

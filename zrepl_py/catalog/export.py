@@ -1,0 +1,344 @@
+"""The catalog export in each store, and rollback detection (RELIABILITY 25 and 26).
+
+Each store holds, per machine and job, ``_zbak/catalog/NODE/JOB.json`` (``layout.export_key``)
+and its ``.copy``, both STANDARD class, put primary first. The object is an envelope::
+
+    {"format": "zbak-catalog/1", "sha256": "<hex of the canonical JSON of 'catalog'>",
+     "catalog": {"generation": 7, "written_at": "2026-01-01T00:00:00Z", "node": "backup1",
+                 "job": "nightly", "store": "cold", "tool": "zbak 0.1.0",
+                 "streams": [{"prefix": "local/tank/data/...-full-.../", "host": "local",
+                              "dataset": "tank/data", "kind": "full", "from_guid": null,
+                              "to_guid": "123", "to_name": "zbak_...", "to_createtxg": 9,
+                              "state": "verified", "raw_bytes": 1, "stored_bytes": 1,
+                              "verified_at": "2026-01-01T00:00:00Z"}, ...]}}
+
+``streams`` are the job's catalogued streams in that store (condemned ones left out): what
+``zbak catalog rebuild`` cannot learn from the manifests (which streams were verified or
+bad, which streams existed whose manifests are gone).
+
+``generation`` grows by one at every rewrite, after each ``zbak archive`` or ``zbak prune``
+whose rows differ from the export (or when the export or its copy is missing or damaged).
+After both objects are written, the generation is recorded as this machine's high-water mark
+``<state_dir>/catalog-marks/STORE/_zbak/catalog/NODE/JOB.json``. Before an archive, prune or
+restore touches a store, every mark of that store is compared with the export it names: an
+export older than the mark, or missing, means the store was rolled back, restored from an
+older copy or replaced (borg ``RepositoryReplay``), and the run stops with ``CatalogReplay``.
+A store without marks (a new machine, or a deployment from before exports) is accepted and
+the first archive or prune writes the export.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from zrepl_py import __version__
+from zrepl_py.archive.layout import EXPORT_PREFIX, copy_key, export_key
+from zrepl_py.archive.sealed import canonical_sha256, put_with_copy, read_object, read_with_copy
+from zrepl_py.catalog.repository import StreamRow
+from zrepl_py.errors import (
+    CatalogExportCorrupt,
+    CatalogReplay,
+    ObjectNotFound,
+    StoreError,
+    ZbakError,
+)
+from zrepl_py.statedir import write_private_file
+from zrepl_py.stores.base import Backend
+
+log = logging.getLogger(__name__)
+
+FORMAT = "zbak-catalog/1"
+MARKS_DIR = "catalog-marks"
+_TIME = "%Y-%m-%dT%H:%M:%SZ"
+_ROW_FIELDS = ("prefix", "host", "dataset", "kind", "from_guid", "to_guid", "to_name",
+               "to_createtxg", "state", "raw_bytes", "stored_bytes", "verified_at")
+
+
+def _time_out(value: dt.datetime | None) -> str | None:
+    return None if value is None else value.astimezone(dt.timezone.utc).strftime(_TIME)
+
+
+def parse_time(value: str) -> dt.datetime:
+    """An export timestamp (``YYYY-MM-DDTHH:MM:SSZ``) as an aware UTC datetime.
+
+    Raises:
+        ValueError: another format.
+    """
+    return dt.datetime.strptime(value, _TIME).replace(tzinfo=dt.timezone.utc)
+
+
+def export_rows(streams: Sequence[StreamRow]) -> list[dict[str, Any]]:
+    """The export's ``streams`` list for catalog rows (condemned ones left out), in the
+    rows' order; guids as decimal strings, times as ``YYYY-MM-DDTHH:MM:SSZ`` (pure)."""
+    return [{"prefix": s.object_prefix, "host": s.host, "dataset": s.dataset, "kind": s.kind,
+             "from_guid": None if s.from_guid is None else str(s.from_guid),
+             "to_guid": str(s.to_guid), "to_name": s.to_name, "to_createtxg": s.to_createtxg,
+             "state": s.state, "raw_bytes": s.raw_bytes, "stored_bytes": s.stored_bytes,
+             "verified_at": _time_out(s.verified_at)}
+            for s in streams if s.state != "condemned"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CatalogExport:
+    """One export (see the module docstring): ``generation`` >= 1, ``written_at`` aware UTC,
+    ``streams`` as :func:`export_rows` makes them."""
+
+    generation: int
+    written_at: dt.datetime
+    node: str
+    job: str
+    store: str
+    tool: str
+    streams: tuple[dict[str, Any], ...]
+
+    def to_json(self) -> bytes:
+        """The envelope as UTF-8 JSON, its ``sha256`` over the canonical ``catalog``."""
+        body = {"generation": self.generation, "written_at": _time_out(self.written_at),
+                "node": self.node, "job": self.job, "store": self.store, "tool": self.tool,
+                "streams": list(self.streams)}
+        return json.dumps({"format": FORMAT, "sha256": canonical_sha256(body), "catalog": body},
+                          indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> "CatalogExport":
+        """Parse and check an export read from ``where`` (``STORE:KEY``, for messages).
+
+        Raises:
+            CatalogExportCorrupt: not JSON, another format, a ``sha256`` that does not match
+                the content, missing or ill-typed fields.
+        """
+        try:
+            obj = json.loads(data)
+            if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+                raise ValueError(f"not a {FORMAT} object")
+            body = obj["catalog"]
+            if obj["sha256"] != canonical_sha256(body):
+                raise ValueError("its content does not match its sha256 (changed bytes)")
+            streams = tuple(body["streams"])
+            for row in streams:
+                if not isinstance(row, dict) or set(row) != set(_ROW_FIELDS):
+                    raise ValueError(f"a stream row has other fields than {_ROW_FIELDS}")
+            export = cls(generation=body["generation"], written_at=parse_time(body["written_at"]),
+                         node=body["node"], job=body["job"], store=body["store"],
+                         tool=body["tool"], streams=streams)
+            if not isinstance(export.generation, int) or export.generation < 1:
+                raise ValueError(f"generation {export.generation!r} is not a positive integer")
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            raise CatalogExportCorrupt(f"catalog export {where} is not a valid {FORMAT}"
+                                       f" object: {exc}") from None
+        return export
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedExport:
+    """An export as read: the value, and whether the primary and its copy are both present,
+    valid and equal (``healthy``; else the next write repairs them)."""
+
+    export: CatalogExport
+    healthy: bool
+
+
+def load_export(backend: Backend, key: str) -> LoadedExport | None:
+    """Read the export at ``key`` (falling back to ``KEY.copy``); None when neither exists.
+
+    Raises:
+        CatalogExportCorrupt: the primary and the copy both fail (message names both).
+        StoreError: the store failed and no copy answered.
+    """
+    try:
+        loaded = read_with_copy(backend, key, CatalogExport.from_json, CatalogExportCorrupt)
+    except ObjectNotFound:
+        return None
+    healthy = not loaded.from_copy
+    if healthy:
+        try:
+            healthy = CatalogExport.from_json(read_object(backend, copy_key(key)),
+                                              copy_key(key)) == loaded.value
+        except (StoreError, CatalogExportCorrupt):
+            healthy = False
+    return LoadedExport(loaded.value, healthy)
+
+
+def check_generation(key: str, store: str, found: int | None, mark: int | None,
+                     mark_file: Path) -> None:
+    """Refuse a store whose export ``key`` is behind this machine's high-water ``mark`` (pure).
+
+    Args:
+        key / store: the export and the store's name, for the message.
+        found: the export's generation in the store, None when it is missing.
+        mark: the generation this machine last wrote there, None when it never did.
+        mark_file: the mark's file, named in the message.
+
+    Raises:
+        CatalogReplay: ``mark`` is set and ``found`` is missing or lower.
+    """
+    if mark is None or (found is not None and found >= mark):
+        return
+    seen = "is missing" if found is None else f"has generation {found}"
+    raise CatalogReplay(
+        f"store {store}: the catalog export {key} {seen}, but this machine wrote generation"
+        f" {mark} there: the store was rolled back, restored from an older copy or replaced,"
+        " so objects zbak wrote may be gone. Nothing was done. Find out what happened to the"
+        f" store; once it is the one to keep, run `zbak audit` (and `zbak catalog rebuild"
+        f" {store} --merge` for streams the catalog lacks), then remove {mark_file} to accept"
+        " it; the next archive or prune writes a new export")
+
+
+def marks_dir(state_dir: Path, store: str) -> Path:
+    """``<state_dir>/catalog-marks/STORE``: this machine's high-water marks for ``store``."""
+    return state_dir / MARKS_DIR / store
+
+
+def mark_file(state_dir: Path, store: str, key: str) -> Path:
+    """The mark file of export ``key`` in ``store`` (the key's path under :func:`marks_dir`)."""
+    return marks_dir(state_dir, store) / key
+
+
+def read_mark(path: Path) -> int | None:
+    """The generation recorded in mark file ``path``, None when there is none.
+
+    Raises:
+        ZbakError: the file exists but cannot be read or parsed (the message names it).
+    """
+    try:
+        obj = json.loads(path.read_bytes())
+        generation = obj["generation"]
+        if not isinstance(generation, int) or generation < 1:
+            raise ValueError(f"generation {generation!r}")
+        return generation
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ZbakError(f"the catalog high-water mark {path} cannot be read ({exc}); remove it"
+                        " to accept the store's export as it is") from None
+
+
+def write_mark(path: Path, key: str, generation: int, now: dt.datetime) -> None:
+    """Record ``generation`` of export ``key`` in mark file ``path`` (atomic, mode 0600).
+
+    Raises:
+        OSError: the state directory cannot be written.
+    """
+    data = {"key": key, "generation": generation, "written_at": _time_out(now)}
+    write_private_file(path, json.dumps(data).encode())
+
+
+def node_name() -> str:
+    """This machine's name in export keys (its hostname)."""
+    return socket.gethostname()
+
+
+class StoreGuard:
+    """Rollback check before a run touches a store, and the export write after it.
+
+    Args:
+        backend: the store; store: its name in the config.
+        state_dir: zbak's state directory (marks live under ``catalog-marks``).
+        job: the job whose export :meth:`publish` writes (None: check only, e.g. restore).
+        node: this machine's name (default the hostname).
+    """
+
+    def __init__(self, backend: Backend, store: str, state_dir: Path, *, job: str | None = None,
+                 node: str | None = None):
+        self.backend = backend
+        self.store = store
+        self.state_dir = state_dir
+        self.job = job
+        self.key = export_key(node or node_name(), job) if job is not None else None
+        self.node = node or node_name()
+        self._loaded: LoadedExport | None = None
+        self._checked = False
+
+    def _load(self, key: str) -> LoadedExport | None:
+        try:
+            return load_export(self.backend, key)
+        except CatalogExportCorrupt as exc:
+            raise CatalogExportCorrupt(
+                f"{exc}. Nothing was done: zbak cannot tell whether store {self.store} was"
+                " rolled back. Check the store (`zbak audit`); once it is the one to keep,"
+                f" delete {key} and {copy_key(key)} from it and remove"
+                f" {mark_file(self.state_dir, self.store, key)}: the next archive or prune"
+                " writes the export again") from None
+
+    def check(self) -> None:
+        """Compare every mark of this store with the export it names (module docstring).
+
+        Raises:
+            CatalogReplay: an export is missing or older than its mark.
+            CatalogExportCorrupt: an export and its copy both fail their checks.
+            StoreError: the store failed; ZbakError: a mark file is unreadable.
+        """
+        keys = set()
+        root = marks_dir(self.state_dir, self.store)
+        if root.is_dir():
+            keys = {p.relative_to(root).as_posix() for p in root.rglob("*.json")
+                    if p.is_file() and not p.name.startswith(".")}
+        if self.key is not None:
+            keys.add(self.key)
+        for key in sorted(keys):
+            path = mark_file(self.state_dir, self.store, key)
+            mark = read_mark(path)
+            loaded = self._load(key)
+            if key == self.key:
+                self._loaded = loaded
+            check_generation(key, self.store, loaded.export.generation if loaded else None,
+                             mark, path)
+        self._checked = True
+
+    def publish(self, streams: Sequence[StreamRow], now: dt.datetime) -> int | None:
+        """Write the job's export for ``streams`` when it differs from the stored one or is
+        not healthy, then record the new generation as the mark; return it (None: nothing
+        to write).
+
+        Raises:
+            ValueError: the guard has no job.
+            CatalogReplay, CatalogExportCorrupt: as :meth:`check` (run first when not yet).
+            StoreError: a put failed (the mark is unchanged: the store is ahead, not behind).
+            OSError: the mark could not be written.
+        """
+        if self.key is None or self.job is None:
+            raise ValueError("a StoreGuard without a job writes no export")
+        if not self._checked:
+            self.check()
+        rows = tuple(export_rows(streams))
+        old = self._loaded
+        if old is not None and old.healthy and old.export.streams == rows:
+            return None
+        path = mark_file(self.state_dir, self.store, self.key)
+        generation = max(old.export.generation if old else 0, read_mark(path) or 0) + 1
+        export = CatalogExport(generation, now, self.node, self.job, self.store,
+                               f"zbak {__version__}", rows)
+        put_with_copy(self.backend, self.key, export.to_json())
+        write_mark(path, self.key, generation, now)
+        self._loaded = LoadedExport(export, True)
+        log.info("store %s: catalog export %s is now generation %d (%d streams)", self.store,
+                 self.key, generation, len(rows))
+        return generation
+
+
+def read_exports(backend: Backend) -> tuple[list[tuple[str, CatalogExport]], list[tuple[str, str]]]:
+    """Every catalog export in the store as ``(key, export)`` (copies used where a primary
+    fails), and ``(key, why)`` for those that cannot be read.
+
+    Raises:
+        StoreError: listing the store failed.
+    """
+    keys = sorted({info.key.removesuffix(".copy") for info in backend.list(EXPORT_PREFIX)
+                   if info.key.endswith((".json", ".json.copy"))})
+    found, bad = [], []
+    for key in keys:
+        try:
+            loaded = load_export(backend, key)
+        except (CatalogExportCorrupt, StoreError) as exc:
+            bad.append((key, str(exc)))
+            continue
+        if loaded is not None:
+            found.append((key, loaded.export))
+    return found, bad
