@@ -41,6 +41,41 @@ class FixedClock:
         self.at = self.at + delta
 
 
+class MonotonicClock:
+    """A clock whose readings strictly increase, even when the wall clock steps back (NTP,
+    a wrong RTC): each ``now()`` is at least one microsecond after the previous one and
+    after ``floor`` (borg ``manifest.write``; RELIABILITY 32). Timestamps it gives are for
+    records (catalog rows, runs); ORDER still comes from createtxg/guid (house rule 8).
+
+    Args:
+        base: the clock to follow while it moves forward.
+        floor: an instant every reading must follow (e.g. the newest timestamp the catalog
+            already holds), aware; None: no floor.
+    """
+
+    TICK = dt.timedelta(microseconds=1)
+
+    def __init__(self, base: Clock, floor: dt.datetime | None = None):
+        if floor is not None and floor.tzinfo is None:
+            raise ValueError("MonotonicClock needs an aware floor")
+        self.base = base
+        self._last = floor.astimezone(UTC) if floor is not None else None
+
+    def now(self) -> dt.datetime:
+        """Return ``base.now()``, or the previous reading plus one microsecond when that is
+        not later (aware UTC)."""
+        now = self.base.now().astimezone(UTC)
+        if self._last is not None and now <= self._last:
+            now = self._last + self.TICK
+        self._last = now
+        return now
+
+    def raise_floor(self, floor: dt.datetime | None) -> None:
+        """Make every later reading follow ``floor`` too (aware; None changes nothing)."""
+        if floor is not None and (self._last is None or floor > self._last):
+            self._last = floor.astimezone(UTC)
+
+
 def from_epoch(seconds: int | float) -> dt.datetime:
     """Convert Unix epoch seconds (as ``zfs get -Hp creation`` prints) to aware UTC."""
     return dt.datetime.fromtimestamp(seconds, UTC)

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Hashable, Sequence, TypeVar
 
-from zrepl_py.clock import Clock, SystemClock
+from zrepl_py.clock import Clock, MonotonicClock, SystemClock
 from zrepl_py.config.schema import LOCAL_HOST, Config, JobConfig
 from zrepl_py.errors import UsageError
 from zrepl_py.prefetch import Prefetch, Task
@@ -41,7 +41,7 @@ class Context:
 
     config: Config
     config_path: Path
-    clock: Clock = dataclasses.field(default_factory=SystemClock)
+    clock: Clock = dataclasses.field(default_factory=lambda: MonotonicClock(SystemClock()))
     _executors: ExecutorPool | None = None
     _engine: Engine | None = None
     _catalog: Catalog | None = None
@@ -86,6 +86,8 @@ class Context:
             self._engine = make_engine(self.config.catalog_url)
             require_current(self._engine)
             self._catalog = Catalog(self._engine)
+            if isinstance(self.clock, MonotonicClock):  # a wall clock set back since the
+                self.clock.raise_floor(self._catalog.newest_run_time())  # last run (case 32)
         return self._catalog
 
     def executors(self) -> ExecutorPool:

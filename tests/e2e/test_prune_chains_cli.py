@@ -155,6 +155,8 @@ def test_an_unverified_new_full_keeps_the_old_chain_and_verifying_it_releases_th
 
 @pytest.mark.parametrize("victim", ["old chain", "newer chain"])
 def test_an_incremental_object_deleted_behind_zbaks_back_makes_prune_leave_the_chain_alone(arch, victim):
+    """RELIABILITY 19 (E): a volume deleted from the store behind zbak's back makes ``zbak
+    prune`` exit 1 naming the inconsistent store; no object or catalog row is deleted."""
     for n in (1, 2):
         arch.snap(n)
     arch.archive()                       # chain A: full @01, -I @01 -> @02
@@ -169,7 +171,11 @@ def test_an_incremental_object_deleted_behind_zbaks_back_makes_prune_leave_the_c
     (arch.store / gone).unlink()
     before = store_files(arch.store)
 
-    rows = arch.streams(arch.run.json("prune"))
+    status, out, err = arch.run("prune", "--json")
+    assert status == ExitStatus.FAILED, out + err
+    assert "store is inconsistent" in err and "deletes nothing" in err
+    rows = arch.streams(json.loads(out))
+    assert all(r["action"] == "keep" for r in rows.values())
     assert rows["full @01"]["action"] == rows["incremental @01 -> @02"]["action"] == "keep"
     why = " ".join(rows["full @01"]["reasons"])
     if victim == "old chain":
@@ -182,6 +188,7 @@ def test_an_incremental_object_deleted_behind_zbaks_back_makes_prune_leave_the_c
 
 
 def test_the_archive_base_stays_on_the_source_even_when_its_hold_is_released(arch):
+    """RELIABILITY 21 (E): the archive base survives prune even without its hold."""
     for n in (1, 2):
         arch.snap(n)
     arch.archive()                       # the chain ends at @02: the next -I starts there

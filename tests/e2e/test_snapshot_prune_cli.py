@@ -115,6 +115,7 @@ def test_prune_keeps_held_cloned_foreign_and_newest_snapshots_and_destroys_the_r
 
 
 def test_a_second_run_on_a_locked_dataset_exits_3_at_once_and_touches_nothing(setup):
+    """RELIABILITY 28 (E): a locked dataset makes a second run exit 3 as a subprocess."""
     run, data, tmp_path = setup
     with dataset_lock(tmp_path / "state", f"local:{data}/a", "test"):
         proc = subprocess.run(

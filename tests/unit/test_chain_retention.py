@@ -50,6 +50,13 @@ NEWEST = ("newest chain",)
 DEL1 = ("beyond keep_chains = 1 (chain 2 from the newest)",)
 
 
+def refused(*ids):
+    """The reason every sound chain of a dataset with damaged streams ``ids`` is kept."""
+    return (f"the store is inconsistent: {len(ids)} stream(s) of this dataset have missing or"
+            f" resized objects (streams {sorted(ids)}); prune deletes nothing of this dataset;"
+            " run zbak audit")
+
+
 def keep(*reasons):
     return ("keep", tuple(reasons))
 
@@ -97,11 +104,11 @@ CASES = [
               " refuses to touch it; run zbak audit"),
       2: keep("chain has a damaged stream @10->@20 (stream 2) (vol-000000.zst missing): prune"
               " refuses to touch it; run zbak audit"),
-      3: keep(*NEWEST), 4: keep(*NEWEST)}),
+      3: keep(refused(2), *NEWEST), 4: keep(refused(2), *NEWEST)}),
     ("a damaged newer chain does not release the old one",
      A + B_VERIFIED, KEEP1, [4],
-     {1: keep("the newer full @30 (stream 3) has a damaged or bad stream in its chain"),
-      2: keep("the newer full @30 (stream 3) has a damaged or bad stream in its chain"),
+     {1: keep(refused(4), "the newer full @30 (stream 3) has a damaged or bad stream in its chain"),
+      2: keep(refused(4), "the newer full @30 (stream 3) has a damaged or bad stream in its chain"),
       3: keep("chain has a damaged stream @30->@40 (stream 4): prune refuses to touch it; run"
               " zbak audit", *NEWEST),
       4: keep("chain has a damaged stream @30->@40 (stream 4): prune refuses to touch it; run"
@@ -165,6 +172,9 @@ CASES = [
 @pytest.mark.parametrize("streams, policy, damaged, expected",
                          [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_chain_retention_decides_every_stream_with_its_reasons(streams, policy, damaged, expected):
+    """RELIABILITY 19/20: whole chains only (a full with live incrementals goes only with them),
+    an unverified newer full keeps the old chain, a damaged or bad chain is never touched,
+    every kept stream says why."""
     plan = plan_chain_retention(streams, policy, NOW, damaged=damaged)
     got = {d.stream.id: ("delete" if d.delete else "keep", d.reasons) for d in plan.decisions}
     assert got == expected
@@ -179,6 +189,7 @@ def test_condemned_streams_are_listed_unfinished_leaf_first_and_never_replanned(
 
 
 def test_a_deleted_chain_lists_every_stream_leaf_first():
+    """RELIABILITY 20: a full is deleted only after every incremental applying on it."""
     plan = plan_chain_retention(chain(1, 10, n=4) + C_VERIFIED, KEEP1, NOW)
     (doomed,) = plan.to_delete
     assert [s.id for s in doomed.leaf_first] == [4, 3, 2, 1]
@@ -226,6 +237,8 @@ def _random_catalog(rng: random.Random) -> tuple[list[StreamRow], set[int]]:
 
 @pytest.mark.parametrize("seed", range(300))
 def test_on_random_catalogs_every_deleted_chain_leaves_a_newer_kept_verified_sound_chain(seed):
+    """RELIABILITY 20: on random catalogs no deletion leaves a snapshot without a verified, sound
+    newer chain."""
     rng = random.Random(seed)
     streams, damaged = _random_catalog(rng)
     policy = ChainRetention(rng.randint(1, 3),

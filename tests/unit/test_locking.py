@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -15,6 +16,7 @@ from zrepl_py.locking import dataset_lock, lock_path
 
 
 def test_a_second_holder_of_the_same_dataset_fails_fast_with_locked(tmp_path):
+    """RELIABILITY 28: the second run fails at once with Locked (exit 3)."""
     with dataset_lock(tmp_path, "local:tank/a", "replicate"):
         with pytest.raises(Locked, match="replicate"):
             with dataset_lock(tmp_path, "local:tank/a", "snapshot"):
@@ -22,12 +24,14 @@ def test_a_second_holder_of_the_same_dataset_fails_fast_with_locked(tmp_path):
 
 
 def test_different_datasets_lock_independently(tmp_path):
+    """RELIABILITY 28: different datasets proceed in parallel."""
     with dataset_lock(tmp_path, "local:tank/a", "x"):
         with dataset_lock(tmp_path, "local:tank/b", "y"):
             pass
 
 
 def test_a_lock_held_by_a_killed_process_is_free_again(tmp_path):
+    """RELIABILITY 28/29: a killed holder on this host leaves no lock behind."""
     code = textwrap.dedent(f"""
         import sys, time
         from zrepl_py.locking import dataset_lock
@@ -56,3 +60,108 @@ def test_lock_files_are_0600_in_a_0700_directory_whatever_the_umask(tmp_path):
     path = lock_path(tmp_path / "state", "local:tank/a")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+# --- RELIABILITY 29: stale locks (restic lock_file.go stale(); borg test_refresh_stale_lock) ---
+
+from zrepl_py.errors import LockBroken  # noqa: E402
+from zrepl_py.locking import LockRecord, is_stale  # noqa: E402
+
+HERE, THERE = "backup-a", "backup-b"
+T = 1_800_000_000.0
+
+
+@pytest.mark.parametrize("record_host, pid_running, age, stale", [
+    (HERE, False, 5, True),       # dead pid on this host: stale at once
+    (HERE, True, 5, False),       # live pid on this host, fresh: held
+    (THERE, False, 5, False),     # another host: its pid means nothing here
+    (THERE, True, 1799, False),   # another host within the ttl: held
+    (THERE, False, 1801, True),   # another host past the ttl: stale
+    (HERE, True, 1801, True),     # nobody refreshed it for longer than the ttl
+])
+def test_staleness_follows_host_pid_and_ttl(record_host, pid_running, age, stale):
+    """RELIABILITY 29 (U): a dead pid on this host is stale, another host's lock only after
+    its ttl."""
+    record = LockRecord(record_host, 4242, "replicate", "t0", T - age)
+    assert is_stale(record, host=HERE, now=T, ttl=1800, alive=lambda pid: pid_running) is stale
+
+
+def _plant(state_dir, key, record: LockRecord) -> None:
+    path = lock_path(state_dir, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(record.dumps())
+
+
+def test_a_record_of_a_dead_process_on_this_host_is_taken_over(tmp_path):
+    """RELIABILITY 29: a crash left a record (flock free) whose pid no longer runs here."""
+    dead = 4_194_304 + 17  # above Linux's largest pid_max: never a running process
+    _plant(tmp_path, "k", LockRecord(HERE, dead, "replicate", "old", T))
+    with dataset_lock(tmp_path, "k", "prune", host=HERE, clock=lambda: T + 1,
+                      heartbeat=0) as lease:
+        assert lease.record.action == "prune" and lease.record.token != "old"
+    assert lock_path(tmp_path, "k").read_bytes() == b"", "a clean release leaves no record"
+
+
+def test_another_hosts_lock_is_respected_until_its_ttl_then_taken_over(tmp_path):
+    """RELIABILITY 29: on a state dir shared with another host (whose flock this host cannot
+    see), its record blocks with Locked until it was not refreshed for the ttl."""
+    _plant(tmp_path, "k", LockRecord(THERE, os.getpid(), "replicate", "theirs", T))
+    with pytest.raises(Locked, match=f"on {THERE}"):
+        with dataset_lock(tmp_path, "k", "prune", host=HERE, clock=lambda: T + 1799,
+                          ttl=1800, heartbeat=0):
+            pass
+    assert LockRecord.loads(lock_path(tmp_path, "k").read_bytes()).token == "theirs"
+    with dataset_lock(tmp_path, "k", "prune", host=HERE, clock=lambda: T + 1801, ttl=1800,
+                      heartbeat=0) as lease:
+        assert LockRecord.loads(lock_path(tmp_path, "k").read_bytes()) == lease.record
+
+
+def test_a_holder_whose_own_lock_went_stale_can_refresh_it(tmp_path):
+    """RELIABILITY 29 (borg test_refresh_stale_lock): the record aged past the ttl, nobody
+    took it: refresh succeeds and writes the new time."""
+    now = [T]
+    with dataset_lock(tmp_path, "k", "replicate", host=HERE, clock=lambda: now[0], ttl=60,
+                      heartbeat=0) as lease:
+        now[0] = T + 3600
+        assert is_stale(lease.record, host=THERE, now=now[0], ttl=60)
+        lease.refresh()
+        on_disk = LockRecord.loads(lock_path(tmp_path, "k").read_bytes())
+        assert on_disk.refreshed == T + 3600 and not is_stale(on_disk, host=THERE, now=now[0],
+                                                              ttl=60)
+
+
+@pytest.mark.parametrize("how", ["rewritten by another host", "removed"])
+def test_a_holder_whose_lock_was_broken_stops_with_lock_broken(tmp_path, how):
+    """RELIABILITY 29 (borg test_refresh_killed_lock): once another process took the lock
+    over, refresh raises LockBroken, and the heartbeat makes the block end with LockBroken."""
+    broken = threading.Event()
+    with pytest.raises(LockBroken, match="taken over"):
+        with dataset_lock(tmp_path, "k", "replicate", host=HERE, heartbeat=0.05,
+                          on_broken=lambda exc: broken.set()) as lease:
+            path = lock_path(tmp_path, "k")
+            if how == "removed":
+                path.unlink()
+            else:
+                path.write_bytes(LockRecord(THERE, 1, "prune", "theirs", T).dumps())
+            assert broken.wait(10), "the heartbeat noticed"
+            with pytest.raises(LockBroken):
+                lease.refresh()
+
+
+def test_the_process_holding_a_broken_lock_aborts(tmp_path):
+    """RELIABILITY 29: with the default handler the heartbeat interrupts the main thread: the
+    process stops with LockBroken instead of working on unprotected."""
+    code = textwrap.dedent(f"""
+        import pathlib, time
+        from zrepl_py.locking import dataset_lock
+        with dataset_lock(pathlib.Path({str(tmp_path)!r}), 'k', 'replicate', heartbeat=0.05):
+            print('held', flush=True)
+            time.sleep(30)
+        print('finished unprotected', flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    lock_path(tmp_path, "k").write_bytes(LockRecord(THERE, 1, "prune", "theirs", T).dumps())
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode != 0 and "LockBroken" in err and "unprotected" not in out

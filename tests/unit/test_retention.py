@@ -128,6 +128,7 @@ def test_the_result_does_not_depend_on_input_order():
 
 
 def test_a_clock_stepping_back_keeps_names_unique_and_keep_last_follows_createtxg():
+    """RELIABILITY 32: a clock stepping back keeps names unique; keep_last follows createtxg."""
     clock = FixedClock(at("2026-03-02T10:00"))
     taken = []
     for step in (dt.timedelta(minutes=15), -dt.timedelta(hours=1), dt.timedelta(minutes=15), None):
@@ -195,6 +196,8 @@ def render_dst_grid() -> list[str]:
 
 
 def test_dst_end_snapshot_names_are_unique_sorted_and_utc():
+    """RELIABILITY 31: 15-minute steps across the end of DST in Europe/Vienna give unique,
+    sortable UTC names."""
     taken = take_dst_snapshots()
     names = [d.key for d in taken]
     assert len(set(names)) == len(names) == DST_STEPS
@@ -209,8 +212,28 @@ def test_dst_end_snapshot_names_are_unique_sorted_and_utc():
 
 
 def test_dst_end_retention_grid_matches_the_golden_list():
+    """RELIABILITY 31: the retention grid across the end of DST matches the golden list."""
     golden = [
         line for line in GOLDEN.read_text(encoding="utf-8").splitlines()
         if line and not line.startswith("#")
     ]
     assert render_dst_grid() == golden
+
+
+def test_catalog_timestamps_strictly_increase_when_the_clock_steps_back():
+    """RELIABILITY 32: ``MonotonicClock`` over a FixedClock that steps back an hour and
+    stands still: every reading is later than the previous one and than the floor (the
+    newest timestamp already recorded), all aware UTC."""
+    from zrepl_py.clock import MonotonicClock
+
+    wall = FixedClock(at("2026-03-02T10:00"))
+    clock = MonotonicClock(wall, floor=at("2026-03-02T10:00"))
+    readings = [clock.now()]
+    for step in (dt.timedelta(minutes=15), -dt.timedelta(hours=1), dt.timedelta(0),
+                 dt.timedelta(minutes=10), dt.timedelta(hours=2)):
+        wall.advance(step)
+        readings.append(clock.now())
+    assert all(b > a for a, b in zip(readings, readings[1:]))
+    assert readings[0] > at("2026-03-02T10:00")
+    assert readings[-1] == wall.now(), "it follows the wall clock again once that is ahead"
+    assert all(r.tzinfo is not None and r.utcoffset() == dt.timedelta(0) for r in readings)

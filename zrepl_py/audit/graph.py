@@ -27,17 +27,19 @@ Rules checked (DESIGN.md "Audit", issue 5 item 4), per dataset and store:
   the source; where the driver listed the target (:class:`TargetListing`), it is there too.
 
 One broken stream gives one finding, not one per descendant. The work is linear in the
-number of rows: each stream's chain is resolved once (memoised), and the inputs are the lean
-forms the catalog reads in bulk (``Catalog.stream_links``, ``volume_totals``,
-``carried_columns``): on the 2-vCPU test machine a catalog of 100,000 streams loads in about
-1.1 s and audits in about 0.45 s on SQLite (benchmarks/catalog.py).
+number of streams: each stream's chain is resolved once (memoised) over the lean rows of
+``Catalog.stream_links``. The volume and carried-snapshot rules run either here over loaded
+rows (``GraphInput.volumes``/``carried``: the pure form the unit tests use) or in the
+database (``GraphInput.screened``, what ``audit.load`` gives), which hands back only the
+failing streams; the detail of volumes and carried snapshots is then read for the streams a
+finding describes only. Pure apart from those reads. Timings: benchmarks/catalog.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.catalog.models import LIVING_STATES
@@ -49,6 +51,7 @@ from zrepl_py.catalog.repository import (
     StreamRow,
     VolumeRow,
 )
+from zrepl_py.gcpause import gc_paused
 
 MAX_LISTED = 10  # snapshots named in one finding before "and N more"
 
@@ -132,13 +135,37 @@ class TargetListing:
 
 
 @dataclasses.dataclass(frozen=True)
+class Screened:
+    """The volume and carried-snapshot rules, already checked by the catalog database
+    (``Catalog.screen_streams``: the same rules in SQL, returning only the failures), and
+    readers for the detail of the few streams the findings describe.
+
+    Attributes:
+        failed: ids of the streams that break one of those rules (any state); every other
+            stream passes them.
+        volumes_of: stream ids -> :data:`VolumeTotals` by id (``Catalog.volume_totals_of``;
+            streams without volume rows absent).
+        carried_of: stream ids -> every snapshot each carries, ``{id: [CarriedSnapshot]}``
+            (``Catalog.carried``; streams recorded without them map to [] or are absent).
+        carrying: guids -> ``[(stream id, CarriedSnapshot)]``, every carried row with one
+            of those guids (``Catalog.carrying``).
+    """
+
+    failed: Collection[int]
+    volumes_of: Callable[[Collection[int]], Mapping[int, VolumeTotals]]
+    carried_of: Callable[[Collection[int]], Mapping[int, Sequence[CarriedSnapshot]]]
+    carrying: Callable[[Collection[int]], Sequence[tuple[int, CarriedSnapshot]]]
+
+
+@dataclasses.dataclass(frozen=True)
 class GraphInput:
     """The catalog rows one graph audit reads (any scope: one job or the whole catalog).
 
     Attributes:
         streams: every stream in scope, any state (``StreamRow`` or ``StreamLink``).
-        volumes: :data:`VolumeTotals` by stream id.
-        carried: the carried snapshots of the streams (:class:`CarriedTable`).
+        volumes: :data:`VolumeTotals` by stream id (not read when ``screened`` is given).
+        carried: the carried snapshots of the streams (:class:`CarriedTable`; not read
+            when ``screened`` is given).
         snapshots: snapshots-table rows (destroyed ones included) the checks compare with:
             at least every snapshot a cursor names and the newest live snapshot of each
             expected dataset created before its last archive run. Carried snapshots are
@@ -148,15 +175,22 @@ class GraphInput:
         archives: the datasets whose archive must keep up (:class:`ArchiveExpectation`).
         targets: target listings by ``(cursor.target, cursor.target_location)``; a cursor
             without one has its target side unchecked.
+        screened: None: the volume and carried-snapshot rules are checked here over
+            ``volumes`` and ``carried``; else the database's verdicts (:class:`Screened`),
+            with the detail read only for the streams findings describe (what
+            ``audit.load.load_graph_input`` gives: on a catalog of 100,000 streams it
+            reads one failing id instead of 300,000 child rows).
     """
 
     streams: Sequence[ChainStream]
-    volumes: Mapping[int, VolumeTotals]
-    carried: CarriedTable
+    volumes: Mapping[int, VolumeTotals] = dataclasses.field(default_factory=dict)
+    carried: CarriedTable = dataclasses.field(
+        default_factory=lambda: CarriedTable.from_columns([], [], [], []))
     snapshots: Sequence[SnapshotRow] = ()
     cursors: Sequence[CursorRow] = ()
     archives: Sequence[ArchiveExpectation] = ()
     targets: Mapping[tuple[str, str], TargetListing] = dataclasses.field(default_factory=dict)
+    screened: Screened | None = None
 
 
 def _link(s: ChainStream) -> StreamLink:
@@ -199,88 +233,121 @@ class _Audit:
         self.restorable: dict[tuple[str, str, str], set[int]] = {}
         self.unbroken: set[tuple[str, str, str]] = set()
         self.heads: dict[ArchiveExpectation, SnapshotRow | None] = {}
+        self._carried: dict[int, list[CarriedSnapshot]] = {}
+        self.screened = data.screened if data.screened is not None else self._screen_here()
 
     def add(self, s: ChainStream, severity: Severity, problem: str, action: str) -> None:
         self.findings.append(Finding(severity, "graph", problem, action, host=s.host,
                                      dataset=s.dataset, store=s.store,
                                      chain=self.full_of.get(s.id), stream=s.id))
 
-    def name_of(self, s: ChainStream, index: int) -> str:
-        table = self.data.carried
-        name = table.names[index]
+    def name_of(self, s: ChainStream, snap: CarriedSnapshot) -> str:
+        name = snap.name
         if not name:
-            row = self.known.get((s.host, s.dataset), {}).get(table.guids[index])
+            row = self.known.get((s.host, s.dataset), {}).get(snap.guid)
             name = row.name if row is not None else None
-        return _snap_text(name, table.guids[index], table.createtxgs[index])
+        return _snap_text(name, snap.guid, snap.createtxg)
+
+    def carried_of(self, stream_ids: Sequence[int]) -> dict[int, list[CarriedSnapshot]]:
+        """The snapshots each of ``stream_ids`` carries (read once per stream)."""
+        cache = self._carried
+        missing = [sid for sid in stream_ids if sid not in cache]
+        if missing:
+            found = self.screened.carried_of(missing)
+            for sid in missing:
+                cache[sid] = list(found.get(sid, ()))
+        return {sid: cache[sid] for sid in stream_ids}
 
     # -- per-stream checks ---------------------------------------------------------------
 
-    def _carried_facts(self) -> tuple[set[tuple[int, int]], dict[int, list[int]]]:
-        """``{(stream id, carried guid)}`` (built at C speed from the columns), and
-        ``{stream id: [entry]}`` of carried createtxgs the ``known`` rows contradict."""
-        table, by_id = self.data.carried, self.by_id
-        ids, guids, txgs = table.ids, table.guids, table.createtxgs
-        pairs = set(zip(ids, guids))
-        conflicts: dict[int, list[int]] = {}
-        if self.known:
-            seen = {guid for rows in self.known.values() for guid in rows}
-            for i in [i for i, guid in enumerate(guids) if guid in seen]:
-                s = by_id.get(ids[i])
-                row = self.known.get((s.host, s.dataset), {}).get(guids[i]) if s else None
-                if row is not None and row.createtxg != txgs[i]:
-                    conflicts.setdefault(s.id, []).append(i)
-        return pairs, conflicts
+    def _screen_here(self) -> Screened:
+        """:class:`Screened` computed from ``volumes`` and ``carried`` (the rules of
+        ``Catalog.screen_streams``, in Python; the columns make it one pass)."""
+        data, by_id = self.data, self.by_id
+        vols, table = data.volumes, data.carried
+        spans, txgs = table.spans, table.createtxgs
+        pairs = set(zip(table.ids, table.guids))
+        failed = set()
+        for s in self.streams:
+            sid, kind, parent_id, to_guid, to_txg, raw, stored, state = \
+                s[0], s[4], s[5], s[7], s[10], s[11], s[12], s[13]
+            totals = vols.get(sid)
+            if totals is None:
+                if state in LIVING_STATES:
+                    failed.add(sid)
+            elif (totals[1] != 0 or totals[2] != totals[0] - 1 or totals[3] != raw
+                    or totals[4] != stored):
+                failed.add(sid)
+            span = spans.get(sid)
+            if span is not None:
+                created = txgs[span[0]:span[1]]
+                parent = by_id.get(parent_id) if kind != "full" else None
+                low = parent.to_createtxg if parent is not None else -1
+                if ((sid, to_guid) not in pairs or (kind == "full" and len(created) != 1)
+                        or min(created) <= low or max(created) > to_txg):
+                    failed.add(sid)
+
+        def carrying(wanted: Collection[int]) -> list[tuple[int, CarriedSnapshot]]:
+            return [(table.ids[i], CarriedSnapshot(table.names[i] or "", guid, txgs[i]))
+                    for i, guid in enumerate(table.guids) if guid in wanted]
+
+        return Screened(failed=failed,
+                        volumes_of=lambda ids: {i: vols[i] for i in ids if i in vols},
+                        carried_of=lambda ids: {i: table.of(i) for i in ids},
+                        carrying=carrying)
+
+    def _conflicts(self) -> dict[int, list[tuple[CarriedSnapshot, SnapshotRow]]]:
+        """``{stream id: [(carried snapshot, snapshots-table row)]}`` where a carried guid
+        the ``snapshots`` input knows has another createtxg there."""
+        if not self.known:
+            return {}
+        guids = {guid for rows in self.known.values() for guid in rows}
+        conflicts: dict[int, list[tuple[CarriedSnapshot, SnapshotRow]]] = {}
+        for sid, snap in self.screened.carrying(guids):
+            s = self.by_id.get(sid)
+            row = self.known.get((s.host, s.dataset), {}).get(snap.guid) if s else None
+            if row is not None and row.createtxg != snap.createtxg:
+                conflicts.setdefault(sid, []).append((snap, row))
+        return conflicts
 
     def check_streams(self) -> None:
         """Screen every stream with plain comparisons (tuple unpacking: this loop runs once
-        per stream of the catalog), then describe the problems of the few that fail."""
-        by_id, vols = self.by_id, self.data.volumes
-        spans, txgs = self.data.carried.spans, self.data.carried.createtxgs
-        facts = self._carried_facts()
-        pairs, conflicts = facts
+        per stream of the catalog) and the volume and carried-snapshot verdicts, then read
+        the detail of the few that fail and describe their problems."""
+        by_id, failed = self.by_id, self.screened.failed
+        conflicts = self._conflicts()
         suspects = []
         for s in self.streams:
-            sid, host, dataset, store, kind, parent_id, from_guid, to_guid, _, _, to_txg, raw, \
-                stored, state = s
+            sid, host, dataset, store, kind, parent_id, from_guid, _, _, _, to_txg, _, _, \
+                state = s
             if state != "verified" and state != "uploaded":
                 if state != "condemned":
                     suspects.append(s)
                 continue
-            if kind == "full":
+            if sid in failed or sid in conflicts:
+                suspects.append(s)
+            elif kind == "full":
                 if parent_id is not None or from_guid is not None:
                     suspects.append(s)
-                    continue
-                low = -1
             else:
                 p = by_id.get(parent_id)
                 if (p is None or p.to_guid != from_guid or p.to_createtxg >= to_txg
                         or p.dataset != dataset or p.store != store or p.host != host):
                     suspects.append(s)
-                    continue
-                low = p.to_createtxg
-            totals = vols.get(sid)
-            if (totals is None or totals[1] != 0 or totals[2] != totals[0] - 1
-                    or totals[3] != raw or totals[4] != stored):
-                suspects.append(s)
-                continue
-            span = spans.get(sid)
-            if span is not None:
-                created = txgs[span[0]:span[1]]
-                if ((sid, to_guid) not in pairs or sid in conflicts
-                        or (kind == "full" and len(created) != 1)
-                        or min(created) <= low or max(created) > to_txg):
-                    suspects.append(s)
+        if not suspects:
+            return
+        ids = [s.id for s in suspects]
+        totals, carried = self.screened.volumes_of(ids), self.carried_of(ids)
         for s in suspects:
-            problems = self._problems(s, facts)
+            problems = self._problems(s, totals.get(s.id), carried[s.id],
+                                      conflicts.get(s.id, ()))
             if problems:
                 self.local[s.id] = problems
 
-    def _problems(self, s: ChainStream,
-                  facts: tuple[set[tuple[int, int]], dict[int, list[int]]]) -> list[str]:
+    def _problems(self, s: ChainStream, totals: VolumeTotals | None,
+                  carried: Sequence[CarriedSnapshot],
+                  conflicts: Sequence[tuple[CarriedSnapshot, SnapshotRow]]) -> list[str]:
         """Why stream ``s`` (not condemned) cannot be restored by itself, in words."""
-        pairs, conflicts = facts
-        table = self.data.carried
-        guids, txgs = table.guids, table.createtxgs
         living = s.state in LIVING_STATES
         problems = [] if living else [f"it is {s.state}"]
         parent = None
@@ -297,7 +364,6 @@ class _Audit:
                 problems.append(f"its parent stream {s.parent_id} is not in the catalog")
             else:
                 self._continuity(s, parent, problems)
-        totals = self.data.volumes.get(s.id)
         if totals is None:
             if living:
                 problems.append("the catalog lists no volumes for it")
@@ -309,24 +375,21 @@ class _Audit:
             if raw != s.raw_bytes or stored != s.stored_bytes:
                 problems.append(f"its volumes add up to {raw} raw / {stored} stored bytes,"
                                 f" the stream row says {s.raw_bytes} / {s.stored_bytes}")
-        span = table.spans.get(s.id)
-        if span is not None:
-            start, end = span
-            if (s.id, s.to_guid) not in pairs:
+        if carried:
+            if not any(snap.guid == s.to_guid for snap in carried):
                 problems.append(f"the snapshots it carries do not include its to-snapshot"
                                 f" @{s.to_name}")
-            if s.kind == "full" and end - start != 1:
-                problems.append(f"it is a full but carries {end - start} snapshots")
+            if s.kind == "full" and len(carried) != 1:
+                problems.append(f"it is a full but carries {len(carried)} snapshots")
             low = parent.to_createtxg if parent is not None else -1
-            outside = [self.name_of(s, i) for i in range(start, end)
-                       if not low < txgs[i] <= s.to_createtxg]
+            outside = [self.name_of(s, snap) for snap in carried
+                       if not low < snap.createtxg <= s.to_createtxg]
             if outside:
                 problems.append(f"it carries {_listed(outside)} outside its createtxg range"
                                 f" ({low}, {s.to_createtxg}]")
-            for i in conflicts.get(s.id, ()):
-                row = self.known[(s.host, s.dataset)][guids[i]]
-                problems.append(f"it carries {self.name_of(s, i)} guid {guids[i]} at"
-                                f" createtxg {txgs[i]}, the source had it at {row.createtxg}")
+        for snap, row in conflicts:
+            problems.append(f"it carries {self.name_of(s, snap)} guid {snap.guid} at"
+                            f" createtxg {snap.createtxg}, the source had it at {row.createtxg}")
         return problems
 
     @staticmethod
@@ -457,43 +520,45 @@ class _Audit:
     def _restorable(self, cut_off: Mapping[int, list[ChainStream]]) -> None:
         """Fill ``restorable`` for the guids the findings ask about (the archive heads and
         what broken streams carry), and ``unbroken`` (groups with a restorable stream):
-        one pass over the carried columns instead of a set of every guid per group."""
-        table, by_id, brk_of = self.data.carried, self.by_id, self.brk_of
+        one lookup of the streams carrying those guids instead of a set of every guid per
+        group."""
+        by_id, brk_of, restorable = self.by_id, self.brk_of, self.restorable
         interest = {snap.guid for snap in self.heads.values() if snap is not None}
-        for members in cut_off.values():
-            for s in members:
-                start, end = table.spans.get(s.id, (0, 0))
-                interest.update(table.guids[start:end] if end > start else (s.to_guid,))
-        restorable = self.restorable
-        for i in [i for i, guid in enumerate(table.guids) if guid in interest]:
-            s = by_id.get(table.ids[i])
-            if s is not None and brk_of[s.id] is None:
-                restorable.setdefault((s.host, s.dataset, s.store), set()).add(table.guids[i])
-        for sid in self.by_id.keys() - table.spans.keys():  # streams recorded without carried
-            s = by_id[sid]
-            if s.to_guid in interest and brk_of[sid] is None:
-                restorable.setdefault((s.host, s.dataset, s.store), set()).add(s.to_guid)
+        members = [s for group in cut_off.values() for s in group]
+        carried = self.carried_of([s.id for s in members])
+        for s in members:
+            interest.update([snap.guid for snap in carried[s.id]] or (s.to_guid,))
+        if interest:
+            for sid, snap in self.screened.carrying(interest):
+                s = by_id.get(sid)
+                if s is not None and brk_of[sid] is None:
+                    restorable.setdefault((s.host, s.dataset, s.store), set()).add(snap.guid)
+            # A stream recorded without carried snapshots restores its to-snapshot.
+            bare = [s for s in self.streams if s.to_guid in interest and brk_of[s.id] is None
+                    and s.to_guid not in restorable.get((s.host, s.dataset, s.store), ())]
+            carried = self.carried_of([s.id for s in bare])
+            for s in bare:
+                if not carried[s.id]:
+                    restorable.setdefault((s.host, s.dataset, s.store), set()).add(s.to_guid)
         self.unbroken = set()
         if any(e.last_run is None for e in self.data.archives):
             self.unbroken = {(s.host, s.dataset, s.store) for s in self.streams
                              if brk_of[s.id] is None}
 
     def _report_break(self, brk: ChainStream, members: list[ChainStream]) -> None:
-        table = self.data.carried
         restorable = self.restorable.get((brk.host, brk.dataset, brk.store), set())
+        carried = self.carried_of([s.id for s in members])
         lost: dict[int, tuple[int, str]] = {}
         for s in members:
             if s.state == "uploading":
                 continue  # nothing of an unfinished upload was archived
-            start, end = table.spans.get(s.id, (0, 0))
-            if start == end:
+            if not carried[s.id]:
                 if s.to_guid not in restorable:
                     lost.setdefault(s.to_guid, (s.to_createtxg, f"@{s.to_name}"))
                 continue
-            for i in range(start, end):
-                guid = table.guids[i]
-                if guid not in restorable and guid not in lost:
-                    lost[guid] = (table.createtxgs[i], self.name_of(s, i))
+            for snap in carried[s.id]:
+                if snap.guid not in restorable and snap.guid not in lost:
+                    lost[snap.guid] = (snap.createtxg, self.name_of(s, snap))
         dependents = [s for s in members if s.id != brk.id and s.state in LIVING_STATES]
         why = "; ".join(self.local.get(brk.id, [])) or f"it is {brk.state}"
         problem = f"{_label(brk)} cannot be restored: {why}"
@@ -581,6 +646,7 @@ def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
                                            f.key or ""))
 
 
+@gc_paused
 def audit_graph(data: GraphInput) -> list[Finding]:
     """Check the catalog rows in ``data`` (see the module docstring); return the findings
     (:func:`sort_findings` order)."""

@@ -21,7 +21,7 @@ import datetime as dt
 import logging
 
 from zrepl_py.archive.layout import dataset_prefix, volume_index
-from zrepl_py.audit.deep import DeepAudit, DeepResult, ScratchPool, choose
+from zrepl_py.audit.deep import Deadline, DeepAudit, DeepResult, ScratchPool, choose
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.audit.graph import TargetListing, audit_graph, sort_findings
 from zrepl_py.audit.load import load_graph_input
@@ -49,6 +49,7 @@ class AuditResult:
         streams: streams of the job's datasets in the catalog.
         verified / bad: stream ids the deep level verified / marked bad.
         received: the fulls whose chains were test-received.
+        skipped: streams chosen but not read because ``--max-duration`` ran out.
         waiting: cold volumes still thawing (deep level); ``ready_by`` when they should be
             readable (aware UTC).
     """
@@ -61,6 +62,7 @@ class AuditResult:
     received: list[int] = dataclasses.field(default_factory=list)
     waiting: int = 0
     ready_by: dt.datetime | None = None
+    skipped: int = 0
 
     @property
     def wrong(self) -> bool:
@@ -118,7 +120,8 @@ def _scratch(ctx: Context, receive_into: str) -> ScratchPool:
 
 
 def audit_job(ctx: Context, name: str, job: JobConfig, *, deep: bool = False,
-              sample: float | None = None, receive_into: str | None = None) -> AuditResult:
+              sample: float | None = None, receive_into: str | None = None,
+              deadline: Deadline | None = None) -> AuditResult:
     """Audit one job (see the module docstring).
 
     Args:
@@ -128,6 +131,8 @@ def audit_job(ctx: Context, name: str, job: JobConfig, *, deep: bool = False,
         sample: with ``deep``, the percentage of streams to read (least recently verified
             first); None: all.
         receive_into: with ``deep``, ``[HOST:]POOL[/PATH]`` to test-receive chains under.
+        deadline: with ``deep``, the run's ``--max-duration`` budget, shared by the jobs of
+            one invocation; None: unbounded.
 
     Raises:
         Locked: another run holds the job's dataset lock (exit 3).
@@ -142,7 +147,8 @@ def audit_job(ctx: Context, name: str, job: JobConfig, *, deep: bool = False,
     with dataset_lock(ctx.state_dir, lock_key(job), "audit"), \
             recorded_run(catalog, ctx.clock, name, "audit") as record:
         result = _audit(ctx, name, job, source.host, str(source.dataset), deep=deep,
-                        sample=sample, receive_into=receive_into)
+                        sample=sample, receive_into=receive_into,
+                        deadline=deadline or Deadline(None))
         record.error = result.summary()
         record.result = "failed" if result.wrong else ("partial" if result.waiting else "ok")
         if not result.wrong and not result.waiting:
@@ -151,7 +157,7 @@ def audit_job(ctx: Context, name: str, job: JobConfig, *, deep: bool = False,
 
 
 def _audit(ctx: Context, name: str, job: JobConfig, host: str, root: str, *, deep: bool,
-           sample: float | None, receive_into: str | None) -> AuditResult:
+           sample: float | None, receive_into: str | None, deadline: Deadline) -> AuditResult:
     catalog = ctx.catalog()
     cursors = catalog.cursors(job=name)
     archives = [(name, job.archive.store)] if job.archive is not None else []
@@ -175,7 +181,8 @@ def _audit(ctx: Context, name: str, job: JobConfig, host: str, root: str, *, dee
         backend = open_store(store, store_cfg)
         try:
             findings += _audit_store(ctx, backend, job, host, root, store, deep=deep,
-                                     sample=sample, receive_into=receive_into, result=result)
+                                     sample=sample, receive_into=receive_into, result=result,
+                                     deadline=deadline)
         finally:
             backend.close()
     chain = _chain_heads(covered)
@@ -205,7 +212,7 @@ def _chain_heads(streams) -> dict[int, int]:
 
 def _audit_store(ctx: Context, backend, job: JobConfig, host: str, root: str, store: str, *,
                  deep: bool, sample: float | None, receive_into: str | None,
-                 result: AuditResult) -> list[Finding]:
+                 result: AuditResult, deadline: Deadline) -> list[Finding]:
     catalog = ctx.catalog()
     every = catalog.bulk_streams(host=host, below=root, store=store)
     mine = [s for s in every if _covered(job, s.dataset)]
@@ -223,11 +230,17 @@ def _audit_store(ctx: Context, backend, job: JobConfig, host: str, root: str, st
     chosen = [s for s in choose(mine, sample) if s.id not in unreadable]
     scratch = _scratch(ctx, receive_into) if receive_into else None
     outcome: DeepResult = DeepAudit(backend, catalog, volumes, carried, ctx.clock.now,
-                                    ctx.config.restore).run(chosen, mine, scratch)
+                                    ctx.config.restore, deadline).run(chosen, mine, scratch)
     result.verified += outcome.verified
     result.bad += outcome.bad
     result.received += outcome.received
     result.waiting += outcome.waiting
+    result.skipped += outcome.skipped
+    if outcome.skipped:
+        findings.append(Finding(
+            Severity.INFO, "deep", f"--max-duration ran out: {outcome.skipped} stream(s) in store"
+            f" {store} were not read this run", "run the audit again: it continues with the"
+            " least recently verified streams", store=store))
     if outcome.ready_by is not None:
         result.ready_by = max(result.ready_by or outcome.ready_by, outcome.ready_by)
     if outcome.waiting:
@@ -237,3 +250,76 @@ def _audit_store(ctx: Context, backend, job: JobConfig, host: str, root: str, st
             " thawing; their streams were not read", f"run the same audit again{when}: it"
             " continues with the streams not verified yet", store=store))
     return findings + outcome.findings
+
+
+STALE_UPLOAD_DAYS = 7.0
+"""Default age after which ``zbak audit --repair`` aborts an unfinished upload (days)."""
+
+
+@dataclasses.dataclass
+class RepairResult:
+    """What ``zbak audit --repair`` did for one job.
+
+    Attributes:
+        job: the job's name.
+        aborted: per store, the unfinished uploads aborted (what ``abort_stale_uploads``
+            returned: S3 ``KEY (upload id)`` or temporary file names).
+        finished: ids of condemned streams (a prune that stopped) whose objects and rows
+            were deleted.
+        errors: per store, what stopped the repair there (the other stores still ran).
+    """
+
+    job: str
+    aborted: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    finished: list[int] = dataclasses.field(default_factory=list)
+    errors: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def repair_job(ctx: Context, name: str, job: JobConfig, *,
+               stale_upload_age: float = STALE_UPLOAD_DAYS * 86400) -> RepairResult:
+    """The safe repairs of ``zbak audit --repair`` for one job, in each store it uses.
+
+    Only two things, neither of which can lose a restorable snapshot:
+
+    1. unfinished uploads older than ``stale_upload_age`` seconds are aborted
+       (``Backend.abort_stale_uploads``: abandoned S3 multipart uploads, which S3 bills and
+       never shows in a listing; stray temporary files of a ``file://`` store; z3
+       ``s3_mp_cleanup.py``, RELIABILITY 15);
+    2. streams left ``condemned`` by a prune that stopped are finished as prune does: their
+       objects, then their rows, leaf first (``chains.prune.delete_stream``).
+
+    Held under the job's dataset lock, like prune.
+
+    Raises:
+        Locked: another run holds the job's dataset lock (exit 3).
+        CatalogError: listing the catalog's streams failed (store failures go in the result).
+    """
+    from zrepl_py.chains.prune import delete_stream  # noqa: PLC0415
+
+    source = job.source
+    catalog = ctx.catalog()
+    result = RepairResult(name)
+    with dataset_lock(ctx.state_dir, lock_key(job), "audit --repair"):
+        streams = [s for s in catalog.streams(host=source.host)
+                   if _covered(job, s.dataset)]
+        stores = sorted({s.store for s in streams} | ({job.archive.store} if job.archive else set()))
+        for store in stores:
+            store_cfg = ctx.config.stores.get(store)
+            if store_cfg is None:
+                result.errors[store] = f"not under [stores] in {ctx.config_path}: not repaired"
+                continue
+            backend = open_store(store, store_cfg)
+            try:
+                result.aborted[store] = list(backend.abort_stale_uploads(stale_upload_age))
+                condemned = sorted((s for s in streams if s.store == store
+                                    and s.state == "condemned"),
+                                   key=lambda s: (s.to_createtxg, s.id), reverse=True)
+                for stream in condemned:
+                    delete_stream(backend, catalog, stream)
+                    result.finished.append(stream.id)
+            except ZbakError as exc:
+                log.error("job %s: repairing store %s stopped: %s", name, store, exc)
+                result.errors[store] = str(exc)
+            finally:
+                backend.close()
+    return result

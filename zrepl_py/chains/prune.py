@@ -6,7 +6,8 @@ Order (DESIGN.md "Catalog and chain validity", house rule 10, issue 5 item 2):
    finished first, leaf first: their objects, then their rows;
 2. every stream of the planned chains is condemned in ONE catalog transaction
    (``Catalog.condemn_streams``): from here on no restore or archive run uses them;
-3. per stream, leaf first: the manifest, every volume, ``progress.json``, then anything
+3. per stream, leaf first: the manifest's ``.copy``, the manifest, every volume,
+   ``progress.json``, then anything
    else a listing of the stream's prefix still shows; then the stream's catalog row
    (``Catalog.delete_stream``, which the database refuses while children exist).
 
@@ -14,7 +15,8 @@ A crash at any step leaves either condemned rows whose objects may be partly gon
 audit reports them; the next prune finishes them, ``Backend.delete`` being idempotent) or
 nothing changed, never an object the catalog forgot: a row goes only after a listing of
 its prefix came back empty of everything but what was just deleted. The manifest goes
-first so that ``zbak catalog rebuild`` never resurrects a half-deleted stream.
+first (its copy before it, so no copy outlives its primary) so that ``zbak catalog rebuild``
+never resurrects a half-deleted stream.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ import logging
 import os
 from collections.abc import Sequence
 
-from zrepl_py.archive.layout import MANIFEST, PROGRESS
+from zrepl_py.archive.layout import MANIFEST, MANIFEST_COPY, PROGRESS
 from zrepl_py.catalog.repository import Catalog, StreamRow
 from zrepl_py.chains.retention import ChainPlan
-from zrepl_py.errors import CatalogConflict, ZbakError
+from zrepl_py.errors import CatalogConflict, StoreInconsistent, ZbakError
 from zrepl_py.stores.base import Backend
 
 log = logging.getLogger(__name__)
@@ -108,7 +110,7 @@ def delete_stream(backend: Backend, catalog: Catalog, stream: StreamRow) -> int:
         raise CatalogConflict(f"stream {stream.id} ({stream.dataset}@{stream.to_name}) is"
                               f" {current.state}, not condemned: its objects are kept")
     prefix = stream.object_prefix
-    keys = [prefix + MANIFEST]
+    keys = [prefix + MANIFEST_COPY, prefix + MANIFEST]
     keys += [v.key for v in reversed(catalog.volumes(stream.id))]
     keys.append(prefix + PROGRESS)
     for key in keys:
@@ -129,7 +131,12 @@ def execute_chain_prune(plan: ChainPlan, backend: Backend, catalog: Catalog) -> 
 
     Stops at the first store or catalog error and reports it in the outcome: what is
     condemned stays condemned and the next prune finishes it.
+
+    Raises:
+        StoreInconsistent: the plan is ``refused`` (a damaged stream); nothing was deleted.
     """
+    if plan.refused:
+        raise StoreInconsistent(f"store {backend.name}: {plan.refused}")
     outcome = ChainPruneOutcome()
     try:
         for stream in plan.unfinished:

@@ -15,6 +15,9 @@ Rules (DESIGN.md "Catalog and chain validity", issue 5 item 1), every reason rec
   - a chain with a damaged stream (objects missing, per the caller's ``damaged`` map, e.g.
     from an audit or a listing of the store) or a ``bad`` one is never touched: the audit
     reports it and the user decides;
+  - when ANY stream of the dataset is damaged the store is inconsistent and nothing of the
+    dataset is deleted at all, unfinished prunes included: the plan is ``refused`` and the
+    driver raises ``StoreInconsistent`` (restic ``ErrPacksMissing``, RELIABILITY 19);
   - a chain with a stream younger than its storage class's minimum storage duration is kept
     unless ``accept_early_delete_fee`` (S3 bills the rest of the minimum on early delete).
 * ``condemned`` streams are tombstones of a prune that did not finish (crash, store error):
@@ -30,6 +33,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 
 from zrepl_py.catalog.repository import StreamRow
+from zrepl_py.gcpause import gc_paused
 
 NEWEST_CHAIN = "newest chain"
 EARLY_FEE_FLAG = "--accept-early-delete-fee"
@@ -98,11 +102,14 @@ class ChainPlan:
             deletes their objects and rows before anything else.
         orphans: streams not reachable from any full (the catalog's constraints should make
             this impossible); always kept, with the reason.
+        refused: why nothing of this dataset may be deleted (a damaged stream: the store is
+            inconsistent), else None; every chain is then kept and nothing is unfinished.
     """
 
     chains: tuple[ChainDecision, ...]
     unfinished: tuple[StreamRow, ...] = ()
     orphans: tuple[StreamDecision, ...] = ()
+    refused: str | None = None
 
     @property
     def to_delete(self) -> tuple[ChainDecision, ...]:
@@ -196,6 +203,7 @@ def _young(chain: Sequence[StreamRow], policy: ChainRetention,
     return found
 
 
+@gc_paused
 def plan_chain_retention(
     streams: Sequence[StreamRow],
     policy: ChainRetention,
@@ -224,6 +232,11 @@ def plan_chain_retention(
     if len(where) > 1:
         raise ValueError(f"a chain plan covers one dataset in one store; got {sorted(where)}")
     damaged = dict(damaged) if isinstance(damaged, Mapping) else dict.fromkeys(damaged, "")
+    refused = None
+    if damaged:
+        refused = (f"the store is inconsistent: {len(damaged)} stream(s) of this dataset have"
+                   f" missing or resized objects (streams {sorted(damaged)[:5]}); prune"
+                   " deletes nothing of this dataset; run zbak audit")
     chains, orphans = build_chains(streams)
     trouble = [_trouble(c, damaged) for c in chains]
     usable = [c[0].state == "verified" and t is None for c, t in zip(chains, trouble)]
@@ -238,6 +251,8 @@ def plan_chain_retention(
         reasons: list[str] = []
         if trouble[index]:
             reasons.append(trouble[index])
+        elif refused:
+            reasons.append(refused)
         if rank == 1:
             reasons.append(NEWEST_CHAIN)
         elif rank <= policy.keep_chains and not expired:
@@ -266,9 +281,10 @@ def plan_chain_retention(
     orphan_decisions = tuple(
         StreamDecision(s, False, ("not reachable from a full stream: run zbak audit",))
         for s in sorted(orphans, key=lambda s: (s.to_createtxg, s.id)))
-    unfinished = tuple(sorted((s for s in streams if s.state == "condemned"),
-                              key=lambda s: (s.to_createtxg, s.id), reverse=True))
-    return ChainPlan(tuple(decisions), unfinished, orphan_decisions)
+    unfinished = () if refused else tuple(sorted(
+        (s for s in streams if s.state == "condemned"),
+        key=lambda s: (s.to_createtxg, s.id), reverse=True))
+    return ChainPlan(tuple(decisions), unfinished, orphan_decisions, refused)
 
 
 def _fee_reasons(stream: StreamRow, young: Mapping[int, str],

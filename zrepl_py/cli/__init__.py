@@ -43,6 +43,7 @@ COMMANDS = {
     "catalog": "catalog_cmd",
     "daemon": "daemon_cmd",
     "serve": "serve_cmd",
+    "holds": "holds_cmd",
 }
 
 
@@ -86,12 +87,13 @@ def _terminate(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatus:
     """Run zbak with ``argv`` (without the program name) and return the exit status."""
-    from zrepl_py.cli.common import Invocation  # noqa: PLC0415 (keeps --help light)
+    from zrepl_py.cli.common import Invocation, refuse_secret_options  # noqa: PLC0415
 
     inv = Invocation(env=dict(os.environ if env is None else env))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     try:
+        refuse_secret_options(argv)
         result = cli.main(args=list(argv), prog_name="zbak", standalone_mode=False, obj=inv)
     except click.exceptions.Exit as exc:
         return ExitStatus(exc.exit_code)

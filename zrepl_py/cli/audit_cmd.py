@@ -1,11 +1,18 @@
-"""``zbak audit [JOB...] [--deep] [--sample PERCENT] [--receive-into POOL] [--json]``."""
+"""``zbak audit [JOB...] [--deep] [--sample PERCENT] [--max-duration SECONDS]
+[--receive-into POOL] [--repair [--yes] [--stale-uploads-days DAYS]] [--json]``.
+
+Plain audit is read-only (but for its run record, and with ``--deep`` the streams' verified
+or bad state); ``--repair`` is the only way it changes a store, and it asks first
+(RELIABILITY 24)."""
 
 from __future__ import annotations
+
+import sys
 
 import click
 
 from zrepl_py.cli.common import Invocation, emit_json, for_each_job, json_option, pass_invocation
-from zrepl_py.errors import ExitStatus
+from zrepl_py.errors import ExitStatus, UsageError
 
 _COLOURS = {"error": "red", "warning": "yellow", "info": "cyan"}
 
@@ -44,33 +51,70 @@ def _show(finding) -> None:
 @click.option("--receive-into", metavar="[HOST:]POOL",
               help="With --deep, test-receive each chain read into a scratch dataset"
                    " POOL/zbak-audit-RANDOM, destroyed afterwards (implies --deep).")
+@click.option("--max-duration", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="With --deep, start no further stream after this many seconds (at least one"
+                   " is read); the next run continues with the least recently verified"
+                   " (implies --deep).")
+@click.option("--repair", is_flag=True,
+              help="First make the safe repairs: abort unfinished uploads older than"
+                   " --stale-uploads-days, finish deleting streams a stopped prune condemned."
+                   " Asks for confirmation.")
+@click.option("--yes", is_flag=True, help="With --repair, do not ask (needed without a terminal).")
+@click.option("--stale-uploads-days", type=click.FloatRange(min=0), default=7.0,
+              show_default=True, metavar="DAYS",
+              help="With --repair, abort unfinished uploads started longer ago than this.")
 @json_option
 @pass_invocation
 def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | None,
-            receive_into: str | None, as_json: bool) -> ExitStatus:
+            receive_into: str | None, max_duration: float | None, repair: bool, yes: bool,
+            stale_uploads_days: float, as_json: bool) -> ExitStatus:
     """Check that every retained snapshot of each job is restorable: the catalog's chains and
     replica cursors, the objects in the store and their manifests, and with --deep the
-    volumes' contents. Exits 4 when a warning or error is found, 75 when only cold volumes
-    are still thawing."""
-    from zrepl_py.audit.job import audit_job  # noqa: PLC0415 (boto3 only when auditing)
+    volumes' contents. Read-only unless --repair. Exits 4 when a warning or error is found,
+    75 when only cold volumes are still thawing."""
+    from zrepl_py.audit.deep import Deadline  # noqa: PLC0415 (boto3 only when auditing)
+    from zrepl_py.audit.job import audit_job, repair_job  # noqa: PLC0415
 
-    deep = deep or sample is not None or receive_into is not None
+    deep = deep or sample is not None or receive_into is not None or max_duration is not None
+    if repair and not yes:
+        _confirm_repair(stale_uploads_days)
+    deadline = Deadline(max_duration)
+    repairs = []
     with inv.context() as ctx:
+        selected = ctx.select_jobs(jobs)
+        if repair:
+            repairs, status = for_each_job(
+                selected, lambda n, j: repair_job(ctx, n, j,
+                                                  stale_upload_age=stale_uploads_days * 86400))
+            if status != ExitStatus.OK:
+                return status
         results, status = for_each_job(
-            ctx.select_jobs(jobs),
-            lambda n, j: audit_job(ctx, n, j, deep=deep, sample=sample, receive_into=receive_into))
+            selected,
+            lambda n, j: audit_job(ctx, n, j, deep=deep, sample=sample, receive_into=receive_into,
+                                   deadline=deadline))
     findings = [f for r in results for f in r.findings]
     if as_json:
         emit_json({
             "deep": deep,
+            "repair": [{"job": r.job, "aborted_uploads": r.aborted, "finished_streams": r.finished,
+                        "errors": r.errors} for r in repairs],
             "jobs": [{"job": r.job, "streams": r.streams, "summary": r.summary(),
                       "verified": r.verified, "bad": r.bad, "received": r.received,
-                      "thawing": r.waiting, "ready_by": r.ready_by} for r in results],
+                      "thawing": r.waiting, "ready_by": r.ready_by,
+                      "not_read": r.skipped} for r in results],
             "findings": [f.as_dict() for f in findings],
         })
     else:
+        for r in repairs:
+            aborted = sum(len(v) for v in r.aborted.values())
+            click.echo(f"job {r.job}: repair: aborted {aborted} unfinished upload(s), finished"
+                       f" deleting {len(r.finished)} condemned stream(s)")
+            for store, error in r.errors.items():
+                click.echo(f"zbak: job {r.job}: store {store}: repair stopped: {error}", err=True)
         for r in results:
             extra = f", {len(r.verified)} verified, {len(r.bad)} marked bad" if deep else ""
+            if r.skipped:
+                extra += f", {r.skipped} not read (--max-duration)"
             if r.received:
                 extra += f", {len(r.received)} chain(s) test-received"
             click.echo(f"job {r.job}: {r.streams} stream(s){extra}: {r.summary()}")
@@ -78,8 +122,25 @@ def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | 
             _show(f)
     if status != ExitStatus.OK:
         return status
+    if any(r.errors for r in repairs):
+        return ExitStatus.FAILED
     if any(r.wrong for r in results):
         return ExitStatus.AUDIT_FINDINGS
     if any(r.waiting for r in results):
         return ExitStatus.THAW_PENDING
     return ExitStatus.OK
+
+
+def _confirm_repair(stale_uploads_days: float) -> None:
+    """Ask before ``--repair`` changes the store and the catalog (borg's
+    ``BORG_CHECK_I_KNOW_WHAT_I_AM_DOING``): on a terminal a yes/no question, else --yes.
+
+    Raises:
+        UsageError: no terminal and no --yes, or the answer was no.
+    """
+    what = (f"--repair aborts unfinished uploads older than {stale_uploads_days:g} day(s) and"
+            " deletes the objects and rows of streams a stopped prune condemned")
+    if not sys.stdin.isatty():
+        raise UsageError(f"{what}; pass --yes to confirm (no terminal to ask on). Nothing done.")
+    if not click.confirm(f"{what}. Continue?", default=False):
+        raise UsageError("--repair not confirmed; nothing done")

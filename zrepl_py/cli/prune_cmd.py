@@ -166,5 +166,7 @@ def _report_errors(results) -> None:
         for d in archive.datasets:
             problem = d.error or (d.outcome.error if d.outcome else None)
             if problem:
+                then = "" if d.plan is not None and d.plan.refused else (
+                    "; run zbak prune again to finish")
                 click.echo(f"zbak: job {result.job}: store {archive.store}: {d.dataset}: {problem}"
-                           "; run zbak prune again to finish", err=True)
+                           + then, err=True)

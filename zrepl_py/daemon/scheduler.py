@@ -14,8 +14,10 @@
 - ``stop()`` (SIGTERM/SIGINT from ``zbak daemon``): no new run starts, queued runs give up,
   running children get SIGTERM (they stop their transfers cleanly and record the run as
   failed), and after ``[daemon] stop_timeout`` any still running are killed. A run that was
-  interrupted is set due again (its next-run time goes back to when it was due), so the
-  next start-up runs it once more. ``run()`` then returns OK.
+  interrupted, or was still queued at its dataset's gate, is set due again (its next-run
+  time goes back to when it was due), so the next start-up runs it once more; the shutdown
+  waits for every run's worker to record that before it writes the times back, so none is
+  missed. ``run()`` then returns OK.
 
 Other parts of zbak hook in before ``run()``: ``add_task`` (an in-process periodic call, not
 persisted: staleness checks) and ``after_run`` (called after every run: metrics).
@@ -47,6 +49,8 @@ UTC = dt.timezone.utc
 RUN_FUNCTION = "zrepl_py.daemon.scheduler:run_scheduled"
 """What the stored jobs call (a textual reference: the job store pickles it by name)."""
 TASK_PREFIX = "task:"
+HOOK_GRACE = 5.0
+"""Seconds ``stop()`` waits past the children's exit for runs to finish reporting."""
 _current: "Daemon | None" = None
 
 
@@ -63,6 +67,14 @@ def available_actions() -> tuple[str, ...]:
     """The actions this installation can run: ``audit`` only where ``zbak audit`` exists."""
     have_audit = importlib.util.find_spec("zrepl_py.cli.audit_cmd") is not None
     return tuple(a for a in DAEMON_ACTIONS if a != "audit" or have_audit)
+
+
+def job_defaults(grace: int | None) -> dict:
+    """APScheduler job defaults (RELIABILITY 30): one instance per job (``max_instances=1``:
+    a run longer than its interval does not start a second), missed fire times coalesced into
+    one run (``coalesce=True``), and a late run still runs unless ``grace`` seconds late
+    (``misfire_grace_time``; None: always; zfs_uploader #49)."""
+    return {"coalesce": True, "max_instances": 1, "misfire_grace_time": grace}
 
 
 @dataclasses.dataclass
@@ -99,6 +111,7 @@ class Daemon:
         self._running: dict[str, _Running] = {}
         self._due: dict[str, dt.datetime] = {}  # job id -> due time of its latest run
         self._interrupted: dict[str, dt.datetime] = {}  # job id -> that due time
+        self._inside = 0  # run_action calls not yet returned (running, queued or reporting)
         self._idle = threading.Condition(self._lock)
         self.scheduler = None
 
@@ -153,8 +166,7 @@ class Daemon:
                 jobstores={"default": job_store(engine, self.config.daemon),
                            "internal": MemoryJobStore()},
                 executors={"default": ThreadPoolExecutor(workers)},
-                job_defaults={"coalesce": True, "max_instances": 1,
-                              "misfire_grace_time": self._grace()},
+                job_defaults=job_defaults(self._grace()),
             )  # fmt: skip
             self.scheduler = scheduler
             scheduler.add_listener(self._on_event, EVENT_JOB_SUBMITTED | EVENT_JOB_MISSED
@@ -175,9 +187,12 @@ class Daemon:
                 log.info("stopping: no new runs; running ones are asked to stop")
                 scheduler.pause()
                 self._shutdown_runs()
-                for job_id, due in sorted(self._interrupted.items()):
+                with self._lock:
+                    again = sorted(self._interrupted.items())
+                for job_id, due in again:
                     scheduler.modify_job(job_id, jobstore="default", next_run_time=due)
-                    log.info("%s was interrupted: due again at the next start", job_id)
+                    log.info("%s did not finish: due again at the next start (due at %s)",
+                             job_id, due.astimezone(UTC).isoformat())
             finally:
                 if not self._stopping.is_set():  # an error above: still stop the children
                     self._shutdown_runs()
@@ -249,24 +264,48 @@ class Daemon:
     # -- runs --------------------------------------------------------------------------
 
     def run_action(self, job: str, action: str) -> None:
-        """Run ``zbak ACTION JOB`` once, after the job's earlier runs in this daemon."""
+        """Run ``zbak ACTION JOB`` once, after the job's earlier runs in this daemon.
+
+        A run still waiting for its turn when the daemon stops is not started; like an
+        interrupted run it is set due again, so the next start runs it (``run``)."""
+        with self._lock:
+            self._inside += 1
+        try:
+            self._run(job, action)
+        finally:
+            with self._lock:
+                self._inside -= 1
+                self._idle.notify_all()
+
+    def _not_started(self, job_id: str, logger) -> None:
+        with self._lock:
+            due = self._due.get(job_id) or dt.datetime.now(UTC)
+            self._interrupted.setdefault(job_id, due)
+        logger.info("not started: the daemon is stopping; due again at the next start")
+
+    def _run(self, job: str, action: str) -> None:
         logger = run_logger(log, job, action)
+        job_id = f"{job}:{action}"
         config = self.config.jobs.get(job)
-        if config is None or self._stopping.is_set():
+        if config is None:
+            return
+        if self._stopping.is_set():
+            self._not_started(job_id, logger)
             return
         gate = self._gates[lock_key(config)]
         if not gate.acquire(DAEMON_ACTIONS.index(action), self._stopping):
-            logger.info("not started: the daemon is stopping")
+            self._not_started(job_id, logger)
             return
-        job_id = f"{job}:{action}"
         try:
             with self._lock:
-                if self._stopping.is_set():
-                    logger.info("not started: the daemon is stopping")
-                    return
-                argv = child.action_argv(self.config_path, action, job, debug=self.debug)
-                running = _Running(child.start(argv, self.env), dt.datetime.now(UTC))
-                self._running[job_id] = running
+                stopping = self._stopping.is_set()
+                if not stopping:
+                    argv = child.action_argv(self.config_path, action, job, debug=self.debug)
+                    running = _Running(child.start(argv, self.env), dt.datetime.now(UTC))
+                    self._running[job_id] = running
+            if stopping:
+                self._not_started(job_id, logger)
+                return
             logger.info("started (pid %d)", running.popen.pid)
             began = time.monotonic()
             code, messages = child.wait(running.popen, job, action)
@@ -321,6 +360,13 @@ class Daemon:
         with self._lock:
             while self._running:
                 self._idle.wait(0.2)
+            # Then every worker returns (queued ones give up within Gate.SETTLE + its poll),
+            # after recording its due-again time; an after-run hook gets until the deadline.
+            settle = max(deadline, time.monotonic() + HOOK_GRACE)
+            while self._inside and time.monotonic() < settle:
+                self._idle.wait(0.2)
+            if self._inside:
+                log.warning("%d run(s) still in after-run hooks: not waiting for them", self._inside)
 
 
 def _guarded(task_id: str, func: Callable[[], None]) -> Callable[[], None]:

@@ -3,7 +3,8 @@
 Per dataset of the job (the catalog's streams below the job's dataset, excludes left out,
 including datasets since destroyed on the source) in the job's store: one listing of the
 store finds streams with missing objects (``chains.prune.find_damaged``), the pure planner
-(``chains.retention``) decides, and unless it is a dry run ``chains.prune`` executes. A
+(``chains.retention``) decides, and unless it is a dry run ``chains.prune`` executes; a
+dataset with a damaged stream is refused whole (``StoreInconsistent``, nothing deleted). A
 dataset whose store or catalog fails is reported and the others still run.
 """
 
@@ -18,7 +19,7 @@ from zrepl_py.catalog.repository import Catalog, StreamRow
 from zrepl_py.chains.prune import ChainPruneOutcome, execute_chain_prune, find_damaged
 from zrepl_py.chains.retention import ChainPlan, ChainRetention, plan_chain_retention
 from zrepl_py.config.schema import ArchiveConfig, JobConfig
-from zrepl_py.errors import UsageError, ZbakError
+from zrepl_py.errors import StoreInconsistent, UsageError, ZbakError
 from zrepl_py.snapshots.inventory import is_excluded
 from zrepl_py.stores.base import Backend
 from zrepl_py.zfs.names import DatasetName
@@ -104,6 +105,12 @@ def prune_dataset_chains(
     for stream_id, what in result.damaged.items():
         log.warning("stream %d of %s in store %s is damaged (%s): its chain is left alone;"
                     " run zbak audit", stream_id, dataset, backend.name, what)
+    if result.plan.refused:
+        # RELIABILITY 19: an inconsistent store is an error of the run, dry or not.
+        result.error = str(StoreInconsistent(f"{dataset} in store {backend.name}:"
+                                             f" {result.plan.refused}"))
+        log.error("prune refused: %s", result.error)
+        return result
     if not dry_run:
         result.outcome = execute_chain_prune(result.plan, backend, catalog)
     return result

@@ -24,7 +24,8 @@ from zrepl_py.config.schema import Endpoint, JobConfig
 from zrepl_py.context import Context, lock_key
 from zrepl_py.errors import CommandFailed, DatasetNotFound, HoldNotFound, ZbakError, ZfsError
 from zrepl_py.locking import dataset_lock
-from zrepl_py.pruning.archive import ArchivePruneResult, prune_archive
+from zrepl_py.catalog.export import StoreGuard
+from zrepl_py.pruning.archive import ArchivePruneResult, job_streams, prune_archive
 from zrepl_py.pruning.planner import PrunePlan
 from zrepl_py.pruning.replica import ReplicaPruneResult, plan_replica_prune, zfs_targets
 from zrepl_py.pruning.source import (
@@ -179,6 +180,9 @@ def _prune_archive(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
     except ZbakError as exc:
         return ArchivePruneResult(cfg.store, error=str(exc))
     try:
+        # RELIABILITY 25: a rolled-back store is refused before any chain is touched.
+        guard = StoreGuard(backend, cfg.store, ctx.state_dir, job=name)
+        guard.check()
         if dry_run:
             return prune_archive(backend, ctx.catalog(), job, ctx.clock.now(), dry_run=True,
                                  accept_early_delete_fee=accept_early_delete_fee)
@@ -190,6 +194,10 @@ def _prune_archive(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
                       if d.failed]
             if errors:
                 record.result, record.error = "partial", "; ".join(errors)
+            by_dataset = job_streams(job, ctx.catalog().streams(host=job.source.host,
+                                                                store=cfg.store), cfg.store)
+            guard.publish([s for d in sorted(by_dataset) for s in by_dataset[d]],
+                          ctx.clock.now())
         return result
     except ZbakError as exc:
         log.error("job %s: pruning store %s failed: %s", name, cfg.store, exc)

@@ -49,8 +49,10 @@ def replication_protections(
     if job.replicate is None:
         return protections
     mine = {(c.target, c.source_dataset): c for c in cursors if c.job == job_name}
+    # Cursors name targets as ``str(Endpoint)`` (``local:pool/x``), the config may say ``pool/x``.
+    targets = [str(e) for e in job.replicate.endpoints()]
     for dataset in inventory.datasets:
-        for target in job.replicate.targets:
+        for target in targets:
             cursor = mine.get((target, str(dataset.name)))
             floor = cursor.createtxg if cursor else -1
             why = f"not yet replicated to {target}" + ("" if cursor else " (never replicated)")

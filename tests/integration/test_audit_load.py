@@ -1,0 +1,181 @@
+"""The graph audit as ``zbak audit`` loads it (the database checks volumes and carried
+snapshots, ``audit.load``) finds exactly what the pure checks find over every row, on real
+SQLite and PostgreSQL catalogs with one defect of each kind."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import sqlalchemy as sa
+
+from zrepl_py.audit.findings import Severity
+from zrepl_py.audit.graph import CarriedTable, GraphInput, audit_graph, volume_totals
+from zrepl_py.audit.load import load_graph_input
+from zrepl_py.catalog import db
+from zrepl_py.catalog.models import Dataset, Run, Snapshot, Stream, StreamSnapshot, Volume
+from zrepl_py.catalog.repository import Catalog
+
+T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
+SHA = "ab" * 32
+
+
+def guid(dataset: int, n: int) -> int:
+    return 2**63 + 1000 * dataset + n  # above 2**63: stored negative, read back unsigned
+
+
+@pytest.fixture
+def engine(catalog_url):
+    engine = db.make_engine(catalog_url)
+    db.upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def catalog(engine):
+    return Catalog(engine)
+
+
+class Builder:
+    """Rows written with plain INSERTs (past the repository's own checks, within the
+    database's constraints): streams of snapshot numbers n (guid(d, n), createtxg 10n)."""
+
+    def __init__(self):
+        self.rows: dict[type, list[dict]] = {m: [] for m in (Dataset, Snapshot, Stream, Volume,
+                                                             StreamSnapshot, Run)}
+        self.next = {m: 0 for m in self.rows}
+
+    def add(self, model, **row) -> int:
+        self.next[model] += 1
+        self.rows[model].append({"id": self.next[model], **row})
+        return self.next[model]
+
+    def dataset(self, name: str, snapshots: int, *, createtxg: dict[int, int] | None = None) -> int:
+        d = self.add(Dataset, host="local", name=name)
+        for n in range(snapshots):
+            self.add(Snapshot, dataset_id=d, name=f"s{n}", guid=guid(d, n),
+                     createtxg=(createtxg or {}).get(n, 10 * n), creation=T0 + n * HOUR,
+                     first_seen=T0, destroyed_at=None)
+        return d
+
+    def stream(self, d: int, to: int, *, frm: int | None = None, parent: int | None = None,
+               state: str = "verified", kind: str | None = None, carried=None,
+               volumes=((0, 100, 10),)) -> int:
+        kind = kind or ("full" if frm is None else "incremental")
+        sid = self.next[Stream] + 1
+        self.add(Stream, dataset_id=d, store="cold", kind=kind, parent_id=parent,
+                 from_guid=None if frm is None else guid(d, frm),
+                 to_guid=guid(d, to), from_name=None if frm is None else f"s{frm}",
+                 to_name=f"s{to}", to_createtxg=10 * to,
+                 raw_bytes=sum(v[1] for v in volumes) or 100,
+                 stored_bytes=sum(v[2] for v in volumes) or 10,
+                 object_prefix=f"local/{d}/{sid}/", storage_class="STANDARD",
+                 compression="zstd", state=state, created_at=T0, uploaded_at=T0,
+                 verified_at=None)
+        snaps = carried if carried is not None else (
+            (to,) if frm is None else range(frm + 1, to + 1))
+        for n in snaps:
+            self.add(StreamSnapshot, stream_id=sid, name=f"s{n}", guid=guid(d, n),
+                     createtxg=10 * n)
+        for index, raw, stored in volumes:
+            self.add(Volume, stream_id=sid, index=index, key=f"local/{d}/{sid}/{index}",
+                     raw_bytes=raw, stored_bytes=stored, sha256=SHA)
+        return sid
+
+    def write(self, engine: sa.Engine) -> None:
+        with engine.begin() as conn:
+            for model, rows in self.rows.items():
+                if rows:
+                    conn.execute(sa.insert(model), rows)
+
+
+HOUR = dt.timedelta(hours=1)
+
+
+def defective_catalog(engine: sa.Engine) -> dict[str, int]:
+    """One healthy chain and one stream per defect; returns the defect streams by name."""
+    b = Builder()
+    ok = b.dataset("tank/ok", 10)
+    f = b.stream(ok, 0)
+    i = b.stream(ok, 4, frm=0, parent=f)
+    b.stream(ok, 9, frm=4, parent=i, state="uploaded")
+    bad = b.dataset("tank/bad", 40, createtxg={33: 999})
+    s = {}
+    s["gap"] = b.stream(bad, 0, volumes=((1, 100, 10),))
+    b.stream(bad, 2, frm=0, parent=s["gap"])
+    s["sums"] = b.stream(bad, 3, volumes=((0, 60, 5), (1, 40, 5)))
+    catalog_sums = s["sums"]
+    s["none"] = b.stream(bad, 5, volumes=())
+    s["no tip"] = b.stream(bad, 7, carried=(6,))
+    f2 = b.stream(bad, 10)
+    s["outside"] = b.stream(bad, 14, frm=10, parent=f2, carried=(10, 12, 14))
+    s["full of two"] = b.stream(bad, 16, carried=(15, 16))
+    f3 = b.stream(bad, 20)
+    s["bad"] = b.stream(bad, 24, frm=20, parent=f3, state="bad")
+    b.stream(bad, 26, frm=24, parent=s["bad"])
+    s["condemned"] = b.stream(bad, 28, state="condemned", volumes=())
+    b.stream(bad, 29, frm=28, parent=s["condemned"])
+    f4 = b.stream(bad, 30)
+    s["conflict"] = b.stream(bad, 34, frm=30, parent=f4)
+    b.stream(bad, 35, frm=34, parent=s["conflict"], state="uploading", volumes=())
+    s["bare"] = b.stream(bad, 36, carried=())
+    b.add(Run, job="job", action="archive", target="cold:tank/bad",
+          started_at=T0 + 39 * HOUR, ended_at=T0 + 40 * HOUR, result="ok", bytes=0, error=None)
+    b.write(engine)
+    # the volume rows of "sums" add up to 100 / 10 like the stream row: break the row
+    with engine.begin() as conn:
+        conn.execute(sa.update(Stream).where(Stream.id == catalog_sums)
+                     .values(raw_bytes=101))
+    return s
+
+
+def in_memory(catalog: Catalog, loaded: GraphInput) -> GraphInput:
+    """The same input with every stream, volume and carried row read into Python."""
+    return GraphInput(streams=catalog.bulk_streams(host="local"),
+                      volumes=volume_totals(catalog.bulk_volumes(host="local")),
+                      carried=CarriedTable.from_mapping(catalog.bulk_carried(host="local")),
+                      snapshots=loaded.snapshots, cursors=loaded.cursors,
+                      archives=loaded.archives)
+
+
+def test_the_database_screen_fails_exactly_the_streams_whose_volumes_or_carried_rows_break_a_rule(
+        engine, catalog):
+    s = defective_catalog(engine)
+    assert catalog.screen_streams(host="local") == {
+        s[k] for k in ("gap", "sums", "none", "no tip", "outside", "full of two")}
+    assert catalog.screen_streams(host="local", below="tank/ok") == set()
+    assert catalog.screen_streams(host="elsewhere") == set()
+
+
+def test_the_loaded_audit_gives_the_same_findings_as_the_pure_checks_over_every_row(
+        engine, catalog):
+    s = defective_catalog(engine)
+    # a cursor naming @s33 loads its snapshot row, whose createtxg (999) the carried row of
+    # "conflict" contradicts
+    catalog.set_cursor("job", "b:pool/x", "local", "tank/bad", "pool/x", "zfs", "s33",
+                       guid(2, 33), 330, T0)
+    loaded = load_graph_input(catalog, host="local", archives=[("job", "cold")],
+                              cursors=catalog.cursors())
+    found = audit_graph(loaded)
+    assert found == audit_graph(in_memory(catalog, loaded))
+    errors = {f.stream: f.problem for f in found if f.severity is Severity.ERROR}
+    words = {"gap": "numbered 1..1", "sums": "add up to 100 raw / 10 stored",
+             "none": "no volumes", "no tip": "do not include its to-snapshot @s7",
+             "outside": "@s10 outside its createtxg range (100, 140]",
+             "full of two": "carries 2 snapshots", "bad": "it is bad",
+             "condemned": "it is condemned", "conflict": "the source had it at 999"}
+    for name, word in words.items():
+        assert word in errors.get(s[name], ""), (name, found)
+    assert s["bare"] not in errors
+    # the newest snapshot before the last archive run (by createtxg: @s33, at 999) has no
+    # restorable copy: a warning
+    assert any(f.severity is Severity.WARNING and "tank/bad@s33" in f.problem
+               and "no restorable chain" in f.problem for f in found)
+
+
+def test_a_job_scope_reads_only_its_datasets(engine, catalog):
+    defective_catalog(engine)
+    loaded = load_graph_input(catalog, host="local", below="tank/ok")
+    assert {s.dataset for s in loaded.streams} == {"tank/ok"}
+    assert audit_graph(loaded) == []

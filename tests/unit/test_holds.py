@@ -1,0 +1,63 @@
+"""Which zbak holds are current and which are stale (``pruning.holds.classify``, pure;
+RELIABILITY 23)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from zrepl_py.catalog.repository import CursorRow
+from zrepl_py.config.loading import parse_config
+from zrepl_py.pruning.holds import CURRENT, FOREIGN, STALE, UNKNOWN, Held, classify
+
+T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+DS = "tank/data"
+TAG_B = "zbak:j:b:pool/x"
+
+
+def jobs(targets=("b:pool/x",), extra=None):
+    data = {"jobs": {"j": {"dataset": DS, "replicate": {"targets": list(targets)}}},
+            "hosts": {"b": {"address": "127.0.0.1"}}}
+    data["jobs"].update(extra or {})
+    return parse_config(data, "x.toml").jobs
+
+
+def cursor(job, target, short):
+    return CursorRow(job=job, target=target, source_host="local", source_dataset=DS,
+                     target_location="pool/x", method="zfs", snapshot_name=short, guid=1,
+                     createtxg=1, updated_at=T0)
+
+
+def rows(held, configured, cursors):
+    found = classify("j", held, "local", configured, cursors, [], {})
+    return {(r.snapshot.split("@")[1], r.tag): r.status for r in found}
+
+
+def test_the_cursor_snapshot_keeps_its_hold_and_an_older_one_is_stale():
+    """RELIABILITY 23: the current base's hold is never stale; a hold of the same owner on
+    another snapshot is."""
+    held = [Held(f"{DS}@a", 1, 1, (TAG_B,)), Held(f"{DS}@b", 2, 1, (TAG_B,))]
+    assert rows(held, jobs(), [cursor("j", "b:pool/x", "b")]) == {
+        ("a", TAG_B): STALE, ("b", TAG_B): CURRENT}
+
+
+def test_holds_of_a_removed_target_or_job_are_stale_and_other_tags_are_foreign():
+    """RELIABILITY 23: the owner left the config -> stale; another configured job's hold or
+    a non-zbak tag -> foreign (never released by this job)."""
+    held = [Held(f"{DS}@b", 2, 4, (TAG_B, "zbak:gone:b:pool/y", "zbak:k:b:pool/z", "admin"))]
+    other = {"k": {"dataset": DS}}
+    found = rows(held, jobs(targets=("b:pool/new",), extra=other), [cursor("j", "b:pool/x", "b")])
+    assert found == {("b", TAG_B): STALE, ("b", "zbak:gone:b:pool/y"): STALE,
+                     ("b", "zbak:k:b:pool/z"): FOREIGN, ("b", "admin"): FOREIGN}
+
+
+def test_without_a_hold_listing_candidates_are_named_and_the_rest_is_unknown():
+    """RELIABILITY 23 on zfs-fuse (no ``zfs holds``): the current base's tag is current, the
+    job's tag on another snapshot is a stale candidate, and holds no name accounts for are
+    reported as unknown, never released."""
+    held = [Held(f"{DS}@a", 1, 1, None), Held(f"{DS}@b", 2, 3, None)]
+    found = classify("j", held, "local", jobs(), [cursor("j", "b:pool/x", "b")], [], {})
+    by = {(r.snapshot.split("@")[1], r.tag): (r.status, r.listed) for r in found}
+    assert by[("a", TAG_B)] == (STALE, False)
+    assert by[("b", TAG_B)] == (CURRENT, False)
+    assert by[("b", "?")] == (UNKNOWN, False)
+    assert by[("a", "?")] == (UNKNOWN, False)  # a candidate may or may not be its one hold
