@@ -1,5 +1,5 @@
 """``zbak status`` facts per job: last successes, replica lag, archive chains, held bytes,
-running runs and next scheduled runs.
+running runs, transfers in progress and next scheduled runs.
 
 Everything comes from the catalog and the config (``job_status``, no host dialled) except
 the bytes pinned by zbak's holds, which only the source's ZFS knows (``read_held``: one
@@ -18,18 +18,26 @@ Definitions (all times aware UTC, sizes bytes):
   of the source snapshots that carry a zbak hold: each replication cursor's snapshot and each
   chain's last snapshot, where ``userrefs`` > 0. A lower bound of what destroying them all
   would free (space shared by two held snapshots counts in neither).
+* transfers: what the zbak processes moving bytes right now publish under the state dir
+  (``zrepl_py.running``): per replication target, archive store or restore, the dataset and
+  snapshots sent, bytes so far, expected bytes, rate, ETA, start and PID. Files left by a
+  process that is gone are dropped (and removed) and listed as ``stale_transfers``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 from collections.abc import Sequence
 
 from zrepl_py.archive.planner import current_chain
 from zrepl_py.catalog.repository import Catalog, CursorRow, RunRow, SnapshotRow, StreamRow
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.daemon.crontab import crontab_trigger
+from zrepl_py.running import RunningTransfer, StaleTransfer, read_running
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +148,8 @@ class JobStatus:
         held_bytes / held_snapshots / held_error: see ``Held`` (None: not read, ``--offline``).
         running: runs still marked running.
         next_runs: per scheduled action, the next fire time (UTC) of its cron schedule.
+        transfers: transfers in progress now (``zrepl_py.running``); stale_transfers: the
+            files of this job's transfers whose process is gone (removed when read).
     """
 
     job: str
@@ -156,6 +166,8 @@ class JobStatus:
     held_error: str | None
     running: list[RunningRun]
     next_runs: dict[str, dt.datetime | None]
+    transfers: list[RunningTransfer] = dataclasses.field(default_factory=list)
+    stale_transfers: list[StaleTransfer] = dataclasses.field(default_factory=list)
 
 
 def job_schedules(job: JobConfig) -> dict[str, str | None]:
@@ -370,7 +382,9 @@ def read_held(ctx, name: str, job: JobConfig) -> Held:
 
 
 def job_statuses(ctx, names: Sequence[str] = (), *, offline: bool = False) -> list[JobStatus]:
-    """``job_status`` of each named job (all when empty), held bytes read unless ``offline``.
+    """``job_status`` of each named job (all when empty), held bytes read unless ``offline``,
+    with its transfers in progress (``running.read_running``: stale files are removed, logged
+    as warnings and listed in ``stale_transfers``).
 
     Raises:
         UsageError: an unknown job name.
@@ -379,8 +393,14 @@ def job_statuses(ctx, names: Sequence[str] = (), *, offline: bool = False) -> li
     catalog, now = ctx.catalog(), ctx.clock.now()
     chosen = ctx.select_jobs(names)
     upcoming = scheduled_runs(ctx.config, now)
+    transfers, stale = read_running(ctx.state_dir)
+    for gone in stale:
+        log.warning("dropped stale transfer file %s: %s", gone.path, gone.reason)
     found = []
     for name, job in chosen:
         held = None if offline else read_held(ctx, name, job)
-        found.append(job_status(catalog, name, job, now, held=held, next_runs=upcoming[name]))
+        state = job_status(catalog, name, job, now, held=held, next_runs=upcoming[name])
+        found.append(dataclasses.replace(
+            state, transfers=[t for t in transfers if t.job == name],
+            stale_transfers=[g for g in stale if g.transfer and g.transfer.job == name]))
     return found

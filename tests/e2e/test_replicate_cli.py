@@ -129,6 +129,7 @@ def test_a_recursive_job_replicates_a_child_created_after_the_first_run(make_poo
 
 def test_a_transfer_whose_sender_is_killed_mid_stream_is_completed_by_the_next_run(
         make_pool, sshd, tmp_path, capsys):
+    """RELIABILITY 1."""
     rig = Rig(make_pool, sshd, tmp_path, capsys, extra="bandwidth_limit = 300000\n")
     assert rig("init", "--no-checks")[0] == ExitStatus.OK
     write(rig.mount / "big.bin", 3_000_000, -1)
@@ -195,6 +196,28 @@ def test_a_diverged_target_is_refused_and_nothing_on_it_is_destroyed(rig):
     assert status == ExitStatus.FAILED
     assert "admin-made" in out and "diverged" in out
     assert set(guids(rig.replica)) == {"s1", "admin-made"}
+
+
+def test_a_replica_written_since_its_newest_snapshot_is_refused_as_diverged_until_rollback_is_chosen(rig):
+    """Issue 3 item 4, "modified since": the receiver's refusal becomes Diverged with what to
+    do, nothing on the replica changes; on_divergence = "rollback" discards the writes."""
+    rig.snapshot("s1")
+    assert rig("replicate")[0] == ExitStatus.OK
+    zfs("mount", rig.replica)
+    stray = Path(zfs("get", "-H", "-o", "value", "mountpoint", rig.replica).strip()) / "stray.txt"
+    stray.write_text("written on the backup host")
+    rig.snapshot("s2")
+
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.FAILED
+    assert "modified since its newest snapshot @s1" in out and "readonly=on" in out, out + err
+    assert list(guids(rig.replica)) == ["s1"] and stray.exists()
+
+    rig.write_config(extra='on_divergence = "rollback"\n')
+    status, out, err = rig("replicate")
+    assert status == ExitStatus.OK, out + err
+    assert guids(rig.replica) == guids(rig.data)
+    assert not stray.exists(), "the rollback discarded the write"
 
 
 def test_the_rsync_fallback_keeps_a_point_in_time_tree_per_snapshot(make_pool, sshd, tmp_path, capsys):

@@ -1,5 +1,6 @@
 """``zbak status`` end to end on real zfs-fuse pools: last successes, lag in time and
-snapshots, archive chain lengths, held bytes, runs in progress and next scheduled runs."""
+snapshots, archive chain lengths, held bytes, runs in progress, transfers in progress (a real
+rate-limited replication in the background) and next scheduled runs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import datetime as dt
 import json
 import os
 import socket
+import subprocess
+import sys
 import textwrap
 import time
 
@@ -16,6 +19,7 @@ from zrepl_py.catalog import db
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
+from zrepl_py.running import RunningTransfer, Slot
 from testbed.cli import zfs
 
 pytestmark = pytest.mark.zfs
@@ -178,3 +182,65 @@ def test_an_unreachable_source_host_is_reported_in_held_error_and_status_still_a
 def test_an_unknown_job_is_a_usage_error(rig):
     status, _, err = rig("status", "nope", ok=False)
     assert status == ExitStatus.USAGE and "nope" in err
+
+
+def test_a_running_replication_shows_its_growing_bytes_rate_and_pid_and_is_gone_after_the_run(
+        rig, tmp_path):
+    config = tmp_path / "zbak.toml"
+    config.write_text(config.read_text().replace(
+        'schedule = "15 * * * *"', 'schedule = "15 * * * *"\nbandwidth_limit = 500000'))
+    put(rig.src.mountpoint / "data" / "big.bin", os.urandom(2_500_000))
+    rig("snapshot", "j")
+    (snap,) = [line.split("@")[1] for line in
+               zfs("list", "-H", "-t", "snapshot", "-o", "name", "-d", "1", rig.data).split()]
+    # A file left by a zbak killed earlier: a PID that has exited.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left = Slot(rig.state, "archive", "j", "cold")
+    left.path.parent.mkdir(parents=True, exist_ok=True)
+    left.path.write_bytes(RunningTransfer(
+        "archive", "j", "cold", rig.data, None, "old", 5, None, None, None,
+        dt.datetime.now(UTC), dt.datetime.now(UTC), dead.pid, None).to_json())
+
+    proc = subprocess.Popen([sys.executable, "-m", "zrepl_py", "--config", str(config),
+                             "replicate", "j"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    seen, stale, table = [], [], ""
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            _, out, _ = rig("status", "--json", "--offline", "j")
+            (job,) = json.loads(out)
+            stale += job["stale_transfers"]
+            mine = [t for t in job["transfers"] if t["dataset"] == rig.data]
+            if mine and not table:
+                table = rig("status", "--offline", "j")[1]
+            seen += mine
+            time.sleep(0.3)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == ExitStatus.OK, out + err
+
+    (dropped,) = stale
+    assert dropped["transfer"]["pid"] == dead.pid and "gone" in dropped["reason"]
+    assert not left.path.exists(), "status removed the stale file"
+    assert len(seen) >= 3, f"the 5 s transfer was seen {len(seen)} times"
+    first, last = seen[0], seen[-1]
+    for t in seen:
+        assert (t["kind"], t["job"], t["where"]) == ("replicate", "j", f"local:{rig.replica}")
+        assert (t["from_snapshot"], t["to_snapshot"]) == (None, snap), "a full of the snapshot"
+        assert t["pid"] == proc.pid and t["expected_bytes"] is None, "zfs-fuse: no estimate"
+        assert parse(t["started_at"]).utcoffset() == dt.timedelta(0)
+    assert last["bytes"] > first["bytes"] and last["bytes"] <= 3_000_000
+    rates = [t["rate"] for t in seen if t["rate"]]
+    assert rates and all(100_000 < r < 1_500_000 for r in rates), f"about 500 kB/s: {rates}"
+    assert all(t["eta_seconds"] is None for t in seen), "no expected size: no ETA"
+    assert "transfers" in table and str(proc.pid) in table and rig.data in table
+
+    _, out, _ = rig("status", "--json", "--offline", "j")
+    (job,) = json.loads(out)
+    assert job["transfers"] == [] and job["stale_transfers"] == []
+    assert list((rig.state / "running").iterdir()) == [], "the run removed its file"

@@ -1,14 +1,19 @@
-"""Rate, ETA and size arithmetic of the progress reporter, and its two outputs."""
+"""Rate, ETA and size arithmetic of the progress reporter, its two outputs, and its sink (the
+running-transfer file ``zbak status`` reads)."""
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 import os
+import time
 
 import pytest
 
 from zrepl_py.proc.progress import (
     Estimate,
+    MeteredReader,
     ProgressReporter,
     RateMeter,
     eta,
@@ -18,6 +23,7 @@ from zrepl_py.proc.progress import (
     progress_callback,
     window_rate,
 )
+from zrepl_py.running import Slot, read_running
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 
@@ -141,3 +147,58 @@ def test_progress_callback_gives_a_reporter_on_stderr_for_the_label():
     reporter = progress_callback("tank/a@s -> backup", total=10)
     assert isinstance(reporter, ProgressReporter)
     assert reporter.label == "tank/a@s -> backup" and reporter.meter.total == 10
+
+
+class ListSink:
+    """A plain-data sink: keeps what it is given."""
+
+    def __init__(self):
+        self.estimates, self.closed = [], 0
+
+    def update(self, estimate):
+        self.estimates.append(estimate)
+
+    def close(self):
+        self.closed += 1
+
+
+def test_a_reporter_hands_every_estimate_to_its_sink_and_closes_it_when_it_closes(tmp_path):
+    sink = ListSink()
+    with open(tmp_path / "log", "w") as stream:
+        reporter = ProgressReporter("a -> b", total=4 * MiB, stream=stream, sink=sink)
+        reporter(1 * MiB, 1.0)
+        reporter(2 * MiB, 2.0)
+        assert [e.bytes for e in sink.estimates] == [1 * MiB, 2 * MiB] and sink.closed == 0
+        assert sink.estimates[-1].rate == MiB and sink.estimates[-1].eta == 2.0
+        reporter.finish(4 * MiB, 4.0)
+    assert sink.closed >= 1, "finish closes the sink: the transfer ended"
+
+
+def test_progress_callback_with_a_slot_publishes_what_is_sent_until_the_reporter_closes(tmp_path):
+    slot = Slot(tmp_path, "replicate", "j", "local:bak/r")
+    reporter = progress_callback("src/d@b -> bak/r/d", total=8 * MiB, dataset="src/d",
+                                 from_snap="a", to_snap="b", publish=slot)
+    (shown,), stale = read_running(tmp_path)
+    assert stale == []
+    assert (shown.dataset, shown.from_snapshot, shown.to_snapshot) == ("src/d", "a", "b")
+    assert (shown.bytes, shown.expected_bytes, shown.pid) == (0, 8 * MiB, os.getpid())
+    reporter.sink.every = 0  # written at most once a second: not within this test
+    reporter(2 * MiB, 1.0)
+    record = json.loads(slot.path.read_bytes())
+    assert record["bytes"] == 2 * MiB and record["rate"] == 2 * MiB and record["eta_seconds"] == 3
+    reporter.close()
+    assert not slot.path.exists() and read_running(tmp_path) == ([], [])
+
+
+def test_a_metered_reader_passes_the_bytes_through_and_samples_them_once_per_interval():
+    samples = []
+    reader = MeteredReader(io.BytesIO(b"x" * 5000), lambda done, s: samples.append(done),
+                           interval=0.05)
+    got = [reader.read(1000)]
+    time.sleep(0.06)
+    got += [reader.read(1000), reader.read(1000)]
+    time.sleep(0.06)
+    while chunk := reader.read(1000):
+        got.append(chunk)
+    assert b"".join(got) == b"x" * 5000 and reader.sampler.bytes == 5000
+    assert samples == [2000, 4000], "one sample per interval, counting every byte read so far"

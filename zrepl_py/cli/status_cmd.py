@@ -1,5 +1,6 @@
 """``zbak status [JOB...] [--json] [--offline] [--prom-textfile PATH]``: per job and target,
-last success, lag, chain lengths, held bytes, running runs and next scheduled runs."""
+last success, lag, chain lengths, held bytes, running runs, transfers in progress (bytes,
+expected bytes, rate, ETA, PID) and next scheduled runs."""
 
 from __future__ import annotations
 
@@ -22,6 +23,25 @@ def _size(value: int | None) -> str:
     return "-" if value is None else format_size(value)
 
 
+def _rate(value: float | None) -> str:
+    from zrepl_py.proc.progress import format_rate
+
+    return "-" if value is None else format_rate(value)
+
+
+def _eta(value: float | None) -> str:
+    from zrepl_py.proc.progress import format_eta
+
+    return "-" if value is None else format_eta(value)
+
+
+def _sent(t) -> str:
+    """``DATASET@FROM -> @TO`` (``DATASET@TO`` for a full)."""
+    if t.from_snapshot:
+        return f"{t.dataset}@{t.from_snapshot} -> @{t.to_snapshot or '?'}"
+    return f"{t.dataset}@{t.to_snapshot or '?'}"
+
+
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -41,7 +61,8 @@ def _age(seconds: float | None) -> str:
 def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool,
             prom_textfile: Path | None) -> ExitStatus:
     """Show, per job and target: last success, lag (time and snapshots), archive chain
-    lengths, bytes held by zbak's holds, runs in progress and the next scheduled runs."""
+    lengths, bytes held by zbak's holds, runs in progress, each running transfer (what is
+    sent, bytes done and expected, rate, ETA, start, PID) and the next scheduled runs."""
     from zrepl_py.status import job_statuses
 
     with inv.context() as ctx:
@@ -77,4 +98,15 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
                for s in states for r in s.running]
     if running:
         emit_table("running", ["job", "action", "target", "started", "for"], running)
+    transfers = [(s.job, t.kind, t.where, _sent(t), _size(t.bytes), _size(t.expected_bytes),
+                  _rate(t.rate), _eta(t.eta_seconds), _when(t.started_at), t.pid)
+                 for s in states for t in s.transfers]
+    if transfers:
+        emit_table("transfers", ["job", "kind", "target/store", "sending", "done", "expected",
+                                 "rate", "ETA", "started", "pid"], transfers)
+    stale = [(s.job, g.transfer.kind if g.transfer else "-", g.transfer.where if g.transfer
+              else "-", g.reason) for s in states for g in s.stale_transfers]
+    if stale:
+        emit_table("stale transfer files (removed)", ["job", "kind", "target/store", "why"],
+                   stale)
     return ExitStatus.OK

@@ -6,6 +6,11 @@ expected size is known (e.g. from ``zfs send -nP``), an ETA. On a terminal it dr
 progress bar on stderr; otherwise (daemon, cron, a pipe) it logs one INFO line every
 ``log_every`` seconds, e.g. ``tank/data@x -> backup: 1.2 GiB of 3.0 GiB, 85 MiB/s, ETA 0:00:21``.
 The arithmetic is pure functions; sizes are bytes, times seconds, units binary (KiB = 1024).
+
+A reporter may also carry a ``sink`` (``zrepl_py.running.Publisher``) that publishes each
+estimate to a file ``zbak status`` reads, and is closed (its file removed) with the reporter.
+``Sampler`` and ``MeteredReader`` feed a reporter from code that moves the bytes itself
+(the archive's send reader, the restore's receive loop) instead of ``run_pipeline``.
 """
 
 from __future__ import annotations
@@ -15,7 +20,11 @@ import dataclasses
 import datetime
 import logging
 import sys
-from typing import Sequence, TextIO
+import time
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TextIO
+
+if TYPE_CHECKING:
+    from zrepl_py.running import Slot
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +153,19 @@ class RateMeter:
         return Estimate(done, seconds, rate, eta(done, self.total, rate), self.total)
 
 
-def progress_callback(label: str, total: int | None = None) -> ProgressReporter:
+class Sink(Protocol):
+    """Where a reporter also sends its estimates (``zrepl_py.running.Publisher``)."""
+
+    def update(self, estimate: Estimate) -> None:
+        """Take one estimate; must not raise for its own I/O."""
+
+    def close(self) -> None:
+        """The stream ended (successfully or not); idempotent."""
+
+
+def progress_callback(label: str, total: int | None = None, *, dataset: str | None = None,
+                      from_snap: str | None = None, to_snap: str | None = None,
+                      publish: Slot | None = None) -> ProgressReporter:
     """Return a ``ProgressReporter`` on stderr for ``run_pipeline(progress=...)``.
 
     ``run_pipeline`` calls its ``finish`` (summary line) and ``close`` (stops a bar), so the
@@ -153,8 +174,56 @@ def progress_callback(label: str, total: int | None = None) -> ProgressReporter:
     Args:
         label: what moves, e.g. ``"tank/data@x -> backup"``.
         total: the expected stream size in bytes (``zfs send -nP``), or None.
+        dataset / from_snap / to_snap: what is sent (source dataset, short snapshot names;
+            ``from_snap`` None for a full), for ``publish``; ``dataset`` defaults to ``label``.
+        publish: when given, the reporter also publishes to this ``running.Slot`` for
+            ``zbak status`` (file written now, removed when the reporter closes).
     """
-    return ProgressReporter(label, total=total)
+    sink = None
+    if publish is not None:
+        sink = publish.publisher(dataset=dataset or label, from_snapshot=from_snap,
+                                 to_snapshot=to_snap, total=total)
+    return ProgressReporter(label, total=total, sink=sink)
+
+
+class Sampler:
+    """Calls ``progress(bytes, seconds)`` at most every ``interval`` seconds as bytes move.
+
+    For code that moves the bytes itself; call ``add(n)`` per chunk. Seconds run from the
+    sampler's creation (monotonic clock).
+    """
+
+    def __init__(self, progress: Callable[[int, float], None] | None, interval: float = 1.0):
+        self.progress = progress
+        self.interval = interval
+        self.bytes = 0
+        self.started = time.monotonic()
+        self._next = self.started + interval
+
+    def add(self, count: int) -> None:
+        """Count ``count`` more bytes; sample if ``interval`` has passed."""
+        self.bytes += count
+        if self.progress is None:
+            return
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.interval
+            self.progress(self.bytes, now - self.started)
+
+
+class MeteredReader:
+    """Wraps a reader (``read(size) -> bytes``) and samples the bytes read (``Sampler``)."""
+
+    def __init__(self, reader, progress: Callable[[int, float], None] | None,
+                 interval: float = 1.0):
+        self.reader = reader
+        self.sampler = Sampler(progress, interval)
+
+    def read(self, size: int) -> bytes:
+        """``reader.read(size)``, counted."""
+        data = self.reader.read(size)
+        self.sampler.add(len(data))
+        return data
 
 
 class ProgressReporter:
@@ -167,6 +236,7 @@ class ProgressReporter:
         log_every: seconds between INFO lines when not drawing a bar.
         window: seconds the rate is averaged over.
         logger: where the lines go (default this module's logger).
+        sink: also given every estimate, and closed with the reporter (``Sink``).
 
     Use as a context manager or call ``close()`` (or ``finish()``) so a bar is stopped.
     """
@@ -180,8 +250,10 @@ class ProgressReporter:
         log_every: float = 10.0,
         window: float = 10.0,
         logger: logging.Logger | None = None,
+        sink: Sink | None = None,
     ):
         self.label = label
+        self.sink = sink
         self.meter = RateMeter(total, window)
         self.stream = stream if stream is not None else sys.stderr
         self.log_every = log_every
@@ -197,6 +269,8 @@ class ProgressReporter:
     def __call__(self, done: int, seconds: float) -> None:
         """Take one sample: redraw the bar, or log a line if ``log_every`` has passed."""
         estimate = self.meter.add(done, seconds)
+        if self.sink is not None:
+            self.sink.update(estimate)
         if self.tty:
             self._draw(estimate)
         elif seconds - self._last_logged >= self.log_every:
@@ -234,7 +308,9 @@ class ProgressReporter:
         )  # fmt: skip
 
     def close(self) -> None:
-        """Stop drawing the bar (idempotent)."""
+        """Stop drawing the bar and close the sink (idempotent)."""
+        if self.sink is not None:
+            self.sink.close()
         if self._bar is not None:
             self._bar.stop()
             self._bar = None

@@ -22,7 +22,6 @@ from zrepl_py.context import Context, lock_key
 from zrepl_py.errors import CommandFailed, UsageError, ZbakError
 from zrepl_py.health import before_replicate, replicate_tasks
 from zrepl_py.locking import dataset_lock
-from zrepl_py.proc.progress import progress_callback
 from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
 from zrepl_py.replication.stages import Side
 from zrepl_py.replication.zfs_target import (
@@ -32,6 +31,7 @@ from zrepl_py.replication.zfs_target import (
     replicate_to_zfs_target,
 )
 from zrepl_py.runs import recorded_run
+from zrepl_py.running import reporting
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 
@@ -194,7 +194,8 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
                     f"no zfs on {target.host}: rsync fallback into {directory.directory}")
             else:
                 transfer = Transfer(source_side, target_side, cfg.compression == "zstd",
-                                    cfg.bandwidth_limit, cfg.on_divergence, progress_callback)
+                                    cfg.bandwidth_limit, cfg.on_divergence,
+                                    reporting(ctx.state_dir, "replicate", name, str(target)))
                 fallback = None
                 if cfg.method == "auto":
                     fallback = _stream_fallback(ctx, name, job, target, inventory, src, dst,

@@ -26,6 +26,7 @@ from zrepl_py.replication.rsync import (
     replicate_snapshot_rsync,
 )
 from zrepl_py.replication.stages import Side
+from zrepl_py.running import Slot
 from zrepl_py.zfs.names import DatasetName
 
 if TYPE_CHECKING:
@@ -83,12 +84,15 @@ def replicate_to_directory(
         if dry_run:
             return outcome
         for snap in pending:
-            result = replicate_snapshot_rsync(
-                src, snap.name, target, target_side.config, executor,
-                known_hosts_default=target_side.known_hosts_default,
-                bandwidth_limit=job.replicate.bandwidth_limit if job.replicate else None,
-                control_dir=target_side.control_dir,
-            )
+            # rsync's bytes are known only at its end: zbak status shows what and since when
+            with Slot(ctx.state_dir, "replicate", job_name, key).publisher(
+                    dataset=str(dataset), to_snapshot=snap.short, measured=False):
+                result = replicate_snapshot_rsync(
+                    src, snap.name, target, target_side.config, executor,
+                    known_hosts_default=target_side.known_hosts_default,
+                    bandwidth_limit=job.replicate.bandwidth_limit if job.replicate else None,
+                    control_dir=target_side.control_dir,
+                )
             outcome.bytes += result.bytes_sent or 0
             outcome.warnings.extend(result.warnings)
             catalog.set_cursor(job_name, key, job.source.host, str(dataset),

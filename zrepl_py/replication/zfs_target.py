@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from typing import TYPE_CHECKING, Callable
 
 from zrepl_py.clock import Clock
@@ -51,6 +52,11 @@ if TYPE_CHECKING:  # SQLAlchemy loads with the catalog, while the run's SSH pref
     from zrepl_py.catalog.repository import Catalog
 
 log = logging.getLogger(__name__)
+
+_MODIFIED = re.compile(r"has been modified\s+since most recent snapshot", re.IGNORECASE)
+"""libzfs's refusal of an incremental into a target written since its newest snapshot
+(``zfs_receive_one``: "destination %s has been modified since most recent snapshot"; the
+same words in zfs-fuse 0.7 and OpenZFS 2.x)."""
 
 
 @dataclasses.dataclass
@@ -94,8 +100,10 @@ class Transfer:
     compress: bool
     bandwidth_limit: int | None
     on_divergence: str
-    progress: Callable[[str], Callable[[int, float], None] | None]
-    """Given a label, return a ``(bytes, seconds)`` callback, or None for no progress."""
+    progress: Callable[..., Callable[[int, float], None] | None]
+    """Given a label and the keywords ``dataset``, ``from_snap``, ``to_snap`` (what is sent,
+    as ``proc.progress.progress_callback`` takes them), return a ``(bytes, seconds)``
+    callback, or None for no progress."""
 
 
 def _target_tree(zfs: Zfs, root: DatasetName) -> Tree | None:
@@ -245,7 +253,7 @@ def _confirm(dst: Zfs, target_ds: DatasetName, reached: SnapRef) -> None:
 
 
 def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceState,
-             src: Zfs, dst: Zfs, transfer: Transfer) -> int:
+             src: Zfs, dst: Zfs, transfer: Transfer, *, rolled_back: bool = False) -> int:
     if isinstance(step, AbortResume):
         log.warning("%s: aborting the partial receive: %s", target_ds, step.reason)
         dst.abort_resume(str(target_ds))
@@ -274,12 +282,33 @@ def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceS
     label = f"{dataset}@{step.to.name} -> {target_ds}"
     log.info("sending %s (%s)", label, type(step).__name__.lower())
     try:
-        result: PipelineResult = run_pipeline(stages, progress=transfer.progress(label),
-                                              meter=meter)  # fmt: skip
+        base = getattr(step, "base", None)  # what zbak status shows (zrepl_py.running)
+        progress = transfer.progress(label, dataset=str(dataset), to_snap=step.to.name,
+                                     from_snap=base.name if base is not None else None)
+        result: PipelineResult = run_pipeline(stages, progress=progress, meter=meter)
     except PipelineFailed as exc:
-        raise _rejected(exc, receive, dst) or exc
+        if not (isinstance(step, Incremental) and _modified(exc)):
+            raise _rejected(exc, receive, dst) or exc
+        base = SnapshotName.of(target_ds, step.base.name)
+        if transfer.on_divergence != "rollback" or rolled_back:
+            raise Diverged(
+                f"{target_ds} was modified since its newest snapshot @{step.base.name} (files"
+                f" written, or access times while mounted read-write): nothing was received"
+                f" and nothing on it was changed. Keep the replica unmodified (zfs set"
+                f" readonly=on {target_ds}), or set on_divergence = \"rollback\" to discard"
+                f" the changes (zfs rollback {base})") from exc
+        log.warning("%s was modified since @%s: rolling it back (on_divergence = rollback)",
+                    target_ds, step.base.name)
+        dst.rollback(base)
+        return _execute(step, dataset, target_ds, source, src, dst, transfer, rolled_back=True)
     log.info("received %s: %d bytes in %.1f s", label, result.bytes, result.seconds)
     return result.bytes
+
+
+def _modified(exc: PipelineFailed) -> bool:
+    """True when the receiver refused an incremental because its target was written to."""
+    last = exc.stages[-1] if exc.stages else None
+    return last is not None and last.failed and bool(_MODIFIED.search(last.stderr))
 
 
 def _rejected(exc: PipelineFailed, receive: list[str], dst: Zfs) -> StreamUnsupported | None:
