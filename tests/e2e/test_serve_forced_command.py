@@ -89,6 +89,7 @@ def served(make_pool, sshd_factory, tmp_path, capsys):
 
 
 def test_zbak_replicate_pushes_full_and_incremental_through_the_forced_command(served):
+    """RELIABILITY 36."""
     (served.src.mountpoint / "data" / "a.bin").write_bytes(b"a" * 200_000)
     zfs("snapshot", f"{served.data}@zbak_20260101T000000Z")
     (served.src.mountpoint / "data" / "b.bin").write_bytes(b"b" * 100_000)
@@ -121,6 +122,7 @@ def test_zbak_replicate_pushes_full_and_incremental_through_the_forced_command(s
     "sh -c 'touch {canary}'",
 ])
 def test_a_hostile_command_line_is_refused_logged_and_never_reaches_a_shell(served, hostile):
+    """RELIABILITY 36."""
     done = served.ssh(hostile.format(canary=served.canary))
     assert done.returncode == REFUSED, done.stdout + done.stderr
     assert "zbak serve: refused:" in done.stderr
@@ -144,6 +146,7 @@ def test_a_hostile_command_line_is_refused_logged_and_never_reaches_a_shell(serv
 ])
 def test_requests_outside_the_root_or_the_allow_list_are_refused_with_the_reason_logged(
         served, request_of, reason):
+    """RELIABILITY 36."""
     zfs("snapshot", f"{served.bak.name}/other@zbak_20260101T000000Z")
     zfs("create", f"{served.root}/data")
     zfs("snapshot", f"{served.root}/data@zbak_20260101T000000Z")
@@ -159,7 +162,7 @@ def test_requests_outside_the_root_or_the_allow_list_are_refused_with_the_reason
 
 
 def test_a_resume_send_runs_only_when_the_tokens_guid_is_a_snapshot_inside_the_root(served):
-    """zfs picks a resumed send's snapshot by guid, searching ever larger ancestors, so a
+    """RELIABILITY 36: zfs picks a resumed send's snapshot by guid, searching ever larger ancestors, so a
     token naming a dataset inside the root but the guid of a snapshot elsewhere must be
     refused. (zfs-fuse has no ``send -t``: the allowed one fails in zfs, not in serve.)"""
     zfs("create", f"{served.root}/data")
@@ -221,7 +224,7 @@ def _allow_argv(*args: str) -> list[str]:
 
 def test_a_non_root_user_with_the_documented_zfs_allow_sets_can_replicate_on_openzfs(
         openzfs_vm, openzfs_executor, openzfs_pools, tmp_path):
-    """zfs-fuse has no working ``zfs allow`` (it needs pyzfs), so the delegation sets of
+    """RELIABILITY 37: zfs-fuse has no working ``zfs allow`` (it needs pyzfs), so the delegation sets of
     examples/zfs-allow.sh are proven on real OpenZFS 2.3: as ``nobody`` (uid 65534) a full
     and an incremental stream go from the source's delegated dataset into the target's,
     with the hold, bookmark, snapshot and destroy zbak needs; received properties are

@@ -156,6 +156,7 @@ def test_ssh_pipe_between_remote_pools_replicates_full_and_incremental_with_equa
 def test_interrupted_ssh_transfer_resumes_from_the_receive_resume_token(
     openzfs_vm, openzfs_executor, openzfs_pools, tmp_path
 ):
+    """RELIABILITY 2."""
     source, target = f"{openzfs_pools.source}/data", f"{openzfs_pools.target}/data"
     make_dataset_with_snapshots(openzfs_executor, source, ["a"])
     assert ssh_pipe(openzfs_vm, ["zfs", "send", f"{source}@a"],
@@ -183,6 +184,7 @@ def test_interrupted_ssh_transfer_resumes_from_the_receive_resume_token(
 def test_raw_send_of_an_encrypted_dataset_arrives_locked_and_carries_no_plaintext(
     openzfs_vm, openzfs_executor, openzfs_pools, request
 ):
+    """RELIABILITY 38."""
     source, target = f"{openzfs_pools.source}/enc", f"{openzfs_pools.target}/enc"
     keyfile = f"/root/zbak-key-{openzfs_pools.source}"
     request.addfinalizer(lambda: openzfs_executor.run(["rm", "-f", keyfile], check=False))

@@ -240,6 +240,7 @@ def test_pull_from_a_source_over_ssh_into_a_local_directory(zpool, sshd, tmp_pat
 
 
 def test_a_failing_rsync_records_no_tree_and_leaves_no_clone(source, zpool, tmp_path):
+    """RELIABILITY 43."""
     directory = tmp_path / "dir"
     snap = SnapshotName.of(source.dataset, FIRST)
     guid = source.zfs.get_properties(snap, ["guid"])["guid"]
@@ -260,6 +261,7 @@ def test_a_failing_rsync_records_no_tree_and_leaves_no_clone(source, zpool, tmp_
 
 
 def test_a_killed_rsync_records_no_tree_and_the_next_run_resumes(zfs, zpool, tmp_path):
+    """RELIABILITY 43."""
     dataset = DatasetName(zpool.name).child("big")
     zfs.create_filesystem(dataset)
     top = zpool.mountpoint / "big"
@@ -354,6 +356,7 @@ def test_a_snapshot_view_of_a_missing_snapshot_leaves_nothing_behind(source, zpo
 
 
 def test_vanished_source_files_are_a_warning_not_a_failure(tmp_path):
+    """RELIABILITY 43."""
     src, dst = tmp_path / "live", tmp_path / "dst"
     src.mkdir()
     (src / "a-big").write_bytes(os.urandom(2 * 1024 * 1024))
@@ -396,3 +399,29 @@ def test_rsync_missing_on_a_side_is_reported_as_rsync_not_found(sshd, tmp_path):
     with pytest.raises(RsyncNotFound) as caught:
         run_rsync(LocalExecutor(), argv)
     assert caught.value.returncode not in (0, 24)
+
+
+def test_a_failing_rsync_over_ssh_records_no_tree_and_leaves_no_clone(source, zpool, sshd, tmp_path):
+    """RELIABILITY 43 (S): the push over a real sshd fails (the partial directory's place is
+    taken by a file on the target): RsyncFailed with rsync's non-zero, non-24 status and
+    stderr, no tree under ``snapshots``, no ``current``, no clone or mount left behind."""
+    directory = tmp_path / "remote dir"
+    snap = SnapshotName.of(source.dataset, FIRST)
+    guid = source.zfs.get_properties(snap, ["guid"])["guid"]
+    (directory / "partial").mkdir(parents=True)
+    (directory / "partial" / guid).write_text("a file where rsync needs a directory")
+    mounts_before = view_mount_dirs()
+
+    with SSHExecutor("backup", sshd.host_config(), known_hosts_default=tmp_path / "kh") as remote:
+        with pytest.raises(RsyncFailed) as caught:
+            replicate_snapshot_rsync(source.zfs, snap, Endpoint("backup", None, str(directory)),
+                                     sshd.host_config(), remote,
+                                     known_hosts_default=tmp_path / "kh")
+        assert last_synced(remote, str(directory)) == []
+
+    assert caught.value.returncode not in (0, 24, None)
+    assert caught.value.stderr
+    assert os.listdir(directory / "snapshots") == []
+    assert not os.path.lexists(directory / "current")
+    assert view_clones(zpool.name) == []
+    assert view_mount_dirs() <= mounts_before

@@ -115,6 +115,7 @@ def leaks(blob: bytes | str, values: dict[str, str]) -> list[str]:
 
 def test_a_debug_cycle_with_aws_session_credentials_leaks_no_secret_anywhere(
         make_pool, sshd, s3_server, secret_env, tmp_path, monkeypatch):
+    """RELIABILITY 39."""
     src, bak = make_pool(), make_pool()
     data, replica = f"{src.name}/data", f"{bak.name}/replica"
     zfs("create", data)

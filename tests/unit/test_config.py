@@ -27,17 +27,20 @@ def expected_key(path: Path) -> str:
 
 
 def test_there_is_one_example_per_use():
+    """RELIABILITY 44."""
     assert len(EXAMPLES) >= 4
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_every_example_config_parses_into_a_validated_config(path):
+    """RELIABILITY 44."""
     config = load_config(path)
     assert config.jobs
 
 
 @pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
 def test_every_invalid_config_fails_naming_its_key_path_and_file(path):
+    """RELIABILITY 44."""
     with pytest.raises(ConfigError) as info:
         load_config(path)
     keys = [key or "<file>" for key, _ in info.value.problems]
@@ -47,12 +50,14 @@ def test_every_invalid_config_fails_naming_its_key_path_and_file(path):
 
 @pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
 def test_the_cli_exits_2_on_an_invalid_config_and_names_key_and_file(path, capsys):
+    """RELIABILITY 44."""
     assert main(["--config", str(path), "config", "check"], env={}) == ExitStatus.USAGE
     err = capsys.readouterr().err
     assert str(path) in err and expected_key(path) in err
 
 
 def test_config_check_exits_2_as_a_subprocess_too():
+    """RELIABILITY 44."""
     bad = INVALID[0]
     proc = subprocess.run([sys.executable, "-m", "zrepl_py", "--config", str(bad), "config", "check"],
                           capture_output=True, text=True)

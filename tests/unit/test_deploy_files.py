@@ -117,12 +117,14 @@ def test_the_shell_scripts_parse():
      "receive,create,mount,hold,release,userprop,rollback,destroy"),
 ])
 def test_the_zfs_allow_script_grants_the_documented_sets(args, perms):
+    """RELIABILITY 37."""
     done = subprocess.run(["sh", str(EXAMPLES / "zfs-allow.sh"), "-n", *args],
                           capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["zfs", "allow", "-u", args[1], perms, args[2]]
 
 
 def test_the_zfs_allow_script_refuses_an_unknown_role():
+    """RELIABILITY 37."""
     done = subprocess.run(["sh", str(EXAMPLES / "zfs-allow.sh"), "-n", "both", "u", "t/d"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "usage" in done.stderr
@@ -164,6 +166,7 @@ def test_the_authorized_keys_example_forces_zbak_serve_with_restrict_on_every_ke
 
 @pytest.mark.parametrize("index", [0, 1])
 def test_the_forced_commands_of_the_example_parse_and_refuse_a_shell(tmp_path, index):
+    """RELIABILITY 36."""
     command, _ = _forced_commands()[index]
     argv = shlex.split(command)
     argv[0] = str(ZBAK)

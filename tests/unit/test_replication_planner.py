@@ -245,6 +245,7 @@ STALE = [
 
 @pytest.mark.parametrize("case", STALE, ids=[c[0] for c in STALE])
 def test_invalid_tokens_are_aborted_first_and_the_plan_continues_without_them(case):
+    """RELIABILITY 3, 4."""
     _, src, dst, words, rest = case
     plan = plan_replication(src, dst)
     if rest is None:
@@ -264,6 +265,7 @@ def test_an_aborted_full_stream_token_is_followed_by_a_new_full_send():
 
 
 def test_a_stale_token_with_nothing_left_to_send_plans_only_the_abort():
+    """RELIABILITY 3."""
     plan = plan_replication(source(A), target(TA, tok=token(B, base=A)))
     assert [type(step) for step in plan.steps] == [AbortResume]
     assert not plan.up_to_date
@@ -282,6 +284,7 @@ def test_a_diverged_target_keeps_its_token_untouched():
 
 
 def test_replanning_after_the_abort_does_not_loop():
+    """RELIABILITY 3."""
     src = source(A, C)
     first = plan_replication(src, target(TA, tok=token(B, base=A)))
     assert isinstance(first.steps[0], AbortResume)

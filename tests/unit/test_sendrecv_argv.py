@@ -100,6 +100,7 @@ REFUSALS = [
 
 @pytest.mark.parametrize("case", REFUSALS, ids=[c[0] for c in REFUSALS])
 def test_send_argv_refusals(case):
+    """RELIABILITY 4."""
     _, step, caps, raw, words = case
     with pytest.raises(SendArgsInvalid, match=words):
         send_argv(step, source_dataset=DS, caps=caps, raw=raw)

@@ -62,11 +62,13 @@ CORPUS = [
 
 @pytest.mark.parametrize("word", CORPUS)
 def test_every_word_zbak_quotes_comes_back_byte_identical(word):
+    """RELIABILITY 33."""
     argv = ["zfs", "get", word, "x"]
     assert split_command_line(request(argv)) == [argv]
 
 
 def test_random_words_round_trip_through_shlex_join():
+    """RELIABILITY 33."""
     rng = random.Random(6)
     alphabet = "ab '\"$`;|&<>()\\\n\t*?~#!{}%=:,./-_@+"
     for _ in range(300):
@@ -104,6 +106,7 @@ def test_a_remote_pipeline_splits_into_its_commands():
     None,
 ])
 def test_shell_syntax_is_refused_before_anything_runs(text):
+    """RELIABILITY 36."""
     with pytest.raises(CommandRefused):
         split_command_line(text)
 
@@ -117,6 +120,7 @@ def test_the_refusal_names_the_offending_character_and_its_offset():
 
 
 def test_options_after_operands_are_read_as_options_like_glibc_getopt():
+    """RELIABILITY 36."""
     parsed = parse(["pool/x", "-F"], flags="uF", what="zfs receive")
     assert parsed.has("F") and parsed.operands == ("pool/x",)
 
@@ -345,6 +349,7 @@ def test_a_configured_program_path_is_accepted_and_executed():
     (["zstd", "-d", "-c"], "only in a pipeline"),
 ])
 def test_commands_zbak_does_not_issue_are_refused_with_the_rule_they_break(argv, reason):
+    """RELIABILITY 36."""
     assert reason in refused(request(argv))
 
 
@@ -361,10 +366,12 @@ def test_commands_zbak_does_not_issue_are_refused_with_the_rule_they_break(argv,
     (["zfs", "rollback", "-r", f"{ROOT}/tank@s"], "-r is not allowed"),
 ])
 def test_allow_destroy_own_still_refuses_everything_but_single_zbak_snapshots(argv, reason):
+    """RELIABILITY 36."""
     assert reason in refused(request(argv), DESTROYER)
 
 
 def test_receive_force_is_allowed_only_when_configured():
+    """RELIABILITY 36."""
     argv = ["zfs", "receive", "-u", "-F", f"{ROOT}/tank"]
     policy = dataclasses.replace(POLICY, allow_force_receive=True)
     assert allowed(request(argv), policy).argvs == (tuple(argv),)
@@ -384,16 +391,19 @@ def test_receive_force_is_allowed_only_when_configured():
     ("cat /etc/shadow | zfs receive -u backup/replicas/x", "program 'cat' is not allowed"),
 ])
 def test_pipelines_other_than_the_two_data_path_shapes_are_refused(text, reason):
+    """RELIABILITY 36."""
     assert reason in refused(text)
 
 
 def test_a_token_naming_a_snapshot_outside_the_root_is_refused_even_for_a_dry_run():
+    """RELIABILITY 36."""
     token = (DATA / "full.token").read_text().strip()  # toname src/plain@s1
     assert "outside the allowed root" in refused(
         request(["zfs", "send", "-n", "-v", "-t", token]), Policy(roots=("src/data",)))
 
 
 def test_quoting_cannot_smuggle_a_pipe_or_an_option_into_a_name():
+    """RELIABILITY 36."""
     assert "invalid character" in refused(request(["zfs", "receive", "-u", f"{ROOT}/x|sh"]))
     assert "not allowed" in refused(request(["zfs", "receive", "-u", "-F", f"{ROOT}/x"]))
 
@@ -402,6 +412,7 @@ def test_quoting_cannot_smuggle_a_pipe_or_an_option_into_a_name():
 
 
 def test_zbak_serve_exits_126_and_logs_the_reason_for_a_refused_request(tmp_path, capsys):
+    """RELIABILITY 36."""
     from zrepl_py.cli import main
 
     log = tmp_path / "serve.log"

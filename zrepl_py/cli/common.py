@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -109,3 +110,36 @@ def for_each_job(jobs, action) -> tuple[list[Any], ExitStatus]:
     if serious:
         return results, serious[0]
     return results, ExitStatus.LOCKED if failures else ExitStatus.OK
+
+
+_SECRET_OPTION = re.compile(
+    r"^--?[a-z0-9-]*(secret|password|passwd|passphrase|token|credential|access-key|api-key"
+    r"|private-key)", re.IGNORECASE)
+SECRET_OPTION_HINT = (
+    "secrets are never taken on the command line (argv is visible to every user in ps and "
+    "/proc): S3 keys come from the standard AWS chain (AWS_* environment, ~/.aws/credentials "
+    "with [stores.NAME] profile / prune_profile, instance role); other secrets from the "
+    'config as { env = "NAME" } or { file = "/path" }; PostgreSQL passwords from ~/.pgpass '
+    "or PGPASSWORD"
+)
+
+
+def refuse_secret_options(argv: Sequence[str]) -> None:
+    """Refuse a secret-looking option (``--s3-secret-key``, ``--password=...``) before parsing.
+
+    zbak has no such option; refusing it by name, with a hint, tells the user where secrets
+    go instead of click's bare "No such option" (RELIABILITY 39, pgBackRest's secure options).
+    Words after ``--`` are operands and are not looked at.
+
+    Raises:
+        UsageError: an option name in ``argv`` looks like a secret (exit 2); the message names
+            the option, never its value.
+    """
+    from zrepl_py.errors import UsageError
+
+    for word in argv:
+        if word == "--":
+            return
+        if word.startswith("-") and _SECRET_OPTION.match(word):
+            name = word.split("=", 1)[0]
+            raise UsageError(f"refusing option {name}: {SECRET_OPTION_HINT}")

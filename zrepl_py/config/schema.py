@@ -163,6 +163,10 @@ class StoreConfig(_Model):
     region: str | None = None
     profile: str | None = None
     """AWS profile name from the standard credential chain; keys are never in this file."""
+    prune_profile: str | None = None
+    """AWS profile whose credential makes every delete of this store (chain pruning, clean-up
+    of partial uploads), so ``profile`` may be a writer without ``s3:DeleteObject``
+    (RELIABILITY 42). None: ``profile`` deletes too. S3 stores only."""
     storage_class: StorageClasses = StorageClasses()
     volume_size: ByteSize = 1024**3
     """Bytes per stored volume object; 1 GiB keeps any stream far inside S3 limits."""
@@ -177,6 +181,12 @@ class StoreConfig(_Model):
         if re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$", value):
             return value
         raise ValueError("expected 's3://bucket[/prefix]' or 'file:///absolute/dir'")
+
+    @model_validator(mode="after")
+    def _prune_profile(self) -> "StoreConfig":
+        if self.prune_profile is not None and not self.url.startswith("s3://"):
+            raise ValueError("prune_profile applies to s3:// stores only")
+        return self
 
 
 class Retention(_Model):
@@ -453,6 +463,10 @@ class SecretRef(_Model):
     def _exactly_one(self) -> "SecretRef":
         if (self.env is None) == (self.file is None):
             raise ValueError('give exactly one of env = "NAME" or file = "/path"')
+        if self.env is not None:  # a secret's variable never reaches zfs/ssh/rsync children
+            from zrepl_py.proc.childenv import register_secret_env
+
+            register_secret_env(self.env)
         return self
 
     def load(self):

@@ -7,6 +7,7 @@ import subprocess
 from typing import Sequence
 
 from zrepl_py.errors import CommandFailed
+from zrepl_py.proc.childenv import child_env
 from zrepl_py.proc.executor import Completed
 
 log = logging.getLogger(__name__)
@@ -14,6 +15,9 @@ log = logging.getLogger(__name__)
 
 class LocalExecutor:
     """Executor for this machine; follows the contract in ``zrepl_py.proc.executor``.
+
+    Commands start with this process's environment minus its secrets
+    (``zrepl_py.proc.childenv.child_env``).
 
     Args:
         prefix: argv prepended to every command, e.g. ``["sudo", "-n"]``.
@@ -43,6 +47,7 @@ class LocalExecutor:
                 capture_output=True,
                 timeout=timeout,
                 check=False,
+                env=child_env(),  # no AWS_*/password variables in children (RELIABILITY 39)
             )
         except subprocess.TimeoutExpired as exc:
             raise CommandFailed(full, None, f"timed out after {timeout} s", self.host) from exc

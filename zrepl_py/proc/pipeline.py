@@ -10,6 +10,7 @@ Behaviour:
 - Every stage starts from an argv list (never a shell) in its own session and process group,
   so stopping a stage stops its children too (ssh's, a wrapper's). Stage 0 reads /dev/null
   unless ``stdin`` is given; the last stage writes to /dev/null unless ``stdout`` is given.
+  Stages get this process's environment minus its secrets (``proc.childenv.child_env``).
 - If zbak itself dies (SIGTERM, SIGKILL, OOM), every stage gets SIGTERM from the kernel:
   stages start through util-linux ``setpriv --pdeathsig TERM`` (prctl(2) PR_SET_PDEATHSIG;
   a ``preexec_fn`` is unsafe with the stderr threads running), so no orphaned ``zfs receive``
@@ -63,6 +64,7 @@ import time
 from typing import IO, Callable, Sequence
 
 from zrepl_py.errors import PipelineCancelled, PipelineFailed, PipelineTimedOut
+from zrepl_py.proc.childenv import child_env
 
 log = logging.getLogger(__name__)
 
@@ -389,6 +391,7 @@ class _Pipeline:
                 stdout=stdout,
                 stderr=stderr,
                 close_fds=True,
+                env=child_env(),  # no AWS_*/password variables in children (RELIABILITY 39)
                 start_new_session=True,  # own session and process group, no terminal
             )
         except FileNotFoundError as exc:

@@ -1,0 +1,220 @@
+"""RELIABILITY 42: least-privilege S3 credentials, enforced by a real IAM policy check.
+
+moto's server checks every request against the IAM policies of the caller once
+``INITIAL_NO_AUTH_ACTION_COUNT`` requests have passed (moto ``core/authorization.py``); the
+fixture sets up the bucket and two IAM users without authentication, then switches
+enforcement on for every later request (``POST /moto-api/reset-auth`` with ``0``). The server
+runs in its own process so enforcement never leaks into the session's shared moto server.
+
+* ``writer`` may put, get, list and abort uploads, but not ``s3:DeleteObject``;
+* ``pruner`` may only delete (and list).
+
+zbak gets them as two profiles of the shared credentials file (``[stores.NAME] profile`` and
+``prune_profile``), the standard AWS chain.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import boto3
+import pytest
+
+from testbed.cli import Zbak, zfs
+from zrepl_py.catalog.db import make_engine
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.config.loading import load_config
+from zrepl_py.config.schema import StoreConfig
+from zrepl_py.errors import ExitStatus, StorePermanent
+from zrepl_py.stores.open import PruneCredentialBackend, open_store
+
+pytestmark = [pytest.mark.s3]
+
+BUCKET = "zbak-least-privilege"
+WRITER = ["s3:PutObject", "s3:GetObject", "s3:ListBucket", "s3:AbortMultipartUpload",
+          "s3:ListMultipartUploadParts", "s3:RestoreObject"]
+PRUNER = ["s3:DeleteObject", "s3:ListBucket"]
+
+
+class IamS3:
+    """A moto server enforcing IAM, a bucket, and profiles ``writer`` and ``pruner``."""
+
+    def __init__(self, home: Path, log: Path):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                                      "-p", str(port)],
+                                     stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+        deadline = time.monotonic() + 90  # a loaded 2-core machine
+        while True:
+            try:
+                urllib.request.urlopen(self.url + "/moto-api/", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        anonymous = dict(endpoint_url=self.url, region_name="us-east-1",
+                         aws_access_key_id="setup", aws_secret_access_key="setup")
+        boto3.client("s3", **anonymous).create_bucket(Bucket=BUCKET)
+        iam = boto3.client("iam", **anonymous)
+        self.keys = {name: self._user(iam, name, actions)
+                     for name, actions in (("writer", WRITER), ("pruner", PRUNER))}
+        aws = home / ".aws"
+        aws.mkdir(mode=0o700)
+        (aws / "credentials").write_text("".join(
+            f"[{name}]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n"
+            for name, (key, secret) in self.keys.items()))
+        request = urllib.request.Request(self.url + "/moto-api/reset-auth", data=b"0",
+                                         method="POST", headers={"Content-Type": "text/plain"})
+        urllib.request.urlopen(request, timeout=10)  # from now on every request is checked
+
+    @staticmethod
+    def _user(iam, name: str, actions: list[str]) -> tuple[str, str]:
+        iam.create_user(UserName=name)
+        iam.put_user_policy(UserName=name, PolicyName="zbak", PolicyDocument=json.dumps({
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": actions,
+                           "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"]}],
+        }))
+        key = iam.create_access_key(UserName=name)["AccessKey"]
+        return key["AccessKeyId"], key["SecretAccessKey"]
+
+    def client(self, who: str):
+        key, secret = self.keys[who]
+        return boto3.client("s3", endpoint_url=self.url, region_name="us-east-1",
+                            aws_access_key_id=key, aws_secret_access_key=secret)
+
+    def keys_in_bucket(self) -> set[str]:
+        listing = self.client("writer").list_objects_v2(Bucket=BUCKET)
+        return {o["Key"] for o in listing.get("Contents", [])}
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def iam_s3(tmp_path):
+    server = IamS3(Path(os.environ["HOME"]), tmp_path / "moto.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def store(server: IamS3, **extra) -> StoreConfig:
+    return StoreConfig(url=f"s3://{BUCKET}/zbak", endpoint=server.url, region="us-east-1",
+                       profile="writer", **extra)
+
+
+def test_the_writer_credential_cannot_delete_and_the_refusal_is_raised_not_swallowed(iam_s3):
+    """RELIABILITY 42 (C): with the writer profile alone, ``put`` works and ``delete`` raises
+    StorePermanent (AccessDenied) with the object still there; the prune profile cannot
+    write."""
+    backend = open_store("cold", store(iam_s3))
+    try:
+        backend.put("a/obj", [b"x" * 1000])
+        with pytest.raises(StorePermanent, match="(?i)denied"):
+            backend.delete("a/obj")
+    finally:
+        backend.close()
+    assert iam_s3.keys_in_bucket() == {"zbak/a/obj"}
+    pruner = open_store("cold", store(iam_s3).model_copy(update={"profile": "pruner"}))
+    try:
+        with pytest.raises(StorePermanent, match="(?i)denied"):
+            pruner.put("a/other", [b"y"])
+    finally:
+        pruner.close()
+
+
+def test_with_a_prune_profile_deletes_use_it_and_everything_else_the_writer(iam_s3):
+    """RELIABILITY 42 (C): ``prune_profile`` gives a backend whose delete succeeds through
+    the pruner credential while put/get/stat/list keep using the writer's."""
+    backend = open_store("cold", store(iam_s3, prune_profile="pruner"))
+    try:
+        assert isinstance(backend, PruneCredentialBackend)
+        backend.put("a/obj", [b"x" * 1000])
+        assert b"".join(backend.get("a/obj")) == b"x" * 1000
+        assert [o.key for o in backend.list("a/")] == ["a/obj"]
+        backend.delete("a/obj")
+    finally:
+        backend.close()
+    assert iam_s3.keys_in_bucket() == set()
+
+
+def test_prune_profile_is_refused_for_a_file_store():
+    """RELIABILITY 42 (U): the key only makes sense for S3 and is refused elsewhere."""
+    with pytest.raises(ValueError, match="s3:// stores only"):
+        StoreConfig(url="file:///srv/zbak", prune_profile="pruner")
+
+
+@pytest.mark.zfs
+def test_zbak_archives_with_the_writer_and_prunes_chains_only_with_the_prune_profile(
+        iam_s3, zpool, tmp_path, capsys):
+    """RELIABILITY 42 (E): ``zbak archive`` writes two chains with the write-only writer
+    credential (its one delete, of the finished upload's ``progress.json``, goes through
+    ``prune_profile``); ``zbak prune`` without a prune credential fails with exit 1 naming
+    the refused delete and leaves the old chain's objects in place; with ``prune_profile``
+    the rerun deletes them."""
+    data = f"{zpool.name}/data"
+    zfs("create", data)
+    mount = Path(zfs("get", "-Hp", "-o", "value", "mountpoint", data).strip())
+
+    def config(path: Path, prune: str) -> Path:
+        path.write_text(textwrap.dedent(f"""
+            state_dir = "{tmp_path / 'state'}"
+            [stores.cold]
+            url = "s3://{BUCKET}/zbak"
+            endpoint = "{iam_s3.url}"
+            region = "us-east-1"
+            profile = "writer"
+            volume_size = "256KiB"
+            {prune}
+            [jobs.data]
+            dataset = "{data}"
+            [jobs.data.snapshot]
+            retention = {{ keep_last = 1 }}
+            [jobs.data.archive]
+            store = "cold"
+            keep_chains = 1
+        """))
+        return path
+
+    writer_only = Zbak(config(tmp_path / "writer.toml", ""), capsys)
+    both = Zbak(config(tmp_path / "both.toml", 'prune_profile = "pruner"'), capsys)
+    assert both("init", "--no-checks")[0] == ExitStatus.OK
+    for n, extra in ((1, ()), (2, ("--full",))):
+        (mount / f"f{n}").write_bytes(os.urandom(300_000))
+        zfs("snapshot", f"{data}@zbak_2026010{n}T000000Z")
+        status, out, err = both("archive", *extra)
+        assert status == ExitStatus.OK, out + err
+    catalog = Catalog(make_engine(load_config(tmp_path / "writer.toml").catalog_url))
+    streams = catalog.streams(dataset=data)
+    (newer,) = [s for s in streams if s.to_name == "zbak_20260102T000000Z"]
+    (older,) = [s for s in streams if s.to_name == "zbak_20260101T000000Z"]
+    catalog.set_stream_state(newer.id, "verified", dt.datetime.now(dt.timezone.utc))
+    old_keys = {k for k in iam_s3.keys_in_bucket() if k.startswith("zbak/" + older.object_prefix)}
+    assert old_keys
+
+    status, out, err = writer_only("prune", "data")
+    assert status == ExitStatus.FAILED, out + err
+    assert "denied" in (out + err).lower()
+    assert old_keys <= iam_s3.keys_in_bucket()
+
+    status, out, err = both("prune", "data")
+    assert status == ExitStatus.OK, out + err
+    assert not old_keys & iam_s3.keys_in_bucket()
+    assert [s.to_name for s in catalog.streams(dataset=data)] == ["zbak_20260102T000000Z"]
