@@ -189,6 +189,7 @@ def test_full_then_incremental_on_openzfs_moves_the_hold_and_the_bookmark_with_t
 
 
 def test_an_interrupted_full_send_is_resumed_from_the_receive_resume_token(rig):
+    """RELIABILITY 1."""
     rig.write("big.bin", BIG_MIB)
     rig.snapshot("s1")
     rig.write("small.bin", 0.1)
@@ -208,6 +209,7 @@ def test_an_interrupted_full_send_is_resumed_from_the_receive_resume_token(rig):
 
 
 def test_an_interrupted_incremental_send_is_resumed_from_the_receive_resume_token(rig):
+    """RELIABILITY 2."""
     rig.snapshot("s1")
     assert rig.replicate() == "full s1"
     rig.write("big.bin", BIG_MIB)
@@ -228,6 +230,7 @@ def test_an_interrupted_incremental_send_is_resumed_from_the_receive_resume_toke
 
 
 def test_a_token_whose_snapshot_was_destroyed_is_aborted_once_and_replication_goes_on(rig):
+    """RELIABILITY 3."""
     rig.snapshot("s1")
     assert rig.replicate() == "full s1"
     rig.write("big.bin", BIG_MIB)
@@ -267,6 +270,7 @@ def test_the_cursor_bookmark_is_the_incremental_base_after_an_admin_destroyed_th
 
 
 def test_an_encrypted_dataset_is_replicated_raw_and_arrives_without_its_key(rig, request):
+    """RELIABILITY 38."""
     keyfile = f"/root/zbak-key-{rig.data.split('/')[0]}"
     request.addfinalizer(lambda: rig.executor.run(["rm", "-f", keyfile], check=False))
     rig.guest("dd", f"of={keyfile}", "status=none", input=b"correct horse battery staple\n")

@@ -317,6 +317,7 @@ def test_openzfs_capabilities_include_resume_tokens_bookmarks_and_raw_send(guest
 
 @pytest.mark.openzfs
 def test_an_interrupted_full_receive_leaves_a_token_that_describes_and_resumes(guest, names):
+    """RELIABILITY 1."""
     src, dst = names
     zfs = guest.zfs
     zfs.create_filesystem(src)
@@ -347,6 +348,7 @@ def test_an_interrupted_full_receive_leaves_a_token_that_describes_and_resumes(g
 
 @pytest.mark.openzfs
 def test_an_interrupted_incremental_resumes_from_its_token(guest, names):
+    """RELIABILITY 2."""
     src, dst = names
     zfs = guest.zfs
     zfs.create_filesystem(src)
@@ -373,6 +375,7 @@ def test_an_interrupted_incremental_resumes_from_its_token(guest, names):
 
 @pytest.mark.openzfs
 def test_a_stale_token_is_aborted_and_replication_continues_without_a_loop(guest, names):
+    """RELIABILITY 3."""
     src, dst = names
     zfs = guest.zfs
     zfs.create_filesystem(src)
