@@ -2,8 +2,9 @@
 
 Reading and checking 100,000 streams allocates a few hundred thousand tuples and small
 objects, none of them in reference cycles; each allocation burst still triggers collections
-that walk every live container, a third of the graph audit's time (benchmarks/catalog.py:
-1.24 s with the collector, 0.91 s without, SQLite). Reference counting still frees
+that walk every live container (benchmarks/catalog.py, graph audit of 100,000 streams on
+SQLite: 1.24 s with the collector running, 1.00 s with it paused in the decorated functions,
+0.91 s with it off for the whole process). Reference counting still frees
 everything at once; cycles made meanwhile are collected after the block.
 """
 

@@ -19,6 +19,7 @@ import ssl
 import tenacity
 
 from zrepl_py.alerts.message import mail_body, mail_subject
+from zrepl_py.alerts.retrying import Transient, deliver
 from zrepl_py.config.secret import Secret
 from zrepl_py.errors import AlertDeliveryFailed
 from zrepl_py.events import Event
@@ -28,10 +29,6 @@ log = logging.getLogger(__name__)
 # Python folds a long Subject right after "Subject:" at the default 78 columns; RFC 5322
 # section 2.1.1 allows lines up to 998, so headers stay on one line up to 200 characters.
 _POLICY = email.policy.SMTP.clone(max_line_length=200)
-
-
-class _Transient(Exception):
-    """A failure worth another attempt; carries a message without secrets."""
 
 
 class EmailSink:
@@ -85,16 +82,8 @@ class EmailSink:
                 failures on every try.
         """
         mail = self.message(event)
-        try:
-            for attempt in tenacity.Retrying(stop=tenacity.stop_after_attempt(self._attempts),
-                                             wait=self._wait,
-                                             retry=tenacity.retry_if_exception_type(_Transient),
-                                             reraise=True):
-                with attempt:
-                    self._send(mail, attempt.retry_state.attempt_number)
-        except _Transient as exc:
-            raise AlertDeliveryFailed(f"mail via {self.server}: {exc} (after {self._attempts} "
-                                      f"tries)") from None
+        deliver(lambda n: self._send(mail, n), attempts=self._attempts, wait=self._wait,
+                what=f"mail via {self.server}")
         log.info("alert %s mailed via %s to %s", event.kind, self.server, ", ".join(self._recipients))
 
     def _send(self, mail: email.message.EmailMessage, attempt: int) -> None:
@@ -117,7 +106,7 @@ class EmailSink:
             problem = f"SMTP {exc.smtp_code} {_text(exc.smtp_error)}"
             if 400 <= exc.smtp_code < 500:
                 log.warning("mail via %s: %s (try %d)", self.server, problem, attempt)
-                raise _Transient(problem) from None
+                raise Transient(problem) from None
             raise AlertDeliveryFailed(f"mail via {self.server} refused: {problem}") from None
         except smtplib.SMTPRecipientsRefused as exc:
             refused = ", ".join(sorted(exc.recipients))
@@ -130,7 +119,7 @@ class EmailSink:
             problem = (exc.strerror if isinstance(exc, OSError) and exc.strerror else
                        str(exc) or type(exc).__name__)
             log.warning("mail via %s failed: %s (try %d)", self.server, problem, attempt)
-            raise _Transient(problem) from None
+            raise Transient(problem) from None
 
 
 def _text(value: bytes | str) -> str:

@@ -18,6 +18,7 @@ import urllib.request
 import tenacity
 
 from zrepl_py.alerts.message import scrub, webhook_payload
+from zrepl_py.alerts.retrying import Transient, deliver
 from zrepl_py.config.secret import Secret
 from zrepl_py.errors import AlertDeliveryFailed
 from zrepl_py.events import Event
@@ -25,10 +26,6 @@ from zrepl_py.events import Event
 log = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-
-
-class _Transient(Exception):
-    """A failure worth another attempt; carries a message without secrets."""
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -72,16 +69,8 @@ class WebhookSink:
             AlertDeliveryFailed: a permanent HTTP status, or transient failures on every try.
         """
         body = json.dumps(webhook_payload(event, self._host, self.secrets())).encode()
-        try:
-            for attempt in tenacity.Retrying(stop=tenacity.stop_after_attempt(self._attempts),
-                                             wait=self._wait,
-                                             retry=tenacity.retry_if_exception_type(_Transient),
-                                             reraise=True):
-                with attempt:
-                    self._post(body, attempt.retry_state.attempt_number)
-        except _Transient as exc:
-            raise AlertDeliveryFailed(f"webhook {self.server}: {exc} (after {self._attempts} "
-                                      f"tries)") from None
+        deliver(lambda n: self._post(body, n), attempts=self._attempts, wait=self._wait,
+                what=f"webhook {self.server}")
         log.info("alert %s sent to webhook %s", event.kind, self.server)
 
     def _post(self, body: bytes, attempt: int) -> None:
@@ -98,7 +87,7 @@ class WebhookSink:
             problem = f"HTTP {exc.code} {exc.reason}"
             if exc.code in RETRY_STATUSES:
                 log.warning("webhook %s answered %s (try %d)", self.server, problem, attempt)
-                raise _Transient(problem) from None
+                raise Transient(problem) from None
             raise AlertDeliveryFailed(f"webhook {self.server} refused the alert: {problem}") from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", exc)
@@ -106,4 +95,4 @@ class WebhookSink:
                 reason.strerror or type(reason).__name__)
             problem = scrub(problem, self.secrets())
             log.warning("webhook %s unreachable: %s (try %d)", self.server, problem, attempt)
-            raise _Transient(f"unreachable: {problem}") from None
+            raise Transient(f"unreachable: {problem}") from None

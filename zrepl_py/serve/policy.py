@@ -258,22 +258,22 @@ def _check_list(value: str, allowed: frozenset[str] | None, what: str) -> list[s
     return items
 
 
-def _snapshot(text: str, policy: Policy, what: str) -> SnapshotName:
+def _named(kind, text: str, policy: Policy, what: str):
+    """``kind(text)`` (DatasetName or SnapshotName), refused unless valid and inside the root."""
     try:
-        snap = SnapshotName(text)
+        name = kind(text)
     except InvalidName as exc:
         raise CommandRefused(f"{what}: {exc}") from None
-    _require_inside(snap, policy, what)
-    return snap
+    _require_inside(name, policy, what)
+    return name
+
+
+def _snapshot(text: str, policy: Policy, what: str) -> SnapshotName:
+    return _named(SnapshotName, text, policy, what)
 
 
 def _dataset(text: str, policy: Policy, what: str) -> DatasetName:
-    try:
-        dataset = DatasetName(text)
-    except InvalidName as exc:
-        raise CommandRefused(f"{what}: {exc}") from None
-    _require_inside(dataset, policy, what)
-    return dataset
+    return _named(DatasetName, text, policy, what)
 
 
 def _no_options(parsed: Parsed, what: str) -> None:
