@@ -25,13 +25,14 @@ Timed, each ``--reps`` times (median and spread printed):
   per dataset and store over ``Catalog.bulk_streams`` rows (it needs the full rows), and
   ``prune (load + plan)`` with that read.
 
-Measured 2026-11-21 on the shared 2-vCPU test machine (load average about 1, median of three
-runs' medians of 5): SQLite load 0.88 s + graph 0.21 s = audit 1.19 s (was 1.78 s reading
-every volume and carried row), prune plan 0.50 s (2.29 s with ``Catalog.bulk_streams``);
-PostgreSQL 15 load 2.92 s (0.72 s of it in this process) + graph 0.40 s = audit 3.07 s
-(was 3.10 s), prune plan 0.55 s (2.34 s with the load). The < 1 s target is not met: what
-is left is ``stream_links`` (about 0.35 s CPU: 100,000 rows of 13 columns) and the SQL
-screen (about 0.3 s of SQLite time; most of PostgreSQL's server time).
+Measured 2026-11-21 on the shared 2-vCPU test machine (load average about 1, medians of 5):
+SQLite load 0.46 s + graph 0.19 s = audit 0.62 s (min 0.61, max 0.66; 0.87 s of CPU), prune
+plan 0.29 s (1.69 s with ``Catalog.bulk_streams``); PostgreSQL 15 load 2.25 s + graph 0.31 s =
+audit 2.18 s, prune plan 0.28 s (1.75 s with the load). The audit was 1.78 s on SQLite reading
+every volume and carried row, 1.19 s with the SQL screen, 0.81-0.89 s with the cyclic GC paused,
+and is 0.62 s with the screen running in a thread beside the stream-link read (the database
+answers it without holding the GIL). What is left is ``stream_links`` (about 0.37 s: 100,000
+rows of 13 columns, 0.21 s of it SQLite's fetch) and the graph checks (0.19 s).
 
 SQLite: a file under a temporary directory. PostgreSQL: ``ZBAK_BENCH_PG_URL`` (an empty
 database, SQLAlchemy URL), else a throwaway PostgreSQL 15 cluster started the way

@@ -5,6 +5,7 @@ SQLite and PostgreSQL catalogs with one defect of each kind."""
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
 
 import pytest
 import sqlalchemy as sa
@@ -157,6 +158,9 @@ def test_the_loaded_audit_gives_the_same_findings_as_the_pure_checks_over_every_
                        guid(2, 33), 330, T0)
     loaded = load_graph_input(catalog, host="local", archives=[("job", "cold")],
                               cursors=catalog.cursors())
+    # a file or server catalog runs the screen in a thread beside the link read
+    assert catalog.reads_concurrently
+    assert loaded.screened.failed == catalog.screen_streams(host="local")
     found = audit_graph(loaded)
     assert found == audit_graph(in_memory(catalog, loaded))
     errors = {f.stream: f.problem for f in found if f.severity is Severity.ERROR}
@@ -179,3 +183,40 @@ def test_a_job_scope_reads_only_its_datasets(engine, catalog):
     loaded = load_graph_input(catalog, host="local", below="tank/ok")
     assert {s.dataset for s in loaded.streams} == {"tank/ok"}
     assert audit_graph(loaded) == []
+
+
+def test_an_in_memory_sqlite_catalog_screens_in_line_and_finds_the_same_streams():
+    """A memory database is one per thread (or one shared connection): no screen thread."""
+    engine = db.make_engine("sqlite://")
+    try:
+        db.upgrade(engine)
+        catalog = Catalog(engine)
+        assert not catalog.reads_concurrently
+        s = defective_catalog(engine)
+        loaded = load_graph_input(catalog, host="local")
+        assert loaded.screened.failed == {
+            s[k] for k in ("gap", "sums", "none", "no tip", "outside", "full of two")}
+    finally:
+        engine.dispose()
+
+
+def test_the_audit_reads_take_no_write_lock_on_sqlite(tmp_path):
+    """Another process holding the write lock (an archive recording streams) does not make
+    the audit's reads wait for it, nor does the audit block it (deferred transactions)."""
+    path = tmp_path / "catalog.db"
+    engine = db.make_engine(f"sqlite:///{path}")
+    writer = None
+    try:
+        db.upgrade(engine)
+        catalog = Catalog(engine)
+        s = defective_catalog(engine)
+        writer = sqlite3.connect(path, timeout=0, isolation_level=None)
+        writer.execute("BEGIN IMMEDIATE")
+        loaded = load_graph_input(catalog, host="local")
+        assert s["gap"] in loaded.screened.failed and len(loaded.streams) == 20
+        writer.execute("UPDATE streams SET verified_at = NULL")
+        writer.execute("COMMIT")
+    finally:
+        if writer is not None:
+            writer.close()
+        engine.dispose()

@@ -218,7 +218,27 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(connection) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # A read-only transaction begins deferred: it takes no write lock, so it neither waits
+        # for nor blocks a writer or another reader (WAL).
+        reading = connection.get_execution_options().get(READING_OPTION)
+        connection.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
+
+
+READING_OPTION = "zbak_reading"
+"""Execution option marking an engine's transactions read-only (see :func:`reading`)."""
+
+
+def reading(engine: Engine) -> Engine:
+    """``engine`` for read-only transactions (same pool): on SQLite they begin deferred
+    (``BEGIN``, no write lock), where writes begin ``BEGIN IMMEDIATE``; elsewhere unchanged."""
+    return engine.execution_options(**{READING_OPTION: True})
+
+
+def reads_concurrently(engine: Engine) -> bool:
+    """Whether two threads reading through ``engine`` at once see the same database on
+    their own connections: not for SQLite memory databases, whose pools give each thread its
+    own database or share one connection (SQLAlchemy docs, "Threading/Pooling Behavior")."""
+    return not isinstance(engine.pool, (sa.pool.SingletonThreadPool, sa.pool.StaticPool))
 
 
 def migrations_dir() -> Path:

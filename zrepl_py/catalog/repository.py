@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, aliased
 
-from zrepl_py.catalog.db import translate
+from zrepl_py.catalog.db import reading, reads_concurrently, translate
 from zrepl_py.catalog.models import (
     LIVING_STATES,
     REPLICATION_METHODS,
@@ -287,14 +287,24 @@ class Catalog:
 
     def __init__(self, engine: Engine):
         self._engine = engine
+        self._reader = reading(engine)
+
+    @property
+    def reads_concurrently(self) -> bool:
+        """Whether this catalog's read methods may run in several threads at once (each
+        on its own connection, seeing the same database; see ``db.reads_concurrently``)."""
+        return reads_concurrently(self._engine)
 
     @contextlib.contextmanager
     def _session(
-        self, doing: str, *, on_integrity: type[CatalogError] = CatalogConflict
+        self, doing: str, *, on_integrity: type[CatalogError] = CatalogConflict,
+        read_only: bool = False,
     ) -> Iterator[Session]:
-        """One transaction, committed on success; database errors translated (see db.translate)."""
+        """One transaction, committed on success; database errors translated (see db.translate).
+        ``read_only``: the block only reads (on SQLite the transaction takes no write lock)."""
         with translate(doing, on_integrity=on_integrity):
-            with Session(self._engine, expire_on_commit=False) as session, session.begin():
+            bind = self._reader if read_only else self._engine
+            with Session(bind, expire_on_commit=False) as session, session.begin():
                 yield session
 
     # -- datasets ------------------------------------------------------------------------
@@ -1000,7 +1010,7 @@ class Catalog:
             Stream.stored_bytes, Stream.state,
         )
         query = query.where(*_stream_scope(host, below, store))
-        with self._session("reading the stream chain links") as session:
+        with self._session("reading the stream chain links", read_only=True) as session:
             names = {i: (h, n) for i, h, n in session.execute(datasets)}
             rows = _raw_rows(session, query)
         wrap, links, new = _WRAP64, [], tuple.__new__
@@ -1078,7 +1088,7 @@ class Catalog:
         These are the rules ``audit.graph`` checks in Python over loaded rows
         (``GraphInput.screened`` says which way a run went).
         """
-        with self._session("checking volumes and carried snapshots") as session:
+        with self._session("checking volumes and carried snapshots", read_only=True) as session:
             scope = _stream_filter(session, host, below)
             query = _screen_query(scope)
             return {row[0] for row in _raw_rows(session, query)}
