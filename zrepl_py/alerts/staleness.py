@@ -17,10 +17,13 @@ it is not reported (a fresh install is not stale).
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 
-from zrepl_py.catalog.repository import Catalog, RunRow
 from zrepl_py.config.schema import Config
 from zrepl_py.events import Event, emit
+
+if TYPE_CHECKING:  # annotations only: the alerts package loads before the catalog's SQLAlchemy
+    from zrepl_py.catalog.repository import Catalog, RunRow
 
 
 def _when(run: RunRow) -> dt.datetime:

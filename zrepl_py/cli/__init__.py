@@ -7,6 +7,7 @@ class decides the exit code.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -118,4 +119,9 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
 
 def entry_point() -> None:
     """Console-script entry: ``sys.exit(main(sys.argv[1:]))``."""
-    sys.exit(int(main(sys.argv[1:])))
+    status = int(main(sys.argv[1:]))
+    # main() has closed what it opened; what is left is the modules' objects. Frozen, the
+    # collector's passes at interpreter exit skip them: 0.2 s less per run with SQLAlchemy,
+    # pydantic and paramiko loaded (benchmarks/replication.py fixed cost).
+    gc.freeze()
+    sys.exit(status)
