@@ -53,8 +53,9 @@ real file is untouched); ``--keep-bashrc`` measures with it.
 
 Measured 2026-11-21 (2 vCPUs, 3 reps; README "Performance"): 512 MiB full 0.75x, 256 MiB
 incremental 0.58x (zbak's fixed cost, about 0.8 s per run, against transfers of 1.5-2.5 s);
-8 GiB full 0.956x, 4 GiB incremental 1.05x (run-to-run spread about 8 % of a transfer);
-no-op cycle over 101 datasets 11x faster than syncoid+shim. ``zbak (pipe only)`` 0.95-1.10x.
+8 GiB full 0.956x and 0.980x, 4 GiB incremental 1.05x and 0.949x (two runs of 3 and 5 reps;
+run-to-run spread 8-17 % of a transfer, zbak's fixed cost 2 % of it);
+no-op cycle over 101 datasets 10-11x faster than syncoid+shim. ``zbak (pipe only)`` 0.95-1.10x.
 
 Runs as root on the test bed of tests/testbed: a private mount namespace with its own
 zfs-fuse daemon (pools on sparse files in a temporary directory, about 3 x (size + incr) MiB
