@@ -4,16 +4,17 @@ SQLite and PostgreSQL catalogs with one defect of each kind."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import sqlite3
 
 import pytest
 import sqlalchemy as sa
 
+from testbed.postgres import migrated_engine
 from zrepl_py.audit.findings import Severity
 from zrepl_py.audit.graph import CarriedTable, GraphInput, audit_graph, volume_totals
 from zrepl_py.audit.load import load_graph_input
-from zrepl_py.catalog import db
 from zrepl_py.catalog.models import Dataset, Run, Snapshot, Stream, StreamSnapshot, Volume
 from zrepl_py.catalog.repository import Catalog
 
@@ -27,10 +28,8 @@ def guid(dataset: int, n: int) -> int:
 
 @pytest.fixture
 def engine(catalog_url):
-    engine = db.make_engine(catalog_url)
-    db.upgrade(engine)
-    yield engine
-    engine.dispose()
+    with migrated_engine(catalog_url) as engine:
+        yield engine
 
 
 @pytest.fixture
@@ -187,36 +186,24 @@ def test_a_job_scope_reads_only_its_datasets(engine, catalog):
 
 def test_an_in_memory_sqlite_catalog_screens_in_line_and_finds_the_same_streams():
     """A memory database is one per thread (or one shared connection): no screen thread."""
-    engine = db.make_engine("sqlite://")
-    try:
-        db.upgrade(engine)
+    with migrated_engine("sqlite://") as engine:
         catalog = Catalog(engine)
         assert not catalog.reads_concurrently
         s = defective_catalog(engine)
         loaded = load_graph_input(catalog, host="local")
         assert loaded.screened.failed == {
             s[k] for k in ("gap", "sums", "none", "no tip", "outside", "full of two")}
-    finally:
-        engine.dispose()
 
 
 def test_the_audit_reads_take_no_write_lock_on_sqlite(tmp_path):
     """Another process holding the write lock (an archive recording streams) does not make
     the audit's reads wait for it, nor does the audit block it (deferred transactions)."""
     path = tmp_path / "catalog.db"
-    engine = db.make_engine(f"sqlite:///{path}")
-    writer = None
-    try:
-        db.upgrade(engine)
-        catalog = Catalog(engine)
+    with migrated_engine(f"sqlite:///{path}") as engine:
         s = defective_catalog(engine)
-        writer = sqlite3.connect(path, timeout=0, isolation_level=None)
-        writer.execute("BEGIN IMMEDIATE")
-        loaded = load_graph_input(catalog, host="local")
-        assert s["gap"] in loaded.screened.failed and len(loaded.streams) == 20
-        writer.execute("UPDATE streams SET verified_at = NULL")
-        writer.execute("COMMIT")
-    finally:
-        if writer is not None:
-            writer.close()
-        engine.dispose()
+        with contextlib.closing(sqlite3.connect(path, timeout=0, isolation_level=None)) as writer:
+            writer.execute("BEGIN IMMEDIATE")
+            loaded = load_graph_input(Catalog(engine), host="local")
+            assert s["gap"] in loaded.screened.failed and len(loaded.streams) == 20
+            writer.execute("UPDATE streams SET verified_at = NULL")
+            writer.execute("COMMIT")

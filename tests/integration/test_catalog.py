@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 import sqlalchemy as sa
 
-from zrepl_py.catalog import db
+from testbed.postgres import migrated_engine
 from zrepl_py.catalog.repository import Catalog, NewStream, NewVolume, SnapshotFact
 from zrepl_py.catalog.types import to_signed64
 from zrepl_py.errors import CatalogConflict, ChainBroken, NotInCatalog
@@ -22,10 +22,8 @@ SHA = "ab" * 32
 @pytest.fixture
 def engine(catalog_url):
     """An engine on a catalog migrated to head, on each backend."""
-    engine = db.make_engine(catalog_url)
-    db.upgrade(engine)
-    yield engine
-    engine.dispose()
+    with migrated_engine(catalog_url) as engine:
+        yield engine
 
 
 @pytest.fixture

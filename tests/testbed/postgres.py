@@ -7,18 +7,24 @@ Durability is switched off (``fsync=off``): the cluster dies with the session an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from testbed.common import free_port, unavailable
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 PG_BIN = Path(os.environ.get("ZBAK_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 START_ATTEMPTS = 3  # free_port() can race with another process taking the port
@@ -124,3 +130,17 @@ def catalog_url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'state' / 'catalog.db'}"
     return request.getfixturevalue("pg_url")
+
+
+@contextlib.contextmanager
+def migrated_engine(url: str) -> Iterator[Engine]:
+    """An engine on catalog ``url`` migrated to head (``db.make_engine`` + ``db.upgrade``),
+    disposed at the end of the block."""
+    from zrepl_py.catalog import db
+
+    engine = db.make_engine(url)
+    try:
+        db.upgrade(engine)
+        yield engine
+    finally:
+        engine.dispose()
