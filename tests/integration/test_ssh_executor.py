@@ -27,6 +27,7 @@ from zrepl_py.errors import (
 )
 from zrepl_py.proc.hosts import ExecutorPool, executor_for
 from zrepl_py.proc.local import LocalExecutor
+from zrepl_py.proc import openssh
 from zrepl_py.proc.openssh import control_dir, control_path, remote_command, ssh_argv
 from zrepl_py.proc.ssh import SSHExecutor
 
@@ -447,3 +448,30 @@ def test_executor_pool_keeps_one_ssh_executor_per_host_and_closes_them(sshd, tmp
         assert remote.run(["echo", "hi"]).stdout == b"hi\n"
         assert isinstance(pool.get("local"), LocalExecutor)
     assert not remote.connected
+
+
+# --- ssh_argv ciphers (proc.openssh.data_ciphers) -------------------------------------------
+
+
+def negotiated_cipher(argv: list[str]) -> str:
+    """Run ``true`` with ``argv`` plus ``-v`` and return the client-to-server cipher ssh chose."""
+    done = LocalExecutor().run([argv[0], "-v", *argv[1:], "true"], timeout=30)
+    for line in done.error_text.splitlines():  # debug1: kex: client->server cipher: NAME MAC: ...
+        if "kex: client->server cipher:" in line:
+            return line.split("cipher:", 1)[1].split()[0]
+    raise AssertionError(f"no cipher in ssh -v output: {done.error_text[-2000:]}")
+
+
+def test_the_data_path_negotiates_aes_gcm_on_an_aes_cpu_and_falls_back_where_refused(
+    sshd, sshd_factory, tmp_path
+):
+    if not openssh._local_cpu_has_aes():
+        pytest.skip("this CPU has no AES instructions: zbak leaves ssh its own cipher order")
+    assert negotiated_cipher(ssh_argv(sshd.host_config(), known_hosts_default=tmp_path / "kh")) \
+        == "aes128-gcm@openssh.com"
+    # ssh's own order starts with ChaCha20-Poly1305: what zbak used before choosing
+    plain = ssh_argv(sshd.host_config(ciphers=[]), known_hosts_default=tmp_path / "kh")
+    assert negotiated_cipher(plain) == "chacha20-poly1305@openssh.com"
+    strict = sshd_factory(extra_config=["Ciphers chacha20-poly1305@openssh.com,aes256-ctr"])
+    argv = ssh_argv(strict.host_config(), known_hosts_default=tmp_path / "kh")
+    assert negotiated_cipher(argv) == "chacha20-poly1305@openssh.com"

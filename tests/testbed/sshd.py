@@ -18,7 +18,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import pytest
 
@@ -137,7 +137,8 @@ class _Sshd:
         self.proc: subprocess.Popen | None = None
 
     def start(
-        self, known_hosts_from: SshServer | None = None, forced_command: str | None = None
+        self, known_hosts_from: SshServer | None = None, forced_command: str | None = None,
+        extra_config: Sequence[str] = (),
     ) -> SshServer:
         sshd = need_binary("sshd", "sshd")
         if os.geteuid() != 0:
@@ -167,6 +168,7 @@ class _Sshd:
                         "KbdInteractiveAuthentication no",
                         "StrictModes no",
                         "LogLevel VERBOSE",
+                        *extra_config,
                         "",
                     ]
                 )
@@ -228,19 +230,22 @@ def sshd(tmp_path_factory, ssh_user_key) -> Iterator[SshServer]:
 def sshd_factory(tmp_path, ssh_user_key) -> Iterator[Callable[..., SshServer]]:
     """Factory for more sshd servers, each with a fresh host key; all stopped after the test.
 
-    Call as ``sshd_factory(known_hosts_from=None, forced_command=None) -> SshServer``. With
+    Call as ``sshd_factory(known_hosts_from=None, forced_command=None, extra_config=())
+    -> SshServer``. With
     ``known_hosts_from`` an SshServer, the new server's ``known_hosts`` names the new port with
     that server's host key, so a client using it sees a changed host key (the mismatch case).
     With ``forced_command``, the user key may only run that command (``command=...,restrict``).
+    ``extra_config`` lines are appended to the server's sshd_config (e.g. ``Ciphers ...``).
     """
     started: list[_Sshd] = []
 
     def start(
-        known_hosts_from: SshServer | None = None, forced_command: str | None = None
+        known_hosts_from: SshServer | None = None, forced_command: str | None = None,
+        extra_config: Sequence[str] = (),
     ) -> SshServer:
         server = _Sshd(tmp_path / f"sshd-{len(started)}", ssh_user_key)
         started.append(server)
-        return server.start(known_hosts_from, forced_command)
+        return server.start(known_hosts_from, forced_command, extra_config)
 
     try:
         yield start

@@ -124,6 +124,21 @@ class HostConfig(_Model):
     zpool: str = "zpool"
     sudo: bool = False
     connect_timeout: Duration = dt.timedelta(seconds=15)
+    ciphers: list[str] | None = None
+    """SSH ciphers for the ``ssh`` binary (data path, rsync), most preferred first
+    (ssh_config(5) ``Ciphers``). None: AES-GCM first where this machine's CPU has AES
+    instructions, else ssh's own order (``proc.openssh.data_ciphers``); []: ssh's own order."""
+
+    @field_validator("ciphers")
+    @classmethod
+    def _ciphers(cls, values: list[str] | None) -> list[str] | None:
+        # Names only: a comma or space would splice more ciphers or options into -o Ciphers=.
+        for value in values or []:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9@.+-]{0,63}", value):
+                raise ValueError(f"invalid cipher name {value!r} (see ssh -Q cipher)")
+        if values is not None and len(set(values)) != len(values):
+            raise ValueError("ciphers are listed twice")
+        return values
 
     @field_validator("address")
     @classmethod
