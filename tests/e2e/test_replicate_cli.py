@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -298,3 +299,31 @@ def test_method_auto_falls_back_to_rsync_when_the_target_host_has_no_zfs(make_po
     finally:
         import shutil
         shutil.rmtree(directory.parent, ignore_errors=True)
+
+
+def test_a_push_goes_through_an_mbuffer_on_the_receiving_host_and_arrives_whole(rig):
+    write(rig.mount / "a.bin", 3_000_000, -1)
+    rig.snapshot("s1")
+    status, out, err = rig("--debug", "replicate")
+    assert status == ExitStatus.OK, out + err
+    assert "mbuffer -q -v 1 -s 128k -m 65536k | zfs receive" in err
+    assert guids(rig.replica) == guids(rig.data)
+
+
+def test_a_receiving_host_without_mbuffer_gets_the_stream_directly_with_a_note(
+    make_pool, sshd_factory, tmp_path, capsys
+):
+    bin_dir = tmp_path / "bin"  # the remote sessions' PATH: zfs and zpool, no mbuffer
+    bin_dir.mkdir()
+    for tool in ("zfs", "zpool"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    server = sshd_factory(extra_config=[f"SetEnv PATH={bin_dir}"])
+    rig = Rig(make_pool, server, tmp_path, capsys)
+    assert rig("init", "--no-checks")[0] == ExitStatus.OK
+    write(rig.mount / "a.bin", 300_000, -1)
+    rig.snapshot("s1")
+    status, out, err = rig("--debug", "replicate")
+    assert status == ExitStatus.OK, out + err
+    assert "backup has no mbuffer: receiving without a buffer" in err
+    assert "mbuffer -q" not in err
+    assert guids(rig.replica) == guids(rig.data)

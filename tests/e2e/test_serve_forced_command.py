@@ -3,7 +3,8 @@
 The backup host's authorized_keys line is ``command="zbak serve --root BAK/replicas
 --log LOG",restrict KEY``: every session of zbak's key runs ``zbak serve``, whatever it asked.
 ``zbak replicate`` must work through it unchanged (capability probes, listings, the
-``zstd -d | zfs receive`` pipeline, the guid check), and hostile or out-of-root requests sent
+``zstd -d | zfs receive`` pipeline, the ``mbuffer -V`` probe and the receive buffer, the guid
+check), and hostile or out-of-root requests sent
 with the real OpenSSH client must be refused, logged with their reason, and change nothing.
 Hostile requests try to create a canary file instead of doing damage, in case a refusal ever
 failed.
@@ -42,7 +43,7 @@ class Served:
     """A source pool, a backup pool whose ``replicas`` is served, and a config pushing to it."""
 
     def __init__(self, make_pool, sshd_factory, tmp_path, capsys, *, serve_options="",
-                 replicate_extra=""):
+                 replicate_extra="", compression="zstd"):
         self.src, self.bak = make_pool(), make_pool()
         self.data = f"{self.src.name}/data"
         self.root = f"{self.bak.name}/replicas"
@@ -64,7 +65,7 @@ class Served:
             dataset = "{self.data}"
             [jobs.j.replicate]
             targets = ["backup:{self.replica}"]
-            compression = "zstd"
+            compression = "{compression}"
         """) + textwrap.dedent(replicate_extra))
 
     def zbak(self, *args: str):
@@ -88,8 +89,11 @@ def served(make_pool, sshd_factory, tmp_path, capsys):
     return Served(make_pool, sshd_factory, tmp_path, capsys)
 
 
-def test_zbak_replicate_pushes_full_and_incremental_through_the_forced_command(served):
-    """RELIABILITY 36."""
+def test_zbak_replicate_pushes_full_and_incremental_through_the_forced_command(
+        make_pool, sshd_factory, tmp_path, capsys):
+    """RELIABILITY 36. Without the receive buffer: the two-command data path."""
+    served = Served(make_pool, sshd_factory, tmp_path, capsys,
+                    replicate_extra="receive_buffer = 0\n")
     (served.src.mountpoint / "data" / "a.bin").write_bytes(b"a" * 200_000)
     zfs("snapshot", f"{served.data}@zbak_20260101T000000Z")
     (served.src.mountpoint / "data" / "b.bin").write_bytes(b"b" * 100_000)
@@ -111,6 +115,35 @@ def test_zbak_replicate_pushes_full_and_incremental_through_the_forced_command(s
     assert not served.log_lines("REFUSED"), served.log.read_text()
 
 
+@pytest.mark.parametrize("compression, pipeline", [
+    ("zstd", "'zstd -q -d -c | mbuffer -q -v 1 -s 128k -m 2048k | zfs receive -u"),
+    ("none", "'mbuffer -q -v 1 -s 128k -m 2048k | zfs receive -u"),
+])
+def test_zbak_replicate_pushes_through_the_receive_buffer_the_forced_command_allows(
+        make_pool, sshd_factory, tmp_path, capsys, compression, pipeline):
+    """RELIABILITY 36. The host answers the ``mbuffer -V`` probe through zbak serve, so zbak
+    puts mbuffer before ``zfs receive`` (``replication.stages``); serve runs the pipeline
+    with ``--mbuffer``'s path and the stream arrives whole, full and incremental."""
+    served = Served(make_pool, sshd_factory, tmp_path, capsys, compression=compression,
+                    serve_options="--mbuffer /usr/bin/mbuffer",
+                    replicate_extra="receive_buffer = \"2MiB\"\n")
+    (served.src.mountpoint / "data" / "a.bin").write_bytes(bytes(range(256)) * 4000)
+    zfs("snapshot", f"{served.data}@zbak_20260101T000000Z")
+    assert served.zbak("init", "--no-checks")[0] == ExitStatus.OK
+    status, out, err = served.zbak("replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    (served.src.mountpoint / "data" / "b.bin").write_bytes(b"b" * 300_000)
+    zfs("snapshot", f"{served.data}@zbak_20260102T000000Z")
+    status, out, err = served.zbak("replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    assert guids(served.replica) == guids(served.data)
+
+    assert not served.log_lines("REFUSED"), served.log.read_text()
+    allowed = "\n".join(served.log_lines("ALLOWED"))
+    assert "'mbuffer -V'" in allowed, "the probe ran through zbak serve"
+    assert allowed.count(pipeline) == 2, allowed  # the request's repr, as zbak sent it
+
+
 @pytest.mark.parametrize("hostile", [
     "zfs list; touch {canary}",
     "zfs list && touch {canary}",
@@ -120,6 +153,8 @@ def test_zbak_replicate_pushes_full_and_incremental_through_the_forced_command(s
     "zfs list\ntouch {canary}",
     "touch {canary}",
     "sh -c 'touch {canary}'",
+    "mbuffer -q -v 1 -s 128k -m 1024k -o {canary} | zfs receive -u pool/x",
+    "mbuffer -V -o {canary}",
 ])
 def test_a_hostile_command_line_is_refused_logged_and_never_reaches_a_shell(served, hostile):
     """RELIABILITY 36."""

@@ -18,10 +18,10 @@ from zrepl_py.errors import CommandRefused, ZbakError
 from zrepl_py.proc.executor import Completed
 from zrepl_py.proc.openssh import remote_command, remote_pipeline
 from zrepl_py.replication.planner import BookmarkRef, Full, Incremental, SnapRef
-from zrepl_py.replication.stages import Side, transfer_stages
+from zrepl_py.replication.stages import MBUFFER_PROBE, Side, mbuffer_argv, transfer_stages
 from zrepl_py.serve.cmdline import split_command_line
 from zrepl_py.serve.options import parse
-from zrepl_py.serve.policy import Policy, check
+from zrepl_py.serve.policy import MBUFFER_MAX_BYTES, Policy, check
 from zrepl_py.serve.token import make_token, read_token
 from zrepl_py.zfs import capabilities
 from zrepl_py.zfs.capabilities import Capabilities
@@ -261,17 +261,40 @@ def _remote_side(tmp_path) -> Side:
     return Side("backup", host, tmp_path / "known_hosts")
 
 
+BUFFER = 64 * 1024 * 1024
+
+
+@pytest.mark.parametrize("buffer", [None, BUFFER])
 @pytest.mark.parametrize("compress", [False, True])
-def test_the_remote_end_of_a_push_pipeline_is_allowed_as_the_ssh_client_sends_it(tmp_path, compress):
+def test_the_remote_end_of_a_push_pipeline_is_allowed_as_the_ssh_client_sends_it(
+        tmp_path, compress, buffer):
     local = Side("local", None, tmp_path / "known_hosts")
     send = send_argv(Full(SnapRef("a", 1, 10)), source_dataset="tank/data", caps=OPENZFS, raw=False)
     receive = receive_argv(f"{ROOT}/tank/data", caps=OPENZFS, resumable=True)
     stages = transfer_stages(send, receive, source=local, target=_remote_side(tmp_path),
-                             compress=compress, bandwidth_limit=None)
+                             compress=compress, bandwidth_limit=None, receive_buffer=buffer)
     remote = stages[-1].argv[-1]  # the command string after "ssh ... -- HOST"
     approved = allowed(remote)
     assert approved.argvs[-1] == tuple(receive)
-    assert len(approved.argvs) == (2 if compress else 1)
+    assert len(approved.argvs) == 1 + compress + (buffer is not None)
+    if buffer is not None:
+        assert approved.argvs[-2] == mbuffer_argv(buffer)
+
+
+def test_the_receive_buffer_of_every_size_the_config_accepts_up_to_16_gib_is_allowed():
+    receive = receive_argv(f"{ROOT}/tank", caps=OPENZFS, resumable=True)
+    for size in (1024 * 1024, 1024 * 1024 + 1023, BUFFER, MBUFFER_MAX_BYTES):
+        text = remote_pipeline([mbuffer_argv(size), receive], sudo=False)
+        assert allowed(text).argvs == (mbuffer_argv(size), tuple(receive))
+
+
+def test_the_mbuffer_probe_is_allowed_alone_and_runs_the_configured_mbuffer():
+    assert allowed(request(list(MBUFFER_PROBE))).argvs == (("mbuffer", "-V"),)
+    policy = dataclasses.replace(POLICY, mbuffer="/usr/bin/mbuffer")
+    assert allowed(request(list(MBUFFER_PROBE)), policy).argvs == (("/usr/bin/mbuffer", "-V"),)
+    receive = receive_argv(f"{ROOT}/tank", caps=OPENZFS, resumable=True)
+    text = remote_pipeline([("/usr/bin/mbuffer", *mbuffer_argv(BUFFER)[1:]), receive], sudo=False)
+    assert allowed(text, policy).argvs[0][0] == "/usr/bin/mbuffer"
 
 
 @pytest.mark.parametrize("compress", [False, True])
@@ -392,6 +415,54 @@ def test_receive_force_is_allowed_only_when_configured():
 ])
 def test_pipelines_other_than_the_two_data_path_shapes_are_refused(text, reason):
     """RELIABILITY 36."""
+    assert reason in refused(text)
+
+
+MB = "mbuffer -q -v 1 -s 128k"
+RECEIVE = f"zfs receive -u -s {ROOT}/x"
+
+
+@pytest.mark.parametrize("text, reason", [
+    (f"{MB} -m 65536k -o /etc/passwd | {RECEIVE}", "mbuffer option '-o' is not allowed"),
+    (f"{MB} -m 65536k -O 192.0.2.1:9090 | {RECEIVE}", "mbuffer option '-O' is not allowed"),
+    (f"{MB} -m 65536k -I 9090 | {RECEIVE}", "mbuffer option '-I' is not allowed"),
+    (f"{MB} -m 65536k -i /etc/shadow | {RECEIVE}", "mbuffer option '-i' is not allowed"),
+    (f"{MB} -m 65536k -l /root/.ssh/authorized_keys | {RECEIVE}", "option '-l' is not allowed"),
+    (f"{MB} -m 65536k -A 'touch /tmp/x' | {RECEIVE}", "mbuffer option '-A' is not allowed"),
+    (f"{MB} -m 65536k -f | {RECEIVE}", "mbuffer option '-f' is not allowed"),
+    (f"{MB} -m 65536k -t | {RECEIVE}", "mbuffer option '-t' is not allowed"),
+    (f"{MB} -m 65536k --append | {RECEIVE}", "option '--append' is not allowed"),
+    (f"{MB} -m 65536k /etc/passwd | {RECEIVE}", "expected exactly -q -v 1 -s 128k -m"),
+    (f"{MB} -m 65536k -q | {RECEIVE}", "expected exactly -q -v 1 -s 128k -m"),
+    (f"mbuffer -m 65536k -q -v 1 -s 128k | {RECEIVE}", "expected exactly -q -v 1 -s 128k -m"),
+    (f"mbuffer -q -v 6 -s 128k -m 65536k | {RECEIVE}", "expected exactly -q -v 1 -s 128k -m"),
+    (f"{MB} -m 65536 | {RECEIVE}", "expected whole KiB"),
+    (f"{MB} -m 64M | {RECEIVE}", "expected whole KiB"),
+    (f"{MB} -m 50% | {RECEIVE}", "expected whole KiB"),
+    (f"{MB} -m 16777217k | {RECEIVE}", "the buffer must be 1024k to 16777216k"),
+    (f"{MB} -m 999999999999k | {RECEIVE}", "the buffer must be 1024k to 16777216k"),
+    (f"{MB} -m 1023k | {RECEIVE}", "the buffer must be 1024k to 16777216k"),
+    (f"{MB} -m 65536k", "mbuffer is not allowed alone"),
+    ("mbuffer -V -o /tmp/x", "mbuffer is not allowed alone"),
+    (f"{MB} -m 65536k | zfs receive -A {ROOT}/x", "mbuffer may only feed zfs receive"),
+    (f"zstd -q -d -c | {MB} -m 65536k | zfs receive -A {ROOT}/x", "mbuffer may only feed zfs"),
+    (f"{MB} -m 65536k | zfs send {ROOT}/x@s", "mbuffer may only feed zfs receive"),
+    (f"{MB} -m 65536k | zfs list -H {ROOT}", "mbuffer may only feed zfs receive"),
+    (f"{MB} -m 65536k | zfs receive -u -F {ROOT}/x", "-F is not allowed"),
+    (f"{MB} -m 65536k | zfs receive -u backup/other", "outside the allowed root"),
+    (f"zfs send {ROOT}/x@s | {MB} -m 65536k", "mbuffer runs only directly before zfs receive"),
+    (f"zfs send {ROOT}/x@s | zstd -q -c | {MB} -m 65536k", "is not one zbak uses"),
+    (f"{MB} -m 65536k | zstd -q -d -c | {RECEIVE}", "is not one zbak uses"),
+    (f"{MB} -m 65536k | {MB} -m 65536k | {RECEIVE}", "is not one zbak uses"),
+    (f"zstd -q -d -c | {MB} -m 65536k | {MB} -m 65536k | {RECEIVE}", "is not one zbak uses"),
+    (f"zstd -q -d -c /etc/shadow | {MB} -m 65536k | {RECEIVE}", "zstd argument"),
+    ("/usr/bin/mbuffer -V", "program '/usr/bin/mbuffer' is not allowed"),
+    ("sudo -n mbuffer -V", "sudo is not allowed"),
+])
+def test_mbuffer_is_refused_unless_it_is_zbaks_exact_buffer_right_before_zfs_receive(
+        text, reason):
+    """RELIABILITY 36: mbuffer(1) can read and write files, open TCP connections and run
+    commands, so only the probe and zbak's own receive buffer pass."""
     assert reason in refused(text)
 
 

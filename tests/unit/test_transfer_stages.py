@@ -8,7 +8,13 @@ import pytest
 
 from zrepl_py.config.schema import HostConfig
 from zrepl_py.proc.pipeline import Meter
-from zrepl_py.replication.stages import Side, metered_transfer, transfer_stages
+from zrepl_py.replication.stages import (
+    Side,
+    mbuffer_argv,
+    metered_transfer,
+    transfer_stages,
+    without_buffer_noise,
+)
 
 SEND = ["zfs", "send", "tank/a@s1"]
 RECEIVE = ["zfs", "receive", "-u", "bak/a"]
@@ -74,3 +80,49 @@ def test_a_side_without_a_control_dir_never_shares():
     stages, _ = metered_transfer(SEND, RECEIVE, source=side(False), target=plain, compress=False,
                                  bandwidth_limit=None, send_writes_stream=True)  # fmt: skip
     assert not any(shares(s) for s in stages)
+
+
+BUFFER = 64 * 1024 * 1024
+
+
+def remote_end(stages) -> str:
+    return stages[-1].argv[-1]  # the command string after "ssh ... -- HOST"
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_push_buffers_right_before_zfs_receive_on_the_receiving_host(compress):
+    stages, _ = metered_transfer(SEND, RECEIVE, source=side(False), target=side(True),
+                                 compress=compress, bandwidth_limit=None,
+                                 send_writes_stream=False, receive_buffer=BUFFER)  # fmt: skip
+    zstd = "zstd -q -d -c | " if compress else ""
+    assert remote_end(stages) == f"{zstd}mbuffer -q -v 1 -s 128k -m 65536k | zfs receive -u bak/a"
+    assert "mbuffer" not in " ".join(" ".join(s.argv[:-1]) for s in stages)
+
+
+def test_a_pull_buffers_locally_between_the_sources_ssh_and_zfs_receive():
+    stages, meter = metered_transfer(SEND, RECEIVE, source=side(True), target=side(False),
+                                     compress=False, bandwidth_limit=None,
+                                     send_writes_stream=False, receive_buffer=BUFFER)  # fmt: skip
+    assert [s.argv for s in stages[1:]] == [mbuffer_argv(BUFFER), tuple(RECEIVE)]
+    assert meter is Meter.WRITTEN  # still the source's ssh: the buffer adds no counted stage
+
+
+def test_a_stream_that_stays_on_this_machine_gets_no_buffer():
+    stages, _ = metered_transfer(SEND, RECEIVE, source=side(False), target=side(False),
+                                 compress=False, bandwidth_limit=None, send_writes_stream=False,
+                                 receive_buffer=BUFFER)  # fmt: skip
+    assert [s.argv for s in stages] == [tuple(SEND), tuple(RECEIVE)]
+
+
+def test_mbuffer_gets_its_size_in_whole_kib():
+    assert mbuffer_argv(1024 * 1024 + 1023)[-2:] == ("-m", "1024k")
+
+
+def test_mbuffer_noise_about_the_pipe_zfs_receive_closed_is_dropped_and_nothing_else():
+    stderr = ("cannot receive incremental stream: destination bak/a has been modified\n"
+              "mbuffer: error: outputThread: error writing to <stdout> at offset 0x10000: "
+              "Broken pipe\n"
+              "mbuffer: error: Cannot allocate memory\n")  # fmt: skip
+    assert without_buffer_noise(stderr).splitlines() == [
+        "cannot receive incremental stream: destination bak/a has been modified",
+        "mbuffer: error: Cannot allocate memory"]

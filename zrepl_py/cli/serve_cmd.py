@@ -38,10 +38,12 @@ from zrepl_py.zfs.names import DatasetName, check_short_name
 @click.option("--zpool", "zpool_path", default="zpool", show_default=True,
               help="zpool to execute.")
 @click.option("--zstd", "zstd_path", default="zstd", show_default=True, help="zstd to execute.")
+@click.option("--mbuffer", "mbuffer_path", default="mbuffer", show_default=True,
+              help="mbuffer to execute (the receive buffer before zfs receive).")
 @pass_invocation
 def command(inv: Invocation, roots: tuple[str, ...], allow_destroy_own: bool,
             allow_force_receive: bool, prefix: str, log_file: Path | None, zfs_path: str,
-            zpool_path: str, zstd_path: str) -> None:
+            zpool_path: str, zstd_path: str, mbuffer_path: str) -> None:
     """Run $SSH_ORIGINAL_COMMAND if zbak may (SSH forced command); exit 126 otherwise."""
     try:
         policy = Policy(
@@ -49,7 +51,7 @@ def command(inv: Invocation, roots: tuple[str, ...], allow_destroy_own: bool,
             allow_destroy_own=allow_destroy_own,
             allow_force_receive=allow_force_receive,
             prefix=check_short_name(prefix, "snapshot prefix"),
-            zfs=zfs_path, zpool=zpool_path, zstd=zstd_path,
+            zfs=zfs_path, zpool=zpool_path, zstd=zstd_path, mbuffer=mbuffer_path,
         )  # fmt: skip
     except InvalidName as exc:
         raise UsageError(f"zbak serve: {exc}") from None

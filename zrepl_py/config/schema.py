@@ -310,6 +310,9 @@ class ReplicateConfig(_Model):
     compression: Literal["none", "zstd"] = "none"
     bandwidth_limit: ByteSize | None = None
     """Bytes per second on the wire; None for unlimited."""
+    receive_buffer: ByteSize = 64 * 1024 * 1024
+    """Bytes of an mbuffer(1) right before ``zfs receive`` on the receiving host, when the
+    stream crosses ssh and that host has mbuffer (``replication.stages``); 0: none."""
     on_divergence: Literal["stop", "rollback"] = "stop"
     retention: Retention | None = None
     """Retention of zbak snapshots on the target; None keeps every received snapshot."""
@@ -318,6 +321,15 @@ class ReplicateConfig(_Model):
     """Free-space floor of each ZFS target's pool (``zrepl_py.health``): bytes (``"20G"``)
     or a percentage of the pool's usable size (``"10%"``); a target pool with less free
     space is not sent to (the target's run fails saying so). None: no floor."""
+
+    @field_validator("receive_buffer")
+    @classmethod
+    def _receive_buffer(cls, value: int) -> int:
+        # mbuffer needs at least two of its 128 KiB blocks; it allocates the whole buffer at
+        # start, and zbak serve refuses more than 16 GiB (serve.policy.MBUFFER_MAX_BYTES).
+        if value and not 1024**2 <= value <= 16 * 1024**3:
+            raise ValueError("receive_buffer must be 0 (none) or 1MiB to 16GiB")
+        return value
 
     @field_validator("targets")
     @classmethod

@@ -23,7 +23,7 @@ from zrepl_py.errors import CommandFailed, UsageError, ZbakError
 from zrepl_py.health import before_replicate, replicate_tasks
 from zrepl_py.locking import dataset_lock
 from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
-from zrepl_py.replication.stages import Side
+from zrepl_py.replication.stages import Side, has_mbuffer
 from zrepl_py.replication.zfs_target import (
     DatasetOutcome,
     FallbackResult,
@@ -167,7 +167,31 @@ def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list:
     for target in [] if dry_run else zfs_targets:
         for key, compute in replicate_tasks(ctx, job, target):
             tasks.setdefault(key, compute)
+        if _crosses_ssh(ctx, job, target) and cfg.receive_buffer:
+            key, compute = _mbuffer_task(ctx, target.host)
+            tasks.setdefault(key, compute)
     return list(tasks.items())
+
+
+def _crosses_ssh(ctx: Context, job: JobConfig, target: Endpoint) -> bool:
+    return any(host in ctx.config.hosts for host in (job.source.host, target.host))
+
+
+def _mbuffer_task(ctx: Context, host: str) -> tuple:
+    return ("mbuffer", host), lambda: has_mbuffer(ctx.executors().get(host))
+
+
+def _receive_buffer(ctx: Context, job: JobConfig, target: Endpoint) -> int | None:
+    """Bytes of the receive buffer for ``target`` (``replication.stages``), or None: the
+    stream stays on this machine, ``receive_buffer`` is 0, or the host has no mbuffer."""
+    size = job.replicate.receive_buffer if job.replicate else 0
+    if not size or not _crosses_ssh(ctx, job, target):
+        return None
+    if ctx.prefetched(*_mbuffer_task(ctx, target.host)):
+        return size
+    log.info("%s has no mbuffer: receiving without a buffer (installing it speeds up "
+             "transfers over ssh; receive_buffer = 0 silences this)", target.host)
+    return None
 
 
 def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inventory: Inventory,
@@ -194,7 +218,9 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
                     f"no zfs on {target.host}: rsync fallback into {directory.directory}")
             else:
                 transfer = Transfer(source_side, target_side, cfg.compression == "zstd",
-                                    cfg.bandwidth_limit, cfg.on_divergence,
+                                    cfg.bandwidth_limit,
+                                    None if dry_run else _receive_buffer(ctx, job, target),
+                                    cfg.on_divergence,
                                     reporting(ctx.state_dir, "replicate", name, str(target)))
                 fallback = None
                 if cfg.method == "auto":

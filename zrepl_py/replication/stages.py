@@ -1,9 +1,18 @@
 """Build the process pipeline for one send/receive step, whichever side is remote.
 
 Push (source local), pull (target local) and remote-to-remote all become
-``[ssh SRC] zfs send [| zstd] | [pv -L] | [ssh DST] [zstd -d |] zfs receive``:
+``[ssh SRC] zfs send [| zstd] | [pv -L] | [ssh DST] [zstd -d |] [mbuffer |] zfs receive``:
 compression runs on the sending host and decompression on the receiving one, so only
 compressed bytes cross the wire; the rate limiter runs locally, between the two.
+
+The receive buffer: a stream that crosses ssh arrives in bursts (network, encryption) while
+``zfs receive`` takes it in bursts of its own (transaction groups), and a 64 KiB pipe
+between the two makes each wait for the other. An mbuffer(1) right before ``zfs receive``
+on the receiving host (syncoid does the same) decouples them: a 1 GiB send over ssh to
+127.0.0.1 on zfs-fuse took 4.40 s without and 3.73 s with a 64 MiB buffer (median of 4;
+16 MiB: 3.92 s, 256 MiB: 3.72 s). Used when ``[replicate] receive_buffer`` is not 0 and
+the receiving host answers ``mbuffer -V`` (``has_mbuffer``); else the stream goes to
+``zfs receive`` directly, as before.
 
 ``metered_transfer`` also decides where the stream is counted (``proc.pipeline.Meter``) and
 lets every ssh stage except the counted one share its host's connection
@@ -18,11 +27,49 @@ from pathlib import Path
 from typing import Sequence
 
 from zrepl_py.config.schema import Config, HostConfig
+from zrepl_py.errors import CommandFailed
+from zrepl_py.proc.executor import Executor
 from zrepl_py.proc.openssh import control_dir, remote_command, remote_pipeline, ssh_argv
 from zrepl_py.proc.pipeline import Meter, Stage
 
 ZSTD_SEND = ("zstd", "-q", "-T0", "-3", "-c")
 ZSTD_RECEIVE = ("zstd", "-q", "-d", "-c")
+MBUFFER_PROBE = ("mbuffer", "-V")
+"""Prints mbuffer's version and exits 0; any failure means no receive buffer."""
+
+
+def mbuffer_argv(size: int) -> tuple[str, ...]:
+    """The receive buffer's argv: ``mbuffer -q -v 1 -s 128k -m <size>k``.
+
+    ``-q`` drops the progress line, ``-v 1`` every message but errors (mbuffer(1)), e.g. the
+    warning about a missing ``$HOME``; 128 KiB blocks are zfs's own record size.
+
+    Args:
+        size: buffer memory in bytes, at least 1 MiB (``ReplicateConfig.receive_buffer``);
+            rounded down to whole KiB.
+    """
+    return ("mbuffer", "-q", "-v", "1", "-s", "128k", "-m", f"{size // 1024}k")
+
+
+def without_buffer_noise(stderr: str) -> str:
+    """A receiving host's stderr without mbuffer's report of the pipe ``zfs receive`` closed
+    by failing (``mbuffer: error: outputThread: error writing to <stdout> ...: Broken
+    pipe``), which comes after the receiver's own words."""
+    return "\n".join(line for line in stderr.splitlines()
+                     if not (line.startswith("mbuffer: ") and "Broken pipe" in line))
+
+
+def has_mbuffer(executor: Executor) -> bool:
+    """True when ``mbuffer -V`` runs and exits 0 on the executor's host.
+
+    Raises:
+        HostUnreachable, HostKeyMismatch: the host cannot be reached (the transfer could not
+            run either).
+    """
+    try:
+        return executor.run(MBUFFER_PROBE, check=False, timeout=30).returncode == 0
+    except CommandFailed:  # not installed (local), or timed out
+        return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +115,7 @@ def transfer_stages(
     target: Side,
     compress: bool,
     bandwidth_limit: int | None,
+    receive_buffer: int | None = None,
 ) -> list[Stage]:
     """Stages for ``send | receive`` between ``source`` and ``target``.
 
@@ -76,10 +124,13 @@ def transfer_stages(
         receive: the ``zfs receive`` argv (from ``zfs.sendrecv.receive_argv``).
         compress: zstd on the wire; only useful when at least one side is remote.
         bandwidth_limit: bytes per second through ``pv -q -L`` (Debian ``pv``), or None.
+        receive_buffer: bytes of an mbuffer right before ``zfs receive`` (``mbuffer_argv``)
+            when at least one side is remote; None for none. The caller checks the
+            receiving host has mbuffer (``has_mbuffer``).
     """
     stages, _ = metered_transfer(send, receive, source=source, target=target, compress=compress,
                                  bandwidth_limit=bandwidth_limit, send_writes_stream=False,
-                                 share=False)  # fmt: skip
+                                 share=False, receive_buffer=receive_buffer)  # fmt: skip
     return stages
 
 
@@ -93,6 +144,7 @@ def metered_transfer(
     bandwidth_limit: int | None,
     send_writes_stream: bool,
     share: bool = True,
+    receive_buffer: int | None = None,
 ) -> tuple[list[Stage], Meter]:
     """Stages for ``send | receive`` (as ``transfer_stages``) and the Meter that counts them.
 
@@ -109,7 +161,7 @@ def metered_transfer(
     ``control_dir``).
 
     Args:
-        send, receive, compress, bandwidth_limit: see ``transfer_stages``.
+        send, receive, compress, bandwidth_limit, receive_buffer: see ``transfer_stages``.
         send_writes_stream: the local source's ``zfs send`` writes the stream itself
             (``Capabilities.send_writes_stream``); ignored for a remote source.
         share: allow connection sharing at all.
@@ -126,6 +178,9 @@ def metered_transfer(
         stages.append(Stage("rate limit", ("pv", "-q", "-L", str(bandwidth_limit))))
     # Stage 1 is the target's first stage only when nothing runs in between.
     target_counted = meter is Meter.READ and len(stages) == 1
-    stages += target.wrap([ZSTD_RECEIVE, receive] if squeeze else [receive], "zfs receive",
+    receiving = [ZSTD_RECEIVE] if squeeze else []
+    if receive_buffer and remote:
+        receiving.append(mbuffer_argv(receive_buffer))
+    stages += target.wrap([*receiving, receive], "zfs receive",
                           share=share and not target_counted)  # fmt: skip
     return stages, meter

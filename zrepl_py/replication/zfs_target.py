@@ -38,7 +38,7 @@ from zrepl_py.replication.planner import (
     plan_replication,
 )
 from zrepl_py.replication.protect import move_protection
-from zrepl_py.replication.stages import Side, metered_transfer
+from zrepl_py.replication.stages import Side, metered_transfer, without_buffer_noise
 from zrepl_py.snapshots.inventory import Inventory
 from zrepl_py.snapshots.naming import is_own
 from zrepl_py.zfs.client import Zfs
@@ -99,6 +99,8 @@ class Transfer:
     target_side: Side
     compress: bool
     bandwidth_limit: int | None
+    receive_buffer: int | None
+    """Bytes of mbuffer before ``zfs receive`` (``stages.mbuffer_argv``), None for none."""
     on_divergence: str
     progress: Callable[..., Callable[[int, float], None] | None]
     """Given a label and the keywords ``dataset``, ``from_snap``, ``to_snap`` (what is sent,
@@ -277,7 +279,7 @@ def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceS
     stages, meter = metered_transfer(
         send, receive, source=transfer.source_side, target=transfer.target_side,
         compress=transfer.compress, bandwidth_limit=transfer.bandwidth_limit,
-        send_writes_stream=writes,
+        send_writes_stream=writes, receive_buffer=transfer.receive_buffer,
     )  # fmt: skip
     label = f"{dataset}@{step.to.name} -> {target_ds}"
     log.info("sending %s (%s)", label, type(step).__name__.lower())
@@ -321,6 +323,7 @@ def _rejected(exc: PipelineFailed, receive: list[str], dst: Zfs) -> StreamUnsupp
     last = exc.stages[-1] if exc.stages else None
     if last is None or not last.failed or classify_receive(last.stderr) is not StreamUnsupported:
         return None
-    rejected = StreamUnsupported(receive, last.returncode, last.stderr.strip(), dst.executor.host)
+    words = without_buffer_noise(last.stderr).strip()
+    rejected = StreamUnsupported(receive, last.returncode, words, dst.executor.host)
     rejected.__cause__ = exc
     return rejected

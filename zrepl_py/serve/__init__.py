@@ -13,8 +13,9 @@ FORMAT", ``command=``). zbak serve:
    other shell syntax (``;``, ``$(...)``, backticks, redirections, globs) is refused;
 2. checks every command against the allow-list (``policy``): the zfs/zpool operations zbak
    issues, each dataset inside ``--root``, never ``receive -F`` (unless allowed), never
-   ``destroy`` except zbak's own snapshots with ``--allow-destroy-own``, zstd only in the two
-   pipeline shapes of the data path;
+   ``destroy`` except zbak's own snapshots with ``--allow-destroy-own``, zstd and mbuffer
+   only in the pipeline shapes of the data path (mbuffer with zbak's exact arguments, right
+   before ``zfs receive``; alone only as the probe ``mbuffer -V``);
 3. runs what it approved without a shell (``execute``), or refuses with a logged reason and
    exit status ``REFUSED`` (126).
 

@@ -2,18 +2,21 @@
 
 - One command: ``os.execvpe`` replaces the zbak process, so stdin, stdout and stderr are the
   ssh session's own and no Python stays in the data path.
-- A two-command pipeline (``zstd -d | zfs receive``, ``zfs send | zstd``): both start with
-  ``subprocess.Popen`` (argv lists), the first one's stdout is the second one's stdin (a pipe
-  between the two processes; zbak serve only waits), SIGTERM/SIGHUP/SIGINT received by zbak
-  serve are passed on to both. The exit status is that of the last stage that failed
-  (``pipefail``): a ``zfs send`` that dies shows through its zstd.
+- A pipeline of two or three commands (``zstd -d | zfs receive``, ``mbuffer | zfs receive``,
+  ``zstd -d | mbuffer | zfs receive``, ``zfs send | zstd``): every stage starts with
+  ``subprocess.Popen`` (argv lists), each one's stdout is the next one's stdin (pipes
+  between the processes; zbak serve only waits), SIGTERM/SIGHUP/SIGINT received by zbak
+  serve are passed on to every stage still running. The exit status is that of the last
+  stage that failed (``pipefail``): a ``zfs send`` that dies shows through its zstd, and a
+  ``zfs receive`` that fails shows as itself, not as the broken pipe of the mbuffer that
+  fed it.
 - A real ``zfs send -t TOKEN``: before it runs, a snapshot with the token's ``toguid`` must
   exist at or below the token's dataset (``zfs get -Hp -r -o name,value guid DS``), because
   zfs picks the snapshot by guid (``serve.token``).
 
 Commands run with a scrubbed environment (``PATH``, ``HOME``, ``USER``, ``LOGNAME``,
 ``LANG``, ``LC_ALL``, nothing else), so variables a client might pass through sshd
-(``AcceptEnv``) reach neither zfs nor zstd.
+(``AcceptEnv``) reach none of zfs, zstd and mbuffer.
 
 The audit log gets one line per request: ``ALLOWED`` or ``REFUSED`` with the reason, the
 client (``$SSH_CLIENT``) and the request (``repr``, so a newline cannot forge a line). It
@@ -180,6 +183,8 @@ def run(argvs: Sequence[Sequence[str]], env: Mapping[str, str], *, stderr: TextI
 
 
 def _pipeline(argvs: Sequence[Sequence[str]], env: Mapping[str, str], *, stderr: TextIO) -> int:
+    """Run ``argvs`` (two or more) as a pipeline without a shell; return its pipefail status
+    (see the module doc), ``NOT_FOUND`` when a stage cannot start."""
     procs: list[subprocess.Popen] = []
     previous = None
     try:

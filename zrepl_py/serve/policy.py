@@ -19,7 +19,8 @@ Read-only, names inside a root (``-r``/``-d`` allowed):
   ``zpool list [-HLPpv] [-o P] POOL`` for the roots' pools. ``zfs version``, ``zpool version``.
 Capability probes (``zfs/capabilities.py``; they change nothing): ``zfs send`` with flags and
   no snapshot (zfs prints its usage), ``zfs snapshot POOL@zbak%probe1 POOL@zbak%probe2`` (both
-  names are invalid, so nothing is created).
+  names are invalid, so nothing is created), ``mbuffer -V`` (``replication/stages.py``
+  ``MBUFFER_PROBE``: prints mbuffer's version, the one way mbuffer may run alone).
 Replication, inside a root:
   ``zfs receive -u [-s] DS`` (``-F`` only with ``allow_force_receive``), ``zfs receive -A DS``,
   ``zfs create [-p] DS``, ``zfs hold TAG SNAP...``, ``zfs release TAG SNAP...``,
@@ -32,9 +33,14 @@ With ``allow_destroy_own`` (``on_divergence = "rollback"``, replica retention, s
   ``zfs destroy DS@PREFIX_YYYYMMDDTHHMMSSZ`` and ``zfs destroy DS#zbak_...`` (one name, no
   flags: never ``-r``/``-R``/``-f``), ``zfs rollback SNAP`` (no flags: zfs refuses while
   newer snapshots exist).
-Pipelines, exactly the data path's two shapes (``replication/stages.py``):
-  ``zstd -q -d -c | zfs receive ...`` and ``zfs send ... | zstd -q -T0 -3 -c`` (zstd with
-  ``-q -c -d -T# -#`` only and no file operand: it reads stdin and writes stdout).
+Pipelines, exactly the data path's shapes (``replication/stages.py``):
+  ``[zstd -q -d -c |] [mbuffer -q -v 1 -s 128k -m <N>k |] zfs receive ...`` (at least one of
+  the two before ``zfs receive``, never ``receive -A``) and ``zfs send ... | zstd -q -T0 -3 -c``.
+  zstd takes ``-q -c -d -T# -#`` only and no file operand: it reads stdin and writes stdout.
+  mbuffer takes exactly ``-q -v 1 -s 128k -m <N>k`` (``stages.mbuffer_argv``), with N whole
+  KiB from 1 MiB (``ReplicateConfig.receive_buffer``'s floor) to ``MBUFFER_MAX_BYTES``:
+  mbuffer(1) can also read and write files (``-i``, ``-o``, ``-l``, ``-T``), listen on and
+  connect to TCP ports (``-I``, ``-O``) and run a command (``-A``), so nothing else passes.
 Never: any other program, ``sudo``, a shell, ``zfs set/inherit/clone/promote/rename/allow/
 mount/upgrade``, ``zpool`` changes, ``receive -F`` (by default), ``destroy`` of a dataset.
 """
@@ -63,6 +69,19 @@ _TYPES = frozenset({"filesystem", "volume", "snapshot", "snap", "bookmark", "all
 _SOURCES = frozenset({"local", "default", "inherited", "temporary", "received", "none"})
 _ZSTD_ARG = re.compile(r"-q|-c|-d|-T[0-9]{1,3}|-(?:[1-9]|1[0-9])")
 
+MBUFFER_PROBE = ("-V",)
+"""The only arguments mbuffer may run with alone (``stages.MBUFFER_PROBE``)."""
+MBUFFER_FIXED = ("-q", "-v", "1", "-s", "128k", "-m")
+"""mbuffer's arguments before the size, as ``stages.mbuffer_argv`` writes them."""
+MBUFFER_MIN_BYTES = 1024 * 1024
+"""Smallest ``-m`` accepted: zbak's config refuses less (``ReplicateConfig.receive_buffer``)."""
+MBUFFER_MAX_BYTES = 16 * 1024**3
+"""Largest ``-m`` accepted (16 GiB): mbuffer allocates it all at start, so a larger request
+could exhaust this host's memory. zbak's default is 64 MiB."""
+_MBUFFER_SIZE = re.compile(r"([1-9][0-9]{0,11})k")
+_MBUFFER_OPTIONS = frozenset({"-q", "-v", "-s", "-m"})
+_RECEIVE_PIPELINES = (("zstd", "zfs"), ("mbuffer", "zfs"), ("zstd", "mbuffer", "zfs"))
+
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
@@ -76,8 +95,8 @@ class Policy:
         allow_force_receive: allow ``zfs receive -F`` (``--allow-force-receive``; zbak never
             issues it).
         prefix: the snapshot prefix that marks zbak's own snapshots (``--prefix``).
-        zfs, zpool, zstd: the programs actually executed (``--zfs`` etc.); a request may
-            name a program by its plain name or by exactly this path.
+        zfs, zpool, zstd, mbuffer: the programs actually executed (``--zfs`` etc.); a
+            request may name a program by its plain name or by exactly this path.
     """
 
     roots: tuple[DatasetName, ...]
@@ -87,6 +106,7 @@ class Policy:
     zfs: str = "zfs"
     zpool: str = "zpool"
     zstd: str = "zstd"
+    mbuffer: str = "mbuffer"
 
     def __post_init__(self) -> None:
         if not self.roots:
@@ -135,37 +155,47 @@ def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
     if len(commands) == 1:
         if programs[0] == "zstd":
             raise CommandRefused("zstd runs only in a pipeline with zfs send or zfs receive")
+        if programs[0] == "mbuffer":
+            if tuple(commands[0][1:]) != MBUFFER_PROBE:
+                raise CommandRefused("mbuffer is not allowed alone except as the probe "
+                                     "'mbuffer -V'; it runs only directly before zfs receive")
+            return Approved(((policy.mbuffer, *MBUFFER_PROBE),))
         token = _check_one(programs[0], commands[0], policy)
         return Approved((_resolved(programs[0], commands[0], policy),), token)
-    if len(commands) == 2 and programs == ["zstd", "zfs"]:
-        _check_zstd(commands[0], decompress=True)
-        if len(commands[1]) < 2 or commands[1][1] not in ("receive", "recv") \
-                or "-A" in commands[1]:
-            raise CommandRefused("zstd -d may only feed zfs receive")
-        _check_one("zfs", commands[1], policy)
-    elif len(commands) == 2 and programs == ["zfs", "zstd"]:
+    resolved = tuple(_resolved(p, c, policy) for p, c in zip(programs, commands))
+    if tuple(programs) in _RECEIVE_PIPELINES:
+        if programs[0] == "zstd":
+            _check_zstd(commands[0], decompress=True)
+        if programs[-2] == "mbuffer":
+            _check_mbuffer(commands[-2])
+        if not _is_receive(commands[-1]):
+            raise CommandRefused(f"{'zstd -d' if programs[-2] == 'zstd' else 'mbuffer'} "
+                                 "may only feed zfs receive")
+        _check_one("zfs", commands[-1], policy)
+        return Approved(resolved)
+    if tuple(programs) == ("zfs", "zstd"):
         _check_zstd(commands[1], decompress=False)
         if len(commands[0]) < 2 or commands[0][1] != "send":
             raise CommandRefused("zstd -c may only read from zfs send")
         token = _check_one("zfs", commands[0], policy)
-        return Approved(tuple(_resolved(p, c, policy) for p, c in zip(programs, commands)), token)
-    else:
-        shape = " | ".join(programs)
-        raise CommandRefused(f"pipeline {shape!r} is not one zbak uses "
-                             "(only 'zstd -d | zfs receive' and 'zfs send | zstd')")
-    return Approved(tuple(_resolved(p, c, policy) for p, c in zip(programs, commands)))
+        return Approved(resolved, token)
+    shape = " | ".join(programs)
+    where = "; mbuffer runs only directly before zfs receive" if "mbuffer" in programs else ""
+    raise CommandRefused(f"pipeline {shape!r} is not one zbak uses (only 'zstd -d | zfs "
+                         "receive', 'zstd -d | mbuffer | zfs receive', 'mbuffer | zfs receive' "
+                         f"and 'zfs send | zstd'){where}")
 
 
 def _program(name: str, policy: Policy) -> str:
     for plain, configured in (("zfs", policy.zfs), ("zpool", policy.zpool),
-                              ("zstd", policy.zstd)):  # fmt: skip
+                              ("zstd", policy.zstd), ("mbuffer", policy.mbuffer)):  # fmt: skip
         if name in (plain, configured):
             return plain
     if name == "sudo":
         raise CommandRefused("sudo is not allowed: zbak serve runs commands as the login user; "
                              "set sudo = false for this host and delegate with zfs allow")
-    raise CommandRefused(f"program {name!r} is not allowed (only zfs, zpool, and zstd in a "
-                         "pipeline)")
+    raise CommandRefused(f"program {name!r} is not allowed (only zfs, zpool, and zstd or "
+                         "mbuffer in a pipeline)")
 
 
 def _resolved(program: str, argv: Sequence[str], policy: Policy) -> tuple[str, ...]:
@@ -181,6 +211,35 @@ def _check_zstd(argv: Sequence[str], *, decompress: bool) -> None:
     if ("-d" in args) != decompress or "-c" not in args:
         want = "zstd -d -c before zfs receive" if decompress else "zstd -c (no -d) after zfs send"
         raise CommandRefused(f"zstd arguments {args!r}: expected {want}")
+
+
+def _check_mbuffer(argv: Sequence[str]) -> None:
+    """Require exactly ``mbuffer -q -v 1 -s 128k -m <N>k`` with N KiB within the bounds."""
+    args = list(argv[1:])
+    for arg in args:
+        if arg.startswith("-") and arg not in _MBUFFER_OPTIONS:
+            raise CommandRefused(f"mbuffer option {arg!r} is not allowed (mbuffer can write "
+                                 "files, open network connections and run commands; only "
+                                 "-q -v 1 -s 128k -m <N>k)")
+    if tuple(args[:-1]) != MBUFFER_FIXED:
+        raise CommandRefused(f"mbuffer arguments {args!r} are not allowed: expected exactly "
+                             "-q -v 1 -s 128k -m <N>k (no file operands)")
+    size = _MBUFFER_SIZE.fullmatch(args[-1])
+    if size is None:
+        raise CommandRefused(f"mbuffer -m {args[-1]!r} is not allowed: expected whole KiB "
+                             "as <digits>k")
+    if not MBUFFER_MIN_BYTES <= int(size.group(1)) * 1024 <= MBUFFER_MAX_BYTES:
+        raise CommandRefused(f"mbuffer -m {args[-1]} is not allowed: the buffer must be "
+                             f"{MBUFFER_MIN_BYTES // 1024}k to {MBUFFER_MAX_BYTES // 1024}k "
+                             "(1 MiB to 16 GiB)")
+
+
+def _is_receive(argv: Sequence[str]) -> bool:
+    """True for ``zfs receive``/``recv`` without ``-A`` (alone or in a cluster), i.e. a
+    command that reads a stream."""
+    if len(argv) < 2 or argv[1] not in ("receive", "recv"):
+        return False
+    return not any(arg.startswith("-") and "A" in arg for arg in argv[2:])
 
 
 def _check_one(program: str, argv: Sequence[str], policy: Policy) -> TokenTarget | None:
