@@ -15,8 +15,11 @@ Cases, on the same two pools and the same data, every tool through the same sshd
   ``--datasets`` children with 4 KiB each and one recursive snapshot; the cycle runs each tool
   again against its own up-to-date replica, so there is nothing to send.
 
-Tools: the raw pipe (``zfs send [-I BASE] SNAP | ssh ... zfs receive TARGET``, with the ssh
-argv zbak itself uses); zbak through its CLI (``python -m zrepl_py --config CFG replicate
+Tools: the raw pipe (``zfs send [-I BASE] SNAP | ssh -i KEY -p PORT root@127.0.0.1 zfs
+receive TARGET``, as an admin types it: ssh's own cipher order, no buffer); ``raw, zbak's
+path``, the same pipe with zbak's data path (its ssh argv, which puts AES-GCM first on this
+AES-NI CPU, and its 64 MiB mbuffer before ``zfs receive``; ``proc.openssh``,
+``replication.stages``), which isolates zbak's fixed cost; zbak through its CLI (``python -m zrepl_py --config CFG replicate
 JOB``, compression "none"); syncoid 2.1.0 (Debian ``sanoid``) with ``--no-sync-snap
 --compress=none`` (same bytes as the others, no lzop on random data; its mbuffer and pv stay
 as it chooses them). Syncoid 2.1.0 on zfs-fuse can only replicate to a NEW target: it lists
@@ -51,11 +54,12 @@ would weigh on the tools in proportion to their remote command count. So by defa
 benchmark bind-mounts /dev/null over ``~/.bashrc`` inside its private mount namespace (the
 real file is untouched); ``--keep-bashrc`` measures with it.
 
-Measured 2026-11-21 (2 vCPUs, 3 reps; README "Performance"): 512 MiB full 0.75x, 256 MiB
-incremental 0.58x (zbak's fixed cost, about 0.8 s per run, against transfers of 1.5-2.5 s);
-8 GiB full 0.956x and 0.980x, 4 GiB incremental 1.05x and 0.949x (two runs of 3 and 5 reps;
-run-to-run spread 8-17 % of a transfer, zbak's fixed cost 2 % of it);
-no-op cycle over 101 datasets 10-11x faster than syncoid+shim. ``zbak (pipe only)`` 0.95-1.10x.
+Measured 2026-11-21 (2 vCPUs; README "Performance"), after zbak's data path took AES-GCM and
+the receive buffer: full 1 GiB 1.13x, incremental 1 GiB 1.16x the raw pipe (5 reps; syncoid
+0.93x and, with the shim, 0.84x); full 512 MiB 1.02x, incremental 256 MiB 0.76x (3 reps).
+``raw, zbak's path`` is 1.41-1.50x the raw pipe; zbak's fixed cost against it, 1.1-1.4 s per
+run, is what remains. No-op cycle over 101 datasets 9-12x faster than syncoid+shim. Before
+(plain ChaCha20-Poly1305, no buffer): 512 MiB 0.75x, 256 MiB 0.58x, 8 GiB 0.956x / 0.980x.
 
 Runs as root on the test bed of tests/testbed: a private mount namespace with its own
 zfs-fuse daemon (pools on sparse files in a temporary directory, about 3 x (size + incr) MiB
@@ -90,11 +94,14 @@ from testbed import sshd as testbed_sshd  # noqa: E402
 from testbed import zfs as testbed_zfs  # noqa: E402
 from testbed.common import free_port  # noqa: E402
 
-from zrepl_py.proc.openssh import remote_command, ssh_argv  # noqa: E402
+from zrepl_py.proc.openssh import remote_command, remote_pipeline, ssh_argv  # noqa: E402
+from zrepl_py.replication.stages import mbuffer_argv  # noqa: E402
 
 from zfsbench import destroy, guid, last_line, rotate, sh  # noqa: E402 (script-local import)
 
 MIB = 1024 * 1024
+RECEIVE_BUFFER = 64 * MIB  # zbak's default [replicate] receive_buffer
+RAW_ZBAK_PATH = "raw, zbak's path"
 SYNCOID = "/usr/sbin/syncoid"
 PYTHON = sys.executable
 RECEIVED = re.compile(r"received .*: (\d+) bytes in ([0-9.]+) s")
@@ -293,8 +300,15 @@ class Bench:
 
     # -- the tools ---------------------------------------------------------------
 
-    def raw(self, send: list[str], target: str) -> float:
-        receive = self.ssh + [remote_command(["zfs", "receive", target], sudo=False)]
+    def raw(self, send: list[str], target: str, *, zbak_path: bool = False) -> float:
+        """``send | ssh HOST zfs receive TARGET`` as an admin types it (ssh's own ciphers,
+        no buffer); ``zbak_path``: with zbak's ssh argv (its ciphers) and receive buffer."""
+        if zbak_path:
+            receive = self.ssh + [remote_pipeline(
+                [mbuffer_argv(RECEIVE_BUFFER), ["zfs", "receive", target]], sudo=False)]
+        else:
+            receive = self.ssh_to(self.server.port) + [
+                remote_command(["zfs", "receive", target], sudo=False)]
         started = time.monotonic()
         sender = subprocess.Popen(send, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         receiver = subprocess.Popen(receive, stdin=sender.stdout, stdout=subprocess.DEVNULL,
@@ -421,8 +435,9 @@ def measure(bench: Bench, results: Results, reps: int) -> dict[str, list[float]]
         def run() -> float:
             target = bench.target("full", tool)
             try:
-                if tool == "raw pipe":
-                    seconds = bench.raw(["zfs", "send", f"{src}/full@full"], target)
+                if tool in ("raw pipe", RAW_ZBAK_PATH):
+                    seconds = bench.raw(["zfs", "send", f"{src}/full@full"], target,
+                                        zbak_path=tool == RAW_ZBAK_PATH)
                 elif tool == "zbak":
                     seconds = bench.run_zbak("full", target, pipe["full"])
                 else:
@@ -446,9 +461,10 @@ def measure(bench: Bench, results: Results, reps: int) -> dict[str, list[float]]
             if sh_in.returncode:
                 raise RuntimeError(f"seeding {target}: {sh_in.stderr}")
             try:
-                if tool == "raw pipe":
+                if tool in ("raw pipe", RAW_ZBAK_PATH):
                     seconds = bench.raw(["zfs", "send", "-I", f"{src}/inc@base",
-                                         f"{src}/inc@incr"], target)
+                                         f"{src}/inc@incr"], target,
+                                        zbak_path=tool == RAW_ZBAK_PATH)
                 elif tool == "zbak":
                     seconds = bench.run_zbak("inc", target, pipe["incremental"])
                 else:
@@ -470,13 +486,13 @@ def measure(bench: Bench, results: Results, reps: int) -> dict[str, list[float]]
     destroy(f"{warm}@incr", warm)
 
     print(f"full: {bench.stream['full']} bytes per stream, {reps} reps", flush=True)
-    tools = ["raw pipe", "zbak", "syncoid"]
+    tools = ["raw pipe", RAW_ZBAK_PATH, "zbak", "syncoid"]
     for rep in range(reps):
         for tool in rotate(tools, rep):
             results.record("full", tool, full(tool))
 
     print(f"incremental: {bench.stream['incremental']} bytes per stream, {reps} reps", flush=True)
-    tools = ["raw pipe", "zbak", "syncoid+shim", "syncoid"]
+    tools = ["raw pipe", RAW_ZBAK_PATH, "zbak", "syncoid+shim", "syncoid"]
     for rep in range(reps):
         for tool in rotate(tools, rep):
             results.record("incremental", tool, incremental(tool))
@@ -639,6 +655,11 @@ def main() -> int:
                 print(f"target {case}: zbak {ratio:.3f}x vs {kind} (>= {floor}): {verdict}")
             else:
                 print(f"target {case}: not measured")
+        for case in ("full", "incremental"):  # what is left once both use the same data path
+            ours, theirs = results.median(case, "zbak"), results.median(case, RAW_ZBAK_PATH)
+            if ours and theirs:
+                print(f"{case}: zbak {theirs / ours:.3f}x vs {RAW_ZBAK_PATH} "
+                      f"(zbak's fixed cost: {ours - theirs:+.2f} s)")
         print()
         print(profile)
         return 0
