@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from zrepl_py.config.schema import HostConfig
+from pydantic import ValidationError
+
+from zrepl_py.config.schema import HostConfig, ReplicateConfig
 from zrepl_py.errors import CommandRefused, ZbakError
 from zrepl_py.proc.executor import Completed
 from zrepl_py.proc.openssh import remote_command, remote_pipeline
@@ -21,7 +23,7 @@ from zrepl_py.replication.planner import BookmarkRef, Full, Incremental, SnapRef
 from zrepl_py.replication.stages import MBUFFER_PROBE, Side, mbuffer_argv, transfer_stages
 from zrepl_py.serve.cmdline import split_command_line
 from zrepl_py.serve.options import parse
-from zrepl_py.serve.policy import MBUFFER_MAX_BYTES, Policy, check
+from zrepl_py.serve.policy import MBUFFER_MAX_BYTES, MBUFFER_MIN_BYTES, Policy, check
 from zrepl_py.serve.token import make_token, read_token
 from zrepl_py.zfs import capabilities
 from zrepl_py.zfs.capabilities import Capabilities
@@ -286,6 +288,17 @@ def test_the_receive_buffer_of_every_size_the_config_accepts_up_to_16_gib_is_all
     for size in (1024 * 1024, 1024 * 1024 + 1023, BUFFER, MBUFFER_MAX_BYTES):
         text = remote_pipeline([mbuffer_argv(size), receive], sudo=False)
         assert allowed(text).argvs == (mbuffer_argv(size), tuple(receive))
+
+
+def test_the_config_accepts_exactly_the_receive_buffers_serve_allows():
+    # Both sides keep their own bound (serve imports no config); they must not drift apart,
+    # or a configured buffer would make every served receive fail instead of being refused
+    # when the config loads.
+    for size in (MBUFFER_MIN_BYTES, MBUFFER_MAX_BYTES):
+        assert ReplicateConfig(targets=["h:p/a"], receive_buffer=size).receive_buffer == size
+    for size in (MBUFFER_MIN_BYTES - 1, MBUFFER_MAX_BYTES + 1):
+        with pytest.raises(ValidationError, match="receive_buffer"):
+            ReplicateConfig(targets=["h:p/a"], receive_buffer=size)
 
 
 def test_the_mbuffer_probe_is_allowed_alone_and_runs_the_configured_mbuffer():

@@ -69,8 +69,8 @@ _TYPES = frozenset({"filesystem", "volume", "snapshot", "snap", "bookmark", "all
 _SOURCES = frozenset({"local", "default", "inherited", "temporary", "received", "none"})
 _ZSTD_ARG = re.compile(r"-q|-c|-d|-T[0-9]{1,3}|-(?:[1-9]|1[0-9])")
 
-MBUFFER_PROBE = ("-V",)
-"""The only arguments mbuffer may run with alone (``stages.MBUFFER_PROBE``)."""
+MBUFFER_PROBE_ARGS = ("-V",)
+"""The only arguments mbuffer may run with alone (``stages.MBUFFER_PROBE`` without the program)."""
 MBUFFER_FIXED = ("-q", "-v", "1", "-s", "128k", "-m")
 """mbuffer's arguments before the size, as ``stages.mbuffer_argv`` writes them."""
 MBUFFER_MIN_BYTES = 1024 * 1024
@@ -156,10 +156,10 @@ def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
         if programs[0] == "zstd":
             raise CommandRefused("zstd runs only in a pipeline with zfs send or zfs receive")
         if programs[0] == "mbuffer":
-            if tuple(commands[0][1:]) != MBUFFER_PROBE:
+            if tuple(commands[0][1:]) != MBUFFER_PROBE_ARGS:
                 raise CommandRefused("mbuffer is not allowed alone except as the probe "
                                      "'mbuffer -V'; it runs only directly before zfs receive")
-            return Approved(((policy.mbuffer, *MBUFFER_PROBE),))
+            return Approved(((policy.mbuffer, *MBUFFER_PROBE_ARGS),))
         token = _check_one(programs[0], commands[0], policy)
         return Approved((_resolved(programs[0], commands[0], policy),), token)
     resolved = tuple(_resolved(p, c, policy) for p, c in zip(programs, commands))
