@@ -1,0 +1,120 @@
+"""The disaster tier (issue 15): whole-disaster scenarios on real zfs-fuse pools, a ``file://``
+store and moto's S3 server, driven through the ``zbak`` CLI as an admin types it.
+
+Each test loses something for real (the source pool, an object after it was verified, a
+volume, the catalog and a manifest pair, a process mid-upload) and then checks that what zbak
+promises still holds: every retained snapshot it calls restorable can be brought back, and no
+prune takes the last way back. Streams are at least 64 MiB where the size matters (timers
+and samplers fire, volumes are many).
+
+Shared here: ``Site`` (a source pool with a dataset of snapshots @0..@N, a state dir, a
+config writer and the CLI runner) and helpers that read snapshots and their contents.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.cli import Zbak, prop, zfs
+from zrepl_py.errors import ExitStatus
+
+MIB = 1024 * 1024
+
+
+def snapshots(dataset: str) -> list[str]:
+    """Short names of ``dataset``'s snapshots, oldest first (by createtxg)."""
+    out = zfs("get", "-Hp", "-r", "-o", "name,property,value", "createtxg", dataset)
+    rows = [line.split("\t") for line in out.splitlines()]
+    return [n.split("@")[1] for v, n in sorted((int(v), n) for n, _, v in rows
+                                              if n.startswith(dataset + "@"))]
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of every file below ``root``."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def content_of(snapshot: str, pool: str, tag: str) -> dict[str, str]:
+    """The files of a snapshot, read through a temporary clone (zfs-fuse has no .zfs)."""
+    clone = f"{pool}/cmp-{tag}"
+    zfs("clone", snapshot, clone)
+    try:
+        return tree_digest(Path(prop(clone, "mountpoint")))
+    finally:
+        for _ in range(20):
+            if subprocess.run(["zfs", "destroy", clone], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.5)
+
+
+def restored_content(dataset: str) -> dict[str, str]:
+    """The files of a restored dataset (mounted first: restores receive with ``-u``)."""
+    subprocess.run(["zfs", "mount", dataset], capture_output=True)
+    return tree_digest(Path(prop(dataset, "mountpoint")))
+
+
+@dataclasses.dataclass
+class Site:
+    """A source pool with dataset ``data`` (``POOL/data``), zbak's state dir and config.
+
+    Attributes:
+        pool: the source pool's name; ``pool_handle`` its testbed handle.
+        data: the dataset archived/replicated.
+        mount: where ``data`` is mounted.
+        tmp: the test's tmp_path.
+        config: the zbak config path (write it with ``write``).
+        run: the in-process CLI (``run("archive")`` -> (status, stdout, stderr)).
+    """
+
+    pool: str
+    pool_handle: object
+    data: str
+    mount: Path
+    tmp: Path
+    config: Path
+    run: Zbak
+
+    def write(self, body: str) -> Path:
+        """Write the config: ``state_dir`` first, then ``body`` (TOML, dedented)."""
+        self.config.write_text(f'state_dir = "{self.tmp / "state"}"\n' + textwrap.dedent(body))
+        return self.config
+
+    def change(self, step: int, size: int = 1 * MIB) -> None:
+        """Change the dataset: a new file of ``size`` random bytes, a rewritten note and, from
+        step 3 on, the file of step - 3 deleted."""
+        (self.mount / f"file{step}.bin").write_bytes(os.urandom(size))
+        (self.mount / "notes.txt").write_text(f"step {step}\n" * (step + 1) * 100)
+        if step >= 3:
+            (self.mount / f"file{step - 3}.bin").unlink(missing_ok=True)
+
+    def snapshot_steps(self, steps: range, size: int = 1 * MIB) -> None:
+        """``change(step)`` then ``zfs snapshot DATA@step`` for each step."""
+        for step in steps:
+            self.change(step, size)
+            zfs("snapshot", f"{self.data}@{step}")
+
+    def ok(self, *args: str) -> str:
+        """Run zbak ARGS, assert exit 0, return stdout."""
+        status, out, err = self.run(*args)
+        assert status == ExitStatus.OK, f"zbak {' '.join(args)} -> {status}: {out}{err}"
+        return out
+
+
+@pytest.fixture
+def site(make_pool, tmp_path, capsys) -> Site:
+    """A 1 GiB source pool with an empty dataset ``data`` and no config yet (see ``Site``)."""
+    handle = make_pool("1G")
+    data = f"{handle.name}/data"
+    zfs("create", data)
+    config = tmp_path / "zbak.toml"
+    return Site(handle.name, handle, data, Path(prop(data, "mountpoint")), tmp_path, config,
+                Zbak(config, capsys))
