@@ -1,4 +1,4 @@
-"""Issue 7 item 5, RELIABILITY 39/40: a whole zbak cycle with ``--debug`` leaks no secret.
+"""Issue 7 item 5 and issue 16 item 1, RELIABILITY 39/40: a whole zbak cycle leaks no secret.
 
 The cycle runs on real components: zfs-fuse pools, ``zbak init`` (which dials the sshd host and
 the S3 store), ``snapshot``, ``replicate`` to the test sshd, ``archive`` to moto's S3 over HTTP
@@ -27,8 +27,12 @@ import contextlib
 import io
 import logging
 import os
+import re
 import secrets
+import shutil
+import subprocess
 import sqlite3
+import sys
 import textwrap
 import threading
 import time
@@ -113,6 +117,35 @@ def leaks(blob: bytes | str, values: dict[str, str]) -> list[str]:
     return [what for what, needle in needles(values).items() if needle in data]
 
 
+def cycle_config(tmp_path: Path, sshd, s3_server, bucket: str, data: str, replica: str,
+                 extra: str = "") -> str:
+    """The cycle's config: a replicate target on the test sshd, an S3 store on moto, an
+    SMTP alert whose password comes from ``ZBAK_TEST_SMTP_PASSWORD``, and ``extra`` TOML."""
+    return textwrap.dedent(f"""
+        state_dir = "{tmp_path / 'state'}"
+    """) + hosts_table("backup", sshd.host_config(), connect_timeout=5) + textwrap.dedent(f"""
+        [stores.cold]
+        url = "s3://{bucket}/zbak"
+        endpoint = "{s3_server.endpoint_url}"
+        region = "us-east-1"
+        volume_size = "1MiB"
+        [alerts.email]
+        host = "127.0.0.1"
+        port = 9
+        starttls = false
+        from = "zbak@example.org"
+        to = ["ops@example.org"]
+        username = "zbak"
+        password = {{ env = "ZBAK_TEST_SMTP_PASSWORD" }}
+        [jobs.j]
+        dataset = "{data}"
+        [jobs.j.replicate]
+        targets = ["backup:{replica}"]
+        [jobs.j.archive]
+        store = "cold"
+    """) + textwrap.dedent(extra)
+
+
 def test_a_debug_cycle_with_aws_session_credentials_leaks_no_secret_anywhere(
         make_pool, sshd, s3_server, secret_env, tmp_path, monkeypatch):
     """RELIABILITY 39."""
@@ -123,35 +156,12 @@ def test_a_debug_cycle_with_aws_session_credentials_leaks_no_secret_anywhere(
     bucket = f"zbak-secrets-{uuid.uuid4().hex[:10]}"
     s3_server.client().create_bucket(Bucket=bucket)
 
-    def config_text(bucket_name: str) -> str:
-        return textwrap.dedent(f"""
-            state_dir = "{tmp_path / 'state'}"
-        """) + hosts_table("backup", sshd.host_config(), connect_timeout=5) + textwrap.dedent(f"""
-            [stores.cold]
-            url = "s3://{bucket_name}/zbak"
-            endpoint = "{s3_server.endpoint_url}"
-            region = "us-east-1"
-            volume_size = "1MiB"
-            [alerts.email]
-            host = "127.0.0.1"
-            port = 9
-            starttls = false
-            from = "zbak@example.org"
-            to = ["ops@example.org"]
-            username = "zbak"
-            password = {{ env = "ZBAK_TEST_SMTP_PASSWORD" }}
-            [jobs.j]
-            dataset = "{data}"
-            [jobs.j.replicate]
-            targets = ["backup:{replica}"]
-            [jobs.j.archive]
-            store = "cold"
-        """)
 
     config = tmp_path / "zbak.toml"
-    config.write_text(config_text(bucket))
+    config.write_text(cycle_config(tmp_path, sshd, s3_server, bucket, data, replica))
     broken = tmp_path / "broken.toml"
-    broken.write_text(config_text("zbak-no-such-bucket"))
+    broken.write_text(cycle_config(tmp_path, sshd, s3_server, "zbak-no-such-bucket", data,
+                                  replica))
 
     records = Records()
     real_setup = cli.setup_logging
@@ -240,3 +250,94 @@ def test_a_debug_cycle_with_aws_session_credentials_leaks_no_secret_anywhere(
     assert wire == [], [f"{r.name}: {r.getMessage()[:80]}" for r in wire]
     assert any(r.levelno == logging.DEBUG and r.name.startswith("zrepl_py")
                for r in records.records), "--debug produced no debug records"
+
+
+# Issue 16 item 1: no child process of a whole cycle sees a secret, traced by the kernel.
+# Every command an admin types runs as a subprocess under ``strace -f -e trace=execve -v``,
+# which prints the whole environment of every program any process of the tree executes. zbak
+# itself starts with AWS session credentials, an SMTP password and a webhook URL in its
+# environment; every execve after zbak's own (setpriv and its probe, zfs, zpool, ssh, zstd,
+# mbuffer, ...) must carry none of those variables nor their values.
+_EXECVE = re.compile(r'^(?P<pid>\d+)\s+execve\("(?P<path>[^"]*)", \[(?P<argv>.*?)\], '
+                     r'\[(?P<env>.*)\]\) = 0', re.MULTILINE)
+
+
+def _secrets() -> dict[str, str]:
+    return {
+        "AWS_SECRET_ACCESS_KEY": "zbakTraceSecret" + secrets.token_hex(12),
+        "AWS_SESSION_TOKEN": "zbakTraceToken" + secrets.token_hex(12),
+        "ZBAK_TEST_SMTP_PASSWORD": "zbakTraceSmtp" + secrets.token_hex(8),
+        "ZBAK_TEST_HOOK_URL": "http://127.0.0.1:9/hook/zbakTraceHook" + secrets.token_hex(8),
+    }
+
+
+def test_no_child_of_a_whole_cycle_is_started_with_a_secret_variable(
+        make_pool, sshd, s3_server, tmp_path):
+    """RELIABILITY 39."""
+    strace = shutil.which("strace")
+    assert strace, "strace is installed by scripts/setup-host.sh"
+    src, bak = make_pool(), make_pool()
+    data, replica = f"{src.name}/data", f"{bak.name}/replica"
+    zfs("create", data)
+    mount = Path(zfs("get", "-Hp", "-o", "value", "mountpoint", data).strip())
+    bucket = f"zbak-trace-{uuid.uuid4().hex[:10]}"
+    s3_server.client().create_bucket(Bucket=bucket)
+    config = tmp_path / "zbak.toml"
+    config.write_text(cycle_config(tmp_path, sshd, s3_server, bucket, data, replica, extra="""
+        keep_chains = 1
+        [alerts.webhook]
+        url = { env = "ZBAK_TEST_HOOK_URL" }
+    """))
+    values = _secrets()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ZBAK_"))}
+    env.update(values, AWS_ACCESS_KEY_ID="AKIAZBAKTRACE000", AWS_DEFAULT_REGION="us-east-1")
+    trace_dir = tmp_path / "trace"
+    trace_dir.mkdir()
+    commands: list[list[str]] = []
+
+    def zbak(*args: str, ok: bool = True) -> None:
+        out = trace_dir / f"{len(commands):02d}-{args[0]}"
+        argv = [strace, "-f", "-qq", "-v", "-s", "4096", "-e", "trace=execve", "-o", str(out),
+                sys.executable, "-m", "zrepl_py", "--config", str(config), *args]
+        commands.append(list(args))
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)
+        if ok:
+            assert done.returncode == 0, f"zbak {' '.join(args)}: {done.stdout}{done.stderr}"
+
+    zbak("config", "check")
+    zbak("init")
+    for step in range(2):
+        (mount / f"f{step}.bin").write_bytes(os.urandom(300_000))
+        zbak("snapshot")
+        zbak("replicate")
+        zbak("archive")
+        time.sleep(1.1)  # snapshot names have a one-second resolution
+    newest = zfs("list", "-H", "-t", "snapshot", "-o", "name", "-s", "createtxg", "-r",
+                 data).split()[-1].split("@")[1]
+    zbak("restore", data, "--to", f"@{newest}", "--into", f"{src.name}/restored",
+         "--from", "cold", "--yes")
+    zbak("prune")
+    zbak("audit", "--deep")
+    zbak("status")
+    zbak("restore", data, "--to", "@nope", "--into", f"{src.name}/x", ok=False)  # a failure
+
+    children = 0
+    programs: set[str] = set()
+    leaks = []
+    for trace in sorted(trace_dir.iterdir()):
+        calls = list(_EXECVE.finditer(trace.read_text(errors="replace")))
+        assert calls, f"{trace.name}: strace saw no execve"
+        for call in calls[1:]:  # the first is zbak itself, which reads the secrets
+            children += 1
+            programs.add(os.path.basename(call["path"]))
+            for name, value in values.items():
+                if f'"{name}=' in call["env"] or value in call["env"] or value in call["argv"]:
+                    leaks.append(f"{trace.name}: {call['path']} [{call['argv'][:120]}] got {name}")
+            for name in ("AWS_ACCESS_KEY_ID", "AWS_DEFAULT_REGION"):
+                if f'"{name}=' in call["env"]:
+                    leaks.append(f"{trace.name}: {call['path']} got {name}")
+    assert leaks == []
+    # The trace really covered the cycle's children, the setpriv probe among them.
+    assert {"zfs", "ssh", "setpriv", "true"} <= programs, programs
+    assert children > 30

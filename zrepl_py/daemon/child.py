@@ -24,13 +24,13 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Mapping
 
 from zrepl_py.daemon.logs import run_logger
+from zrepl_py.proc import spawn
 
 log = logging.getLogger(__name__)
 output_log = logging.getLogger("zrepl_py.daemon.output")
@@ -54,18 +54,18 @@ def action_argv(config_path: Path, action: str, job: str, *, debug: bool = False
             action, job]
 
 
-def start(argv: list[str], env: Mapping[str, str]) -> subprocess.Popen:
+def start(argv: list[str], env: Mapping[str, str]) -> spawn.Popen:
     """Start the child with stdout and stderr on one pipe (read with ``relay``).
 
     Raises:
         OSError: the interpreter could not be started.
     """
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env=dict(env), start_new_session=True,
+    return spawn.popen_zbak(argv, env, stdin=spawn.DEVNULL, stdout=spawn.PIPE,
+                            stderr=spawn.STDOUT, start_new_session=True,
                             text=True, errors="replace", bufsize=1)  # fmt: skip
 
 
-def relay(popen: subprocess.Popen, job: str, action: str, messages: list[str]) -> None:
+def relay(popen: spawn.Popen, job: str, action: str, messages: list[str]) -> None:
     """Log every line the child prints until its output closes; append its ``zbak:``
     message lines (the errors it reported) to ``messages``, for the run's summary."""
     assert popen.stdout is not None
@@ -84,7 +84,7 @@ def relay(popen: subprocess.Popen, job: str, action: str, messages: list[str]) -
             run_logger(output_log, job, action).debug("%s", line)
 
 
-def wait(popen: subprocess.Popen, job: str, action: str) -> tuple[int, list[str]]:
+def wait(popen: spawn.Popen, job: str, action: str) -> tuple[int, list[str]]:
     """Relay the child's output (``relay``, in a thread) until it exits; return its exit
     status and its ``zbak:`` messages. Waits at most ``RELAY_GRACE`` seconds for the output
     to close after the exit: a stray grandchild still holding the pipe must not hold up the
@@ -98,7 +98,7 @@ def wait(popen: subprocess.Popen, job: str, action: str) -> tuple[int, list[str]
     return code, list(messages)
 
 
-def terminate(popen: subprocess.Popen) -> None:
+def terminate(popen: spawn.Popen) -> None:
     """Send SIGTERM to the child (it stops its transfer and exits); no-op once it exited."""
     if popen.poll() is None:
         try:
@@ -107,7 +107,7 @@ def terminate(popen: subprocess.Popen) -> None:
             pass
 
 
-def kill(popen: subprocess.Popen) -> None:
+def kill(popen: spawn.Popen) -> None:
     """SIGKILL the child's whole session (its pipeline stages die by their pdeathsig)."""
     if popen.poll() is None:
         try:

@@ -30,7 +30,6 @@ import datetime as dt
 import importlib.util
 import logging
 import os
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -43,6 +42,7 @@ from zrepl_py.daemon.gate import Gate
 from zrepl_py.daemon.logs import run_logger
 from zrepl_py.daemon.plan import make_trigger, missed_runs, plan_entries
 from zrepl_py.errors import ExitStatus
+from zrepl_py.proc import spawn
 
 log = logging.getLogger(__name__)
 UTC = dt.timezone.utc
@@ -79,7 +79,7 @@ def job_defaults(grace: int | None) -> dict:
 
 @dataclasses.dataclass
 class _Running:
-    popen: subprocess.Popen
+    popen: spawn.Popen
     started: dt.datetime
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import logging
-import subprocess
 from typing import Sequence
 
 from zrepl_py.errors import CommandFailed
-from zrepl_py.proc.childenv import child_env
+from zrepl_py.proc import spawn
 from zrepl_py.proc.executor import Completed
 
 log = logging.getLogger(__name__)
@@ -17,7 +16,7 @@ class LocalExecutor:
     """Executor for this machine; follows the contract in ``zrepl_py.proc.executor``.
 
     Commands start with this process's environment minus its secrets
-    (``zrepl_py.proc.childenv.child_env``).
+    (``zrepl_py.proc.spawn``).
 
     Args:
         prefix: argv prepended to every command, e.g. ``["sudo", "-n"]``.
@@ -40,16 +39,15 @@ class LocalExecutor:
         full = self.prefix + list(argv)
         log.debug("run [local]: %s", full)
         try:
-            proc = subprocess.run(
+            proc = spawn.run(
                 full,
                 input=input,
-                stdin=None if input is not None else subprocess.DEVNULL,
+                stdin=None if input is not None else spawn.DEVNULL,
                 capture_output=True,
                 timeout=timeout,
                 check=False,
-                env=child_env(),  # no AWS_*/password variables in children (RELIABILITY 39)
             )
-        except subprocess.TimeoutExpired as exc:
+        except spawn.TimeoutExpired as exc:
             raise CommandFailed(full, None, f"timed out after {timeout} s", self.host) from exc
         except FileNotFoundError as exc:
             raise CommandFailed(full, 127, f"command not found: {full[0]}", self.host) from exc

@@ -10,7 +10,7 @@ Behaviour:
 - Every stage starts from an argv list (never a shell) in its own session and process group,
   so stopping a stage stops its children too (ssh's, a wrapper's). Stage 0 reads /dev/null
   unless ``stdin`` is given; the last stage writes to /dev/null unless ``stdout`` is given.
-  Stages get this process's environment minus its secrets (``proc.childenv.child_env``).
+  Stages get this process's environment minus its secrets (``proc.spawn``).
 - If zbak itself dies (SIGTERM, SIGKILL, OOM), every stage gets SIGTERM from the kernel:
   stages start through util-linux ``setpriv --pdeathsig TERM`` (prctl(2) PR_SET_PDEATHSIG;
   a ``preexec_fn`` is unsafe with the stderr threads running), so no orphaned ``zfs receive``
@@ -58,13 +58,12 @@ import os
 import select
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from typing import IO, Callable, Sequence
 
 from zrepl_py.errors import PipelineCancelled, PipelineFailed, PipelineTimedOut
-from zrepl_py.proc.childenv import child_env
+from zrepl_py.proc import spawn
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +85,11 @@ def _pdeathsig_prefix() -> list[str]:
         if setpriv:
             candidate = [setpriv, "--pdeathsig", "TERM", "--"]
             try:
-                probe = subprocess.run(candidate + ["true"], stdin=subprocess.DEVNULL,
+                probe = spawn.run(candidate + ["true"], stdin=spawn.DEVNULL,
                                        capture_output=True, timeout=10, check=False)  # fmt: skip
                 if probe.returncode == 0:
                     prefix = candidate
-            except (OSError, subprocess.SubprocessError):
+            except (OSError, spawn.SubprocessError):
                 pass
         if not prefix:
             log.debug("setpriv --pdeathsig unavailable: stages may outlive a killed zbak")
@@ -250,7 +249,7 @@ class _StderrTail(threading.Thread):
 @dataclasses.dataclass
 class _Child:
     stage: Stage
-    popen: subprocess.Popen | None = None
+    popen: spawn.Popen | None = None
     start_error: tuple[int, str] | None = None  # (returncode, message) when Popen failed
     tail: _StderrTail | None = None
     pidfd: int | None = None
@@ -385,13 +384,12 @@ class _Pipeline:
                 child.start_error = (127, f"cannot start {argv[0]}: command not found")
             return
         try:
-            child.popen = subprocess.Popen(
+            child.popen = spawn.popen(  # no AWS_*/password variables (RELIABILITY 39)
                 _pdeathsig_prefix() + argv,
                 stdin=stdin,
                 stdout=stdout,
                 stderr=stderr,
                 close_fds=True,
-                env=child_env(),  # no AWS_*/password variables in children (RELIABILITY 39)
                 start_new_session=True,  # own session and process group, no terminal
             )
         except FileNotFoundError as exc:

@@ -1,10 +1,10 @@
 """Run what ``policy.check`` approved, without a shell, and keep an audit log of every request.
 
-- One command: ``os.execvpe`` replaces the zbak process, so stdin, stdout and stderr are the
-  ssh session's own and no Python stays in the data path.
+- One command: ``os.execvpe`` (``proc.spawn.exec_replace``) replaces the zbak process, so
+  stdin, stdout and stderr are the ssh session's own and no Python stays in the data path.
 - A pipeline of two or three commands (``zstd -d | zfs receive``, ``mbuffer | zfs receive``,
   ``zstd -d | mbuffer | zfs receive``, ``zfs send | zstd``): every stage starts with
-  ``subprocess.Popen`` (argv lists), each one's stdout is the next one's stdin (pipes
+  ``proc.spawn.popen`` (argv lists), each one's stdout is the next one's stdin (pipes
   between the processes; zbak serve only waits), SIGTERM/SIGHUP/SIGINT received by zbak
   serve are passed on to every stage still running. The exit status is that of the last
   stage that failed (``pipefail``): a ``zfs send`` that dies shows through its zstd, and a
@@ -31,13 +31,13 @@ import logging
 import logging.handlers
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Mapping, NoReturn, Sequence, TextIO
 
 from zrepl_py.errors import CommandRefused
+from zrepl_py.proc import spawn
 from zrepl_py.serve.cmdline import split_command_line
 from zrepl_py.serve.policy import Approved, Policy, check
 from zrepl_py.serve.token import TokenTarget
@@ -154,9 +154,9 @@ def check_token_guid(token: TokenTarget, policy: Policy, env: Mapping[str, str])
     argv = [policy.zfs, "get", "-H", "-p", "-r", "-o", "name,value", "guid",
             token.toname.dataset]  # fmt: skip
     try:
-        done = subprocess.run(argv, env=dict(env), stdin=subprocess.DEVNULL,
+        done = spawn.run(argv, env=env, stdin=spawn.DEVNULL,
                               capture_output=True, timeout=120, check=False)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except (OSError, spawn.TimeoutExpired) as exc:
         raise CommandRefused(f"cannot check the resume token's snapshot: {exc}") from None
     guids = {value.strip() for name, _, value in
              (line.partition("\t") for line in done.stdout.decode("utf-8", "replace").split("\n"))
@@ -175,7 +175,7 @@ def run(argvs: Sequence[Sequence[str]], env: Mapping[str, str], *, stderr: TextI
         for name in ("SIGPIPE", "SIGXFSZ"):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
         try:
-            os.execvpe(argv[0], argv, dict(env))
+            spawn.exec_replace(argv, env)
         except OSError as exc:
             print(f"zbak serve: {argv[0]}: {exc.strerror}", file=stderr, flush=True)
             return NOT_FOUND
@@ -185,14 +185,14 @@ def run(argvs: Sequence[Sequence[str]], env: Mapping[str, str], *, stderr: TextI
 def _pipeline(argvs: Sequence[Sequence[str]], env: Mapping[str, str], *, stderr: TextIO) -> int:
     """Run ``argvs`` (two or more) as a pipeline without a shell; return its pipefail status
     (see the module doc), ``NOT_FOUND`` when a stage cannot start."""
-    procs: list[subprocess.Popen] = []
+    procs: list[spawn.Popen] = []
     previous = None
     try:
         for index, argv in enumerate(argvs):
             last = index == len(argvs) - 1
-            procs.append(subprocess.Popen(
-                list(argv), stdin=previous, stdout=None if last else subprocess.PIPE,
-                env=dict(env), close_fds=True,
+            procs.append(spawn.popen(
+                argv, stdin=previous, stdout=None if last else spawn.PIPE,
+                env=env, close_fds=True,
             ))  # fmt: skip
             if previous is not None:
                 previous.close()
