@@ -39,6 +39,11 @@ class ZbakError(Exception):
 
     exit_status: ExitStatus = ExitStatus.FAILED
 
+    def lines(self) -> list[str]:
+        """The message as the lines to show: one, unless a subclass lists several (each
+        is shown with its control characters escaped, so a quoted name cannot add a line)."""
+        return [str(self)]
+
 
 class UsageError(ZbakError):
     """The command line itself is wrong (unknown job, missing argument)."""
@@ -60,8 +65,12 @@ class ConfigError(ZbakError):
     def __init__(self, path: str, problems: list[tuple[str, str]]):
         self.path = path
         self.problems = problems
-        lines = [f"{key or '<file>'}: {msg}" for key, msg in problems]
-        super().__init__(f"invalid config {path}:\n  " + "\n  ".join(lines))
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        """``invalid config PATH:``, then one indented line per problem."""
+        return [f"invalid config {self.path}:",
+                *(f"  {key or '<file>'}: {msg}" for key, msg in self.problems)]
 
 
 class InvalidName(ZbakError):

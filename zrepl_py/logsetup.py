@@ -2,6 +2,9 @@
 
 botocore and urllib3 print request headers, including credentials, at DEBUG
 (boto/botocore#2626), so they are pinned to WARNING whatever ``--debug`` says.
+
+Every message is made ``printable`` first: a job, dataset or file name holding a newline or
+an ANSI escape sequence cannot forge a log line or rewrite the terminal (issue 16 item 4).
 """
 
 from __future__ import annotations
@@ -11,16 +14,33 @@ import time
 
 _WIRE_LOGGERS = ("botocore", "boto3", "urllib3", "s3transfer", "paramiko")
 _CHATTY_LOGGERS = ("alembic",)  # announces its dialect on every catalog open
+# C0 and C1 control characters, DEL, and the Unicode line and paragraph separators.
+_CONTROLS = [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]
+_ESCAPES = {c: ({0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}.get(c) or
+                (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}")) for c in _CONTROLS}
+
+
+def printable(text: str) -> str:
+    """``text`` on one line: every control character (newline, tab, ESC, C1, U+2028/9)
+    replaced by its Python escape (``\\n``, ``\\x1b``), so it can be shown or logged as is."""
+    return text.translate(_ESCAPES)
+
+
+class _PrintableFormatter(logging.Formatter):
+    """Formats the message part through ``printable``; a traceback (``--debug``) keeps its
+    own lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        record.message = printable(record.message)
+        return super().formatMessage(record)
 
 
 def setup_logging(level: str) -> None:
     """Configure the root logger at ``level`` (DEBUG/INFO/WARNING/ERROR) on stderr."""
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%Y-%m-%dT%H:%M:%SZ",
-        force=True,
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(_PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s",
+                                             datefmt="%Y-%m-%dT%H:%M:%SZ"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
     logging.Formatter.converter = time.gmtime
     for name in _WIRE_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)

@@ -22,7 +22,7 @@ import click
 
 from zrepl_py import __version__
 from zrepl_py.errors import ExitStatus, ZbakError
-from zrepl_py.logsetup import setup_logging
+from zrepl_py.logsetup import printable, setup_logging
 
 log = logging.getLogger("zrepl_py")
 
@@ -105,16 +105,29 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
         click.echo("aborted", err=True)
         return ExitStatus.FAILED
     except ZbakError as exc:
-        click.echo(f"zbak: {exc}", err=True)
+        click.echo("zbak: " + "\n".join(printable(line) for line in exc.lines()), err=True)
         return exc.exit_status
     except KeyboardInterrupt:
         click.echo("zbak: interrupted", err=True)
         return ExitStatus.FAILED
+    except Exception as exc:  # a defect of zbak's: one line, the traceback behind --debug
+        return _internal_error(exc, inv.debug)
     finally:
         inv.close()
     if isinstance(result, int):
         return ExitStatus(result)
     return ExitStatus.OK
+
+
+def _internal_error(exc: Exception, debug: bool) -> ExitStatus:
+    """Report an exception no command expected (issue 16): with ``--debug`` its traceback is
+    logged; without, one line says what and how to see more. Exit 1."""
+    if debug:
+        log.error("internal error", exc_info=exc)
+    hint = "" if debug else " (run again with --debug for the traceback)"
+    what = printable(f"{type(exc).__name__}: {exc}")[:500]
+    click.echo(f"zbak: internal error: {what}{hint}; please report it", err=True)
+    return ExitStatus.FAILED
 
 
 def entry_point() -> None:

@@ -11,7 +11,15 @@ import sys
 
 import click
 
-from zrepl_py.cli.common import Invocation, emit_json, for_each_job, json_option, pass_invocation
+from zrepl_py.cli.common import (
+    FiniteFloat,
+    Invocation,
+    emit_json,
+    for_each_job,
+    json_option,
+    pass_invocation,
+)
+from zrepl_py.config.units import MAX_DURATION
 from zrepl_py.errors import ExitStatus, UsageError
 
 _COLOURS = {"error": "red", "warning": "yellow", "info": "cyan"}
@@ -45,13 +53,13 @@ def _show(finding) -> None:
 @click.argument("jobs", nargs=-1)
 @click.option("--deep", is_flag=True, help="Also re-read the volumes: SHA-256, zstd frame end,"
               " the stream's own BEGIN records; marks streams verified or bad.")
-@click.option("--sample", type=click.FloatRange(0, 100, min_open=True), metavar="PERCENT",
+@click.option("--sample", type=FiniteFloat(0, 100, min_open=True), metavar="PERCENT",
               help="With --deep, read only this percentage of the streams, least recently"
                    " verified first (implies --deep).")
 @click.option("--receive-into", metavar="[HOST:]POOL",
               help="With --deep, test-receive each chain read into a scratch dataset"
                    " POOL/zbak-audit-RANDOM, destroyed afterwards (implies --deep).")
-@click.option("--max-duration", type=click.FloatRange(min=0), metavar="SECONDS",
+@click.option("--max-duration", type=FiniteFloat(0, MAX_DURATION.total_seconds()), metavar="SECONDS",
               help="With --deep, start no further stream after this many seconds (at least one"
                    " is read); the next run continues with the least recently verified"
                    " (implies --deep).")
@@ -60,7 +68,7 @@ def _show(finding) -> None:
                    " --stale-uploads-days, finish deleting streams a stopped prune condemned."
                    " Asks for confirmation.")
 @click.option("--yes", is_flag=True, help="With --repair, do not ask (needed without a terminal).")
-@click.option("--stale-uploads-days", type=click.FloatRange(min=0), default=7.0,
+@click.option("--stale-uploads-days", type=FiniteFloat(0, MAX_DURATION.days), default=7.0,
               show_default=True, metavar="DAYS",
               help="With --repair, abort unfinished uploads started longer ago than this.")
 @json_option

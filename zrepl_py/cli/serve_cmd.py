@@ -55,5 +55,8 @@ def command(inv: Invocation, roots: tuple[str, ...], allow_destroy_own: bool,
         )  # fmt: skip
     except InvalidName as exc:
         raise UsageError(f"zbak serve: {exc}") from None
-    log = audit_logger(log_file)
+    try:
+        log = audit_logger(log_file)
+    except OSError as exc:
+        raise UsageError(f"zbak serve: cannot open --log {log_file}: {exc.strerror or exc}") from None
     exit_now(serve(inv.env.get("SSH_ORIGINAL_COMMAND"), policy, log=log, env=inv.env))

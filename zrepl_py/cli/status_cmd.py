@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
-from zrepl_py.errors import ExitStatus
+from zrepl_py.errors import ExitStatus, UsageError
 
 
 def _when(value) -> str:
@@ -70,7 +70,11 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
         if prom_textfile is not None:
             from zrepl_py.metrics import write_textfile
 
-            write_textfile(ctx, prom_textfile, states=states)
+            try:
+                write_textfile(ctx, prom_textfile, states=states)
+            except OSError as exc:
+                raise UsageError(f"cannot write --prom-textfile {prom_textfile}:"
+                                 f" {exc.strerror or exc}") from None
     if as_json:
         emit_json([dataclasses.asdict(s) for s in states])
         return ExitStatus.OK

@@ -9,6 +9,7 @@ from typing import Mapping
 
 from pydantic import ValidationError
 
+from zrepl_py.config.reading import CONFIG_LIMIT, read_regular
 from zrepl_py.config.schema import Config
 from zrepl_py.errors import ConfigError
 
@@ -67,7 +68,7 @@ def load_config(path: str | os.PathLike) -> Config:
     """
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, CONFIG_LIMIT)
     except OSError as exc:
         raise ConfigError(str(path), [("", f"cannot read config: {exc.strerror}")]) from None
     try:

@@ -106,7 +106,18 @@ class CatalogConfig(_Model):
     """``[catalog]``: where the SQL catalog lives."""
 
     url: str | None = None
-    """SQLAlchemy URL; None means ``sqlite:///<state_dir>/catalog.sqlite``."""
+    """SQLAlchemy URL; None means ``sqlite:///<state_dir>/catalog.sqlite``. A password is
+    never in this file: libpq reads it from ``~/.pgpass`` or ``PGPASSWORD``."""
+
+    @field_validator("url")
+    @classmethod
+    def _no_password(cls, value: str | None) -> str | None:
+        # user:password@host (RFC 3986 userinfo) or ?password= in the query (libpq keyword).
+        if value is not None and (re.match(r"^[^:/]+://[^/@?#]*:[^/@?#]*@", value)
+                                  or re.search(r"[?&]password=", value, re.IGNORECASE)):
+            raise ValueError("a password must not be in the config file: put it in ~/.pgpass"
+                             " (mode 0600) or PGPASSWORD, and write the URL without it")
+        return value
 
 
 class HostConfig(_Model):
@@ -512,6 +523,8 @@ class SecretRef(_Model):
             raise SecretUnavailable(f"environment variable {self.env} is not set") from None
         except OSError as exc:
             raise SecretUnavailable(f"cannot read secret file {self.file}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise SecretUnavailable(f"secret file {self.file} is not UTF-8 text") from None
 
 
 ALERT_KINDS = ("failure", "recovery", "stale", "budget", "degraded")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from zrepl_py.config.reading import SECRET_LIMIT, read_regular
+
 
 class Secret:
     """Holds a secret value; ``str()``/``repr()`` print ``<redacted>``.
@@ -47,6 +49,8 @@ class Secret:
         """Read the secret from a file (trailing newline stripped).
 
         Raises:
-            OSError: when the file cannot be read.
+            OSError: when the file cannot be read, is not a regular file or is larger than
+                ``reading.SECRET_LIMIT`` (64 KiB).
+            UnicodeDecodeError: it is not UTF-8.
         """
-        return cls(Path(path).read_text().rstrip("\n"))
+        return cls(read_regular(path, SECRET_LIMIT).decode().rstrip("\n"))

@@ -4,6 +4,10 @@ Durations take seconds (int) or ``<number><unit>`` with units s, m, h, d, w, y
 (``90m``, ``36h``, ``30d``); a year is 365 days. Sizes take bytes (int) or
 ``<number><unit>`` with SI (K, M, G, T = 1000^n) or IEC (KiB, MiB, GiB, TiB = 1024^n) units.
 Cron schedules are five-field crontab lines checked with APScheduler's parser.
+
+Upper bounds (issue 16 item 5: a 400-digit value must be a config error, not an
+OverflowError): a duration at most ``MAX_DURATION`` (100 years), a size at most ``MAX_SIZE``
+(1 EiB, far beyond any pool or S3 object: S3 caps an object at 5 TiB).
 """
 
 from __future__ import annotations
@@ -18,6 +22,22 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdwy])\s*$")
 _DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?B?|B)?\s*$", re.IGNORECASE)
 _SIZE_FACTORS = {"": 1, "B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
+MAX_DURATION = dt.timedelta(days=100 * 365)
+"""The longest duration any key takes."""
+MAX_SIZE = 1024**6
+"""The largest byte size any key takes (1 EiB)."""
+
+
+def _bounded_duration(seconds: float) -> dt.timedelta:
+    if seconds > MAX_DURATION.total_seconds():
+        raise ValueError("a duration can be at most 100 years")
+    return dt.timedelta(seconds=seconds)
+
+
+def _bounded_size(size: float) -> int:
+    if size > MAX_SIZE:
+        raise ValueError("a size can be at most 1 EiB")
+    return int(size)
 
 
 def parse_duration(value: object) -> dt.timedelta:
@@ -33,11 +53,11 @@ def parse_duration(value: object) -> dt.timedelta:
     if isinstance(value, int):
         if value < 0:
             raise ValueError("a duration cannot be negative")
-        return dt.timedelta(seconds=value)
+        return _bounded_duration(value)
     if isinstance(value, str):
         match = _DURATION.match(value)
-        if match:
-            return dt.timedelta(seconds=float(match[1]) * _DURATION_SECONDS[match[2]])
+        if match:  # float() of 400 digits is inf, which the bound refuses
+            return _bounded_duration(float(match[1]) * _DURATION_SECONDS[match[2]])
     raise ValueError(f"expected a duration like '36h' or '30d', got {value!r}")
 
 
@@ -52,7 +72,7 @@ def parse_size(value: object) -> int:
     if isinstance(value, int):
         if value < 0:
             raise ValueError("a size cannot be negative")
-        return value
+        return _bounded_size(value)
     if isinstance(value, str):
         match = _SIZE.match(value)
         if match:
@@ -61,7 +81,7 @@ def parse_size(value: object) -> int:
             factor = _SIZE_FACTORS[base]
             if "I" in unit:
                 factor = 1024 ** ("KMGTP".index(base) + 1)
-            return int(float(match[1]) * factor)
+            return _bounded_size(float(match[1]) * factor)
     raise ValueError(f"expected a size like '512MiB' or '1G', got {value!r}")
 
 

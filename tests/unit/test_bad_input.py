@@ -1,0 +1,140 @@
+"""Issue 16: bad input gets one clear line and the documented exit code, never a traceback,
+and never a hang or an unbounded read."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import click
+import pytest
+
+from zrepl_py.cli import main
+from zrepl_py.config.reading import CONFIG_LIMIT
+from zrepl_py.errors import ExitStatus
+from zrepl_py.logsetup import printable
+
+
+def run(argv, capsys):
+    capsys.readouterr()
+    status = main(argv, env={})
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_a_config_path_that_is_a_fifo_is_refused_at_once_without_waiting_for_a_writer(tmp_path, capsys):
+    fifo = tmp_path / "zbak.toml"
+    os.mkfifo(fifo)
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(r=run(["--config", str(fifo),
+                                                                 "config", "check"], capsys)))
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():  # unblock the reader so the test run does not hang
+        with open(fifo, "w"):
+            pass
+        worker.join(10)
+        pytest.fail("reading a FIFO config blocked")
+    status, _, err = result["r"]
+    assert status == ExitStatus.USAGE
+    assert "not a regular file" in err and str(fifo) in err
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/dev/null", "/"])
+def test_a_device_or_directory_as_config_is_one_line_exit_2(path, capsys):
+    status, _, err = run(["--config", path, "config", "check"], capsys)
+    assert status == ExitStatus.USAGE
+    assert "Traceback" not in err and "cannot read config" in err
+
+
+def test_a_config_larger_than_the_limit_is_refused(tmp_path, capsys):
+    big = tmp_path / "zbak.toml"
+    big.write_bytes(b"# padding\n" * (CONFIG_LIMIT // 10 + 1))
+    status, _, err = run(["--config", str(big), "config", "check"], capsys)
+    assert status == ExitStatus.USAGE and f"larger than {CONFIG_LIMIT} bytes" in err
+
+
+def test_a_secret_file_that_is_a_fifo_is_a_secret_error_not_a_hang(tmp_path):
+    from zrepl_py.config.schema import SecretRef
+    from zrepl_py.errors import SecretUnavailable
+
+    fifo = tmp_path / "password"
+    os.mkfifo(fifo)
+    with pytest.raises(SecretUnavailable, match="not a regular file"):
+        SecretRef(file=str(fifo)).load()
+
+
+def test_a_password_inside_the_catalog_url_is_refused_and_never_echoed(tmp_path, capsys):
+    config = tmp_path / "zbak.toml"
+    config.write_text('[catalog]\nurl = "postgresql+psycopg://zbak:hunter2@db/zbak"\n')
+    status, out, err = run(["--config", str(config), "config", "check"], capsys)
+    assert status == ExitStatus.USAGE
+    assert "catalog.url" in err and "~/.pgpass" in err
+    assert "hunter2" not in out + err
+
+
+@pytest.mark.parametrize("option", ["--max-duration", "--stale-uploads-days", "--sample"])
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1e400"])
+def test_audit_refuses_a_number_that_is_not_finite(option, value, tmp_path, capsys):
+    status, _, err = run(["--config", str(tmp_path / "none.toml"), "audit", option, value], capsys)
+    assert status == ExitStatus.USAGE
+    assert option in err and "Traceback" not in err
+
+
+def test_an_unexpected_exception_is_one_line_pointing_at_debug(monkeypatch, tmp_path, capsys):
+    def broken(*_args, **_kwargs):
+        raise TypeError("'Progress' object is not callable")
+
+    config = tmp_path / "zbak.toml"
+    config.write_text(f'state_dir = "{tmp_path}/state"\n')
+    monkeypatch.setattr("zrepl_py.cli.common.Invocation.context", broken)
+    status, _, err = run(["--config", str(config), "config", "check"], capsys)
+    assert status == ExitStatus.FAILED
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err
+    assert lines[0].startswith("zbak: internal error: TypeError") and "--debug" in lines[0]
+
+
+def test_with_debug_the_unexpected_exception_keeps_its_traceback(monkeypatch, tmp_path):
+    config = tmp_path / "zbak.toml"
+    config.write_text(f'state_dir = "{tmp_path}/state"\n')
+    code = ("import zrepl_py.cli.common as c, zrepl_py.cli as cli, sys\n"
+            "def broken(*a, **k): raise TypeError('boom')\n"
+            "c.Invocation.context = broken\n"
+            f"sys.exit(int(cli.main(['--debug', '--config', {str(config)!r}, 'status'])))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr and "TypeError: boom" in done.stderr
+
+
+def test_a_newline_in_a_job_name_cannot_forge_an_output_line(tmp_path, capsys):
+    config = tmp_path / "zbak.toml"
+    config.write_text(f'state_dir = "{tmp_path}/state"\n')
+    status, _, err = run(["--config", str(config), "snapshot", "evil\nzbak: all good"], capsys)
+    assert status != ExitStatus.OK
+    assert "\nzbak: all good" not in err and "evil\\nzbak: all good" in err
+
+
+def test_printable_escapes_every_control_character_but_keeps_text():
+    assert printable("tank/dätä") == "tank/dätä"
+    assert printable("a\nb\r\tc\x1b[31m\x7f\x85\u2028") == "a\\nb\\r\\tc\\x1b[31m\\x7f\\x85\\u2028"
+
+
+def test_prom_textfile_in_a_missing_directory_is_exit_2(tmp_path, capsys):
+    config = tmp_path / "zbak.toml"
+    config.write_text(f'state_dir = "{tmp_path}/state"\n')
+    assert run(["--config", str(config), "init"], capsys)[0] == ExitStatus.OK
+    status, _, err = run(["--config", str(config), "status", "--prom-textfile",
+                          str(tmp_path / "missing" / "x.prom")], capsys)
+    assert status == ExitStatus.USAGE and "--prom-textfile" in err and "Traceback" not in err
+
+
+def test_serve_log_in_a_missing_directory_is_exit_2(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "zrepl_py", "serve", "--root", "tank",
+                           "--log", str(tmp_path / "missing" / "serve.log")],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "SSH_ORIGINAL_COMMAND": "zfs list"})
+    assert done.returncode == ExitStatus.USAGE
+    assert "--log" in done.stderr and "Traceback" not in done.stderr
