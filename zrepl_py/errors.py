@@ -79,6 +79,11 @@ class InvalidName(ZbakError):
     exit_status = ExitStatus.USAGE
 
 
+class InvalidEndpoint(InvalidName, ValueError):
+    """A ``HOST:POOL/PATH`` (or ``HOST:/dir``) value does not parse. A ValueError too, so the
+    config schema's validators report it under the key that holds it."""
+
+
 class Locked(ZbakError):
     """Another zbak run holds the lock for this dataset or target."""
 

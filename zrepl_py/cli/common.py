@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import click
 
 from zrepl_py.errors import ExitStatus, ZbakError
+from zrepl_py.logsetup import printable
 
 if TYPE_CHECKING:
     from zrepl_py.context import Context
@@ -74,6 +75,19 @@ class FiniteFloat(click.FloatRange):
         return number
 
 
+class FilePath(click.Path):
+    """``click.Path(dir_okay=False, path_type=Path)`` that refuses a NUL byte first (click
+    would ``os.stat`` it and raise ValueError, issue 16)."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and "\x00" in value:
+            self.fail("a path cannot hold a NUL byte.", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def json_option(func):
     """Add ``--json`` (machine output) to a command."""
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(func)
@@ -118,7 +132,7 @@ def for_each_job(jobs, action) -> tuple[list[Any], ExitStatus]:
         try:
             results.append(action(name, job))
         except ZbakError as exc:
-            click.echo(f"zbak: job {name}: {exc}", err=True)
+            click.echo(printable(f"zbak: job {name}: {exc}"), err=True)
             failures.append(exc.exit_status)
     serious = [s for s in failures if s != ExitStatus.LOCKED]
     if serious:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from zrepl_py.cli.common import Invocation, pass_invocation
+from zrepl_py.cli.common import FilePath, Invocation, pass_invocation
 from zrepl_py.errors import InvalidName, UsageError
 from zrepl_py.serve.execute import audit_logger, exit_now, serve
 from zrepl_py.serve.policy import Policy
@@ -32,7 +32,7 @@ from zrepl_py.zfs.names import DatasetName, check_short_name
               help="Allow zfs receive -F (zbak never asks for it).")
 @click.option("--prefix", default="zbak", show_default=True,
               help="Snapshot prefix marking zbak's own snapshots.")
-@click.option("--log", "log_file", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--log", "log_file", type=FilePath(),
               help="Append the audit log here (default: syslog, authpriv).")
 @click.option("--zfs", "zfs_path", default="zfs", show_default=True, help="zfs to execute.")
 @click.option("--zpool", "zpool_path", default="zpool", show_default=True,

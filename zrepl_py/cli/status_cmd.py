@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
+from zrepl_py.cli.common import FilePath, Invocation, emit_json, emit_table, json_option, pass_invocation
 from zrepl_py.errors import ExitStatus, UsageError
 
 
@@ -55,7 +55,7 @@ def _age(seconds: float | None) -> str:
 @json_option
 @click.option("--offline", is_flag=True,
               help="Read the catalog only: do not ask the source hosts for held bytes.")
-@click.option("--prom-textfile", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--prom-textfile", type=FilePath(), default=None,
               help="Also write the Prometheus metrics to this .prom file (atomically).")
 @pass_invocation
 def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool,

@@ -71,6 +71,8 @@ def load_config(path: str | os.PathLike) -> Config:
         raw = read_regular(path, CONFIG_LIMIT)
     except OSError as exc:
         raise ConfigError(str(path), [("", f"cannot read config: {exc.strerror}")]) from None
+    except ValueError:  # os.open refuses a NUL byte in the path
+        raise ConfigError(str(path), [("", "cannot read config: the path holds a NUL byte")]) from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

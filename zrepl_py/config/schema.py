@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator, model_validator
 
 from zrepl_py.config.units import ByteSize, CronSchedule, Duration, parse_size
-from zrepl_py.errors import InvalidName
+from zrepl_py.errors import InvalidEndpoint, InvalidName
 from zrepl_py.zfs.names import DatasetName, check_short_name
 
 _CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -81,25 +81,26 @@ def parse_endpoint(value: object, *, allow_directory: bool) -> Endpoint:
     contains ``:`` must therefore be written with an explicit host, e.g. ``local:p:x/y``.
 
     Raises:
-        ValueError: bad host name, invalid dataset name, or a directory where not allowed.
+        InvalidEndpoint (a ValueError, exit 2): bad host name, invalid dataset name, or a
+            directory where not allowed.
     """
     if not isinstance(value, str) or not value:
-        raise ValueError("expected 'HOST:POOL/PATH' or 'POOL/PATH'")
+        raise InvalidEndpoint("expected 'HOST:POOL/PATH' or 'POOL/PATH'")
     host, sep, rest = value.partition(":")
     if not sep or "/" in host:
         host, rest = LOCAL_HOST, value
     if not _CONFIG_NAME.match(host):
-        raise ValueError(f"invalid host name {host!r}")
+        raise InvalidEndpoint(f"invalid host name {host!r}")
     if rest.startswith("/"):
         if not allow_directory:
-            raise ValueError(f"{value!r}: a directory is only allowed as an rsync target")
+            raise InvalidEndpoint(f"{value!r}: a directory is only allowed as an rsync target")
         if "\x00" in rest or "\n" in rest:
-            raise ValueError(f"{value!r}: directory has control characters")
+            raise InvalidEndpoint(f"{value!r}: directory has control characters")
         return Endpoint(host, None, rest.rstrip("/") or "/")
     try:
         return Endpoint(host, DatasetName(rest), None)
     except InvalidName as exc:
-        raise ValueError(str(exc)) from None
+        raise InvalidEndpoint(str(exc)) from None
 
 
 class CatalogConfig(_Model):
