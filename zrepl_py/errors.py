@@ -84,6 +84,13 @@ class InvalidEndpoint(InvalidName, ValueError):
     config schema's validators report it under the key that holds it."""
 
 
+class UnsafeDirectory(ZbakError):
+    """A directory zbak keeps private state in already exists and is shared: writable by
+    group or others, or owned by another user. zbak never changes its mode (issue 16)."""
+
+    exit_status = ExitStatus.USAGE
+
+
 class Locked(ZbakError):
     """Another zbak run holds the lock for this dataset or target."""
 
@@ -226,12 +233,23 @@ class PipelineFailed(ZbakError):
         if not culprit.argv:
             message = f"pipeline {culprit.name} after {seconds:.1f} s: {stderr}"
         else:
-            shown = " ".join(culprit.argv)
+            shown = _shown_argv(culprit.argv)
             message = (
                 f"pipeline stage '{culprit.name}' failed ({culprit.status}): `{shown}`: "
                 f"{stderr or '(no stderr)'}"
             )
         super().__init__(message)
+
+
+def _shown_argv(argv) -> str:
+    """A failed stage's argv as an admin wants to read it: for ssh, ``ssh HOST REMOTE
+    COMMAND`` without its ~20 ``-o`` options (issue 16: zfs's own words, not a 500-character
+    argv); ``proc.openssh.ssh_argv`` ends with ``-- ADDRESS REMOTE_COMMAND``."""
+    argv = list(argv)
+    if argv and argv[0].rsplit("/", 1)[-1] == "ssh" and "--" in argv:
+        rest = argv[argv.index("--") + 1:]
+        return " ".join(["ssh", *rest])
+    return " ".join(argv)
 
 
 class PipelineCancelled(PipelineFailed):

@@ -4,16 +4,22 @@ its small state files written atomically (the catalog high-water marks, RELIABIL
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
+
+from zrepl_py.errors import UnsafeDirectory
 
 
 def ensure_private_dir(path: Path) -> Path:
     """Create ``path`` and its missing parents mode 0700, and make ``path`` 0700; return it.
 
     ``Path.mkdir(parents=True)`` would create the parents with the umask's mode (0777 under
-    umask 000), so each missing level is made and chmod-ed here.
+    umask 000), so each missing level is made and chmod-ed here. An existing ``path`` that is
+    shared (see ``refuse_shared``) is refused, never chmod-ed: another user's files may be in
+    it (issue 16 item 10).
 
     Raises:
+        UnsafeDirectory: ``path`` exists, writable by group or others or not owned by us.
         OSError: when a directory cannot be created or chmod-ed.
     """
     missing = []
@@ -21,11 +27,25 @@ def ensure_private_dir(path: Path) -> Path:
     while not level.is_dir():
         missing.append(level)
         level = level.parent
+    if not missing:
+        refuse_shared(path)
     for directory in reversed(missing):
         directory.mkdir(mode=0o700, exist_ok=True)
         os.chmod(directory, 0o700)
     os.chmod(path, 0o700)
     return path
+
+
+def refuse_shared(path: Path) -> None:
+    """Raise ``UnsafeDirectory`` when directory ``path`` is writable by group or others
+    (e.g. 1777, like /tmp) or owned by another user than this process's effective one."""
+    info = path.stat()
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o022 or info.st_uid != os.geteuid():
+        raise UnsafeDirectory(
+            f"{path} is shared (mode {mode:04o}, owner uid {info.st_uid}): zbak keeps its catalog,"
+            " locks and host keys there and will not change its mode; point state_dir at a"
+            " directory of its own (it is created 0700)")
 
 
 def write_private_file(path: Path, data: bytes) -> None:

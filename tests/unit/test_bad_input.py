@@ -138,3 +138,72 @@ def test_serve_log_in_a_missing_directory_is_exit_2(tmp_path):
                           env={**os.environ, "SSH_ORIGINAL_COMMAND": "zfs list"})
     assert done.returncode == ExitStatus.USAGE
     assert "--log" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("mode", [0o1777, 0o777, 0o770, 0o720])
+def test_init_refuses_a_shared_state_dir_and_leaves_its_mode_alone(mode, tmp_path, capsys):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, mode)
+    config = tmp_path / "zbak.toml"
+    config.write_text(f'state_dir = "{shared}"\n')
+    status, _, err = run(["--config", str(config), "init", "--no-checks"], capsys)
+    assert status == ExitStatus.USAGE and "is shared" in err
+    assert os.stat(shared).st_mode & 0o7777 == mode
+
+
+def test_init_still_makes_its_own_state_dir_private(tmp_path, capsys):
+    own = tmp_path / "own"
+    own.mkdir(mode=0o755)
+    config = tmp_path / "zbak.toml"
+    config.write_text(f'state_dir = "{own}"\n')
+    assert run(["--config", str(config), "init", "--no-checks"], capsys)[0] == ExitStatus.OK
+    assert os.stat(own).st_mode & 0o777 == 0o700
+
+
+def test_config_check_warns_of_a_world_readable_config_and_secret_file(tmp_path, capsys):
+    secret = tmp_path / "smtp-password"
+    secret.write_text("hunter2\n")
+    os.chmod(secret, 0o644)
+    config = tmp_path / "zbak.toml"
+    config.write_text(f'state_dir = "{tmp_path}/state"\n[alerts.email]\nhost = "127.0.0.1"\n'
+                      f'starttls = false\nfrom = "z@example.org"\nto = ["o@example.org"]\n'
+                      f'username = "z"\npassword = {{ file = "{secret}" }}\n')
+    os.chmod(config, 0o644)
+    status, _, err = run(["--config", str(config), "config", "check"], capsys)
+    assert status == ExitStatus.OK  # loopback: a clear-text relay on this host is allowed
+    assert f"{config} is readable by every user (mode 0644)" in err
+    assert f"{secret} is readable by every user (mode 0644)" in err and "hunter2" not in err
+    os.chmod(config, 0o600)
+    os.chmod(secret, 0o600)
+    assert "readable by every user" not in run(["--config", str(config), "config", "check"],
+                                                capsys)[2]
+
+
+def test_serve_without_log_or_syslog_records_every_request_below_home(tmp_path, monkeypatch):
+    from zrepl_py.serve import execute
+
+    real_exists = os.path.exists
+    monkeypatch.setattr(execute.os.path, "exists",
+                        lambda p: False if p == "/dev/log" else real_exists(p))
+    log = execute.audit_logger(None, home=str(tmp_path))
+    log.warning("REFUSED from 10.0.0.1: rm -rf; request: 'x'")
+    for handler in log.handlers:
+        handler.flush()
+    record = tmp_path / execute.FALLBACK_LOG
+    assert "REFUSED from 10.0.0.1" in record.read_text()
+    assert os.stat(record).st_mode & 0o777 == 0o600
+    assert os.stat(record.parent).st_mode & 0o777 == 0o700
+
+
+def test_a_failed_ssh_stage_is_quoted_as_host_and_remote_command_with_zfs_words():
+    from zrepl_py.errors import PipelineFailed
+    from zrepl_py.proc.pipeline import StageResult
+
+    argv = ("ssh", *["-o", "ServerAliveInterval=15"] * 20, "-p", "2222", "--", "backup",
+            "zfs receive -u tank/replica")
+    culprit = StageResult("zfs receive", argv, 1, "cannot receive new filesystem stream:"
+                          " destination tank/replica exists\n", False)
+    message = str(PipelineFailed((culprit,), culprit))
+    assert "`ssh backup zfs receive -u tank/replica`" in message
+    assert "destination tank/replica exists" in message and "ServerAlive" not in message

@@ -18,6 +18,16 @@ SECRET_LIMIT = 64 * 1024
 """Bytes a secret file may have (64 KiB: a password, token or URL)."""
 
 
+def open_to_others(path: str | os.PathLike) -> int | None:
+    """The permission bits of ``path`` when every user may read it (``o+r``), else None
+    (also when it cannot be stat-ed: reading it reports that)."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return None
+    return mode if mode & stat.S_IROTH else None
+
+
 class NotReadable(OSError):
     """The path is not a regular file, or is larger than allowed; ``strerror`` says which."""
 

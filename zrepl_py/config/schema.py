@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import ipaddress
 import re
 import zoneinfo
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    field_validator,
+    model_validator,
+)
 
 from zrepl_py.config.units import ByteSize, CronSchedule, Duration, parse_size
 from zrepl_py.errors import InvalidEndpoint, InvalidName
@@ -130,11 +139,11 @@ class HostConfig(_Model):
     identity_file: Path | None = None
     known_hosts: Path | None = None
     """known_hosts file; None means ``<state_dir>/known_hosts``. Checking is always strict."""
-    trust_on_first_use: bool = False
+    trust_on_first_use: StrictBool = False
     """Accept and record an unknown host key once; a changed key is refused regardless."""
     zfs: str = "zfs"
     zpool: str = "zpool"
-    sudo: bool = False
+    sudo: StrictBool = False
     connect_timeout: Duration = dt.timedelta(seconds=15)
     ciphers: list[str] | None = None
     """SSH ciphers for the ``ssh`` binary (data path, rsync), most preferred first
@@ -418,7 +427,7 @@ class JobConfig(_Model):
     """``[jobs.NAME]``: one source dataset (tree) and what to do with it."""
 
     dataset: str
-    recursive: bool = False
+    recursive: StrictBool = False
     exclude: list[str] = []
     """Child datasets (relative to ``dataset``, or absolute) left out of a recursive job."""
     snapshot: SnapshotPolicy = SnapshotPolicy()
@@ -571,8 +580,8 @@ class EmailConfig(_Model):
 
     host: str
     port: int = Field(587, ge=1, le=65535)
-    starttls: bool = True
-    ssl: bool = False
+    starttls: StrictBool = True
+    ssl: StrictBool = False
     sender: str = Field(alias="from")
     to: list[str] = Field(min_length=1)
     username: str | None = None
@@ -593,7 +602,21 @@ class EmailConfig(_Model):
             raise ValueError("ssl (SMTPS) and starttls exclude each other: set starttls = false")
         if (self.username is None) != (self.password is None):
             raise ValueError("username and password go together")
+        if self.password is not None and not (self.ssl or self.starttls or _loopback(self.host)):
+            raise ValueError(f"the SMTP password would cross the network to {self.host} in"
+                             " clear text: set starttls = true (or ssl = true), or relay"
+                             " through a server on 127.0.0.1")
         return self
+
+
+def _loopback(host: str) -> bool:
+    """True for ``localhost`` and addresses in 127.0.0.0/8 or ``::1`` (RFC 1122, RFC 4291)."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class AlertsConfig(_Model):

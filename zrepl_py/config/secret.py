@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
-from zrepl_py.config.reading import SECRET_LIMIT, read_regular
+from zrepl_py.config.reading import SECRET_LIMIT, open_to_others, read_regular
+
+log = logging.getLogger(__name__)
 
 
 class Secret:
@@ -53,4 +56,8 @@ class Secret:
                 ``reading.SECRET_LIMIT`` (64 KiB).
             UnicodeDecodeError: it is not UTF-8.
         """
+        mode = open_to_others(path)
+        if mode is not None:
+            log.warning("secret file %s is readable by every user (mode %04o): chmod 600 it",
+                        path, mode)
         return cls(read_regular(path, SECRET_LIMIT).decode().rstrip("\n"))

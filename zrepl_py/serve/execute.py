@@ -20,8 +20,9 @@ Commands run with a scrubbed environment (``PATH``, ``HOME``, ``USER``, ``LOGNAM
 
 The audit log gets one line per request: ``ALLOWED`` or ``REFUSED`` with the reason, the
 client (``$SSH_CLIENT``) and the request (``repr``, so a newline cannot forge a line). It
-goes to ``--log FILE`` (appended, created 0600) or to syslog (``/dev/log``, facility
-``authpriv``, ident ``zbak-serve``), never to stderr: stderr belongs to the zfs command, whose
+goes to ``--log FILE`` (appended, created 0600), to syslog (``/dev/log``, facility
+``authpriv``, ident ``zbak-serve``) or, without a syslog socket, to
+``~/.local/state/zbak/serve.log``; never to stderr: stderr belongs to the zfs command, whose
 messages zbak parses on the other end.
 """
 
@@ -36,11 +37,12 @@ import time
 from pathlib import Path
 from typing import Mapping, NoReturn, Sequence, TextIO
 
-from zrepl_py.errors import CommandRefused
+from zrepl_py.errors import CommandRefused, ZbakError
 from zrepl_py.proc import spawn
 from zrepl_py.serve.cmdline import split_command_line
 from zrepl_py.serve.policy import Approved, Policy, check
 from zrepl_py.serve.token import TokenTarget
+from zrepl_py.statedir import ensure_private_dir
 
 REFUSED = 126
 """Exit status of a refused request (POSIX shells use 126 for "found but cannot execute";
@@ -51,14 +53,23 @@ NOT_FOUND = 127
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _KEPT_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL")
 _LOG_NAME = "zrepl_py.serve.audit"
+FALLBACK_LOG = Path(".local/state/zbak/serve.log")
+"""The audit log, relative to the home directory, where there is neither ``--log`` nor a
+syslog socket (XDG Base Directory spec's state home)."""
 
 
-def audit_logger(log_file: Path | None) -> logging.Logger:
-    """Return the audit logger: ``log_file`` (appended, 0600) or syslog, never stderr.
+def audit_logger(log_file: Path | None, home: str | None = None) -> logging.Logger:
+    """Return the audit logger: ``log_file`` (appended, 0600), else syslog, else
+    ``FALLBACK_LOG`` below the user's home; never stderr (the zfs command's).
 
     Args:
-        log_file: ``--log FILE``; None logs to syslog through ``/dev/log`` (dropped when the
-            host has no syslog socket: the refusal still reaches the client's stderr).
+        log_file: ``--log FILE``; None logs to syslog through ``/dev/log``, or where the host
+            has no syslog socket to ``~/.local/state/zbak/serve.log`` (issue 16: every
+            refusal is recorded; it also reaches the client's stderr).
+        home: the home directory for the fallback (default ``$HOME``).
+
+    Raises:
+        OSError: ``log_file`` cannot be opened (a fallback that cannot be opened is skipped).
     """
     logger = logging.getLogger(_LOG_NAME)
     for old in list(logger.handlers):
@@ -68,20 +79,30 @@ def audit_logger(log_file: Path | None) -> logging.Logger:
     logger.setLevel(logging.INFO)
     handler: logging.Handler
     if log_file is not None:
-        fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        handler = logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8", errors="replace"))
-        formatter = logging.Formatter("%(asctime)s zbak-serve[%(process)d]: %(message)s",
-                                      "%Y-%m-%dT%H:%M:%SZ")  # fmt: skip
-        formatter.converter = time.gmtime
-        handler.setFormatter(formatter)
+        handler = _file_handler(log_file)
     elif os.path.exists("/dev/log"):
         handler = logging.handlers.SysLogHandler(
             "/dev/log", facility=logging.handlers.SysLogHandler.LOG_AUTHPRIV)
         handler.setFormatter(logging.Formatter("zbak-serve[%(process)d]: %(message)s"))
     else:
-        handler = logging.NullHandler()
+        try:
+            fallback = Path(home or os.path.expanduser("~")) / FALLBACK_LOG
+            ensure_private_dir(fallback.parent)
+            handler = _file_handler(fallback)
+        except (OSError, ZbakError):
+            handler = logging.NullHandler()  # the refusal still reaches the client's stderr
     logger.addHandler(handler)
     return logger
+
+
+def _file_handler(path: Path) -> logging.Handler:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    handler = logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8", errors="replace"))
+    formatter = logging.Formatter("%(asctime)s zbak-serve[%(process)d]: %(message)s",
+                                  "%Y-%m-%dT%H:%M:%SZ")  # fmt: skip
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    return handler
 
 
 def clean_env(env: Mapping[str, str]) -> dict[str, str]:
