@@ -61,7 +61,7 @@ class ArchivePruneResult:
 def chain_retention(cfg: ArchiveConfig, *, accept_early_delete_fee: bool) -> ChainRetention:
     """The planner's policy from ``[jobs.NAME.archive]`` and the command-line flag."""
     return ChainRetention(cfg.keep_chains, cfg.max_age, cfg.min_storage_durations(),
-                          accept_early_delete_fee)
+                          accept_early_delete_fee, cfg.reverify_after)
 
 
 def job_streams(job: JobConfig, streams: Sequence[StreamRow],
