@@ -140,6 +140,11 @@ def rot_is_caught(site, webhook, rot) -> None:
     assert check["stream_id"] == bad_id and check["result"] == "mismatch"
     assert check["bad_streams"] == [bad_id] and check["mismatches"][0]["key"] == key
     assert plan["archive"]["data"]["datasets"][site.data]["deleted"] == []
+    rows = {r["stream"]: r for r in plan["streams"]}
+    assert rows["full @0"]["action"] == "delete stopped"
+    assert f"mismatch in stream {bad_id}" in rows["full @0"]["recheck"]
+    assert rows["full @10"]["state"] == "bad"
+    assert "run zbak prune again" not in err
     assert f"mismatch in stream {bad_id}" in err and "nothing deleted" in err
     after = {s["id"]: s["state"] for s in streams(site)}
     assert set(after) == set(before), "no stream was deleted"

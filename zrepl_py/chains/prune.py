@@ -60,6 +60,11 @@ class ChainPruneOutcome:
     rechecks: list[Recheck] = dataclasses.field(default_factory=list)
     error: str | None = None
 
+    @property
+    def mismatch(self) -> bool:
+        """True when a releasing chain failed its re-check (nothing was condemned)."""
+        return any(not check.ok for check in self.rechecks)
+
 
 def common_prefix(streams: Sequence[StreamRow]) -> str:
     """The longest ``/``-ending key prefix shared by the streams' object prefixes (``""``
@@ -151,7 +156,7 @@ def _recheck_releasers(plan: ChainPlan, backend: Backend, catalog: Catalog,
         for stream_id in check.bad_streams:
             catalog.set_stream_state(stream_id, "bad", now)
         raise ReleaserMismatch(
-            f"store {backend.name}: the chain {check.full_name} (stream {check.full}) that"
+            f"the chain {check.full_name} (stream {check.full}) that"
             f" releases the older chain(s) no longer matches the catalog: {check.summary()};"
             f" stream(s) {check.bad_streams} marked bad, nothing deleted. The older chain is"
             " what restores now: run zbak audit, then zbak archive --full for a new chain")
@@ -184,6 +189,9 @@ def execute_chain_prune(plan: ChainPlan, backend: Backend, catalog: Catalog, *,
         for stream in doomed:
             outcome.objects += delete_stream(backend, catalog, stream)
             outcome.deleted.append(stream.id)
+    except ReleaserMismatch as exc:
+        log.error("pruning chains in store %s refused: %s", backend.name, exc)
+        outcome.error = str(exc)
     except ZbakError as exc:
         log.error("pruning chains in store %s stopped: %s; the next zbak prune finishes the"
                   " condemned streams", backend.name, exc)

@@ -47,12 +47,16 @@ def _stream_rows(result) -> list[dict]:
                          "reasons": ["condemned by an earlier prune that did not finish"]})
         releaser = {dec.stream.id: c.released_by[0].id for c in d.plan.to_delete
                     for dec in c.streams}
+        marked_bad = {i for c in d.outcome.rechecks for i in c.bad_streams} if d.outcome else set()
         for decision in d.plan.decisions:
             s = decision.stream
             by = releaser.get(s.id)
-            rows.append({**base, "stream_id": s.id, "stream": _stream_label(s), "state": s.state,
-                         "storage_class": s.storage_class,
-                         "action": "delete" if decision.delete else "keep",
+            action = "delete" if decision.delete else "keep"
+            if decision.delete and d.outcome is not None and s.id not in d.outcome.deleted:
+                action = "delete stopped"  # the plan's delete did not happen (see the error)
+            rows.append({**base, "stream_id": s.id, "stream": _stream_label(s),
+                         "state": "bad" if s.id in marked_bad else s.state,
+                         "storage_class": s.storage_class, "action": action,
                          "reasons": list(decision.reasons), "released_by": by,
                          "recheck": _recheck_text(d, by) if by is not None else None})
     return rows
@@ -208,7 +212,8 @@ def _report_errors(results) -> None:
         for d in archive.datasets:
             problem = d.error or (d.outcome.error if d.outcome else None)
             if problem:
-                then = "" if d.plan is not None and d.plan.refused else (
+                then = "" if d.plan is not None and d.plan.refused or (
+                    d.outcome is not None and d.outcome.mismatch) else (
                     "; run zbak prune again to finish")
                 click.echo(f"zbak: job {result.job}: store {archive.store}: {d.dataset}: {problem}"
                            + then, err=True)
