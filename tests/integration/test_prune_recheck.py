@@ -46,7 +46,8 @@ def s3_store(s3_server, s3_bucket):
     backend.close()
 
 
-def archived_full(store, catalog: Catalog, storage_class: str = "STANDARD"):
+def archived_full(store, catalog: Catalog, storage_class: str = "STANDARD",
+                  state: str = "verified"):
     """A full stream of two volumes and a manifest in ``store``, catalogued; its StreamRow."""
     volumes = []
     for index, body in enumerate(VOLUMES):
@@ -57,7 +58,8 @@ def archived_full(store, catalog: Catalog, storage_class: str = "STANDARD"):
     stream_id = catalog.add_stream(NewStream(
         dataset="tank/data", store=store.name, kind="full", to_guid=7, to_name="10",
         to_createtxg=100, object_prefix=PREFIX, storage_class=storage_class,
-        compression="zstd", created_at=T0, state="verified", verified_at=T0), volumes)
+        compression="zstd", created_at=T0, state=state,
+        verified_at=T0 if state == "verified" else None), volumes)
     return catalog.stream(stream_id)
 
 
@@ -91,6 +93,14 @@ def test_a_missing_volume_or_manifest_is_a_mismatch(file_store, catalog):
     check = recheck_chain(file_store, catalog, [full])
     assert [(m.key, m.problem) for m in check.mismatches] == [
         (f"{PREFIX}vol-000000.zst", "missing"), (PREFIX + MANIFEST, "manifest missing")]
+
+
+def test_a_stream_still_uploading_has_no_manifest_yet_and_that_is_no_mismatch(file_store,
+                                                                              catalog):
+    full = archived_full(file_store, catalog, state="uploading")
+    file_store.delete(PREFIX + MANIFEST)
+    check = recheck_chain(file_store, catalog, [full])
+    assert check.ok and (check.objects, check.reread) == (2, 2)
 
 
 @pytest.mark.s3
