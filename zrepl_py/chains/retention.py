@@ -355,13 +355,17 @@ def _with_releasers(decisions: Sequence[ChainDecision],
                     usable: Sequence[bool]) -> list[ChainDecision]:
     """Name, for each deleted chain, the oldest newer chain that is usable (freshly verified
     full, sound) and kept, with a reason saying so. One exists: the newest usable chain is
-    never deleted, since deleting it would need a newer usable chain."""
+    never deleted, since deleting it would need a newer usable chain. One pass from the
+    newest chain, linear like ``usable_after``."""
     result = list(decisions)
-    for index, decision in enumerate(decisions):
+    releaser: ChainDecision | None = None
+    for index in range(len(decisions) - 1, -1, -1):
+        decision = decisions[index]
         if not decision.delete:
+            if usable[index]:
+                releaser = decision
             continue
-        releaser = next(c for c, ok in zip(decisions[index + 1:], usable[index + 1:])
-                        if ok and not c.delete)
+        assert releaser is not None, "a deleted chain always has a usable kept newer chain"
         full = releaser.full
         line = (f"released by the verified chain @{full.to_name} (stream {full.id}), re-checked"
                 " against the catalog before the first delete")
