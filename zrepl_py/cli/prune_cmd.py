@@ -89,7 +89,8 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, accept_early_
     """Destroy zbak snapshots the retention no longer wants on the source and on ZFS
     replica targets (never held, cloned, foreign, newest, replication-base or archive-base
     snapshots), and delete whole archive chains the archive retention no longer wants
-    (only once a newer full is verified; never a damaged chain)."""
+    (only once a newer full is verified within reverify_after, and after that newer chain
+    is re-checked against the catalog right before; never a damaged chain)."""
     from zrepl_py.pruning.job import prune_job  # noqa: PLC0415 (command modules load lazily)
 
     with inv.context() as ctx:
