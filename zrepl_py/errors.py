@@ -418,6 +418,13 @@ class StoreInconsistent(ZbakError):
     ``zbak audit`` and repair the store or the catalog first."""
 
 
+class ReleaserMismatch(ZbakError):
+    """Right before deleting an old chain, an object of the newer chain that releases it no
+    longer matches the catalog (size, stored checksum or re-read SHA-256; issue 15): the
+    mismatching streams are marked ``bad`` and nothing of that dataset is deleted
+    (``chains.recheck``). The message names the stream, the object and what differs."""
+
+
 class LockBroken(ZbakError):
     """The lock this run held was taken away (its lock file removed or rewritten by another
     process that judged it stale): the run stops at once rather than work unprotected

@@ -128,6 +128,13 @@ class StoreContract:
         assert info.modified.utcoffset().total_seconds() == 0
         assert info.thaw is Thaw.NOT_NEEDED and info.thaw_expires is None
 
+    def test_stat_sha256_is_none_or_the_sha256_of_the_stored_bytes(self, store):
+        """Issue 15: prune's re-check compares a stored checksum with the catalog's, so a
+        checksum a store reports must be of the bytes, never of anything else."""
+        data = payload(1000, seed=3)
+        store.put("k", [data])
+        assert store.stat("k").sha256 in (None, hashlib.sha256(data).hexdigest())
+
     def test_a_standard_object_needs_no_thaw(self, store):
         store.put("k", [b"x"])
         assert store.request_thaw("k", days=1, tier="Bulk") is Thaw.NOT_NEEDED
@@ -289,6 +296,17 @@ class TestS3Store(StoreContract):
         store.put("k", [b"ours"])
         assert raw.get_object(Bucket=store.bucket, Key="some/prefix/k")["Body"].read() == b"ours"
         assert [i.key for i in store.list()] == ["k"]
+
+    def test_stat_reports_s3s_stored_sha256_of_a_one_request_object_only(self, store, s3_server):
+        """Issue 15: HeadObject with ChecksumMode gives the whole object's SHA-256 for a
+        PutObject; a multipart object's checksum is composite (of the parts): None."""
+        small, big = payload(1000, seed=4), payload(2 * PART + 1, seed=5)
+        store.put("small", [small])
+        store.put("big", chunked(big))
+        assert store.stat("small").sha256 == hashlib.sha256(small).hexdigest()
+        assert store.stat("big").sha256 is None
+        s3_server.client().put_object(Bucket=store.bucket, Key="some/prefix/plain", Body=b"x")
+        assert store.stat("plain").sha256 in (None, hashlib.sha256(b"x").hexdigest())
 
     def test_a_failed_multipart_put_leaves_no_upload_open(self, store, s3_server):
         """RELIABILITY 13."""

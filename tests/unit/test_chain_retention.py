@@ -17,8 +17,11 @@ FEE = "(early-delete fee): pass --accept-early-delete-fee"
 
 
 def row(id, txg, parent: StreamRow | None = None, *, state="uploaded", age=10.0,
-        cls="STANDARD") -> StreamRow:
-    """Stream ``id`` ending at snapshot @TXG (guid TXG*7); a full without ``parent``."""
+        cls="STANDARD", verified_days_ago: float | None = 1.0) -> StreamRow:
+    """Stream ``id`` ending at snapshot @TXG (guid TXG*7); a full without ``parent``; a
+    ``verified`` one was verified ``verified_days_ago`` days before NOW (None: unknown)."""
+    verified_at = (NOW - dt.timedelta(days=verified_days_ago)
+                   if state == "verified" and verified_days_ago is not None else None)
     return StreamRow(
         id=id, host="local", dataset="tank/d", store="s",
         kind="full" if parent is None else "incremental",
@@ -26,7 +29,7 @@ def row(id, txg, parent: StreamRow | None = None, *, state="uploaded", age=10.0,
         to_guid=txg * 7, from_name=parent.to_name if parent else None, to_name=str(txg),
         to_createtxg=txg, raw_bytes=100, stored_bytes=50, object_prefix=f"p{id}/",
         storage_class=cls, compression="zstd", state=state,
-        created_at=NOW - dt.timedelta(days=age), uploaded_at=None, verified_at=None)
+        created_at=NOW - dt.timedelta(days=age), uploaded_at=None, verified_at=verified_at)
 
 
 def chain(first_id, txg, *, n=2, state="uploaded", full_state=None, age=100.0, step=10.0,
@@ -48,6 +51,21 @@ KEEP1, KEEP2 = ChainRetention(1), ChainRetention(2)
 
 NEWEST = ("newest chain",)
 DEL1 = ("beyond keep_chains = 1 (chain 2 from the newest)",)
+
+
+def released(txg, id):
+    return (f"released by the verified chain @{txg} (stream {id}), re-checked against the"
+            " catalog before the first delete")
+
+
+R3, R5 = released(30, 3), released(50, 5)
+BAD3 = ("bad: the newer full @30 (stream 3) is marked bad (its objects failed a check against"
+        " the catalog) and releases nothing: zbak audit tells what is wrong")
+STALE3 = ("the newer full @30 (stream 3) was verified 31d ago, longer than reverify_after 30d:"
+          " zbak audit --deep re-verifies it")
+STALE5 = STALE3.replace("@30 (stream 3) was verified 31d", "@50 (stream 5) was verified 45d")
+UNKNOWN3 = ("the newer full @30 (stream 3) was verified at an unknown time, longer than"
+            " reverify_after 30d: zbak audit --deep re-verifies it")
 
 
 def refused(*ids):
@@ -76,25 +94,25 @@ CASES = [
       3: keep(*NEWEST)}),
     ("a verified newer full releases the whole old chain",
      A + [row(3, 30, age=1, state="verified")], KEEP1, {},
-     {1: delete(*DEL1), 2: delete(*DEL1), 3: keep(*NEWEST)}),
+     {1: delete(*DEL1, R3), 2: delete(*DEL1, R3), 3: keep(*NEWEST)}),
     ("only the newer FULL must be verified, not its incrementals",
      A + chain(3, 30, full_state="verified", state="uploaded"), KEEP1, {},
-     {1: delete(*DEL1), 2: delete(*DEL1), 3: keep(*NEWEST), 4: keep(*NEWEST)}),
+     {1: delete(*DEL1, R3), 2: delete(*DEL1, R3), 3: keep(*NEWEST), 4: keep(*NEWEST)}),
     ("keep_chains keeps that many newest chains",
      A + B_VERIFIED + C_VERIFIED, KEEP2, {},
-     {1: delete("beyond keep_chains = 2 (chain 3 from the newest)"),
-      2: delete("beyond keep_chains = 2 (chain 3 from the newest)"),
+     {1: delete("beyond keep_chains = 2 (chain 3 from the newest)", R3),
+      2: delete("beyond keep_chains = 2 (chain 3 from the newest)", R3),
       3: keep("within keep_chains (2 of 2)"), 4: keep("within keep_chains (2 of 2)"),
       5: keep(*NEWEST)}),
     ("an older verified chain justifies deleting everything before it, unverified or not",
      A + B + C_VERIFIED, KEEP1, {},
-     {1: delete("beyond keep_chains = 1 (chain 3 from the newest)"),
-      2: delete("beyond keep_chains = 1 (chain 3 from the newest)"),
-      3: delete(*DEL1), 4: delete(*DEL1), 5: keep(*NEWEST)}),
+     {1: delete("beyond keep_chains = 1 (chain 3 from the newest)", R5),
+      2: delete("beyond keep_chains = 1 (chain 3 from the newest)", R5),
+      3: delete(*DEL1, R5), 4: delete(*DEL1, R5), 5: keep(*NEWEST)}),
     ("the newest verified chain stays while the chain after it is unverified",
      A + B_VERIFIED + chain(5, 50, n=1, age=5), KEEP1, {},
-     {1: delete("beyond keep_chains = 1 (chain 3 from the newest)"),
-      2: delete("beyond keep_chains = 1 (chain 3 from the newest)"),
+     {1: delete("beyond keep_chains = 1 (chain 3 from the newest)", R3),
+      2: delete("beyond keep_chains = 1 (chain 3 from the newest)", R3),
       3: keep("the newer full @50 (stream 5) is not verified yet: zbak audit --deep verifies it"),
       4: keep("the newer full @50 (stream 5) is not verified yet: zbak audit --deep verifies it"),
       5: keep(*NEWEST)}),
@@ -121,10 +139,42 @@ CASES = [
               " audit", *NEWEST),
       4: keep("chain has a bad stream @30->@40 (stream 4): prune refuses to touch it; run zbak"
               " audit", *NEWEST)}),
+    ("a newer full marked bad keeps the old chain with the reason 'bad', not 'not verified'",
+     A + [row(3, 30, age=1, state="bad")], KEEP1, {},
+     {1: keep(BAD3), 2: keep(BAD3),
+      3: keep("chain has a bad stream @30 (stream 3): prune refuses to touch it; run zbak"
+              " audit", *NEWEST)}),
+    ("a verified mark older than reverify_after (30 days by default) releases nothing",
+     A + [row(3, 30, age=40, state="verified", verified_days_ago=31)], KEEP1, {},
+     {1: keep(STALE3), 2: keep(STALE3), 3: keep(*NEWEST)}),
+    ("a verified mark of unknown age releases nothing",
+     A + [row(3, 30, age=40, state="verified", verified_days_ago=None)], KEEP1, {},
+     {1: keep(UNKNOWN3), 2: keep(UNKNOWN3), 3: keep(*NEWEST)}),
+    ("a verified mark exactly reverify_after old still releases",
+     A + [row(3, 30, age=40, state="verified", verified_days_ago=30)], KEEP1, {},
+     {1: delete(*DEL1, R3), 2: delete(*DEL1, R3), 3: keep(*NEWEST)}),
+    ("reverify_after is the policy's: one hour makes a two-hour-old mark stale",
+     A + [row(3, 30, age=1, state="verified", verified_days_ago=2 / 24)],
+     ChainRetention(1, reverify_after=dt.timedelta(hours=1)), {},
+     {1: keep("the newer full @30 (stream 3) was verified 7200s ago, longer than reverify_after"
+              " 1:00:00: zbak audit --deep re-verifies it"),
+      2: keep("the newer full @30 (stream 3) was verified 7200s ago, longer than reverify_after"
+              " 1:00:00: zbak audit --deep re-verifies it"),
+      3: keep(*NEWEST)}),
+    ("a stale newest full lets an older, freshly verified chain release what is before it",
+     A + B_VERIFIED + [row(5, 50, age=40, state="verified", verified_days_ago=45)], KEEP1, {},
+     {1: delete("beyond keep_chains = 1 (chain 3 from the newest)", R3),
+      2: delete("beyond keep_chains = 1 (chain 3 from the newest)", R3),
+      3: keep(STALE5), 4: keep(STALE5), 5: keep(*NEWEST)}),
+    ("the releaser is the oldest newer chain that is verified and kept, not one deleted too",
+     A_VERIFIED + B_VERIFIED + C_VERIFIED, KEEP1, {},
+     {1: delete("beyond keep_chains = 1 (chain 3 from the newest)", R5),
+      2: delete("beyond keep_chains = 1 (chain 3 from the newest)", R5),
+      3: delete(*DEL1, R5), 4: delete(*DEL1, R5), 5: keep(*NEWEST)}),
     ("max_age lets a chain within keep_chains go once its newest stream is older",
      A + B_VERIFIED + C_VERIFIED, ChainRetention(3, max_age=dt.timedelta(days=70)), {},
-     {1: delete("its newest stream is older than max_age 70d"),
-      2: delete("its newest stream is older than max_age 70d"),
+     {1: delete("its newest stream is older than max_age 70d", R3),
+      2: delete("its newest stream is older than max_age 70d", R3),
       3: keep("within keep_chains (2 of 3)"), 4: keep("within keep_chains (2 of 3)"),
       5: keep(*NEWEST)}),
     ("max_age never deletes the newest verified chain",
@@ -144,8 +194,8 @@ CASES = [
     ("--accept-early-delete-fee deletes it anyway and says so",
      chain(1, 10, inc_cls="GLACIER", age=100, step=70) + [row(3, 30, age=1, state="verified")],
      ChainRetention(1, min_storage=S3_MIN, accept_early_delete_fee=True), {},
-     {1: delete(*DEL1),
-      2: delete(*DEL1, "early-delete fee accepted: younger than GLACIER's 90-day minimum"),
+     {1: delete(*DEL1, R3),
+      2: delete(*DEL1, "early-delete fee accepted: younger than GLACIER's 90-day minimum", R3),
       3: keep(*NEWEST)}),
     ("DEEP_ARCHIVE's minimum is 180 days",
      [row(1, 10, cls="DEEP_ARCHIVE", age=179), row(3, 30, age=1, state="verified")],
@@ -154,17 +204,18 @@ CASES = [
     ("a stream older than its class's minimum goes without a fee",
      [row(1, 10, cls="DEEP_ARCHIVE", age=181), row(3, 30, age=1, state="verified")],
      ChainRetention(1, min_storage=S3_MIN), {},
-     {1: delete(*DEL1), 3: keep(*NEWEST)}),
+     {1: delete(*DEL1, R3), 3: keep(*NEWEST)}),
     ("an overridden minimum wins over S3's default",
      [row(1, 10, cls="GLACIER", age=20), row(3, 30, age=1, state="verified")],
      ChainRetention(1, min_storage=ArchiveConfig(
          store="s", min_storage_duration={"GLACIER": "14d"}).min_storage_durations()), {},
-     {1: delete(*DEL1), 3: keep(*NEWEST)}),
+     {1: delete(*DEL1, R3), 3: keep(*NEWEST)}),
     ("STANDARD and INTELLIGENT_TIERING have no minimum",
      [row(1, 10, cls="INTELLIGENT_TIERING", age=0.5), row(2, 20, cls="STANDARD", age=0.2),
       row(3, 30, age=0.1, state="verified")],
      ChainRetention(1, min_storage=S3_MIN), {},
-     {1: delete("beyond keep_chains = 1 (chain 3 from the newest)"), 2: delete(*DEL1),
+     {1: delete("beyond keep_chains = 1 (chain 3 from the newest)", R3),
+      2: delete(*DEL1, R3),
       3: keep(*NEWEST)}),
 ]
 
@@ -218,13 +269,25 @@ def test_keep_chains_below_one_is_refused():
         ChainRetention(0)
 
 
+def test_a_reverify_after_of_zero_or_less_is_refused():
+    with pytest.raises(ValueError, match="reverify_after"):
+        ChainRetention(1, reverify_after=dt.timedelta(0))
+
+
+def test_releasers_lists_each_releasing_chain_once_oldest_first():
+    plan = plan_chain_retention(A + B + C_VERIFIED, KEEP1, NOW)
+    assert [[s.id for s in r] for r in plan.releasers] == [[5]]
+    assert plan_chain_retention(A + B, KEEP1, NOW).releasers == ()
+
+
 def _random_catalog(rng: random.Random) -> tuple[list[StreamRow], set[int]]:
     rows: list[StreamRow] = []
     txg = 10
     for _ in range(rng.randint(1, 6)):
         state = rng.choice(["uploaded", "verified", "verified", "bad"])
         rows.append(row(len(rows) + 1, txg, state=state if state != "bad" else "uploaded",
-                        age=rng.uniform(0, 400), cls=rng.choice(list(S3_MIN))))
+                        age=rng.uniform(0, 400), cls=rng.choice(list(S3_MIN)),
+                        verified_days_ago=rng.choice([None, 1, 10, 29, 31, 100])))
         for _ in range(rng.randint(0, 3)):
             txg += 10
             rows.append(row(len(rows) + 1, txg, rows[-1], age=rng.uniform(0, 400),
@@ -243,7 +306,8 @@ def test_on_random_catalogs_every_deleted_chain_leaves_a_newer_kept_verified_sou
     streams, damaged = _random_catalog(rng)
     policy = ChainRetention(rng.randint(1, 3),
                             max_age=rng.choice([None, dt.timedelta(days=rng.randint(1, 300))]),
-                            min_storage=S3_MIN, accept_early_delete_fee=rng.random() < 0.5)
+                            min_storage=S3_MIN, accept_early_delete_fee=rng.random() < 0.5,
+                            reverify_after=dt.timedelta(days=rng.choice([5, 30, 365])))
     plan = plan_chain_retention(streams, policy, NOW, damaged=damaged)
     assert plan.chains[-1].delete is False, "the newest chain is never deleted"
     for c in plan.chains:
@@ -259,3 +323,9 @@ def test_on_random_catalogs_every_deleted_chain_leaves_a_newer_kept_verified_sou
                    and not {d.stream.id for d in n.streams} & damaged
                    and all(d.stream.state != "bad" for d in n.streams)
                    for n in plan.chains[i + 1:]), "a newer verified, sound chain stays"
+        (releaser,) = [n for n in plan.chains[i + 1:] if n.full.id == c.released_by[0].id]
+        assert not releaser.delete and releaser.full.state == "verified"
+        assert NOW - releaser.full.verified_at <= policy.reverify_after
+        assert tuple(d.stream for d in releaser.streams) == c.released_by
+        assert not {s.id for s in c.released_by} & damaged, "the releaser is sound"
+    assert {r[0].id for r in plan.releasers} == {c.released_by[0].id for c in plan.to_delete}

@@ -15,8 +15,9 @@ import pytest
 from zrepl_py.catalog.repository import StreamRow
 from zrepl_py.chains.prune import execute_chain_prune
 from zrepl_py.chains.retention import ChainRetention, plan_chain_retention
-from zrepl_py.errors import StoreInconsistent
+from zrepl_py.errors import ObjectNotFound, StoreInconsistent
 from zrepl_py.pruning.archive import prune_dataset_chains
+from zrepl_py.stores.base import ObjectInfo, Thaw
 
 NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.timezone.utc)
 
@@ -30,7 +31,8 @@ def row(id, txg, parent=None, *, state="verified", age=100.0) -> StreamRow:
         to_guid=txg * 7, from_name=parent.to_name if parent else None, to_name=str(txg),
         to_createtxg=txg, raw_bytes=100, stored_bytes=50, object_prefix=f"p{id}/",
         storage_class="STANDARD", compression="zstd", state=state,
-        created_at=NOW - dt.timedelta(days=age), uploaded_at=None, verified_at=None)
+        created_at=NOW - dt.timedelta(days=age), uploaded_at=None,
+        verified_at=NOW - dt.timedelta(days=1) if state == "verified" else None)
 
 
 # Three chains, oldest first: A (1, 2), B (3, 4), C (5). keep_chains = 1 would delete A and B.
@@ -58,6 +60,13 @@ class Store:
     def delete(self, key: str) -> None:
         self.deleted.append(key)
         self.objects.pop(key, None)
+
+    def stat(self, key: str) -> ObjectInfo:
+        """Objects are DEEP_ARCHIVE here, so prune's re-check of the releasing chain stops at
+        the size (re-reads run on real stores: tests/disaster/test_rot_after_verify.py)."""
+        if key not in self.objects:
+            raise ObjectNotFound(f"{key} missing", store=self.name, key=key)
+        return ObjectInfo(key, self.objects[key], "DEEP_ARCHIVE", NOW, Thaw.FROZEN)
 
 
 class Catalog:
@@ -125,5 +134,5 @@ def test_the_driver_raises_store_inconsistent_on_a_refused_plan_before_any_write
     assert plan.refused
     store, catalog = Store(full_store(STREAMS)), Catalog(STREAMS)
     with pytest.raises(StoreInconsistent, match="inconsistent"):
-        execute_chain_prune(plan, store, catalog)
+        execute_chain_prune(plan, store, catalog, now=NOW)
     assert store.deleted == [] and catalog.writes == []

@@ -2,6 +2,10 @@
 
 Order (DESIGN.md "Catalog and chain validity", house rule 10, issue 5 item 2):
 
+0. when the plan deletes chains, every chain that releases one (``ChainPlan.releasers``) is
+   re-checked against the catalog (``chains.recheck``, issue 15); a mismatch marks the
+   mismatching streams ``bad`` and stops here: nothing of the dataset is deleted, and the
+   next plan sees the bad stream and releases nothing with it;
 1. streams left ``condemned`` by an earlier prune that stopped (crash, store error) are
    finished first, leaf first: their objects, then their rows;
 2. every stream of the planned chains is condemned in ONE catalog transaction
@@ -22,14 +26,16 @@ never resurrects a half-deleted stream.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import os
 from collections.abc import Sequence
 
 from zrepl_py.archive.layout import MANIFEST, MANIFEST_COPY, PROGRESS
 from zrepl_py.catalog.repository import Catalog, StreamRow
+from zrepl_py.chains.recheck import Recheck, recheck_chain
 from zrepl_py.chains.retention import ChainPlan
-from zrepl_py.errors import CatalogConflict, StoreInconsistent, ZbakError
+from zrepl_py.errors import CatalogConflict, ReleaserMismatch, StoreInconsistent, ZbakError
 from zrepl_py.stores.base import Backend
 
 log = logging.getLogger(__name__)
@@ -43,13 +49,21 @@ class ChainPruneOutcome:
         finished: ids of streams condemned by an earlier run, now deleted.
         deleted: ids of streams this plan deleted (objects and rows).
         objects: number of object deletes issued (missing objects included).
+        rechecks: the re-check of each releasing chain, in the order done (the first
+            mismatch stops the rest).
         error: the error that stopped execution (the rest waits for the next prune), or None.
     """
 
     finished: list[int] = dataclasses.field(default_factory=list)
     deleted: list[int] = dataclasses.field(default_factory=list)
     objects: int = 0
+    rechecks: list[Recheck] = dataclasses.field(default_factory=list)
     error: str | None = None
+
+    @property
+    def mismatch(self) -> bool:
+        """True when a releasing chain failed its re-check (nothing was condemned)."""
+        return any(not check.ok for check in self.rechecks)
 
 
 def common_prefix(streams: Sequence[StreamRow]) -> str:
@@ -126,11 +140,35 @@ def delete_stream(backend: Backend, catalog: Catalog, stream: StreamRow) -> int:
     return len(keys) + len(rest)
 
 
-def execute_chain_prune(plan: ChainPlan, backend: Backend, catalog: Catalog) -> ChainPruneOutcome:
-    """Finish the plan's unfinished streams, then delete its chains (module doc order).
+def _recheck_releasers(plan: ChainPlan, backend: Backend, catalog: Catalog,
+                       outcome: ChainPruneOutcome, now: dt.datetime) -> None:
+    """Re-check each releasing chain; on a mismatch mark its streams bad and raise.
 
-    Stops at the first store or catalog error and reports it in the outcome: what is
-    condemned stays condemned and the next prune finishes it.
+    Raises:
+        ReleaserMismatch: an object of a releasing chain differs from the catalog.
+        StoreError, CatalogError: a check could not be made (nothing is marked).
+    """
+    for chain in plan.releasers:
+        check = recheck_chain(backend, catalog, chain)
+        outcome.rechecks.append(check)
+        if check.ok:
+            continue
+        for stream_id in check.bad_streams:
+            catalog.set_stream_state(stream_id, "bad", now)
+        raise ReleaserMismatch(
+            f"the chain {check.full_name} (stream {check.full}) that"
+            f" releases the older chain(s) no longer matches the catalog: {check.summary()};"
+            f" stream(s) {check.bad_streams} marked bad, nothing deleted. The older chain is"
+            " what restores now: run zbak audit, then zbak archive --full for a new chain")
+
+
+def execute_chain_prune(plan: ChainPlan, backend: Backend, catalog: Catalog, *,
+                        now: dt.datetime) -> ChainPruneOutcome:
+    """Re-check the releasing chains, finish the plan's unfinished streams, then delete its
+    chains (module doc order); ``now`` (aware UTC) stamps a stream marked bad.
+
+    Stops at the first store or catalog error, or re-check mismatch, and reports it in the
+    outcome: what is condemned stays condemned and the next prune finishes it.
 
     Raises:
         StoreInconsistent: the plan is ``refused`` (a damaged stream); nothing was deleted.
@@ -139,6 +177,8 @@ def execute_chain_prune(plan: ChainPlan, backend: Backend, catalog: Catalog) -> 
         raise StoreInconsistent(f"store {backend.name}: {plan.refused}")
     outcome = ChainPruneOutcome()
     try:
+        if plan.to_delete:
+            _recheck_releasers(plan, backend, catalog, outcome, now)
         for stream in plan.unfinished:
             outcome.objects += delete_stream(backend, catalog, stream)
             outcome.finished.append(stream.id)
@@ -149,6 +189,9 @@ def execute_chain_prune(plan: ChainPlan, backend: Backend, catalog: Catalog) -> 
         for stream in doomed:
             outcome.objects += delete_stream(backend, catalog, stream)
             outcome.deleted.append(stream.id)
+    except ReleaserMismatch as exc:
+        log.error("pruning chains in store %s refused: %s", backend.name, exc)
+        outcome.error = str(exc)
     except ZbakError as exc:
         log.error("pruning chains in store %s stopped: %s; the next zbak prune finishes the"
                   " condemned streams", backend.name, exc)

@@ -10,8 +10,14 @@ Rules (DESIGN.md "Catalog and chain validity", issue 5 item 1), every reason rec
   by ``keep_chains`` (the newest chain and the newest verified chain stay anyway: see next).
 * Safety gates for every chain retention would delete:
   - a NEWER full must exist whose state is ``verified`` (every volume re-read and
-    checksummed) and whose chain has no damaged or ``bad`` stream; so the newest verified,
-    undamaged chain is never deleted, and every deleted chain leaves a newer one to restore;
+    checksummed) no longer than ``reverify_after`` ago, and whose chain has no damaged or
+    ``bad`` stream; so the newest verified, undamaged chain is never deleted, and every
+    deleted chain leaves a newer one to restore (issue 15: a verification is a fact about
+    the bytes on the day it was made, and bytes rot; an old mark releases nothing until
+    ``zbak audit --deep`` renews it);
+  - the chain that releases a deleted one (``ChainDecision.released_by``: the oldest newer
+    chain that qualifies and is kept) is what the driver re-checks against the catalog
+    right before the first delete (``chains.recheck``, issue 15);
   - a chain with a damaged stream (objects missing, per the caller's ``damaged`` map, e.g.
     from an audit or a listing of the store) or a ``bad`` one is never touched: the audit
     reports it and the user decides;
@@ -37,6 +43,8 @@ from zrepl_py.gcpause import gc_paused
 
 NEWEST_CHAIN = "newest chain"
 EARLY_FEE_FLAG = "--accept-early-delete-fee"
+DEFAULT_REVERIFY_AFTER = dt.timedelta(days=30)
+"""How long a ``verified`` mark releases older chains (``ArchiveConfig.reverify_after``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,16 +59,22 @@ class ChainRetention:
             min_storage_durations()``); a class not listed has none.
         accept_early_delete_fee: delete chains with streams younger than their class's
             minimum anyway (``zbak prune --accept-early-delete-fee``).
+        reverify_after: a full verified longer ago than this (or at an unknown time)
+            releases no older chain until re-verified (``[jobs.NAME.archive]
+            reverify_after``; > 0).
     """
 
     keep_chains: int
     max_age: dt.timedelta | None = None
     min_storage: Mapping[str, dt.timedelta] = dataclasses.field(default_factory=dict)
     accept_early_delete_fee: bool = False
+    reverify_after: dt.timedelta = DEFAULT_REVERIFY_AFTER
 
     def __post_init__(self) -> None:
         if self.keep_chains < 1:
             raise ValueError(f"keep_chains must be at least 1, not {self.keep_chains}")
+        if self.reverify_after <= dt.timedelta(0):
+            raise ValueError(f"reverify_after must be positive, not {self.reverify_after}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,10 +89,16 @@ class StreamDecision:
 @dataclasses.dataclass(frozen=True)
 class ChainDecision:
     """One chain: its streams in chain order (the full first, each parent before its
-    children), whether it is deleted, and a decision per stream with the reasons."""
+    children), whether it is deleted, and a decision per stream with the reasons.
+
+    ``released_by``: for a deleted chain, the streams (full first) of the newer, kept,
+    verified and sound chain whose existence makes the deletion safe; the driver re-checks
+    its objects before deleting anything. Empty for a kept chain.
+    """
 
     streams: tuple[StreamDecision, ...]
     delete: bool
+    released_by: tuple[StreamRow, ...] = ()
 
     @property
     def full(self) -> StreamRow:
@@ -120,6 +140,16 @@ class ChainPlan:
     def decisions(self) -> tuple[StreamDecision, ...]:
         """Every stream decision, chain by chain (oldest first), then the orphans."""
         return tuple(d for c in self.chains for d in c.streams) + self.orphans
+
+    @property
+    def releasers(self) -> tuple[tuple[StreamRow, ...], ...]:
+        """The distinct chains that release the deleted ones (``released_by``), oldest
+        first: what the driver re-checks before the first delete."""
+        found: dict[int, tuple[StreamRow, ...]] = {}
+        for c in self.to_delete:
+            found.setdefault(c.released_by[0].id, c.released_by)
+        return tuple(found[k] for k in sorted(found, key=lambda i: (found[i][0].to_createtxg,
+                                                                     i)))
 
 
 def build_chains(streams: Iterable[StreamRow]) -> tuple[list[list[StreamRow]], list[StreamRow]]:
@@ -176,20 +206,40 @@ def _trouble(chain: Sequence[StreamRow], damaged: Mapping[int, str]) -> str | No
     return None
 
 
+def _freshly_verified(full: StreamRow, policy: ChainRetention, now: dt.datetime) -> bool:
+    """True when ``full`` is ``verified`` and the mark is younger than ``reverify_after``."""
+    return (full.state == "verified" and full.verified_at is not None
+            and now - full.verified_at <= policy.reverify_after)
+
+
 def _no_newer_verified(index: int, chains: Sequence[Sequence[StreamRow]],
-                       usable_after: Sequence[bool]) -> str | None:
-    """None when a newer chain has a verified full and no damaged/bad stream, else why not
-    (``usable_after[i]``: some chain newer than chain ``i`` qualifies)."""
+                       usable_after: Sequence[bool], policy: ChainRetention,
+                       now: dt.datetime) -> str | None:
+    """None when a newer chain has a freshly verified full and no damaged/bad stream, else
+    why not, told about the newest full (``usable_after[i]``: some chain newer than chain
+    ``i`` qualifies)."""
     if usable_after[index]:
         return None
     if index == len(chains) - 1:
         return "no newer full exists"
     full = chains[-1][0]
+    name = f"the newer full @{full.to_name} (stream {full.id})"
+    if full.state == "bad":
+        return (f"bad: {name} is marked bad (its objects failed a check against the catalog)"
+                " and releases nothing: zbak audit tells what is wrong")
     if full.state != "verified":
-        return (f"the newer full @{full.to_name} (stream {full.id}) is not verified yet: zbak"
-                " audit --deep verifies it")
-    return (f"the newer full @{full.to_name} (stream {full.id}) has a damaged or bad stream in"
-            " its chain")
+        return f"{name} is not verified yet: zbak audit --deep verifies it"
+    if not _freshly_verified(full, policy, now):
+        when = ("at an unknown time" if full.verified_at is None
+                else f"{_span_rounded(now - full.verified_at)} ago")
+        return (f"{name} was verified {when}, longer than reverify_after"
+                f" {_span(policy.reverify_after)}: zbak audit --deep re-verifies it")
+    return f"{name} has a damaged or bad stream in its chain"
+
+
+def _span_rounded(span: dt.timedelta) -> str:
+    """``span`` in whole days when a day or more, else in whole seconds (for messages)."""
+    return f"{span.days}d" if span.days else f"{int(span.total_seconds())}s"
 
 
 def _young(chain: Sequence[StreamRow], policy: ChainRetention,
@@ -239,7 +289,8 @@ def plan_chain_retention(
                    " deletes nothing of this dataset; run zbak audit")
     chains, orphans = build_chains(streams)
     trouble = [_trouble(c, damaged) for c in chains]
-    usable = [c[0].state == "verified" and t is None for c, t in zip(chains, trouble)]
+    usable = [_freshly_verified(c[0], policy, now) and t is None
+              for c, t in zip(chains, trouble)]
     usable_after = [False] * len(chains)  # one pass from the newest: linear in the chains
     for i in range(len(chains) - 2, -1, -1):
         usable_after[i] = usable_after[i + 1] or usable[i + 1]
@@ -260,7 +311,7 @@ def plan_chain_retention(
         retained = rank == 1 or (rank <= policy.keep_chains and not expired)
         young: dict[int, str] = {}
         if not retained:
-            gate = _no_newer_verified(index, chains, usable_after)
+            gate = _no_newer_verified(index, chains, usable_after, policy, now)
             if gate:
                 reasons.append(gate)
             young = _young(chain, policy, now)
@@ -278,6 +329,7 @@ def plan_chain_retention(
             extra = (f"early-delete fee accepted: {young[s.id]}",) if s.id in young else ()
             deleting.append(StreamDecision(s, True, (why,) + extra))
         decisions.append(ChainDecision(tuple(deleting), True))
+    decisions = _with_releasers(decisions, usable)
     orphan_decisions = tuple(
         StreamDecision(s, False, ("not reachable from a full stream: run zbak audit",))
         for s in sorted(orphans, key=lambda s: (s.to_createtxg, s.id)))
@@ -297,3 +349,28 @@ def _fee_reasons(stream: StreamRow, young: Mapping[int, str],
     first = next(s for s in chain if s.id in young)
     return (f"kept with its chain: {_label(first)} is {young[first.id]} (early-delete fee):"
             f" pass {EARLY_FEE_FLAG}",)
+
+
+def _with_releasers(decisions: Sequence[ChainDecision],
+                    usable: Sequence[bool]) -> list[ChainDecision]:
+    """Name, for each deleted chain, the oldest newer chain that is usable (freshly verified
+    full, sound) and kept, with a reason saying so. One exists: the newest usable chain is
+    never deleted, since deleting it would need a newer usable chain. One pass from the
+    newest chain, linear like ``usable_after``."""
+    result = list(decisions)
+    releaser: ChainDecision | None = None
+    for index in range(len(decisions) - 1, -1, -1):
+        decision = decisions[index]
+        if not decision.delete:
+            if usable[index]:
+                releaser = decision
+            continue
+        assert releaser is not None, "a deleted chain always has a usable kept newer chain"
+        full = releaser.full
+        line = (f"released by the verified chain @{full.to_name} (stream {full.id}), re-checked"
+                " against the catalog before the first delete")
+        streams = tuple(dataclasses.replace(d, reasons=d.reasons + (line,))
+                        for d in decision.streams)
+        result[index] = ChainDecision(streams, True,
+                                      tuple(d.stream for d in releaser.streams))
+    return result

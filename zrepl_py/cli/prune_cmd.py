@@ -15,8 +15,22 @@ def _stream_label(s) -> str:
     return f"incremental @{s.from_name} -> @{s.to_name}"
 
 
+def _recheck_text(d, full_id: int) -> str:
+    """What happens or happened to the releasing chain ``full_id`` of dataset result ``d``:
+    ``will re-check N objects ...`` on a dry run, the re-check's result after a real one."""
+    name = next((f"@{c[0].to_name} " for c in d.plan.releasers if c[0].id == full_id), "")
+    if d.outcome is None:
+        return (f"will re-check {d.recheck_planned.get(full_id, 0)} objects of the releasing"
+                f" chain {name}(stream {full_id}) before deleting")
+    for check in d.outcome.rechecks:
+        if check.full == full_id:
+            return f"re-check of the releasing chain {name}(stream {full_id}): {check.summary()}"
+    return f"re-check of the releasing chain {name}(stream {full_id}): not run"
+
+
 def _stream_rows(result) -> list[dict]:
-    """One row per archived stream: kept (with reasons), deleted, or finished."""
+    """One row per archived stream: kept (with reasons), deleted, or finished; a deleted
+    one names the chain that releases it and its re-check (planned or done)."""
     rows = []
     archive = result.archive
     if archive is None:
@@ -31,12 +45,20 @@ def _stream_rows(result) -> list[dict]:
             rows.append({**base, "stream_id": s.id, "stream": _stream_label(s), "state": s.state,
                          "storage_class": s.storage_class, "action": "finish delete",
                          "reasons": ["condemned by an earlier prune that did not finish"]})
+        releaser = {dec.stream.id: c.released_by[0].id for c in d.plan.to_delete
+                    for dec in c.streams}
+        marked_bad = {i for c in d.outcome.rechecks for i in c.bad_streams} if d.outcome else set()
         for decision in d.plan.decisions:
             s = decision.stream
-            rows.append({**base, "stream_id": s.id, "stream": _stream_label(s), "state": s.state,
-                         "storage_class": s.storage_class,
-                         "action": "delete" if decision.delete else "keep",
-                         "reasons": list(decision.reasons)})
+            by = releaser.get(s.id)
+            action = "delete" if decision.delete else "keep"
+            if decision.delete and d.outcome is not None and s.id not in d.outcome.deleted:
+                action = "delete stopped"  # the plan's delete did not happen (see the error)
+            rows.append({**base, "stream_id": s.id, "stream": _stream_label(s),
+                         "state": "bad" if s.id in marked_bad else s.state,
+                         "storage_class": s.storage_class, "action": action,
+                         "reasons": list(decision.reasons), "released_by": by,
+                         "recheck": _recheck_text(d, by) if by is not None else None})
     return rows
 
 
@@ -67,7 +89,8 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, accept_early_
     """Destroy zbak snapshots the retention no longer wants on the source and on ZFS
     replica targets (never held, cloned, foreign, newest, replication-base or archive-base
     snapshots), and delete whole archive chains the archive retention no longer wants
-    (only once a newer full is verified; never a damaged chain)."""
+    (only once a newer full is verified within reverify_after, and after that newer chain
+    is re-checked against the catalog right before; never a damaged chain)."""
     from zrepl_py.pruning.job import prune_job  # noqa: PLC0415 (command modules load lazily)
 
     with inv.context() as ctx:
@@ -112,8 +135,28 @@ def _archive_summary(archive) -> dict:
             "finished": d.outcome.finished if d.outcome else [],
             "object_deletes": d.outcome.objects if d.outcome else 0,
             "stopped": d.outcome.error if d.outcome else None,
+            "rechecks": _rechecks(d),
         } for d in archive.datasets},
     }
+
+
+def _rechecks(d) -> list[dict]:
+    """Per releasing chain: the objects planned, and after a real run the result."""
+    done = {c.full: c for c in d.outcome.rechecks} if d.outcome else {}
+    found = []
+    for full_id, planned in d.recheck_planned.items():
+        entry = {"stream_id": full_id, "objects": planned, "result": "planned"}
+        check = done.get(full_id)
+        if check is not None:
+            entry.update(objects=check.objects, reread=check.reread,
+                         result="ok" if check.ok else "mismatch", summary=check.summary(),
+                         bad_streams=check.bad_streams,
+                         mismatches=[{"stream_id": m.stream_id, "key": m.key,
+                                      "problem": m.problem} for m in check.mismatches])
+        elif d.outcome is not None:
+            entry["result"] = "not run"
+        found.append(entry)
+    return found
 
 
 def _print_tables(rows, replica, streams, outcomes, results, dry_run: bool) -> None:
@@ -128,7 +171,8 @@ def _print_tables(rows, replica, streams, outcomes, results, dry_run: bool) -> N
         emit_table("archive chains" + (" (dry run: nothing deleted)" if dry_run else ""),
                    ["job", "store", "dataset", "stream", "state", "action", "why"],
                    [(r["job"], r["store"], r["dataset"], r["stream"], r["state"], r["action"],
-                     "; ".join(r["reasons"])) for r in streams])
+                     "; ".join(r["reasons"] + ([r["recheck"]] if r.get("recheck") else [])))
+                    for r in streams])
     for job, outcome in outcomes.items():
         click.echo(f"{job}: destroyed {len(outcome.destroyed)}, skipped {len(outcome.skipped)}, "
                    f"failed {len(outcome.failed)}")
@@ -144,6 +188,9 @@ def _print_tables(rows, replica, streams, outcomes, results, dry_run: bool) -> N
                     click.echo(f"  kept {name}: {why}")
         archive = result.archive
         for d in archive.datasets if archive else ():
+            for full_id in d.recheck_planned:
+                click.echo(f"{result.job} -> {archive.store}: {d.dataset}: "
+                           + _recheck_text(d, full_id))
             if d.outcome is not None:
                 click.echo(f"{result.job} -> {archive.store}: {d.dataset}: deleted"
                            f" {len(d.outcome.deleted)} stream(s)"
@@ -166,7 +213,8 @@ def _report_errors(results) -> None:
         for d in archive.datasets:
             problem = d.error or (d.outcome.error if d.outcome else None)
             if problem:
-                then = "" if d.plan is not None and d.plan.refused else (
+                then = "" if d.plan is not None and d.plan.refused or (
+                    d.outcome is not None and d.outcome.mismatch) else (
                     "; run zbak prune again to finish")
                 click.echo(f"zbak: job {result.job}: store {archive.store}: {d.dataset}: {problem}"
                            + then, err=True)

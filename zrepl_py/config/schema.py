@@ -391,8 +391,10 @@ class ArchiveConfig(_Model):
     Retention (``zbak prune``, ``zrepl_py.chains.retention``) deletes whole chains only:
     the ``keep_chains`` newest chains are kept; with ``max_age``, a chain whose newest stream
     is older than that is no longer protected by ``keep_chains``; a chain is deleted only when
-    a newer, verified, undamaged full exists, and (unless ``--accept-early-delete-fee``) only
-    when none of its streams is younger than its class's ``min_storage_duration``.
+    a newer, undamaged full verified within ``reverify_after`` exists (its objects are
+    checked against the catalog again right before the first delete), and (unless
+    ``--accept-early-delete-fee``) only when none of its streams is younger than its class's
+    ``min_storage_duration``.
     """
 
     store: str
@@ -406,6 +408,10 @@ class ArchiveConfig(_Model):
     ``keep_chains`` (never the newest verified chain); None: age deletes nothing."""
     min_storage_duration: dict[StorageClass, Duration] = {}
     """Overrides of DEFAULT_MIN_STORAGE_DURATION per storage class, e.g. ``{ GLACIER = "90d" }``."""
+    reverify_after: Duration = Field(dt.timedelta(days=30), gt=dt.timedelta(0))
+    """How long a stream's ``verified`` mark (``zbak audit --deep``) lets its chain release
+    older chains; after that the chain releases nothing until re-verified (issue 15: bytes
+    verified once can rot later)."""
     storage_class: StorageClasses | None = None
     """Overrides the store's classes for this job."""
     compression_level: int = Field(3, ge=1, le=22)

@@ -3,9 +3,12 @@
 Per dataset of the job (the catalog's streams below the job's dataset, excludes left out,
 including datasets since destroyed on the source) in the job's store: one listing of the
 store finds streams with missing objects (``chains.prune.find_damaged``), the pure planner
-(``chains.retention``) decides, and unless it is a dry run ``chains.prune`` executes; a
-dataset with a damaged stream is refused whole (``StoreInconsistent``, nothing deleted). A
-dataset whose store or catalog fails is reported and the others still run.
+(``chains.retention``) decides, and unless it is a dry run ``chains.prune`` executes,
+re-checking each chain that releases a deleted one first (``chains.recheck``; the plan
+counts the objects it will check); a dataset with a damaged stream is refused whole
+(``StoreInconsistent``, nothing deleted), and so is one whose releasing chain fails the
+re-check (``ReleaserMismatch``). A dataset whose store or catalog fails is reported and the
+others still run.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Sequence
 
 from zrepl_py.catalog.repository import Catalog, StreamRow
 from zrepl_py.chains.prune import ChainPruneOutcome, execute_chain_prune, find_damaged
+from zrepl_py.chains.recheck import planned_objects
 from zrepl_py.chains.retention import ChainPlan, ChainRetention, plan_chain_retention
 from zrepl_py.config.schema import ArchiveConfig, JobConfig
 from zrepl_py.errors import StoreInconsistent, UsageError, ZbakError
@@ -30,11 +34,13 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass
 class DatasetChains:
     """One dataset's chains in the store: the plan, the streams found damaged
-    (``{stream id: what}``), what executing did (None on a dry run), or the error."""
+    (``{stream id: what}``), the objects to re-check per releasing chain (``{full stream
+    id: objects}``), what executing did (None on a dry run), or the error."""
 
     dataset: str
     plan: ChainPlan | None
     damaged: dict[int, str] = dataclasses.field(default_factory=dict)
+    recheck_planned: dict[int, int] = dataclasses.field(default_factory=dict)
     outcome: ChainPruneOutcome | None = None
     error: str | None = None
 
@@ -61,7 +67,7 @@ class ArchivePruneResult:
 def chain_retention(cfg: ArchiveConfig, *, accept_early_delete_fee: bool) -> ChainRetention:
     """The planner's policy from ``[jobs.NAME.archive]`` and the command-line flag."""
     return ChainRetention(cfg.keep_chains, cfg.max_age, cfg.min_storage_durations(),
-                          accept_early_delete_fee)
+                          accept_early_delete_fee, cfg.reverify_after)
 
 
 def job_streams(job: JobConfig, streams: Sequence[StreamRow],
@@ -98,6 +104,8 @@ def prune_dataset_chains(
     try:
         result.damaged = find_damaged(backend, catalog, streams)
         result.plan = plan_chain_retention(streams, policy, now, damaged=result.damaged)
+        result.recheck_planned = {chain[0].id: planned_objects(catalog, chain)
+                                  for chain in result.plan.releasers}
     except ZbakError as exc:
         log.error("checking the chains of %s in store %s failed: %s", dataset, backend.name, exc)
         result.error = str(exc)
@@ -112,7 +120,7 @@ def prune_dataset_chains(
         log.error("prune refused: %s", result.error)
         return result
     if not dry_run:
-        result.outcome = execute_chain_prune(result.plan, backend, catalog)
+        result.outcome = execute_chain_prune(result.plan, backend, catalog, now=now)
     return result
 
 

@@ -50,6 +50,11 @@ class ObjectInfo:
         modified: last-modified time, aware UTC.
         thaw: whether a GET would succeed now (see :class:`Thaw`).
         thaw_expires: when a restored (thawed) copy expires, aware UTC, else None.
+        sha256: the SHA-256 of the whole object that the store itself keeps (lowercase hex),
+            as ``stat`` reports it; None when the store keeps none for the object: always
+            for ``file://`` (a file is only its bytes) and for ``list``, and on S3 for
+            objects uploaded without one or in several parts (their checksum covers the
+            parts' checksums, not the bytes).
     """
 
     key: str
@@ -58,6 +63,7 @@ class ObjectInfo:
     modified: dt.datetime
     thaw: Thaw = Thaw.NOT_NEEDED
     thaw_expires: dt.datetime | None = None
+    sha256: str | None = None
 
     @property
     def readable(self) -> bool:

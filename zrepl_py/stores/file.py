@@ -127,7 +127,8 @@ class FileBackend(Backend):
         return self._read(handle, key, chunk_size)
 
     def stat(self, key: str) -> ObjectInfo:
-        """Size and mtime of the file under ``key``; always ``STANDARD``, ``NOT_NEEDED``.
+        """Size and mtime of the file under ``key``; always ``STANDARD``, ``NOT_NEEDED``, and
+        no ``sha256`` (a directory keeps no checksum beside the bytes: re-read them).
 
         Raises:
             ObjectNotFound: no regular file under ``key``.

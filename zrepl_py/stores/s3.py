@@ -235,7 +235,10 @@ class S3Backend(Backend):
         """HeadObject: size, class (absent means STANDARD), modified time and thaw state from
         the ``x-amz-restore`` header (``ongoing-request="true"`` is THAWING;
         ``ongoing-request="false", expiry-date="..."`` is THAWED until that date; a cold class
-        without the header is FROZEN).
+        without the header is FROZEN). With ``ChecksumMode=ENABLED`` S3 also answers the
+        object's stored SHA-256 (``x-amz-checksum-sha256``, base64): ``sha256`` when it is
+        a full-object checksum, None for a multipart object's composite one (``...-N``,
+        ``ChecksumType`` COMPOSITE; AWS S3 user guide, "Checking object integrity") or none.
 
         Raises:
             ObjectNotFound (a HEAD 404; S3 answers 403 AccessDenied instead when the
@@ -243,11 +246,12 @@ class S3Backend(Backend):
         """
         check_key(key, store=self.name)
         head = self._retry.call(self._op, "head_object", key,
-                                Bucket=self.bucket, Key=self._full(key))
+                                Bucket=self.bucket, Key=self._full(key), ChecksumMode="ENABLED")
         storage_class = head.get("StorageClass") or "STANDARD"
         thaw, expires = _thaw_state(storage_class, head.get("Restore"))
         return ObjectInfo(key=key, size=head["ContentLength"], storage_class=storage_class,
-                          modified=_utc(head["LastModified"]), thaw=thaw, thaw_expires=expires)
+                          modified=_utc(head["LastModified"]), thaw=thaw, thaw_expires=expires,
+                          sha256=_full_object_sha256(head))
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """ListObjectsV2 under the store prefix + ``prefix``, in S3's key order (UTF-8 bytes).
@@ -636,6 +640,25 @@ def _raise_first_failure(futures: list[concurrent.futures.Future]) -> None:
 def _b64sha256(data: bytes | bytearray) -> str:
     """The SHA-256 of ``data`` as S3's ``x-amz-checksum-sha256`` wants it (base64)."""
     return base64.b64encode(hashlib.sha256(data).digest()).decode("ascii")
+
+
+def _full_object_sha256(head: dict[str, Any]) -> str | None:
+    """The whole object's SHA-256 (hex) from a HeadObject answer, or None when S3 keeps
+    none or only a composite one (a multipart upload's checksum of part checksums).
+
+    A multipart object is told by its ETag's ``-N`` part-count suffix as well as by the
+    checksum's own ``-N`` and ``ChecksumType``: moto 5 answers the composite SHA-256 bare,
+    without either mark."""
+    value = head.get("ChecksumSHA256")
+    multipart = "-" in (head.get("ETag") or "").strip('"')
+    if (not value or multipart or "-" in value
+            or head.get("ChecksumType") == "COMPOSITE"):
+        return None
+    try:
+        digest = base64.b64decode(value, validate=True)
+    except ValueError:
+        return None
+    return digest.hex() if len(digest) == 32 else None
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
