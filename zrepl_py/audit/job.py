@@ -8,8 +8,14 @@
 3. with ``deep``: the chosen streams re-read and checked, verified or marked bad, and with
    ``receive_into`` their chains test-received (``audit.deep``).
 
-The job's dataset lock is held throughout (``zbak archive``/``prune`` on the same datasets
-wait for the audit, and the other way round), so the store is not changing under the audit.
+A plain audit only reads, so it does not take the job's dataset lock: it runs beside
+``zbak archive``, ``replicate`` and ``snapshot`` (a long archive does not make the weekly
+audit exit 3, issue 15). What a running archive is writing is not yet in the catalog (the
+catalog row comes after the manifest, ``archive.writer``): its partial upload shows as
+information. It does not run beside what deletes: when ``zbak prune`` or ``zbak audit
+--repair`` holds the dataset lock, the audit stops with ``Locked`` (exit 3), and two audits
+of one job do not overlap (their own lock, ``audit HOST:DATASET``). ``--repair``
+(``repair_job``) takes the dataset lock itself, exclusive as before.
 The run is recorded with action ``audit``: ``ok`` when nothing is wrong, ``failed`` with a
 summary when a warning or error was found, ``partial`` when cold volumes are still thawing.
 """
@@ -28,8 +34,8 @@ from zrepl_py.audit.load import load_graph_input
 from zrepl_py.audit.objects import audit_objects
 from zrepl_py.config.schema import LOCAL_HOST, JobConfig, parse_endpoint
 from zrepl_py.context import Context, lock_key
-from zrepl_py.errors import UsageError, ZbakError
-from zrepl_py.locking import dataset_lock
+from zrepl_py.errors import Locked, UsageError, ZbakError
+from zrepl_py.locking import dataset_lock, holder
 from zrepl_py.replication.stages import Side
 from zrepl_py.runs import recorded_run
 from zrepl_py.snapshots.inventory import is_excluded
@@ -135,7 +141,8 @@ def audit_job(ctx: Context, name: str, job: JobConfig, *, deep: bool = False,
             one invocation; None: unbounded.
 
     Raises:
-        Locked: another run holds the job's dataset lock (exit 3).
+        Locked: another audit of the job runs, or a prune or ``audit --repair`` holds the
+            job's dataset lock (exit 3).
         UsageError: a bad ``sample`` or ``receive_into``.
         CatalogError, StoreError, ZfsError: the catalog, a store listing or the scratch pool
             failed (what one stream's reads find is a finding instead).
@@ -144,8 +151,30 @@ def audit_job(ctx: Context, name: str, job: JobConfig, *, deep: bool = False,
         raise UsageError(f"--sample must be a percentage in (0, 100], not {sample}")
     source = job.source
     catalog = ctx.catalog()
-    with dataset_lock(ctx.state_dir, lock_key(job), "audit"), \
-            recorded_run(catalog, ctx.clock, name, "audit") as record:
+    with dataset_lock(ctx.state_dir, f"audit {lock_key(job)}", "audit"):
+        _refuse_beside_deleters(ctx, job)
+        return _recorded_audit(ctx, catalog, name, job, deep=deep, sample=sample,
+                               receive_into=receive_into, deadline=deadline)
+
+
+DELETERS = ("prune", "audit --repair")
+"""Lock holders a plain audit does not read beside: they delete objects and rows, so the
+audit would report what they remove on purpose as missing."""
+
+
+def _refuse_beside_deleters(ctx: Context, job: JobConfig) -> None:
+    """Raise ``Locked`` when a ``DELETERS`` run holds the job's dataset lock."""
+    found = holder(ctx.state_dir, lock_key(job))
+    if found is not None and found.action in DELETERS:
+        raise Locked(f"{lock_key(job)} is locked by {found.describe()}, which deletes what the"
+                     " audit would read; nothing done. Run the audit again when it is finished.")
+
+
+def _recorded_audit(ctx: Context, catalog, name: str, job: JobConfig, *, deep: bool,
+                    sample: float | None, receive_into: str | None,
+                    deadline: Deadline | None) -> AuditResult:
+    source = job.source
+    with recorded_run(catalog, ctx.clock, name, "audit") as record:
         result = _audit(ctx, name, job, source.host, str(source.dataset), deep=deep,
                         sample=sample, receive_into=receive_into,
                         deadline=deadline or Deadline(None))
@@ -288,7 +317,8 @@ def repair_job(ctx: Context, name: str, job: JobConfig, *,
     2. streams left ``condemned`` by a prune that stopped are finished as prune does: their
        objects, then their rows, leaf first (``chains.prune.delete_stream``).
 
-    Held under the job's dataset lock, like prune.
+    Held under the job's dataset lock, like prune, and the job's audit lock (no plain audit
+    of the job reads while it deletes).
 
     Raises:
         Locked: another run holds the job's dataset lock (exit 3).
@@ -299,7 +329,8 @@ def repair_job(ctx: Context, name: str, job: JobConfig, *,
     source = job.source
     catalog = ctx.catalog()
     result = RepairResult(name)
-    with dataset_lock(ctx.state_dir, lock_key(job), "audit --repair"):
+    with dataset_lock(ctx.state_dir, f"audit {lock_key(job)}", "audit --repair"), \
+            dataset_lock(ctx.state_dir, lock_key(job), "audit --repair"):
         streams = [s for s in catalog.streams(host=source.host)
                    if _covered(job, s.dataset)]
         stores = sorted({s.store for s in streams} | ({job.archive.store} if job.archive else set()))
