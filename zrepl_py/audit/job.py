@@ -26,15 +26,26 @@ import dataclasses
 import datetime as dt
 import logging
 
-from zrepl_py.archive.layout import dataset_prefix, volume_index
+from zrepl_py.archive.layout import MANIFEST, MANIFEST_COPY, dataset_prefix, volume_index
+from zrepl_py.archive.manifest import Manifest
+from zrepl_py.archive.sealed import read_with_copy
 from zrepl_py.audit.deep import Deadline, DeepAudit, DeepResult, ScratchPool, choose
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.audit.graph import TargetListing, audit_graph, sort_findings
 from zrepl_py.audit.load import load_graph_input
 from zrepl_py.audit.objects import audit_objects
+from zrepl_py.audit.restorable import Coverage, coverage, coverage_findings, stray, strays_of
 from zrepl_py.config.schema import LOCAL_HOST, JobConfig, parse_endpoint
 from zrepl_py.context import Context, lock_key
-from zrepl_py.errors import Locked, UsageError, ZbakError
+from zrepl_py.errors import (
+    Locked,
+    NeedsThaw,
+    ObjectNotFound,
+    StoreError,
+    StreamCorrupt,
+    UsageError,
+    ZbakError,
+)
 from zrepl_py.locking import dataset_lock, holder
 from zrepl_py.replication.stages import Side
 from zrepl_py.runs import recorded_run
@@ -56,6 +67,7 @@ class AuditResult:
         verified / bad: stream ids the deep level verified / marked bad.
         received: the fulls whose chains were test-received.
         skipped: streams chosen but not read because ``--max-duration`` ran out.
+        coverage: see the attribute.
         waiting: cold volumes still thawing (deep level); ``ready_by`` when they should be
             readable (aware UTC).
     """
@@ -69,6 +81,9 @@ class AuditResult:
     waiting: int = 0
     ready_by: dt.datetime | None = None
     skipped: int = 0
+    coverage: list[Coverage] = dataclasses.field(default_factory=list)
+    """Per dataset and store: the snapshots restorable, stored but unrestorable, and not
+    catalogued (``audit.restorable``)."""
 
     @property
     def wrong(self) -> bool:
@@ -222,6 +237,36 @@ def _audit(ctx: Context, name: str, job: JobConfig, host: str, root: str, *, dee
     return result
 
 
+class _ListingMemo:
+    """A Backend whose ``list`` also remembers the keys listed (``keys``), so the coverage
+    reads the listing ``audit_objects`` made instead of listing the store again."""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self.keys: list[str] = []
+
+    def list(self, prefix: str):
+        """``Backend.list``, remembering each key."""
+        for info in self._backend.list(prefix):
+            self.keys.append(info.key)
+            yield info
+
+    def __getattr__(self, name: str):
+        return getattr(self._backend, name)
+
+
+def _stray_manifest(backend, prefix: str, leaves: set[str]) -> Manifest | None:
+    """The manifest of a stray stream directory (primary, else its copy), None when neither
+    is there or readable (the stream is then unrestorable: nothing can describe it)."""
+    if MANIFEST not in leaves and MANIFEST_COPY not in leaves:
+        return None
+    try:
+        return read_with_copy(backend, prefix + MANIFEST, Manifest.from_json, StreamCorrupt).value
+    except (StreamCorrupt, ObjectNotFound, NeedsThaw, StoreError) as exc:
+        log.warning("cannot read the manifest of %s: %s", prefix, exc)
+        return None
+
+
 def _chain_heads(streams) -> dict[int, int]:
     """Stream id -> id of the full its chain starts at (streams whose parents lead to no
     full are left out), following each parent link once."""
@@ -247,9 +292,22 @@ def _audit_store(ctx: Context, backend, job: JobConfig, host: str, root: str, st
     mine = [s for s in every if _covered(job, s.dataset)]
     volumes = catalog.bulk_volumes(host=host, below=root, store=store)
     carried = catalog.bulk_carried(host=host, below=root, store=store)
-    findings = audit_objects(backend, mine, volumes, carried, [dataset_prefix(host, root)],
+    listed = _ListingMemo(backend)
+    findings = audit_objects(listed, mine, volumes, carried, [dataset_prefix(host, root)],
                              known_streams=every,
                              concurrency=ctx.config.stores[store].upload_concurrency)
+    strays = [stray(host, dataset, store, prefix, leaves, _stray_manifest(backend, prefix, leaves))
+              for prefix, (dataset, leaves) in strays_of(
+                  listed.keys, {s.object_prefix for s in every}, host, store).items()
+              if _covered(job, dataset)]
+    found = coverage(mine, carried, strays,
+                     catalog.snapshots(host=host, below=root, include_destroyed=True))
+    result.coverage += found
+    # A stray directory the coverage calls unrestorable is reported there, with advice that
+    # works, instead of as a leftover that `catalog rebuild --merge` would add (it cannot).
+    accounted = {prefix for cov in found for prefix in cov.dead}
+    findings = [f for f in findings if not (f.stream is None and f.key in accounted)]
+    findings += coverage_findings(found, job=result.job)
     if not deep:
         return findings
     # Streams with a volume missing or of the wrong size are reported already; reading them
