@@ -170,10 +170,11 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
                                   own.enter_context(recorded_run(catalog, ctx.clock, name,
                                                                  "archive", target)))
                         try:
-                            _write_plan(ctx, name, cfg.store, backend, zfs, side, source.host,
-                                        info.name, plan, streams, store_cfg.volume_size,
-                                        cfg.compression_level, classes, outcome,
-                                        encrypted=info.name in encrypted)
+                            if plan.streams:  # the root's run is recorded also when up to date
+                                _write_plan(ctx, name, cfg.store, backend, zfs, side,
+                                            source.host, info.name, plan, streams,
+                                            store_cfg.volume_size, cfg.compression_level,
+                                            classes, outcome, encrypted=info.name in encrypted)
                         finally:
                             record.bytes = sum(w.stored_bytes for _, w in outcome.written)
                         record.error = "; ".join(health) or None
