@@ -157,3 +157,20 @@ def test_an_audit_reads_beside_a_running_archive_and_a_killed_archive_is_interru
 
     site.ok("archive")  # the next run resumes the upload and succeeds
     assert {r["action"]: r["result"] for r in _runs(site)}["archive"] == "ok"
+
+
+def test_a_plain_audit_reads_beside_an_archive_but_not_beside_a_prune_or_a_repair(site, hooks):
+    from zrepl_py.locking import dataset_lock
+
+    _config(site, hooks, site.data, site.tmp / "store")
+    site.ok("init", "--no-checks")
+    site.snapshot_steps(range(0, 1), 1 * MIB)
+    site.ok("archive")
+    for action, expected in (("archive", ExitStatus.OK), ("prune", ExitStatus.LOCKED),
+                             ("audit --repair", ExitStatus.LOCKED)):
+        with dataset_lock(site.tmp / "state", f"local:{site.data}", action, heartbeat=0):
+            status, out, err = site.run("audit")
+        assert status == expected, f"{action}: {out}{err}"
+    with dataset_lock(site.tmp / "state", f"local:{site.data}", "archive", heartbeat=0):
+        status, out, err = site.run("audit", "--repair", "--yes")
+    assert status == ExitStatus.LOCKED, out + err  # --repair stays exclusive
