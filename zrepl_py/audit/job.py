@@ -67,7 +67,8 @@ class AuditResult:
         verified / bad: stream ids the deep level verified / marked bad.
         received: the fulls whose chains were test-received.
         skipped: streams chosen but not read because ``--max-duration`` ran out.
-        coverage: see the attribute.
+        coverage: per dataset and store, the snapshots restorable, stored but
+            unrestorable, and not catalogued (``audit.restorable.Coverage``).
         waiting: cold volumes still thawing (deep level); ``ready_by`` when they should be
             readable (aware UTC).
     """
@@ -82,8 +83,6 @@ class AuditResult:
     ready_by: dt.datetime | None = None
     skipped: int = 0
     coverage: list[Coverage] = dataclasses.field(default_factory=list)
-    """Per dataset and store: the snapshots restorable, stored but unrestorable, and not
-    catalogued (``audit.restorable``)."""
 
     @property
     def wrong(self) -> bool:
