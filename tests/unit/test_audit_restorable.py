@@ -119,3 +119,12 @@ def test_strays_are_stream_directories_with_volumes_the_catalog_does_not_own():
     assert found == {_prefix(1, 0): (DS, {"vol-000000.zst", "manifest.json"})}
     assert parse_stream_prefix(_prefix(1, 0)) == ("incremental", snap(0).guid, snap(1).guid,
                                                    snap(1).createtxg)
+
+
+def test_a_stray_without_manifest_nothing_applies_on_is_not_counted_while_an_archive_runs():
+    rows = [row(1, 0)]
+    strays = [a_stray(1, 0, with_manifest=False)]
+    (cov,) = coverage(rows, carried(*rows), strays, archive_running=True)
+    assert cov.unrestorable == ()
+    (cov,) = coverage(rows, carried(*rows), strays)
+    assert names(cov.unrestorable) == ["guid 1000001"]

@@ -299,8 +299,10 @@ def _audit_store(ctx: Context, backend, job: JobConfig, host: str, root: str, st
               for prefix, (dataset, leaves) in strays_of(
                   listed.keys, {s.object_prefix for s in every}, host, store).items()
               if _covered(job, dataset)]
+    running = holder(ctx.state_dir, lock_key(job))
     found = coverage(mine, carried, strays,
-                     catalog.snapshots(host=host, below=root, include_destroyed=True))
+                     catalog.snapshots(host=host, below=root, include_destroyed=True),
+                     archive_running=running is not None and running.action == "archive")
     result.coverage += found
     # A stray directory the coverage calls unrestorable is reported there, with advice that
     # works, instead of as a leftover that `catalog rebuild --merge` would add (it cannot).

@@ -14,7 +14,10 @@ Per dataset and store the audit states three sets of snapshots:
   chain to a full is complete through manifests: ``zbak catalog rebuild STORE --merge``
   makes them restorable.
 
-A stray's snapshots come from its manifest; without one, only its to-snapshot is known
+A stray without manifest is told from an upload in progress by its ``progress.json`` (and,
+while an archive of the job runs, by another stream applying on it: between a volume and its
+``progress.json`` an upload looks the same). A stray's snapshots come from its manifest;
+without one, only its to-snapshot is known
 (guid and createtxg from its directory name, ``archive.layout``), named where another
 stream or manifest names that guid. The snapshots between an -I stream's base and its
 to-snapshot are then unknown and not listed.
@@ -179,10 +182,15 @@ def stray(host: str, dataset: str, store: str, prefix: str, leaves: set[str],
 
 
 def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[CarriedSnapshot]],
-             strays: Sequence[Stray], known: Sequence[SnapshotRow] = ()) -> list[Coverage]:
+             strays: Sequence[Stray], known: Sequence[SnapshotRow] = (), *,
+             archive_running: bool = False) -> list[Coverage]:
     """The three sets per (host, dataset, store) of ``streams`` and ``strays`` (module doc).
 
     Args:
+        archive_running: an archive of these datasets is running now: a stray without
+            manifest or ``progress.json`` that no other stream applies on may be its upload
+            between writing a volume and its ``progress.json`` (``archive.volumes``), so it
+            is not counted as stored.
         known: snapshots-table rows of the datasets (destroyed ones too), for the order of
             the line only (``Coverage.others``); they also name guids no stream names.
         streams: catalogued streams (any state; condemned and uploading ones hold nothing
@@ -231,10 +239,14 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
     # A stray's chain: its base is a restorable catalogued stream, or a stray with a manifest
     # whose own chain completes; a full stray with a manifest completes by itself.
     tips = {(s.host, s.dataset, s.store, s.to_guid) for s in streams if s.id in ok_ids}
+    bases = ({(s.host, s.dataset, s.store, s.from_guid) for s in streams}
+             | {(s.host, s.dataset, s.store, s.from_guid) for s in strays})
     by_to: dict[tuple, list[Stray]] = {}
     for st in strays:
-        if not st.partial:
-            by_to.setdefault((st.host, st.dataset, st.store, st.to_guid), []).append(st)
+        key = (st.host, st.dataset, st.store, st.to_guid)
+        if st.partial or (archive_running and st.manifest is None and key not in bases):
+            continue
+        by_to.setdefault(key, []).append(st)
     verdict: dict[str, bool] = {}
 
     def complete(st: Stray, depth: int = 0) -> bool:
