@@ -183,6 +183,26 @@ def _interrupt(_exc: LockBroken) -> None:
     signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
 
+def holder(state_dir: Path, key: str, *, ttl: float = LOCK_TTL,
+           clock: Callable[[], float] = time.time, host: str | None = None) -> LockRecord | None:
+    """Who holds the lock for ``key`` now, without taking it (read-only readers that may
+    run beside some holders, e.g. ``zbak audit`` beside ``zbak archive``).
+
+    Returns:
+        The holder's record, or None when the lock is free: no file, an empty record (a clean
+        release) or a stale one (``is_stale``: a crashed holder). Taking the lock an instant
+        later may still fail or succeed: this is a look, not a promise.
+    """
+    try:
+        data = lock_path(state_dir, key).read_bytes()
+    except FileNotFoundError:
+        return None
+    found = LockRecord.loads(data)
+    if found is None or is_stale(found, host=host or socket.gethostname(), now=clock(), ttl=ttl):
+        return None
+    return found
+
+
 @contextlib.contextmanager
 def dataset_lock(state_dir: Path, key: str, action: str, *, ttl: float = LOCK_TTL,
                  heartbeat: float | None = None, clock: Callable[[], float] = time.time,

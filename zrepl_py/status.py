@@ -35,6 +35,7 @@ from zrepl_py.archive.planner import current_chain
 from zrepl_py.catalog.repository import Catalog, CursorRow, RunRow, SnapshotRow, StreamRow
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.daemon.crontab import crontab_trigger
+from zrepl_py.runs import sweep_interrupted
 from zrepl_py.running import RunningTransfer, StaleTransfer, read_running
 
 log = logging.getLogger(__name__)
@@ -384,7 +385,8 @@ def read_held(ctx, name: str, job: JobConfig) -> Held:
 def job_statuses(ctx, names: Sequence[str] = (), *, offline: bool = False) -> list[JobStatus]:
     """``job_status`` of each named job (all when empty), held bytes read unless ``offline``,
     with its transfers in progress (``running.read_running``: stale files are removed, logged
-    as warnings and listed in ``stale_transfers``).
+    as warnings and listed in ``stale_transfers``). Runs left ``running`` by processes of
+    this host that are gone are ended ``interrupted`` first (``runs.sweep_interrupted``).
 
     Raises:
         UsageError: an unknown job name.
@@ -392,6 +394,7 @@ def job_statuses(ctx, names: Sequence[str] = (), *, offline: bool = False) -> li
     """
     catalog, now = ctx.catalog(), ctx.clock.now()
     chosen = ctx.select_jobs(names)
+    sweep_interrupted(catalog, ctx.clock)
     upcoming = scheduled_runs(ctx.config, now)
     transfers, stale = read_running(ctx.state_dir)
     for gone in stale:

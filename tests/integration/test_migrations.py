@@ -91,7 +91,7 @@ def test_downgrade_to_base_drops_a_catalog_holding_a_chain_and_upgrade_rebuilds_
 
 
 def test_require_current_names_both_revisions_and_zbak_init_until_upgraded(engine):
-    with pytest.raises(CatalogNotCurrent, match=r"revision none .*head is 0002: run `zbak init`"):
+    with pytest.raises(CatalogNotCurrent, match=r"revision none .*head is 0003: run `zbak init`"):
         db.require_current(engine)
     db.upgrade(engine)
     db.require_current(engine)

@@ -24,6 +24,7 @@ new raw full starts a new chain.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -64,7 +65,7 @@ from zrepl_py.replication.planner import Full, Incremental, SnapRef
 from zrepl_py.replication.protect import move_protection
 from zrepl_py.replication.stages import Side
 from zrepl_py.running import reporting
-from zrepl_py.runs import recorded_run
+from zrepl_py.runs import RunSet, recorded_run
 from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.stores.base import Backend
 from zrepl_py.stores.open import open_store
@@ -118,7 +119,10 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
         CatalogExportCorrupt: a catalog export and its copy are both damaged.
         ZfsError, HostUnreachable, CatalogError, StoreError: listing the source or the store,
             or writing the catalog export, failed (per-dataset failures are reported in the
-            result instead).
+            result instead). Except for dry runs, the root dataset's run (target
+            ``STORE:DATASET``) is recorded before any of these can happen, so each is a
+            recorded failed run; that run also covers the root's own streams and ends ``ok``
+            when it had none to write.
     """
     if job.archive is None:
         raise UsageError(f"job {name} has no [jobs.{name}.archive] section in {ctx.config_path}")
@@ -130,8 +134,15 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
     catalog = ctx.catalog()
     results: list[DatasetArchive] = []
     backend = open_store(cfg.store, store_cfg)
+    root_target = f"{cfg.store}:{source.dataset}"
     try:
-        with dataset_lock(ctx.state_dir, lock_key(job), "archive"):
+        with dataset_lock(ctx.state_dir, lock_key(job), "archive"), \
+                contextlib.ExitStack() as stack:
+            # The root dataset's run row is open before anything can fail (the store's
+            # guard, listing the source): such a failure is a recorded failed run and an
+            # alert, not a silent exit 1 (issue 15). Child datasets get their own rows.
+            runs = None if dry_run else stack.enter_context(
+                RunSet(catalog, ctx.clock, name, "archive", [root_target]))
             guard = StoreGuard(backend, cfg.store, ctx.state_dir, job=name)
             guard.check()
             zfs = ctx.zfs(source.host, source.dataset.pool)
@@ -150,19 +161,29 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
                                     new_chain=restart)
                 outcome = DatasetArchive(dataset, plan)
                 results.append(outcome)
-                if dry_run or not plan.streams:
+                target = f"{cfg.store}:{dataset}"
+                if runs is None or (not plan.streams and target != root_target):
                     continue
                 try:
-                    with recorded_run(catalog, ctx.clock, name, "archive", f"{cfg.store}:{dataset}") as record:
-                        _write_plan(ctx, name, cfg.store, backend, zfs, side, source.host,
-                                    info.name, plan, streams, store_cfg.volume_size,
-                                    cfg.compression_level, classes, outcome,
-                                    encrypted=info.name in encrypted)
-                        record.bytes = sum(w.stored_bytes for _, w in outcome.written)
+                    with contextlib.ExitStack() as own:
+                        record = (runs.records[target] if target == root_target else
+                                  own.enter_context(recorded_run(catalog, ctx.clock, name,
+                                                                 "archive", target)))
+                        try:
+                            if plan.streams:  # the root's run is recorded also when up to date
+                                _write_plan(ctx, name, cfg.store, backend, zfs, side,
+                                            source.host, info.name, plan, streams,
+                                            store_cfg.volume_size, cfg.compression_level,
+                                            classes, outcome, encrypted=info.name in encrypted)
+                        finally:
+                            record.bytes = sum(w.stored_bytes for _, w in outcome.written)
                         record.error = "; ".join(health) or None
                 except ZbakError as exc:
                     log.error("job %s: archiving %s failed: %s", name, dataset, exc)
                     outcome.error = str(exc)
+                    if target == root_target:
+                        runs.records[target].result = "failed"
+                        runs.records[target].error = str(exc)
             if not dry_run:
                 _publish(guard, catalog, name, job, cfg.store, ctx.clock.now())
     finally:

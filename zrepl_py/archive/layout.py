@@ -77,3 +77,19 @@ def volume_index(key: str) -> int | None:
     """The index of a volume key, or None when ``key`` is not a volume."""
     match = _VOLUME.fullmatch(key.rsplit("/", 1)[-1])
     return int(match.group(1)) if match else None
+
+
+def parse_stream_prefix(prefix: str) -> tuple[str, int | None, int, int]:
+    """What a stream directory's name says: ``(kind, from guid, to guid, to createtxg)``,
+    kind ``full`` (from guid None) or ``incremental``; the inverse of ``stream_prefix``.
+
+    Raises:
+        ValueError: the last component of ``prefix`` does not name a stream.
+    """
+    match = _STREAM_DIR.fullmatch(prefix.rstrip("/").rsplit("/", 1)[-1])
+    if match is None:
+        raise ValueError(f"{prefix!r} is not a stream prefix")
+    txg = int(match.group("txg"))
+    if match.group("full"):
+        return "full", None, int(match.group("full"), 16), txg
+    return "incremental", int(match.group("from"), 16), int(match.group("to"), 16), txg

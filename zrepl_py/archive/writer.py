@@ -108,11 +108,11 @@ def write_stream(
         stream_id = _catalog(spec, adopted, catalog, now())
         backend.delete(spec.prefix + PROGRESS)
         return WrittenStream(stream_id, adopted.raw_bytes, adopted.stored_bytes, 0, 0, True)
-    progress = read_progress(backend, spec.prefix)
+    stored = read_progress(backend, spec.prefix)  # not ``progress``: that is the callback
     done = ()
-    if progress is not None:
-        if (progress.volume_size, progress.level) == (spec.volume_size, spec.level):
-            done = progress.volumes
+    if stored is not None:
+        if (stored.volume_size, stored.level) == (spec.volume_size, spec.level):
+            done = stored.volumes
         else:
             delete_prefix(backend, spec.prefix)
     counts = {"written": 0, "skipped": 0}

@@ -8,8 +8,14 @@
 3. with ``deep``: the chosen streams re-read and checked, verified or marked bad, and with
    ``receive_into`` their chains test-received (``audit.deep``).
 
-The job's dataset lock is held throughout (``zbak archive``/``prune`` on the same datasets
-wait for the audit, and the other way round), so the store is not changing under the audit.
+A plain audit only reads, so it does not take the job's dataset lock: it runs beside
+``zbak archive``, ``replicate`` and ``snapshot`` (a long archive does not make the weekly
+audit exit 3, issue 15). What a running archive is writing is not yet in the catalog (the
+catalog row comes after the manifest, ``archive.writer``): its partial upload shows as
+information. It does not run beside what deletes: when ``zbak prune`` or ``zbak audit
+--repair`` holds the dataset lock, the audit stops with ``Locked`` (exit 3), and two audits
+of one job do not overlap (their own lock, ``audit HOST:DATASET``). ``--repair``
+(``repair_job``) takes the dataset lock itself, exclusive as before.
 The run is recorded with action ``audit``: ``ok`` when nothing is wrong, ``failed`` with a
 summary when a warning or error was found, ``partial`` when cold volumes are still thawing.
 """
@@ -20,16 +26,27 @@ import dataclasses
 import datetime as dt
 import logging
 
-from zrepl_py.archive.layout import dataset_prefix, volume_index
+from zrepl_py.archive.layout import MANIFEST, MANIFEST_COPY, dataset_prefix, volume_index
+from zrepl_py.archive.manifest import Manifest
+from zrepl_py.archive.sealed import read_with_copy
 from zrepl_py.audit.deep import Deadline, DeepAudit, DeepResult, ScratchPool, choose
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.audit.graph import TargetListing, audit_graph, sort_findings
 from zrepl_py.audit.load import load_graph_input
 from zrepl_py.audit.objects import audit_objects
+from zrepl_py.audit.restorable import Coverage, coverage, coverage_findings, stray, strays_of
 from zrepl_py.config.schema import LOCAL_HOST, JobConfig, parse_endpoint
 from zrepl_py.context import Context, lock_key
-from zrepl_py.errors import UsageError, ZbakError
-from zrepl_py.locking import dataset_lock
+from zrepl_py.errors import (
+    Locked,
+    NeedsThaw,
+    ObjectNotFound,
+    StoreError,
+    StreamCorrupt,
+    UsageError,
+    ZbakError,
+)
+from zrepl_py.locking import dataset_lock, holder
 from zrepl_py.replication.stages import Side
 from zrepl_py.runs import recorded_run
 from zrepl_py.snapshots.inventory import is_excluded
@@ -50,6 +67,8 @@ class AuditResult:
         verified / bad: stream ids the deep level verified / marked bad.
         received: the fulls whose chains were test-received.
         skipped: streams chosen but not read because ``--max-duration`` ran out.
+        coverage: per dataset and store, the snapshots restorable, stored but
+            unrestorable, and not catalogued (``audit.restorable.Coverage``).
         waiting: cold volumes still thawing (deep level); ``ready_by`` when they should be
             readable (aware UTC).
     """
@@ -63,6 +82,7 @@ class AuditResult:
     waiting: int = 0
     ready_by: dt.datetime | None = None
     skipped: int = 0
+    coverage: list[Coverage] = dataclasses.field(default_factory=list)
 
     @property
     def wrong(self) -> bool:
@@ -135,7 +155,8 @@ def audit_job(ctx: Context, name: str, job: JobConfig, *, deep: bool = False,
             one invocation; None: unbounded.
 
     Raises:
-        Locked: another run holds the job's dataset lock (exit 3).
+        Locked: another audit of the job runs, or a prune or ``audit --repair`` holds the
+            job's dataset lock (exit 3).
         UsageError: a bad ``sample`` or ``receive_into``.
         CatalogError, StoreError, ZfsError: the catalog, a store listing or the scratch pool
             failed (what one stream's reads find is a finding instead).
@@ -144,8 +165,30 @@ def audit_job(ctx: Context, name: str, job: JobConfig, *, deep: bool = False,
         raise UsageError(f"--sample must be a percentage in (0, 100], not {sample}")
     source = job.source
     catalog = ctx.catalog()
-    with dataset_lock(ctx.state_dir, lock_key(job), "audit"), \
-            recorded_run(catalog, ctx.clock, name, "audit") as record:
+    with dataset_lock(ctx.state_dir, f"audit {lock_key(job)}", "audit"):
+        _refuse_beside_deleters(ctx, job)
+        return _recorded_audit(ctx, catalog, name, job, deep=deep, sample=sample,
+                               receive_into=receive_into, deadline=deadline)
+
+
+DELETERS = ("prune", "audit --repair")
+"""Lock holders a plain audit does not read beside: they delete objects and rows, so the
+audit would report what they remove on purpose as missing."""
+
+
+def _refuse_beside_deleters(ctx: Context, job: JobConfig) -> None:
+    """Raise ``Locked`` when a ``DELETERS`` run holds the job's dataset lock."""
+    found = holder(ctx.state_dir, lock_key(job))
+    if found is not None and found.action in DELETERS:
+        raise Locked(f"{lock_key(job)} is locked by {found.describe()}, which deletes what the"
+                     " audit would read; nothing done. Run the audit again when it is finished.")
+
+
+def _recorded_audit(ctx: Context, catalog, name: str, job: JobConfig, *, deep: bool,
+                    sample: float | None, receive_into: str | None,
+                    deadline: Deadline | None) -> AuditResult:
+    source = job.source
+    with recorded_run(catalog, ctx.clock, name, "audit") as record:
         result = _audit(ctx, name, job, source.host, str(source.dataset), deep=deep,
                         sample=sample, receive_into=receive_into,
                         deadline=deadline or Deadline(None))
@@ -193,6 +236,36 @@ def _audit(ctx: Context, name: str, job: JobConfig, host: str, root: str, *, dee
     return result
 
 
+class _ListingMemo:
+    """A Backend whose ``list`` also remembers the keys listed (``keys``), so the coverage
+    reads the listing ``audit_objects`` made instead of listing the store again."""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self.keys: list[str] = []
+
+    def list(self, prefix: str):
+        """``Backend.list``, remembering each key."""
+        for info in self._backend.list(prefix):
+            self.keys.append(info.key)
+            yield info
+
+    def __getattr__(self, name: str):
+        return getattr(self._backend, name)
+
+
+def _stray_manifest(backend, prefix: str, leaves: set[str]) -> Manifest | None:
+    """The manifest of a stray stream directory (primary, else its copy), None when neither
+    is there or readable (the stream is then unrestorable: nothing can describe it)."""
+    if MANIFEST not in leaves and MANIFEST_COPY not in leaves:
+        return None
+    try:
+        return read_with_copy(backend, prefix + MANIFEST, Manifest.from_json, StreamCorrupt).value
+    except (StreamCorrupt, ObjectNotFound, NeedsThaw, StoreError) as exc:
+        log.warning("cannot read the manifest of %s: %s", prefix, exc)
+        return None
+
+
 def _chain_heads(streams) -> dict[int, int]:
     """Stream id -> id of the full its chain starts at (streams whose parents lead to no
     full are left out), following each parent link once."""
@@ -218,9 +291,24 @@ def _audit_store(ctx: Context, backend, job: JobConfig, host: str, root: str, st
     mine = [s for s in every if _covered(job, s.dataset)]
     volumes = catalog.bulk_volumes(host=host, below=root, store=store)
     carried = catalog.bulk_carried(host=host, below=root, store=store)
-    findings = audit_objects(backend, mine, volumes, carried, [dataset_prefix(host, root)],
+    listed = _ListingMemo(backend)
+    findings = audit_objects(listed, mine, volumes, carried, [dataset_prefix(host, root)],
                              known_streams=every,
                              concurrency=ctx.config.stores[store].upload_concurrency)
+    strays = [stray(host, dataset, store, prefix, leaves, _stray_manifest(backend, prefix, leaves))
+              for prefix, (dataset, leaves) in strays_of(
+                  listed.keys, {s.object_prefix for s in every}, host, store).items()
+              if _covered(job, dataset)]
+    running = holder(ctx.state_dir, lock_key(job))
+    found = coverage(mine, carried, strays,
+                     catalog.snapshots(host=host, below=root, include_destroyed=True),
+                     archive_running=running is not None and running.action == "archive")
+    result.coverage += found
+    # A stray directory the coverage calls unrestorable is reported there, with advice that
+    # works, instead of as a leftover that `catalog rebuild --merge` would add (it cannot).
+    accounted = {prefix for cov in found for prefix in cov.dead}
+    findings = [f for f in findings if not (f.stream is None and f.key in accounted)]
+    findings += coverage_findings(found, job=result.job)
     if not deep:
         return findings
     # Streams with a volume missing or of the wrong size are reported already; reading them
@@ -288,7 +376,8 @@ def repair_job(ctx: Context, name: str, job: JobConfig, *,
     2. streams left ``condemned`` by a prune that stopped are finished as prune does: their
        objects, then their rows, leaf first (``chains.prune.delete_stream``).
 
-    Held under the job's dataset lock, like prune.
+    Held under the job's dataset lock, like prune, and the job's audit lock (no plain audit
+    of the job reads while it deletes).
 
     Raises:
         Locked: another run holds the job's dataset lock (exit 3).
@@ -299,7 +388,8 @@ def repair_job(ctx: Context, name: str, job: JobConfig, *,
     source = job.source
     catalog = ctx.catalog()
     result = RepairResult(name)
-    with dataset_lock(ctx.state_dir, lock_key(job), "audit --repair"):
+    with dataset_lock(ctx.state_dir, f"audit {lock_key(job)}", "audit --repair"), \
+            dataset_lock(ctx.state_dir, lock_key(job), "audit --repair"):
         streams = [s for s in catalog.streams(host=source.host)
                    if _covered(job, s.dataset)]
         stores = sorted({s.store for s in streams} | ({job.archive.store} if job.archive else set()))

@@ -35,7 +35,8 @@ STREAM_STATES = ("uploading", "uploaded", "verified", "condemned", "bad")
 LIVING_STATES = frozenset({"uploaded", "verified"})
 """Stream states whose objects are complete and may be restored from or built on."""
 RUN_ACTIONS = ("snapshot", "replicate", "archive", "prune", "audit", "restore")
-RUN_RESULTS = ("running", "ok", "failed", "partial")
+RUN_RESULTS = ("running", "ok", "failed", "partial", "interrupted")
+"""``interrupted``: the process running it died without ending the row (``runs.sweep_interrupted``)."""
 REPLICATION_METHODS = ("zfs", "rsync")
 
 NAME_LEN = 255  # ZFS_MAX_DATASET_NAME_LEN - 1: the longest dataset or snapshot name
@@ -238,3 +239,8 @@ class Run(Base):
     result: Mapped[str] = mapped_column(sa.String(16))
     bytes: Mapped[int] = mapped_column(sa.BigInteger)
     error: Mapped[str | None] = mapped_column(sa.Text, nullable=True)
+    host: Mapped[str | None] = mapped_column(sa.String(NAME_LEN), nullable=True)
+    """The host name of the process running it (None: recorded before revision 0003)."""
+    pid: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
+    pid_start: Mapped[int | None] = mapped_column(sa.BigInteger, nullable=True)
+    """The process start time (clock ticks after boot, ``running.process_start``)."""

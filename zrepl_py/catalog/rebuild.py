@@ -21,7 +21,10 @@ re-verified by ``zbak audit --deep`` like any other.
 A store that already has streams in the catalog is refused unless ``merge``: then only the
 streams whose prefix the catalog lacks are added. Manifests that cannot be parsed, and
 incrementals whose parent is nowhere, are skipped and reported; prefixes with volumes but no
-manifest (an interrupted upload) are not streams.
+manifest (an interrupted upload, or a stream whose manifest pair was lost) are not streams.
+What a store can still restore after a rebuild that skipped streams is what ``zbak audit``
+states per dataset (``audit.restorable``: skipped streams and manifest-less prefixes are
+stored but unrestorable).
 
 Snapshot rows (the ``snapshots`` table) are not in the manifests: the next ``zbak snapshot``,
 ``archive`` or ``prune`` lists the source and records them again.

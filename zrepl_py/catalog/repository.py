@@ -110,6 +110,11 @@ class RunRow:
     result: str
     bytes: int
     error: str | None
+    host: str | None = None
+    """Host name of the process running it; None for rows written before revision 0003."""
+    pid: int | None = None
+    pid_start: int | None = None
+    """The process start time (``running.process_start``), None when unknown."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,8 +454,11 @@ class Catalog:
 
     # -- runs ----------------------------------------------------------------------------
 
-    def start_run(self, job: str, action: str, target: str | None, now: dt.datetime) -> int:
-        """Record that ``action`` of ``job`` (against ``target``, or None) started at ``now``.
+    def start_run(self, job: str, action: str, target: str | None, now: dt.datetime, *,
+                  host: str | None = None, pid: int | None = None,
+                  pid_start: int | None = None) -> int:
+        """Record that ``action`` of ``job`` (against ``target``, or None) started at ``now``,
+        run by process ``pid`` (started at ``pid_start``, ``running.process_start``) on ``host``.
 
         Returns the run id for :meth:`finish_run`.
 
@@ -461,7 +469,8 @@ class Catalog:
         _aware("now", now)
         with self._session(f"recording the start of {job} {action}") as session:
             run = Run(
-                job=job, action=action, target=target, started_at=now, result="running", bytes=0
+                job=job, action=action, target=target, started_at=now, result="running", bytes=0,
+                host=host, pid=pid, pid_start=pid_start,
             )
             session.add(run)
             session.flush()
@@ -476,10 +485,11 @@ class Catalog:
         bytes: int = 0,  # noqa: A002 - the column's name in the design
         error: str | None = None,
     ) -> None:
-        """Record the end of run ``run_id``: ``result`` ok/failed/partial, ``bytes`` moved.
+        """Record the end of run ``run_id``: ``result`` ok/failed/partial/interrupted,
+        ``bytes`` moved.
 
         Raises:
-            ValueError: ``result`` is not ok/failed/partial, ``now`` naive, ``bytes`` negative.
+            ValueError: ``result`` is not one of those, ``now`` naive, ``bytes`` negative.
             NotInCatalog: no run ``run_id``.
             CatalogConflict: the run was finished already.
         """
@@ -513,6 +523,25 @@ class Catalog:
         with self._session("listing the last runs") as session:
             rows = [_run_row(run) for run in session.scalars(query)]
         return sorted(rows, key=lambda r: (r.job, r.action, r.target is not None, r.target or ""))
+
+    def running_runs(self, host: str) -> list[RunRow]:
+        """The runs still ``running`` that a process on ``host`` started (oldest first)."""
+        query = (sa.select(Run).where(Run.result == "running", Run.host == host)
+                 .order_by(Run.started_at, Run.id))
+        with self._session("listing the running runs") as session:
+            return [_run_row(run) for run in session.scalars(query)]
+
+    def interrupt_run(self, run_id: int, *, now: dt.datetime, error: str) -> bool:
+        """End run ``run_id`` ``interrupted`` with ``error`` if it is still ``running``.
+
+        Returns False when another process ended it first (one UPDATE, so two processes
+        sweeping at once end it once).
+        """
+        _aware("now", now)
+        query = (sa.update(Run).where(Run.id == run_id, Run.result == "running")
+                 .values(result="interrupted", ended_at=now, error=error))
+        with self._session(f"marking run {run_id} interrupted") as session:
+            return session.execute(query).rowcount == 1
 
     def newest_run_time(self) -> dt.datetime | None:
         """The latest start or end time of any run (aware UTC), None before the first run:
@@ -1273,6 +1302,9 @@ def _run_row(run: Run) -> RunRow:
         result=run.result,
         bytes=run.bytes,
         error=run.error,
+        host=run.host,
+        pid=run.pid,
+        pid_start=run.pid_start,
     )
 
 

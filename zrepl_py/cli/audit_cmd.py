@@ -78,7 +78,9 @@ def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | 
             stale_uploads_days: float, as_json: bool) -> ExitStatus:
     """Check that every retained snapshot of each job is restorable: the catalog's chains and
     replica cursors, the objects in the store and their manifests, and with --deep the
-    volumes' contents. Read-only unless --repair. Exits 4 when a warning or error is found,
+    volumes' contents. States per dataset and store which snapshots are restorable and which
+    are stored but unrestorable. Read-only unless --repair (a plain audit runs beside
+    archive, replicate and snapshot runs). Exits 4 when a warning or error is found,
     75 when only cold volumes are still thawing."""
     from zrepl_py.audit.deep import Deadline  # noqa: PLC0415 (boto3 only when auditing)
     from zrepl_py.audit.job import audit_job, repair_job  # noqa: PLC0415
@@ -109,7 +111,8 @@ def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | 
             "jobs": [{"job": r.job, "streams": r.streams, "summary": r.summary(),
                       "verified": r.verified, "bad": r.bad, "received": r.received,
                       "thawing": r.waiting, "ready_by": r.ready_by,
-                      "not_read": r.skipped} for r in results],
+                      "not_read": r.skipped,
+                      "coverage": [c.as_dict() for c in r.coverage]} for r in results],
             "findings": [f.as_dict() for f in findings],
         })
     else:
@@ -126,6 +129,8 @@ def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | 
             if r.received:
                 extra += f", {len(r.received)} chain(s) test-received"
             click.echo(f"job {r.job}: {r.streams} stream(s){extra}: {r.summary()}")
+            for c in r.coverage:
+                click.echo(f"  {c.host}:{c.dataset} in store {c.store}: {c.line()}")
         for f in findings:
             _show(f)
     if status != ExitStatus.OK:

@@ -49,4 +49,6 @@ def rebuild(inv: Invocation, store: str, merge: bool, as_json: bool) -> ExitStat
         if result.skipped:
             emit_table("skipped manifests", ["manifest", "why"],
                        [(s.key, s.why) for s in result.skipped])
+            click.echo("the streams skipped cannot be restored from this store; `zbak audit` lists"
+                       " per dataset which snapshots it can still restore and what to do")
     return ExitStatus.FAILED if result.skipped else ExitStatus.OK

@@ -17,6 +17,7 @@ a recorded run (``prune`` with target None, the replica target, or ``archive:STO
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 
@@ -85,7 +86,11 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
     """
     source = job.source
     catalog = ctx.catalog()
-    with dataset_lock(ctx.state_dir, lock_key(job), "prune"):
+    with dataset_lock(ctx.state_dir, lock_key(job), "prune"), contextlib.ExitStack() as stack:
+        # The source's run row is open before the source is listed, so a failure there is a
+        # recorded failed run and an alert (issue 15).
+        record = None if dry_run else stack.enter_context(
+            recorded_run(catalog, ctx.clock, name, "prune"))
         zfs = ctx.zfs(source.host, source.dataset.pool)
         now = ctx.clock.now()
         inventory = take_inventory(zfs, catalog, job, now, with_clones=True)
@@ -97,13 +102,13 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
             protections.setdefault(snap, []).extend(reasons)
         plans = plan_source_prune(inventory, job, protections, now)
         outcome = None
-        if not dry_run:
-            with recorded_run(catalog, ctx.clock, name, "prune") as record:
-                outcome = execute_source_prune(zfs, plans)
-                take_inventory(zfs, catalog, job, ctx.clock.now())
-                if outcome.failed:
-                    record.result = "partial"
-                    record.error = "; ".join(f"{n}: {e}" for n, e in outcome.failed)
+        if record is not None:
+            outcome = execute_source_prune(zfs, plans)
+            take_inventory(zfs, catalog, job, ctx.clock.now())
+            if outcome.failed:
+                record.result = "partial"
+                record.error = "; ".join(f"{n}: {e}" for n, e in outcome.failed)
+            stack.close()  # the source's run ends here; targets and the archive have their own
         replicas = tuple(_prune_target(ctx, name, job, target, inventory, dry_run=dry_run)
                          for target in zfs_targets(job))
         archive = None

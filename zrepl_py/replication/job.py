@@ -13,6 +13,7 @@ naming the reason to the target's result. Method ``zfs`` reports both as errors.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -30,7 +31,7 @@ from zrepl_py.replication.zfs_target import (
     Transfer,
     replicate_to_zfs_target,
 )
-from zrepl_py.runs import recorded_run
+from zrepl_py.runs import RunSet
 from zrepl_py.running import reporting
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
 from zrepl_py.zfs.names import DatasetName, SnapshotName
@@ -119,17 +120,22 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
     Raises:
         UsageError: the job has no ``[replicate]`` section.
         Locked: another run holds the job's dataset lock (exit 3).
-        ZfsError, HostUnreachable, CatalogError: the source could not be listed (target
-            failures are reported per target in the result instead).
+        ZfsError, HostUnreachable, CatalogError: the source could not be listed (every
+            target's run is recorded failed; target failures are reported per target in the
+            result instead).
     """
     if job.replicate is None:
         raise UsageError(f"job {name} has no [jobs.{name}.replicate] section in {ctx.config_path}")
     cfg = job.replicate
     source = job.source
     results: list[TargetResult] = []
-    with dataset_lock(ctx.state_dir, lock_key(job), "replicate"):
-        ctx.start_prefetch(_prefetch_tasks(ctx, job, dry_run=dry_run))
+    with dataset_lock(ctx.state_dir, lock_key(job), "replicate"), contextlib.ExitStack() as stack:
+        ctx.start_prefetch(_prefetch_tasks(ctx, job, dry_run=dry_run))  # background: no raise
         catalog = ctx.catalog()  # imports SQLAlchemy: CPU while the prefetch waits on hosts
+        # Every target's run row is open before the source is listed: a source that cannot
+        # be listed fails (and alerts) every target's run instead of leaving no trace.
+        runs = None if dry_run else stack.enter_context(
+            RunSet(catalog, ctx.clock, name, "replicate", [str(t) for t in cfg.endpoints()]))
         src = ctx.zfs(source.host, source.dataset.pool)
         inventory = take_inventory(src, catalog, job, ctx.clock.now())
         for target in cfg.endpoints():
@@ -137,10 +143,11 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
             result = TargetResult(str(target), method)
             results.append(result)
             try:
-                if dry_run:
+                if runs is None:
                     _one_target(ctx, name, job, target, inventory, src, result, dry_run=True)
                     continue
-                with recorded_run(catalog, ctx.clock, name, "replicate", str(target)) as record:
+                record = runs.records[str(target)]
+                try:
                     _one_target(ctx, name, job, target, inventory, src, result, dry_run=False)
                     record.bytes = result.bytes
                     held = _held_bases(ctx, name, target, inventory, src, cfg.protection_budget)
@@ -148,6 +155,10 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
                     result.warnings += record.budget
                     if result.warnings:
                         record.error = "; ".join(result.warnings)
+                except BaseException as exc:
+                    runs.end(str(target), exc)
+                    raise
+                runs.end(str(target))
             except ZbakError as exc:
                 log.error("job %s: target %s failed: %s", name, target, exc)
                 result.error = str(exc)

@@ -47,6 +47,39 @@ def _carried(stream: StreamRow, carried: Mapping[int, Sequence[CarriedSnapshot]]
     return found or [CarriedSnapshot(stream.to_name, stream.to_guid, stream.to_createtxg)]
 
 
+def restorable_streams(streams: Sequence[StreamRow]) -> set[int]:
+    """Ids of the streams a restore can use (the rule in the module doc): living, and every
+    stream from it back through ``parent_id`` to a ``full`` is living and in ``streams``.
+
+    Linear in ``len(streams)`` (each stream's verdict is computed once); ``archive_paths``
+    and the audit's restorable sets (``audit.restorable``) both use it, so what the audit
+    calls restorable is what ``zbak restore`` can restore.
+    """
+    by_id = {s.id: s for s in streams}
+    verdict: dict[int, bool] = {}
+    for start in streams:
+        path, seen, cur, ok = [], set(), start, None
+        while ok is None:
+            if cur.id in verdict:
+                ok = verdict[cur.id]
+            elif cur.state not in LIVING_STATES or cur.id in seen:  # dead, or a cycle
+                ok = False
+            elif cur.parent_id is None:
+                ok = cur.kind == "full"
+                path.append(cur)
+            else:
+                path.append(cur)
+                seen.add(cur.id)
+                parent = by_id.get(cur.parent_id) if cur.parent_id is not None else None
+                if parent is None:
+                    ok = False
+                else:
+                    cur = parent
+        for s in path:
+            verdict[s.id] = ok
+    return {sid for sid, ok in verdict.items() if ok}
+
+
 def archive_paths(
     streams: Sequence[StreamRow],
     carried: Mapping[int, Sequence[CarriedSnapshot]],
@@ -60,9 +93,10 @@ def archive_paths(
         target_guid: the snapshot wanted.
     """
     by_id = {s.id: s for s in streams}
+    whole = restorable_streams(streams)
     paths = []
     for stream in streams:
-        if stream.state not in LIVING_STATES:
+        if stream.id not in whole:
             continue
         snaps = _carried(stream, carried)
         hit = next((c for c in snaps if c.guid == target_guid), None)
@@ -70,13 +104,7 @@ def archive_paths(
             continue
         chain = [stream]
         while chain[-1].parent_id is not None:
-            parent = by_id.get(chain[-1].parent_id)
-            if parent is None or parent.state not in LIVING_STATES or len(chain) > len(by_id):
-                chain = []
-                break
-            chain.append(parent)
-        if not chain or chain[-1].kind != "full":
-            continue
+            chain.append(by_id[chain[-1].parent_id])
         later = tuple(c for c in snaps if c.createtxg > hit.createtxg)
         paths.append(ChainPath(tuple(reversed(chain)), hit, later))
     return sorted(paths, key=lambda p: (p.stored_bytes, len(p.streams), p.streams[-1].id))

@@ -1,0 +1,176 @@
+"""Disaster: runs that fail before they start working, runs killed mid-stream, and an audit
+while a long archive runs (issue 15).
+
+Every failure of an action is a recorded failed run and an alert; a run whose process was
+killed is shown ``interrupted`` by the next ``zbak status`` (and alerted); a plain audit reads
+beside a running archive instead of exiting 3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from zrepl_py.errors import ExitStatus
+
+pytestmark = pytest.mark.zfs
+
+MIB = 1024 * 1024
+ZBAK = Path(sys.executable).with_name("zbak")
+
+
+class Hooks:
+    """A webhook receiver on 127.0.0.1 recording each alert's JSON body."""
+
+    def __init__(self):
+        self.bodies: list[dict] = []
+        bodies = self.bodies
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's naming
+                bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+
+    def failures(self, action: str) -> list[dict]:
+        """The ``failure`` alerts about ``action`` received (waits up to 10 s for one)."""
+        deadline = time.monotonic() + 10
+        while True:
+            found = [b for b in self.bodies if b.get("kind") == "failure"
+                     and b.get("action") == action]
+            if found or time.monotonic() > deadline:
+                return found
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def hooks():
+    receiver = Hooks()
+    yield receiver
+    receiver.server.shutdown()
+    receiver.server.server_close()
+
+
+def _config(site, hooks, dataset: str, store: Path) -> None:
+    store.mkdir(mode=0o700, exist_ok=True)
+    site.write(f"""
+        [alerts.webhook]
+        url = "{hooks.url}"
+        [stores.cold]
+        url = "file://{store}"
+        volume_size = "1MiB"
+        [jobs.data]
+        dataset = "{dataset}"
+        [jobs.data.replicate]
+        targets = ["local:{site.pool}/replica"]
+        [jobs.data.archive]
+        store = "cold"
+    """)
+
+
+def _runs(site) -> list[dict]:
+    status, out, err = site.run("status", "--json", "--offline")
+    assert status == ExitStatus.OK, out + err
+    return [r for job in json.loads(out) for r in job["last_runs"]]
+
+
+def test_a_missing_dataset_makes_replicate_and_archive_recorded_failed_runs_and_alerts(
+        site, hooks):
+    _config(site, hooks, f"{site.pool}/nope", site.tmp / "store")
+    site.ok("init", "--no-checks")
+    for action in ("replicate", "archive"):
+        status, out, err = site.run(action)
+        assert status == ExitStatus.FAILED, out + err
+    runs = {r["action"]: r for r in _runs(site)}
+    assert runs["replicate"]["result"] == "failed"
+    assert runs["replicate"]["target"] == f"local:{site.pool}/replica"
+    assert runs["archive"]["result"] == "failed"
+    assert runs["archive"]["target"] == f"cold:{site.pool}/nope"
+    assert f"{site.pool}/nope" in runs["archive"]["error"]
+    for action in ("replicate", "archive"):
+        (alert,) = hooks.failures(action)
+        assert f"{site.pool}/nope" in alert["text"]
+
+
+def _start_archive(site) -> subprocess.Popen:
+    """``zbak archive`` as a separate process; returns once its stream is moving (its
+    running-transfer file is there)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ZBAK_", "AWS_"))}
+    proc = subprocess.Popen([str(ZBAK), "--config", str(site.config), "archive"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    running = site.tmp / "state" / "running"
+    deadline = time.monotonic() + 60
+    while not (running.is_dir() and any(running.glob("archive-*.json"))):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the archive's stream never started"
+        time.sleep(0.05)
+    return proc
+
+
+def test_an_audit_reads_beside_a_running_archive_and_a_killed_archive_is_interrupted(
+        site, hooks):
+    _config(site, hooks, site.data, site.tmp / "store")
+    site.ok("init", "--no-checks")
+    site.snapshot_steps(range(0, 1), 1 * MIB)
+    site.ok("archive")
+    site.snapshot_steps(range(1, 2), 64 * MIB)  # random: incompressible, so it takes a while
+
+    proc = _start_archive(site)
+    try:
+        status, out, err = site.run("audit")
+        assert proc.poll() is None, "the archive ended before the audit did: no overlap tested"
+        assert status == ExitStatus.OK, out + err  # not 3: it read beside the archive
+        assert "restorable: @0 (1)" in out
+        statuses = {r["action"]: r["result"] for r in _runs(site)}
+        assert statuses["archive"] == "running"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    (run,) = [r for r in _runs(site) if r["action"] == "archive"]
+    assert run["result"] == "interrupted" and run["ended_at"] is not None
+    assert f"process {proc.pid} is gone" in run["error"]
+    (alert,) = hooks.failures("archive")
+    assert "interrupted" in alert["text"]
+    status, out, err = site.run("status")
+    assert "interrupted" in out
+
+    site.ok("archive")  # the next run resumes the upload and succeeds
+    assert {r["action"]: r["result"] for r in _runs(site)}["archive"] == "ok"
+
+
+def test_a_plain_audit_reads_beside_an_archive_but_not_beside_a_prune_or_a_repair(site, hooks):
+    from zrepl_py.locking import dataset_lock
+
+    _config(site, hooks, site.data, site.tmp / "store")
+    site.ok("init", "--no-checks")
+    site.snapshot_steps(range(0, 1), 1 * MIB)
+    site.ok("archive")
+    for action, expected in (("archive", ExitStatus.OK), ("prune", ExitStatus.LOCKED),
+                             ("audit --repair", ExitStatus.LOCKED)):
+        with dataset_lock(site.tmp / "state", f"local:{site.data}", action, heartbeat=0):
+            status, out, err = site.run("audit")
+        assert status == expected, f"{action}: {out}{err}"
+    with dataset_lock(site.tmp / "state", f"local:{site.data}", "archive", heartbeat=0):
+        status, out, err = site.run("audit", "--repair", "--yes")
+    assert status == ExitStatus.LOCKED, out + err  # --repair stays exclusive
