@@ -12,7 +12,8 @@ snapshot, 256 KiB volumes so each incremental has volumes of its own). Once a vo
 * ``zbak audit`` reports the loss (exit 4) and ``zbak list streams`` shows the stream bad;
 * ``zbak archive --full`` on an up-to-date chain writes a full;
 * ``zbak audit`` alone (objects level) marks a stream with a lost volume bad, and
-  ``zbak audit --deep`` a stream whose volume holds other bytes of the same size.
+  ``zbak audit --deep`` a stream whose volume holds other bytes of the same size;
+* a manifest lost with its copy starts a new full too, the stream staying restorable.
 """
 
 from __future__ import annotations
@@ -152,3 +153,14 @@ def test_audit_marks_a_stream_with_a_lost_volume_bad_and_deep_one_with_altered_b
     rows = json.loads(site.ok("archive", "--json"))["rows"]
     assert [r["stream"] for r in rows] == ["full @9"], rows
     assert f"stream {lost['id']} (@4)" in rows[0]["reason"] and "missing" in rows[0]["reason"]
+
+
+def test_a_lost_manifest_and_copy_start_a_new_full_but_leave_the_stream_restorable(nightly):
+    site, store = nightly
+    stream = carrying(site, "4")
+    for leaf in ("manifest.json", "manifest.json.copy"):
+        (store / stream["object_prefix"] / leaf).unlink()
+    rows = json.loads(site.ok("archive", "--json"))["rows"]
+    assert [r["stream"] for r in rows] == ["full @9"], rows
+    assert "manifest.json and manifest.json.copy are missing" in rows[0]["reason"]
+    assert {s["id"]: s["state"] for s in streams(site)}[stream["id"]] == "uploaded"
