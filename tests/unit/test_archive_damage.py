@@ -39,7 +39,8 @@ def test_a_stream_whose_volumes_and_a_manifest_are_listed_is_whole(leaves):
 def test_a_missing_volume_is_a_loss_naming_the_stream_and_the_key():
     damage = stream_damage(STREAM, VOLUMES, listing(*(ALL[:1] + ALL[2:])))
     assert damage.lost and damage.stream is STREAM
-    assert "stream 7 (@4)" in damage.problem and f"{PREFIX}vol-000001.zst) is missing" in damage.problem
+    assert "stream 7 (@4)" in damage.problem
+    assert f"{PREFIX}vol-000001.zst) is missing" in damage.problem
 
 
 def test_a_volume_of_another_size_is_a_loss():

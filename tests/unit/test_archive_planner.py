@@ -113,7 +113,7 @@ def test_the_current_chain_is_the_newest_full_and_its_descendants_ignoring_conde
     assert [x.id for x in current_chain(old + condemned)] == [1, 2]
 
 
-def test_forcing_a_full_when_the_chain_already_starts_at_the_newest_snapshot_does_nothing_and_says_so():
+def test_forcing_a_full_when_the_chain_already_starts_with_the_newest_snapshot_does_nothing_saying_so():
     s = snaps("0")
     plan = plan_archive(s, [stream(1, "full", s[0])], POLICY, NOW, force_full=True)
     assert plan.streams == ()

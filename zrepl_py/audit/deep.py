@@ -397,7 +397,8 @@ class DeepAudit:
             self.result.findings.append(_finding(
                 stream, Severity.ERROR, f"volume {key} of stream {stream.id} (@{stream.to_name})"
                 " is missing", "marked bad: the chain cannot be restored past it; the next"
-                " `zbak archive` (or `zbak archive --full`) starts a new full", key, self.chain.get(stream.id)))
+                " `zbak archive` (or `zbak archive --full`) starts a new full", key,
+                self.chain.get(stream.id)))
         if check.thawing:
             self.result.waiting += 1
             return False

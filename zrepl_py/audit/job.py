@@ -214,8 +214,7 @@ def _chain_heads(streams) -> dict[int, int]:
 
 
 def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, root: str,
-                 store: str, *,
-                 deep: bool, sample: float | None, receive_into: str | None,
+                 store: str, *, deep: bool, sample: float | None, receive_into: str | None,
                  result: AuditResult, deadline: Deadline) -> list[Finding]:
     catalog = ctx.catalog()
     every = catalog.bulk_streams(host=host, below=root, store=store)
