@@ -113,7 +113,62 @@ def test_the_current_chain_is_the_newest_full_and_its_descendants_ignoring_conde
     assert [x.id for x in current_chain(old + condemned)] == [1, 2]
 
 
-def test_forcing_a_full_when_the_chain_already_starts_at_the_newest_snapshot_does_nothing():
+def test_forcing_a_full_when_the_chain_already_starts_with_the_newest_snapshot_does_nothing_saying_so():
     s = snaps("0")
     plan = plan_archive(s, [stream(1, "full", s[0])], POLICY, NOW, force_full=True)
     assert plan.streams == ()
+    assert "already starts with a full of @0" in plan.note
+
+
+def up_to_date_chain(**states) -> tuple[list[CarriedSnapshot], list[StreamRow]]:
+    """@0..@3 archived as full @0 and incrementals to @1, @2, @3 (tip = newest snapshot);
+    ``states`` maps a stream's to-name ("s0".."s3") to its state."""
+    s = snaps("0", "1", "2", "3")
+    chain = [stream(1, "full", s[0], state=states.get("s0", "uploaded"))]
+    for i in range(1, 4):
+        chain.append(stream(i + 1, "incremental", s[i], parent=i, frm=s[i - 1],
+                            state=states.get(f"s{i}", "uploaded")))
+    return s, chain
+
+
+def test_forcing_a_full_on_an_up_to_date_chain_writes_a_full_of_the_newest_snapshot():
+    s, chain = up_to_date_chain()
+    assert plan_archive(s, chain, POLICY, NOW).streams == ()
+    plan = plan_archive(s, chain, POLICY, NOW, force_full=True)
+    assert kinds(plan) == [("full", None, "3")] and plan.streams[0].reason == "--full"
+
+
+def test_a_bad_stream_in_an_up_to_date_chain_starts_a_new_full_at_once():
+    s, chain = up_to_date_chain(s2="bad")
+    plan = plan_archive(s, chain, POLICY, NOW)
+    assert kinds(plan) == [("full", None, "3")]
+    assert "stream 3 (@2) of the current chain is bad" in plan.streams[0].reason
+
+
+def test_a_stream_the_caller_found_damaged_starts_a_new_full_and_the_reason_says_what_is_missing():
+    s, chain = up_to_date_chain()
+    s.append(CarriedSnapshot("4", 2000, 50))
+    plan = plan_archive(s, chain, POLICY, NOW, damaged={3: "volume 0 of stream 3 is missing"})
+    assert kinds(plan) == [("full", None, "4")]
+    assert "volume 0 of stream 3 is missing" in plan.streams[0].reason
+
+
+def test_a_bad_stream_of_an_older_chain_does_not_stop_the_current_one():
+    s = snaps("0", "1", "2", "3")
+    old = [stream(1, "full", s[0]), stream(2, "incremental", s[1], 1, s[0], state="bad")]
+    new = [stream(3, "full", s[2])]
+    assert kinds(plan_archive(s, old + new, POLICY, NOW)) == [("incremental", "2", "3")]
+
+
+def test_a_bad_full_of_the_newest_snapshot_is_not_written_again_at_its_taken_place():
+    s = snaps("0", "1")
+    streams = [stream(1, "full", s[0]), stream(2, "full", s[1], state="bad")]
+    plan = plan_archive(s, streams, POLICY, NOW, force_full=True)
+    assert plan.streams == ()
+    assert "stream 2" in plan.note and "next snapshot starts the new chain" in plan.note
+
+
+def test_a_callers_reason_for_a_new_chain_is_acted_on_even_when_the_chain_is_up_to_date():
+    s, chain = up_to_date_chain()
+    plan = plan_archive(s, chain, POLICY, NOW, new_chain="archived decrypted")
+    assert kinds(plan) == [("full", None, "3")] and plan.streams[0].reason == "archived decrypted"

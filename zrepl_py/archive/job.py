@@ -1,7 +1,9 @@
 """``zbak archive`` for one job: plan each dataset's chain, write the streams, protect the tip.
 
 Per dataset of the job's tree: list snapshots (one ``zfs get`` for the tree, catalog synced),
-plan with ``archive.planner``, write each planned stream with ``archive.writer``, then move
+check the current chain's objects (``archive.damage``: one listing per stream prefix; a
+stream that lost a volume is marked ``bad`` with an alert event, and the planner starts a new
+full), plan with ``archive.planner``, write each planned stream with ``archive.writer``, then move
 the archive hold (``zbak:<job>:archive:<store>``, plus a bookmark where supported) to the new
 chain tip so no pruner can remove the next incremental's base. Leftovers of interrupted runs
 whose plan changed (a prefix with ``progress.json`` but no manifest) are deleted first.
@@ -36,7 +38,8 @@ from zrepl_py.archive.layout import (
     is_stream_prefix,
     stream_prefix,
 )
-from zrepl_py.catalog.repository import CarriedSnapshot
+from zrepl_py.archive.damage import check_chain, mark_bad
+from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
 from zrepl_py.archive.planner import (
     ArchivePlan,
     ChainPolicy,
@@ -155,10 +158,19 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
                 snaps = [CarriedSnapshot(s.short, s.guid, s.createtxg)
                          for s in inventory.tree.snapshots(info.name)]
                 streams = catalog.streams(host=source.host, dataset=dataset, store=cfg.store)
+                try:
+                    streams, damaged = _check_chain(ctx, name, backend, streams, dataset=dataset,
+                                                    dry_run=dry_run)
+                except ZbakError as exc:
+                    log.error("job %s: checking the chain of %s in store %s failed: %s",
+                              name, dataset, cfg.store, exc)
+                    results.append(DatasetArchive(dataset, ArchivePlan((), "not checked"),
+                                                  error=str(exc)))
+                    continue
                 restart = (_decrypted_chain(backend, info.name, streams)
                            if info.name in encrypted else None)
                 plan = plan_archive(snaps, streams, policy, ctx.clock.now(), force_full=force_full,
-                                    new_chain=restart)
+                                    new_chain=restart, damaged=damaged)
                 outcome = DatasetArchive(dataset, plan)
                 results.append(outcome)
                 target = f"{cfg.store}:{dataset}"
@@ -189,6 +201,32 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
     finally:
         backend.close()
     return ArchiveResult(name, cfg.store, dry_run, results)
+
+
+def _check_chain(ctx: Context, job_name: str, backend: Backend, streams: list[StreamRow], *,
+                 dataset: str, dry_run: bool) -> tuple[list[StreamRow], dict[int, str]]:
+    """Check the current chain's objects before it is extended (``archive.damage``): mark
+    each stream that lost a volume ``bad`` (not in a dry run) and say why.
+
+    Returns:
+        the dataset's streams (read again when a state changed) and, for the planner,
+        stream id -> what the store lacks of it.
+
+    Raises:
+        StoreError: a listing failed. CatalogError: reading or writing the catalog failed.
+    """
+    damage = check_chain(backend, ctx.catalog(), current_chain(streams))
+    marked = False
+    for found in damage:
+        log.warning("job %s: %s", job_name, found.problem)
+        if found.lost and not dry_run:
+            marked |= mark_bad(ctx.catalog(), found.stream, found.problem, ctx.clock.now(),
+                               job=job_name, action="archive")
+    if marked:
+        first = streams[0]
+        streams = ctx.catalog().streams(host=first.host, dataset=dataset, store=first.store)
+    return streams, {d.stream.id: d.problem + (" (marked bad)" if d.lost and not dry_run else "")
+                     for d in damage}
 
 
 def _publish(guard: StoreGuard, catalog, name: str, job: JobConfig, store: str, now) -> None:

@@ -5,25 +5,28 @@ Policy (DESIGN.md "Archive", ``[jobs.NAME.archive]``):
 * No chain yet: a full of the OLDEST snapshot, then one ``-I`` incremental to the newest, so
   every snapshot that exists when archiving starts is archived (the seed's "full of @0, then
   incrementals").
-* A chain exists and its tip (the last stream's to-snapshot, found by guid) still exists on
-  the source: a ``-I`` incremental from the tip to the newest snapshot, unless a new full is
-  due: ``--full``, the chain's full older than ``full_every``, the chain at
-  ``max_chain_length`` streams or ``max_chain_bytes`` stored bytes. A new full is of the
-  NEWEST snapshot and starts a new chain; the old chain stays until retention removes it.
-* The tip is gone from the source (destroyed behind zbak's back) or a stream of the chain is
-  ``bad``: a new full of the newest snapshot, with the reason.
-* Nothing newer than the tip: nothing to do (a due full waits for the next snapshot, so a
-  quiet dataset is not archived again and again).
+* A chain exists, is whole and its tip (the last stream's to-snapshot, found by guid) still
+  exists on the source: a ``-I`` incremental from the tip to the newest snapshot, unless the
+  policy wants a new full: the chain's full older than ``full_every``, the chain at
+  ``max_chain_length`` streams or ``max_chain_bytes`` stored bytes. A policy full waits for a
+  snapshot newer than the tip, so a quiet dataset is not archived again and again.
+* A new full of the NEWEST snapshot starts a new chain at once, even when the tip is the
+  newest snapshot, when the chain cannot or must not be extended: a stream of it is ``bad``
+  or found damaged in the store by the caller (issue 15: extending it would only add
+  unrestorable streams), its tip is gone from the source, the caller has another reason
+  (``new_chain``), or ``--full``. The old chain stays until retention removes it.
+* Such a full is skipped, saying so, when a full of the newest snapshot is catalogued
+  already: the current whole chain starts with it (nothing to do), or it is the damaged one
+  (its object prefix is taken; the next snapshot starts the new chain).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +101,16 @@ def _full_due(chain: list[StreamRow], policy: ChainPolicy, now: dt.datetime) -> 
     return None
 
 
+def _damaged(chain: Sequence[StreamRow], damaged: Mapping[int, str]) -> str | None:
+    """Why the chain must not be extended because of a stream of it, or None."""
+    for s in chain:
+        if s.id in damaged:
+            return f"the current chain cannot be extended: {damaged[s.id]}"
+        if s.state == "bad":
+            return f"stream {s.id} (@{s.to_name}) of the current chain is bad"
+    return None
+
+
 def plan_archive(
     snapshots: Sequence[CarriedSnapshot],
     streams: Sequence[StreamRow],
@@ -106,8 +119,9 @@ def plan_archive(
     *,
     force_full: bool = False,
     new_chain: str | None = None,
+    damaged: Mapping[int, str] | None = None,
 ) -> ArchivePlan:
-    """Plan the next streams of one dataset's chain in one store.
+    """Plan the next streams of one dataset's chain in one store (see the module docstring).
 
     Args:
         snapshots: the dataset's snapshots on the source now, any order (sorted by createtxg).
@@ -118,6 +132,9 @@ def plan_archive(
         new_chain: a reason the caller found to start a new chain, treated like
             ``force_full`` (e.g. the chain was archived decrypted but the dataset is
             encrypted: a raw incremental cannot apply on it, zfs-receive(8)).
+        damaged: streams the caller found missing objects of in the store (stream id ->
+            what is missing, ``archive.damage``); a chain holding one is treated like a
+            chain with a ``bad`` stream, with that reason.
     """
     snaps = sorted(snapshots, key=lambda s: s.createtxg)
     if not snaps:
@@ -132,29 +149,33 @@ def plan_archive(
                                          "continues the new chain to the newest snapshot"))
         return ArchivePlan(tuple(planned), "starting the first chain")
     tip = chain[-1]
-    by_guid = {s.guid: s for s in snaps}
-    tip_snap = by_guid.get(tip.to_guid)
-    reason = None
-    if any(s.state == "bad" for s in chain):
-        bad = next(s for s in chain if s.state == "bad")
-        reason = f"stream {bad.id} (@{bad.to_name}) of the current chain is bad"
-    elif tip_snap is None:
+    tip_snap = next((s for s in snaps if s.guid == tip.to_guid), None)
+    broken = _damaged(chain, damaged or {})
+    reason = broken
+    if reason is None and tip_snap is None:
         reason = f"the chain ends at @{tip.to_name} (guid {tip.to_guid}), gone from the source"
-    if reason is None and tip_snap is newest:
-        return ArchivePlan((), f"up to date: the chain ends at @{tip.to_name}")
-    if reason is None and new_chain is not None:
+    if reason is None:
         reason = new_chain
     if reason is None and force_full:
         reason = "--full"
     if reason is None:
+        if tip_snap is newest:
+            return ArchivePlan((), f"up to date: the chain ends at @{tip.to_name}")
         reason = _full_due(chain, policy, now)
-    if reason is not None:
-        if chain[0].to_guid == newest.guid:
-            return ArchivePlan((), f"the current chain already starts with a full of @{newest.name}")
-        return ArchivePlan((PlannedStream("full", None, newest, (newest,), None, reason),),
-                           "starting a new chain")
-    carried = tuple(s for s in snaps if s.createtxg > tip_snap.createtxg)
-    return ArchivePlan(
-        (PlannedStream("incremental", tip_snap, newest, carried, tip.id,
-                       f"continues the chain from @{tip_snap.name}"),),
-        f"chain of {len(chain)} stream(s)")
+    if reason is None:
+        carried = tuple(s for s in snaps if s.createtxg > tip_snap.createtxg)
+        return ArchivePlan(
+            (PlannedStream("incremental", tip_snap, newest, carried, tip.id,
+                           f"continues the chain from @{tip_snap.name}"),),
+            f"chain of {len(chain)} stream(s)")
+    taken = next((s for s in streams if s.kind == "full" and s.to_guid == newest.guid), None)
+    if taken is not None:
+        if taken is chain[0] and broken is None:
+            return ArchivePlan((), f"{reason}, but the current chain already starts with a"
+                                   f" full of @{newest.name}, the newest snapshot")
+        return ArchivePlan((), f"{reason}; a new full of @{newest.name} cannot be written:"
+                               f" stream {taken.id}, a full of it, is catalogued ({taken.state})"
+                               " at its place in the store. The next snapshot starts the new"
+                               " chain (`zbak snapshot`, then `zbak archive`)")
+    return ArchivePlan((PlannedStream("full", None, newest, (newest,), None, reason),),
+                       "starting a new chain")

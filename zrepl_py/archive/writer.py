@@ -108,11 +108,12 @@ def write_stream(
         stream_id = _catalog(spec, adopted, catalog, now())
         backend.delete(spec.prefix + PROGRESS)
         return WrittenStream(stream_id, adopted.raw_bytes, adopted.stored_bytes, 0, 0, True)
-    stored = read_progress(backend, spec.prefix)  # not ``progress``: that is the callback
+    # Not named ``progress``: that is the rate callback the resumed send reports to.
+    interrupted = read_progress(backend, spec.prefix)
     done = ()
-    if stored is not None:
-        if (stored.volume_size, stored.level) == (spec.volume_size, spec.level):
-            done = stored.volumes
+    if interrupted is not None:
+        if (interrupted.volume_size, interrupted.level) == (spec.volume_size, spec.level):
+            done = interrupted.volumes
         else:
             delete_prefix(backend, spec.prefix)
     counts = {"written": 0, "skipped": 0}

@@ -8,9 +8,9 @@ bytes of all volumes are walked as one send stream (``streams.records``): comple
 formed, and its BEGIN records carry the catalog's guids (:func:`begin_problems`). A stream
 that passes is marked ``verified`` (``verified_at`` now) as soon as it is done, so an
 interrupted or sampled run continues with the others next time; one whose bytes or guids
-are wrong is marked ``bad`` (the archive planner then starts a new full, and prune never
-deletes an older chain on its account). A volume that is missing is a finding but does not
-mark the stream bad: the object level names it and nothing was read.
+are wrong, or with a volume missing, is marked ``bad`` (``archive.damage.mark_bad``, an alert
+event; the archive planner then starts a new full, and prune never deletes an older chain on
+its account).
 
 Cold volumes (GLACIER, DEEP_ARCHIVE) are thawed like a restore does (``restore.thaw``): one
 request per frozen object, recorded per stream; such streams are skipped this run and the
@@ -38,6 +38,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from zrepl_py.archive.damage import mark_bad
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.catalog.models import LIVING_STATES
 from zrepl_py.catalog.repository import Catalog, CarriedSnapshot, StreamRow, VolumeRow
@@ -119,7 +120,7 @@ class StreamCheck:
 
     Attributes:
         problems: why its bytes or guids are wrong (mark it bad), with the volume key of each.
-        missing: volume keys the store does not have (not marked bad).
+        missing: volume keys the store does not have (also marks the stream bad).
         thawing: True when a volume turned out to be cold and unreadable after all.
         summary: the record walk, when every volume was read and well formed.
     """
@@ -294,14 +295,15 @@ class DeepAudit:
         now: the clock (aware UTC).
         thaw: the ``[restore]`` settings (tier, days) used for thaw requests.
         deadline: the run's ``--max-duration`` budget (None: unbounded).
+        job: the job audited, named by the event raised when a stream is marked bad.
     """
 
     def __init__(self, backend: Backend, catalog: Catalog,
                  volumes: Mapping[int, Sequence[VolumeRow]],
                  carried: Mapping[int, Sequence[CarriedSnapshot]],
                  now: Callable[[], dt.datetime], thaw: RestoreConfig,
-                 deadline: Deadline | None = None):
-        self.backend, self.catalog = backend, catalog
+                 deadline: Deadline | None = None, *, job: str | None = None):
+        self.backend, self.catalog, self.job = backend, catalog, job
         self.volumes, self.carried = volumes, carried
         self.now, self.thaw = now, thaw
         self.deadline = deadline or Deadline(None)
@@ -394,8 +396,9 @@ class DeepAudit:
         for key in check.missing:
             self.result.findings.append(_finding(
                 stream, Severity.ERROR, f"volume {key} of stream {stream.id} (@{stream.to_name})"
-                " is missing", "the chain cannot be restored past it: run `zbak archive --full`",
-                key, self.chain.get(stream.id)))
+                " is missing", "marked bad: the chain cannot be restored past it; the next"
+                " `zbak archive` (or `zbak archive --full`) starts a new full", key,
+                self.chain.get(stream.id)))
         if check.thawing:
             self.result.waiting += 1
             return False
@@ -409,10 +412,11 @@ class DeepAudit:
                 " newest chain `zbak archive` starts a new full at its next run, else the"
                 " newer chain is what restores", keys[0] if keys else None,
                 self.chain.get(stream.id)))
-            self.catalog.set_stream_state(stream.id, "bad", self.now())
-            self.result.bad.append(stream.id)
-            return False
-        if check.missing:
+        if check.problems or check.missing:
+            what = "; ".join([p for p, _ in check.problems]
+                             + [f"volume {key} is missing" for key in check.missing])
+            if mark_bad(self.catalog, stream, what, self.now(), job=self.job, action="audit"):
+                self.result.bad.append(stream.id)
             return False
         self.catalog.set_stream_state(stream.id, "verified", self.now())
         self.result.verified.append(stream.id)

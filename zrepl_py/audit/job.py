@@ -4,7 +4,8 @@
    replica cursors (each ZFS target dataset listed once, to see the cursor's snapshot is
    there) and, when the job has ``[archive]``, the archive's progress (``audit.graph``);
 2. objects: per store holding the job's streams, one listing of the job's dataset prefix,
-   the manifests read and compared (``audit.objects``);
+   the manifests read and compared (``audit.objects``); a stream with a volume missing or
+   of the wrong size is marked ``bad`` (``archive.damage.mark_bad``, an alert event);
 3. with ``deep``: the chosen streams re-read and checked, verified or marked bad, and with
    ``receive_into`` their chains test-received (``audit.deep``).
 
@@ -26,6 +27,7 @@ import dataclasses
 import datetime as dt
 import logging
 
+from zrepl_py.archive.damage import mark_bad
 from zrepl_py.archive.layout import MANIFEST, MANIFEST_COPY, dataset_prefix, volume_index
 from zrepl_py.archive.manifest import Manifest
 from zrepl_py.archive.sealed import read_with_copy
@@ -64,7 +66,8 @@ class AuditResult:
         job: the job's name.
         findings: every finding, errors first (each names the job).
         streams: streams of the job's datasets in the catalog.
-        verified / bad: stream ids the deep level verified / marked bad.
+        verified / bad: stream ids the deep level verified / the objects or deep level
+            marked bad.
         received: the fulls whose chains were test-received.
         skipped: streams chosen but not read because ``--max-duration`` ran out.
         coverage: per dataset and store, the snapshots restorable, stored but
@@ -223,7 +226,7 @@ def _audit(ctx: Context, name: str, job: JobConfig, host: str, root: str, *, dee
             continue
         backend = open_store(store, store_cfg)
         try:
-            findings += _audit_store(ctx, backend, job, host, root, store, deep=deep,
+            findings += _audit_store(ctx, backend, name, job, host, root, store, deep=deep,
                                      sample=sample, receive_into=receive_into, result=result,
                                      deadline=deadline)
         finally:
@@ -283,8 +286,8 @@ def _chain_heads(streams) -> dict[int, int]:
     return {sid: full for sid, full in head.items() if full is not None}
 
 
-def _audit_store(ctx: Context, backend, job: JobConfig, host: str, root: str, store: str, *,
-                 deep: bool, sample: float | None, receive_into: str | None,
+def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, root: str,
+                 store: str, *, deep: bool, sample: float | None, receive_into: str | None,
                  result: AuditResult, deadline: Deadline) -> list[Finding]:
     catalog = ctx.catalog()
     every = catalog.bulk_streams(host=host, below=root, store=store)
@@ -295,6 +298,16 @@ def _audit_store(ctx: Context, backend, job: JobConfig, host: str, root: str, st
     findings = audit_objects(listed, mine, volumes, carried, [dataset_prefix(host, root)],
                              known_streams=every,
                              concurrency=ctx.config.stores[store].upload_concurrency)
+    # A volume missing or of the wrong size makes its stream unrestorable: marked bad (issue
+    # 15), so restores stop before it and the next archive starts a new full.
+    unreadable = {f.stream: f.problem for f in findings if f.severity is Severity.ERROR
+                  and f.key is not None and volume_index(f.key) is not None}
+    by_id = {s.id: s for s in mine}
+    marked = [stream_id for stream_id, problem in unreadable.items()
+              if mark_bad(catalog, by_id[stream_id], problem, ctx.clock.now(), job=name,
+                          action="audit")]
+    result.bad += marked
+    mine = [dataclasses.replace(s, state="bad") if s.id in marked else s for s in mine]
     strays = [stray(host, dataset, store, prefix, leaves, _stray_manifest(backend, prefix, leaves))
               for prefix, (dataset, leaves) in strays_of(
                   listed.keys, {s.object_prefix for s in every}, host, store).items()
@@ -311,14 +324,12 @@ def _audit_store(ctx: Context, backend, job: JobConfig, host: str, root: str, st
     findings += coverage_findings(found, job=result.job)
     if not deep:
         return findings
-    # Streams with a volume missing or of the wrong size are reported already; reading them
-    # would only repeat it.
-    unreadable = {f.stream for f in findings if f.severity is Severity.ERROR
-                  and f.key is not None and volume_index(f.key) is not None}
+    # Reading the streams found unreadable above would only repeat it.
     chosen = [s for s in choose(mine, sample) if s.id not in unreadable]
     scratch = _scratch(ctx, receive_into) if receive_into else None
     outcome: DeepResult = DeepAudit(backend, catalog, volumes, carried, ctx.clock.now,
-                                    ctx.config.restore, deadline).run(chosen, mine, scratch)
+                                    ctx.config.restore, deadline, job=name).run(chosen, mine,
+                                                                                scratch)
     result.verified += outcome.verified
     result.bad += outcome.bad
     result.received += outcome.received

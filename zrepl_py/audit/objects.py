@@ -5,7 +5,8 @@ per object), then, per stream that is not condemned (a condemned stream's object
 gone on purpose; the graph audit reports the unfinished prune):
 
 * every volume exists with the recorded size and storage class (a class changed behind
-  zbak's back, e.g. by a bucket lifecycle rule, is a warning: restores will need a thaw);
+  zbak's back, e.g. by a bucket lifecycle rule, is a warning: restores will need a thaw); a
+  volume missing or of another size is an error, and ``audit.job`` marks its stream bad;
 * the manifest exists, in STANDARD class, parses (``Manifest.from_json``, falling back to
   ``manifest.json.copy`` when the primary fails: a damaged or missing primary is a warning,
   both damaged an error, RELIABILITY 26) and agrees with
@@ -36,8 +37,9 @@ from zrepl_py.errors import NeedsThaw, ObjectNotFound, StoreError, StreamCorrupt
 from zrepl_py.stores.base import Backend, ObjectInfo
 
 MANIFEST_CLASS = "STANDARD"
-_LOST = ("the stream and every stream applying after it cannot be restored from this store;"
-         " run `zbak archive --full` to start a new chain (and `zbak audit` again)")
+_LOST = ("marked bad: the stream and every stream applying after it cannot be restored from"
+         " this store; the next `zbak archive` (or `zbak archive --full`) starts a new chain"
+         " with a full")
 
 
 def _finding(stream: StreamRow, severity: Severity, problem: str, action: str,
