@@ -30,7 +30,8 @@ def _plan_rows(plan) -> list[dict]:
         else:
             detail, size = "", None
         rows.append({"source": o.source, "from": o.label, "chosen": chosen,
-                     "plan": detail, "bytes": size, "problem": o.problem})
+                     "plan": detail, "bytes": size, "cost": o.cost or None,
+                     "why": plan.reason if chosen else None, "problem": o.problem})
     return rows
 
 
@@ -58,21 +59,23 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
     Never overwrites an existing dataset."""
     from zrepl_py.locking import dataset_lock  # noqa: PLC0415 (boto3 only when restoring)
     from zrepl_py.restore.execute import execute_restore  # noqa: PLC0415
+    from zrepl_py.restore.gather import gather_restore  # noqa: PLC0415
     from zrepl_py.restore.plan import plan_restore  # noqa: PLC0415
     from zrepl_py.runs import recorded_run  # noqa: PLC0415
 
     with inv.context() as ctx:
-        plan = plan_restore(ctx, dataset, to, into, from_)
+        plan = plan_restore(gather_restore(ctx, dataset, into), to, from_)
         rows = _plan_rows(plan)
         title = (f"restore {plan.host}:{plan.dataset}@{plan.target.name} into {plan.into}"
                  f" from {plan.chosen.source} {plan.chosen.label}")
         if as_json:
-            emit_json({"dry_run": dry_run, "plan": title, "options": rows,
-                       "thaw": plan.thaw, "into": plan.into})
+            emit_json({"dry_run": dry_run, "plan": title, "reason": plan.reason,
+                       "options": rows, "thaw": plan.thaw, "into": plan.into})
         else:
-            emit_table(title, ["source", "from", "use", "plan", "stored bytes", "problem"],
+            emit_table(title, ["source", "from", "use", "plan", "stored bytes", "why / problem"],
                        [(r["source"], r["from"], "yes" if r["chosen"] else "", r["plan"],
-                         r["bytes"], r["problem"]) for r in rows])
+                         r["bytes"], r["why"] or r["problem"] or r["cost"]) for r in rows])
+            click.echo(f"why {plan.chosen.label}: {plan.reason}")
             if plan.chosen.source == "archive":
                 click.echo(_thaw_text(plan))
         if dry_run:
@@ -94,4 +97,7 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
         if outcome.locked:  # a raw stream of an encrypted dataset arrives without its key
             click.echo(f"{outcome.into} is encrypted and its key is not loaded: zfs load-key"
                        f" {outcome.into}, then zfs mount {outcome.into}")
+        else:  # received with -u: mounting is the admin's call (it may shadow a live mount)
+            click.echo(f"{outcome.into} is not mounted (received with zfs receive -u), its newest"
+                       f" snapshot is @{plan.target.name}: zfs mount {outcome.into} to use it")
     return ExitStatus.OK
