@@ -35,8 +35,8 @@ class Option:
 
     Attributes:
         source: ``"local"``, ``"replica"`` or ``"archive"``.
-        label: ``local``, the replica host (``HOST:DATASET`` when that host is ``local``),
-            or the store name: what ``--from`` takes.
+        label: ``local``, the replica host (``HOST:DATASET`` when it is the dataset's own
+            host, so it differs from ``local``), or the store name: what ``--from`` takes.
         snapshots: for local/replica, the snapshots to send there, oldest first, ending at
             the target (a full of the first, then ``-I`` to the target).
         host / dataset: where those snapshots are (local/replica).
