@@ -16,7 +16,6 @@ ZFS capabilities are probed for the ``--into`` pool, never for the original one.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Mapping
 
 from zrepl_py.catalog.models import LIVING_STATES
@@ -27,8 +26,6 @@ from zrepl_py.context import Context
 from zrepl_py.errors import DatasetNotFound, UsageError, ZbakError
 from zrepl_py.stores.open import open_store
 from zrepl_py.zfs.names import DatasetName
-
-log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,12 +145,13 @@ def gather_restore(ctx: Context, dataset_arg: str | None, into: str | None) -> R
     carried = catalog.carried(s.id for s in streams)
     known = [CarriedSnapshot(r.name, r.guid, r.createtxg)
              for r in catalog.snapshots(host=host, dataset=dataset, include_destroyed=True)]
+    # One query for every volume (the scope also holds child datasets': filtered by id).
+    volumes = catalog.bulk_volumes(host=host, below=dataset) if streams else {}
     stores = []
     for name in sorted({s.store for s in streams}):
         mine = tuple(s for s in streams if s.store == name)
-        volumes = {s.id: tuple(catalog.volumes(s.id)) for s in mine}
         stores.append(_store_facts(ctx, name, mine, {s.id: tuple(carried[s.id]) for s in mine},
-                                   volumes))
+                                   {s.id: tuple(volumes.get(s.id, ())) for s in mine}))
     replicas = tuple(_list(ctx, parse_endpoint(c.target, allow_directory=True).host,
                            c.target_location)
                      for c in catalog.cursors()
