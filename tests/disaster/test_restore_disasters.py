@@ -1,7 +1,8 @@
 """Disasters a restore must survive (issue 15): the source pool destroyed, then the dataset
 brought back from a ``file://`` store, from S3 GLACIER / DEEP_ARCHIVE (thaw first) and from a
-replica pool, into another pool; and two stores holding the same snapshot, where the
-cheaper one is chosen and the plan says why. A restore needs only the catalog, the source
+replica pool, into another pool; the pool and the whole state dir lost, the catalog rebuilt
+from the store; and two stores holding the same snapshot, where the cheaper one is chosen and
+the plan says why. A restore needs only the catalog, the source
 it reads and the ``--into`` parent: nothing of the original pool.
 
 Streams are a few MiB: what is tested here is which source is used and that the bytes come
@@ -11,6 +12,7 @@ back, not how large streams move.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 
@@ -192,4 +194,25 @@ def test_of_two_stores_holding_the_snapshot_the_one_with_fewer_bytes_is_used_and
     out = site.ok("restore", site.data, "--to", "@5", "--into", into, "--yes")
     assert "1 stream(s)" in out
     assert snapshots(into) == ["5"]
+    assert restored_content(into) == before
+
+
+def test_the_source_pool_and_the_state_dir_lost_the_catalog_is_rebuilt_from_the_store_then_restored(
+        site, make_pool):
+    """The whole machine lost (pool, catalog, state dir): a new catalog rebuilt from the
+    store's manifests is all a restore needs."""
+    before = archived_site(site, f'url = "file://{site.tmp / "store"}"\nvolume_size = "1MiB"')
+    destroy_pool(site)
+    shutil.rmtree(site.tmp / "state")
+    other = make_pool("256M")
+    into = f"{other.name}/data"
+    status, out, err = site.run("restore", site.data, "--to", "@3", "--into", into, "--dry-run")
+    assert status == ExitStatus.FAILED and "zbak init" in err  # no catalog: nothing is guessed
+
+    site.ok("init", "--no-checks")
+    site.ok("catalog", "rebuild", "cold")
+    plan = plan_json(site, "--to", "@3", "--into", into)
+    assert chosen(plan)["from"] == "cold"
+    site.ok("restore", site.data, "--to", "@3", "--into", into, "--yes")
+    assert snapshots(into) == ["0", "1", "2", "3"]
     assert restored_content(into) == before
