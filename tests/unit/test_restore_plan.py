@@ -66,10 +66,11 @@ def store(name: str, *streams: S, damaged: dict[int, str] | None = None) -> Stor
 
 
 def facts(local: Listing = GONE, *, replicas=(), stores=(), into: str = "other/data",
-          exists: bool = False, into_problem: str | None = None) -> RestoreFacts:
+          into_host: str = "local", exists: bool = False,
+          into_problem: str | None = None) -> RestoreFacts:
     return RestoreFacts("local", DATA, local, tuple(replicas), tuple(stores),
                         tuple(snap(n) for n in range(10)),
-                        IntoFacts("local", into, exists, into_problem), RestoreConfig())
+                        IntoFacts(into_host, into, exists, into_problem), RestoreConfig())
 
 
 # A chain of a full @0 and two -I incrementals, and a second chain starting at a full @8.
@@ -146,6 +147,12 @@ def test_the_plan_lists_every_option_with_its_problem_usable_first():
                                        " (incremental @9): x missing")
 
 
+def test_the_same_name_on_another_host_is_a_copy_of_the_local_snapshots():
+    plan = plan_restore(facts(listing(*range(10)), stores=[SMALL], into=DATA, into_host="new"),
+                        "@9", None)
+    assert (plan.chosen.source, plan.into_host, plan.into) == ("local", "new", DATA)
+
+
 def test_a_cold_chain_carries_its_thaw_estimate_into_the_plan():
     plan = plan_restore(facts(stores=[store("deep", S(1, 0, mb=5, cls="DEEP_ARCHIVE"),
                                             S(2, 9, base=0, parent=1, mb=1, cls="GLACIER"))]),
@@ -183,7 +190,7 @@ REFUSALS = [
      ["no store holds a stream of tank/data", "no snapshot of it can be restored from any source"]),
     ("the source pool gone and no --into: the destination's pool is the problem",
      facts(stores=[SMALL], into=DATA, into_problem="the pool tank of local:tank/data cannot be used"),
-     "@9", None, RestoreError, ["cannot restore tank/data@9 into tank/data: the pool tank"]),
+     "@9", None, RestoreError, ["cannot restore tank/data@9 into local:tank/data: the pool tank"]),
     ("a missing --into parent is refused after a source was found",
      facts(stores=[SMALL], into_problem="the parent local:other of other/data does not exist"),
      "@9", None, RestoreError, ["the parent local:other of other/data does not exist"]),

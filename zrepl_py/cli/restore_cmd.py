@@ -46,7 +46,8 @@ def _thaw_text(plan) -> str:
 @click.command("restore")
 @click.argument("dataset", required=False)
 @click.option("--to", "to", required=True, metavar="@SNAP", help="The snapshot to restore.")
-@click.option("--into", metavar="POOL/NAME", help="Create this dataset instead of DATASET.")
+@click.option("--into", metavar="[HOST:]POOL/NAME",
+              help="Create this dataset instead of DATASET (on DATASET's host unless HOST is given).")
 @click.option("--from", "from_", metavar="local|HOST|STORE", help="Force a source.")
 @click.option("--dry-run", is_flag=True, help="Print the plan only.")
 @click.option("--yes", is_flag=True, help="Do not ask before restoring.")
@@ -66,7 +67,7 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
     with inv.context() as ctx:
         plan = plan_restore(gather_restore(ctx, dataset, into), to, from_)
         rows = _plan_rows(plan)
-        title = (f"restore {plan.host}:{plan.dataset}@{plan.target.name} into {plan.into}"
+        title = (f"restore {plan.host}:{plan.dataset}@{plan.target.name} into {plan.into_host}:{plan.into}"
                  f" from {plan.chosen.source} {plan.chosen.label}")
         if as_json:
             emit_json({"dry_run": dry_run, "plan": title, "reason": plan.reason,
@@ -87,8 +88,8 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
             if not click.confirm("Restore now?"):
                 return ExitStatus.FAILED
         job = next(iter(ctx.config.jobs), "restore")
-        with dataset_lock(ctx.state_dir, f"{plan.host}:{plan.into}", "restore"), \
-                recorded_run(ctx.catalog(), ctx.clock, job, "restore", f"{plan.host}:{plan.into}") as record:
+        with dataset_lock(ctx.state_dir, f"{plan.into_host}:{plan.into}", "restore"), \
+                recorded_run(ctx.catalog(), ctx.clock, job, "restore", f"{plan.into_host}:{plan.into}") as record:
             outcome = execute_restore(ctx, plan)
             record.bytes = outcome.bytes
     if not as_json:

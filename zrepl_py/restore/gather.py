@@ -129,17 +129,37 @@ def resolve_dataset(ctx: Context, dataset: str | None) -> tuple[str, str]:
     return LOCAL_HOST, str(endpoint.dataset)
 
 
+def resolve_into(ctx: Context, host: str, dataset: str, into: str | None) -> tuple[str, str]:
+    """``(host, dataset)`` to create: ``--into HOST:POOL/NAME``, ``--into POOL/NAME`` on the
+    restored dataset's own host, or (no ``--into``) the restored dataset itself.
+
+    Raises:
+        UsageError: a malformed name, or a host that is neither ``local`` nor in the config.
+    """
+    if into is None:
+        return host, dataset
+    try:
+        endpoint = parse_endpoint(into, allow_directory=False)
+    except ValueError as exc:
+        raise UsageError(f"--into {into}: {exc}") from None
+    # A bare POOL/NAME stays on the dataset's host, as before HOST: was accepted.
+    where = endpoint.host if ":" in into and "/" not in into.partition(":")[0] else host
+    if where != LOCAL_HOST and where not in ctx.config.hosts:
+        raise UsageError(f"--into {into}: host {where} is not in {ctx.config_path} (hosts:"
+                         f" {', '.join(['local', *ctx.config.hosts])})")
+    return where, str(endpoint.dataset)
+
+
 def gather_restore(ctx: Context, dataset_arg: str | None, into: str | None) -> RestoreFacts:
-    """Read the facts a restore of ``dataset_arg`` into ``into`` (default: the dataset
-    itself) is planned from (see the module docstring).
+    """Read the facts a restore of ``dataset_arg`` into ``into`` (``resolve_into``; default:
+    the dataset itself) is planned from (see the module docstring).
 
     Raises:
         UsageError, InvalidName: as ``resolve_dataset``; ``into`` is not a dataset name.
         CatalogError: the catalog cannot be read.
     """
     host, dataset = resolve_dataset(ctx, dataset_arg)
-    into = into or dataset
-    DatasetName(into)
+    into_host, into_name = resolve_into(ctx, host, dataset, into)
     catalog = ctx.catalog()
     streams = catalog.streams(host=host, dataset=dataset)
     carried = catalog.carried(s.id for s in streams)
@@ -157,7 +177,7 @@ def gather_restore(ctx: Context, dataset_arg: str | None, into: str | None) -> R
                      for c in catalog.cursors()
                      if c.method == "zfs" and (c.source_host, c.source_dataset) == (host, dataset))
     return RestoreFacts(host, dataset, _list(ctx, host, dataset), replicas, tuple(stores),
-                        tuple(known), _into(ctx, host, into), ctx.config.restore)
+                        tuple(known), _into(ctx, into_host, into_name), ctx.config.restore)
 
 
 def _list(ctx: Context, host: str, dataset: str) -> Listing:
@@ -187,7 +207,8 @@ def _into(ctx: Context, host: str, into: str) -> IntoFacts:
                              " not exist: create it first")
     except ZbakError as exc:
         return IntoFacts(host, into, problem=f"the pool {name.pool} of {host}:{into} cannot be"
-                         f" used: {exc}")
+                         f" used: {exc}; restore --into a dataset of a pool that exists"
+                         " ([HOST:]POOL/NAME)")
     return IntoFacts(host, into)
 
 

@@ -73,7 +73,8 @@ class RestorePlan:
     Attributes:
         host / dataset: the dataset being restored (as catalogued).
         target: the snapshot wanted.
-        into: the dataset to create (on ``host``); it does not exist.
+        into / into_host: the dataset to create and its host (the dataset's own host unless
+            ``--into HOST:POOL/NAME`` named another); it does not exist.
         chosen: the option used.
         options: every option considered (for the plan shown), cheapest first.
         reason: why ``chosen`` was picked over the others (one sentence).
@@ -85,6 +86,7 @@ class RestorePlan:
     dataset: str
     target: CarriedSnapshot
     into: str
+    into_host: str
     chosen: Option
     options: tuple[Option, ...]
     reason: str
@@ -104,7 +106,7 @@ def plan_restore(facts: RestoreFacts, to: str, from_: str | None) -> RestorePlan
     """
     target = _resolve_snapshot(facts, to)
     options = _options(facts, target)
-    if facts.into.dataset == facts.dataset:
+    if (facts.into.host, facts.into.dataset) == (facts.host, facts.dataset):
         options = [dataclasses.replace(o, problem=(
             f"@{target.name} is on {facts.dataset} already: pass --into POOL/NAME to copy it,"
             " or roll back with zfs rollback yourself")) if o.source == "local" and not o.problem
@@ -115,14 +117,14 @@ def plan_restore(facts: RestoreFacts, to: str, from_: str | None) -> RestorePlan
         raise RestoreError(f"{into.host}:{into.dataset} exists; zbak restore never overwrites a"
                            " dataset. Restore --into a new name (then rename), or remove it yourself")
     if into.problem:
-        raise RestoreError(f"cannot restore {facts.dataset}@{target.name} into {into.dataset}:"
-                           f" {into.problem}")
+        raise RestoreError(f"cannot restore {facts.dataset}@{target.name} into"
+                           f" {into.host}:{into.dataset}: {into.problem}")
     volumes: dict[int, Sequence[VolumeRow]] = {}
     if chosen.path is not None:
         store = next(s for s in facts.stores if s.name == chosen.path.store)
         volumes = {s.id: store.volumes[s.id] for s in chosen.path.streams}
-    return RestorePlan(facts.host, facts.dataset, target, into.dataset, chosen, tuple(options),
-                       reason, volumes, chosen.thaw)
+    return RestorePlan(facts.host, facts.dataset, target, into.dataset, into.host, chosen,
+                       tuple(options), reason, volumes, chosen.thaw)
 
 
 def _mb(size: int) -> str:
