@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import time
 
@@ -20,6 +21,7 @@ import pytest
 
 from disaster.conftest import MIB, Site, content_of, restored_content, snapshots
 from testbed.cli import prop
+from testbed.common import hosts_table
 from zrepl_py.errors import ExitStatus
 
 pytestmark = pytest.mark.zfs
@@ -216,3 +218,47 @@ def test_the_source_pool_and_the_state_dir_lost_the_catalog_is_rebuilt_from_the_
     site.ok("restore", site.data, "--to", "@3", "--into", into, "--yes")
     assert snapshots(into) == ["0", "1", "2", "3"]
     assert restored_content(into) == before
+
+
+def test_the_source_host_unreachable_and_its_pool_destroyed_a_pull_job_restores_onto_this_machine(
+        site, make_pool, sshd):
+    """A pull job (the source is ``master:POOL/data`` over ssh): the master's pool is
+    destroyed and the master no longer answers; the archive brings the dataset back onto
+    this machine with ``--into local:POOL/NAME``."""
+    site.snapshot_steps(range(3), 2 * MIB)
+    config = """
+        {hosts}
+        [stores.cold]
+        url = "file://{tmp}/store"
+        [jobs.data]
+        dataset = "master:{data}"
+        [jobs.data.archive]
+        store = "cold"
+    """
+    host = sshd.host_config()
+    site.write(config.format(hosts=hosts_table("master", host, connect_timeout=3),
+                             tmp=site.tmp, data=site.data))
+    site.ok("init")
+    site.ok("archive")
+    before = content_of(f"{site.data}@2", site.pool, "before")
+    destroy_pool(site)
+    # The master is gone: nothing listens on its port any more.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead_port = probe.getsockname()[1]
+    gone = sshd.host_config(port=dead_port)
+    site.write(config.format(hosts=hosts_table("master", gone, connect_timeout=3),
+                             tmp=site.tmp, data=site.data))
+    other = make_pool("256M")
+    into = f"local:{other.name}/data"
+
+    plan = plan_json(site, "--to", "@2", "--into", into)
+    assert chosen(plan)["from"] == "cold"
+    local = next(r for r in plan["options"] if r["source"] == "local")
+    assert local["problem"].startswith(f"not available: cannot list master:{site.data}")
+    status, out, err = site.run("restore", f"master:{site.data}", "--to", "@2", "--dry-run")
+    assert status == ExitStatus.FAILED and "restore --into a dataset of a pool that exists" in err
+
+    site.ok("restore", f"master:{site.data}", "--to", "@2", "--into", into, "--yes")
+    assert snapshots(f"{other.name}/data") == ["0", "1", "2"]
+    assert restored_content(f"{other.name}/data") == before
