@@ -76,7 +76,6 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
             emit_table(title, ["source", "from", "use", "plan", "stored bytes", "why / problem"],
                        [(r["source"], r["from"], "yes" if r["chosen"] else "", r["plan"],
                          r["bytes"], r["why"] or r["problem"] or r["cost"]) for r in rows])
-            click.echo(f"why {plan.chosen.label}: {plan.reason}")
             if plan.chosen.source == "archive":
                 click.echo(_thaw_text(plan))
         if dry_run:

@@ -213,22 +213,19 @@ def _rank(option: Option) -> tuple:
 
 
 def _why(chosen: Option, options: Sequence[Option], target: CarriedSnapshot, forced: bool) -> str:
-    """One sentence: why ``chosen``."""
+    """One sentence: why ``chosen`` (the other options' problems are shown with them)."""
     if forced:
         return f"forced with --from {chosen.label}" + (f" ({chosen.cost})" if chosen.cost else "")
     if chosen.source == "local":
         return f"@{target.name} is on {chosen.dataset} itself: no replica or store is read"
-    unusable = "; ".join(f"{o.label}: {o.problem}" for o in options
-                         if o.problem and _SOURCE_RANK[o.source] < _SOURCE_RANK[chosen.source])
     if chosen.source == "replica":
-        why = (f"the replica {chosen.host}:{chosen.dataset} has @{target.name}: no store is read,"
-               " nothing to thaw")
-        return why + (f" (not local: {unusable})" if unusable else "")
+        return (f"the replica {chosen.host}:{chosen.dataset} has @{target.name}: no store is"
+                " read, nothing to thaw; the local dataset cannot be used")
     others = [o for o in options if o.source == "archive" and not o.problem and o is not chosen]
     why = f"cheapest store: {chosen.label} ({chosen.cost})"
     if others:
         why += "; over " + ", ".join(f"{o.label} ({o.cost})" for o in others)
-    return why + (f"; no snapshot source ({unusable})" if unusable else "")
+    return why + "; no local or replica snapshot can be used"
 
 
 def _choose(facts: RestoreFacts, options: list[Option], from_: str | None,
