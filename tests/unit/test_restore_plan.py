@@ -166,6 +166,9 @@ def test_a_restore_onto_the_dataset_itself_skips_its_own_snapshots_then_refuses_
         plan_restore(given, "@9", None)
     with pytest.raises(RestoreError, match="is on tank/data already"):
         plan_restore(given, "@9", "local")
+    plan = plan_restore(dataclasses.replace(given, into=dataclasses.replace(given.into, exists=False)),
+                        "@9", None)
+    assert [o.label for o in plan.options] == ["small", "local"] and plan.chosen.label == "small"
 
 
 REFUSALS = [

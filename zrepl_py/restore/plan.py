@@ -111,6 +111,7 @@ def plan_restore(facts: RestoreFacts, to: str, from_: str | None) -> RestorePlan
             f"@{target.name} is on {facts.dataset} already: pass --into POOL/NAME to copy it,"
             " or roll back with zfs rollback yourself")) if o.source == "local" and not o.problem
             else o for o in options]
+        options.sort(key=_order)
     chosen, reason = _choose(facts, options, from_, target)
     into = facts.into
     if into.exists:
@@ -200,7 +201,12 @@ def _options(facts: RestoreFacts, target: CarriedSnapshot) -> list[Option]:
     options += [_store_option(facts, s, target) for s in facts.stores]
     if not facts.stores:
         options.append(Option("archive", "archive", problem=f"no store holds a stream of {facts.dataset}"))
-    return sorted(options, key=lambda o: (o.problem is not None, _rank(o)))
+    return sorted(options, key=_order)
+
+
+def _order(option: Option) -> tuple:
+    """Sort key of the plan's options: usable ones first, each group by ``_rank``."""
+    return (option.problem is not None, _rank(option))
 
 
 def _rank(option: Option) -> tuple:
