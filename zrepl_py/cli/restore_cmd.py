@@ -30,7 +30,8 @@ def _plan_rows(plan) -> list[dict]:
         else:
             detail, size = "", None
         rows.append({"source": o.source, "from": o.label, "chosen": chosen,
-                     "plan": detail, "bytes": size, "problem": o.problem})
+                     "plan": detail, "bytes": size, "cost": o.cost or None,
+                     "why": plan.reason if chosen else None, "problem": o.problem})
     return rows
 
 
@@ -45,7 +46,8 @@ def _thaw_text(plan) -> str:
 @click.command("restore")
 @click.argument("dataset", required=False)
 @click.option("--to", "to", required=True, metavar="@SNAP", help="The snapshot to restore.")
-@click.option("--into", metavar="POOL/NAME", help="Create this dataset instead of DATASET.")
+@click.option("--into", metavar="[HOST:]POOL/NAME",
+              help="Create this dataset instead of DATASET (on DATASET's host unless HOST is given).")
 @click.option("--from", "from_", metavar="local|HOST|STORE", help="Force a source.")
 @click.option("--dry-run", is_flag=True, help="Print the plan only.")
 @click.option("--yes", is_flag=True, help="Do not ask before restoring.")
@@ -58,21 +60,22 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
     Never overwrites an existing dataset."""
     from zrepl_py.locking import dataset_lock  # noqa: PLC0415 (boto3 only when restoring)
     from zrepl_py.restore.execute import execute_restore  # noqa: PLC0415
+    from zrepl_py.restore.gather import gather_restore  # noqa: PLC0415
     from zrepl_py.restore.plan import plan_restore  # noqa: PLC0415
     from zrepl_py.runs import recorded_run  # noqa: PLC0415
 
     with inv.context() as ctx:
-        plan = plan_restore(ctx, dataset, to, into, from_)
+        plan = plan_restore(gather_restore(ctx, dataset, into), to, from_)
         rows = _plan_rows(plan)
-        title = (f"restore {plan.host}:{plan.dataset}@{plan.target.name} into {plan.into}"
+        title = (f"restore {plan.host}:{plan.dataset}@{plan.target.name} into {plan.into_host}:{plan.into}"
                  f" from {plan.chosen.source} {plan.chosen.label}")
         if as_json:
-            emit_json({"dry_run": dry_run, "plan": title, "options": rows,
-                       "thaw": plan.thaw, "into": plan.into})
+            emit_json({"dry_run": dry_run, "plan": title, "reason": plan.reason,
+                       "options": rows, "thaw": plan.thaw, "into": plan.into})
         else:
-            emit_table(title, ["source", "from", "use", "plan", "stored bytes", "problem"],
+            emit_table(title, ["source", "from", "use", "plan", "stored bytes", "why / problem"],
                        [(r["source"], r["from"], "yes" if r["chosen"] else "", r["plan"],
-                         r["bytes"], r["problem"]) for r in rows])
+                         r["bytes"], r["why"] or r["problem"] or r["cost"]) for r in rows])
             if plan.chosen.source == "archive":
                 click.echo(_thaw_text(plan))
         if dry_run:
@@ -84,8 +87,8 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
             if not click.confirm("Restore now?"):
                 return ExitStatus.FAILED
         job = next(iter(ctx.config.jobs), "restore")
-        with dataset_lock(ctx.state_dir, f"{plan.host}:{plan.into}", "restore"), \
-                recorded_run(ctx.catalog(), ctx.clock, job, "restore", f"{plan.host}:{plan.into}") as record:
+        with dataset_lock(ctx.state_dir, f"{plan.into_host}:{plan.into}", "restore"), \
+                recorded_run(ctx.catalog(), ctx.clock, job, "restore", f"{plan.into_host}:{plan.into}") as record:
             outcome = execute_restore(ctx, plan)
             record.bytes = outcome.bytes
     if not as_json:
@@ -94,4 +97,7 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
         if outcome.locked:  # a raw stream of an encrypted dataset arrives without its key
             click.echo(f"{outcome.into} is encrypted and its key is not loaded: zfs load-key"
                        f" {outcome.into}, then zfs mount {outcome.into}")
+        else:  # received with -u: mounting is the admin's call (it may shadow a live mount)
+            click.echo(f"{outcome.into} is not mounted (received with zfs receive -u), its newest"
+                       f" snapshot is @{plan.target.name}: zfs mount {outcome.into} to use it")
     return ExitStatus.OK

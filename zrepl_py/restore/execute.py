@@ -118,8 +118,8 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
         files = fetch_verified(backend, every, spool, cfg.download_concurrency)
     finally:
         backend.close()
-    zfs = ctx.zfs(plan.host, DatasetName(plan.into).pool)
-    side = Side.of(ctx.config, plan.host)
+    zfs = ctx.zfs(plan.into_host, DatasetName(plan.into).pool)
+    side = Side.of(ctx.config, plan.into_host)
     receive = receive_argv(plan.into, caps=zfs.capabilities, resumable=False, zfs=zfs.zfs)
     total = 0
     label = f"{path.store}:{plan.dataset}@{plan.target.name} -> {plan.into}"
@@ -148,7 +148,7 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
                     f" {path.store}) although its volumes verified: {exc}; the stream is marked"
                     f" bad in the catalog; {got}") from exc
             raise RestoreError(f"receiving stream {stream.id} (@{stream.to_name}) into"
-                               f" {plan.host}:{plan.into} failed: {exc}; {got}") from exc
+                               f" {plan.into_host}:{plan.into} failed: {exc}; {got}") from exc
     progress.finish(total, time.monotonic() - sampler.started)
     _trim(ctx, plan, [c.name for c in path.later])
     locked = _check_received(zfs, plan)
@@ -183,7 +183,7 @@ def _trim(ctx: Context, plan: RestorePlan, later: list[str]) -> None:
     """Destroy the snapshots received after the target from the NEW dataset, then roll back."""
     if not later:
         return
-    zfs = ctx.zfs(plan.host, DatasetName(plan.into).pool)
+    zfs = ctx.zfs(plan.into_host, DatasetName(plan.into).pool)
     for name in reversed(later):
         zfs.destroy_snapshot(SnapshotName.of(DatasetName(plan.into), name))
     zfs.rollback(SnapshotName.of(DatasetName(plan.into), plan.target.name))
@@ -220,7 +220,7 @@ def _check_received(zfs: Zfs, plan: RestorePlan) -> bool:
     snapshot = SnapshotName.of(into, plan.target.name)
     got = zfs.get_properties(str(snapshot), ["guid"]).get("guid", "-")
     if got != str(plan.target.guid):
-        raise RestoreError(f"{plan.host}:{snapshot} has guid {got} after the restore, expected"
+        raise RestoreError(f"{plan.into_host}:{snapshot} has guid {got} after the restore, expected"
                            f" {plan.target.guid}: the received data is not @{plan.target.name}"
                            f" of {plan.dataset}")
     if not _may_be_encrypted(zfs):
@@ -229,7 +229,7 @@ def _check_received(zfs: Zfs, plan: RestorePlan) -> bool:
     if props.get("encryption", "off") in ("off", "-", "") or props.get("keystatus") != "unavailable":
         return False
     log.warning("%s:%s is encrypted (raw stream) and its key is not loaded: run `zfs load-key"
-                " %s` with the key or passphrase of %s, then `zfs mount %s`", plan.host, into,
+                " %s` with the key or passphrase of %s, then `zfs mount %s`", plan.into_host, into,
                 into, plan.dataset, into)
     return True
 
@@ -238,7 +238,7 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     chosen = plan.chosen
     assert chosen.host is not None and chosen.dataset is not None
     src = ctx.zfs(chosen.host, DatasetName(chosen.dataset).pool)
-    dst = ctx.zfs(plan.host, DatasetName(plan.into).pool)
+    dst = ctx.zfs(plan.into_host, DatasetName(plan.into).pool)
     # An encrypted source goes raw, as replication sends it: never decrypted into a new
     # dataset, and a replica (key not loaded there) can only be sent raw.
     raw = is_encrypted(src, chosen.dataset)
@@ -247,7 +247,7 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     steps = [Full(refs[0])]
     if len(refs) > 1:
         steps.append(Incremental(refs[0], refs[-1], intermediates=True))
-    source, target = Side.of(ctx.config, chosen.host), Side.of(ctx.config, plan.host)
+    source, target = Side.of(ctx.config, chosen.host), Side.of(ctx.config, plan.into_host)
     total = 0
     for step in steps:
         send = send_argv(step, source_dataset=chosen.dataset, caps=plain, raw=raw, zfs=src.zfs)

@@ -2,8 +2,9 @@
 
 A snapshot is restorable from the archive when some living stream carries it (a full carries
 its snapshot, a ``-I`` incremental every snapshot after its base) and every stream from that
-one back to its chain's full is living (``uploaded`` or ``verified``). Among such paths the
-one with the fewest stored bytes wins (then the fewest streams).
+one back to its chain's full is living (``uploaded`` or ``verified``) and none of them has
+lost objects from its store. Among such paths the one with the fewest stored bytes wins (then
+the fewest streams). ``why_no_path`` says what breaks the chains of a store that has none.
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ from collections.abc import Mapping, Sequence
 from zrepl_py.catalog.models import LIVING_STATES
 from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
 
-
+# Why a stream in each non-living state cannot be received (catalog/models.py STREAM_STATES).
+_STATE_WHY = {
+    "bad": ("bad", "is marked bad (zfs receive rejected its content)"),
+    "condemned": ("being pruned", "is condemned by a prune"),
+    "uploading": ("incomplete", "is still uploading"),
+}
 
 @dataclasses.dataclass(frozen=True)
 class ChainPath:
@@ -84,6 +90,7 @@ def archive_paths(
     streams: Sequence[StreamRow],
     carried: Mapping[int, Sequence[CarriedSnapshot]],
     target_guid: int,
+    damaged: Mapping[int, str] | None = None,
 ) -> list[ChainPath]:
     """Every restorable path to the snapshot with ``target_guid``, cheapest first.
 
@@ -91,11 +98,15 @@ def archive_paths(
         streams: the dataset's catalogued streams (any store, any state).
         carried: ``Catalog.carried`` for those streams.
         target_guid: the snapshot wanted.
+        damaged: ids of streams whose objects are missing or resized in their store (with
+            what is wrong); no path goes through them.
     """
-    by_id = {s.id: s for s in streams}
-    whole = restorable_streams(streams)
+    damaged = damaged or {}
+    usable = [s for s in streams if s.id not in damaged]
+    by_id = {s.id: s for s in usable}
+    whole = restorable_streams(usable)
     paths = []
-    for stream in streams:
+    for stream in usable:
         if stream.id not in whole:
             continue
         snaps = _carried(stream, carried)
@@ -108,3 +119,42 @@ def archive_paths(
         later = tuple(c for c in snaps if c.createtxg > hit.createtxg)
         paths.append(ChainPath(tuple(reversed(chain)), hit, later))
     return sorted(paths, key=lambda p: (p.stored_bytes, len(p.streams), p.streams[-1].id))
+
+
+def why_no_path(
+    store: str,
+    streams: Sequence[StreamRow],
+    carried: Mapping[int, Sequence[CarriedSnapshot]],
+    target: CarriedSnapshot,
+    damaged: Mapping[int, str] | None = None,
+) -> str:
+    """Why no chain of ``store`` restores ``target`` (when ``archive_paths`` found none):
+    ``"the chain carrying @X in store S is bad: stream N (@Y) is marked bad ..."``, naming
+    the first broken stream from the full down, or that no stream carries ``target``."""
+    damaged = damaged or {}
+    by_id = {s.id: s for s in streams}
+    carriers = [s for s in streams if any(c.guid == target.guid for c in _carried(s, carried))]
+    if not carriers:
+        return f"store {store} has no stream carrying @{target.name}"
+    reasons = []
+    for carrier in carriers[:2]:
+        chain, parent_id = [carrier], carrier.parent_id
+        while parent_id is not None and parent_id in by_id and len(chain) <= len(by_id):
+            chain.append(by_id[parent_id])
+            parent_id = chain[-1].parent_id
+        what = None
+        if parent_id is not None:
+            what = ("broken", f"stream {chain[-1].id}'s parent stream {parent_id} is not in the catalog")
+        for s in reversed(chain):
+            if what is not None:
+                break
+            label = f"stream {s.id} ({s.kind} @{s.to_name})"
+            if s.state in _STATE_WHY:
+                word, why = _STATE_WHY[s.state]
+                what = (word, f"{label} {why}")
+            elif s.id in damaged:
+                what = ("damaged", f"{label}: {damaged[s.id]}")
+        if what is None:  # the catalog's constraints make a chain without a full impossible
+            what = ("broken", f"stream {chain[-1].id} has no full stream before it")
+        reasons.append(f"the chain carrying @{target.name} in store {store} is {what[0]}: {what[1]}")
+    return "; ".join(reasons)

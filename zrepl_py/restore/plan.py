@@ -1,26 +1,32 @@
-"""Plan ``zbak restore``: which dataset, which snapshot, and the cheapest source that has it.
+"""Plan ``zbak restore`` (PURE, house rule 5): facts in (``gather.RestoreFacts``), a plan out.
 
-Sources, cheapest first (DESIGN.md "The four jobs", 2): the snapshot on the source host
-itself (a local ``zfs send | zfs receive`` copy into ``--into``), a replica target that has
-it (sent back over ssh), or an archived chain (full, then each incremental in order).
-``--from local|HOST|STORE`` forces one. Planning reads the catalog, lists the dataset on its
-host and on each replica host, and stats nothing in the stores (the fetch checks objects).
+Sources (DESIGN.md "The four jobs", 2), in this order:
+
+1. the snapshot on the dataset itself (a local ``zfs send | zfs receive`` copy into ``--into``);
+2. a replica target that has it (sent back, over ssh for a remote host);
+3. an archived chain (full, then each incremental in order): among stores, the one with no
+   thaw first (only GLACIER / DEEP_ARCHIVE objects need one), then the cheapest and shortest
+   thaw, then the fewest bytes to read, then the fewest streams; within a store the same
+   order picks among its chains (the nearest full usually wins on bytes).
+
+Snapshots on the dataset or a replica come first because they need no store read, no
+decompression and no thaw. ``--from local|HOST|STORE`` forces one source. The plan says why
+it chose (``RestorePlan.reason``) and why every other option was not used. A refusal names
+the newest snapshot that can be restored.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
+from collections.abc import Mapping, Sequence
 
 from zrepl_py.catalog.repository import CarriedSnapshot, VolumeRow
-from zrepl_py.config.schema import LOCAL_HOST, parse_endpoint
-from zrepl_py.context import Context
-from zrepl_py.errors import DatasetNotFound, RestoreError, UsageError, ZbakError
-from zrepl_py.restore.paths import ChainPath, archive_paths
+from zrepl_py.errors import RestoreError, UsageError
+from zrepl_py.restore.gather import Listing, RestoreFacts, StoreFacts
+from zrepl_py.restore.paths import ChainPath, archive_paths, why_no_path
 from zrepl_py.restore.thaw import ThawEstimate, estimate
-from zrepl_py.zfs.names import DatasetName
 
-log = logging.getLogger(__name__)
+_SOURCE_RANK = {"local": 0, "replica": 1, "archive": 2}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,11 +35,13 @@ class Option:
 
     Attributes:
         source: ``"local"``, ``"replica"`` or ``"archive"``.
-        label: ``local``, the replica host, or the store name (what ``--from`` takes).
+        label: ``local``, the replica host (``HOST:DATASET`` when it is the dataset's own
+            host, so it differs from ``local``), or the store name: what ``--from`` takes.
         snapshots: for local/replica, the snapshots to send there, oldest first, ending at
             the target (a full of the first, then ``-I`` to the target).
         host / dataset: where those snapshots are (local/replica).
         path: for archive, the chain path.
+        thaw: for archive, what thawing its cold volumes takes (None: nothing is cold).
         problem: why this option cannot be used, or None.
     """
 
@@ -43,7 +51,19 @@ class Option:
     host: str | None = None
     dataset: str | None = None
     path: ChainPath | None = None
+    thaw: ThawEstimate | None = None
     problem: str | None = None
+
+    @property
+    def cost(self) -> str:
+        """What using this option reads, for the plan's reasons (``"no thaw, 25.2 MB in 2
+        stream(s)"``); ``""`` for local/replica."""
+        if self.path is None:
+            return ""
+        thaw = ("no thaw" if self.thaw is None else
+                f"thaw {self.thaw.objects} object(s), about {self.thaw.hours:g} h and"
+                f" ${self.thaw.cost_usd:.2f}")
+        return f"{thaw}, {_mb(self.path.stored_bytes)} in {len(self.path.streams)} stream(s)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,10 +73,12 @@ class RestorePlan:
     Attributes:
         host / dataset: the dataset being restored (as catalogued).
         target: the snapshot wanted.
-        into: the dataset to create (on ``host``); must not exist.
+        into / into_host: the dataset to create and its host (the dataset's own host unless
+            ``--into HOST:POOL/NAME`` named another); it does not exist.
         chosen: the option used.
-        options: every option considered (for the plan shown).
-        volumes: for archive, the volumes of each stream of the path.
+        options: every option considered (for the plan shown), cheapest first.
+        reason: why ``chosen`` was picked over the others (one sentence).
+        volumes: for archive, the volumes of each stream of the path, by stream id.
         thaw: for archive, what thawing cold volumes takes (None when nothing is cold).
     """
 
@@ -64,143 +86,178 @@ class RestorePlan:
     dataset: str
     target: CarriedSnapshot
     into: str
+    into_host: str
     chosen: Option
     options: tuple[Option, ...]
-    volumes: dict[int, list[VolumeRow]]
+    reason: str
+    volumes: Mapping[int, Sequence[VolumeRow]]
     thaw: ThawEstimate | None
 
 
-def _resolve_dataset(ctx: Context, dataset: str | None) -> tuple[str, str]:
-    """``(host, dataset)`` from the argument, or from the only job."""
-    if dataset is None:
-        jobs = list(ctx.config.jobs.values())
-        if len(jobs) != 1:
-            raise UsageError(f"name the dataset to restore: {ctx.config_path} has {len(jobs)} jobs")
-        source = jobs[0].source
-        return source.host, str(source.dataset)
-    endpoint = parse_endpoint(dataset, allow_directory=False)
-    if endpoint.host != LOCAL_HOST or ":" in dataset:
-        return endpoint.host, str(endpoint.dataset)
-    for job in ctx.config.jobs.values():  # a dataset of a pull job lives on its host
-        src = job.source
-        if str(endpoint.dataset) == str(src.dataset) or str(endpoint.dataset).startswith(f"{src.dataset}/"):
-            return src.host, str(endpoint.dataset)
-    return LOCAL_HOST, str(endpoint.dataset)
+def plan_restore(facts: RestoreFacts, to: str, from_: str | None) -> RestorePlan:
+    """Plan restoring ``facts.dataset`` to snapshot ``to`` (``@NAME`` or ``NAME``) into
+    ``facts.into`` (see the module docstring); ``from_`` forces a source by label or kind.
+
+    Raises:
+        UsageError: ``--from`` names no source of the dataset.
+        RestoreError: unknown or ambiguous snapshot; no source can restore it (the message
+            names the newest snapshot that can be); the destination exists or cannot be
+            created.
+    """
+    target = _resolve_snapshot(facts, to)
+    options = _options(facts, target)
+    if (facts.into.host, facts.into.dataset) == (facts.host, facts.dataset):
+        options = [dataclasses.replace(o, problem=(
+            f"@{target.name} is on {facts.dataset} already: pass --into POOL/NAME to copy it,"
+            " or roll back with zfs rollback yourself")) if o.source == "local" and not o.problem
+            else o for o in options]
+        options.sort(key=_order)
+    chosen, reason = _choose(facts, options, from_, target)
+    into = facts.into
+    if into.exists:
+        raise RestoreError(f"{into.host}:{into.dataset} exists; zbak restore never overwrites a"
+                           " dataset. Restore --into a new name (then rename), or remove it yourself")
+    if into.problem:
+        raise RestoreError(f"cannot restore {facts.dataset}@{target.name} into"
+                           f" {into.host}:{into.dataset}: {into.problem}")
+    volumes: dict[int, Sequence[VolumeRow]] = {}
+    if chosen.path is not None:
+        store = next(s for s in facts.stores if s.name == chosen.path.store)
+        volumes = {s.id: store.volumes[s.id] for s in chosen.path.streams}
+    return RestorePlan(facts.host, facts.dataset, target, into.dataset, into.host, chosen,
+                       tuple(options), reason, volumes, chosen.thaw)
 
 
-def _resolve_snapshot(name: str, known: list[CarriedSnapshot], dataset: str) -> CarriedSnapshot:
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
+
+
+def _known(facts: RestoreFacts) -> dict[int, CarriedSnapshot]:
+    """Every snapshot of the dataset anyone knows, by guid. The createtxg of a snapshot the
+    catalog, the dataset or a stream knows wins over a replica's (a replica's txgs are its
+    own pool's, not comparable with the source's)."""
+    known = {s.guid: s for r in facts.replicas for s in r.snapshots}
+    known.update({c.guid: c for store in facts.stores for cs in store.carried.values() for c in cs})
+    known.update({s.guid: s for s in facts.local.snapshots})
+    known.update({s.guid: s for s in facts.catalogued})
+    return known
+
+
+def _resolve_snapshot(facts: RestoreFacts, name: str) -> CarriedSnapshot:
     short = name[1:] if name.startswith("@") else name
-    found = {c.guid: c for c in known if c.name == short}
+    known = _known(facts)
+    found = {g: c for g, c in known.items() if c.name == short}
     if not found:
-        names = sorted({c.name for c in known}, key=lambda n: n)
+        names = [c.name for c in sorted(known.values(), key=lambda c: c.createtxg)]
         hint = ", ".join(names[-10:]) or "none"
-        raise RestoreError(f"no snapshot @{short} of {dataset} is known locally, on a replica or"
-                           f" in the archive (known: {hint})")
+        raise RestoreError(f"no snapshot @{short} of {facts.dataset} is known locally, on a"
+                           f" replica or in the archive (known: {hint}){_newest_hint(facts)}")
     if len(found) > 1:
         listed = ", ".join(f"guid {g} (createtxg {c.createtxg})" for g, c in found.items())
-        raise RestoreError(f"@{short} of {dataset} names {len(found)} different snapshots over"
-                           f" time ({listed}); the name is ambiguous")
+        raise RestoreError(f"@{short} of {facts.dataset} names {len(found)} different snapshots"
+                           f" over time ({listed}); the name is ambiguous")
     return next(iter(found.values()))
 
 
-def _snapshots_to(snaps: list[CarriedSnapshot], guid: int) -> tuple[CarriedSnapshot, ...]:
-    snaps = sorted(snaps, key=lambda s: s.createtxg)
-    index = next(i for i, s in enumerate(snaps) if s.guid == guid)
-    return tuple(snaps[: index + 1])
+def _snapshots_to(listing: Listing, guid: int) -> tuple[CarriedSnapshot, ...]:
+    index = next(i for i, s in enumerate(listing.snapshots) if s.guid == guid)
+    return listing.snapshots[: index + 1]
 
 
-def plan_restore(ctx: Context, dataset_arg: str | None, to: str, into: str | None,
-                 from_: str | None) -> RestorePlan:
-    """Plan a restore (see the module docstring); nothing is changed.
-
-    Raises:
-        UsageError: no dataset named with several jobs; ``--from`` names no known source.
-        RestoreError: unknown or ambiguous snapshot; no source has it; the destination exists.
-    """
-    host, dataset = _resolve_dataset(ctx, dataset_arg)
-    into = into or dataset
-    DatasetName(into)
-    catalog = ctx.catalog()
-    zfs = ctx.zfs(host, DatasetName(dataset).pool)
-    local: list[CarriedSnapshot] = []
-    try:
-        tree = zfs.tree(dataset, recursive=False)
-        local = [CarriedSnapshot(s.short, s.guid, s.createtxg) for s in tree.snapshots(dataset)]
-    except DatasetNotFound:
-        pass
-    streams = catalog.streams(host=host, dataset=dataset)
-    carried = catalog.carried(s.id for s in streams)
-    known = list(local) + [c for cs in carried.values() for c in cs]
-    known += [CarriedSnapshot(r.name, r.guid, r.createtxg)
-              for r in catalog.snapshots(host=host, dataset=dataset, include_destroyed=True)]
-    target = _resolve_snapshot(to, known, dataset)
-
-    options: list[Option] = []
-    if any(s.guid == target.guid for s in local):
-        problem = None if into != dataset else (
-            f"@{target.name} is on {dataset} already: pass --into POOL/NAME to copy it, or roll"
-            " back with zfs rollback yourself")
-        options.append(Option("local", "local", _snapshots_to(local, target.guid), host, dataset,
-                               problem=problem))
-    options += _replica_options(ctx, host, dataset, target)
-    paths = archive_paths(streams, carried, target.guid)
-    for store in sorted({p.store for p in paths}):
-        options.append(Option("archive", store, path=next(p for p in paths if p.store == store)))
-    if not any(o.source == "archive" for o in options):
-        options.append(Option("archive", "archive", problem=f"no living chain carries @{target.name}"))
-    chosen = _choose(options, from_, target, dataset)
-    if zfs.exists(into):
-        raise RestoreError(f"{host}:{into} exists; zbak restore never overwrites a dataset."
-                           " Restore --into a new name (then rename), or remove it yourself")
-    parent = into.rsplit("/", 1)[0]
-    if "/" in into and not zfs.exists(parent):
-        raise RestoreError(f"the parent {host}:{parent} of {into} does not exist: create it first")
-    volumes: dict[int, list[VolumeRow]] = {}
-    thaw = None
-    if chosen.path is not None:
-        volumes = {s.id: catalog.volumes(s.id) for s in chosen.path.streams}
-        thaw = estimate(chosen.path.streams, volumes, ctx.config.restore)
-        thaw = thaw if thaw.objects else None
-    return RestorePlan(host, dataset, target, into, chosen, tuple(options), volumes, thaw)
+def _listing_option(source: str, label: str, listing: Listing, target: CarriedSnapshot) -> Option:
+    where = f"{listing.host}:{listing.dataset}"
+    if listing.problem:
+        return Option(source, label, host=listing.host, dataset=listing.dataset,
+                      problem=f"not available: {listing.problem}")
+    if not any(s.guid == target.guid for s in listing.snapshots):
+        return Option(source, label, host=listing.host, dataset=listing.dataset,
+                      problem=f"{where} has no @{target.name}")
+    return Option(source, label, _snapshots_to(listing, target.guid), listing.host,
+                  listing.dataset)
 
 
-def _replica_options(ctx: Context, host: str, dataset: str, target: CarriedSnapshot) -> list[Option]:
+def _store_option(facts: RestoreFacts, store: StoreFacts, target: CarriedSnapshot) -> Option:
+    if store.problem:
+        return Option("archive", store.name, problem=store.problem)
+    paths = archive_paths(store.streams, store.carried, target.guid, store.damaged)
+    if not paths:
+        return Option("archive", store.name, problem=why_no_path(
+            store.name, store.streams, store.carried, target, store.damaged))
     options = []
-    for cursor in ctx.catalog().cursors():
-        if cursor.method != "zfs" or (cursor.source_host, cursor.source_dataset) != (host, dataset):
-            continue
-        where = parse_endpoint(cursor.target, allow_directory=True)
-        label = where.host
-        try:
-            dst = ctx.zfs(where.host, DatasetName(cursor.target_location).pool)
-            tree = dst.tree(cursor.target_location, recursive=False)
-        except ZbakError as exc:
-            options.append(Option("replica", label, problem=f"cannot list {cursor.target_location}"
-                                  f" on {where.host}: {exc}"))
-            continue
-        snaps = [CarriedSnapshot(s.short, s.guid, s.createtxg)
-                 for s in tree.snapshots(cursor.target_location)]
-        if not any(s.guid == target.guid for s in snaps):
-            options.append(Option("replica", label, problem=f"{where.host}:{cursor.target_location}"
-                                  f" has no @{target.name}"))
-            continue
-        options.append(Option("replica", label, _snapshots_to(snaps, target.guid), where.host,
-                              cursor.target_location))
-    return options
+    for path in paths:
+        thaw = estimate(path.streams, {s.id: list(store.volumes[s.id]) for s in path.streams},
+                        facts.restore)
+        options.append(Option("archive", store.name, path=path, thaw=thaw if thaw.objects else None))
+    return min(options, key=_rank)
 
 
-def _choose(options: list[Option], from_: str | None, target: CarriedSnapshot,
-            dataset: str) -> Option:
+def _options(facts: RestoreFacts, target: CarriedSnapshot) -> list[Option]:
+    """Every source's option for ``target``, cheapest usable first, then the unusable ones
+    (source side only: the destination is checked by the caller)."""
+    options = [_listing_option("local", "local", facts.local, target)]
+    for replica in facts.replicas:
+        label = replica.host if replica.host != facts.host else f"{replica.host}:{replica.dataset}"
+        options.append(_listing_option("replica", label, replica, target))
+    options += [_store_option(facts, s, target) for s in facts.stores]
+    if not facts.stores:
+        options.append(Option("archive", "archive", problem=f"no store holds a stream of {facts.dataset}"))
+    return sorted(options, key=_order)
+
+
+def _order(option: Option) -> tuple:
+    """Sort key of the plan's options: usable ones first, each group by ``_rank``."""
+    return (option.problem is not None, _rank(option))
+
+
+def _rank(option: Option) -> tuple:
+    """Sort key: local, replicas, then stores by (needs a thaw, thaw cost, thaw hours, bytes
+    to read, streams); the label last so the order never depends on the config's order."""
+    thaw, path = option.thaw, option.path
+    return (_SOURCE_RANK[option.source],
+            thaw is not None, thaw.cost_usd if thaw else 0.0, thaw.hours if thaw else 0.0,
+            path.stored_bytes if path else 0, len(path.streams) if path else 0, option.label)
+
+
+def _why(chosen: Option, options: Sequence[Option], target: CarriedSnapshot, forced: bool) -> str:
+    """One sentence: why ``chosen`` (the other options' problems are shown with them)."""
+    if forced:
+        return f"forced with --from {chosen.label}" + (f" ({chosen.cost})" if chosen.cost else "")
+    if chosen.source == "local":
+        return f"@{target.name} is on {chosen.dataset} itself: no replica or store is read"
+    if chosen.source == "replica":
+        return (f"the replica {chosen.host}:{chosen.dataset} has @{target.name}: no store is"
+                " read, nothing to thaw; the local dataset cannot be used")
+    others = [o for o in options if o.source == "archive" and not o.problem and o is not chosen]
+    why = f"cheapest store: {chosen.label} ({chosen.cost})"
+    if others:
+        why += "; over " + ", ".join(f"{o.label} ({o.cost})" for o in others)
+    return why + "; no local or replica snapshot can be used"
+
+
+def _choose(facts: RestoreFacts, options: list[Option], from_: str | None,
+            target: CarriedSnapshot) -> tuple[Option, str]:
     usable = [o for o in options if o.problem is None]
     if from_ is not None:
-        named = [o for o in options if from_ in (o.label, o.source)]
+        named = [o for o in options if from_ in (o.label, o.source, f"{o.host}:{o.dataset}")]
         if not named:
             labels = ", ".join(sorted({o.label for o in options}))
-            raise UsageError(f"--from {from_}: not a source of {dataset} (sources: {labels})")
+            raise UsageError(f"--from {from_}: not a source of {facts.dataset} (sources: {labels})")
         usable = [o for o in named if o.problem is None]
         if not usable:
-            raise RestoreError(f"--from {from_}: {named[0].problem}")
+            raise RestoreError(f"--from {from_}: {named[0].problem}; nothing was received"
+                               f"{_newest_hint(facts)}")
+        return usable[0], _why(usable[0], options, target, forced=True)
     if not usable:
         reasons = "; ".join(f"{o.label}: {o.problem}" for o in options)
-        raise RestoreError(f"nothing can restore {dataset}@{target.name}: {reasons}")
-    return usable[0]
+        raise RestoreError(f"nothing can restore {facts.dataset}@{target.name}: {reasons}"
+                           f"{_newest_hint(facts)}")
+    return usable[0], _why(usable[0], options, target, forced=False)
+
+
+def _newest_hint(facts: RestoreFacts) -> str:
+    """``"; the newest snapshot that can be restored is @N (from S)"``, or that none can."""
+    for snap in sorted(_known(facts).values(), key=lambda s: s.createtxg, reverse=True):
+        usable = [o for o in _options(facts, snap) if o.problem is None]
+        if usable:
+            return f"; the newest snapshot that can be restored is @{snap.name} (from {usable[0].label})"
+    return "; no snapshot of it can be restored from any source"

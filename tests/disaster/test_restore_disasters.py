@@ -1,0 +1,264 @@
+"""Disasters a restore must survive (issue 15): the source pool destroyed, then the dataset
+brought back from a ``file://`` store, from S3 GLACIER / DEEP_ARCHIVE (thaw first) and from a
+replica pool, into another pool; the pool and the whole state dir lost, the catalog rebuilt
+from the store; and two stores holding the same snapshot, where the cheaper one is chosen and
+the plan says why. A restore needs only the catalog, the source
+it reads and the ``--into`` parent: nothing of the original pool.
+
+Streams are a few MiB: what is tested here is which source is used and that the bytes come
+back, not how large streams move.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+from disaster.conftest import MIB, Site, content_of, restored_content, snapshots
+from testbed.cli import prop
+from testbed.common import hosts_table
+from zrepl_py.errors import ExitStatus
+
+pytestmark = pytest.mark.zfs
+
+
+def destroy_pool(site: Site) -> None:
+    """The disaster: ``zpool destroy -f`` of the source pool (the test's own pool), retried
+    while zfs-fuse still calls it busy (a clone just destroyed by ``content_of``)."""
+    deadline = time.monotonic() + 20
+    while True:
+        done = subprocess.run(["zpool", "destroy", "-f", site.pool], capture_output=True,
+                              text=True, timeout=60)
+        if done.returncode == 0:
+            break
+        assert time.monotonic() < deadline, f"zpool destroy {site.pool}: {done.stderr}"
+        time.sleep(0.3)
+    assert subprocess.run(["zpool", "list", site.pool], capture_output=True).returncode != 0
+
+
+def archived_site(site: Site, store_toml: str, steps: int = 4) -> dict[str, str]:
+    """Snapshots @0..@steps-1 (2 MiB each), archived to store ``cold``; return @last's
+    file digests, read before any disaster."""
+    site.snapshot_steps(range(steps), 2 * MIB)
+    site.write(f"""
+        [stores.cold]
+        {store_toml}
+        [jobs.data]
+        dataset = "{site.data}"
+        [jobs.data.archive]
+        store = "cold"
+    """)
+    site.ok("init")
+    site.ok("archive")
+    return content_of(f"{site.data}@{steps - 1}", site.pool, "before")
+
+
+def plan_json(site: Site, *args: str) -> dict:
+    return json.loads(site.ok("restore", site.data, *args, "--dry-run", "--json"))
+
+
+def chosen(plan: dict) -> dict:
+    (row,) = [r for r in plan["options"] if r["chosen"]]
+    return row
+
+
+def test_the_source_pool_destroyed_the_dataset_comes_back_from_a_file_store(site, make_pool):
+    before = archived_site(site, f'url = "file://{site.tmp / "store"}"\nvolume_size = "1MiB"')
+    middle = content_of(f"{site.data}@1", site.pool, "middle")
+    destroy_pool(site)
+    other = make_pool("256M")
+    into = f"{other.name}/data"
+
+    plan = plan_json(site, "--to", "@3", "--into", into)
+    assert chosen(plan)["from"] == "cold" and "cheapest store: cold" in plan["reason"]
+    local = next(r for r in plan["options"] if r["source"] == "local")
+    assert "not available" in local["problem"] and site.pool in local["problem"]
+    out = site.ok("restore", site.data, "--to", "@3", "--into", into, "--dry-run")
+    assert "cheapest store: cold" in out and "not available" in out
+
+    out = site.ok("restore", site.data, "--to", "@3", "--into", into, "--yes")
+    assert f"{into} is not mounted (received with zfs receive -u)" in out
+    assert f"zfs mount {into}" in out
+    assert snapshots(into) == ["0", "1", "2", "3"]
+    assert restored_content(into) == before
+
+    # A snapshot inside the last -I stream: received, then the later ones trimmed.
+    site.ok("restore", site.data, "--to", "@1", "--into", f"{other.name}/middle", "--yes")
+    assert snapshots(f"{other.name}/middle") == ["0", "1"]
+    assert restored_content(f"{other.name}/middle") == middle
+
+    # Without --into the destination is the lost pool: refused, naming it.
+    status, out, err = site.run("restore", site.data, "--to", "@3", "--dry-run")
+    assert status == ExitStatus.FAILED and f"the pool {site.pool} of local:{site.data}" in err
+    status, out, err = site.run("restore", site.data, "--to", "@9", "--into", f"{other.name}/x",
+                                "--dry-run")
+    assert status == ExitStatus.FAILED, out + err
+    assert "the newest snapshot that can be restored is @3 (from cold)" in err
+
+
+@pytest.mark.parametrize("cold_class", ["GLACIER", "DEEP_ARCHIVE"])
+def test_the_source_pool_destroyed_the_dataset_is_thawed_from_s3_then_restored(
+        site, make_pool, s3_server, s3_bucket, cold_class):
+    before = archived_site(site, (
+        f'url = "s3://{s3_bucket}/zbak"\nendpoint = "{s3_server.endpoint_url}"\n'
+        f'region = "us-east-1"\nvolume_size = "1MiB"\n'
+        f'storage_class = {{ full = "{cold_class}", incremental = "{cold_class}" }}'), steps=3)
+    destroy_pool(site)
+    other = make_pool("256M")
+    into = f"{other.name}/data"
+
+    plan = plan_json(site, "--to", "@2", "--into", into)
+    assert chosen(plan)["from"] == "cold" and plan["thaw"]["objects"] > 0
+    assert "thaw" in plan["reason"]
+    status, out, err = site.run("restore", site.data, "--to", "@2", "--into", into, "--yes")
+    assert status == ExitStatus.THAW_PENDING, out + err
+    assert "run the same restore again" in err
+    out = site.ok("restore", site.data, "--to", "@2", "--into", into, "--yes")
+    assert snapshots(into) == ["0", "1", "2"]
+    assert restored_content(into) == before
+
+
+def test_the_source_pool_destroyed_the_dataset_comes_back_from_its_replica_before_the_archive(
+        site, make_pool):
+    bak = make_pool("256M")
+    site.snapshot_steps(range(3), 2 * MIB)
+    site.write(f"""
+        [stores.cold]
+        url = "file://{site.tmp / 'store'}"
+        [jobs.data]
+        dataset = "{site.data}"
+        [jobs.data.replicate]
+        targets = ["local:{bak.name}/replica"]
+        [jobs.data.archive]
+        store = "cold"
+    """)
+    site.ok("init")
+    site.ok("replicate")
+    site.ok("archive")
+    before = content_of(f"{site.data}@2", site.pool, "before")
+    destroy_pool(site)
+    into = f"{bak.name}/restored"
+
+    plan = plan_json(site, "--to", "@2", "--into", into)
+    assert chosen(plan)["from"] == f"local:{bak.name}/replica"
+    assert f"the replica local:{bak.name}/replica has @2" in plan["reason"]
+    assert "the local dataset cannot be used" in plan["reason"]
+    assert [r["source"] for r in plan["options"]][:2] == ["replica", "archive"]
+
+    site.ok("restore", site.data, "--to", "@2", "--into", into, "--yes")
+    assert snapshots(into) == ["0", "1", "2"]
+    assert prop(f"{into}@2", "guid") == prop(f"{bak.name}/replica@2", "guid")
+    assert restored_content(into) == before
+
+
+def test_of_two_stores_holding_the_snapshot_the_one_with_fewer_bytes_is_used_and_the_plan_says_why(
+        site, make_pool):
+    # Store "long": a full of @0 and -I @0 -> @5 carry every file ever written (6 x 1 MiB).
+    # Store "short": a full of @5 alone carries the files @5 still has (3 MiB: change()
+    # deletes the file of step - 3).
+    site.snapshot_steps(range(6), 1 * MIB)
+    config = """
+        [stores.long]
+        url = "file://{tmp}/long"
+        [stores.short]
+        url = "file://{tmp}/short"
+        [jobs.data]
+        dataset = "{data}"
+        [jobs.data.archive]
+        store = "{store}"
+    """
+    site.write(config.format(tmp=site.tmp, data=site.data, store="long"))
+    site.ok("init")
+    site.ok("archive")
+    for step in range(5):
+        subprocess.run(["zfs", "destroy", f"{site.data}@{step}"], check=True)
+    site.write(config.format(tmp=site.tmp, data=site.data, store="short"))
+    site.ok("archive")
+    before = content_of(f"{site.data}@5", site.pool, "before")
+    other = make_pool("256M")
+    into = f"{other.name}/data"
+
+    plan = plan_json(site, "--to", "@5", "--into", into)
+    assert chosen(plan)["source"] == "local"  # the snapshot itself: no store is read
+    destroy_pool(site)
+
+    plan = plan_json(site, "--to", "@5", "--into", into)
+    stores = {r["from"]: r for r in plan["options"] if r["source"] == "archive"}
+    assert stores["short"]["chosen"] and not stores["long"]["chosen"]
+    assert stores["short"]["bytes"] < stores["long"]["bytes"]
+    assert plan["reason"].startswith("cheapest store: short (no thaw, ")
+    assert "over long (no thaw, " in plan["reason"]
+    out = site.ok("restore", site.data, "--to", "@5", "--into", into, "--yes")
+    assert "1 stream(s)" in out
+    assert snapshots(into) == ["5"]
+    assert restored_content(into) == before
+
+
+def test_the_source_pool_and_the_state_dir_lost_the_catalog_is_rebuilt_from_the_store_then_restored(
+        site, make_pool):
+    """The whole machine lost (pool, catalog, state dir): a new catalog rebuilt from the
+    store's manifests is all a restore needs."""
+    before = archived_site(site, f'url = "file://{site.tmp / "store"}"\nvolume_size = "1MiB"')
+    destroy_pool(site)
+    shutil.rmtree(site.tmp / "state")
+    other = make_pool("256M")
+    into = f"{other.name}/data"
+    status, out, err = site.run("restore", site.data, "--to", "@3", "--into", into, "--dry-run")
+    assert status == ExitStatus.FAILED and "zbak init" in err  # no catalog: nothing is guessed
+
+    site.ok("init", "--no-checks")
+    site.ok("catalog", "rebuild", "cold")
+    plan = plan_json(site, "--to", "@3", "--into", into)
+    assert chosen(plan)["from"] == "cold"
+    site.ok("restore", site.data, "--to", "@3", "--into", into, "--yes")
+    assert snapshots(into) == ["0", "1", "2", "3"]
+    assert restored_content(into) == before
+
+
+def test_the_source_host_unreachable_and_its_pool_destroyed_a_pull_job_restores_onto_this_machine(
+        site, make_pool, sshd):
+    """A pull job (the source is ``master:POOL/data`` over ssh): the master's pool is
+    destroyed and the master no longer answers; the archive brings the dataset back onto
+    this machine with ``--into local:POOL/NAME``."""
+    site.snapshot_steps(range(3), 2 * MIB)
+    config = """
+        {hosts}
+        [stores.cold]
+        url = "file://{tmp}/store"
+        [jobs.data]
+        dataset = "master:{data}"
+        [jobs.data.archive]
+        store = "cold"
+    """
+    host = sshd.host_config()
+    site.write(config.format(hosts=hosts_table("master", host, connect_timeout=3),
+                             tmp=site.tmp, data=site.data))
+    site.ok("init")
+    site.ok("archive")
+    before = content_of(f"{site.data}@2", site.pool, "before")
+    destroy_pool(site)
+    # The master is gone: nothing listens on its port any more.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead_port = probe.getsockname()[1]
+    gone = sshd.host_config(port=dead_port)
+    site.write(config.format(hosts=hosts_table("master", gone, connect_timeout=3),
+                             tmp=site.tmp, data=site.data))
+    other = make_pool("256M")
+    into = f"local:{other.name}/data"
+
+    plan = plan_json(site, "--to", "@2", "--into", into)
+    assert chosen(plan)["from"] == "cold"
+    local = next(r for r in plan["options"] if r["source"] == "local")
+    assert local["problem"].startswith(f"not available: cannot list master:{site.data}")
+    status, out, err = site.run("restore", f"master:{site.data}", "--to", "@2", "--dry-run")
+    assert status == ExitStatus.FAILED and "restore --into a dataset of a pool that exists" in err
+
+    site.ok("restore", f"master:{site.data}", "--to", "@2", "--into", into, "--yes")
+    assert snapshots(f"{other.name}/data") == ["0", "1", "2"]
+    assert restored_content(f"{other.name}/data") == before

@@ -1,0 +1,242 @@
+"""Gather what ``zbak restore`` plans from (the I/O half of the restore planner/driver pair).
+
+``gather_restore`` reads, and changes nothing:
+
+* the catalog: the dataset's streams per store (with the snapshots each carries and its
+  volumes), its catalogued snapshots (destroyed ones too) and its replica cursors;
+* the dataset on its own host, the replica targets and the ``--into`` side, each listed once;
+* one listing per store holding streams of the dataset, to find objects gone from it.
+
+Anything of the original dataset may be gone (the dataset, its pool, its host): a place that
+cannot be listed becomes a fact with the reason (``Listing.problem``), never an error, so a
+restore needs only the catalog, the source it uses and the ``--into`` parent (issue 15).
+ZFS capabilities are probed for the ``--into`` pool, never for the original one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from zrepl_py.catalog.models import LIVING_STATES
+from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow, VolumeRow
+from zrepl_py.chains.prune import common_prefix
+from zrepl_py.config.schema import LOCAL_HOST, RestoreConfig, parse_endpoint
+from zrepl_py.context import Context
+from zrepl_py.errors import DatasetNotFound, UsageError, ZbakError
+from zrepl_py.stores.open import open_store
+from zrepl_py.zfs.names import DatasetName
+
+
+@dataclasses.dataclass(frozen=True)
+class Listing:
+    """The snapshots of one dataset somewhere (the original, or a replica target).
+
+    Attributes:
+        host / dataset: where.
+        snapshots: its snapshots in createtxg order (empty when it cannot be listed).
+        problem: why it could not be listed (dataset, pool or host gone), else None.
+    """
+
+    host: str
+    dataset: str
+    snapshots: tuple[CarriedSnapshot, ...] = ()
+    problem: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreFacts:
+    """What one store holds of the dataset, per the catalog and one listing of the store.
+
+    Attributes:
+        name: the store's name in the config.
+        streams: the dataset's streams in this store, any state, chain order.
+        carried: stream id -> the snapshots it carries (createtxg order).
+        volumes: stream id -> its volumes by index.
+        damaged: stream id -> what is wrong with its volumes (missing or resized), for the
+            living streams the listing checked (manifests are not needed to restore).
+        problem: why the store could not be listed (not configured, unreachable), else None.
+    """
+
+    name: str
+    streams: tuple[StreamRow, ...]
+    carried: Mapping[int, tuple[CarriedSnapshot, ...]]
+    volumes: Mapping[int, tuple[VolumeRow, ...]]
+    damaged: Mapping[int, str] = dataclasses.field(default_factory=dict)
+    problem: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class IntoFacts:
+    """The destination: ``host:dataset`` to create.
+
+    Attributes:
+        exists: the dataset exists already.
+        problem: why it cannot be created there (its parent or pool is missing, the host
+            cannot be reached), else None.
+    """
+
+    host: str
+    dataset: str
+    exists: bool = False
+    problem: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreFacts:
+    """Everything ``plan.plan_restore`` decides from (plain data, no handles).
+
+    Attributes:
+        host / dataset: the dataset restored, as catalogued.
+        local: the dataset on its own host.
+        replicas: one listing per ZFS replica target of the dataset (catalog cursors).
+        stores: one per store holding streams of the dataset, by name.
+        catalogued: snapshots the catalog knows of the dataset (destroyed ones too).
+        into: the destination.
+        restore: the ``[restore]`` config (thaw tier and prices, for the cost estimate).
+    """
+
+    host: str
+    dataset: str
+    local: Listing
+    replicas: tuple[Listing, ...]
+    stores: tuple[StoreFacts, ...]
+    catalogued: tuple[CarriedSnapshot, ...]
+    into: IntoFacts
+    restore: RestoreConfig
+
+
+def resolve_dataset(ctx: Context, dataset: str | None) -> tuple[str, str]:
+    """``(host, dataset)`` from the argument, or from the only job.
+
+    Raises:
+        UsageError: no dataset named and the config has several jobs.
+        InvalidName: the name breaks the ZFS naming rules.
+    """
+    if dataset is None:
+        jobs = list(ctx.config.jobs.values())
+        if len(jobs) != 1:
+            raise UsageError(f"name the dataset to restore: {ctx.config_path} has {len(jobs)} jobs")
+        source = jobs[0].source
+        return source.host, str(source.dataset)
+    endpoint = parse_endpoint(dataset, allow_directory=False)
+    if endpoint.host != LOCAL_HOST or ":" in dataset:
+        return endpoint.host, str(endpoint.dataset)
+    for job in ctx.config.jobs.values():  # a dataset of a pull job lives on its host
+        src = job.source
+        if str(endpoint.dataset) == str(src.dataset) or str(endpoint.dataset).startswith(f"{src.dataset}/"):
+            return src.host, str(endpoint.dataset)
+    return LOCAL_HOST, str(endpoint.dataset)
+
+
+def resolve_into(ctx: Context, host: str, dataset: str, into: str | None) -> tuple[str, str]:
+    """``(host, dataset)`` to create: ``--into HOST:POOL/NAME``, ``--into POOL/NAME`` on the
+    restored dataset's own host, or (no ``--into``) the restored dataset itself.
+
+    Raises:
+        UsageError: a malformed name, or a host that is neither ``local`` nor in the config.
+    """
+    if into is None:
+        return host, dataset
+    try:
+        endpoint = parse_endpoint(into, allow_directory=False)
+    except ValueError as exc:
+        raise UsageError(f"--into {into}: {exc}") from None
+    # A bare POOL/NAME stays on the dataset's host, as before HOST: was accepted.
+    where = endpoint.host if ":" in into and "/" not in into.partition(":")[0] else host
+    if where != LOCAL_HOST and where not in ctx.config.hosts:
+        raise UsageError(f"--into {into}: host {where} is not in {ctx.config_path} (hosts:"
+                         f" {', '.join(['local', *ctx.config.hosts])})")
+    return where, str(endpoint.dataset)
+
+
+def gather_restore(ctx: Context, dataset_arg: str | None, into: str | None) -> RestoreFacts:
+    """Read the facts a restore of ``dataset_arg`` into ``into`` (``resolve_into``; default:
+    the dataset itself) is planned from (see the module docstring).
+
+    Raises:
+        UsageError, InvalidName: as ``resolve_dataset``; ``into`` is not a dataset name.
+        CatalogError: the catalog cannot be read.
+    """
+    host, dataset = resolve_dataset(ctx, dataset_arg)
+    into_host, into_name = resolve_into(ctx, host, dataset, into)
+    catalog = ctx.catalog()
+    streams = catalog.streams(host=host, dataset=dataset)
+    carried = catalog.carried(s.id for s in streams)
+    known = [CarriedSnapshot(r.name, r.guid, r.createtxg)
+             for r in catalog.snapshots(host=host, dataset=dataset, include_destroyed=True)]
+    # One query for every volume (the scope also holds child datasets': filtered by id).
+    volumes = catalog.bulk_volumes(host=host, below=dataset) if streams else {}
+    stores = []
+    for name in sorted({s.store for s in streams}):
+        mine = tuple(s for s in streams if s.store == name)
+        stores.append(_store_facts(ctx, name, mine, {s.id: tuple(carried[s.id]) for s in mine},
+                                   {s.id: tuple(volumes.get(s.id, ())) for s in mine}))
+    replicas = tuple(_list(ctx, parse_endpoint(c.target, allow_directory=True).host,
+                           c.target_location)
+                     for c in catalog.cursors()
+                     if c.method == "zfs" and (c.source_host, c.source_dataset) == (host, dataset))
+    return RestoreFacts(host, dataset, _list(ctx, host, dataset), replicas, tuple(stores),
+                        tuple(known), _into(ctx, into_host, into_name), ctx.config.restore)
+
+
+def _list(ctx: Context, host: str, dataset: str) -> Listing:
+    """List ``host:dataset``'s snapshots; a missing dataset, pool or host is a fact."""
+    try:
+        # No pool argument: probing capabilities needs the pool, which may be the one lost.
+        tree = ctx.zfs(host).tree(dataset, recursive=False)
+    except DatasetNotFound:
+        return Listing(host, dataset, problem=f"{host}:{dataset} does not exist (or its pool is gone)")
+    except ZbakError as exc:
+        return Listing(host, dataset, problem=f"cannot list {host}:{dataset}: {exc}")
+    snaps = sorted((CarriedSnapshot(s.short, s.guid, s.createtxg) for s in tree.snapshots(dataset)),
+                   key=lambda s: s.createtxg)
+    return Listing(host, dataset, tuple(snaps))
+
+
+def _into(ctx: Context, host: str, into: str) -> IntoFacts:
+    """Whether ``host:into`` exists and can be created (its pool and parent exist)."""
+    name = DatasetName(into)
+    try:
+        zfs = ctx.zfs(host, name.pool)
+        if zfs.exists(into):
+            return IntoFacts(host, into, exists=True)
+        parent = into.rsplit("/", 1)[0]
+        if "/" in into and not zfs.exists(parent):
+            return IntoFacts(host, into, problem=f"the parent {host}:{parent} of {into} does"
+                             " not exist: create it first")
+    except ZbakError as exc:
+        return IntoFacts(host, into, problem=f"the pool {name.pool} of {host}:{into} cannot be"
+                         f" used: {exc}; restore --into a dataset of a pool that exists"
+                         " ([HOST:]POOL/NAME)")
+    return IntoFacts(host, into)
+
+
+def _store_facts(ctx: Context, name: str, streams: tuple[StreamRow, ...],
+                 carried: dict[int, tuple[CarriedSnapshot, ...]],
+                 volumes: dict[int, tuple[VolumeRow, ...]]) -> StoreFacts:
+    """The store's facts, with ONE listing of the streams' common prefix (nothing is read)."""
+    cfg = ctx.config.stores.get(name)
+    if cfg is None:
+        return StoreFacts(name, streams, carried, volumes,
+                          problem=f"store {name} is not in {ctx.config_path}")
+    living = [s for s in streams if s.state in LIVING_STATES]
+    if not living:
+        return StoreFacts(name, streams, carried, volumes)
+    try:
+        backend = open_store(name, cfg)
+        try:
+            listed = {info.key: info.size for info in backend.list(common_prefix(living))}
+        finally:
+            backend.close()
+    except ZbakError as exc:
+        return StoreFacts(name, streams, carried, volumes, problem=f"cannot list store {name}: {exc}")
+    damaged = {}
+    for stream in living:
+        problems = [f"{v.key} missing" if v.key not in listed else
+                    f"{v.key} has {listed[v.key]} bytes, the catalog says {v.stored_bytes}"
+                    for v in volumes[stream.id] if listed.get(v.key) != v.stored_bytes]
+        if problems:
+            damaged[stream.id] = "; ".join(problems[:2]) + (
+                f"; {len(problems) - 2} more" if len(problems) > 2 else "")
+    return StoreFacts(name, streams, carried, volumes, damaged)
