@@ -14,12 +14,11 @@ import json
 
 import pytest
 
+from conftest import MIB, content_of, restored_content
 from zrepl_py.archive.layout import MANIFEST, MANIFEST_COPY
 from zrepl_py.errors import ExitStatus
 
 pytestmark = pytest.mark.zfs
-
-MIB = 1024 * 1024
 
 
 def _coverage(out: str) -> dict:
@@ -76,15 +75,52 @@ def test_a_lost_catalog_and_manifest_pair_is_an_audit_error_naming_the_restorabl
     assert len(errors) == 1 and "@4..@9" in errors[0]["problem"]
 
     # the advice: a new chain. The newest snapshot restores again; the directories no chain
-    # can use are deleted by that archive run; @4..@8 cannot come back from this store.
+    # can use are kept (never deleted by an archive run: they may be all a lost catalog
+    # left) and reported; @4..@8 cannot come back from this store.
     site.ok("archive", "--full")
-    assert not [p for p in lost.rglob("*") if p.is_file()]
+    assert [p for p in lost.rglob("*") if p.is_file()]
     status, out, err = site.run("audit")
     assert status == ExitStatus.OK, out + err
-    assert "restorable: @0..@3, @9 (5)\n" in out
+    assert "restorable: @0..@3, @9 (5)" in out
     restored = site.ok("restore", "--to", "@9", "--into", f"{site.pool}/back", "--from", "cold",
                        "--yes")
     assert restored is not None
     status, out, err = site.run("restore", "--to", "@5", "--into", f"{site.pool}/five",
                                 "--from", "cold", "--yes")
     assert status != ExitStatus.OK
+
+
+def test_an_archive_run_before_the_catalog_is_rebuilt_deletes_none_of_the_history(site):
+    """The catalog is lost and the nightly `zbak archive` runs before anyone notices: it
+    starts a new chain, but every stream folder the empty catalog does not know stays, so
+    `zbak catalog rebuild --merge` brings all of them back and @1 still restores."""
+    store = site.tmp / "store"
+    store.mkdir(mode=0o700)
+    site.write(f"""
+        [stores.cold]
+        url = "file://{store}"
+        volume_size = "1MiB"
+        [jobs.data]
+        dataset = "{site.data}"
+        [jobs.data.archive]
+        store = "cold"
+    """)
+    site.ok("init", "--no-checks")
+    for step in range(3):
+        site.snapshot_steps(range(step, step + 1), 1 * MIB)
+        site.ok("archive")
+    before = {p.relative_to(store) for p in store.rglob("*") if p.is_file()
+              and "catalog" not in p.name}
+    expected = content_of(f"{site.data}@1", site.pool, "one")
+    for db in (site.tmp / "state").glob("catalog.sqlite*"):
+        db.unlink()
+    site.ok("init", "--no-checks")
+    site.snapshot_steps(range(3, 4), 1 * MIB)
+    status, out, err = site.run("archive")  # the nightly run, before any rebuild
+    after = {p.relative_to(store) for p in store.rglob("*") if p.is_file()}
+    assert before <= after, f"deleted: {sorted(map(str, before - after))}; {out}{err}"
+    assert "not in the catalog: kept" in err
+    status, out, err = site.run("catalog", "rebuild", "cold", "--merge")
+    assert status == ExitStatus.OK, out + err
+    site.ok("restore", "--to", "@1", "--into", f"{site.pool}/one", "--from", "cold", "--yes")
+    assert restored_content(f"{site.pool}/one") == expected

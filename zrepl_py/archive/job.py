@@ -6,7 +6,9 @@ stream that lost a volume is marked ``bad`` with an alert event, and the planner
 full), plan with ``archive.planner``, write each planned stream with ``archive.writer``, then move
 the archive hold (``zbak:<job>:archive:<store>``, plus a bookmark where supported) to the new
 chain tip so no pruner can remove the next incremental's base. Leftovers of interrupted runs
-whose plan changed (a prefix with ``progress.json`` but no manifest) are deleted first.
+whose plan changed (a prefix with ``progress.json`` but no manifest) are deleted first; a
+folder the catalog does not know is never deleted otherwise (it may hold history a lost
+catalog forgot).
 A dataset that fails is reported and the others still run.
 
 Before anything, the store's catalog exports are checked against this machine's high-water
@@ -33,6 +35,7 @@ from collections.abc import Sequence
 
 from zrepl_py.archive.layout import (
     MANIFEST,
+    MANIFEST_COPY,
     PROGRESS,
     dataset_prefix,
     is_stream_prefix,
@@ -371,11 +374,16 @@ def _prefix(host: str, dataset: DatasetName, planned: PlannedStream) -> str:
 
 
 def _clean_stale_uploads(backend: Backend, prefix: str, keep: set[str], catalogued: set[str]) -> None:
-    """Delete what interrupted runs left under the dataset's ``prefix`` that no plan or catalog
-    row accounts for: stream folders neither planned now nor catalogued (a partial upload, or
-    a manifest written before its catalog row, whose plan changed), and stale
-    ``progress.json`` records next to catalogued streams. Only stream folders directly under
-    ``prefix`` are considered: a child dataset's folders are its own."""
+    """Delete the partial uploads interrupted runs left under the dataset's ``prefix`` whose
+    plan changed (a stream folder neither planned now nor catalogued, holding ``progress.json``
+    and no manifest), and stale ``progress.json`` records next to catalogued streams. Only
+    stream folders directly under ``prefix`` are considered: a child dataset's are its own.
+
+    A folder the catalog does not know that holds a manifest (or its copy), or volumes but no
+    ``progress.json``, is never deleted: it may be the only copy of snapshots a lost catalog
+    forgot (issue 15: an archive run before ``zbak catalog rebuild`` deleted the history). It
+    is named in a warning; ``zbak catalog rebuild STORE --merge`` adopts what it can.
+    """
     by_stream: dict[str, set[str]] = {}
     for info in backend.list(prefix):
         head, _, leaf = info.key.rpartition("/")
@@ -389,5 +397,10 @@ def _clean_stale_uploads(backend: Backend, prefix: str, keep: set[str], catalogu
             if PROGRESS in leaves:
                 backend.delete(stream + PROGRESS)
             continue
-        log.info("deleting %s, left by an interrupted run whose plan changed", stream)
-        delete_prefix(backend, stream)
+        if PROGRESS in leaves and not leaves & {MANIFEST, MANIFEST_COPY}:
+            log.info("deleting %s, left by an interrupted run whose plan changed", stream)
+            delete_prefix(backend, stream)
+        else:
+            log.warning("%s is in the store but not in the catalog: kept (run `zbak catalog"
+                        " rebuild STORE --merge` to adopt it, `zbak audit` to see what it holds)",
+                        stream)

@@ -7,7 +7,7 @@ import sys
 import click
 
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
-from zrepl_py.errors import ExitStatus
+from zrepl_py.errors import ExitStatus, UsageError
 
 
 def _plan_rows(plan) -> list[dict]:
@@ -43,6 +43,25 @@ def _thaw_text(plan) -> str:
             f" about ${t.cost_usd:.2f} in retrieval fees")
 
 
+def _check_arguments(dataset: str | None, to: str, into: str | None, from_: str | None) -> None:
+    """Refuse a malformed argument before the config, the catalog or any process is touched
+    (issue 16 items 2-3: exit 2, one line).
+
+    Raises:
+        InvalidName: DATASET or --into is not ``[HOST:]POOL/NAME``, --to not a snapshot name.
+        UsageError: --from is not a host or store name (or ``local``).
+    """
+    from zrepl_py.config.schema import is_config_name, parse_endpoint  # noqa: PLC0415
+    from zrepl_py.zfs.names import check_short_name  # noqa: PLC0415
+
+    for value in (dataset, into):
+        if value is not None:
+            parse_endpoint(value, allow_directory=False)
+    check_short_name(to.removeprefix("@"), "--to snapshot name")
+    if from_ is not None and not is_config_name(from_):
+        raise UsageError(f"--from {from_!r}: expected local, a host name or a store name")
+
+
 @click.command("restore")
 @click.argument("dataset", required=False)
 @click.option("--to", "to", required=True, metavar="@SNAP", help="The snapshot to restore.")
@@ -64,6 +83,7 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
     from zrepl_py.restore.plan import plan_restore  # noqa: PLC0415
     from zrepl_py.runs import recorded_run  # noqa: PLC0415
 
+    _check_arguments(dataset, to, into, from_)
     with inv.context() as ctx:
         plan = plan_restore(gather_restore(ctx, dataset, into), to, from_)
         rows = _plan_rows(plan)

@@ -34,6 +34,12 @@ _CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 LOCAL_HOST = "local"
 """Host name that means this machine; it needs no ``[hosts.local]`` section."""
 
+
+def is_config_name(value: str) -> bool:
+    """True when ``value`` can name a host, store or job in the config (1-64 of
+    ``A-Za-z0-9_.-``, a letter or digit first)."""
+    return _CONFIG_NAME.fullmatch(value) is not None
+
 DEFAULT_STATE_DIR = Path("/var/lib/zbak")
 S3_STORAGE_CLASSES = (
     "STANDARD",
@@ -98,7 +104,7 @@ def parse_endpoint(value: object, *, allow_directory: bool) -> Endpoint:
     host, sep, rest = value.partition(":")
     if not sep or "/" in host:
         host, rest = LOCAL_HOST, value
-    if not _CONFIG_NAME.match(host):
+    if _CONFIG_NAME.fullmatch(host) is None:  # not match: '$' also matches before a '\n'
         raise InvalidEndpoint(f"invalid host name {host!r}")
     if rest.startswith("/"):
         if not allow_directory:

@@ -27,7 +27,9 @@ import logging
 import re
 import time
 
+from zrepl_py.archive.damage import mark_bad
 from zrepl_py.catalog.export import StoreGuard
+from zrepl_py.catalog.repository import StreamRow
 from zrepl_py.context import Context
 from zrepl_py.errors import (
     CatalogError,
@@ -142,7 +144,8 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
             got = (f"{plan.into} holds the streams up to @{path.streams[done - 1].to_name}"
                    if done else "nothing was received")
             if _stream_rejected(exc):
-                _mark_bad(ctx, stream.id)
+                _mark_bad(ctx, stream, f"zfs receive rejected its content: {exc}",
+                          job_of(ctx.config, plan.host, plan.dataset))
                 raise StreamRejected(
                     f"zfs receive rejected stream {stream.id} (@{stream.to_name}, store"
                     f" {path.store}) although its volumes verified: {exc}; the stream is marked"
@@ -167,16 +170,17 @@ def _stream_rejected(exc: BaseException) -> bool:
             and bool(_INVALID_STREAM.search(exc.culprit.stderr or "")))
 
 
-def _mark_bad(ctx: Context, stream_id: int) -> None:
-    """Mark stream ``stream_id`` bad so no restore path uses it again; a catalog failure here
-    is logged, never hides the receive error."""
+def _mark_bad(ctx: Context, stream: StreamRow, problem: str, job: str | None) -> None:
+    """Mark ``stream`` bad so no restore path uses it again, with the alert every bad mark
+    raises (``archive.damage.mark_bad``); a catalog failure here is logged, never hides the
+    receive error."""
     try:
-        ctx.catalog().set_stream_state(stream_id, "bad", ctx.clock.now())
+        mark_bad(ctx.catalog(), stream, problem, ctx.clock.now(),
+                 job=job, action="restore")
     except CatalogError as exc:
-        log.error("could not mark stream %d bad in the catalog: %s", stream_id, exc)
+        log.error("could not mark stream %d bad in the catalog: %s", stream.id, exc)
     else:
-        log.error("stream %d marked bad in the catalog: zfs receive rejected its content",
-                  stream_id)
+        log.error("stream %d marked bad in the catalog: %s", stream.id, problem)
 
 
 def _trim(ctx: Context, plan: RestorePlan, later: list[str]) -> None:

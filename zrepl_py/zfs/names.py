@@ -95,6 +95,8 @@ def check_short_name(value: str, what: str = "snapshot name") -> str:
     _check_component(value, value, what)
     if value.startswith("-"):
         raise InvalidName(f"{what} {value!r}: must not start with '-'")
+    if len(value.encode()) > MAX_NAME_LEN - 2:  # no POOL@NAME of at most MAX_NAME_LEN holds it
+        raise InvalidName(f"{what} {value[:40]!r}...: longer than {MAX_NAME_LEN - 2} bytes")
     return value
 
 
