@@ -374,15 +374,17 @@ def _prefix(host: str, dataset: DatasetName, planned: PlannedStream) -> str:
 
 
 def _clean_stale_uploads(backend: Backend, prefix: str, keep: set[str], catalogued: set[str]) -> None:
-    """Delete the partial uploads interrupted runs left under the dataset's ``prefix`` whose
-    plan changed (a stream folder neither planned now nor catalogued, holding ``progress.json``
-    and no manifest), and stale ``progress.json`` records next to catalogued streams. Only
-    stream folders directly under ``prefix`` are considered: a child dataset's are its own.
+    """Delete what interrupted runs left under the dataset's ``prefix``: stream folders
+    neither planned now nor catalogued that are this machine's own unfinished uploads (a
+    ``progress.json``, or volumes without a manifest: killed before its first progress
+    record), and stale ``progress.json`` records next to catalogued streams. Only stream
+    folders directly under ``prefix`` are considered: a child dataset's are its own.
 
-    A folder the catalog does not know that holds a manifest (or its copy), or volumes but no
-    ``progress.json``, is never deleted: it may be the only copy of snapshots a lost catalog
-    forgot (issue 15: an archive run before ``zbak catalog rebuild`` deleted the history). It
-    is named in a warning; ``zbak catalog rebuild STORE --merge`` adopts what it can.
+    Never deleted (issue 15: an archive run after a lost catalog deleted the history): a
+    folder holding a manifest and no ``progress.json`` (a finished stream the catalog does
+    not know), and anything at all when the catalog knows no stream of the dataset here
+    while the store holds some (the catalog was lost or replaced). Those are named in a
+    warning; ``zbak catalog rebuild STORE --merge`` adopts what it can.
     """
     by_stream: dict[str, set[str]] = {}
     for info in backend.list(prefix):
@@ -397,7 +399,8 @@ def _clean_stale_uploads(backend: Backend, prefix: str, keep: set[str], catalogu
             if PROGRESS in leaves:
                 backend.delete(stream + PROGRESS)
             continue
-        if PROGRESS in leaves and not leaves & {MANIFEST, MANIFEST_COPY}:
+        unfinished = PROGRESS in leaves or not leaves & {MANIFEST, MANIFEST_COPY}
+        if unfinished and catalogued:
             log.info("deleting %s, left by an interrupted run whose plan changed", stream)
             delete_prefix(backend, stream)
         else:
