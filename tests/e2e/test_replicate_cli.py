@@ -343,3 +343,35 @@ def test_under_a_bandwidth_limit_the_run_records_the_bytes_really_sent(make_pool
     status, out, _ = rig("status", "--json")
     (run,) = [r for r in json.loads(out)[0]["last_runs"] if r["action"] == "replicate"]
     assert abs(run["bytes"] - stream) < 0.03 * stream, (run["bytes"], stream)
+
+
+def test_one_diverged_child_is_reported_and_every_other_dataset_is_still_replicated(
+        make_pool, sshd, tmp_path, capsys):
+    """Issue 18 item 6: the diverged child is left untouched and named; its siblings after
+    it in the loop (and its parent) get the new snapshot; the run is recorded partial and
+    raises the failure event; exit 1."""
+    rig = Rig(make_pool, sshd, tmp_path, capsys, recursive=True)
+    assert rig("init", "--no-checks")[0] == ExitStatus.OK
+    for child in ("a", "b", "c"):
+        zfs("create", f"{rig.data}/{child}")
+    rig.snapshot("s1")
+    assert rig("replicate")[0] == ExitStatus.OK
+    zfs("snapshot", f"{rig.replica}/a@admin-made")
+    rig.snapshot("s2")
+
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.FAILED
+    rows = json.loads(out)["rows"]
+    (bad,) = [r for r in rows if r["dataset"] == f"{rig.data}/a"]
+    assert bad["plan"].startswith("diverged:") and "admin-made" in bad["plan"]
+    (failed,) = [r for r in rows if r["plan"] == "FAILED"]
+    assert f"{rig.replica}/a diverged" in failed["error"]
+    assert set(guids(f"{rig.replica}/a")) == {"s1", "admin-made"}, "nothing on it changed"
+    for child in ("", "/b", "/c"):
+        assert guids(rig.replica + child) == guids(rig.data + child)
+    assert "event failure" in err and "ended partial" in err
+
+    status, out, _ = rig("status", "--json")
+    (run,) = [r for r in json.loads(out)[0]["last_runs"] if r["action"] == "replicate"]
+    assert run["result"] == "partial" and run["bytes"] > 0
+    assert f"{rig.replica}/a diverged" in run["error"]

@@ -1,7 +1,9 @@
 """``zbak replicate`` for one job: lock the source, list it once, bring every target up to date.
 
-Targets are independent: one that fails (unreachable, diverged, a broken transfer) is
-recorded as a failed run and the others still run. Each target's bytes, duration and
+Targets are independent: one that fails (unreachable, a broken transfer) is recorded as a
+failed run and the others still run. Within a target, a diverged dataset is skipped and the
+others are replicated; the run then ends ``partial`` (``failed`` when every dataset
+diverged), which raises the usual failure alert, and ``zbak replicate`` exits 1. Each target's bytes, duration and
 result go to the catalog's ``runs`` table; each dataset's cursor to ``replica_cursors``.
 
 Method ``auto`` falls back to rsync (DESIGN.md "Replication") when the target host has no
@@ -143,11 +145,15 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
                 with recorded_run(catalog, ctx.clock, name, "replicate", str(target)) as record:
                     _one_target(ctx, name, job, target, inventory, src, result, dry_run=False)
                     record.bytes = result.bytes
+                    if result.error:  # diverged datasets; the others were replicated
+                        replicated = any(not d.diverged for d in result.datasets)
+                        record.result = "partial" if replicated else "failed"
                     held = _held_bases(ctx, name, target, inventory, src, cfg.protection_budget)
                     record.budget = budget_warnings(cfg.protection_budget, held, ctx.clock.now())
                     result.warnings += record.budget
-                    if result.warnings:
-                        record.error = "; ".join(result.warnings)
+                    problems = ([result.error] if result.error else []) + result.warnings
+                    if problems:
+                        record.error = "; ".join(problems)
             except ZbakError as exc:
                 log.error("job %s: target %s failed: %s", name, target, exc)
                 result.error = str(exc)
@@ -232,6 +238,11 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
                     fallback=fallback,
                 )
                 result.bytes = sum(d.bytes for d in result.datasets)
+                diverged = [d.diverged for d in result.datasets if d.diverged]
+                if diverged:
+                    result.error = "; ".join(diverged)
+                    log.error("job %s: %d dataset(s) diverged on %s: %s", name, len(diverged),
+                              target, result.error)
                 return
     synced = replicate_to_directory(
         ctx=ctx, job_name=name, job=job, target=directory, inventory=inventory, src=src,

@@ -3,8 +3,10 @@
 Per target the order of work is: one listing of the target tree; then, parent datasets
 first, for each covered source dataset: plan, run each step's pipeline, check the target
 now has the snapshot's guid, move the source hold/bookmark, record the cursor. A diverged
-dataset stops the whole target (nothing on it is touched); a failed transfer leaves the
-cursor where it was, so the next run re-plans from what the target really has.
+dataset is left untouched and reported in its outcome (``DatasetOutcome.diverged``) while
+the other datasets go on (issue 18 item 6: one diverged child must not leave the rest of
+the tree behind); a failed transfer stops the target and leaves the cursor where it was,
+so the next run re-plans from what the target really has.
 
 A stream the target's ZFS rejects as unsupported (``StreamUnsupported``: zfs-fuse receiving
 any OpenZFS 2.x stream, a pool without a feature the stream needs) is handed to the
@@ -65,7 +67,9 @@ class DatasetOutcome:
 
     ``method`` is ``"rsync"`` when the target rejected the stream and the fallback copied the
     dataset's snapshots instead (``reached``: the newest snapshot copied; ``fallback``: the
-    directory on the target host they went to).
+    directory on the target host they went to). ``diverged`` says why the target dataset
+    was left untouched (the plan found it diverged, or the receiver refused it as modified);
+    None otherwise.
     """
 
     source: str
@@ -75,6 +79,7 @@ class DatasetOutcome:
     reached: str | None = None
     method: str = "zfs"
     fallback: str | None = None
+    diverged: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,9 +182,12 @@ def replicate_to_zfs_target(
         fallback: called for a dataset whose stream the target rejects as unsupported
             (see the module doc); None: raise ``StreamUnsupported``.
 
+    Returns:
+        one outcome per covered dataset, parents first; a diverged target dataset (snapshots
+        or writes the source does not have; nothing on it was changed) has ``diverged`` set
+        and the others were still replicated.
+
     Raises:
-        Diverged: a target dataset has snapshots or writes the source does not (nothing on
-            the target was changed; set ``on_divergence = "rollback"`` to opt in).
         StreamUnsupported: the target's ZFS cannot receive the stream and there is no
             ``fallback``.
         PipelineFailed, ZfsError, HostUnreachable: a transfer or command failed; datasets
@@ -202,7 +210,8 @@ def replicate_to_zfs_target(
         outcome = DatasetOutcome(str(dataset), str(target_ds), plan)
         outcomes.append(outcome)
         if plan.diverged:
-            raise Diverged(f"{target}: {target_ds} diverged from {dataset}: {plan.diverged}")
+            outcome.diverged = f"{target}: {target_ds} diverged from {dataset}: {plan.diverged}"
+            continue
         if dry_run or not plan.steps:
             if plan.common is not None:
                 outcome.reached = plan.common.name
@@ -225,6 +234,9 @@ def replicate_to_zfs_target(
             outcome.method, outcome.fallback = "rsync", done.where
             outcome.bytes += done.bytes
             outcome.reached = done.reached
+            continue
+        except Diverged as exc:  # the receiver refused it as modified: nothing was received
+            outcome.diverged = f"{target}: {exc}"
             continue
         if reached is None:
             continue
