@@ -218,11 +218,14 @@ def replicate_to_zfs_target(
             continue
         if not target_state.exists:
             _ensure_parent(dst, target_ds, present)
+        old = cursors.get((str(target), str(dataset)))
+        listed = {s.guid for s in target_state.snapshots}
+        lost = old.snapshot_name if old is not None and old.guid not in listed else None
         reached: SnapRef | None = None
         try:
             for step in plan.steps:
                 outcome.bytes += _execute(step, dataset, target_ds, source_state, src, dst,
-                                          transfer)  # fmt: skip
+                                          transfer, lost=lost)  # fmt: skip
                 if isinstance(step, (Full, Incremental, Resume)):
                     reached = step.to
         except StreamUnsupported as exc:
@@ -243,7 +246,6 @@ def replicate_to_zfs_target(
         outcome.reached = reached.name
         _confirm(dst, target_ds, reached)
         present.add(target_ds)
-        old = cursors.get((str(target), str(dataset)))
         move_protection(src, dataset, reached.name, reached.guid, old.snapshot_name if old else None,
                         job=job_name, target=str(target))
         catalog.set_cursor(job_name, str(target), job.source.host, str(dataset), str(target_ds),
@@ -267,7 +269,21 @@ def _confirm(dst: Zfs, target_ds: DatasetName, reached: SnapRef) -> None:
 
 
 def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceState,
-             src: Zfs, dst: Zfs, transfer: Transfer, *, rolled_back: bool = False) -> int:
+             src: Zfs, dst: Zfs, transfer: Transfer, *, lost: str | None = None,
+             rolled_back: bool = False) -> int:
+    """Run one step; return the bytes sent.
+
+    Args:
+        lost: short name of the last snapshot zbak replicated to ``target_ds`` (its cursor)
+            when the target no longer lists it; names the cause when zfs refuses the
+            target as modified.
+
+    Raises:
+        Diverged: the receiver refused ``target_ds`` as modified since its newest snapshot
+            (and ``on_divergence`` is not ``rollback``, or rolling back did not help).
+        StreamUnsupported: the receiver rejected the stream itself.
+        PipelineFailed, ZfsError: the transfer or a command failed otherwise.
+    """
     if isinstance(step, AbortResume):
         log.warning("%s: aborting the partial receive: %s", target_ds, step.reason)
         dst.abort_resume(str(target_ds))
@@ -304,6 +320,16 @@ def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceS
         if not (isinstance(step, Incremental) and _modified(exc)):
             raise _rejected(exc, receive, dst) or exc
         base = SnapshotName.of(target_ds, step.base.name)
+        if transfer.on_divergence != "rollback" and lost is not None:
+            # Destroying the newest snapshot leaves its data in the dataset, which zfs then
+            # calls "modified since most recent snapshot" (seen on zfs-fuse 0.7).
+            raise Diverged(
+                f"{target_ds}@{lost}, the last snapshot replicated to it, was destroyed on the"
+                f" target: its data is still in {target_ds}, newer than its newest snapshot"
+                f" @{step.base.name}, so zfs refuses to receive. Nothing was received and"
+                f" nothing on it was changed. Roll the target back to @{step.base.name} (zfs"
+                f" rollback {base}), or set on_divergence = \"rollback\" to let zbak do it;"
+                f" the next run sends everything after @{step.base.name} again") from exc
         if transfer.on_divergence != "rollback" or rolled_back:
             raise Diverged(
                 f"{target_ds} was modified since its newest snapshot @{step.base.name} (files"
@@ -314,7 +340,8 @@ def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceS
         log.warning("%s was modified since @%s: rolling it back (on_divergence = rollback)",
                     target_ds, step.base.name)
         dst.rollback(base)
-        return _execute(step, dataset, target_ds, source, src, dst, transfer, rolled_back=True)
+        return _execute(step, dataset, target_ds, source, src, dst, transfer, lost=lost,
+                        rolled_back=True)
     log.info("received %s: %d bytes in %.1f s", label, result.bytes, result.seconds)
     return result.bytes
 
