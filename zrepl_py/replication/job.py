@@ -24,7 +24,11 @@ from zrepl_py.context import Context, lock_key
 from zrepl_py.errors import CommandFailed, UsageError, ZbakError
 from zrepl_py.health import before_replicate, replicate_tasks
 from zrepl_py.locking import dataset_lock
-from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
+from zrepl_py.replication.rsync_target import (
+    fallback_directory,
+    no_zfs_fallback,
+    replicate_to_directory,
+)
 from zrepl_py.replication.stages import Side, has_mbuffer
 from zrepl_py.replication.zfs_target import (
     DatasetOutcome,
@@ -38,9 +42,6 @@ from zrepl_py.snapshots.inventory import Inventory, take_inventory
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 
 log = logging.getLogger(__name__)
-
-COMMAND_NOT_FOUND = 127
-"""Exit status of a shell (and of LocalExecutor) for a missing command: no zfs on the host."""
 
 
 @dataclasses.dataclass
@@ -214,9 +215,9 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
             try:
                 dst = ctx.zfs(target.host, target.dataset.pool)
             except CommandFailed as exc:
-                if cfg.method != "auto" or exc.returncode != COMMAND_NOT_FOUND or job.recursive:
+                directory = no_zfs_fallback(job, target, exc)
+                if directory is None:
                     raise
-                directory = Endpoint(target.host, None, f"/{target.dataset}")
                 log.warning("%s has no zfs (%s): method auto falls back to rsync into %s",
                             target.host, exc.stderr, directory.directory)
                 result.method = "rsync"
