@@ -3,8 +3,9 @@
 Targets are independent: one that fails (unreachable, a broken transfer) is recorded as a
 failed run and the others still run. Within a target, a diverged dataset is skipped and the
 others are replicated; the run then ends ``partial`` (``failed`` when every dataset
-diverged), which raises the usual failure alert, and ``zbak replicate`` exits 1. Each target's bytes, duration and
-result go to the catalog's ``runs`` table; each dataset's cursor to ``replica_cursors``.
+diverged), which raises the usual failure alert, and ``zbak replicate`` exits 1. Each
+target's bytes, duration and result go to the catalog's ``runs`` table; each dataset's
+cursor to ``replica_cursors``.
 
 Method ``auto`` falls back to rsync (DESIGN.md "Replication") when the target host has no
 ``zfs`` (a non-recursive job, into ``/POOL/PATH``) or when its ZFS rejects a dataset's stream
