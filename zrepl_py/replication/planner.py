@@ -326,7 +326,7 @@ def plan_replication(
     if exists and common is None and not resuming:
         why = (f"{NO_COMMON} ({target.dataset} has {len(target_snaps)} snapshot(s), none of "
                f"them is a snapshot or bookmark of {source.dataset} by guid: the snapshots "
-               f"the two had in common were destroyed on one side or the other). No "
+               f"they had in common were destroyed, or it never was a replica of it). No "
                f"incremental can be sent; to start over with a full send, rename the target "
                f"(zfs rename {target.dataset} {target.dataset}.old) or destroy it, or point "
                f"the job at a new target dataset")  # fmt: skip
