@@ -1,7 +1,10 @@
 """``zbak init`` checks: every source dataset, target host and store answers.
 
 Each check yields one ``Check`` row; a failing check never stops the others, so one run of
-``zbak init`` lists every problem at once.
+``zbak init`` lists every problem at once. A target is checked for the method the job will
+really use: ZFS targets by probing the pool; directory targets, and ZFS targets on a host
+without zfs that method ``auto`` replicates with rsync (``rsync_target.no_zfs_fallback``),
+by running ``rsync --version`` there (issue 18 item 8: no ``zpool get`` on an rsync host).
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlparse
 
-from zrepl_py.config.schema import StoreConfig
+from zrepl_py.config.schema import Endpoint, JobConfig, StoreConfig
 from zrepl_py.context import Context
-from zrepl_py.errors import ZbakError
+from zrepl_py.errors import CommandFailed, ZbakError
+from zrepl_py.replication.rsync_target import COMMAND_NOT_FOUND, no_zfs_fallback
 from zrepl_py.statedir import ensure_private_dir
 
 
@@ -60,6 +64,33 @@ def check_store(store: StoreConfig) -> str:
     return f"bucket {url.netloc} reachable"
 
 
+def _check_target(ctx: Context, job: JobConfig, target: Endpoint) -> str:
+    """Check one replication target by the method the job will use; return a detail line.
+
+    Raises:
+        ZbakError: the target cannot be used (unreachable, no pool, no rsync, ...).
+    """
+    note = ""
+    if target.dataset is not None:
+        try:
+            zfs = ctx.zfs(target.host, target.dataset.pool)
+        except CommandFailed as exc:
+            directory = no_zfs_fallback(job, target, exc)
+            if directory is None:
+                raise
+            note = f"; no zfs there: method auto copies with rsync into {directory.directory}"
+        else:
+            return _capabilities_text(zfs.capabilities)
+    try:
+        done = ctx.executors().get(target.host).run(["rsync", "--version"])
+    except CommandFailed as exc:
+        if exc.returncode != COMMAND_NOT_FOUND:
+            raise
+        raise ZbakError(f"no rsync on {target.host}, which this target needs: install rsync "
+                        "there") from exc
+    return done.text.splitlines()[0] + note
+
+
 def run_checks(ctx: Context) -> Iterator[Check]:
     """Check every job source, replication target host and store of the config."""
     for name, job in ctx.config.jobs.items():
@@ -77,12 +108,7 @@ def run_checks(ctx: Context) -> Iterator[Check]:
         for target in job.replicate.endpoints() if job.replicate else []:
             subject = f"job {name}: target {target}"
             try:
-                if target.dataset is not None:
-                    zfs = ctx.zfs(target.host, target.dataset.pool)
-                    yield Check(subject, True, _capabilities_text(zfs.capabilities))
-                else:
-                    done = ctx.executors().get(target.host).run(["rsync", "--version"])
-                    yield Check(subject, True, done.text.splitlines()[0])
+                yield Check(subject, True, _check_target(ctx, job, target))
             except ZbakError as exc:
                 yield Check(subject, False, str(exc))
     for name, store in ctx.config.stores.items():

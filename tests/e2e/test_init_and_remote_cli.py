@@ -97,3 +97,32 @@ def test_a_job_on_a_remote_source_snapshots_and_prunes_over_ssh(zpool, sshd, tmp
     rows = json.loads(out)
     assert {r["host"] for r in rows} == {"src"} and len(rows) == 2
     assert sum(1 for r in rows if r["destroyed_at"]) == 1
+
+
+@pytest.mark.zfs
+@pytest.mark.ssh
+@pytest.mark.parametrize("target", ["dataset", "directory"])
+def test_init_checks_an_rsync_host_for_rsync_and_never_probes_a_pool_there(
+        zpool, sshd, tmp_path, capsys, target):
+    """Issue 18 item 8: a host without zfs that the job replicates to with rsync (method
+    auto falling back for a dataset target, or a directory target) passes ``zbak init``."""
+    data = f"{zpool.name}/data"
+    subprocess.run(["zfs", "create", data], check=True)
+    where = "pool/replica" if target == "dataset" else str(tmp_path / "nas")
+    config = tmp_path / "zbak.toml"
+    config.write_text(textwrap.dedent(f"""
+        state_dir = "{tmp_path / 'state'}"
+    """) + hosts_table("nas", sshd.host_config(), zfs="/nonexistent/zfs",
+                       zpool="/nonexistent/zpool") + textwrap.dedent(f"""
+        [jobs.j]
+        dataset = "{data}"
+        [jobs.j.replicate]
+        targets = ["nas:{where}"]
+        method = "{'auto' if target == 'dataset' else 'rsync'}"
+    """))
+    status, out, err = run(config, capsys, "init", "--json")
+    assert status == ExitStatus.OK, out + err
+    (check,) = [c for c in json.loads(out)["checks"] if "target" in c["subject"]]
+    assert check["detail"].startswith("rsync") and "zpool" not in check["detail"]
+    if target == "dataset":
+        assert "method auto copies with rsync into /pool/replica" in check["detail"]

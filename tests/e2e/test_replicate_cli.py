@@ -327,3 +327,110 @@ def test_a_receiving_host_without_mbuffer_gets_the_stream_directly_with_a_note(
     assert "backup has no mbuffer: receiving without a buffer" in err
     assert "mbuffer -q" not in err
     assert guids(rig.replica) == guids(rig.data)
+
+
+def test_under_a_bandwidth_limit_the_run_records_the_bytes_really_sent(make_pool, sshd, tmp_path, capsys):
+    """Issue 18 item 7: pv's splice(2) is invisible to the rchar counter zbak reads on a
+    zfs-fuse source (a 105 MB stream was recorded as 4 MB); ``pv -C`` makes it count."""
+    rig = Rig(make_pool, sshd, tmp_path, capsys, extra='bandwidth_limit = "1GiB"\n')
+    assert rig("init", "--no-checks")[0] == ExitStatus.OK
+    write(rig.mount / "big.bin", 40 * 1024 * 1024, -1)
+    rig.snapshot("s1")
+    stream = len(subprocess.run(["zfs", "send", f"{rig.data}@s1"], capture_output=True,
+                                check=True).stdout)
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    status, out, _ = rig("status", "--json")
+    (run,) = [r for r in json.loads(out)[0]["last_runs"] if r["action"] == "replicate"]
+    assert abs(run["bytes"] - stream) < 0.03 * stream, (run["bytes"], stream)
+
+
+def test_one_diverged_child_is_reported_and_every_other_dataset_is_still_replicated(
+        make_pool, sshd, tmp_path, capsys):
+    """Issue 18 item 6: the diverged child is left untouched and named; its siblings after
+    it in the loop (and its parent) get the new snapshot; the run is recorded partial and
+    raises the failure event; exit 1."""
+    rig = Rig(make_pool, sshd, tmp_path, capsys, recursive=True)
+    assert rig("init", "--no-checks")[0] == ExitStatus.OK
+    for child in ("a", "b", "c"):
+        zfs("create", f"{rig.data}/{child}")
+    rig.snapshot("s1")
+    assert rig("replicate")[0] == ExitStatus.OK
+    zfs("snapshot", f"{rig.replica}/a@admin-made")
+    rig.snapshot("s2")
+
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.FAILED
+    rows = json.loads(out)["rows"]
+    (bad,) = [r for r in rows if r["dataset"] == f"{rig.data}/a"]
+    assert bad["plan"].startswith("diverged:") and "admin-made" in bad["plan"]
+    (failed,) = [r for r in rows if r["plan"] == "FAILED"]
+    assert f"{rig.replica}/a diverged" in failed["error"]
+    assert set(guids(f"{rig.replica}/a")) == {"s1", "admin-made"}, "nothing on it changed"
+    for child in ("", "/b", "/c"):
+        assert guids(rig.replica + child) == guids(rig.data + child)
+    assert "event failure" in err and "ended partial" in err
+
+    status, out, _ = rig("status", "--json")
+    (run,) = [r for r in json.loads(out)[0]["last_runs"] if r["action"] == "replicate"]
+    assert run["result"] == "partial" and run["bytes"] > 0
+    assert f"{rig.replica}/a diverged" in run["error"]
+
+
+def test_a_destroyed_last_replicated_snapshot_on_the_target_is_named_as_the_cause(rig):
+    """Issue 18 item 9: zfs calls such a target "modified since most recent snapshot"; the
+    message names the destroyed snapshot and the way back, not writes or access times."""
+    write(rig.mount / "a.bin", 100_000, -1)
+    rig.snapshot("s1")
+    write(rig.mount / "b.bin", 100_000, -1)
+    rig.snapshot("s2")
+    assert rig("replicate")[0] == ExitStatus.OK
+    zfs("destroy", f"{rig.replica}@s2")
+    rig.snapshot("s3")
+
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.FAILED
+    assert f"{rig.replica}@s2, the last snapshot replicated to it, was destroyed" in out, out + err
+    assert f"zfs rollback {rig.replica}@s1" in out and "access times" not in out
+    assert list(guids(rig.replica)) == ["s1"]
+
+    rig.write_config(extra='on_divergence = "rollback"\n')
+    status, out, err = rig("replicate")
+    assert status == ExitStatus.OK, out + err
+    assert guids(rig.replica) == guids(rig.data)
+
+
+def test_a_target_whose_common_snapshots_were_all_destroyed_says_how_to_start_over(rig):
+    rig.snapshot("s1")
+    assert rig("replicate")[0] == ExitStatus.OK
+    zfs("destroy", f"{rig.replica}@s1")
+    rig.snapshot("s2")
+    status, out, _ = rig("replicate", "--json")
+    assert status == ExitStatus.FAILED
+    assert "no snapshot in common" in out and f"zfs rename {rig.replica} {rig.replica}.old" in out
+
+
+def test_a_source_snapshot_re_created_under_an_old_name_is_named_with_what_to_do(rig):
+    """Issue 18 item 9: @s2 destroyed and re-created on the source after @s3 was replicated.
+    zfs receive -I would fail "destination already exists" on every run; zbak names the
+    guid mismatch and the way out, and renaming the stale copy on the target is enough."""
+    for short in ("s1", "s2", "s3"):
+        write(rig.mount / f"{short}.bin", 50_000, -1)
+        rig.snapshot(short)
+    assert rig("replicate")[0] == ExitStatus.OK
+    zfs("destroy", f"{rig.data}@s2")
+    write(rig.mount / "again.bin", 50_000, -1)
+    rig.snapshot("s2")
+
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.FAILED
+    new, old = guids(rig.data)["s2"], guids(rig.replica)["s2"]
+    assert f"@s2 (source guid {new}, target guid {old})" in out, out + err
+    assert "re-created" in out and "destination already exists" in out
+    assert "ssh" not in json.loads(out)["rows"][-1]["error"], "no raw argv"
+    assert guids(rig.replica)["s2"] == old
+
+    zfs("rename", f"{rig.replica}@s2", f"{rig.replica}@s2-stale")
+    status, out, err = rig("replicate")
+    assert status == ExitStatus.OK, out + err
+    assert guids(rig.replica)["s2"] == new

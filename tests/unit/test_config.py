@@ -126,3 +126,37 @@ def test_secrets_have_no_config_key_that_takes_them_inline():
     with pytest.raises(ConfigError) as info:
         parse_config({"stores": {"s": {"url": "s3://bucket-a", "secret_access_key": "x"}}}, "x.toml")
     assert ("stores.s.secret_access_key", "unknown key") in info.value.problems
+
+
+def _targets_problems(dataset: str, targets: list[str], recursive: bool) -> list[str]:
+    config = parse_config({"hosts": {"nas": {"address": "nas.example.net"}},
+                           "jobs": {"a": {"dataset": dataset, "recursive": recursive,
+                                          "replicate": {"targets": targets}}}}, "zbak.toml")
+    return [key for key, _ in config.reference_problems()]
+
+
+@pytest.mark.parametrize(("dataset", "target", "recursive"), [
+    ("tank/data", "nas:tank/data/backup", True),
+    ("tank/data", "nas:tank/data", False),
+    ("nas:tank/data", "tank/data/backup", True),
+    ("tank/data", "tank/data2", True),
+    ("tank/data", "tank/data/backup", False),
+    ("tank/data", "tank", True),
+])
+def test_a_target_outside_its_source_tree_on_that_host_is_accepted(dataset, target, recursive):
+    """Issue 18 item 4: only the same host's own tree is refused (a non-recursive source
+    does not snapshot its children)."""
+    assert _targets_problems(dataset, [target], recursive) == []
+
+
+@pytest.mark.parametrize(("dataset", "target", "recursive"), [
+    ("tank/data", "local:tank/data/backup", True),
+    ("local:tank/data", "tank/data/a/b", True),
+    ("tank/data", "tank/data", False),
+    ("nas:tank/data", "nas:tank/data", True),
+])
+def test_a_target_inside_its_source_tree_on_the_same_host_is_refused(dataset, target, recursive):
+    """Issue 18 item 4 (``local`` written or not; see also tests/data/configs/invalid)."""
+    with pytest.raises(ConfigError) as info:
+        _targets_problems(dataset, [target], recursive)
+    assert [key for key, _ in info.value.problems] == ["jobs.a.replicate.targets[0]"]

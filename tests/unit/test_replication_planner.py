@@ -290,3 +290,26 @@ def test_replanning_after_the_abort_does_not_loop():
     assert isinstance(first.steps[0], AbortResume)
     again = plan_replication(src, target(TA))  # what the target looks like after the abort
     assert again.steps == first.steps[1:]
+
+
+def test_a_source_snapshot_re_created_under_a_name_the_target_has_is_diverged_naming_both_guids():
+    """Issue 18 item 9: @b destroyed and re-created on the source after @c was replicated;
+    zfs receive -I would fail "destination already exists" on every run."""
+    b2 = s("b", 50)
+    plan = plan_replication(source(A, C, b2), target(TA, TB, TC))
+    assert plan.steps == () and plan.common == TC
+    assert f"@b (source guid {b2.guid}, target guid {TB.guid})" in plan.diverged
+    assert f"zfs rename {DST}@b {DST}@b-stale" in plan.diverged
+
+
+def test_a_re_created_newest_snapshot_is_named_as_such_among_the_newer_target_snapshots():
+    b2 = s("b", 50)
+    plan = plan_replication(source(A, b2), target(TA, TB))
+    assert plan.steps == () and "@b on the source is another snapshot of the same name" in plan.diverged
+    rolled = plan_replication(source(A, b2), target(TA, TB), on_divergence="rollback")
+    assert rolled.steps == (Rollback(TA, ("b",)), Incremental(A, b2, intermediates=True))
+
+
+def test_a_name_reused_only_for_a_snapshot_not_sent_does_not_block():
+    plan = plan_replication(source(A, s("b", 15), C), target(TA, t("b", 4, 999), TC))
+    assert plan.diverged is None and plan.up_to_date

@@ -28,7 +28,7 @@ def _rows(result: ReplicateResult) -> list[dict]:
                          "bytes": target.bytes, "error": target.error, "warnings": target.warnings})
         for d in target.datasets:
             plan = d.plan
-            text = ("diverged: " + plan.diverged if plan.diverged else
+            text = ("diverged: " + (plan.diverged or d.diverged) if d.diverged else
                     "up to date" if plan.up_to_date else
                     "; ".join(_step_text(s) for s in plan.steps) or "nothing to send")
             rows.append({"job": result.job, "target": target.target, "dataset": d.source,

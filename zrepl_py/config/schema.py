@@ -468,6 +468,29 @@ class JobConfig(_Model):
         return parse_endpoint(self.dataset, allow_directory=False)
 
 
+def _inside_source(job: JobConfig, target: Endpoint) -> str | None:
+    """Why ``target`` replicates ``job`` into itself, or None (pure).
+
+    A target in the source's own tree on the same host (issue 18 item 4): the first run
+    receives into the tree, the next ``zfs snapshot -r`` snapshots the replica too, and
+    every later run finds the replica diverged. Hosts compare by their config name
+    (``local`` whether written or not); the same dataset name on another host is fine.
+    """
+    source = job.source
+    if target.dataset is None or target.host != source.host:
+        return None
+    where = "on this machine" if source.is_local else f"on host {source.host}"
+    if target.dataset == source.dataset:
+        return (f"the target is the source dataset {source.dataset} itself {where}: "
+                "replicate to another dataset or host")
+    if job.recursive and target.dataset.startswith(f"{source.dataset}/"):
+        return (f"the target {target.dataset} is inside the recursive source "
+                f"{source.dataset} {where}: each snapshot would include the replica and "
+                "every later run would stop as diverged; replicate outside the source tree "
+                "(e.g. another pool) or to another host")
+    return None
+
+
 class ThawPrice(_Model):
     """What retrieving (thawing) cold objects costs at one class and tier, in USD."""
 
@@ -793,6 +816,9 @@ class Config(_Model):
                     if target.directory is not None and job.recursive:
                         problems.append((key, "an rsync directory target copies one dataset: "
                                               "use a ZFS target or one job per dataset"))
+                    inside = _inside_source(job, target)
+                    if inside is not None:
+                        problems.append((key, inside))
             if job.archive and job.archive.store not in self.stores:
                 problems.append(
                     (f"jobs.{name}.archive.store",

@@ -1,8 +1,11 @@
 """``zbak replicate`` for one job: lock the source, list it once, bring every target up to date.
 
-Targets are independent: one that fails (unreachable, diverged, a broken transfer) is
-recorded as a failed run and the others still run. Each target's bytes, duration and
-result go to the catalog's ``runs`` table; each dataset's cursor to ``replica_cursors``.
+Targets are independent: one that fails (unreachable, a broken transfer) is recorded as a
+failed run and the others still run. Within a target, a diverged dataset is skipped and the
+others are replicated; the run then ends ``partial`` (``failed`` when every dataset
+diverged), which raises the usual failure alert, and ``zbak replicate`` exits 1. Each
+target's bytes, duration and result go to the catalog's ``runs`` table; each dataset's
+cursor to ``replica_cursors``.
 
 Method ``auto`` falls back to rsync (DESIGN.md "Replication") when the target host has no
 ``zfs`` (a non-recursive job, into ``/POOL/PATH``) or when its ZFS rejects a dataset's stream
@@ -23,7 +26,11 @@ from zrepl_py.context import Context, lock_key
 from zrepl_py.errors import CommandFailed, UsageError, ZbakError
 from zrepl_py.health import before_replicate, replicate_tasks
 from zrepl_py.locking import dataset_lock
-from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
+from zrepl_py.replication.rsync_target import (
+    fallback_directory,
+    no_zfs_fallback,
+    replicate_to_directory,
+)
 from zrepl_py.replication.stages import Side, has_mbuffer
 from zrepl_py.replication.zfs_target import (
     DatasetOutcome,
@@ -37,9 +44,6 @@ from zrepl_py.snapshots.inventory import Inventory, take_inventory
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 
 log = logging.getLogger(__name__)
-
-COMMAND_NOT_FOUND = 127
-"""Exit status of a shell (and of LocalExecutor) for a missing command: no zfs on the host."""
 
 
 @dataclasses.dataclass
@@ -150,11 +154,15 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
                 try:
                     _one_target(ctx, name, job, target, inventory, src, result, dry_run=False)
                     record.bytes = result.bytes
+                    if result.error:  # diverged datasets; the others were replicated
+                        replicated = any(not d.diverged for d in result.datasets)
+                        record.result = "partial" if replicated else "failed"
                     held = _held_bases(ctx, name, target, inventory, src, cfg.protection_budget)
                     record.budget = budget_warnings(cfg.protection_budget, held, ctx.clock.now())
                     result.warnings += record.budget
-                    if result.warnings:
-                        record.error = "; ".join(result.warnings)
+                    problems = ([result.error] if result.error else []) + result.warnings
+                    if problems:
+                        record.error = "; ".join(problems)
                 except BaseException as exc:
                     runs.end(str(target), exc)
                     raise
@@ -219,9 +227,9 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
             try:
                 dst = ctx.zfs(target.host, target.dataset.pool)
             except CommandFailed as exc:
-                if cfg.method != "auto" or exc.returncode != COMMAND_NOT_FOUND or job.recursive:
+                directory = no_zfs_fallback(job, target, exc)
+                if directory is None:
                     raise
-                directory = Endpoint(target.host, None, f"/{target.dataset}")
                 log.warning("%s has no zfs (%s): method auto falls back to rsync into %s",
                             target.host, exc.stderr, directory.directory)
                 result.method = "rsync"
@@ -243,6 +251,11 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
                     fallback=fallback,
                 )
                 result.bytes = sum(d.bytes for d in result.datasets)
+                diverged = [d.diverged for d in result.datasets if d.diverged]
+                if diverged:
+                    result.error = "; ".join(diverged)
+                    log.error("job %s: %d dataset(s) diverged on %s: %s", name, len(diverged),
+                              target, result.error)
                 return
     synced = replicate_to_directory(
         ctx=ctx, job_name=name, job=job, target=directory, inventory=inventory, src=src,

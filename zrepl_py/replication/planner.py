@@ -27,6 +27,10 @@ RELIABILITY 3, 4 and 21):
   ``on_divergence="rollback"`` the plan is ``Rollback(common, destroy=those)``, then the
   sends, unless one of them is ``foreign`` (zbak never destroys target snapshots it did not
   create): then it stays diverged and says why.
+- A snapshot to be sent whose name the target already has under another guid (the source
+  snapshot was destroyed and re-created under the same name): diverged, naming both guids,
+  since ``zfs receive`` would refuse it ("destination already exists") on every run. A
+  target snapshot newer than the common one that the rollback destroys does not count.
 - A diverged plan has no steps: nothing on the target is touched, not even a stale token.
 - Common only as a bookmark on the source (its snapshot was pruned): ``zfs send -i`` from the
   bookmark to the next source snapshot (``-I`` does not take a bookmark), then ``-I`` on.
@@ -295,6 +299,7 @@ def plan_replication(
     snaps = _by_txg(source.snapshots)
     target_snaps = _by_txg(target.snapshots) if target.exists else ()
     source_snaps = {s.guid: s for s in snaps}
+    source_by_name = {s.name: s for s in snaps}
     source_marks = {b.guid: b for b in source.bookmarks}
 
     common = next(
@@ -319,12 +324,16 @@ def plan_replication(
         steps.append(AbortResume(problem))
 
     if exists and common is None and not resuming:
-        why = f"{NO_COMMON} ({target.dataset} has {len(target_snaps)} snapshot(s), none of " \
-              f"them is a snapshot or bookmark of {source.dataset} by guid)"
+        why = (f"{NO_COMMON} ({target.dataset} has {len(target_snaps)} snapshot(s), none of "
+               f"them is a snapshot or bookmark of {source.dataset} by guid: the snapshots "
+               f"they had in common were destroyed, or it never was a replica of it). No "
+               f"incremental can be sent; to start over with a full send, rename the target "
+               f"(zfs rename {target.dataset} {target.dataset}.old) or destroy it, or point "
+               f"the job at a new target dataset")  # fmt: skip
         return Plan((), up_to_date=False, diverged=why, common=None)
     if newer:
         why = (f"{target.dataset} has snapshots newer than the last common snapshot "
-               f"@{common.name}: {_names(newer)}")  # fmt: skip
+               f"@{common.name}: {_names(newer)}{_recreated(newer, source_by_name)}")  # fmt: skip
         foreign = [t for t in newer if t.name in target.foreign]
         if on_divergence == "stop":
             return Plan((), up_to_date=False, common=common, diverged=(
@@ -346,4 +355,44 @@ def plan_replication(
     else:
         base = source_snaps.get(common.guid) or source_marks[common.guid]
         steps.extend(_sends_from(base, snaps))
+    kept = {t.name: t for t in target_snaps if t not in newer}  # newer: rolled back
+    clashes = [(s, kept[s.name]) for s in _arriving(steps, snaps)
+               if s.name in kept and kept[s.name].guid != s.guid]
+    if clashes:
+        return Plan((), up_to_date=False, common=common, diverged=_clash_text(target, clashes))
     return Plan(tuple(steps), up_to_date=not steps, diverged=None, common=common)
+
+
+def _arriving(steps: list[Step], snaps: tuple[SnapRef, ...]) -> list[SnapRef]:
+    """The source snapshots ``steps`` create on the target (``-I`` brings every one between
+    its base and ``to``)."""
+    arriving: list[SnapRef] = []
+    for step in steps:
+        if isinstance(step, (Full, Resume)) or (isinstance(step, Incremental)
+                                                 and not step.intermediates):
+            arriving.append(step.to)
+        elif isinstance(step, Incremental):
+            arriving += [s for s in snaps
+                         if step.base.createtxg < s.createtxg <= step.to.createtxg]
+    return arriving
+
+
+def _recreated(newer: tuple[SnapRef, ...], source_by_name: dict[str, SnapRef]) -> str:
+    """A note on target snapshots whose name the source reuses for another snapshot."""
+    again = [t for t in newer if t.name in source_by_name and source_by_name[t.name].guid != t.guid]
+    if not again:
+        return ""
+    return (f" ({_names(again)} on the source is another snapshot of the same name: it was "
+            f"destroyed and re-created there, so the target's copy is stale)")
+
+
+def _clash_text(target: TargetState, clashes: list[tuple[SnapRef, SnapRef]]) -> str:
+    names = ", ".join(f"@{s.name} (source guid {s.guid}, target guid {t.guid})"
+                      for s, t in clashes)
+    first = clashes[0][0].name
+    return (f"{target.dataset} already has {names}: a different snapshot of the same name, so "
+            f"the source's was destroyed and re-created under that name and zfs receive "
+            f"would refuse it (\"destination already exists\") on every run. Rename the stale "
+            f"one on the target (zfs rename {target.dataset}@{first} "
+            f"{target.dataset}@{first}-stale) or destroy it (zfs destroy "
+            f"{target.dataset}@{first}), or rename the new one on the source")

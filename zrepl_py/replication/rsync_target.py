@@ -6,7 +6,9 @@ as the source; the cursor moves after each finished tree, so an interrupted run 
 the next snapshot. See ``replication/rsync.py`` for the directory layout.
 
 ``fallback_directory`` says where method ``auto`` puts a dataset whose stream the target's
-ZFS rejected: where that dataset would be mounted on the target.
+ZFS rejected: where that dataset would be mounted on the target; ``no_zfs_fallback`` where
+it puts a job whose target host has no zfs at all (``zbak replicate`` and ``zbak init``
+decide alike).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import posixpath
 from typing import TYPE_CHECKING, Iterable
 
 from zrepl_py.config.schema import Endpoint, JobConfig
-from zrepl_py.errors import StreamUnsupported
+from zrepl_py.errors import CommandFailed, StreamUnsupported
 from zrepl_py.locking import dataset_lock
 from zrepl_py.replication.rsync import (
     CURRENT,
@@ -42,6 +44,22 @@ class DirectoryOutcome:
     snapshots: list[str]
     bytes: int = 0
     warnings: list[str] = dataclasses.field(default_factory=list)
+
+
+COMMAND_NOT_FOUND = 127
+"""Exit status of a shell (and of LocalExecutor) for a missing command: no zfs on the host."""
+
+
+def no_zfs_fallback(job: JobConfig, target: Endpoint, error: CommandFailed) -> Endpoint | None:
+    """The directory method ``auto`` rsyncs into when probing ``target``'s ZFS failed with
+    ``error`` because the host has no zfs (exit 127): ``/POOL/PATH`` on that host, for a
+    non-recursive job (an rsync target copies one dataset). None: no fallback, the error
+    stands (another failure, method ``zfs``, or a recursive job).
+    """
+    assert job.replicate is not None and target.dataset is not None
+    if job.replicate.method != "auto" or error.returncode != COMMAND_NOT_FOUND or job.recursive:
+        return None
+    return Endpoint(target.host, None, f"/{target.dataset}")
 
 
 def replicate_to_directory(

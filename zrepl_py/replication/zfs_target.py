@@ -3,8 +3,10 @@
 Per target the order of work is: one listing of the target tree; then, parent datasets
 first, for each covered source dataset: plan, run each step's pipeline, check the target
 now has the snapshot's guid, move the source hold/bookmark, record the cursor. A diverged
-dataset stops the whole target (nothing on it is touched); a failed transfer leaves the
-cursor where it was, so the next run re-plans from what the target really has.
+dataset is left untouched and reported in its outcome (``DatasetOutcome.diverged``) while
+the other datasets go on (issue 18 item 6: one diverged child must not leave the rest of
+the tree behind); a failed transfer stops the target and leaves the cursor where it was,
+so the next run re-plans from what the target really has.
 
 A stream the target's ZFS rejects as unsupported (``StreamUnsupported``: zfs-fuse receiving
 any OpenZFS 2.x stream, a pool without a feature the stream needs) is handed to the
@@ -65,7 +67,9 @@ class DatasetOutcome:
 
     ``method`` is ``"rsync"`` when the target rejected the stream and the fallback copied the
     dataset's snapshots instead (``reached``: the newest snapshot copied; ``fallback``: the
-    directory on the target host they went to).
+    directory on the target host they went to). ``diverged`` says why the target dataset
+    was left untouched (the plan found it diverged, or the receiver refused it as modified);
+    None otherwise.
     """
 
     source: str
@@ -75,6 +79,7 @@ class DatasetOutcome:
     reached: str | None = None
     method: str = "zfs"
     fallback: str | None = None
+    diverged: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,9 +182,12 @@ def replicate_to_zfs_target(
         fallback: called for a dataset whose stream the target rejects as unsupported
             (see the module doc); None: raise ``StreamUnsupported``.
 
+    Returns:
+        one outcome per covered dataset, parents first; a diverged target dataset (snapshots
+        or writes the source does not have; nothing on it was changed) has ``diverged`` set
+        and the others were still replicated.
+
     Raises:
-        Diverged: a target dataset has snapshots or writes the source does not (nothing on
-            the target was changed; set ``on_divergence = "rollback"`` to opt in).
         StreamUnsupported: the target's ZFS cannot receive the stream and there is no
             ``fallback``.
         PipelineFailed, ZfsError, HostUnreachable: a transfer or command failed; datasets
@@ -202,18 +210,22 @@ def replicate_to_zfs_target(
         outcome = DatasetOutcome(str(dataset), str(target_ds), plan)
         outcomes.append(outcome)
         if plan.diverged:
-            raise Diverged(f"{target}: {target_ds} diverged from {dataset}: {plan.diverged}")
+            outcome.diverged = f"{target}: {target_ds} diverged from {dataset}: {plan.diverged}"
+            continue
         if dry_run or not plan.steps:
             if plan.common is not None:
                 outcome.reached = plan.common.name
             continue
         if not target_state.exists:
             _ensure_parent(dst, target_ds, present)
+        old = cursors.get((str(target), str(dataset)))
+        listed = {s.guid for s in target_state.snapshots}
+        lost = old.snapshot_name if old is not None and old.guid not in listed else None
         reached: SnapRef | None = None
         try:
             for step in plan.steps:
                 outcome.bytes += _execute(step, dataset, target_ds, source_state, src, dst,
-                                          transfer)  # fmt: skip
+                                          transfer, lost=lost)  # fmt: skip
                 if isinstance(step, (Full, Incremental, Resume)):
                     reached = step.to
         except StreamUnsupported as exc:
@@ -226,12 +238,14 @@ def replicate_to_zfs_target(
             outcome.bytes += done.bytes
             outcome.reached = done.reached
             continue
+        except Diverged as exc:  # the receiver refused it as modified: nothing was received
+            outcome.diverged = f"{target}: {exc}"
+            continue
         if reached is None:
             continue
         outcome.reached = reached.name
         _confirm(dst, target_ds, reached)
         present.add(target_ds)
-        old = cursors.get((str(target), str(dataset)))
         move_protection(src, dataset, reached.name, reached.guid, old.snapshot_name if old else None,
                         job=job_name, target=str(target))
         catalog.set_cursor(job_name, str(target), job.source.host, str(dataset), str(target_ds),
@@ -255,7 +269,21 @@ def _confirm(dst: Zfs, target_ds: DatasetName, reached: SnapRef) -> None:
 
 
 def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceState,
-             src: Zfs, dst: Zfs, transfer: Transfer, *, rolled_back: bool = False) -> int:
+             src: Zfs, dst: Zfs, transfer: Transfer, *, lost: str | None = None,
+             rolled_back: bool = False) -> int:
+    """Run one step; return the bytes sent.
+
+    Args:
+        lost: short name of the last snapshot zbak replicated to ``target_ds`` (its cursor)
+            when the target no longer lists it; names the cause when zfs refuses the
+            target as modified.
+
+    Raises:
+        Diverged: the receiver refused ``target_ds`` as modified since its newest snapshot
+            (and ``on_divergence`` is not ``rollback``, or rolling back did not help).
+        StreamUnsupported: the receiver rejected the stream itself.
+        PipelineFailed, ZfsError: the transfer or a command failed otherwise.
+    """
     if isinstance(step, AbortResume):
         log.warning("%s: aborting the partial receive: %s", target_ds, step.reason)
         dst.abort_resume(str(target_ds))
@@ -292,6 +320,16 @@ def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceS
         if not (isinstance(step, Incremental) and _modified(exc)):
             raise _rejected(exc, receive, dst) or exc
         base = SnapshotName.of(target_ds, step.base.name)
+        if transfer.on_divergence != "rollback" and lost is not None:
+            # Destroying the newest snapshot leaves its data in the dataset, which zfs then
+            # calls "modified since most recent snapshot" (seen on zfs-fuse 0.7).
+            raise Diverged(
+                f"{target_ds}@{lost}, the last snapshot replicated to it, was destroyed on the"
+                f" target: its data is still in {target_ds}, newer than its newest snapshot"
+                f" @{step.base.name}, so zfs refuses to receive. Nothing was received and"
+                f" nothing on it was changed. Roll the target back to @{step.base.name} (zfs"
+                f" rollback {base}), or set on_divergence = \"rollback\" to let zbak do it;"
+                f" the next run sends everything after @{step.base.name} again") from exc
         if transfer.on_divergence != "rollback" or rolled_back:
             raise Diverged(
                 f"{target_ds} was modified since its newest snapshot @{step.base.name} (files"
@@ -302,7 +340,8 @@ def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceS
         log.warning("%s was modified since @%s: rolling it back (on_divergence = rollback)",
                     target_ds, step.base.name)
         dst.rollback(base)
-        return _execute(step, dataset, target_ds, source, src, dst, transfer, rolled_back=True)
+        return _execute(step, dataset, target_ds, source, src, dst, transfer, lost=lost,
+                        rolled_back=True)
     log.info("received %s: %d bytes in %.1f s", label, result.bytes, result.seconds)
     return result.bytes
 
