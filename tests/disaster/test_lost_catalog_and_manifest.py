@@ -11,6 +11,7 @@ clean, still listing the snapshots lost from this store.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,9 @@ def _coverage(out: str) -> dict:
     return cov
 
 
-def test_a_lost_catalog_and_manifest_pair_is_an_audit_error_naming_the_restorable_set(site):
+def _archiving(site) -> Path:
+    """Configure job ``data`` archiving to a ``file://`` store of 1 MiB volumes, init the
+    catalog; return the store directory."""
     store = site.tmp / "store"
     store.mkdir(mode=0o700)
     site.write(f"""
@@ -40,6 +43,11 @@ def test_a_lost_catalog_and_manifest_pair_is_an_audit_error_naming_the_restorabl
         store = "cold"
     """)
     site.ok("init", "--no-checks")
+    return store
+
+
+def test_a_lost_catalog_and_manifest_pair_is_an_audit_error_naming_the_restorable_set(site):
+    store = _archiving(site)
     for steps in (range(0, 1), range(1, 2), range(2, 4), range(4, 5), range(5, 8), range(8, 10)):
         site.snapshot_steps(steps, 2 * MIB)
         site.ok("archive")
@@ -94,18 +102,7 @@ def test_an_archive_run_before_the_catalog_is_rebuilt_deletes_none_of_the_histor
     """The catalog is lost and the nightly `zbak archive` runs before anyone notices: it
     starts a new chain, but every stream folder the empty catalog does not know stays, so
     `zbak catalog rebuild --merge` brings all of them back and @1 still restores."""
-    store = site.tmp / "store"
-    store.mkdir(mode=0o700)
-    site.write(f"""
-        [stores.cold]
-        url = "file://{store}"
-        volume_size = "1MiB"
-        [jobs.data]
-        dataset = "{site.data}"
-        [jobs.data.archive]
-        store = "cold"
-    """)
-    site.ok("init", "--no-checks")
+    store = _archiving(site)
     for step in range(3):
         site.snapshot_steps(range(step, step + 1), 1 * MIB)
         site.ok("archive")

@@ -108,6 +108,22 @@ def test_a_missing_dataset_makes_replicate_and_archive_recorded_failed_runs_and_
         assert f"{site.pool}/nope" in alert["text"]
 
 
+def test_a_restore_that_fails_while_planning_is_a_recorded_failed_run_and_an_alert(
+        site, hooks):
+    _config(site, hooks, site.data, site.tmp / "store")
+    site.ok("init", "--no-checks")
+    status, out, err = site.run("restore", "--to", "@never", "--into", f"{site.pool}/back",
+                                "--yes")
+    assert status == ExitStatus.FAILED and "no snapshot @never" in err, out + err
+    (run,) = [r for r in _runs(site) if r["action"] == "restore"]
+    assert run["result"] == "failed" and run["target"] == f"local:{site.pool}/back"
+    (alert,) = hooks.failures("restore")
+    assert "@never" in alert["text"]
+    status, out, err = site.run("restore", "--to", "@never", "--dry-run")  # a dry run is not
+    assert status == ExitStatus.FAILED                                      # recorded
+    assert len([r for r in _runs(site) if r["action"] == "restore"]) == 1
+
+
 def _start_archive(site) -> subprocess.Popen:
     """``zbak archive`` as a separate process; returns once its stream is moving (its
     running-transfer file is there)."""

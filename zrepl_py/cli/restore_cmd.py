@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import click
 
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
-from zrepl_py.errors import ExitStatus, UsageError
+from zrepl_py.errors import ExitStatus, UsageError, ZbakError
 
 
 def _plan_rows(plan) -> list[dict]:
@@ -62,6 +63,28 @@ def _check_arguments(dataset: str | None, to: str, into: str | None, from_: str 
         raise UsageError(f"--from {from_!r}: expected local, a host name or a store name")
 
 
+def _job(ctx) -> str:
+    """The job a restore's run rows are recorded under."""
+    return next(iter(ctx.config.jobs), "restore")
+
+
+def _record_failure(ctx, dataset: str | None, into: str | None, exc: ZbakError) -> None:
+    """Record a restore that failed while planning as a failed run with its alert (issue 15
+    item 7: every failure of an action is recorded), under the target a successful restore
+    would record (``HOST:INTO``). A usage error is the typist's, shown at once, not recorded;
+    a catalog that cannot record is what failed, already reported."""
+    from zrepl_py.restore.gather import resolve_dataset, resolve_into  # noqa: PLC0415
+    from zrepl_py.runs import recorded_run  # noqa: PLC0415
+
+    if exc.exit_status == ExitStatus.USAGE:
+        return
+    with contextlib.suppress(ZbakError):
+        host, name = resolve_dataset(ctx, dataset)
+        where, new = resolve_into(ctx, host, name, into)
+        with recorded_run(ctx.catalog(), ctx.clock, _job(ctx), "restore", f"{where}:{new}"):
+            raise exc
+
+
 @click.command("restore")
 @click.argument("dataset", required=False)
 @click.option("--to", "to", required=True, metavar="@SNAP", help="The snapshot to restore.")
@@ -85,7 +108,12 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
 
     _check_arguments(dataset, to, into, from_)
     with inv.context() as ctx:
-        plan = plan_restore(gather_restore(ctx, dataset, into), to, from_)
+        try:
+            plan = plan_restore(gather_restore(ctx, dataset, into), to, from_)
+        except ZbakError as exc:
+            if not dry_run:
+                _record_failure(ctx, dataset, into, exc)
+            raise
         rows = _plan_rows(plan)
         title = (f"restore {plan.host}:{plan.dataset}@{plan.target.name} into {plan.into_host}:{plan.into}"
                  f" from {plan.chosen.source} {plan.chosen.label}")
@@ -106,7 +134,7 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
                 return ExitStatus.USAGE
             if not click.confirm("Restore now?"):
                 return ExitStatus.FAILED
-        job = next(iter(ctx.config.jobs), "restore")
+        job = _job(ctx)
         with dataset_lock(ctx.state_dir, f"{plan.into_host}:{plan.into}", "restore"), \
                 recorded_run(ctx.catalog(), ctx.clock, job, "restore", f"{plan.into_host}:{plan.into}") as record:
             outcome = execute_restore(ctx, plan)
