@@ -453,6 +453,7 @@ class _Pipeline:
         """SIGTERM every stage's process group; after ``grace`` s (or once every stage has
         exited) SIGKILL what is left of the groups; wait until every stage has exited."""
         started = [c for c in self.children if c.popen is not None]
+        self.peek()  # a stage that already exited on its own is not one zbak stopped
         for child in self.running():
             child.killed = True
         # Every leader is alive or an unreaped zombie until reap(), so its pid (= pgid) cannot
