@@ -510,11 +510,8 @@ class _Audit:
         for expect in self.data.archives:
             newest = None
             if expect.last_run is not None:
-                # ZFS's `creation` has whole seconds: a snapshot of the run's own second may
-                # have been taken after the run started, so it is not counted as older.
-                started = expect.last_run.replace(microsecond=0)
                 for snap in self.known.get((expect.host, expect.dataset), {}).values():
-                    if snap.destroyed_at is None and snap.creation < started and (
+                    if snap.destroyed_at is None and snap.creation < expect.last_run and (
                             newest is None or snap.createtxg > newest.createtxg):
                         newest = snap
             heads[expect] = newest
