@@ -8,58 +8,31 @@ prune takes the last way back. Streams are at least 64 MiB where the size matter
 and samplers fire, volumes are many).
 
 Shared here: ``Site`` (a source pool with a dataset of snapshots @0..@N, a state dir, a
-config writer and the CLI runner) and helpers that read snapshots and their contents.
+config writer and the CLI runner); the helpers that read snapshots and their contents come
+from ``testbed.cli``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
-import subprocess
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
-from testbed.cli import Zbak, prop, zfs
+from testbed.cli import (  # noqa: F401 (re-exported for the disaster tests)
+    Zbak,
+    content_of,
+    prop,
+    restored_content,
+    snapshots,
+    tree_digest,
+    zfs,
+)
 from zrepl_py.errors import ExitStatus
 
 MIB = 1024 * 1024
-
-
-def snapshots(dataset: str) -> list[str]:
-    """Short names of ``dataset``'s snapshots, oldest first (by createtxg)."""
-    out = zfs("get", "-Hp", "-r", "-o", "name,property,value", "createtxg", dataset)
-    rows = [line.split("\t") for line in out.splitlines()]
-    return [n.split("@")[1] for v, n in sorted((int(v), n) for n, _, v in rows
-                                              if n.startswith(dataset + "@"))]
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    """``{relative path: sha256}`` of every file below ``root``."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def content_of(snapshot: str, pool: str, tag: str) -> dict[str, str]:
-    """The files of a snapshot, read through a temporary clone (zfs-fuse has no .zfs)."""
-    clone = f"{pool}/cmp-{tag}"
-    zfs("clone", snapshot, clone)
-    try:
-        return tree_digest(Path(prop(clone, "mountpoint")))
-    finally:
-        for _ in range(20):
-            if subprocess.run(["zfs", "destroy", clone], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.5)
-
-
-def restored_content(dataset: str) -> dict[str, str]:
-    """The files of a restored dataset (mounted first: restores receive with ``-u``)."""
-    subprocess.run(["zfs", "mount", dataset], capture_output=True)
-    return tree_digest(Path(prop(dataset, "mountpoint")))
 
 
 @dataclasses.dataclass

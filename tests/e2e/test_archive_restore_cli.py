@@ -17,21 +17,13 @@ from pathlib import Path
 import pytest
 
 from zrepl_py.errors import ExitStatus
-from testbed.cli import prop, Zbak, zfs
+from testbed.cli import Zbak, content_of, prop, restored_content, snapshots, zfs
 
 pytestmark = pytest.mark.zfs
 
 
-def snapshots(dataset: str) -> list[str]:
-    out = zfs("get", "-Hp", "-r", "-o", "name,property,value", "createtxg", dataset)
-    rows = [line.split("\t") for line in out.splitlines()]
-    return [n.split("@")[1] for v, n in sorted((int(v), n) for n, _, v in rows
-                                              if n.startswith(dataset + "@"))]
 
 
-def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def write_config(path: Path, state: Path, dataset: str, store_toml: str, extra: str = "") -> Path:
@@ -78,22 +70,8 @@ def seeded(zpool, tmp_path, capsys):
     return run, data, mount, store, zpool
 
 
-def content_of(snapshot: str, pool: str, tag: str) -> dict[str, str]:
-    """The files of a snapshot, read through a temporary clone (zfs-fuse has no .zfs)."""
-    clone = f"{pool}/cmp-{tag}"
-    zfs("clone", snapshot, clone)
-    try:
-        return tree_digest(Path(prop(clone, "mountpoint")))
-    finally:
-        for _ in range(20):
-            if subprocess.run(["zfs", "destroy", clone], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.5)
 
 
-def restored_content(dataset: str) -> dict[str, str]:
-    zfs("mount", dataset)
-    return tree_digest(Path(prop(dataset, "mountpoint")))
 
 
 def test_a_chain_of_full_and_incrementals_restores_to_the_first_a_middle_and_the_last_snapshot(seeded):

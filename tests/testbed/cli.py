@@ -1,9 +1,11 @@
 """Helpers shared by tests that drive zfs and the zbak CLI: run ``zfs``, read a property,
-run ``zbak`` in-process."""
+run ``zbak`` in-process, list a dataset's snapshots and digest their files."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
+import time
 from pathlib import Path
 
 from zrepl_py.cli import main
@@ -32,3 +34,36 @@ class Zbak:
         status = main(["--config", str(self.config), *args], env={})
         out, err = self.capsys.readouterr()
         return status, out, err
+
+
+def snapshots(dataset: str) -> list[str]:
+    """Short names of ``dataset``'s snapshots, oldest first (by createtxg)."""
+    out = zfs("get", "-Hp", "-r", "-o", "name,property,value", "createtxg", dataset)
+    rows = [line.split("\t") for line in out.splitlines()]
+    return [n.split("@")[1] for v, n in sorted((int(v), n) for n, _, v in rows
+                                              if n.startswith(dataset + "@"))]
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of every file below ``root``."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def content_of(snapshot: str, pool: str, tag: str) -> dict[str, str]:
+    """The files of a snapshot, read through a temporary clone (zfs-fuse has no .zfs)."""
+    clone = f"{pool}/cmp-{tag}"
+    zfs("clone", snapshot, clone)
+    try:
+        return tree_digest(Path(prop(clone, "mountpoint")))
+    finally:
+        for _ in range(20):
+            if subprocess.run(["zfs", "destroy", clone], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.5)
+
+
+def restored_content(dataset: str) -> dict[str, str]:
+    """The files of a restored dataset (mounted first: restores receive with ``-u``)."""
+    subprocess.run(["zfs", "mount", dataset], capture_output=True)
+    return tree_digest(Path(prop(dataset, "mountpoint")))
