@@ -68,7 +68,6 @@ sys.path.insert(0, str(REPO))
 
 from testbed import zfs as testbed_zfs  # noqa: E402
 from testbed.common import free_port  # noqa: E402
-
 from zfsbench import destroy, guid, last_line, rotate, sh  # noqa: E402 (script-local import)
 
 MIB = 1024 * 1024

@@ -21,7 +21,7 @@ Timed, each ``--reps`` times (median and spread printed):
   volume and carried rows of the streams its findings describe, and the carriers of a few
   guids: ``volume_totals_of``, ``carried``, ``carrying``);
 * ``audit``: both, as ``zbak audit`` does for the whole catalog;
-* ``prune plan``: the archive retention planner (``zrepl_py.chains.retention``), one plan
+* ``prune plan``: the archive retention planner (``zrepl_py.pruning.chain_plan``), one plan
   per dataset and store over ``Catalog.bulk_streams`` rows (it needs the full rows), and
   ``prune (load + plan)`` with that read.
 
@@ -49,7 +49,6 @@ import argparse
 import contextlib
 import datetime as dt
 import hashlib
-import importlib.util
 import os
 import pwd
 import shutil
@@ -199,10 +198,7 @@ def timed(fn: Callable[[], object], reps: int) -> tuple[list[float], object]:
 def prune_planner() -> Callable[[list], object] | None:
     """The archive retention planner over the loaded rows (one plan per dataset and store,
     keep_chains 2, S3's minimum storage durations), or None while it does not exist."""
-    if importlib.util.find_spec("zrepl_py.chains") is None or \
-            importlib.util.find_spec("zrepl_py.chains.retention") is None:
-        return None
-    from zrepl_py.chains.retention import ChainRetention, plan_chain_retention  # noqa: PLC0415
+    from zrepl_py.pruning.chain_plan import ChainRetention, plan_chain_retention  # noqa: PLC0415
 
     policy = ChainRetention(keep_chains=2, min_storage={
         "STANDARD_IA": dt.timedelta(days=30), "GLACIER": dt.timedelta(days=90),
@@ -239,7 +235,7 @@ def run_backend(label: str, url: str,
         rows.append((label, "audit (load + graph)", audit_times, ""))
         planner = prune_planner()
         if planner is None:
-            rows.append((label, "prune plan", [], "zrepl_py.chains.retention not available yet"))
+            rows.append((label, "prune plan", [], "zrepl_py.pruning.chain_plan not available yet"))
         else:
             full_rows = catalog.bulk_streams()
             plan_times, plans = timed(lambda: planner(full_rows), args.reps)

@@ -93,12 +93,11 @@ sys.path.insert(0, str(REPO))
 from testbed import sshd as testbed_sshd  # noqa: E402
 from testbed import zfs as testbed_zfs  # noqa: E402
 from testbed.common import free_port  # noqa: E402
+from zfsbench import destroy, guid, last_line, rotate, sh  # noqa: E402 (script-local import)
 
 from zrepl_py.config.schema import ReplicateConfig  # noqa: E402
 from zrepl_py.proc.openssh import remote_command, remote_pipeline, ssh_argv  # noqa: E402
 from zrepl_py.replication.stages import mbuffer_argv  # noqa: E402
-
-from zfsbench import destroy, guid, last_line, rotate, sh  # noqa: E402 (script-local import)
 
 MIB = 1024 * 1024
 RECEIVE_BUFFER = ReplicateConfig.model_fields["receive_buffer"].default  # zbak's default

@@ -385,7 +385,7 @@ class CommandRefused(ZbakError):
 
 class InsufficientSpace(ZbakError):
     """A target pool has less free space than the job's ``min_free`` floor: nothing was sent
-    to it. The message names the host, pool, free bytes and the floor (``zrepl_py.health``)."""
+    to it. The message names the host, pool, free bytes and the floor (``zrepl_py.checks.health``)."""
 
 
 class StreamRejected(RestoreError):
@@ -422,7 +422,7 @@ class ReleaserMismatch(ZbakError):
     """Right before deleting an old chain, an object of the newer chain that releases it no
     longer matches the catalog (size, stored checksum or re-read SHA-256; issue 15): the
     mismatching streams are marked ``bad`` and nothing of that dataset is deleted
-    (``chains.recheck``). The message names the stream, the object and what differs."""
+    (``pruning.recheck``). The message names the stream, the object and what differs."""
 
 
 class LockBroken(ZbakError):

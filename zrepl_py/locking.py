@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from zrepl_py.errors import Locked, LockBroken
-from zrepl_py.statedir import ensure_private_dir
+from zrepl_py.errors import LockBroken, Locked
+from zrepl_py.runtime.statedir import ensure_private_dir
 
 log = logging.getLogger(__name__)
 

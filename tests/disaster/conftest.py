@@ -20,7 +20,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from testbed.cli import (  # noqa: F401 (re-exported for the disaster tests)
     Zbak,
     content_of,
@@ -30,6 +29,7 @@ from testbed.cli import (  # noqa: F401 (re-exported for the disaster tests)
     tree_digest,
     zfs,
 )
+
 from zrepl_py.errors import ExitStatus
 
 MIB = 1024 * 1024

@@ -28,14 +28,14 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import MIB, content_of, restored_content
 from faults.archive_checks import catalog_of, catalogued, converged_problems
 from testbed.cli import zfs
+
 from zrepl_py.archive import writer
-from zrepl_py.archive.layout import PROGRESS
 from zrepl_py.config.loading import load_config
 from zrepl_py.errors import ExitStatus
+from zrepl_py.objects.layout import PROGRESS
 from zrepl_py.stores.open import open_store
 
 pytestmark = [pytest.mark.zfs, pytest.mark.slow]

@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import MIB, content_of, restored_content
-from zrepl_py.archive.layout import MANIFEST, MANIFEST_COPY
+
 from zrepl_py.errors import ExitStatus
+from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY
 
 pytestmark = pytest.mark.zfs
 

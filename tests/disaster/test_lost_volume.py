@@ -21,10 +21,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import content_of, restored_content
-from zrepl_py import events
+
 from zrepl_py.errors import ExitStatus
+from zrepl_py.observe import events
 
 pytestmark = [pytest.mark.zfs, pytest.mark.slow]
 

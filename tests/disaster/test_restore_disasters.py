@@ -18,10 +18,10 @@ import subprocess
 import time
 
 import pytest
-
 from disaster.conftest import MIB, Site, content_of, restored_content, snapshots
 from testbed.cli import prop
 from testbed.common import hosts_table
+
 from zrepl_py.errors import ExitStatus
 
 pytestmark = pytest.mark.zfs

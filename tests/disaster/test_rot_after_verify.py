@@ -17,13 +17,12 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from disaster.conftest import MIB, content_of, restored_content, snapshots
 
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.config.loading import load_config
 from zrepl_py.errors import ExitStatus
-
-from disaster.conftest import MIB, content_of, restored_content, snapshots
 
 pytestmark = pytest.mark.zfs
 

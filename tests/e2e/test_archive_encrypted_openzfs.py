@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import zstandard
-
 from testbed.common import hosts_table
 from testbed.openzfs import COMMAND_TIMEOUT
+
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from testbed.cli import Zbak, content_of, prop, restored_content, snapshots, zfs
 
 from zrepl_py.errors import ExitStatus
-from testbed.cli import Zbak, content_of, prop, restored_content, snapshots, zfs
 
 pytestmark = pytest.mark.zfs
 
@@ -105,10 +105,10 @@ def test_the_catalog_and_the_manifests_agree_on_every_stream_and_volume(seeded):
     assert status == ExitStatus.OK
     manifests = sorted(store.rglob("manifest.json"))
     assert len(manifests) == 2
-    from zrepl_py.archive.manifest import Manifest
     from zrepl_py.catalog.db import make_engine
     from zrepl_py.catalog.repository import Catalog
     from zrepl_py.config.loading import load_config
+    from zrepl_py.objects.manifest import Manifest
     catalog = Catalog(make_engine(load_config(run.config).catalog_url))
     streams = {s.object_prefix: s for s in catalog.streams(dataset=data)}
     for path in manifests:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-
-from zrepl_py.errors import ExitStatus
 import testbed.cli
 from testbed.cli import prop, zfs
+
+from zrepl_py.errors import ExitStatus
 
 pytestmark = pytest.mark.zfs
 
@@ -141,7 +141,7 @@ def test_a_stream_whose_begin_record_carries_another_guid_is_found_by_deep(archi
     """The first incremental's volume is replaced by the full's, with the catalog and the
     manifest updated to match its bytes: only the stream's own BEGIN record tells."""
     run, data, store, pool = archived
-    from zrepl_py.archive.manifest import Manifest
+    from zrepl_py.objects.manifest import Manifest
 
     streams = streams_of(run, data)
     full = next(s for s in streams if s.kind == "full")
@@ -282,8 +282,7 @@ def test_the_human_output_names_dataset_stream_object_and_what_to_do(archived):
 
 def test_a_manifest_that_disagrees_with_the_catalog_or_is_missing_is_found(archived):
     run, data, store, pool = archived
-    from zrepl_py.archive.manifest import Manifest
-    from zrepl_py.catalog.repository import CarriedSnapshot
+    from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
 
     first, second = sorted((s for s in streams_of(run, data) if s.kind == "incremental"),
                            key=lambda s: s.to_createtxg)

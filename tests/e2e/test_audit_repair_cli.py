@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-
 import testbed.cli
 from testbed.cli import prop, zfs
+
 from zrepl_py.errors import ExitStatus
 
 pytestmark = pytest.mark.zfs

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from testbed.cli import zfs
 
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.cli import main
@@ -22,7 +23,6 @@ from zrepl_py.config.loading import load_config
 from zrepl_py.daemon.store import scheduled_runs
 from zrepl_py.errors import ExitStatus
 from zrepl_py.locking import dataset_lock
-from testbed.cli import zfs
 
 UTC = dt.timezone.utc
 NEVER = "0 0 1 1 *"  # keeps the cron schedules of actions a test does not drive out of the way

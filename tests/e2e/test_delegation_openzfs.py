@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from testbed.common import hosts_table
 from testbed.openzfs import COMMAND_TIMEOUT
+
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus, PermissionDenied
 from zrepl_py.zfs.client import Zfs

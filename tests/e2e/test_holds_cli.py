@@ -12,9 +12,9 @@ import os
 import textwrap
 
 import pytest
-
 import testbed.cli
 from testbed.cli import prop, zfs
+
 from zrepl_py.errors import ExitStatus
 
 pytestmark = pytest.mark.zfs

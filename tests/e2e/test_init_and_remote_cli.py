@@ -9,8 +9,8 @@ import textwrap
 import time
 
 import pytest
-
 from testbed.common import hosts_table
+
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 

@@ -11,14 +11,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
+from testbed.cli import zfs
 from testbed.common import hosts_table
+
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.cli import main
 from zrepl_py.config.loading import load_config
 from zrepl_py.errors import ExitStatus
-from testbed.cli import zfs
 
 pytestmark = pytest.mark.zfs
 HOLD = "zbak:data:archive:cold"

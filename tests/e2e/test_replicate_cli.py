@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-
+from testbed.cli import zfs
 from testbed.common import hosts_table
+
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
-from testbed.cli import zfs
 
 pytestmark = [pytest.mark.zfs, pytest.mark.ssh]
 

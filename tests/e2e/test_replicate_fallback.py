@@ -22,11 +22,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from testbed.common import hosts_table
 from testbed.openzfs import COMMAND_TIMEOUT
+
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
+
 
 @pytest.fixture(scope="module")
 def guest_rsync(openzfs_executor):

@@ -18,9 +18,9 @@ import textwrap
 import time
 
 import pytest
-
 from testbed.common import hosts_table
 from testbed.openzfs import COMMAND_TIMEOUT
+
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 from zrepl_py.replication.protect import bookmark_prefix

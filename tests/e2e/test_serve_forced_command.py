@@ -19,13 +19,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
+from testbed.cli import zfs
 from testbed.common import hosts_table
+
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 from zrepl_py.proc.openssh import remote_command, ssh_argv
 from zrepl_py.serve.token import make_token
-from testbed.cli import zfs
 
 pytestmark = [pytest.mark.zfs, pytest.mark.ssh]
 
@@ -265,6 +265,7 @@ def test_a_non_root_user_with_the_documented_zfs_allow_sets_can_replicate_on_ope
     with the hold, bookmark, snapshot and destroy zbak needs; received properties are
     dropped; outside the delegated dataset the same user is refused."""
     from testbed.openzfs import COMMAND_TIMEOUT
+
     from zrepl_py.proc.openssh import remote_command
 
     run = openzfs_executor.run

@@ -10,10 +10,10 @@ import textwrap
 import time
 
 import pytest
+from testbed.cli import Zbak, zfs
 
 from zrepl_py.errors import ExitStatus
 from zrepl_py.locking import dataset_lock
-from testbed.cli import Zbak, zfs
 
 pytestmark = pytest.mark.zfs
 

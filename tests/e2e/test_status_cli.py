@@ -14,13 +14,13 @@ import textwrap
 import time
 
 import pytest
+from testbed.cli import zfs
 
 from zrepl_py.catalog import db
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
-from zrepl_py.running import RunningTransfer, Slot
-from testbed.cli import zfs
+from zrepl_py.observe.transfers import RunningTransfer, Slot
 
 pytestmark = pytest.mark.zfs
 UTC = dt.timezone.utc

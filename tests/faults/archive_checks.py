@@ -17,12 +17,13 @@ import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from zrepl_py.archive.layout import EXPORT_PREFIX, MANIFEST, MANIFEST_COPY, PROGRESS, volume_index
-from zrepl_py.archive.manifest import Manifest
-from zrepl_py.catalog.export import load_export
 from zrepl_py.catalog.db import make_engine
-from zrepl_py.catalog.repository import Catalog, StreamRow, VolumeRow
+from zrepl_py.catalog.export import load_export
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.config.loading import load_config
+from zrepl_py.objects.layout import EXPORT_PREFIX, MANIFEST, MANIFEST_COPY, PROGRESS, volume_index
+from zrepl_py.objects.manifest import Manifest
 from zrepl_py.stores.base import Backend
 
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ``import faults`
 from faults.backend import FaultyBackend  # noqa: E402
 
 STORE_USERS = ("zrepl_py.archive.job", "zrepl_py.restore.execute", "zrepl_py.pruning.archive",
-               "zrepl_py.pruning.job", "zrepl_py.chains.prune", "zrepl_py.audit.graph")
+               "zrepl_py.pruning.job", "zrepl_py.pruning.chain_delete", "zrepl_py.audit.graph")
 """Modules that may hold their own reference to ``open_store`` (imported when present)."""
 CATALOG_STEPS = ("add_stream", "set_stream_state", "condemn_streams", "delete_stream")
 

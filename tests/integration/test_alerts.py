@@ -18,7 +18,7 @@ import tenacity
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-from zrepl_py import alerts, events
+from zrepl_py import alerts
 from zrepl_py.alerts.webhook import WebhookSink
 from zrepl_py.catalog import db
 from zrepl_py.catalog.repository import Catalog
@@ -26,8 +26,9 @@ from zrepl_py.clock import FixedClock
 from zrepl_py.config.schema import Config, ProtectionBudget
 from zrepl_py.config.secret import Secret
 from zrepl_py.errors import AlertDeliveryFailed, SecretUnavailable, ZbakError
+from zrepl_py.observe import events
+from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.replication.job import budget_warnings
-from zrepl_py.runs import recorded_run
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 3, 1, 2, 0, tzinfo=UTC)

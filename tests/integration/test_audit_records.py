@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from testbed.cli import zfs
 
 from zrepl_py.streams.records import walk_records
-from testbed.cli import zfs
 
 pytestmark = pytest.mark.zfs
 
@@ -81,6 +81,7 @@ def test_real_openzfs_streams_walk_to_zstream_dumps_record_count(openzfs_vm, ope
                                                                   openzfs_pools, flags, compound):
     """OpenZFS 2.3 streams, with large blocks, compressed and embedded-data records too."""
     from testbed.openzfs import COMMAND_TIMEOUT
+
     from zrepl_py.proc.openssh import remote_command
 
     run = openzfs_executor.run

@@ -7,9 +7,10 @@ import datetime as dt
 
 import pytest
 import sqlalchemy as sa
-
 from testbed.postgres import migrated_engine
-from zrepl_py.catalog.repository import Catalog, NewStream, NewVolume, SnapshotFact
+
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import NewStream, NewVolume, SnapshotFact
 from zrepl_py.catalog.types import to_signed64
 from zrepl_py.errors import CatalogConflict, ChainBroken, NotInCatalog
 

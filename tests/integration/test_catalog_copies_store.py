@@ -10,13 +10,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from testbed.cli import Zbak, prop, zfs
 
-from zrepl_py.archive.layout import EXPORT_PREFIX, MANIFEST, copy_key
 from zrepl_py.catalog.export import MARKS_DIR, load_export
 from zrepl_py.config.loading import load_config
 from zrepl_py.errors import ExitStatus
+from zrepl_py.objects.layout import EXPORT_PREFIX, MANIFEST, copy_key
 from zrepl_py.stores.open import open_store
-from testbed.cli import Zbak, prop, zfs
 
 pytestmark = pytest.mark.zfs
 

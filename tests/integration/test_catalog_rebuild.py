@@ -12,13 +12,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from testbed.cli import zfs
 
-from zrepl_py.archive.manifest import Manifest
 from zrepl_py.catalog.rebuild import chain_order, pick_parent
-from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
+from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
-from testbed.cli import zfs
+from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
 
 T0 = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
 

@@ -11,19 +11,19 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from testbed.cli import zfs
 
 from zrepl_py.archive.job import archive_job
-from zrepl_py.archive.layout import EXPORT_PREFIX, MANIFEST
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.chains.retention import ChainRetention
 from zrepl_py.cli import main
 from zrepl_py.config.loading import load_config
-from zrepl_py.context import Context
 from zrepl_py.errors import ExitStatus
+from zrepl_py.invocation.context import Context
+from zrepl_py.objects.layout import EXPORT_PREFIX, MANIFEST
 from zrepl_py.pruning.archive import prune_dataset_chains
+from zrepl_py.pruning.chain_plan import ChainRetention
 from zrepl_py.stores.file import FileBackend
-from testbed.cli import zfs
 
 pytestmark = pytest.mark.zfs
 KEEP_ONE = ChainRetention(keep_chains=1)

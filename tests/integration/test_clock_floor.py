@@ -8,7 +8,7 @@ import datetime as dt
 from zrepl_py.catalog import db
 from zrepl_py.clock import UTC, FixedClock, MonotonicClock
 from zrepl_py.config.loading import load_config
-from zrepl_py.context import Context
+from zrepl_py.invocation.context import Context
 
 LATER = dt.datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

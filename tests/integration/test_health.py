@@ -1,4 +1,4 @@
-"""Health before work (``zrepl_py.health``): ``zpool status`` parsing, a real DEGRADED mirror on
+"""Health before work (``zrepl_py.checks.health``): ``zpool status`` parsing, a real DEGRADED mirror on
 zfs-fuse, and the target free-space floor refusing a receive, through ``zbak replicate``."""
 
 from __future__ import annotations
@@ -9,17 +9,17 @@ import textwrap
 import time
 
 import pytest
+from testbed.cli import zfs
 
-from zrepl_py import events
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog
+from zrepl_py.checks.health import parse_status, pool_problems, pool_report
 from zrepl_py.cli import main
 from zrepl_py.config.schema import parse_free_floor
 from zrepl_py.errors import ExitStatus
-from zrepl_py.health import parse_status, pool_problems, pool_report
+from zrepl_py.observe import events
 from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.zfs.client import Zfs
-from testbed.cli import zfs
 
 OPENZFS_DEGRADED = """\
   pool: tank

@@ -10,14 +10,14 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from testbed.cli import zfs
 
 from zrepl_py.cli import main
 from zrepl_py.config.loading import load_config
-from zrepl_py.context import Context
 from zrepl_py.errors import ExitStatus, ZbakError
-from zrepl_py.metrics import registry_for, serve, write_textfile
-from zrepl_py.runs import recorded_run
-from testbed.cli import zfs
+from zrepl_py.invocation.context import Context
+from zrepl_py.observe.metrics import registry_for, serve, write_textfile
+from zrepl_py.observe.runlog import recorded_run
 
 pytestmark = pytest.mark.zfs
 

@@ -11,11 +11,12 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-
 from testbed.common import free_port
+
 from zrepl_py.catalog import db
 from zrepl_py.catalog.models import Base
-from zrepl_py.catalog.repository import Catalog, NewStream
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import NewStream
 from zrepl_py.errors import CatalogError, CatalogNotCurrent, CatalogUnavailable
 
 T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
@@ -233,7 +234,7 @@ def test_downgrading_0002_with_rows_present_keeps_the_chain_and_upgrading_again_
     a thaw request in 0002; downgrade to 0001 keeps the streams and drops only what 0002 added;
     upgrade back to head with those rows present; the models still match and the catalog
     accepts new rows."""
-    from zrepl_py.catalog.repository import CarriedSnapshot
+    from zrepl_py.objects.manifest import CarriedSnapshot
 
     db.upgrade(engine)
     catalog = Catalog(engine)

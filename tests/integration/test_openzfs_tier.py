@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 from testbed.openzfs import COMMAND_TIMEOUT
+
 from zrepl_py.proc.openssh import remote_command
 from zrepl_py.zfs.capabilities import Capabilities, detect
 from zrepl_py.zfs.client import Zfs

@@ -27,6 +27,7 @@ from zrepl_py.errors import (
     PipelineFailed,
     PipelineTimedOut,
 )
+from zrepl_py.observe.progress import ProgressReporter
 from zrepl_py.proc.openssh import remote_command, remote_pipeline, ssh_argv
 from zrepl_py.proc.pipeline import (
     STDERR_TAIL,
@@ -37,7 +38,6 @@ from zrepl_py.proc.pipeline import (
     choose_culprit,
     run_pipeline,
 )
-from zrepl_py.proc.progress import ProgressReporter
 from zrepl_py.zfs.errors import classify
 
 MB = 1024 * 1024
@@ -343,7 +343,7 @@ def test_a_progress_reporter_is_finished_with_the_exact_count_and_closed(caplog,
                       Stage("receive", ("cat",))], progress=reporter)  # fmt: skip
         with pytest.raises(PipelineFailed):
             run_pipeline([Stage("send", ("false",))], progress=reporter)
-    lines = [r.getMessage() for r in caplog.records if r.name == "zrepl_py.proc.progress"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "zrepl_py.observe.progress"]
     assert len(lines) == 1 and lines[0].startswith("a@s -> b: 3.0 MiB in 0:00:0")
 
 

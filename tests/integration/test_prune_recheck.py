@@ -1,4 +1,4 @@
-"""Prune's re-check of a releasing chain (chains/recheck.py, issue 15) on real stores: a
+"""Prune's re-check of a releasing chain (pruning/recheck.py, issue 15) on real stores: a
 ``file://`` directory and moto's S3 server, with a real SQLite catalog.
 
 What each store can tell without a thaw: a STANDARD object is read back and hashed; a
@@ -12,10 +12,11 @@ import hashlib
 
 import pytest
 
-from zrepl_py.archive.layout import MANIFEST
 from zrepl_py.catalog.db import make_engine, upgrade
-from zrepl_py.catalog.repository import Catalog, NewStream, NewVolume
-from zrepl_py.chains.recheck import recheck_chain
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import NewStream, NewVolume
+from zrepl_py.objects.layout import MANIFEST
+from zrepl_py.pruning.recheck import recheck_chain
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.stores.s3 import S3Backend
 

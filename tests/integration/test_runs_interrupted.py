@@ -15,9 +15,9 @@ import sqlalchemy as sa
 from zrepl_py.catalog import db
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.clock import FixedClock
-from zrepl_py.events import Event, register
-from zrepl_py.runs import RunSet, recorded_run, sweep_interrupted
-from zrepl_py.running import process_start
+from zrepl_py.observe.events import Event, register
+from zrepl_py.observe.runlog import RunSet, recorded_run, sweep_interrupted
+from zrepl_py.observe.transfers import process_start
 
 T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.timezone.utc)
 

@@ -36,23 +36,13 @@ from zrepl_py.errors import (
 from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.proc.openssh import remote_command, ssh_argv
 from zrepl_py.proc.ssh import SSHExecutor
-from zrepl_py.replication.planner import (
-    AbortResume,
-    BookmarkRef,
-    Full,
-    Incremental,
-    Plan,
-    Resume,
-    SnapRef,
-    SourceState,
-    TargetState,
-    plan_replication,
-)
+from zrepl_py.replication.planner import Plan, SourceState, TargetState, plan_replication
 from zrepl_py.zfs.capabilities import detect
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import BookmarkName, DatasetName, SnapshotName
 from zrepl_py.zfs.resume import describe_token
 from zrepl_py.zfs.sendrecv import receive_argv, send_argv
+from zrepl_py.zfs.steps import AbortResume, BookmarkRef, Full, Incremental, Resume, SnapRef
 
 MiB = 1024 * 1024
 

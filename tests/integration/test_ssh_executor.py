@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from testbed.common import free_port
+
 from zrepl_py.config.schema import Config
 from zrepl_py.errors import (
     CommandFailed,
@@ -25,9 +25,9 @@ from zrepl_py.errors import (
     HostUnreachable,
     UsageError,
 )
-from zrepl_py.proc.hosts import ExecutorPool, executor_for
-from zrepl_py.proc.local import LocalExecutor
+from zrepl_py.invocation.hosts import ExecutorPool, executor_for
 from zrepl_py.proc import openssh
+from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.proc.openssh import control_dir, control_path, remote_command, ssh_argv
 from zrepl_py.proc.ssh import SSHExecutor
 

@@ -32,19 +32,19 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from faults.archive_checks import (
     catalog_of,
-    catalogued,
     catalog_problems,
+    catalogued,
     converged_problems,
     leftovers,
 )
-from zrepl_py.archive.layout import MANIFEST, PROGRESS
+from testbed.cli import prop, zfs
+
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
+from zrepl_py.objects.layout import MANIFEST, PROGRESS
 from zrepl_py.stores.file import FileBackend
-from testbed.cli import prop, zfs
 
 pytestmark = [pytest.mark.zfs, pytest.mark.slow]
 

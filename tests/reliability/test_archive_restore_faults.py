@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 import zstandard
-
 from faults.archive_checks import catalog_of, catalogued, store_state
 from faults.backend import FaultyBackend
 from faults.executor import (
@@ -33,19 +32,20 @@ from faults.executor import (
     garbage_stage,
     stderr_stage,
 )
-from zrepl_py.archive.layout import MANIFEST, PROGRESS, stream_prefix
-from zrepl_py.catalog.repository import CarriedSnapshot
+from testbed.cli import prop, zfs
+
 from zrepl_py.archive.planner import PlannedStream
 from zrepl_py.archive.writer import StreamSpec, write_stream
 from zrepl_py.cli import main
 from zrepl_py.clock import SystemClock
 from zrepl_py.errors import ExitStatus, PipelineFailed, StoreError, StreamCorrupt
+from zrepl_py.objects.layout import MANIFEST, PROGRESS, stream_prefix
+from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.proc.pipeline import Stage
 from zrepl_py.restore import execute as restore_execute
 from zrepl_py.restore.fetch import fetch_verified
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.streams.frames import decompress_frame
-from testbed.cli import prop, zfs
 
 pytestmark = pytest.mark.zfs
 

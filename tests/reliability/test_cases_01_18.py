@@ -44,7 +44,7 @@ import botocore.config
 import pytest
 from botocore.stub import ANY, Stubber
 
-from zrepl_py.catalog.repository import VolumeRow
+from zrepl_py.catalog.rows import VolumeRow
 from zrepl_py.cli import main
 from zrepl_py.errors import (
     ExitStatus,

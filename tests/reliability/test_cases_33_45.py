@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pydantic
 import pytest
-
 from testbed.cli import Zbak, zfs
+
 from zrepl_py import errors
 from zrepl_py.cli import main
 from zrepl_py.config import schema

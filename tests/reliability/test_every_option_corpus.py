@@ -22,8 +22,8 @@ from pathlib import Path
 
 import click
 import pytest
-
 from reliability.test_name_corpus_10k import SEED, hostile_names
+
 from zrepl_py.cli import cli, main
 from zrepl_py.errors import ExitStatus, InvalidName
 from zrepl_py.proc import spawn

@@ -9,7 +9,6 @@ import os
 import time
 
 import pytest
-
 from faults.executor import (
     FaultyExecutor,
     RecordingExecutor,
@@ -20,6 +19,7 @@ from faults.executor import (
     garbage_stage,
     stderr_stage,
 )
+
 from zrepl_py.errors import CommandFailed, PipelineFailed
 from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.proc.pipeline import Stage, live_group_members, run_pipeline

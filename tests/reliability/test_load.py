@@ -17,7 +17,7 @@ is at most ``zfs send | zstd | pv | ssh`` (4 processes; this job has compression
 bandwidth limit: 3), and a shared ssh forks its ControlPersist master (+1, a child of that
 ssh until the ssh exits). Control commands on the source are local processes run one at a
 time by the main thread, plus at most one at a time by the start-up prefetch thread
-(``zrepl_py.prefetch``: pool health) (+2); control commands on the target go through
+(``zrepl_py.runtime.prefetch``: pool health) (+2); control commands on the target go through
 paramiko, in-process. So at most 4 + 1 + 2 = 7 live descendants, whatever the dataset count.
 Archive: ``zfs send`` (compression and upload are in-process) plus control commands: 3.
 """
@@ -35,10 +35,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from testbed.cli import Zbak, zfs
 from testbed.common import hosts_table
 from testbed.procwatch import Peaks, ProcessWatch
+
 from zrepl_py.errors import ExitStatus
 
 SCALE = os.environ.get("ZBAK_LOAD_SCALE", "60x10")
@@ -246,7 +246,7 @@ def test_hundreds_of_datasets_replicate_and_archive_in_one_run_each_within_bound
     assert {n: g for n, g in source.items() if "@" in n} == \
         {n: g for n, g in replica.items() if "@" in n}
 
-    from zrepl_py.archive.planner import current_chain
+    from zrepl_py.catalog.chains import current_chain
     from zrepl_py.catalog.db import make_engine
     from zrepl_py.catalog.repository import Catalog
     from zrepl_py.config.loading import load_config

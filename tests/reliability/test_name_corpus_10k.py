@@ -24,8 +24,8 @@ import string
 from pathlib import Path
 
 import pytest
-
 from faults.executor import FaultyExecutor, RecordingExecutor
+
 from zrepl_py.errors import InvalidName
 from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.proc.openssh import remote_command, ssh_argv

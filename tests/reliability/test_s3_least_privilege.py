@@ -28,8 +28,8 @@ from pathlib import Path
 
 import boto3
 import pytest
-
 from testbed.cli import Zbak, zfs
+
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.config.loading import load_config

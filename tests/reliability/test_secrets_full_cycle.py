@@ -30,8 +30,8 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
 import sqlite3
+import subprocess
 import sys
 import textwrap
 import threading
@@ -40,11 +40,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-
+from testbed.cli import zfs
 from testbed.common import hosts_table
+
 from zrepl_py import cli
 from zrepl_py.errors import ExitStatus
-from testbed.cli import zfs
 
 pytestmark = [pytest.mark.zfs, pytest.mark.ssh, pytest.mark.s3, pytest.mark.slow]
 

@@ -26,9 +26,9 @@ import threading
 import time
 
 import pytest
-
 from faults.backend import FaultyBackend
-from zrepl_py.catalog.repository import VolumeRow
+
+from zrepl_py.catalog.rows import VolumeRow
 from zrepl_py.errors import (
     ObjectNotFound,
     StorePermanent,

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from zrepl_py.archive.damage import stream_damage
-from zrepl_py.catalog.repository import StreamRow, VolumeRow
+from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.stores.base import ObjectInfo, Thaw
 
 NOW = dt.datetime(2026, 11, 25, 12, tzinfo=dt.timezone.utc)

@@ -6,8 +6,10 @@ import datetime as dt
 
 import pytest
 
-from zrepl_py.archive.planner import ChainPolicy, current_chain, plan_archive
-from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
+from zrepl_py.archive.planner import ChainPolicy, plan_archive
+from zrepl_py.catalog.chains import current_chain
+from zrepl_py.catalog.rows import StreamRow
+from zrepl_py.objects.manifest import CarriedSnapshot
 
 NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.timezone.utc)
 POLICY = ChainPolicy(full_every=dt.timedelta(days=30), max_chain_length=5, max_chain_bytes=None)

@@ -18,10 +18,10 @@ import struct
 import pytest
 
 from zrepl_py.archive.job import archive_send, encrypted_datasets
-from zrepl_py.archive.manifest import Manifest, VolumeRecord
 from zrepl_py.archive.planner import ChainPolicy, PlannedStream, plan_archive
-from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
+from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.errors import RawSendUnavailable, SendArgsInvalid, StreamCorrupt
+from zrepl_py.objects.manifest import CarriedSnapshot, Manifest, VolumeRecord
 from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.streams.records import (
     DMU_BACKUP_FEATURE_RAW,

@@ -17,14 +17,8 @@ from zrepl_py.audit.graph import (
     audit_graph,
     volume_totals,
 )
-from zrepl_py.catalog.repository import (
-    CarriedSnapshot,
-    CursorRow,
-    SnapshotRow,
-    StreamLink,
-    StreamRow,
-    VolumeRow,
-)
+from zrepl_py.catalog.rows import CursorRow, SnapshotRow, StreamLink, StreamRow, VolumeRow
+from zrepl_py.objects.manifest import CarriedSnapshot
 
 T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
 DS = "tank/data"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-from zrepl_py.archive.layout import parse_stream_prefix, stream_prefix
-from zrepl_py.archive.manifest import Manifest
 from zrepl_py.audit.findings import Severity
 from zrepl_py.audit.restorable import Stray, coverage, coverage_findings, ranges, stray, strays_of
-from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
+from zrepl_py.catalog.rows import StreamRow
+from zrepl_py.objects.layout import parse_stream_prefix, stream_prefix
+from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
 from zrepl_py.restore.paths import restorable_streams
 
 T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)

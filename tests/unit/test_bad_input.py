@@ -14,7 +14,7 @@ import pytest
 from zrepl_py.cli import main
 from zrepl_py.config.reading import CONFIG_LIMIT
 from zrepl_py.errors import ExitStatus
-from zrepl_py.logsetup import printable
+from zrepl_py.runtime.logsetup import printable
 
 
 def run(argv, capsys):

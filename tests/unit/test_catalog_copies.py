@@ -10,9 +10,6 @@ import json
 
 import pytest
 
-from zrepl_py.archive.layout import MANIFEST, copy_key, export_key
-from zrepl_py.archive.manifest import Manifest, VolumeRecord
-from zrepl_py.archive.sealed import read_with_copy
 from zrepl_py.catalog.export import (
     CatalogExport,
     StoreGuard,
@@ -23,7 +20,7 @@ from zrepl_py.catalog.export import (
     read_mark,
 )
 from zrepl_py.catalog.rebuild import export_states
-from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
+from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.errors import (
     CatalogExportCorrupt,
     CatalogReplay,
@@ -31,6 +28,9 @@ from zrepl_py.errors import (
     ObjectNotFound,
     StreamCorrupt,
 )
+from zrepl_py.objects.layout import MANIFEST, copy_key, export_key
+from zrepl_py.objects.manifest import CarriedSnapshot, Manifest, VolumeRecord
+from zrepl_py.objects.sealed import read_with_copy
 from zrepl_py.stores.file import FileBackend
 
 T0 = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.timezone.utc)

@@ -1,4 +1,4 @@
-"""Archive chain retention (chains/retention.py), table-driven on plain catalog rows."""
+"""Archive chain retention (pruning/chain_plan.py), table-driven on plain catalog rows."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import random
 
 import pytest
 
-from zrepl_py.catalog.repository import StreamRow
-from zrepl_py.chains.retention import ChainRetention, build_chains, plan_chain_retention
+from zrepl_py.catalog.chains import build_chains
+from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.config.schema import ArchiveConfig
+from zrepl_py.pruning.chain_plan import ChainRetention, plan_chain_retention
 
 NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.timezone.utc)
 S3_MIN = ArchiveConfig(store="s").min_storage_durations()

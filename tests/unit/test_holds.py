@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from zrepl_py.catalog.repository import CursorRow
+from zrepl_py.catalog.rows import CursorRow
 from zrepl_py.config.loading import parse_config
 from zrepl_py.pruning.holds import CURRENT, FOREIGN, STALE, UNKNOWN, Held, classify
 

@@ -1,4 +1,4 @@
-"""Stream manifests (archive/manifest.py): the JSON round trip and what a reader refuses."""
+"""Stream manifests (objects/manifest.py): the JSON round trip and what a reader refuses."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from zrepl_py.archive.manifest import Manifest, VolumeRecord
-from zrepl_py.catalog.repository import CarriedSnapshot
 from zrepl_py.errors import StreamCorrupt
+from zrepl_py.objects.manifest import CarriedSnapshot, Manifest, VolumeRecord
 
 BIG_GUID = 2**64 - 3
 

@@ -1,4 +1,4 @@
-"""zrepl_py.prefetch: results computed ahead in a background thread, each taken once."""
+"""zrepl_py.runtime.prefetch: results computed ahead in a background thread, each taken once."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from zrepl_py.errors import HostUnreachable
-from zrepl_py.prefetch import Prefetch
+from zrepl_py.runtime.prefetch import Prefetch
 
 
 def test_a_prefetched_result_is_taken_once_and_a_second_take_computes_afresh():

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from zrepl_py.proc.progress import (
+from zrepl_py.observe.progress import (
     Estimate,
     MeteredReader,
     ProgressReporter,
@@ -20,10 +20,9 @@ from zrepl_py.proc.progress import (
     format_eta,
     format_rate,
     format_size,
-    progress_callback,
     window_rate,
 )
-from zrepl_py.running import Slot, read_running
+from zrepl_py.observe.transfers import Slot, progress_callback, read_running
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 

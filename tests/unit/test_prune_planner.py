@@ -9,7 +9,7 @@ import pytest
 
 from zrepl_py.clock import UTC
 from zrepl_py.config.schema import Retention
-from zrepl_py.pruning.planner import Candidate, Decision, PrunePlan, plan_prune
+from zrepl_py.pruning.snapshot_plan import Candidate, Decision, PrunePlan, plan_prune
 from zrepl_py.snapshots.naming import format_short_name, is_own
 
 NOW = dt.datetime(2026, 3, 5, 12, 0, tzinfo=UTC)

@@ -12,11 +12,11 @@ import types
 
 import pytest
 
-from zrepl_py.catalog.repository import StreamRow
-from zrepl_py.chains.prune import execute_chain_prune
-from zrepl_py.chains.retention import ChainRetention, plan_chain_retention
+from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.errors import ObjectNotFound, StoreInconsistent
 from zrepl_py.pruning.archive import prune_dataset_chains
+from zrepl_py.pruning.chain_delete import execute_chain_prune
+from zrepl_py.pruning.chain_plan import ChainRetention, plan_chain_retention
 from zrepl_py.stores.base import ObjectInfo, Thaw
 
 NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.timezone.utc)

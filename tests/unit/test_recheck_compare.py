@@ -1,4 +1,4 @@
-"""The re-check's pure comparisons (chains/recheck.py): what the store's metadata or a re-read
+"""The re-check's pure comparisons (pruning/recheck.py): what the store's metadata or a re-read
 shows against the catalog's volume row, table-driven."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import datetime as dt
 
 import pytest
 
-from zrepl_py.catalog.repository import VolumeRow
-from zrepl_py.chains.recheck import head_problem, read_problem
+from zrepl_py.catalog.rows import VolumeRow
+from zrepl_py.pruning.recheck import head_problem, read_problem
 from zrepl_py.stores.base import ObjectInfo
 
 SHA, OTHER = "a" * 64, "b" * 64

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from zrepl_py.catalog.repository import CursorRow, StreamRow
+from zrepl_py.catalog.rows import CursorRow, StreamRow
 from zrepl_py.config.loading import parse_config
 from zrepl_py.config.schema import Retention, parse_endpoint
 from zrepl_py.pruning.replica import NEWEST_COMMON, plan_replica_prune, zfs_targets

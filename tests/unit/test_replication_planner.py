@@ -7,18 +7,20 @@ import pytest
 
 from zrepl_py.replication.planner import (
     NO_COMMON,
+    Plan,
+    ResumeToken,
+    SourceState,
+    TargetState,
+    plan_replication,
+)
+from zrepl_py.zfs.steps import (
     AbortResume,
     BookmarkRef,
     Full,
     Incremental,
-    Plan,
     Resume,
-    ResumeToken,
     Rollback,
     SnapRef,
-    SourceState,
-    TargetState,
-    plan_replication,
 )
 
 SRC = "tank/data"

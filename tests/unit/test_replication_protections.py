@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from zrepl_py.catalog.repository import CursorRow
+from zrepl_py.catalog.rows import CursorRow
 from zrepl_py.config.loading import parse_config
 from zrepl_py.pruning.source import plan_source_prune, replication_protections
 from zrepl_py.snapshots.inventory import Inventory

@@ -1,4 +1,4 @@
-"""Running-transfer files (``zrepl_py.running``): written atomically and throttled by the
+"""Running-transfer files (``zrepl_py.observe.transfers``): written atomically and throttled by the
 process moving the bytes, removed when it ends, and dropped as stale by ``zbak status`` when
 their process is gone or their PID belongs to another process."""
 
@@ -11,8 +11,8 @@ import os
 import subprocess
 import sys
 
-from zrepl_py.proc.progress import Estimate
-from zrepl_py.running import (
+from zrepl_py.observe.progress import Estimate
+from zrepl_py.observe.transfers import (
     Publisher,
     RunningTransfer,
     Slot,

@@ -7,18 +7,18 @@ import dataclasses
 import pytest
 
 from zrepl_py.errors import InvalidName, ResumeTokenInvalid, SendArgsInvalid
-from zrepl_py.replication.planner import (
+from zrepl_py.replication.planner import ResumeToken
+from zrepl_py.zfs.capabilities import Capabilities
+from zrepl_py.zfs.sendrecv import abort_argv, receive_argv, send_argv, stream_capabilities
+from zrepl_py.zfs.steps import (
     AbortResume,
     BookmarkRef,
     Full,
     Incremental,
     Resume,
-    ResumeToken,
     Rollback,
     SnapRef,
 )
-from zrepl_py.zfs.capabilities import Capabilities
-from zrepl_py.zfs.sendrecv import abort_argv, receive_argv, send_argv, stream_capabilities
 
 OPENZFS = Capabilities(parsable_list=True, resume_tokens=True, bookmarks=True, raw_send=True,
                        compressed_send=True, holds=True, multi_snapshot=True, pool_version=5000,

@@ -12,14 +12,12 @@ import random
 from pathlib import Path
 
 import pytest
-
 from pydantic import ValidationError
 
 from zrepl_py.config.schema import HostConfig, ReplicateConfig
 from zrepl_py.errors import CommandRefused, ZbakError
 from zrepl_py.proc.executor import Completed
 from zrepl_py.proc.openssh import remote_command, remote_pipeline
-from zrepl_py.replication.planner import BookmarkRef, Full, Incremental, SnapRef
 from zrepl_py.replication.stages import MBUFFER_PROBE, Side, mbuffer_argv, transfer_stages
 from zrepl_py.serve.cmdline import split_command_line
 from zrepl_py.serve.options import parse
@@ -29,6 +27,7 @@ from zrepl_py.zfs import capabilities
 from zrepl_py.zfs.capabilities import Capabilities
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.sendrecv import abort_argv, receive_argv, send_argv
+from zrepl_py.zfs.steps import BookmarkRef, Full, Incremental, SnapRef
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "resume"
 ROOT = "backup/replicas"

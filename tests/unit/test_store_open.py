@@ -77,7 +77,7 @@ def test_the_s3_wire_loggers_stay_at_warning_under_debug():
     """botocore and urllib3 log request headers (credentials) at DEBUG (boto/botocore#2626)."""
     import logging
 
-    from zrepl_py.logsetup import setup_logging
+    from zrepl_py.runtime.logsetup import setup_logging
 
     root = logging.getLogger()
     saved = (root.level, list(root.handlers))

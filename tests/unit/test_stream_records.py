@@ -11,8 +11,9 @@ import struct
 import pytest
 
 from zrepl_py.audit.deep import begin_problems
-from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
+from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.errors import StreamCorrupt
+from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.streams.records import (
     DMU_BACKUP_MAGIC,
     DRR_BEGIN,

@@ -1,7 +1,7 @@
 """Alerts: webhook (JSON POST) and email (SMTP) on failure, recovery, staleness, protection
 budget and degraded pools.
 
-Producers emit ``zrepl_py.events.Event``s (``runs.recorded_run`` on failure, recovery and
+Producers emit ``zrepl_py.observe.events.Event``s (``runlog.recorded_run`` on failure, recovery and
 budget warnings; ``check_staleness``; the daemon's health checks). ``install(config.alerts)``
 registers the dispatcher that delivers them (in a background thread; ``close()`` flushes);
 the daemon calls it once at start, ``check_staleness(catalog, config, now, since=start)``

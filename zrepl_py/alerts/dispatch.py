@@ -1,6 +1,6 @@
 """The ``[alerts]`` sink: filter by kind, hold back repeats, hand each alert to every channel.
 
-One ``Dispatcher`` is registered with ``zrepl_py.events`` (``install``). It remembers, per
+One ``Dispatcher`` is registered with ``zrepl_py.observe.events`` (``install``). It remembers, per
 (kind, job, action, target), when it last sent an alert, and sends the same again only after
 ``repeat_after`` (a job failing every hour mails once a day, not 24 times). A ``recovery`` is
 always sent and re-arms the failure, staleness and budget alerts of its job, action and
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from zrepl_py.alerts.message import scrub
 from zrepl_py.config.schema import AlertsConfig
-from zrepl_py.events import Event
+from zrepl_py.observe.events import Event
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ def channels_from_config(alerts: AlertsConfig, *, host: str | None = None) -> li
 
 def install(alerts: AlertsConfig, *, host: str | None = None,
             channels: Sequence[Channel] | None = None, background: bool = True) -> Dispatcher:
-    """Register a Dispatcher for ``alerts`` with ``zrepl_py.events`` and return it.
+    """Register a Dispatcher for ``alerts`` with ``zrepl_py.observe.events`` and return it.
 
     Call ``close()`` on it to unregister and flush (the daemon at shutdown); a flush also runs
     at interpreter exit. With no webhook and no email configured nothing is registered
@@ -181,7 +181,7 @@ def install(alerts: AlertsConfig, *, host: str | None = None,
     Raises:
         SecretUnavailable: see ``channels_from_config``.
     """
-    from zrepl_py import events
+    from zrepl_py.observe import events
 
     chosen = list(channels) if channels is not None else channels_from_config(alerts, host=host)
     dispatcher = Dispatcher(chosen, kinds=alerts.events, repeat_after=alerts.repeat_after,

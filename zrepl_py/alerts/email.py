@@ -22,7 +22,7 @@ from zrepl_py.alerts.message import mail_body, mail_subject
 from zrepl_py.alerts.retrying import Transient, deliver
 from zrepl_py.config.secret import Secret
 from zrepl_py.errors import AlertDeliveryFailed
-from zrepl_py.events import Event
+from zrepl_py.observe.events import Event
 
 log = logging.getLogger(__name__)
 

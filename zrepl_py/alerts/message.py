@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from zrepl_py.events import Event
+from zrepl_py.observe.events import Event
 
 _TITLES = {
     "failure": "FAILED",

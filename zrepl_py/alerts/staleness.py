@@ -20,10 +20,11 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 from zrepl_py.config.schema import Config
-from zrepl_py.events import Event, emit
+from zrepl_py.observe.events import Event, emit
 
 if TYPE_CHECKING:  # annotations only: the alerts package loads before the catalog's SQLAlchemy
-    from zrepl_py.catalog.repository import Catalog, RunRow
+    from zrepl_py.catalog.repository import Catalog
+    from zrepl_py.catalog.rows import RunRow
 
 
 def _when(run: RunRow) -> dt.datetime:
@@ -98,7 +99,7 @@ def _judge(job: str, action: str, target: str | None, last: dt.datetime | None,
 
 def check_staleness(catalog: Catalog, config: Config, now: dt.datetime, *,
                     since: dt.datetime | None = None) -> list[Event]:
-    """Emit (``zrepl_py.events.emit``) every stale event due now and return them.
+    """Emit (``zrepl_py.observe.events.emit``) every stale event due now and return them.
 
     The daemon calls this on its own timer (every few minutes); repeats are held back by the
     alert dispatcher (``[alerts] repeat_after``), not here.

@@ -24,11 +24,11 @@ import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 
-from zrepl_py.archive.layout import MANIFEST, MANIFEST_COPY
-from zrepl_py.catalog.models import LIVING_STATES
-from zrepl_py.catalog.repository import Catalog, StreamRow, VolumeRow
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, VolumeRow
 from zrepl_py.errors import CatalogConflict
-from zrepl_py.events import Event, emit
+from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY
+from zrepl_py.observe.events import Event, emit
 from zrepl_py.stores.base import Backend, ObjectInfo
 
 MARKABLE_STATES = LIVING_STATES | {"uploading"}

@@ -33,29 +33,14 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-from zrepl_py.archive.layout import (
-    MANIFEST,
-    MANIFEST_COPY,
-    PROGRESS,
-    dataset_prefix,
-    is_stream_prefix,
-    stream_prefix,
-)
 from zrepl_py.archive.damage import check_chain, mark_bad
-from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
-from zrepl_py.archive.planner import (
-    ArchivePlan,
-    ChainPolicy,
-    PlannedStream,
-    current_chain,
-    plan_archive,
-)
-from zrepl_py.archive.manifest import Manifest
-from zrepl_py.archive.sealed import read_with_copy
+from zrepl_py.archive.planner import ArchivePlan, ChainPolicy, PlannedStream, plan_archive
 from zrepl_py.archive.writer import StreamSpec, WrittenStream, delete_prefix, write_stream
+from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.export import StoreGuard
+from zrepl_py.catalog.rows import StreamRow
+from zrepl_py.checks.health import before_archive
 from zrepl_py.config.schema import JobConfig
-from zrepl_py.context import Context, lock_key
 from zrepl_py.errors import (
     ObjectNotFound,
     RawSendUnavailable,
@@ -64,14 +49,23 @@ from zrepl_py.errors import (
     UsageError,
     ZbakError,
 )
-from zrepl_py.health import before_archive
+from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.locking import dataset_lock
+from zrepl_py.objects.layout import (
+    MANIFEST,
+    MANIFEST_COPY,
+    PROGRESS,
+    dataset_prefix,
+    is_stream_prefix,
+    stream_prefix,
+)
+from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
+from zrepl_py.objects.sealed import read_with_copy
+from zrepl_py.observe.runlog import RunSet, recorded_run
+from zrepl_py.observe.transfers import reporting
 from zrepl_py.pruning.archive import job_streams
-from zrepl_py.replication.planner import Full, Incremental, SnapRef
 from zrepl_py.replication.protect import move_protection
 from zrepl_py.replication.stages import Side
-from zrepl_py.running import reporting
-from zrepl_py.runs import RunSet, recorded_run
 from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.stores.base import Backend
 from zrepl_py.stores.open import open_store
@@ -79,6 +73,7 @@ from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION, Capabilities
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName
 from zrepl_py.zfs.sendrecv import send_argv
+from zrepl_py.zfs.steps import Full, Incremental, SnapRef
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +147,7 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
             guard = StoreGuard(backend, cfg.store, ctx.state_dir, job=name)
             guard.check()
             zfs = ctx.zfs(source.host, source.dataset.pool)
-            health = [] if dry_run else before_archive(ctx, job)  # pool warnings (zrepl_py.health)
+            health = [] if dry_run else before_archive(ctx, job)  # pool warnings (zrepl_py.checks.health)
             inventory = take_inventory(zfs, catalog, job, ctx.clock.now())
             side = Side.of(ctx.config, source.host)
             encrypted = encrypted_datasets(zfs, [info.name for info in inventory.datasets])

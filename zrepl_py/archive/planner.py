@@ -26,7 +26,9 @@ import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 
-from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
+from zrepl_py.catalog.chains import current_chain
+from zrepl_py.catalog.rows import StreamRow
+from zrepl_py.objects.manifest import CarriedSnapshot
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,24 +70,6 @@ class ArchivePlan:
 
     streams: tuple[PlannedStream, ...]
     note: str
-
-
-def current_chain(streams: Sequence[StreamRow]) -> list[StreamRow]:
-    """The newest chain among ``streams`` (one dataset, one store): its full, then each
-    incremental on the one before, following parent links; condemned streams are ignored."""
-    alive = [s for s in streams if s.state != "condemned"]
-    fulls = [s for s in alive if s.kind == "full"]
-    if not fulls:
-        return []
-    head = max(fulls, key=lambda s: (s.to_createtxg, s.id))
-    children: dict[int, list[StreamRow]] = {}
-    for s in alive:
-        if s.parent_id is not None:
-            children.setdefault(s.parent_id, []).append(s)
-    chain = [head]
-    while children.get(chain[-1].id):
-        chain.append(max(children[chain[-1].id], key=lambda s: (s.to_createtxg, s.id)))
-    return chain
 
 
 def _full_due(chain: list[StreamRow], policy: ChainPolicy, now: dt.datetime) -> str | None:

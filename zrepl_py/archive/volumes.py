@@ -20,11 +20,11 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 
-from zrepl_py.archive.layout import PROGRESS, volume_key
-from zrepl_py.archive.manifest import VolumeRecord
 from zrepl_py.errors import ObjectNotFound, StorePermanent
-from zrepl_py.streams.frames import Digest, compress_frame
+from zrepl_py.objects.layout import PROGRESS, volume_key
+from zrepl_py.objects.manifest import VolumeRecord
 from zrepl_py.stores.base import Backend
+from zrepl_py.streams.frames import Digest, compress_frame
 
 log = logging.getLogger(__name__)
 

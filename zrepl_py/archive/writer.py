@@ -23,15 +23,16 @@ import logging
 from collections.abc import Callable
 
 from zrepl_py import __version__
-from zrepl_py.archive.layout import MANIFEST, PROGRESS, copy_key
-from zrepl_py.archive.manifest import Manifest, VolumeRecord
 from zrepl_py.archive.planner import PlannedStream
-from zrepl_py.archive.sealed import put_with_copy, read_object, read_with_copy
 from zrepl_py.archive.volumes import RestartNeeded, read_progress, write_volumes
 from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import manifest_rows
 from zrepl_py.errors import ObjectNotFound, StreamCorrupt
+from zrepl_py.objects.layout import MANIFEST, PROGRESS, copy_key
+from zrepl_py.objects.manifest import Manifest, VolumeRecord
+from zrepl_py.objects.sealed import put_with_copy, read_object, read_with_copy
+from zrepl_py.observe.progress import MeteredReader
 from zrepl_py.proc.pipeline import Stage
-from zrepl_py.proc.progress import MeteredReader
 from zrepl_py.proc.python_end import SendReader
 from zrepl_py.stores.base import Backend
 
@@ -94,7 +95,7 @@ def write_stream(
     """Write ``spec``'s stream (see the module docstring for the order) and catalog it.
 
     ``progress(raw bytes read from the send, seconds)`` is called about once a second
-    (``proc.progress.MeteredReader``), e.g. a ``ProgressReporter``; the caller closes it.
+    (``observe.progress.MeteredReader``), e.g. a ``ProgressReporter``; the caller closes it.
 
     Raises:
         PipelineFailed: ``zfs send`` failed (no manifest, no catalog row; stored volumes
@@ -206,6 +207,6 @@ def _repair_copies(backend: Backend, key: str, good: str) -> None:
 
 
 def _catalog(spec: StreamSpec, manifest: Manifest, catalog: Catalog, now: dt.datetime) -> int:
-    stream, volumes = manifest.catalog_rows(store=spec.store, prefix=spec.prefix,
-                                            parent_id=spec.parent_id, uploaded_at=now)
+    stream, volumes = manifest_rows(manifest, store=spec.store, prefix=spec.prefix,
+                                    parent_id=spec.parent_id, uploaded_at=now)
     return catalog.add_stream(stream, volumes, manifest.snapshots)

@@ -40,8 +40,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from zrepl_py.archive.damage import mark_bad
 from zrepl_py.audit.findings import Finding, Severity
-from zrepl_py.catalog.models import LIVING_STATES
-from zrepl_py.catalog.repository import Catalog, CarriedSnapshot, StreamRow, VolumeRow
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, VolumeRow
 from zrepl_py.config.schema import RestoreConfig
 from zrepl_py.errors import (
     NeedsThaw,
@@ -50,8 +50,9 @@ from zrepl_py.errors import (
     StreamCorrupt,
     ZbakError,
 )
-from zrepl_py.replication.stages import Side
+from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.proc.python_end import ReceiveWriter
+from zrepl_py.replication.stages import Side
 from zrepl_py.restore.thaw import request_thaws
 from zrepl_py.stores.base import COLD_CLASSES, Backend
 from zrepl_py.streams.frames import Digest, decompress_frame

@@ -42,16 +42,16 @@ import datetime as dt
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from zrepl_py.audit.findings import Finding, Severity
-from zrepl_py.catalog.models import LIVING_STATES
-from zrepl_py.catalog.repository import (
-    CarriedSnapshot,
+from zrepl_py.catalog.rows import (
+    LIVING_STATES,
     CursorRow,
     SnapshotRow,
     StreamLink,
     StreamRow,
     VolumeRow,
 )
-from zrepl_py.gcpause import gc_paused
+from zrepl_py.objects.manifest import CarriedSnapshot
+from zrepl_py.runtime.gcpause import gc_paused
 
 MAX_LISTED = 10  # snapshots named in one finding before "and N more"
 

@@ -28,9 +28,6 @@ import datetime as dt
 import logging
 
 from zrepl_py.archive.damage import mark_bad
-from zrepl_py.archive.layout import MANIFEST, MANIFEST_COPY, dataset_prefix, volume_index
-from zrepl_py.archive.manifest import Manifest
-from zrepl_py.archive.sealed import read_with_copy
 from zrepl_py.audit.deep import Deadline, DeepAudit, DeepResult, ScratchPool, choose
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.audit.graph import TargetListing, audit_graph, sort_findings
@@ -38,7 +35,6 @@ from zrepl_py.audit.load import load_graph_input
 from zrepl_py.audit.objects import audit_objects
 from zrepl_py.audit.restorable import Coverage, coverage, coverage_findings, stray, strays_of
 from zrepl_py.config.schema import LOCAL_HOST, JobConfig, parse_endpoint
-from zrepl_py.context import Context, lock_key
 from zrepl_py.errors import (
     Locked,
     NeedsThaw,
@@ -48,9 +44,13 @@ from zrepl_py.errors import (
     UsageError,
     ZbakError,
 )
+from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.locking import dataset_lock, holder
+from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, dataset_prefix, volume_index
+from zrepl_py.objects.manifest import Manifest
+from zrepl_py.objects.sealed import read_with_copy
+from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.replication.stages import Side
-from zrepl_py.runs import recorded_run
 from zrepl_py.snapshots.inventory import is_excluded
 from zrepl_py.stores.open import open_store
 from zrepl_py.zfs.names import DatasetName
@@ -385,7 +385,7 @@ def repair_job(ctx: Context, name: str, job: JobConfig, *,
        never shows in a listing; stray temporary files of a ``file://`` store; z3
        ``s3_mp_cleanup.py``, RELIABILITY 15);
     2. streams left ``condemned`` by a prune that stopped are finished as prune does: their
-       objects, then their rows, leaf first (``chains.prune.delete_stream``).
+       objects, then their rows, leaf first (``pruning.chain_delete.delete_stream``).
 
     Held under the job's dataset lock, like prune, and the job's audit lock (no plain audit
     of the job reads while it deletes).
@@ -394,7 +394,7 @@ def repair_job(ctx: Context, name: str, job: JobConfig, *,
         Locked: another run holds the job's dataset lock (exit 3).
         CatalogError: listing the catalog's streams failed (store failures go in the result).
     """
-    from zrepl_py.chains.prune import delete_stream  # noqa: PLC0415
+    from zrepl_py.pruning.chain_delete import delete_stream  # noqa: PLC0415
 
     source = job.source
     catalog = ctx.catalog()

@@ -21,8 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from zrepl_py.audit.graph import ArchiveExpectation, GraphInput, Screened, TargetListing
-from zrepl_py.catalog.repository import Catalog, CursorRow
-from zrepl_py.gcpause import gc_paused
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import CursorRow
+from zrepl_py.runtime.gcpause import gc_paused
 
 
 @gc_paused

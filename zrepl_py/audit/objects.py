@@ -28,12 +28,12 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import Mapping, Sequence
 
-from zrepl_py.archive.layout import MANIFEST, MANIFEST_COPY, PROGRESS, is_stream_prefix
-from zrepl_py.archive.manifest import Manifest
-from zrepl_py.archive.sealed import Loaded, read_with_copy
 from zrepl_py.audit.findings import Finding, Severity
-from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow, VolumeRow
+from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.errors import NeedsThaw, ObjectNotFound, StoreError, StreamCorrupt
+from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, PROGRESS, is_stream_prefix
+from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
+from zrepl_py.objects.sealed import Loaded, read_with_copy
 from zrepl_py.stores.base import Backend, ObjectInfo
 
 MANIFEST_CLASS = "STANDARD"

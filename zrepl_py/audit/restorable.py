@@ -18,7 +18,7 @@ A stray without manifest is told from an upload in progress by its ``progress.js
 while an archive of the job runs, by another stream applying on it: between a volume and its
 ``progress.json`` an upload looks the same). A stray's snapshots come from its manifest;
 without one, only its to-snapshot is known
-(guid and createtxg from its directory name, ``archive.layout``), named where another
+(guid and createtxg from its directory name, ``objects.layout``), named where another
 stream or manifest names that guid. The snapshots between an -I stream's base and its
 to-snapshot are then unknown and not listed.
 
@@ -37,7 +37,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
-from zrepl_py.archive.layout import (
+from zrepl_py.audit.findings import Finding, Severity
+from zrepl_py.catalog.rows import SnapshotRow, StreamRow
+from zrepl_py.objects.layout import (
     MANIFEST,
     MANIFEST_COPY,
     PROGRESS,
@@ -45,9 +47,7 @@ from zrepl_py.archive.layout import (
     parse_stream_prefix,
     volume_index,
 )
-from zrepl_py.archive.manifest import Manifest
-from zrepl_py.audit.findings import Finding, Severity
-from zrepl_py.catalog.repository import CarriedSnapshot, SnapshotRow, StreamRow
+from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
 from zrepl_py.restore.paths import restorable_streams
 
 MAX_NAMED = 12  # runs of snapshots named in one line before "and N more"
@@ -175,7 +175,7 @@ def strays_of(listing: Iterable[str], owned: set[str], host: str, store: str
 
 def stray(host: str, dataset: str, store: str, prefix: str, leaves: set[str],
           manifest: Manifest | None) -> Stray:
-    """A :class:`Stray` from its directory name (``archive.layout``) and what it holds."""
+    """A :class:`Stray` from its directory name (``objects.layout``) and what it holds."""
     kind, from_guid, to_guid, txg = parse_stream_prefix(prefix)
     partial = PROGRESS in leaves and MANIFEST not in leaves and MANIFEST_COPY not in leaves
     return Stray(host, dataset, store, prefix, kind, from_guid, to_guid, txg, manifest, partial)

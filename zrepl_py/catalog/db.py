@@ -14,7 +14,6 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa

@@ -39,9 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from zrepl_py import __version__
-from zrepl_py.archive.layout import EXPORT_PREFIX, copy_key, export_key
-from zrepl_py.archive.sealed import canonical_sha256, put_with_copy, read_object, read_with_copy
-from zrepl_py.catalog.repository import StreamRow
+from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.errors import (
     CatalogExportCorrupt,
     CatalogReplay,
@@ -49,7 +47,9 @@ from zrepl_py.errors import (
     StoreError,
     ZbakError,
 )
-from zrepl_py.statedir import write_private_file
+from zrepl_py.objects.layout import EXPORT_PREFIX, copy_key, export_key
+from zrepl_py.objects.sealed import canonical_sha256, put_with_copy, read_object, read_with_copy
+from zrepl_py.runtime.statedir import write_private_file
 from zrepl_py.stores.base import Backend
 
 log = logging.getLogger(__name__)

@@ -19,6 +19,13 @@ import datetime as dt
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from zrepl_py.catalog.rows import (
+    REPLICATION_METHODS,
+    RUN_ACTIONS,
+    RUN_RESULTS,
+    STREAM_KINDS,
+    STREAM_STATES,
+)
 from zrepl_py.catalog.types import UInt64, UtcDateTime
 
 # Constraint names are fixed so migrations (and SQLite batch rebuilds) can address them.
@@ -30,14 +37,6 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-STREAM_KINDS = ("full", "incremental")
-STREAM_STATES = ("uploading", "uploaded", "verified", "condemned", "bad")
-LIVING_STATES = frozenset({"uploaded", "verified"})
-"""Stream states whose objects are complete and may be restored from or built on."""
-RUN_ACTIONS = ("snapshot", "replicate", "archive", "prune", "audit", "restore")
-RUN_RESULTS = ("running", "ok", "failed", "partial", "interrupted")
-"""``interrupted``: the process running it died without ending the row (``runs.sweep_interrupted``)."""
-REPLICATION_METHODS = ("zfs", "rsync")
 
 NAME_LEN = 255  # ZFS_MAX_DATASET_NAME_LEN - 1: the longest dataset or snapshot name
 KEY_LEN = 1024  # S3's object key limit in bytes
@@ -243,4 +242,4 @@ class Run(Base):
     """The host name of the process running it (None: recorded before revision 0003)."""
     pid: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
     pid_start: Mapped[int | None] = mapped_column(sa.BigInteger, nullable=True)
-    """The process start time (clock ticks after boot, ``running.process_start``)."""
+    """The process start time (clock ticks after boot, ``transfers.process_start``)."""

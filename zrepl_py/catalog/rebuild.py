@@ -12,7 +12,7 @@ full of the same snapshot), the one created last before the incremental wins, th
 --deep`` verifies them again.
 
 Each manifest is read from ``manifest.json``, or from ``manifest.json.copy`` when the primary
-is missing or fails its checksum (``archive.sealed``, RELIABILITY 26). The store's catalog
+is missing or fails its checksum (``objects.sealed``, RELIABILITY 26). The store's catalog
 exports (``catalog.export``) then tell what manifests cannot: streams an export lists whose
 manifests are gone (neither primary nor copy) are reported in ``lost`` (their objects may be
 gone too: ``zbak audit``). Stream states are not taken from the exports: rebuilt streams are
@@ -37,13 +37,13 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-from zrepl_py.archive.layout import MANIFEST, MANIFEST_COPY, is_stream_prefix
-from zrepl_py.archive.manifest import Manifest
-from zrepl_py.archive.sealed import read_with_copy
 from zrepl_py.catalog.export import CatalogExport, read_exports
-from zrepl_py.catalog.models import LIVING_STATES
-from zrepl_py.catalog.repository import Catalog, StreamRow
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, manifest_rows
 from zrepl_py.errors import CatalogError, StoreError, StreamCorrupt, UsageError
+from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, is_stream_prefix
+from zrepl_py.objects.manifest import Manifest
+from zrepl_py.objects.sealed import read_with_copy
 from zrepl_py.stores.base import Backend
 
 log = logging.getLogger(__name__)
@@ -159,8 +159,8 @@ def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool
                                                " this incremental applies on"))
                 continue
         try:
-            stream, volumes = manifest.catalog_rows(
-                store=store, prefix=prefix, parent_id=parent.id if parent else None,
+            stream, volumes = manifest_rows(
+                manifest, store=store, prefix=prefix, parent_id=parent.id if parent else None,
                 uploaded_at=manifest.created_at)
             stream_id = catalog.add_stream(stream, volumes, manifest.snapshots)
         except CatalogError as exc:

@@ -23,12 +23,6 @@ from sqlalchemy.orm import Session, aliased
 
 from zrepl_py.catalog.db import reading, reads_concurrently, translate
 from zrepl_py.catalog.models import (
-    LIVING_STATES,
-    REPLICATION_METHODS,
-    RUN_ACTIONS,
-    RUN_RESULTS,
-    STREAM_KINDS,
-    STREAM_STATES,
     Dataset,
     ReplicaCursor,
     Run,
@@ -38,201 +32,33 @@ from zrepl_py.catalog.models import (
     ThawRequest,
     Volume,
 )
+from zrepl_py.catalog.rows import (
+    LIVING_STATES,
+    REPLICATION_METHODS,
+    RUN_ACTIONS,
+    RUN_RESULTS,
+    STATE_TRANSITIONS,
+    STREAM_KINDS,
+    STREAM_STATES,
+    CursorRow,
+    NewStream,
+    NewVolume,
+    RunRow,
+    SnapshotFact,
+    SnapshotRow,
+    StreamLink,
+    StreamRow,
+    SyncResult,
+    ThawRow,
+    VolumeRow,
+)
 from zrepl_py.catalog.types import to_signed64
 from zrepl_py.errors import CatalogConflict, CatalogError, ChainBroken, NotInCatalog
-from zrepl_py.gcpause import gc_paused
+from zrepl_py.objects.manifest import CarriedSnapshot
+from zrepl_py.runtime.gcpause import gc_paused
 
-LOCAL_HOST = "local"
-
-# Which stream states may follow which; "condemned" is the catalog tombstone written before the
-# objects are deleted (house rule 10), so nothing leaves it.
-STATE_TRANSITIONS: dict[str, frozenset[str]] = {
-    "uploading": frozenset({"uploaded", "bad", "condemned"}),
-    "uploaded": frozenset({"verified", "bad", "condemned"}),
-    "verified": frozenset({"verified", "bad", "condemned"}),
-    "bad": frozenset({"condemned"}),
-    "condemned": frozenset(),
-}
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 500  # ids per IN (...) list, well under SQLite's bound-parameter limit
-
-
-@dataclasses.dataclass(frozen=True)
-class SnapshotFact:
-    """A snapshot as zfs lists it now.
-
-    Attributes:
-        name: the short name after ``@``.
-        guid: the snapshot guid, 0 .. 2**64-1.
-        createtxg: the transaction group that created it (orders snapshots).
-        creation: creation time, aware UTC.
-    """
-
-    name: str
-    guid: int
-    createtxg: int
-    creation: dt.datetime
-
-
-@dataclasses.dataclass(frozen=True)
-class SyncResult:
-    """What :meth:`Catalog.sync_snapshots` changed: rows added, tombstoned, renamed."""
-
-    added: int
-    gone: int
-    renamed: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class SnapshotRow:
-    """A catalogued snapshot; ``destroyed_at`` (aware UTC) is set once zfs stopped listing it."""
-
-    host: str
-    dataset: str
-    name: str
-    guid: int
-    createtxg: int
-    creation: dt.datetime
-    first_seen: dt.datetime
-    destroyed_at: dt.datetime | None
-
-
-@dataclasses.dataclass(frozen=True)
-class RunRow:
-    """One run of a job action; ``ended_at`` is None and ``result`` "running" until finished."""
-
-    id: int
-    job: str
-    action: str
-    target: str | None
-    started_at: dt.datetime
-    ended_at: dt.datetime | None
-    result: str
-    bytes: int
-    error: str | None
-    host: str | None = None
-    """Host name of the process running it; None for rows written before revision 0003."""
-    pid: int | None = None
-    pid_start: int | None = None
-    """The process start time (``running.process_start``), None when unknown."""
-
-
-@dataclasses.dataclass(frozen=True)
-class CursorRow:
-    """The last snapshot known complete on a replica target for one source dataset and job."""
-
-    job: str
-    target: str
-    source_host: str
-    source_dataset: str
-    target_location: str
-    method: str
-    snapshot_name: str
-    guid: int
-    createtxg: int
-    updated_at: dt.datetime
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class NewStream:
-    """A stream to record. Fulls leave ``parent_id``/``from_guid``/``from_name`` None;
-    incrementals set ``parent_id`` (the stream they apply on) and ``from_guid`` (its ``to_guid``).
-
-    Sizes are bytes (``raw_bytes`` as zfs sent it, ``stored_bytes`` after compression); times
-    are aware UTC; ``object_prefix`` is the key prefix of the stream's objects in ``store``.
-    """
-
-    host: str = LOCAL_HOST
-    dataset: str
-    store: str
-    kind: str
-    to_guid: int
-    to_name: str
-    to_createtxg: int
-    object_prefix: str
-    storage_class: str
-    compression: str
-    created_at: dt.datetime
-    parent_id: int | None = None
-    from_guid: int | None = None
-    from_name: str | None = None
-    raw_bytes: int = 0
-    stored_bytes: int = 0
-    state: str = "uploading"
-    uploaded_at: dt.datetime | None = None
-    verified_at: dt.datetime | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class NewVolume:
-    """One stored object of a stream: ``index`` 0, 1, ... in stream order; sizes in bytes;
-    ``sha256`` the lowercase hex digest of the stored (compressed) bytes."""
-
-    index: int
-    key: str
-    raw_bytes: int
-    stored_bytes: int
-    sha256: str
-
-
-@dataclasses.dataclass(frozen=True)
-class CarriedSnapshot:
-    """A snapshot a stream carries (``name`` after ``@``, guid 0 .. 2**64-1, createtxg)."""
-
-    name: str
-    guid: int
-    createtxg: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ThawRow:
-    """A thaw requested for a stream's cold objects: retrieval ``tier``, restored copies kept
-    ``days`` days; ``requested_at`` and ``ready_by`` (expected readable) are aware UTC."""
-
-    stream_id: int
-    tier: str
-    days: int
-    requested_at: dt.datetime
-    ready_by: dt.datetime
-
-
-@dataclasses.dataclass(frozen=True)
-class StreamRow:
-    """A catalogued stream (see :class:`NewStream` for the fields) with its id."""
-
-    id: int
-    host: str
-    dataset: str
-    store: str
-    kind: str
-    parent_id: int | None
-    from_guid: int | None
-    to_guid: int
-    from_name: str | None
-    to_name: str
-    to_createtxg: int
-    raw_bytes: int
-    stored_bytes: int
-    object_prefix: str
-    storage_class: str
-    compression: str
-    state: str
-    created_at: dt.datetime
-    uploaded_at: dt.datetime | None
-    verified_at: dt.datetime | None
-
-
-@dataclasses.dataclass(frozen=True)
-class VolumeRow:
-    """A catalogued volume of stream ``stream_id`` (see :class:`NewVolume`)."""
-
-    id: int
-    stream_id: int
-    index: int
-    key: str
-    raw_bytes: int
-    stored_bytes: int
-    sha256: str
 
 
 def _aware(what: str, value: dt.datetime) -> dt.datetime:
@@ -458,7 +284,7 @@ class Catalog:
                   host: str | None = None, pid: int | None = None,
                   pid_start: int | None = None) -> int:
         """Record that ``action`` of ``job`` (against ``target``, or None) started at ``now``,
-        run by process ``pid`` (started at ``pid_start``, ``running.process_start``) on ``host``.
+        run by process ``pid`` (started at ``pid_start``, ``transfers.process_start``) on ``host``.
 
         Returns the run id for :meth:`finish_run`.
 
@@ -1431,7 +1257,6 @@ def _scope(host: str | None, below: str | None, store: str | None) -> list:
 
 
 # Appended for the bulk reads above (kept below the original module body).
-from typing import NamedTuple  # noqa: E402
 
 from zrepl_py.clock import ensure_utc  # noqa: E402
 
@@ -1442,24 +1267,6 @@ def _first(row: tuple) -> object:
     return row[0]
 
 
-class StreamLink(NamedTuple):
-    """The chain facts of one stream (:meth:`Catalog.stream_links`): :class:`StreamRow`'s
-    fields of the same names, without its times, prefix, class and compression."""
-
-    id: int
-    host: str
-    dataset: str
-    store: str
-    kind: str
-    parent_id: int | None
-    from_guid: int | None
-    to_guid: int
-    from_name: str | None
-    to_name: str
-    to_createtxg: int
-    raw_bytes: int
-    stored_bytes: int
-    state: str
 
 
 def _raw_rows(session: Session, query: sa.Select) -> list[tuple]:

@@ -8,6 +8,8 @@ class decides the exit code.
 from __future__ import annotations
 
 import gc
+import importlib
+import importlib.util
 import logging
 import os
 import signal
@@ -15,14 +17,11 @@ import sys
 import threading
 from typing import Mapping, Sequence
 
-import importlib
-import importlib.util
-
 import click
 
 from zrepl_py import __version__
 from zrepl_py.errors import ExitStatus, ZbakError
-from zrepl_py.logsetup import printable, setup_logging
+from zrepl_py.runtime.logsetup import printable, setup_logging
 
 log = logging.getLogger("zrepl_py")
 

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import click
 
 from zrepl_py.errors import ExitStatus, ZbakError
-from zrepl_py.logsetup import printable
+from zrepl_py.runtime.logsetup import printable
 
 if TYPE_CHECKING:
-    from zrepl_py.context import Context
+    from zrepl_py.invocation.context import Context
 
 
 @dataclasses.dataclass
@@ -44,7 +44,7 @@ class Invocation:
         """Load and validate the config and build a Context (raises ConfigError, exit 2)."""
         from zrepl_py.alerts import install
         from zrepl_py.config.loading import load_config
-        from zrepl_py.context import Context
+        from zrepl_py.invocation.context import Context
 
         path = self.config_file
         config = load_config(path)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-
 from pydantic import BaseModel
 
 from zrepl_py.cli.common import Invocation, pass_invocation

@@ -53,10 +53,10 @@ STALENESS_EVERY = 300.0  # seconds between staleness checks: alerts come within 
 def _operations(daemon, config, path):
     """Register alerts, the staleness check and metrics with ``daemon``; return the alert
     dispatcher and the metrics HTTP server (or None)."""
-    from zrepl_py import metrics
     from zrepl_py.alerts import check_staleness, install
     from zrepl_py.clock import SystemClock
-    from zrepl_py.context import Context
+    from zrepl_py.invocation.context import Context
+    from zrepl_py.observe import metrics
 
     clock = SystemClock()
     started = clock.now()

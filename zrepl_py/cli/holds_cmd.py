@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import click
 
-from zrepl_py.cli.common import Invocation, emit_json, emit_table, for_each_job, json_option, pass_invocation
+from zrepl_py.cli.common import (
+    Invocation,
+    emit_json,
+    emit_table,
+    for_each_job,
+    json_option,
+    pass_invocation,
+)
 from zrepl_py.errors import ExitStatus
 
 
@@ -16,7 +23,7 @@ def command() -> None:
 
 
 def _rows(ctx, name, job):
-    from zrepl_py.context import lock_key  # noqa: PLC0415
+    from zrepl_py.invocation.context import lock_key  # noqa: PLC0415
     from zrepl_py.locking import dataset_lock  # noqa: PLC0415
     from zrepl_py.pruning.holds import classify, held_snapshots  # noqa: PLC0415
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import click
 
 from zrepl_py.catalog.db import make_engine, upgrade
+from zrepl_py.checks.preflight import run_checks
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
 from zrepl_py.errors import ExitStatus
-from zrepl_py.preflight import run_checks
-from zrepl_py.statedir import ensure_private_dir
+from zrepl_py.runtime.statedir import ensure_private_dir
 
 
 @click.command("init")

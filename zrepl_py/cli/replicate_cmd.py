@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from zrepl_py.cli.common import Invocation, emit_json, emit_table, for_each_job, json_option, pass_invocation
+from zrepl_py.cli.common import (
+    Invocation,
+    emit_json,
+    emit_table,
+    for_each_job,
+    json_option,
+    pass_invocation,
+)
 from zrepl_py.errors import ExitStatus
 from zrepl_py.replication.job import ReplicateResult, replicate_job
 

@@ -73,8 +73,8 @@ def _record_failure(ctx, dataset: str | None, into: str | None, exc: ZbakError) 
     item 7: every failure of an action is recorded), under the target a successful restore
     would record (``HOST:INTO``). A usage error is the typist's, shown at once, not recorded;
     a catalog that cannot record is what failed, already reported."""
+    from zrepl_py.observe.runlog import recorded_run  # noqa: PLC0415
     from zrepl_py.restore.gather import resolve_dataset, resolve_into  # noqa: PLC0415
-    from zrepl_py.runs import recorded_run  # noqa: PLC0415
 
     if exc.exit_status == ExitStatus.USAGE:
         return
@@ -101,10 +101,10 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
     source that has it: the local pool (with --into), a replica, or the archive chain.
     Never overwrites an existing dataset."""
     from zrepl_py.locking import dataset_lock  # noqa: PLC0415 (boto3 only when restoring)
+    from zrepl_py.observe.runlog import recorded_run  # noqa: PLC0415
     from zrepl_py.restore.execute import execute_restore  # noqa: PLC0415
     from zrepl_py.restore.gather import gather_restore  # noqa: PLC0415
     from zrepl_py.restore.plan import plan_restore  # noqa: PLC0415
-    from zrepl_py.runs import recorded_run  # noqa: PLC0415
 
     _check_arguments(dataset, to, into, from_)
     with inv.context() as ctx:

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import click
 
-from zrepl_py.cli.common import FilePath, Invocation, emit_json, emit_table, json_option, pass_invocation
+from zrepl_py.cli.common import (
+    FilePath,
+    Invocation,
+    emit_json,
+    emit_table,
+    json_option,
+    pass_invocation,
+)
 from zrepl_py.errors import ExitStatus, UsageError
 
 
@@ -18,19 +25,19 @@ def _when(value) -> str:
 
 
 def _size(value: int | None) -> str:
-    from zrepl_py.proc.progress import format_size
+    from zrepl_py.observe.progress import format_size
 
     return "-" if value is None else format_size(value)
 
 
 def _rate(value: float | None) -> str:
-    from zrepl_py.proc.progress import format_rate
+    from zrepl_py.observe.progress import format_rate
 
     return "-" if value is None else format_rate(value)
 
 
 def _eta(value: float | None) -> str:
-    from zrepl_py.proc.progress import format_eta
+    from zrepl_py.observe.progress import format_eta
 
     return "-" if value is None else format_eta(value)
 
@@ -63,12 +70,12 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
     """Show, per job and target: last success, lag (time and snapshots), archive chain
     lengths, bytes held by zbak's holds, runs in progress, each running transfer (what is
     sent, bytes done and expected, rate, ETA, start, PID) and the next scheduled runs."""
-    from zrepl_py.status import job_statuses
+    from zrepl_py.observe.status import job_statuses
 
     with inv.context() as ctx:
         states = job_statuses(ctx, jobs, offline=offline)
         if prom_textfile is not None:
-            from zrepl_py.metrics import write_textfile
+            from zrepl_py.observe.metrics import write_textfile
 
             try:
                 write_textfile(ctx, prom_textfile, states=states)

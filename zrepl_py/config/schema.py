@@ -27,7 +27,8 @@ from pydantic import (
 )
 
 from zrepl_py.config.units import ByteSize, CronSchedule, Duration, parse_size
-from zrepl_py.errors import InvalidEndpoint, InvalidName
+from zrepl_py.errors import CommandFailed, InvalidEndpoint, InvalidName
+from zrepl_py.proc.executor import COMMAND_NOT_FOUND
 from zrepl_py.zfs.names import DatasetName, check_short_name
 
 _CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -290,7 +291,7 @@ class FreeSpaceFloor:
     Attributes:
         bytes: the floor in bytes.
         percent: the floor as a percentage (0 < p < 100) of the pool's usable size, which
-            ``zrepl_py.health`` takes as ``used + available`` of the pool's root dataset.
+            ``zrepl_py.checks.health`` takes as ``used + available`` of the pool's root dataset.
     """
 
     bytes: int | None = None
@@ -345,7 +346,7 @@ class ReplicateConfig(_Model):
     """Retention of zbak snapshots on the target; None keeps every received snapshot."""
     protection_budget: ProtectionBudget = ProtectionBudget()
     min_free: MinFree | None = None
-    """Free-space floor of each ZFS target's pool (``zrepl_py.health``): bytes (``"20G"``)
+    """Free-space floor of each ZFS target's pool (``zrepl_py.checks.health``): bytes (``"20G"``)
     or a percentage of the pool's usable size (``"10%"``); a target pool with less free
     space is not sent to (the target's run fails saying so). None: no floor."""
 
@@ -394,7 +395,7 @@ DEFAULT_MIN_STORAGE_DURATION: dict[str, dt.timedelta] = {
 class ArchiveConfig(_Model):
     """``[jobs.NAME.archive]``: the chain policy and retention for one store.
 
-    Retention (``zbak prune``, ``zrepl_py.chains.retention``) deletes whole chains only:
+    Retention (``zbak prune``, ``zrepl_py.pruning.chain_plan``) deletes whole chains only:
     the ``keep_chains`` newest chains are kept; with ``max_age``, a chain whose newest stream
     is older than that is no longer protected by ``keep_chains``; a chain is deleted only when
     a newer, undamaged full verified within ``reverify_after`` exists (its objects are
@@ -674,7 +675,7 @@ class AlertsConfig(_Model):
 
 
 class MetricsConfig(_Model):
-    """``[metrics]``: Prometheus exposition (see zrepl_py/metrics.py).
+    """``[metrics]``: Prometheus exposition (see zrepl_py/observe/metrics.py).
 
     ``listen`` (``HOST:PORT``) makes ``zbak daemon`` serve ``/metrics``; ``textfile`` is a
     node_exporter textfile-collector file rewritten atomically after every run.
@@ -825,3 +826,15 @@ class Config(_Model):
                      f"store {job.archive.store!r} is not defined under [stores]")
                 )
         return problems
+
+
+def no_zfs_fallback(job: JobConfig, target: Endpoint, error: CommandFailed) -> Endpoint | None:
+    """The directory method ``auto`` rsyncs into when probing ``target``'s ZFS failed with
+    ``error`` because the host has no zfs (exit 127): ``/POOL/PATH`` on that host, for a
+    non-recursive job (an rsync target copies one dataset). None: no fallback, the error
+    stands (another failure, method ``zfs``, or a recursive job).
+    """
+    assert job.replicate is not None and target.dataset is not None
+    if job.replicate.method != "auto" or error.returncode != COMMAND_NOT_FOUND or job.recursive:
+        return None
+    return Endpoint(target.host, None, f"/{target.dataset}")

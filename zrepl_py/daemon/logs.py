@@ -14,7 +14,7 @@ import logging
 import sys
 import time
 
-from zrepl_py.logsetup import setup_logging
+from zrepl_py.runtime.logsetup import setup_logging
 
 UTC = dt.timezone.utc
 _EXTRA_KEYS = ("scheduled",)

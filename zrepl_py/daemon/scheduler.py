@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from zrepl_py.config.schema import DAEMON_ACTIONS, Config
-from zrepl_py.context import lock_key
 from zrepl_py.daemon import child
 from zrepl_py.daemon.gate import Gate
 from zrepl_py.daemon.logs import run_logger
 from zrepl_py.daemon.plan import make_trigger, missed_runs, plan_entries
 from zrepl_py.errors import ExitStatus
+from zrepl_py.invocation.context import lock_key
 from zrepl_py.proc import spawn
 
 log = logging.getLogger(__name__)

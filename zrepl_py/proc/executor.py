@@ -17,6 +17,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol, Sequence
 
+COMMAND_NOT_FOUND = 127
+"""Exit status of a shell (and of LocalExecutor) for a missing command: e.g. no zfs on a host."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Completed:

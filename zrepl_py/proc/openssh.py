@@ -52,14 +52,30 @@ import os
 import shlex
 import stat
 import tempfile
+import datetime as dt
 from pathlib import Path
-from typing import Sequence
+from typing import Protocol, Sequence
 
-from zrepl_py.config.schema import HostConfig
-from zrepl_py.statedir import ensure_private_dir
+from zrepl_py.runtime.statedir import ensure_private_dir
+
+
+class SshHost(Protocol):
+    """What zbak's SSH code needs to know of a remote host: ``config.schema.HostConfig`` is
+    one. Taken by shape, so the process layer does not depend on the config package."""
+
+    address: str
+    port: int
+    user: str
+    identity_file: Path | None
+    known_hosts: Path | None
+    trust_on_first_use: bool
+    sudo: bool
+    connect_timeout: dt.timedelta
+    ciphers: list[str] | None
+
 
 SUDO_PREFIX = ("sudo", "-n")
-"""Prepended when ``HostConfig.sudo`` is set: non-interactive, fails instead of prompting."""
+"""Prepended when ``SshHost.sudo`` is set: non-interactive, fails instead of prompting."""
 
 CONTROL_PERSIST = 60
 """Seconds a shared master connection stays open after its last session ends."""
@@ -95,7 +111,7 @@ def _local_cpu_has_aes() -> bool:
         return False
 
 
-def data_ciphers(host: HostConfig) -> list[str]:
+def data_ciphers(host: SshHost) -> list[str]:
     """The ciphers ``ssh_argv`` asks for (empty: ssh's own order); see the module doc.
 
     Args:
@@ -112,7 +128,7 @@ def remote_argv(argv: Sequence[str], *, sudo: bool) -> list[str]:
 
     Args:
         argv: the command, one str per argument; must not be empty.
-        sudo: prefix ``sudo -n`` (``HostConfig.sudo``).
+        sudo: prefix ``sudo -n`` (``SshHost.sudo``).
 
     Raises:
         ValueError: ``argv`` is empty or an element holds a NUL byte (no argv can carry one).
@@ -135,7 +151,7 @@ def remote_command(argv: Sequence[str], *, sudo: bool) -> str:
 
     Args:
         argv: the command, one str per argument.
-        sudo: prefix ``sudo -n`` (``HostConfig.sudo``).
+        sudo: prefix ``sudo -n`` (``SshHost.sudo``).
 
     Raises:
         ValueError: see ``remote_argv``.
@@ -155,7 +171,7 @@ def remote_pipeline(argvs: Sequence[Sequence[str]], *, sudo: bool) -> str:
 
     Args:
         argvs: one or more commands, one str per argument each.
-        sudo: prefix every command with ``sudo -n`` (``HostConfig.sudo``).
+        sudo: prefix every command with ``sudo -n`` (``SshHost.sudo``).
 
     Raises:
         ValueError: ``argvs`` is empty, or see ``remote_argv``.
@@ -181,7 +197,7 @@ def _config_path(path: Path) -> str:
     return f'"{escaped}"'
 
 
-def known_hosts_path(host: HostConfig, known_hosts_default: Path) -> Path:
+def known_hosts_path(host: SshHost, known_hosts_default: Path) -> Path:
     """Return the known_hosts file for ``host``: its own, else ``known_hosts_default``."""
     return Path(host.known_hosts) if host.known_hosts is not None else Path(known_hosts_default)
 
@@ -234,7 +250,7 @@ def _private_state_dir(state_dir: Path) -> bool:
     return True
 
 
-def control_path(directory: Path, host: HostConfig, known_hosts: Path) -> Path:
+def control_path(directory: Path, host: SshHost, known_hosts: Path) -> Path:
     """Return the control socket for ``host`` in ``directory`` (see the module doc).
 
     The name is 16 hex digits of SHA-256 over address, port, user, identity file,
@@ -249,7 +265,7 @@ def control_path(directory: Path, host: HostConfig, known_hosts: Path) -> Path:
 
 
 def ssh_argv(
-    host: HostConfig,
+    host: SshHost,
     *,
     known_hosts_default: Path,
     batch: bool = True,
@@ -305,7 +321,7 @@ def ssh_argv(
 
 
 def ssh_argv_without_address(
-    host: HostConfig, *, known_hosts_default: Path, batch: bool = True,
+    host: SshHost, *, known_hosts_default: Path, batch: bool = True,
     control_dir: Path | None = None,
 ) -> list[str]:
     """Return ``ssh_argv`` without its final ADDRESS, so it ends with ``--``.

@@ -15,7 +15,15 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
-from subprocess import DEVNULL, PIPE, STDOUT, CompletedProcess, Popen, SubprocessError, TimeoutExpired
+from subprocess import (
+    DEVNULL,
+    PIPE,
+    STDOUT,
+    CompletedProcess,
+    Popen,
+    SubprocessError,
+    TimeoutExpired,
+)
 from typing import Any, NoReturn
 
 from zrepl_py.proc.childenv import child_env

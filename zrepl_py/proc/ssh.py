@@ -1,7 +1,7 @@
 """SSHExecutor: run argv lists on a remote host over paramiko, with strict host keys.
 
 Follows the Executor contract in ``zrepl_py.proc.executor``. Host keys are checked against one
-known_hosts file (``HostConfig.known_hosts`` or the default given, normally
+known_hosts file (``SshHost.known_hosts`` or the default given, normally
 ``<state_dir>/known_hosts``): an unknown key is refused with ``HostKeyUnknown`` (paramiko
 ``RejectPolicy``) unless ``trust_on_first_use``, which records it (file mode 0600); a changed
 key always raises ``HostKeyMismatch`` before authentication, so nothing is sent. Login is by
@@ -22,10 +22,15 @@ from typing import Callable, Sequence
 
 import paramiko
 
-from zrepl_py.config.schema import HostConfig
 from zrepl_py.errors import CommandFailed, HostKeyMismatch, HostKeyUnknown, HostUnreachable
 from zrepl_py.proc.executor import Completed
-from zrepl_py.proc.openssh import command_bytes, known_hosts_path, remote_argv, remote_command
+from zrepl_py.proc.openssh import (
+    SshHost,
+    command_bytes,
+    known_hosts_path,
+    remote_argv,
+    remote_command,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +109,8 @@ class SSHExecutor:
 
     Args:
         host: the config's host name, used as the label in logs and errors.
-        config: the host's ``HostConfig`` (address, port, user, identity_file, known_hosts,
-            trust_on_first_use, sudo, connect_timeout).
+        config: the host's settings (``SshHost``, e.g. a ``HostConfig``: address, port, user,
+            identity_file, known_hosts, trust_on_first_use, sudo, connect_timeout).
         known_hosts_default: known_hosts file used when ``config.known_hosts`` is None.
 
     Raises (from ``run``):
@@ -115,7 +120,7 @@ class SSHExecutor:
         CommandFailed: non-zero exit with ``check=True``, or timeout (``returncode=None``).
     """
 
-    def __init__(self, host: str, config: HostConfig, *, known_hosts_default: Path):
+    def __init__(self, host: str, config: SshHost, *, known_hosts_default: Path):
         self.host = host
         self.config = config
         self.known_hosts = known_hosts_path(config, known_hosts_default)

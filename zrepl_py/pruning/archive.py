@@ -2,9 +2,9 @@
 
 Per dataset of the job (the catalog's streams below the job's dataset, excludes left out,
 including datasets since destroyed on the source) in the job's store: one listing of the
-store finds streams with missing objects (``chains.prune.find_damaged``), the pure planner
-(``chains.retention``) decides, and unless it is a dry run ``chains.prune`` executes,
-re-checking each chain that releases a deleted one first (``chains.recheck``; the plan
+store finds streams with missing objects (``pruning.chain_delete.find_damaged``), the pure planner
+(``pruning.chain_plan``) decides, and unless it is a dry run ``pruning.chain_delete`` executes,
+re-checking each chain that releases a deleted one first (``pruning.recheck``; the plan
 counts the objects it will check); a dataset with a damaged stream is refused whole
 (``StoreInconsistent``, nothing deleted), and so is one whose releasing chain fails the
 re-check (``ReleaserMismatch``). A dataset whose store or catalog fails is reported and the
@@ -18,12 +18,13 @@ import datetime as dt
 import logging
 from collections.abc import Sequence
 
-from zrepl_py.catalog.repository import Catalog, StreamRow
-from zrepl_py.chains.prune import ChainPruneOutcome, execute_chain_prune, find_damaged
-from zrepl_py.chains.recheck import planned_objects
-from zrepl_py.chains.retention import ChainPlan, ChainRetention, plan_chain_retention
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.config.schema import ArchiveConfig, JobConfig
 from zrepl_py.errors import StoreInconsistent, UsageError, ZbakError
+from zrepl_py.pruning.chain_delete import ChainPruneOutcome, execute_chain_prune, find_damaged
+from zrepl_py.pruning.chain_plan import ChainPlan, ChainRetention, plan_chain_retention
+from zrepl_py.pruning.recheck import planned_objects
 from zrepl_py.snapshots.inventory import is_excluded
 from zrepl_py.stores.base import Backend
 from zrepl_py.zfs.names import DatasetName

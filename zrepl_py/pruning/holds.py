@@ -28,8 +28,8 @@ import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 
-from zrepl_py.archive.planner import current_chain
-from zrepl_py.catalog.repository import CursorRow, StreamRow
+from zrepl_py.catalog.chains import current_chain
+from zrepl_py.catalog.rows import CursorRow, StreamRow
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.errors import DatasetNotFound, HoldNotFound, Unsupported, ZfsError
 from zrepl_py.snapshots.inventory import is_excluded

@@ -21,14 +21,16 @@ import contextlib
 import dataclasses
 import logging
 
-from zrepl_py.config.schema import Endpoint, JobConfig
-from zrepl_py.context import Context, lock_key
-from zrepl_py.errors import CommandFailed, DatasetNotFound, HoldNotFound, ZbakError, ZfsError
-from zrepl_py.locking import dataset_lock
 from zrepl_py.catalog.export import StoreGuard
+from zrepl_py.config.schema import Endpoint, JobConfig
+from zrepl_py.errors import CommandFailed, DatasetNotFound, HoldNotFound, ZbakError, ZfsError
+from zrepl_py.invocation.context import Context, lock_key
+from zrepl_py.locking import dataset_lock
+from zrepl_py.observe.runlog import recorded_run
+from zrepl_py.proc.executor import COMMAND_NOT_FOUND
 from zrepl_py.pruning.archive import ArchivePruneResult, job_streams, prune_archive
-from zrepl_py.pruning.planner import PrunePlan
 from zrepl_py.pruning.replica import ReplicaPruneResult, plan_replica_prune, zfs_targets
+from zrepl_py.pruning.snapshot_plan import PrunePlan
 from zrepl_py.pruning.source import (
     PruneOutcome,
     archive_protections,
@@ -38,15 +40,11 @@ from zrepl_py.pruning.source import (
     stale_archive_tips,
 )
 from zrepl_py.replication.protect import hold_tag
-from zrepl_py.runs import recorded_run
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import SnapshotName
 
 log = logging.getLogger(__name__)
-
-COMMAND_NOT_FOUND = 127
-"""Exit status of a missing command (no zfs on a target host: method auto uses rsync there)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Per ZFS target (directory targets keep their trees): one listing of the target tree and one
 of its pool's clones, then for every dataset the job covers, the same pure planner as the
-source (``pruning.planner.plan_prune``) over the target dataset's snapshots, with these
+source (``pruning.snapshot_plan.plan_prune``) over the target dataset's snapshots, with these
 protections (issue 5 item 3):
 
 * only zbak's own snapshots (the job's prefix) are ever destroyed; held snapshots and
@@ -22,9 +22,9 @@ import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
-from zrepl_py.catalog.repository import CursorRow
+from zrepl_py.catalog.rows import CursorRow
 from zrepl_py.config.schema import Endpoint, JobConfig, Retention, parse_endpoint
-from zrepl_py.pruning.planner import Candidate, PrunePlan, plan_prune
+from zrepl_py.pruning.snapshot_plan import Candidate, PrunePlan, plan_prune
 from zrepl_py.pruning.source import PruneOutcome
 from zrepl_py.snapshots.inventory import Inventory
 from zrepl_py.snapshots.naming import is_own

@@ -13,11 +13,11 @@ import datetime as dt
 import logging
 from collections.abc import Sequence
 
-from zrepl_py.archive.planner import current_chain
-from zrepl_py.catalog.repository import CursorRow, StreamRow
+from zrepl_py.catalog.chains import current_chain
+from zrepl_py.catalog.rows import CursorRow, StreamRow
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.errors import DatasetBusy, DatasetNotFound, SnapshotHasClones, SnapshotHeld, ZfsError
-from zrepl_py.pruning.planner import Candidate, PrunePlan, plan_prune
+from zrepl_py.pruning.snapshot_plan import Candidate, PrunePlan, plan_prune
 from zrepl_py.snapshots.inventory import Inventory
 from zrepl_py.snapshots.naming import is_own
 from zrepl_py.zfs.client import Zfs

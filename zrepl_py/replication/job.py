@@ -21,16 +21,14 @@ import dataclasses
 import datetime as dt
 import logging
 
-from zrepl_py.config.schema import Endpoint, JobConfig, ProtectionBudget
-from zrepl_py.context import Context, lock_key
+from zrepl_py.checks.health import before_replicate, replicate_tasks
+from zrepl_py.config.schema import Endpoint, JobConfig, ProtectionBudget, no_zfs_fallback
 from zrepl_py.errors import CommandFailed, UsageError, ZbakError
-from zrepl_py.health import before_replicate, replicate_tasks
+from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.locking import dataset_lock
-from zrepl_py.replication.rsync_target import (
-    fallback_directory,
-    no_zfs_fallback,
-    replicate_to_directory,
-)
+from zrepl_py.observe.runlog import RunSet
+from zrepl_py.observe.transfers import reporting
+from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
 from zrepl_py.replication.stages import Side, has_mbuffer
 from zrepl_py.replication.zfs_target import (
     DatasetOutcome,
@@ -38,8 +36,6 @@ from zrepl_py.replication.zfs_target import (
     Transfer,
     replicate_to_zfs_target,
 )
-from zrepl_py.runs import RunSet
-from zrepl_py.running import reporting
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 
@@ -174,7 +170,7 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
 
 
 def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list:
-    """What the run will wait on, to start in the background (``zrepl_py.prefetch``): each
+    """What the run will wait on, to start in the background (``zrepl_py.runtime.prefetch``): each
     ZFS target's connection and capabilities, then the pool reads of the health checks."""
     cfg = job.replicate
     assert cfg is not None
@@ -217,7 +213,7 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
                 src, result: TargetResult, *, dry_run: bool) -> None:
     cfg = job.replicate
     assert cfg is not None
-    if not dry_run:  # pool health and the target's min_free floor (zrepl_py.health)
+    if not dry_run:  # pool health and the target's min_free floor (zrepl_py.checks.health)
         result.warnings += before_replicate(ctx, name, job, target)
     source_side, target_side = Side.of(ctx.config, job.source.host), Side.of(ctx.config, target.host)
     directory = target if result.method == "rsync" else None

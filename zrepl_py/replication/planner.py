@@ -44,58 +44,30 @@ listings; ``zfs receive`` (without ``-F``) refuses such a target and the driver 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Union
+from typing import Literal
 
 from zrepl_py.zfs.resume import ResumeToken
+from zrepl_py.zfs.steps import (
+    AbortResume,
+    BookmarkRef,
+    Full,
+    Incremental,
+    Resume,
+    Rollback,
+    SnapRef,
+    Step,
+)
 
 __all__ = [
-    "AbortResume",
-    "BookmarkRef",
-    "Full",
-    "Incremental",
     "Plan",
     "ResumeToken",
-    "Resume",
-    "Rollback",
-    "SnapRef",
     "SourceState",
-    "Step",
     "TargetState",
     "plan_replication",
 ]
 
 NO_COMMON = "target has no snapshot in common with the source: refusing to overwrite it"
 NO_SOURCE_SNAPSHOTS = "the source has no snapshots yet: nothing to replicate"
-
-
-@dataclasses.dataclass(frozen=True)
-class SnapRef:
-    """One snapshot of one side.
-
-    Attributes:
-        name: the short name (after ``@``).
-        guid: its guid (64-bit unsigned), equal on source and replica.
-        createtxg: its createtxg on the side it was listed on (differs between sides).
-    """
-
-    name: str
-    guid: int
-    createtxg: int
-
-
-@dataclasses.dataclass(frozen=True)
-class BookmarkRef:
-    """One bookmark of the source dataset.
-
-    Attributes:
-        name: the short name (after ``#``).
-        guid: the guid of the snapshot it was made from.
-        createtxg: that snapshot's createtxg.
-    """
-
-    name: str
-    guid: int
-    createtxg: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,62 +111,6 @@ class TargetState:
     def __post_init__(self) -> None:
         if self.resume_token is not None and not self.exists:
             raise ValueError(f"{self.dataset}: a resume token on a target that does not exist")
-
-
-@dataclasses.dataclass(frozen=True)
-class AbortResume:
-    """``zfs receive -A TARGET``: drop the partial receive. ``reason`` is logged."""
-
-    reason: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Resume:
-    """``zfs send -t TOKEN | zfs receive -s``: finish the interrupted stream to ``to``
-    (the source snapshot with the token's toguid)."""
-
-    token: ResumeToken
-    to: SnapRef
-
-
-@dataclasses.dataclass(frozen=True)
-class Full:
-    """``zfs send DS@to | zfs receive``: a full stream of ``to`` into a new target dataset."""
-
-    to: SnapRef
-
-
-@dataclasses.dataclass(frozen=True)
-class Incremental:
-    """An incremental stream from ``base`` (on the source) to ``to``.
-
-    ``intermediates`` sends every snapshot in between (``zfs send -I``); without it only
-    ``to`` arrives (``-i``). A bookmark base only allows ``-i`` (zfs-send(8)).
-
-    Raises:
-        ValueError: ``intermediates`` with a bookmark base.
-    """
-
-    base: SnapRef | BookmarkRef
-    to: SnapRef
-    intermediates: bool
-
-    def __post_init__(self) -> None:
-        if self.intermediates and isinstance(self.base, BookmarkRef):
-            raise ValueError("zfs send -I does not take a bookmark as its base; use -i")
-
-
-@dataclasses.dataclass(frozen=True)
-class Rollback:
-    """Destroy the target snapshots ``destroy`` (short names, newest first, plain
-    ``zfs destroy`` each), then ``zfs rollback TARGET@to`` (no ``-r``). Only planned with
-    ``on_divergence="rollback"``."""
-
-    to: SnapRef
-    destroy: tuple[str, ...]
-
-
-Step = Union[AbortResume, Resume, Full, Incremental, Rollback]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,8 +18,9 @@ import posixpath
 from typing import TYPE_CHECKING, Iterable
 
 from zrepl_py.config.schema import Endpoint, JobConfig
-from zrepl_py.errors import CommandFailed, StreamUnsupported
+from zrepl_py.errors import StreamUnsupported
 from zrepl_py.locking import dataset_lock
+from zrepl_py.observe.transfers import Slot
 from zrepl_py.replication.rsync import (
     CURRENT,
     PARTIAL,
@@ -28,11 +29,10 @@ from zrepl_py.replication.rsync import (
     replicate_snapshot_rsync,
 )
 from zrepl_py.replication.stages import Side
-from zrepl_py.running import Slot
 from zrepl_py.zfs.names import DatasetName
 
 if TYPE_CHECKING:
-    from zrepl_py.context import Context
+    from zrepl_py.invocation.context import Context
     from zrepl_py.snapshots.inventory import Inventory
     from zrepl_py.zfs.client import Zfs
 
@@ -44,22 +44,6 @@ class DirectoryOutcome:
     snapshots: list[str]
     bytes: int = 0
     warnings: list[str] = dataclasses.field(default_factory=list)
-
-
-COMMAND_NOT_FOUND = 127
-"""Exit status of a shell (and of LocalExecutor) for a missing command: no zfs on the host."""
-
-
-def no_zfs_fallback(job: JobConfig, target: Endpoint, error: CommandFailed) -> Endpoint | None:
-    """The directory method ``auto`` rsyncs into when probing ``target``'s ZFS failed with
-    ``error`` because the host has no zfs (exit 127): ``/POOL/PATH`` on that host, for a
-    non-recursive job (an rsync target copies one dataset). None: no fallback, the error
-    stands (another failure, method ``zfs``, or a recursive job).
-    """
-    assert job.replicate is not None and target.dataset is not None
-    if job.replicate.method != "auto" or error.returncode != COMMAND_NOT_FOUND or job.recursive:
-        return None
-    return Endpoint(target.host, None, f"/{target.dataset}")
 
 
 def replicate_to_directory(

@@ -26,19 +26,7 @@ from zrepl_py.clock import Clock
 from zrepl_py.config.schema import Endpoint, JobConfig
 from zrepl_py.errors import DatasetNotFound, Diverged, PipelineFailed, StreamUnsupported, ZbakError
 from zrepl_py.proc.pipeline import PipelineResult, run_pipeline
-from zrepl_py.replication.planner import (
-    AbortResume,
-    BookmarkRef,
-    Full,
-    Incremental,
-    Plan,
-    Resume,
-    Rollback,
-    SnapRef,
-    SourceState,
-    TargetState,
-    plan_replication,
-)
+from zrepl_py.replication.planner import Plan, SourceState, TargetState, plan_replication
 from zrepl_py.replication.protect import move_protection
 from zrepl_py.replication.stages import Side, metered_transfer, without_buffer_noise
 from zrepl_py.snapshots.inventory import Inventory
@@ -49,6 +37,15 @@ from zrepl_py.zfs.model import Tree
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.resume import describe_token
 from zrepl_py.zfs.sendrecv import receive_argv, send_argv, stream_capabilities
+from zrepl_py.zfs.steps import (
+    AbortResume,
+    BookmarkRef,
+    Full,
+    Incremental,
+    Resume,
+    Rollback,
+    SnapRef,
+)
 
 if TYPE_CHECKING:  # SQLAlchemy loads with the catalog, while the run's SSH prefetch goes on
     from zrepl_py.catalog.repository import Catalog
@@ -109,7 +106,7 @@ class Transfer:
     on_divergence: str
     progress: Callable[..., Callable[[int, float], None] | None]
     """Given a label and the keywords ``dataset``, ``from_snap``, ``to_snap`` (what is sent,
-    as ``proc.progress.progress_callback`` takes them), return a ``(bytes, seconds)``
+    as ``observe.transfers.progress_callback`` takes them), return a ``(bytes, seconds)``
     callback, or None for no progress."""
 
 
@@ -312,7 +309,7 @@ def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceS
     label = f"{dataset}@{step.to.name} -> {target_ds}"
     log.info("sending %s (%s)", label, type(step).__name__.lower())
     try:
-        base = getattr(step, "base", None)  # what zbak status shows (zrepl_py.running)
+        base = getattr(step, "base", None)  # what zbak status shows (zrepl_py.observe.transfers)
         progress = transfer.progress(label, dataset=str(dataset), to_snap=step.to.name,
                                      from_snap=base.name if base is not None else None)
         result: PipelineResult = run_pipeline(stages, progress=progress, meter=meter)

@@ -29,8 +29,7 @@ import time
 
 from zrepl_py.archive.damage import mark_bad
 from zrepl_py.catalog.export import StoreGuard
-from zrepl_py.catalog.repository import StreamRow
-from zrepl_py.context import Context
+from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.errors import (
     CatalogError,
     PipelineCancelled,
@@ -40,21 +39,22 @@ from zrepl_py.errors import (
     StreamRejected,
     ThawPending,
 )
+from zrepl_py.invocation.context import Context
+from zrepl_py.observe.progress import ProgressReporter, Sampler
+from zrepl_py.observe.transfers import job_of, reporting
 from zrepl_py.proc.pipeline import run_pipeline
-from zrepl_py.proc.progress import ProgressReporter, Sampler
-from zrepl_py.replication.planner import Full, Incremental, SnapRef
+from zrepl_py.proc.python_end import ReceiveWriter
 from zrepl_py.replication.stages import Side, transfer_stages
 from zrepl_py.restore.fetch import fetch_verified, file_chunks
 from zrepl_py.restore.plan import RestorePlan
-from zrepl_py.proc.python_end import ReceiveWriter
 from zrepl_py.restore.thaw import request_thaws
-from zrepl_py.running import job_of, reporting
 from zrepl_py.stores.open import open_store
 from zrepl_py.streams.frames import decompress_frame
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.sendrecv import receive_argv, send_argv
+from zrepl_py.zfs.steps import Full, Incremental, SnapRef
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
 
 def _reporter(ctx: Context, plan: RestorePlan, label: str, **what) -> ProgressReporter:
     """A progress reporter (bar or log lines) that also publishes the restore for
-    ``zbak status`` (``zrepl_py.running``, kind ``restore``, keyed by the new dataset)."""
+    ``zbak status`` (``zrepl_py.observe.transfers``, kind ``restore``, keyed by the new dataset)."""
     what.setdefault("dataset", plan.dataset)
     what.setdefault("to_snap", plan.target.name)
     job = job_of(ctx.config, plan.host, plan.dataset)

@@ -40,7 +40,7 @@ import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from zrepl_py.catalog.repository import VolumeRow
+from zrepl_py.catalog.rows import VolumeRow
 from zrepl_py.errors import ObjectNotFound, RestoreError, StreamCorrupt
 from zrepl_py.stores.base import Backend
 from zrepl_py.streams.frames import FrameWalk

@@ -18,12 +18,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from zrepl_py.catalog.models import LIVING_STATES
-from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow, VolumeRow
-from zrepl_py.chains.prune import common_prefix
+from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, VolumeRow
 from zrepl_py.config.schema import LOCAL_HOST, RestoreConfig, parse_endpoint
-from zrepl_py.context import Context
 from zrepl_py.errors import DatasetNotFound, UsageError, ZbakError
+from zrepl_py.invocation.context import Context
+from zrepl_py.objects.layout import common_prefix
+from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.stores.open import open_store
 from zrepl_py.zfs.names import DatasetName
 
@@ -226,7 +226,7 @@ def _store_facts(ctx: Context, name: str, streams: tuple[StreamRow, ...],
     try:
         backend = open_store(name, cfg)
         try:
-            listed = {info.key: info.size for info in backend.list(common_prefix(living))}
+            listed = {info.key: info.size for info in backend.list(common_prefix([s.object_prefix for s in living]))}
         finally:
             backend.close()
     except ZbakError as exc:

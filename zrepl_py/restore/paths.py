@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from zrepl_py.catalog.models import LIVING_STATES
-from zrepl_py.catalog.repository import CarriedSnapshot, StreamRow
+from zrepl_py.catalog.rows import LIVING_STATES, StreamRow
+from zrepl_py.objects.manifest import CarriedSnapshot
 
 # Why a stream in each non-living state cannot be received (catalog/models.py STREAM_STATES).
 _STATE_WHY = {

@@ -20,8 +20,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from zrepl_py.catalog.repository import CarriedSnapshot, VolumeRow
+from zrepl_py.catalog.rows import VolumeRow
 from zrepl_py.errors import RestoreError, UsageError
+from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.restore.gather import Listing, RestoreFacts, StoreFacts
 from zrepl_py.restore.paths import ChainPath, archive_paths, why_no_path
 from zrepl_py.restore.thaw import ThawEstimate, estimate

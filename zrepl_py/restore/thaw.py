@@ -12,7 +12,8 @@ import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
-from zrepl_py.catalog.repository import Catalog, StreamRow, VolumeRow
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.config.schema import RestoreConfig
 from zrepl_py.stores.base import COLD_CLASSES, Backend, Thaw
 

@@ -39,10 +39,10 @@ from typing import Mapping, NoReturn, Sequence, TextIO
 
 from zrepl_py.errors import CommandRefused, ZbakError
 from zrepl_py.proc import spawn
+from zrepl_py.runtime.statedir import ensure_private_dir
 from zrepl_py.serve.cmdline import split_command_line
 from zrepl_py.serve.policy import Approved, Policy, check
 from zrepl_py.serve.token import TokenTarget
-from zrepl_py.statedir import ensure_private_dir
 
 REFUSED = 126
 """Exit status of a refused request (POSIX shells use 126 for "found but cannot execute";

@@ -65,8 +65,8 @@ def take_inventory(
         DatasetNotFound: the job's dataset does not exist.
         ZfsError, CatalogError: listing or recording failed.
     """
-    # Imported here, not at the top: SQLAlchemy loads with the catalog (zrepl_py.prefetch).
-    from zrepl_py.catalog.repository import SnapshotFact
+    # Imported here, not at the top: SQLAlchemy loads with the catalog (zrepl_py.runtime.prefetch).
+    from zrepl_py.catalog.rows import SnapshotFact
 
     source = job.source
     tree = zfs.tree(source.dataset, recursive=job.recursive)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from zrepl_py.config.schema import JobConfig
-from zrepl_py.context import Context, lock_key
+from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.locking import dataset_lock
-from zrepl_py.runs import recorded_run
+from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.snapshots.take import Taken, take_snapshot
 

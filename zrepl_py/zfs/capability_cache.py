@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from zrepl_py.proc.executor import Executor
-from zrepl_py.statedir import ensure_private_dir
+from zrepl_py.runtime.statedir import ensure_private_dir
 from zrepl_py.zfs.capabilities import Capabilities, detect, fingerprint
 
 log = logging.getLogger(__name__)

@@ -45,10 +45,10 @@ from __future__ import annotations
 import dataclasses
 
 from zrepl_py.errors import SendArgsInvalid
-from zrepl_py.replication.planner import BookmarkRef, Full, Incremental, Resume, SnapRef, Step
 from zrepl_py.zfs.capabilities import Capabilities
 from zrepl_py.zfs.names import BookmarkName, DatasetName, SnapshotName
 from zrepl_py.zfs.resume import check_token
+from zrepl_py.zfs.steps import BookmarkRef, Full, Incremental, Resume, SnapRef, Step
 
 
 def stream_capabilities(source: Capabilities, target: Capabilities) -> Capabilities:

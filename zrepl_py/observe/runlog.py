@@ -4,7 +4,7 @@ A row records the process running it (host, pid, pid start time); a row whose pr
 without ending it is ended ``interrupted`` by the next zbak on that host
 (``sweep_interrupted``, called by every action and by ``zbak status``).
 
-Each recorded run also tells ``zrepl_py.events`` what operators must hear about:
+Each recorded run also tells ``zrepl_py.observe.events`` what operators must hear about:
 a ``failure`` when it ends ``failed`` or ``partial``, a ``recovery`` when it ends ``ok`` and
 the previous run of the same job, action and target had failed, and a ``budget`` event when
 the action reported protection-budget warnings (``RunRecord.budget``).
@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from zrepl_py.clock import Clock
 from zrepl_py.errors import CatalogError, PipelineCancelled
-from zrepl_py.events import Event, emit
-from zrepl_py.running import process_gone, process_start
+from zrepl_py.observe.events import Event, emit
+from zrepl_py.observe.transfers import process_gone, process_start
 
 if TYPE_CHECKING:
-    from zrepl_py.catalog.repository import Catalog, RunRow
+    from zrepl_py.catalog.repository import Catalog
+    from zrepl_py.catalog.rows import RunRow
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ def sweep_interrupted(catalog: Catalog, clock: Clock) -> list[RunRow]:
     """End ``interrupted`` every run this host started whose process is gone.
 
     A row is swept when its host is this host and its process (pid and start time,
-    ``running.process_gone``: a PID reused by another process does not count) no longer
+    ``transfers.process_gone``: a PID reused by another process does not count) no longer
     runs: a dead process holds no lock (flock(2) locks die with their holder), so its run
     cannot be going on. Rows of other hosts and rows without a pid (written before catalog
     revision 0003) are left alone. Each swept run raises a ``failure`` event (see

@@ -1,6 +1,6 @@
 """Re-check the chain that releases an old one, right before prune deletes anything (issue 15).
 
-A chain may be deleted only because a newer chain was verified (``chains.retention``). That
+A chain may be deleted only because a newer chain was verified (``pruning.chain_plan``). That
 verification is a fact about the bytes on the day ``zbak audit --deep`` read them; a byte
 that flips afterwards would let prune take the last restorable chain. So right before the
 first delete, every object of each releasing chain (``ChainPlan.releasers``) is compared
@@ -13,7 +13,7 @@ with the catalog again:
   compared with the catalog's; GLACIER / DEEP_ARCHIVE would need a thaw and the IA and
   GLACIER_IR classes bill every byte read, so their volumes get the HEAD checks only;
 * each stream's manifest: present (not for a stream still ``uploading``: its manifest is
-  written last, as ``chains.prune.find_damaged`` knows too).
+  written last, as ``pruning.chain_delete.find_damaged`` knows too).
 
 The comparisons are pure (``head_problem``, ``read_problem``); ``recheck_chain`` does the
 I/O. A store error (transient or not) propagates: the caller deletes nothing and reports it,
@@ -27,9 +27,10 @@ import hashlib
 import logging
 from collections.abc import Sequence
 
-from zrepl_py.archive.layout import MANIFEST
-from zrepl_py.catalog.repository import Catalog, StreamRow, VolumeRow
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.errors import NeedsThaw, ObjectNotFound, StoreReadCorrupt
+from zrepl_py.objects.layout import MANIFEST
 from zrepl_py.stores.base import Backend, ObjectInfo
 
 log = logging.getLogger(__name__)

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Callable, Hashable, Sequence, TypeVar
 from zrepl_py.clock import Clock, MonotonicClock, SystemClock
 from zrepl_py.config.schema import LOCAL_HOST, Config, JobConfig
 from zrepl_py.errors import UsageError
-from zrepl_py.prefetch import Prefetch, Task
+from zrepl_py.runtime.prefetch import Prefetch, Task
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from zrepl_py.catalog.repository import Catalog
-    from zrepl_py.proc.hosts import ExecutorPool
+    from zrepl_py.invocation.hosts import ExecutorPool
     from zrepl_py.zfs.capabilities import Capabilities
     from zrepl_py.zfs.client import Zfs
 
@@ -93,7 +93,7 @@ class Context:
     def executors(self) -> ExecutorPool:
         """The pool of per-host executors (local and SSH), opened on first use."""
         if self._executors is None:
-            from zrepl_py.proc.hosts import ExecutorPool
+            from zrepl_py.invocation.hosts import ExecutorPool
 
             self._executors = ExecutorPool(self.config)
         return self._executors
@@ -131,7 +131,7 @@ class Context:
         return Zfs(executor, zfs=zfs_cmd, zpool=zpool_cmd, capabilities=caps)
 
     def start_prefetch(self, tasks: Sequence[Task]) -> None:
-        """Start running ``tasks`` in the background (``zrepl_py.prefetch``), replacing any
+        """Start running ``tasks`` in the background (``zrepl_py.runtime.prefetch``), replacing any
         earlier prefetch of this Context (its unstarted tasks are dropped)."""
         if self._prefetch is not None:
             self._prefetch.close()

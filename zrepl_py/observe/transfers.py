@@ -28,12 +28,9 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from zrepl_py.statedir import ensure_private_dir
-
-if TYPE_CHECKING:
-    from zrepl_py.proc.progress import Estimate, ProgressReporter
+from zrepl_py.observe.progress import Estimate, ProgressReporter
+from zrepl_py.runtime.statedir import ensure_private_dir
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +239,7 @@ class Publisher:
         self._write()
 
     def update(self, estimate: Estimate) -> None:
-        """Record ``estimate`` (a ``proc.progress.Estimate``); written if ``every`` passed."""
+        """Record ``estimate`` (a ``observe.progress.Estimate``); written if ``every`` passed."""
         if self._closed:
             return
         self.record = dataclasses.replace(
@@ -321,13 +318,34 @@ def read_running(state_dir: Path, *, remove_stale: bool = True
     return live, stale
 
 
+def progress_callback(label: str, total: int | None = None, *, dataset: str | None = None,
+                      from_snap: str | None = None, to_snap: str | None = None,
+                      publish: Slot | None = None) -> ProgressReporter:
+    """Return a ``ProgressReporter`` on stderr for ``run_pipeline(progress=...)``.
+
+    ``run_pipeline`` calls its ``finish`` (summary line) and ``close`` (stops a bar), so the
+    caller need not.
+
+    Args:
+        label: what moves, e.g. ``"tank/data@x -> backup"``.
+        total: the expected stream size in bytes (``zfs send -nP``), or None.
+        dataset / from_snap / to_snap: what is sent (source dataset, short snapshot names;
+            ``from_snap`` None for a full), for ``publish``; ``dataset`` defaults to ``label``.
+        publish: when given, the reporter also publishes to this ``transfers.Slot`` for
+            ``zbak status`` (file written now, removed when the reporter closes).
+    """
+    sink = None
+    if publish is not None:
+        sink = publish.publisher(dataset=dataset or label, from_snapshot=from_snap,
+                                 to_snapshot=to_snap, total=total)
+    return ProgressReporter(label, total=total, sink=sink)
+
+
 def reporting(state_dir: Path, kind: str, job: str, where: str
               ) -> Callable[..., ProgressReporter]:
-    """``proc.progress.progress_callback`` publishing to ``Slot(state_dir, kind, job, where)``:
+    """``progress_callback`` publishing to ``Slot(state_dir, kind, job, where)``:
     the ``progress`` factory of ``replication.zfs_target.Transfer``, called as
     ``factory(label, dataset=..., from_snap=..., to_snap=..., total=...)``."""
-    from zrepl_py.proc.progress import progress_callback
-
     return functools.partial(progress_callback, publish=Slot(Path(state_dir), kind, job, where))
 
 

@@ -21,7 +21,9 @@ letter or digit, so the ``_zbak/`` prefix never meets a stream's.
 
 from __future__ import annotations
 
+import os
 import re
+from typing import Sequence
 
 MANIFEST = "manifest.json"
 PROGRESS = "progress.json"
@@ -93,3 +95,10 @@ def parse_stream_prefix(prefix: str) -> tuple[str, int | None, int, int]:
     if match.group("full"):
         return "full", None, int(match.group("full"), 16), txg
     return "incremental", int(match.group("from"), 16), int(match.group("to"), 16), txg
+
+
+def common_prefix(prefixes: Sequence[str]) -> str:
+    """The longest ``/``-ending key prefix shared by ``prefixes`` (streams' object prefixes),
+    ``""`` when they share none: the whole store."""
+    shared = os.path.commonprefix(list(prefixes))
+    return shared[: shared.rfind("/") + 1]

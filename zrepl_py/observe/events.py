@@ -1,6 +1,6 @@
 """Operational events (failure, recovery, staleness, budget, degraded pool) and their sinks.
 
-Producers (``runs.recorded_run``, the daemon's health checks, ``alerts.staleness``) call
+Producers (``runlog.recorded_run``, the daemon's health checks, ``alerts.staleness``) call
 ``emit(event)``; every registered sink gets it. With no sink registered the event is only
 logged, so a manual ``zbak replicate`` without ``[alerts]`` still leaves a trace.
 A failing sink is logged and never stops the other sinks or the run that emitted the event.

@@ -3,7 +3,7 @@ running runs, transfers in progress and next scheduled runs.
 
 Everything comes from the catalog and the config (``job_status``, no host dialled) except
 the bytes pinned by zbak's holds, which only the source's ZFS knows (``read_held``: one
-``zfs get -Hp`` listing of the job's tree). ``zrepl_py.metrics`` exports the same facts.
+``zfs get -Hp`` listing of the job's tree). ``zrepl_py.observe.metrics`` exports the same facts.
 
 Definitions (all times aware UTC, sizes bytes):
 
@@ -19,7 +19,7 @@ Definitions (all times aware UTC, sizes bytes):
   chain's last snapshot, where ``userrefs`` > 0. A lower bound of what destroying them all
   would free (space shared by two held snapshots counts in neither).
 * transfers: what the zbak processes moving bytes right now publish under the state dir
-  (``zrepl_py.running``): per replication target, archive store or restore, the dataset and
+  (``zrepl_py.observe.transfers``): per replication target, archive store or restore, the dataset and
   snapshots sent, bytes so far, expected bytes, rate, ETA, start and PID. Files left by a
   process that is gone are dropped (and removed) and listed as ``stale_transfers``.
 """
@@ -31,12 +31,13 @@ import datetime as dt
 import logging
 from collections.abc import Sequence
 
-from zrepl_py.archive.planner import current_chain
-from zrepl_py.catalog.repository import Catalog, CursorRow, RunRow, SnapshotRow, StreamRow
+from zrepl_py.catalog.chains import current_chain
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import CursorRow, RunRow, SnapshotRow, StreamRow
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.daemon.crontab import crontab_trigger
-from zrepl_py.runs import sweep_interrupted
-from zrepl_py.running import RunningTransfer, StaleTransfer, read_running
+from zrepl_py.observe.runlog import sweep_interrupted
+from zrepl_py.observe.transfers import RunningTransfer, StaleTransfer, read_running
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ class JobStatus:
         held_bytes / held_snapshots / held_error: see ``Held`` (None: not read, ``--offline``).
         running: runs still marked running.
         next_runs: per scheduled action, the next fire time (UTC) of its cron schedule.
-        transfers: transfers in progress now (``zrepl_py.running``); stale_transfers: the
+        transfers: transfers in progress now (``zrepl_py.observe.transfers``); stale_transfers: the
             files of this job's transfers whose process is gone (removed when read).
     """
 
@@ -353,7 +354,7 @@ def read_held(ctx, name: str, job: JobConfig) -> Held:
     for the host: a failure comes back as ``Held(None, [], error)``.
 
     Args:
-        ctx: the ``zrepl_py.context.Context`` (its executors and catalog are used).
+        ctx: the ``zrepl_py.invocation.context.Context`` (its executors and catalog are used).
     """
     from zrepl_py.errors import ZbakError
     from zrepl_py.zfs.client import parse_get_output
@@ -384,9 +385,9 @@ def read_held(ctx, name: str, job: JobConfig) -> Held:
 
 def job_statuses(ctx, names: Sequence[str] = (), *, offline: bool = False) -> list[JobStatus]:
     """``job_status`` of each named job (all when empty), held bytes read unless ``offline``,
-    with its transfers in progress (``running.read_running``: stale files are removed, logged
+    with its transfers in progress (``transfers.read_running``: stale files are removed, logged
     as warnings and listed in ``stale_transfers``). Runs left ``running`` by processes of
-    this host that are gone are ended ``interrupted`` first (``runs.sweep_interrupted``).
+    this host that are gone are ended ``interrupted`` first (``runlog.sweep_interrupted``).
 
     Raises:
         UsageError: an unknown job name.

@@ -1,5 +1,5 @@
 """Archive retention: which whole chains of one dataset in one store may go, and why the rest
-stay (PURE, house rule 5: catalog rows in, a plan out; ``chains.prune`` executes it).
+stay (PURE, house rule 5: catalog rows in, a plan out; ``pruning.chain_delete`` executes it).
 
 A chain is one full and every stream that applies on it (parent links, whatever their state).
 Rules (DESIGN.md "Catalog and chain validity", issue 5 item 1), every reason recorded:
@@ -17,7 +17,7 @@ Rules (DESIGN.md "Catalog and chain validity", issue 5 item 1), every reason rec
     ``zbak audit --deep`` renews it);
   - the chain that releases a deleted one (``ChainDecision.released_by``: the oldest newer
     chain that qualifies and is kept) is what the driver re-checks against the catalog
-    right before the first delete (``chains.recheck``, issue 15);
+    right before the first delete (``pruning.recheck``, issue 15);
   - a chain with a damaged stream (objects missing, per the caller's ``damaged`` map, e.g.
     from an audit or a listing of the store) or a ``bad`` one is never touched: the audit
     reports it and the user decides;
@@ -38,8 +38,9 @@ import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 
-from zrepl_py.catalog.repository import StreamRow
-from zrepl_py.gcpause import gc_paused
+from zrepl_py.catalog.chains import build_chains
+from zrepl_py.catalog.rows import StreamRow
+from zrepl_py.runtime.gcpause import gc_paused
 
 NEWEST_CHAIN = "newest chain"
 EARLY_FEE_FLAG = "--accept-early-delete-fee"
@@ -150,35 +151,6 @@ class ChainPlan:
             found.setdefault(c.released_by[0].id, c.released_by)
         return tuple(found[k] for k in sorted(found, key=lambda i: (found[i][0].to_createtxg,
                                                                      i)))
-
-
-def build_chains(streams: Iterable[StreamRow]) -> tuple[list[list[StreamRow]], list[StreamRow]]:
-    """Group the not-condemned ``streams`` into chains.
-
-    Returns:
-        ``(chains, orphans)``: each chain is its full then every stream reachable from it
-        through parent links (parents before children, by to_createtxg), chains ordered by
-        their full's to_createtxg then id; orphans are streams no full reaches.
-    """
-    alive = [s for s in streams if s.state != "condemned"]
-    children: dict[int, list[StreamRow]] = {}
-    for s in alive:
-        if s.parent_id is not None:
-            children.setdefault(s.parent_id, []).append(s)
-    fulls = sorted((s for s in alive if s.kind == "full"), key=lambda s: (s.to_createtxg, s.id))
-    chains, reached = [], set()
-    for full in fulls:
-        members, todo = [], [full]
-        while todo:
-            s = todo.pop()
-            if s.id in reached:
-                continue  # a cycle cannot happen (to_createtxg grows), but never loop
-            reached.add(s.id)
-            members.append(s)
-            todo.extend(children.get(s.id, ()))
-        chains.append(sorted(members, key=lambda s: (s.kind != "full", s.to_createtxg, s.id)))
-    orphans = [s for s in alive if s.id not in reached]
-    return chains, orphans
 
 
 def _days(span: dt.timedelta) -> str:

@@ -19,8 +19,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from zrepl_py.archive.layout import copy_key
 from zrepl_py.errors import ObjectNotFound, StoreError, ZbakError
+from zrepl_py.objects.layout import copy_key
 from zrepl_py.stores.base import Backend
 
 log = logging.getLogger(__name__)

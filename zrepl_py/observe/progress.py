@@ -7,7 +7,7 @@ progress bar on stderr; otherwise (daemon, cron, a pipe) it logs one INFO line e
 ``log_every`` seconds, e.g. ``tank/data@x -> backup: 1.2 GiB of 3.0 GiB, 85 MiB/s, ETA 0:00:21``.
 The arithmetic is pure functions; sizes are bytes, times seconds, units binary (KiB = 1024).
 
-A reporter may also carry a ``sink`` (``zrepl_py.running.Publisher``) that publishes each
+A reporter may also carry a ``sink`` (``zrepl_py.observe.transfers.Publisher``) that publishes each
 estimate to a file ``zbak status`` reads, and is closed (its file removed) with the reporter.
 ``Sampler`` and ``MeteredReader`` feed a reporter from code that moves the bytes itself
 (the archive's send reader, the restore's receive loop) instead of ``run_pipeline``.
@@ -21,10 +21,7 @@ import datetime
 import logging
 import sys
 import time
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TextIO
-
-if TYPE_CHECKING:
-    from zrepl_py.running import Slot
+from typing import Callable, Protocol, Sequence, TextIO
 
 log = logging.getLogger(__name__)
 
@@ -154,36 +151,13 @@ class RateMeter:
 
 
 class Sink(Protocol):
-    """Where a reporter also sends its estimates (``zrepl_py.running.Publisher``)."""
+    """Where a reporter also sends its estimates (``zrepl_py.observe.transfers.Publisher``)."""
 
     def update(self, estimate: Estimate) -> None:
         """Take one estimate; must not raise for its own I/O."""
 
     def close(self) -> None:
         """The stream ended (successfully or not); idempotent."""
-
-
-def progress_callback(label: str, total: int | None = None, *, dataset: str | None = None,
-                      from_snap: str | None = None, to_snap: str | None = None,
-                      publish: Slot | None = None) -> ProgressReporter:
-    """Return a ``ProgressReporter`` on stderr for ``run_pipeline(progress=...)``.
-
-    ``run_pipeline`` calls its ``finish`` (summary line) and ``close`` (stops a bar), so the
-    caller need not.
-
-    Args:
-        label: what moves, e.g. ``"tank/data@x -> backup"``.
-        total: the expected stream size in bytes (``zfs send -nP``), or None.
-        dataset / from_snap / to_snap: what is sent (source dataset, short snapshot names;
-            ``from_snap`` None for a full), for ``publish``; ``dataset`` defaults to ``label``.
-        publish: when given, the reporter also publishes to this ``running.Slot`` for
-            ``zbak status`` (file written now, removed when the reporter closes).
-    """
-    sink = None
-    if publish is not None:
-        sink = publish.publisher(dataset=dataset or label, from_snapshot=from_snap,
-                                 to_snapshot=to_snap, total=total)
-    return ProgressReporter(label, total=total, sink=sink)
 
 
 class Sampler:

@@ -8,7 +8,7 @@ nothing of read/write/checksum error counts) and the pool's free space:
 
 - any problem (pool state not ONLINE, a vdev not ONLINE, non-zero error counts, data
   errors) becomes a warning in the run's result and catalog row, and a ``degraded`` event
-  (``zrepl_py.events``; job None, action ``health``, target ``HOST:POOL``); the run goes on,
+  (``zrepl_py.observe.events``; job None, action ``health``, target ``HOST:POOL``); the run goes on,
   since a degraded redundant pool still reads and writes correctly;
 - a ZFS target pool with less free space than the job's ``[jobs.NAME.replicate] min_free``
   raises ``InsufficientSpace`` (that target's run fails, nothing is sent) and emits a
@@ -34,20 +34,19 @@ import logging
 import re
 from typing import TYPE_CHECKING
 
-from zrepl_py import events
 from zrepl_py.errors import CommandFailed, InsufficientSpace
+from zrepl_py.observe import events
+from zrepl_py.proc.executor import COMMAND_NOT_FOUND
 from zrepl_py.zfs.model import PoolHealth
 
 if TYPE_CHECKING:
     from zrepl_py.config.schema import Endpoint, JobConfig
-    from zrepl_py.context import Context
-    from zrepl_py.prefetch import Task
+    from zrepl_py.invocation.context import Context
+    from zrepl_py.runtime.prefetch import Task
     from zrepl_py.zfs.client import Zfs
 
 log = logging.getLogger(__name__)
 
-COMMAND_NOT_FOUND = 127
-"""Exit status for a missing ``zpool`` (a host without ZFS: method ``auto``'s rsync case)."""
 STATES = ("ONLINE", "DEGRADED", "FAULTED", "OFFLINE", "UNAVAIL", "REMOVED", "AVAIL", "INUSE",
           "SUSPENDED", "SPLIT")
 """Vdev states zpool(8) prints (``zpool_state_to_name`` plus the spare states)."""
@@ -195,7 +194,7 @@ def pool_report(zfs: Zfs, pool: str, *, with_size: bool = False) -> PoolReport:
 
 
 def report_task(ctx: Context, host: str, pool: str, *, with_size: bool = False) -> Task:
-    """The ``zrepl_py.prefetch`` task for a ``pool_report`` of ``pool`` on ``host``: the
+    """The ``zrepl_py.runtime.prefetch`` task for a ``pool_report`` of ``pool`` on ``host``: the
     checks below take its result when a run prefetched it, else read the pool themselves."""
     return ("pool_report", host, pool, with_size), lambda: pool_report(
         ctx.zfs(host), pool, with_size=with_size)

@@ -3,7 +3,7 @@
 Order (DESIGN.md "Catalog and chain validity", house rule 10, issue 5 item 2):
 
 0. when the plan deletes chains, every chain that releases one (``ChainPlan.releasers``) is
-   re-checked against the catalog (``chains.recheck``, issue 15); a mismatch marks the
+   re-checked against the catalog (``pruning.recheck``, issue 15); a mismatch marks the
    mismatching streams ``bad`` and stops here: nothing of the dataset is deleted, and the
    next plan sees the bad stream and releases nothing with it;
 1. streams left ``condemned`` by an earlier prune that stopped (crash, store error) are
@@ -28,14 +28,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import os
 from collections.abc import Sequence
 
-from zrepl_py.archive.layout import MANIFEST, MANIFEST_COPY, PROGRESS
-from zrepl_py.catalog.repository import Catalog, StreamRow
-from zrepl_py.chains.recheck import Recheck, recheck_chain
-from zrepl_py.chains.retention import ChainPlan
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.errors import CatalogConflict, ReleaserMismatch, StoreInconsistent, ZbakError
+from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, PROGRESS, common_prefix
+from zrepl_py.pruning.chain_plan import ChainPlan
+from zrepl_py.pruning.recheck import Recheck, recheck_chain
 from zrepl_py.stores.base import Backend
 
 log = logging.getLogger(__name__)
@@ -66,13 +66,6 @@ class ChainPruneOutcome:
         return any(not check.ok for check in self.rechecks)
 
 
-def common_prefix(streams: Sequence[StreamRow]) -> str:
-    """The longest ``/``-ending key prefix shared by the streams' object prefixes (``""``
-    when they share none: the whole store)."""
-    shared = os.path.commonprefix([s.object_prefix for s in streams])
-    return shared[: shared.rfind("/") + 1]
-
-
 def find_damaged(backend: Backend, catalog: Catalog,
                  streams: Sequence[StreamRow]) -> dict[int, str]:
     """Check that every catalogued object of the not-condemned ``streams`` is in the store.
@@ -91,7 +84,7 @@ def find_damaged(backend: Backend, catalog: Catalog,
     living = [s for s in streams if s.state != "condemned"]
     if not living:
         return {}
-    listed = {info.key: info.size for info in backend.list(common_prefix(living))}
+    listed = {info.key: info.size for info in backend.list(common_prefix([s.object_prefix for s in living]))}
     damaged: dict[int, str] = {}
     for stream in living:
         problems = []

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlparse
 
-from zrepl_py.config.schema import Endpoint, JobConfig, StoreConfig
-from zrepl_py.context import Context
+from zrepl_py.config.schema import Endpoint, JobConfig, StoreConfig, no_zfs_fallback
 from zrepl_py.errors import CommandFailed, ZbakError
-from zrepl_py.replication.rsync_target import COMMAND_NOT_FOUND, no_zfs_fallback
-from zrepl_py.statedir import ensure_private_dir
+from zrepl_py.invocation.context import Context
+from zrepl_py.proc.executor import COMMAND_NOT_FOUND
+from zrepl_py.runtime.statedir import ensure_private_dir
 
 
 @dataclasses.dataclass(frozen=True)

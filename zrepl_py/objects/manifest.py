@@ -19,7 +19,7 @@ Format ``zbak-stream/1``::
      "storage_class": "GLACIER", "tool": "zbak 0.1.0", "created_at": "2026-01-01T00:00:00Z",
      "sha256": "<hex>"}
 
-``sha256`` is the SHA-256 of all the other fields as canonical JSON (``archive.sealed``), so
+``sha256`` is the SHA-256 of all the other fields as canonical JSON (``objects.sealed``), so
 a changed byte is caught even where the JSON still parses; the writer stores the manifest
 twice (``manifest.json``, then ``manifest.json.copy``) and readers fall back to the copy
 (RELIABILITY 26). Manifests written before the checksum existed have no ``sha256``: they are
@@ -40,15 +40,23 @@ import json
 import re
 from typing import Any
 
-from zrepl_py.archive.sealed import canonical_sha256
-from zrepl_py.catalog.repository import CarriedSnapshot, NewStream, NewVolume
 from zrepl_py.errors import StreamCorrupt
+from zrepl_py.objects.sealed import canonical_sha256
 
 FORMAT = "zbak-stream/1"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _FIELDS = frozenset({"format", "host", "dataset", "kind", "from", "to", "snapshots", "raw_bytes",
                      "stored_bytes", "volumes", "compression", "compression_level", "send_flags",
                      "storage_class", "tool", "created_at", "sha256", "raw"})
+
+
+@dataclasses.dataclass(frozen=True)
+class CarriedSnapshot:
+    """A snapshot a stream carries (``name`` after ``@``, guid 0 .. 2**64-1, createtxg)."""
+
+    name: str
+    guid: int
+    createtxg: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,31 +105,6 @@ class Manifest:
     def stored_bytes(self) -> int:
         """Stored size of all volumes, bytes."""
         return sum(v.stored_bytes for v in self.volumes)
-
-    def catalog_rows(self, *, store: str, prefix: str, parent_id: int | None,
-                     uploaded_at: dt.datetime) -> tuple[NewStream, list[NewVolume]]:
-        """The catalog rows of this stream (state ``uploaded``), for ``Catalog.add_stream``
-        with ``self.snapshots`` as the carried snapshots.
-
-        Args:
-            store: the store's name; prefix: the stream's key prefix there.
-            parent_id: the catalogued stream an incremental applies on (None for a full).
-            uploaded_at: aware UTC.
-        """
-        stream = NewStream(
-            host=self.host, dataset=self.dataset, store=store, kind=self.kind,
-            to_guid=self.to_snap.guid, to_name=self.to_snap.name,
-            to_createtxg=self.to_snap.createtxg, object_prefix=prefix,
-            storage_class=self.storage_class, compression=self.compression,
-            created_at=self.created_at, parent_id=parent_id,
-            from_guid=self.from_snap.guid if self.from_snap else None,
-            from_name=self.from_snap.name if self.from_snap else None,
-            raw_bytes=self.raw_bytes, stored_bytes=self.stored_bytes,
-            state="uploaded", uploaded_at=uploaded_at,
-        )
-        volumes = [NewVolume(v.index, v.key, v.raw_bytes, v.stored_bytes, v.sha256)
-                   for v in self.volumes]
-        return stream, volumes
 
     def to_json(self) -> bytes:
         """Serialize to UTF-8 JSON (stable key order)."""

@@ -1,0 +1,251 @@
+"""The catalog's rows as plain frozen dataclasses, and the vocabulary of states they use.
+
+What the repository (``catalog.repository.Catalog``) takes and hands back, and what every
+planner works on: no SQLAlchemy here, so a pure planner that imports rows loads no database
+code (issue 17). Times are aware UTC; guids are ints 0 .. 2**64-1; sizes are bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from zrepl_py.objects.manifest import Manifest
+
+LOCAL_HOST = "local"
+
+# Which stream states may follow which; "condemned" is the catalog tombstone written before the
+# objects are deleted (house rule 10), so nothing leaves it.
+STATE_TRANSITIONS: dict[str, frozenset[str]] = {
+    "uploading": frozenset({"uploaded", "bad", "condemned"}),
+    "uploaded": frozenset({"verified", "bad", "condemned"}),
+    "verified": frozenset({"verified", "bad", "condemned"}),
+    "bad": frozenset({"condemned"}),
+    "condemned": frozenset(),
+}
+
+STREAM_KINDS = ("full", "incremental")
+STREAM_STATES = ("uploading", "uploaded", "verified", "condemned", "bad")
+LIVING_STATES = frozenset({"uploaded", "verified"})
+"""Stream states whose objects are complete and may be restored from or built on."""
+RUN_ACTIONS = ("snapshot", "replicate", "archive", "prune", "audit", "restore")
+RUN_RESULTS = ("running", "ok", "failed", "partial", "interrupted")
+"""``interrupted``: the process running it died without ending the row (``runlog.sweep_interrupted``)."""
+REPLICATION_METHODS = ("zfs", "rsync")
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotFact:
+    """A snapshot as zfs lists it now.
+
+    Attributes:
+        name: the short name after ``@``.
+        guid: the snapshot guid, 0 .. 2**64-1.
+        createtxg: the transaction group that created it (orders snapshots).
+        creation: creation time, aware UTC.
+    """
+
+    name: str
+    guid: int
+    createtxg: int
+    creation: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncResult:
+    """What :meth:`Catalog.sync_snapshots` changed: rows added, tombstoned, renamed."""
+
+    added: int
+    gone: int
+    renamed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotRow:
+    """A catalogued snapshot; ``destroyed_at`` (aware UTC) is set once zfs stopped listing it."""
+
+    host: str
+    dataset: str
+    name: str
+    guid: int
+    createtxg: int
+    creation: dt.datetime
+    first_seen: dt.datetime
+    destroyed_at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRow:
+    """One run of a job action; ``ended_at`` is None and ``result`` "running" until finished."""
+
+    id: int
+    job: str
+    action: str
+    target: str | None
+    started_at: dt.datetime
+    ended_at: dt.datetime | None
+    result: str
+    bytes: int
+    error: str | None
+    host: str | None = None
+    """Host name of the process running it; None for rows written before revision 0003."""
+    pid: int | None = None
+    pid_start: int | None = None
+    """The process start time (``transfers.process_start``), None when unknown."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CursorRow:
+    """The last snapshot known complete on a replica target for one source dataset and job."""
+
+    job: str
+    target: str
+    source_host: str
+    source_dataset: str
+    target_location: str
+    method: str
+    snapshot_name: str
+    guid: int
+    createtxg: int
+    updated_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NewStream:
+    """A stream to record. Fulls leave ``parent_id``/``from_guid``/``from_name`` None;
+    incrementals set ``parent_id`` (the stream they apply on) and ``from_guid`` (its ``to_guid``).
+
+    Sizes are bytes (``raw_bytes`` as zfs sent it, ``stored_bytes`` after compression); times
+    are aware UTC; ``object_prefix`` is the key prefix of the stream's objects in ``store``.
+    """
+
+    host: str = LOCAL_HOST
+    dataset: str
+    store: str
+    kind: str
+    to_guid: int
+    to_name: str
+    to_createtxg: int
+    object_prefix: str
+    storage_class: str
+    compression: str
+    created_at: dt.datetime
+    parent_id: int | None = None
+    from_guid: int | None = None
+    from_name: str | None = None
+    raw_bytes: int = 0
+    stored_bytes: int = 0
+    state: str = "uploading"
+    uploaded_at: dt.datetime | None = None
+    verified_at: dt.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class NewVolume:
+    """One stored object of a stream: ``index`` 0, 1, ... in stream order; sizes in bytes;
+    ``sha256`` the lowercase hex digest of the stored (compressed) bytes."""
+
+    index: int
+    key: str
+    raw_bytes: int
+    stored_bytes: int
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ThawRow:
+    """A thaw requested for a stream's cold objects: retrieval ``tier``, restored copies kept
+    ``days`` days; ``requested_at`` and ``ready_by`` (expected readable) are aware UTC."""
+
+    stream_id: int
+    tier: str
+    days: int
+    requested_at: dt.datetime
+    ready_by: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamRow:
+    """A catalogued stream (see :class:`NewStream` for the fields) with its id."""
+
+    id: int
+    host: str
+    dataset: str
+    store: str
+    kind: str
+    parent_id: int | None
+    from_guid: int | None
+    to_guid: int
+    from_name: str | None
+    to_name: str
+    to_createtxg: int
+    raw_bytes: int
+    stored_bytes: int
+    object_prefix: str
+    storage_class: str
+    compression: str
+    state: str
+    created_at: dt.datetime
+    uploaded_at: dt.datetime | None
+    verified_at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class VolumeRow:
+    """A catalogued volume of stream ``stream_id`` (see :class:`NewVolume`)."""
+
+    id: int
+    stream_id: int
+    index: int
+    key: str
+    raw_bytes: int
+    stored_bytes: int
+    sha256: str
+
+
+class StreamLink(NamedTuple):
+    """The chain facts of one stream (:meth:`Catalog.stream_links`): :class:`StreamRow`'s
+    fields of the same names, without its times, prefix, class and compression."""
+
+    id: int
+    host: str
+    dataset: str
+    store: str
+    kind: str
+    parent_id: int | None
+    from_guid: int | None
+    to_guid: int
+    from_name: str | None
+    to_name: str
+    to_createtxg: int
+    raw_bytes: int
+    stored_bytes: int
+    state: str
+
+
+def manifest_rows(manifest: Manifest, *, store: str, prefix: str, parent_id: int | None,
+                  uploaded_at: dt.datetime) -> tuple[NewStream, list[NewVolume]]:
+    """The catalog rows of ``manifest``'s stream (state ``uploaded``), for
+    ``Catalog.add_stream`` with ``manifest.snapshots`` as the carried snapshots.
+
+    Args:
+        store: the store's name; prefix: the stream's key prefix there.
+        parent_id: the catalogued stream an incremental applies on (None for a full).
+        uploaded_at: aware UTC.
+    """
+    stream = NewStream(
+        host=manifest.host, dataset=manifest.dataset, store=store, kind=manifest.kind,
+        to_guid=manifest.to_snap.guid, to_name=manifest.to_snap.name,
+        to_createtxg=manifest.to_snap.createtxg, object_prefix=prefix,
+        storage_class=manifest.storage_class, compression=manifest.compression,
+        created_at=manifest.created_at, parent_id=parent_id,
+        from_guid=manifest.from_snap.guid if manifest.from_snap else None,
+        from_name=manifest.from_snap.name if manifest.from_snap else None,
+        raw_bytes=manifest.raw_bytes, stored_bytes=manifest.stored_bytes,
+        state="uploaded", uploaded_at=uploaded_at,
+    )
+    volumes = [NewVolume(v.index, v.key, v.raw_bytes, v.stored_bytes, v.sha256)
+               for v in manifest.volumes]
+    return stream, volumes
