@@ -43,13 +43,7 @@ from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, VolumeRow
 from zrepl_py.config.schema import RestoreConfig
-from zrepl_py.errors import (
-    NeedsThaw,
-    ObjectNotFound,
-    PipelineFailed,
-    StreamCorrupt,
-    ZbakError,
-)
+from zrepl_py.errors import NeedsThaw, ObjectNotFound, PipelineFailed, StreamCorrupt, ZbakError
 from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.proc.python_end import ReceiveWriter
 from zrepl_py.replication.stages import Side

@@ -45,6 +45,7 @@ near zero. Callers that meter an ssh stage start that one without ``control_dir`
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import hashlib
 import json
@@ -52,7 +53,6 @@ import os
 import shlex
 import stat
 import tempfile
-import datetime as dt
 from pathlib import Path
 from typing import Protocol, Sequence
 

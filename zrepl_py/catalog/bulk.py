@@ -1,0 +1,370 @@
+"""Bulk reads of the catalog for audits and prunes over many streams (100,000 and more):
+column-wise Core selects in id chunks, straight from the driver's cursor, without ORM
+objects or row conversion."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, aliased
+
+from zrepl_py.catalog.base import SNAPSHOT_COLUMNS, CatalogBase, chunks, scope_conditions
+from zrepl_py.catalog.models import Dataset, Run, Snapshot, Stream, StreamSnapshot, Volume
+from zrepl_py.catalog.rows import LIVING_STATES, SnapshotRow, StreamLink, StreamRow, VolumeRow
+from zrepl_py.catalog.types import to_signed64
+from zrepl_py.clock import ensure_utc
+from zrepl_py.objects.manifest import CarriedSnapshot
+from zrepl_py.runtime.gcpause import gc_paused
+
+
+def _stream_scope(host: str | None, below: str | None, store: str | None) -> list:
+    """WHERE conditions on streams alone (datasets through ``IN (subquery)``)."""
+    conditions = []
+    if host is not None or below is not None:
+        conditions.append(Stream.dataset_id.in_(
+            sa.select(Dataset.id).where(*scope_conditions(host, below, None))))
+    if store is not None:
+        conditions.append(Stream.store == store)
+    return conditions
+
+
+def _screen_query(scope: list) -> sa.CompoundSelect:
+    """The UNION of :meth:`Catalog.screen_streams`'s rule queries over streams matching
+    ``scope`` (conditions on ``Stream``)."""
+    volumes = (
+        sa.select(Volume.stream_id)
+        .join(Stream, Stream.id == Volume.stream_id)
+        .where(*scope)
+        .group_by(Volume.stream_id)
+        .having(sa.or_(
+            sa.func.min(Volume.index) != 0,
+            sa.func.count() != sa.func.max(Volume.index) + 1,
+            sa.func.sum(Volume.raw_bytes) != sa.func.max(Stream.raw_bytes),
+            sa.func.sum(Volume.stored_bytes) != sa.func.max(Stream.stored_bytes),
+        ))
+    )
+    # Row-level tests instead of one GROUP BY over the carried rows: SQLite then scans
+    # the table in order with primary-key lookups (measured 0.09 s against 0.17 s for
+    # 196,000 rows).
+    parent = aliased(Stream)
+    low = sa.case((Stream.kind == "full", -1), else_=sa.func.coalesce(parent.to_createtxg, -1))
+    outside = (
+        sa.select(StreamSnapshot.stream_id)
+        .join(Stream, Stream.id == StreamSnapshot.stream_id)
+        .outerjoin(parent, parent.id == Stream.parent_id)
+        .where(*scope, sa.or_(StreamSnapshot.createtxg > Stream.to_createtxg,
+                              StreamSnapshot.createtxg <= low))
+    )
+    # Separate SELECTs, not one pass with ORed EXISTS: PostgreSQL turns each EXISTS
+    # into a (anti-)join, but under an OR into a subplan that, on a catalog not yet
+    # ANALYZEd, rescanned stream_snapshots per stream (125 s for 100,000 streams).
+    no_volumes = sa.select(Stream.id).where(
+        *scope, Stream.state.in_(sorted(LIVING_STATES)),
+        ~sa.exists().where(Volume.stream_id == Stream.id))
+    carried = sa.select(StreamSnapshot.id).where(StreamSnapshot.stream_id == Stream.id)
+    no_tip = sa.select(Stream.id).where(
+        *scope, carried.exists(),
+        ~carried.where(StreamSnapshot.guid == Stream.to_guid).exists())
+    count = (sa.select(sa.func.count()).where(StreamSnapshot.stream_id == Stream.id)
+             .scalar_subquery())
+    full_of_many = sa.select(Stream.id).where(*scope, Stream.kind == "full", count > 1)
+    query = sa.union(volumes, no_volumes, outside, no_tip, full_of_many)
+    return query
+
+
+def _stream_filter(session: Session, host: str | None, below: str | None) -> list:
+    """:func:`_stream_scope` for a screen that visits every stream in scope anyway: nothing
+    when the scope holds every dataset, else the scope's dataset ids as a literal list the
+    planner applies row by row (``dataset_id + 0``: SQLite's query planner docs,
+    "Disqualifying WHERE clause terms"), never as the index to walk the streams by.
+    Walking ``ix_streams_dataset_id_store`` costs SQLite a third more, and a subquery lets
+    PostgreSQL, before its first ANALYZE, guess one dataset and rescan the streams once per
+    dataset (40 s for 1,000 datasets and 100,000 streams)."""
+    if host is None and below is None:
+        return []
+    ids = list(session.scalars(sa.select(Dataset.id).where(*scope_conditions(host, below, None))))
+    if len(ids) == session.scalar(sa.select(sa.func.count()).select_from(Dataset)):
+        return []
+    return [(Stream.dataset_id + 0).in_(ids)]
+
+
+_WRAP64 = 2**64
+
+
+def _first(row: tuple) -> object:
+    return row[0]
+
+
+def _raw_rows(session: Session, query: sa.Select) -> list[tuple]:
+    """Run ``query`` and fetch its rows straight from the DBAPI cursor: plain tuples, no
+    SQLAlchemy Row objects and no column type processing (twice as fast on large reads).
+    Only for columns whose raw driver values are what the caller wants (ints, strings)."""
+    result = session.connection().execute(query)
+    try:
+        return result.cursor.fetchall()
+    finally:
+        result.close()
+
+
+def _parse_time(value: dt.datetime | str) -> dt.datetime:
+    """A time from an aggregate (``max(started_at)``): SQLite hands back its text form."""
+    if isinstance(value, str):
+        return dt.datetime.fromisoformat(value)
+    return value
+
+
+class BulkReads(CatalogBase):
+    """Column-wise reads over many streams (part of ``Catalog``)."""
+
+    @gc_paused
+    def bulk_streams(
+        self, *, host: str | None = None, below: str | None = None, store: str | None = None
+    ) -> list[StreamRow]:
+        """Every stream in a scope, in chain order (host, dataset, store, to_createtxg, id).
+
+        Args:
+            host: only datasets of this host ("local" for this machine).
+            below: only this dataset and its descendants (``tank/a`` matches ``tank/a/b``,
+                not ``tank/ab``).
+            store: only streams in this store.
+        """
+        columns = [getattr(Stream, f.name) for f in dataclasses.fields(StreamRow)
+                   if f.name not in ("host", "dataset")]
+        query = (
+            sa.select(Dataset.host, Dataset.name, *columns)
+            .join(Stream, Stream.dataset_id == Dataset.id)
+            .where(*scope_conditions(host, below, store))
+            .order_by(Dataset.host, Dataset.name, Stream.store, Stream.to_createtxg, Stream.id)
+        )
+        names = ["host", "dataset"] + [c.key for c in columns]
+        with self._session("reading the streams in bulk") as session:
+            return [StreamRow(**dict(zip(names, row))) for row in session.execute(query)]
+
+    def bulk_volumes(
+        self, *, host: str | None = None, below: str | None = None, store: str | None = None
+    ) -> dict[int, list[VolumeRow]]:
+        """The volumes of every stream in a scope (see :meth:`bulk_streams`), by stream id,
+        each list in index order; streams without volumes are absent."""
+        query = (
+            sa.select(Volume.id, Volume.stream_id, Volume.index, Volume.key, Volume.raw_bytes,
+                      Volume.stored_bytes, Volume.sha256)
+            .join(Stream, Stream.id == Volume.stream_id)
+            .join(Dataset, Dataset.id == Stream.dataset_id)
+            .where(*scope_conditions(host, below, store))
+            .order_by(Volume.stream_id, Volume.index)
+        )
+        found: dict[int, list[VolumeRow]] = {}
+        with self._session("reading the volumes in bulk") as session:
+            for row in session.execute(query):
+                found.setdefault(row[1], []).append(VolumeRow(*row))
+        return found
+
+    def bulk_carried(
+        self, *, host: str | None = None, below: str | None = None, store: str | None = None
+    ) -> dict[int, list[CarriedSnapshot]]:
+        """The snapshots every stream in a scope carries (see :meth:`bulk_streams`), by
+        stream id, each list in createtxg order; streams recorded without them are absent."""
+        query = (
+            sa.select(StreamSnapshot.stream_id, StreamSnapshot.name, StreamSnapshot.guid,
+                      StreamSnapshot.createtxg)
+            .join(Stream, Stream.id == StreamSnapshot.stream_id)
+            .join(Dataset, Dataset.id == Stream.dataset_id)
+            .where(*scope_conditions(host, below, store))
+            .order_by(StreamSnapshot.stream_id, StreamSnapshot.createtxg)
+        )
+        found: dict[int, list[CarriedSnapshot]] = {}
+        with self._session("reading the carried snapshots in bulk") as session:
+            for stream_id, name, guid, createtxg in session.execute(query):
+                found.setdefault(stream_id, []).append(CarriedSnapshot(name, guid, createtxg))
+        return found
+
+    def stream_links(
+        self, *, host: str | None = None, below: str | None = None, store: str | None = None
+    ) -> list[StreamLink]:
+        """The chain facts of every stream in a scope (see :meth:`bulk_streams`), in no
+        particular order: a lean :class:`StreamRow` for catalog-wide checks (no times,
+        prefixes or classes, which cost more to read than the rest together)."""
+        datasets = sa.select(Dataset.id, Dataset.host, Dataset.name)
+        signed = sa.BigInteger()
+        query = sa.select(
+            Stream.id, Stream.dataset_id, Stream.store, Stream.kind, Stream.parent_id,
+            sa.type_coerce(Stream.from_guid, signed), sa.type_coerce(Stream.to_guid, signed),
+            Stream.from_name, Stream.to_name, Stream.to_createtxg, Stream.raw_bytes,
+            Stream.stored_bytes, Stream.state,
+        )
+        query = query.where(*_stream_scope(host, below, store))
+        with self._session("reading the stream chain links", read_only=True) as session:
+            names = {i: (h, n) for i, h, n in session.execute(datasets)}
+            rows = _raw_rows(session, query)
+        wrap, links, new = _WRAP64, [], tuple.__new__
+        for sid, dataset_id, store_, kind, parent, from_guid, to_guid, *rest in rows:
+            if from_guid is not None and from_guid < 0:
+                from_guid += wrap
+            if to_guid < 0:
+                to_guid += wrap
+            links.append(new(StreamLink, (sid, *names[dataset_id], store_, kind, parent,
+                                          from_guid, to_guid, *rest)))
+        return links
+
+    def volume_totals(
+        self, *, host: str | None = None, below: str | None = None, store: str | None = None
+    ) -> dict[int, tuple[int, int, int, int, int]]:
+        """Per stream in a scope: ``(count, first index, last index, raw bytes, stored
+        bytes)`` of its volume rows, summed by the database; streams without volumes are
+        absent."""
+        query = (
+            sa.select(Volume.stream_id, sa.func.count(), sa.func.min(Volume.index),
+                      sa.func.max(Volume.index), sa.func.sum(Volume.raw_bytes),
+                      sa.func.sum(Volume.stored_bytes))
+            .group_by(Volume.stream_id)
+        )
+        if host is not None or below is not None or store is not None:
+            query = query.where(Volume.stream_id.in_(
+                sa.select(Stream.id).where(*_stream_scope(host, below, store))))
+        with self._session("summing the volumes") as session:
+            return {r[0]: (r[1], r[2], r[3], int(r[4]), int(r[5]))
+                    for r in _raw_rows(session, query)}
+
+    def carried_columns(
+        self, *, host: str | None = None, below: str | None = None, store: str | None = None,
+        names: bool = True,
+    ) -> tuple[list[int], list[int], list[int], list[str | None]]:
+        """Every carried snapshot of the streams in a scope, as four parallel columns sorted
+        by stream id: ``(stream ids, guids, createtxgs, names)``. ``names=False`` leaves the
+        names None (reading them doubles the cost on large catalogs)."""
+        signed = sa.BigInteger()
+        columns = [StreamSnapshot.stream_id, sa.type_coerce(StreamSnapshot.guid, signed),
+                   StreamSnapshot.createtxg]
+        if names:
+            columns.append(StreamSnapshot.name)
+        query = sa.select(*columns)
+        if host is not None or below is not None or store is not None:
+            # IN (subquery), not a join: SQLite then scans the index once (measured 0.12 s
+            # against 0.19 s for 196,000 rows).
+            query = query.where(StreamSnapshot.stream_id.in_(
+                sa.select(Stream.id).where(*_stream_scope(host, below, store))))
+        with self._session("reading the carried snapshots") as session:
+            rows = _raw_rows(session, query)
+        # Sorting here, not in SQL: rows are stored in stream order already (written stream
+        # by stream), where Python's sort is linear and SQL's index-ordered scan is slower.
+        rows.sort(key=_first)
+        wrap = _WRAP64
+        return ([r[0] for r in rows], [r[1] + wrap if r[1] < 0 else r[1] for r in rows],
+                [r[2] for r in rows], [r[3] for r in rows] if names else [None] * len(rows))
+
+    def screen_streams(self, *, host: str | None = None, below: str | None = None) -> set[int]:
+        """Ids of the streams in a scope (see :meth:`bulk_streams`) whose volume rows or
+        carried snapshots break a per-stream rule of the graph audit, checked by the
+        database in one query that returns only the failures (reading every volume and
+        carried row into Python costs several times more on a large catalog).
+
+        A stream is returned when (any state):
+
+        * it has volume rows, and they are not numbered ``0 .. count-1`` (``min(index) != 0``
+          or ``count != max(index) + 1``) or their raw or stored sizes do not add up to the
+          stream's; or it is ``uploaded``/``verified`` and has no volume rows;
+        * it has carried-snapshot rows, and none is its to-snapshot (by guid), or it is a
+          full carrying more than one, or one lies outside ``(low, to_createtxg]`` where low
+          is -1 for a full and the parent stream's ``to_createtxg`` for an incremental (-1
+          when its parent row is missing).
+
+        These are the rules ``audit.graph`` checks in Python over loaded rows
+        (``GraphInput.screened`` says which way a run went).
+        """
+        with self._session("checking volumes and carried snapshots", read_only=True) as session:
+            scope = _stream_filter(session, host, below)
+            query = _screen_query(scope)
+            return {row[0] for row in _raw_rows(session, query)}
+
+    def volume_totals_of(
+        self, stream_ids: Iterable[int]
+    ) -> dict[int, tuple[int, int, int, int, int]]:
+        """:meth:`volume_totals` for the given streams only (streams without volumes
+        absent)."""
+        ids = sorted(set(stream_ids))
+        found = {}
+        with self._session("summing the volumes of some streams") as session:
+            for chunk in chunks(ids):
+                query = (
+                    sa.select(Volume.stream_id, sa.func.count(), sa.func.min(Volume.index),
+                              sa.func.max(Volume.index), sa.func.sum(Volume.raw_bytes),
+                              sa.func.sum(Volume.stored_bytes))
+                    .where(Volume.stream_id.in_(chunk))
+                    .group_by(Volume.stream_id)
+                )
+                found.update((r[0], (r[1], r[2], r[3], int(r[4]), int(r[5])))
+                             for r in _raw_rows(session, query))
+        return found
+
+    def carrying(self, guids: Iterable[int]) -> list[tuple[int, CarriedSnapshot]]:
+        """``(stream id, carried snapshot)`` for every carried-snapshot row, in any stream
+        of the catalog, whose guid is one of ``guids`` (one index lookup per guid; callers
+        drop the streams outside their scope: a scope condition here would lead SQLite to
+        probe every stream id of the scope with every guid), in stream id and createtxg
+        order."""
+        wanted = sorted({to_signed64(g) for g in guids})
+        signed = sa.BigInteger()
+        found = []
+        with self._session("finding the streams that carry snapshots") as session:
+            for chunk in chunks(wanted):
+                query = sa.select(StreamSnapshot.stream_id, StreamSnapshot.name,
+                                  sa.type_coerce(StreamSnapshot.guid, signed),
+                                  StreamSnapshot.createtxg).where(
+                    sa.type_coerce(StreamSnapshot.guid, signed).in_(chunk))
+                found += [(sid, CarriedSnapshot(name, guid + _WRAP64 if guid < 0 else guid, txg))
+                          for sid, name, guid, txg in _raw_rows(session, query)]
+        found.sort(key=lambda r: (r[0], r[1].createtxg))
+        return found
+
+    def archive_heads(
+        self, job: str, store: str, *, host: str | None = None, below: str | None = None
+    ) -> list[tuple[str, str, dt.datetime, SnapshotRow | None]]:
+        """For each dataset (of ``host``, at or below ``below``; None: any) that ``job``
+        archived to ``store`` successfully: ``(host, dataset, start of the last successful
+        archive run, the newest live snapshot created before that start, or None)``.
+
+        Reads the runs ``archive.job`` records (target ``STORE:DATASET``), then one
+        index-backed lookup per dataset inside a single query.
+        """
+        head = f"{store}:"
+        last = (
+            sa.select(Run.target.label("target"), sa.func.max(Run.started_at).label("last"))
+            .where(Run.job == job, Run.action == "archive", Run.result == "ok",
+                   Run.target.startswith(head, autoescape=True))
+            .group_by(Run.target)
+            .subquery()
+        )
+        newest = (
+            sa.select(Snapshot.id)
+            .where(Snapshot.dataset_id == Dataset.id, Snapshot.destroyed_at.is_(None),
+                   Snapshot.creation < last.c.last)
+            .order_by(Snapshot.createtxg.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        # With a host, (host, name) is the datasets table's unique index: one lookup per run.
+        match = Dataset.name == sa.func.substr(last.c.target, len(head) + 1)
+        if host is not None:
+            match = sa.and_(Dataset.host == host, match)
+        query = (
+            sa.select(Dataset.host, Dataset.name, last.c.last, newest)
+            .select_from(last)
+            .join(Dataset, match)
+            .where(*scope_conditions(host, below, None))
+            .order_by(Dataset.name)
+        )
+        with self._session(f"reading the archive runs of {job}") as session:
+            rows = session.execute(query).all()
+            ids = [r[3] for r in rows if r[3] is not None]
+            snaps = {}
+            for chunk in chunks(ids):
+                query = (sa.select(Snapshot.id, *SNAPSHOT_COLUMNS)
+                         .join(Snapshot, Snapshot.dataset_id == Dataset.id)
+                         .where(Snapshot.id.in_(chunk)))
+                for snap_id, *row in session.execute(query):
+                    snaps[snap_id] = SnapshotRow(*row)
+        return [(row_host, name, ensure_utc(_parse_time(when)), snaps.get(snap_id))
+                for row_host, name, when, snap_id in rows]

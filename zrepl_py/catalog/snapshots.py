@@ -1,0 +1,171 @@
+"""The catalog's snapshots: what zfs lists, kept in step (``sync_snapshots``), and read back
+by dataset, by guid or as a list of dataset names."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+
+import sqlalchemy as sa
+
+from zrepl_py.catalog.base import (
+    CHUNK,
+    SNAPSHOT_COLUMNS,
+    CatalogBase,
+    chunks,
+    require_aware,
+    scope_conditions,
+)
+from zrepl_py.catalog.models import Dataset, Snapshot
+from zrepl_py.catalog.rows import SnapshotFact, SnapshotRow, SyncResult
+from zrepl_py.catalog.types import to_signed64
+
+
+class Snapshots(CatalogBase):
+    """Snapshot rows (part of ``Catalog``)."""
+
+    def sync_snapshots(
+        self, host: str, dataset: str, snapshots: Iterable[SnapshotFact], now: dt.datetime
+    ) -> SyncResult:
+        """Make the catalog's live snapshots of ``host:dataset`` equal zfs's listing ``snapshots``.
+
+        New guids are added (``first_seen=now``); live rows whose guid is not listed are
+        tombstoned (``destroyed_at=now``, aware UTC); a listed guid whose name changed (``zfs
+        rename``) gets the new name. Tombstoned rows stay tombstoned even if the guid shows up
+        again: a guid names one snapshot forever. Duplicate guids in ``snapshots`` count once.
+
+        Raises:
+            ValueError: a naive datetime or a guid outside 0 .. 2**64-1.
+        """
+        require_aware("now", now)
+        listed: dict[int, SnapshotFact] = {}
+        for fact in snapshots:
+            to_signed64(fact.guid)
+            require_aware(f"creation of snapshot {dataset}@{fact.name}", fact.creation)
+            listed.setdefault(fact.guid, fact)
+        with self._session(f"syncing the snapshots of {host}:{dataset}") as session:
+            dataset_id = self._dataset_id(session, host, dataset)
+            existing = {
+                guid: (snap_id, name, destroyed_at)
+                for snap_id, guid, name, destroyed_at in session.execute(
+                    sa.select(Snapshot.id, Snapshot.guid, Snapshot.name, Snapshot.destroyed_at)
+                    .where(Snapshot.dataset_id == dataset_id)
+                )
+            }
+            new_rows = [
+                {
+                    "dataset_id": dataset_id,
+                    "name": fact.name,
+                    "guid": fact.guid,
+                    "createtxg": fact.createtxg,
+                    "creation": fact.creation,
+                    "first_seen": now,
+                }
+                for guid, fact in listed.items()
+                if guid not in existing
+            ]
+            if new_rows:
+                session.execute(sa.insert(Snapshot), new_rows)
+            renamed = 0
+            gone: list[int] = []
+            for guid, (snap_id, name, destroyed_at) in existing.items():
+                if destroyed_at is not None:
+                    continue
+                if guid not in listed:
+                    gone.append(snap_id)
+                elif listed[guid].name != name:
+                    session.execute(
+                        sa.update(Snapshot)
+                        .where(Snapshot.id == snap_id)
+                        .values(name=listed[guid].name)
+                    )
+                    renamed += 1
+            for chunk in chunks(gone):
+                session.execute(
+                    sa.update(Snapshot).where(Snapshot.id.in_(chunk)).values(destroyed_at=now)
+                )
+        return SyncResult(added=len(new_rows), gone=len(gone), renamed=renamed)
+
+    def snapshots(
+        self,
+        *,
+        host: str | None = None,
+        dataset: str | None = None,
+        below: str | None = None,
+        include_destroyed: bool = False,
+    ) -> list[SnapshotRow]:
+        """List catalogued snapshots ordered by host, dataset, createtxg.
+
+        Args:
+            host: only this host ("local" for this machine).
+            dataset: only this exact dataset.
+            below: only this dataset and its descendants (``tank/a`` matches ``tank/a`` and
+                ``tank/a/b``, not ``tank/ab``).
+            include_destroyed: also list tombstoned snapshots.
+        """
+        query = (
+            sa.select(Dataset.host, Dataset.name, Snapshot)
+            .join(Snapshot, Snapshot.dataset_id == Dataset.id)
+            .order_by(Dataset.host, Dataset.name, Snapshot.createtxg, Snapshot.id)
+        )
+        if host is not None:
+            query = query.where(Dataset.host == host)
+        if dataset is not None:
+            query = query.where(Dataset.name == dataset)
+        if below is not None:
+            query = query.where(
+                sa.or_(
+                    Dataset.name == below,
+                    Dataset.name.startswith(below.rstrip("/") + "/", autoescape=True),
+                )
+            )
+        if not include_destroyed:
+            query = query.where(Snapshot.destroyed_at.is_(None))
+        with self._session("listing snapshots") as session:
+            return [
+                SnapshotRow(
+                    host=row_host,
+                    dataset=row_name,
+                    name=snap.name,
+                    guid=snap.guid,
+                    createtxg=snap.createtxg,
+                    creation=snap.creation,
+                    first_seen=snap.first_seen,
+                    destroyed_at=snap.destroyed_at,
+                )
+                for row_host, row_name, snap in session.execute(query)
+            ]
+
+    def snapshots_by_guid(self, keys: Iterable[tuple[str, str, int]]) -> list[SnapshotRow]:
+        """The catalogued snapshots (destroyed ones included) named by ``(host, dataset,
+        guid)`` keys; unknown keys are left out."""
+        wanted = set(keys)
+        found: list[SnapshotRow] = []
+        if not wanted:
+            return found
+        with self._session("reading snapshots by guid") as session:
+            ids = {(h, n): i for i, h, n in session.execute(
+                sa.select(Dataset.id, Dataset.host, Dataset.name))}
+            # (dataset id, guid) pairs, the unique index's columns (guid alone has none), as
+            # ORed equalities: SQLite answers a row-value IN list with a table scan.
+            pairs = sorted({(ids[(h, n)], to_signed64(g)) for h, n, g in wanted
+                            if (h, n) in ids})
+            signed = sa.type_coerce(Snapshot.guid, sa.BigInteger())
+            for start in range(0, len(pairs), CHUNK // 2):
+                match = sa.or_(*(sa.and_(Snapshot.dataset_id == i, signed == g)
+                                 for i, g in pairs[start:start + CHUNK // 2]))
+                query = (sa.select(*SNAPSHOT_COLUMNS)
+                         .join(Snapshot, Snapshot.dataset_id == Dataset.id)
+                         .where(match))
+                found += [SnapshotRow(*row) for row in session.execute(query)]
+        return found
+
+    def dataset_names(
+        self, *, host: str | None = None, below: str | None = None
+    ) -> list[tuple[str, str]]:
+        """``(host, name)`` of every catalogued dataset in a scope (see :meth:`bulk_streams`),
+        sorted."""
+        query = (sa.select(Dataset.host, Dataset.name).where(*scope_conditions(host, below, None))
+                 .order_by(Dataset.host, Dataset.name))
+        with self._session("listing datasets") as session:
+            return [(h, n) for h, n in session.execute(query)]

@@ -1,0 +1,383 @@
+"""The catalog's archived streams and their volumes: recorded with the chain checked (the
+parent link and guid continuity), moved through their states, condemned and deleted."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import re
+from collections.abc import Iterable, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from zrepl_py.catalog.base import CatalogBase, chunks, require_aware, require_one_of, require_size
+from zrepl_py.catalog.models import Dataset, Stream, StreamSnapshot, ThawRequest, Volume
+from zrepl_py.catalog.rows import (
+    STATE_TRANSITIONS,
+    STREAM_KINDS,
+    STREAM_STATES,
+    NewStream,
+    NewVolume,
+    StreamRow,
+    VolumeRow,
+)
+from zrepl_py.catalog.types import to_signed64
+from zrepl_py.errors import CatalogConflict, ChainBroken, NotInCatalog
+from zrepl_py.objects.manifest import CarriedSnapshot
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def _check_volumes(volumes: Sequence[NewVolume], first: int) -> None:
+    """Volumes must be numbered ``first, first+1, ...`` with sizes and a lowercase hex sha256."""
+    for offset, volume in enumerate(volumes):
+        if volume.index != first + offset:
+            raise ValueError(
+                f"volume indexes must run {first}, {first + 1}, ... without gaps;"
+                f" got {volume.index} at position {offset}"
+            )
+        require_size("volume raw_bytes", volume.raw_bytes)
+        require_size("volume stored_bytes", volume.stored_bytes)
+        if not _SHA256_HEX.fullmatch(volume.sha256):
+            raise ValueError(
+                f"volume {volume.index} sha256 {volume.sha256!r} is not 64 lowercase hex digits"
+            )
+
+
+def _children(session: Session, parent_ids: Sequence[int], *, living: bool = False) -> list[int]:
+    """Ids of streams whose parent is in ``parent_ids`` (only not-condemned ones if ``living``)."""
+    found: list[int] = []
+    for chunk in chunks(list(parent_ids)):
+        query = sa.select(Stream.id).where(Stream.parent_id.in_(chunk))
+        if living:
+            query = query.where(Stream.state != "condemned")
+        found.extend(session.scalars(query))
+    return sorted(found)
+
+
+def _refuse_living_children(session: Session, ids: Sequence[int]) -> None:
+    """Raise ChainBroken if a not-condemned stream outside ``ids`` applies on one of ``ids``."""
+    outside = sorted(set(_children(session, ids, living=True)) - set(ids))
+    if outside:
+        raise ChainBroken(
+            f"streams {outside} still apply on streams being condemned; condemn the whole"
+            " chain together (condemn_streams)"
+        )
+
+
+def _stream_query(*conditions) -> sa.Select:
+    """SELECT (host, dataset, Stream) with ``conditions``, in chain order."""
+    return (
+        sa.select(Dataset.host, Dataset.name, Stream)
+        .join(Stream, Stream.dataset_id == Dataset.id)
+        .where(*conditions)
+        .order_by(Dataset.host, Dataset.name, Stream.store, Stream.to_createtxg, Stream.id)
+    )
+
+
+def _stream_row(host: str, dataset: str, stream: Stream) -> StreamRow:
+    """Copy an ORM Stream plus its dataset's host and name into a StreamRow."""
+    return StreamRow(
+        id=stream.id,
+        host=host,
+        dataset=dataset,
+        store=stream.store,
+        kind=stream.kind,
+        parent_id=stream.parent_id,
+        from_guid=stream.from_guid,
+        to_guid=stream.to_guid,
+        from_name=stream.from_name,
+        to_name=stream.to_name,
+        to_createtxg=stream.to_createtxg,
+        raw_bytes=stream.raw_bytes,
+        stored_bytes=stream.stored_bytes,
+        object_prefix=stream.object_prefix,
+        storage_class=stream.storage_class,
+        compression=stream.compression,
+        state=stream.state,
+        created_at=stream.created_at,
+        uploaded_at=stream.uploaded_at,
+        verified_at=stream.verified_at,
+    )
+
+
+class Streams(CatalogBase):
+    """Stream and volume rows, one stream at a time (part of ``Catalog``)."""
+
+    def add_stream(
+        self,
+        stream: NewStream,
+        volumes: Sequence[NewVolume] = (),
+        carried: Sequence[CarriedSnapshot] = (),
+    ) -> int:
+        """Record ``stream``, its ``volumes`` (indexes 0, 1, ...) and the snapshots it
+        ``carried`` (which must include its to-snapshot when given); return the stream id.
+
+        An incremental must name an existing ``parent_id`` of the same dataset and store, in
+        state uploading/uploaded/verified, whose ``to_guid`` equals ``from_guid`` and whose
+        ``to_createtxg`` is older; a full must name no parent.
+
+        Raises:
+            ChainBroken: the stream would not continue its chain (checked here first, and by
+                the database's constraints as a backstop).
+            CatalogConflict: ``object_prefix`` is already used in ``store``.
+            ValueError: unknown kind or state, naive time, negative size, bad volume list.
+        """
+        self._check_new_stream(stream)
+        _check_volumes(volumes, 0)
+        label = f"{stream.kind} stream {stream.host}:{stream.dataset}@{stream.to_name}"
+        doing = f"adding {label} to store {stream.store}"
+        with self._session(doing, on_integrity=ChainBroken) as session:
+            dataset_id = self._dataset_id(session, stream.host, stream.dataset)
+            if stream.kind == "incremental":
+                self._check_parent(session, stream, dataset_id, label)
+            fields = {f.name: getattr(stream, f.name) for f in dataclasses.fields(stream)}
+            del fields["host"], fields["dataset"]
+            row = Stream(dataset_id=dataset_id, **fields)
+            session.add(row)
+            session.flush()
+            session.add_all(
+                Volume(stream_id=row.id, **dataclasses.asdict(volume)) for volume in volumes
+            )
+            if carried and stream.to_guid not in {c.guid for c in carried}:
+                raise ValueError(f"{label}: the carried snapshots must include @{stream.to_name}")
+            session.add_all(
+                StreamSnapshot(stream_id=row.id, name=c.name, guid=c.guid, createtxg=c.createtxg)
+                for c in carried
+            )
+            return row.id
+
+    def carried(self, stream_ids: Iterable[int]) -> dict[int, list[CarriedSnapshot]]:
+        """Map each stream id to the snapshots it carries, in createtxg order (streams
+        recorded without them map to an empty list)."""
+        ids = sorted(set(stream_ids))
+        found: dict[int, list[CarriedSnapshot]] = {i: [] for i in ids}
+        with self._session("listing the snapshots streams carry") as session:
+            for chunk in chunks(ids):
+                query = (
+                    sa.select(StreamSnapshot)
+                    .where(StreamSnapshot.stream_id.in_(chunk))
+                    .order_by(StreamSnapshot.stream_id, StreamSnapshot.createtxg)
+                )
+                for row in session.scalars(query):
+                    found[row.stream_id].append(CarriedSnapshot(row.name, row.guid, row.createtxg))
+        return found
+
+    @staticmethod
+    def _check_new_stream(stream: NewStream) -> None:
+        """Argument checks that need no database: kind/parent agreement, values, times."""
+        require_one_of("stream kind", stream.kind, STREAM_KINDS)
+        require_one_of("stream state", stream.state, STREAM_STATES)
+        require_aware("created_at", stream.created_at)
+        for what in ("uploaded_at", "verified_at"):
+            if getattr(stream, what) is not None:
+                require_aware(what, getattr(stream, what))
+        require_size("raw_bytes", stream.raw_bytes)
+        require_size("stored_bytes", stream.stored_bytes)
+        to_signed64(stream.to_guid)
+        where = f"{stream.host}:{stream.dataset}@{stream.to_name} in store {stream.store}"
+        if stream.kind == "full":
+            if stream.parent_id is not None or stream.from_guid is not None or stream.from_name:
+                raise ChainBroken(
+                    f"full stream {where} names a parent or from-snapshot; a full starts a"
+                    " chain: record it with kind='incremental' or drop parent_id/from_guid"
+                )
+            return
+        if stream.parent_id is None or stream.from_guid is None:
+            raise ChainBroken(
+                f"incremental stream {where} needs parent_id and from_guid (the stream it"
+                " applies on); without them archive a full stream instead"
+            )
+        to_signed64(stream.from_guid)
+        if stream.from_guid == stream.to_guid:
+            raise ChainBroken(
+                f"incremental stream {where} starts and ends at guid {stream.to_guid}"
+            )
+
+    @staticmethod
+    def _check_parent(session: Session, stream: NewStream, dataset_id: int, label: str) -> None:
+        """The parent exists, is alive, and ends where ``stream`` starts (same dataset/store)."""
+        parent = session.get(Stream, stream.parent_id)
+        fix = "archive a full stream to start a new chain"
+        if parent is None:
+            raise ChainBroken(f"{label}: parent stream {stream.parent_id} does not exist; {fix}")
+        if parent.dataset_id != dataset_id or parent.store != stream.store:
+            raise ChainBroken(
+                f"{label}: parent stream {parent.id} belongs to another dataset or store"
+                f" (store {parent.store}); an incremental continues its own chain; {fix}"
+            )
+        if parent.to_guid != stream.from_guid:
+            raise ChainBroken(
+                f"{label} starts at guid {stream.from_guid} ({stream.from_name}) but parent"
+                f" stream {parent.id} ends at @{parent.to_name} guid {parent.to_guid}; {fix}"
+            )
+        if parent.state in ("condemned", "bad"):
+            raise ChainBroken(f"{label}: parent stream {parent.id} is {parent.state}; {fix}")
+        if stream.to_createtxg <= parent.to_createtxg:
+            raise ChainBroken(
+                f"{label} ends at createtxg {stream.to_createtxg}, not after its parent's"
+                f" {parent.to_createtxg}; {fix}"
+            )
+
+    def add_volume(self, stream_id: int, volume: NewVolume) -> None:
+        """Append ``volume`` to a stream still uploading; its index must be the next one.
+
+        Raises:
+            NotInCatalog: no stream ``stream_id``.
+            CatalogConflict: the stream is no longer uploading, or the index is not the next.
+            ValueError: negative sizes or a malformed sha256.
+        """
+        _check_volumes([volume], volume.index)
+        with self._session(f"adding volume {volume.index} to stream {stream_id}") as session:
+            stream = session.get(Stream, stream_id)
+            if stream is None:
+                raise NotInCatalog(f"stream {stream_id} is not in the catalog")
+            if stream.state != "uploading":
+                raise CatalogConflict(f"stream {stream_id} is {stream.state}, not uploading")
+            count = session.scalar(
+                sa.select(sa.func.count()).select_from(Volume).where(Volume.stream_id == stream_id)
+            )
+            if volume.index != count:
+                raise CatalogConflict(
+                    f"stream {stream_id} has {count} volumes; the next must have index {count},"
+                    f" not {volume.index}"
+                )
+            session.add(Volume(stream_id=stream_id, **dataclasses.asdict(volume)))
+
+    def stream(self, stream_id: int) -> StreamRow:
+        """Return stream ``stream_id``.
+
+        Raises:
+            NotInCatalog: no such stream.
+        """
+        with self._session(f"reading stream {stream_id}") as session:
+            rows = [_stream_row(*r) for r in session.execute(_stream_query(Stream.id == stream_id))]
+        if not rows:
+            raise NotInCatalog(f"stream {stream_id} is not in the catalog")
+        return rows[0]
+
+    def streams(
+        self, *, host: str | None = None, dataset: str | None = None, store: str | None = None
+    ) -> list[StreamRow]:
+        """List streams ordered by host, dataset, store, to_createtxg, id (chain order)."""
+        conditions = []
+        if host is not None:
+            conditions.append(Dataset.host == host)
+        if dataset is not None:
+            conditions.append(Dataset.name == dataset)
+        if store is not None:
+            conditions.append(Stream.store == store)
+        with self._session("listing streams") as session:
+            return [_stream_row(*r) for r in session.execute(_stream_query(*conditions))]
+
+    def volumes(self, stream_id: int) -> list[VolumeRow]:
+        """Return the volumes of stream ``stream_id`` by index (empty for an unknown stream)."""
+        query = sa.select(Volume).where(Volume.stream_id == stream_id).order_by(Volume.index)
+        with self._session(f"listing the volumes of stream {stream_id}") as session:
+            return [
+                VolumeRow(
+                    id=v.id,
+                    stream_id=v.stream_id,
+                    index=v.index,
+                    key=v.key,
+                    raw_bytes=v.raw_bytes,
+                    stored_bytes=v.stored_bytes,
+                    sha256=v.sha256,
+                )
+                for v in session.scalars(query)
+            ]
+
+    def set_stream_state(
+        self,
+        stream_id: int,
+        state: str,
+        now: dt.datetime,
+        *,
+        raw_bytes: int | None = None,
+        stored_bytes: int | None = None,
+    ) -> None:
+        """Move stream ``stream_id`` to ``state`` (see ``STATE_TRANSITIONS``) at ``now``.
+
+        "uploaded" sets ``uploaded_at`` and may record the final sizes (bytes); "verified"
+        sets ``verified_at``. "condemned" (the tombstone written before the objects are
+        deleted) needs every child stream condemned first, or use :meth:`condemn_streams`.
+
+        Raises:
+            NotInCatalog: no such stream.
+            CatalogConflict: the transition is not allowed.
+            ChainBroken: condemning a stream whose children are not condemned.
+            ValueError: unknown state, naive ``now``, negative size.
+        """
+        require_one_of("stream state", state, STREAM_STATES)
+        require_aware("now", now)
+        with self._session(
+            f"setting stream {stream_id} {state}", on_integrity=ChainBroken
+        ) as session:
+            stream = session.get(Stream, stream_id)
+            if stream is None:
+                raise NotInCatalog(f"stream {stream_id} is not in the catalog")
+            if state not in STATE_TRANSITIONS[stream.state]:
+                raise CatalogConflict(
+                    f"stream {stream_id} ({stream.to_name} in {stream.store}) cannot go from"
+                    f" {stream.state} to {state}"
+                )
+            if state == "condemned":
+                _refuse_living_children(session, [stream_id])
+            if state == "uploaded":
+                stream.uploaded_at = now
+            if state == "verified":
+                stream.verified_at = now
+            if raw_bytes is not None:
+                stream.raw_bytes = require_size("raw_bytes", raw_bytes)
+            if stored_bytes is not None:
+                stream.stored_bytes = require_size("stored_bytes", stored_bytes)
+            stream.state = state
+
+    def condemn_streams(self, stream_ids: Iterable[int]) -> None:
+        """Condemn a set of streams at once (a prune plan's chain): all or none.
+
+        Raises:
+            NotInCatalog: an id is not in the catalog.
+            ChainBroken: a stream outside the set, not condemned, depends on one in it.
+        """
+        ids = sorted(set(stream_ids))
+        with self._session(f"condemning streams {ids}", on_integrity=ChainBroken) as session:
+            for chunk in chunks(ids):
+                found = session.scalars(sa.select(Stream.id).where(Stream.id.in_(chunk))).all()
+                missing = sorted(set(chunk) - set(found))
+                if missing:
+                    raise NotInCatalog(f"streams {missing} are not in the catalog")
+            _refuse_living_children(session, ids)
+            for chunk in chunks(ids):
+                session.execute(
+                    sa.update(Stream).where(Stream.id.in_(chunk)).values(state="condemned")
+                )
+
+    def delete_stream(self, stream_id: int) -> None:
+        """Delete condemned stream ``stream_id`` and its volume rows (after its objects are gone).
+
+        Raises:
+            ChainBroken: other streams still apply on it (the database refuses too).
+            CatalogConflict: the stream is not condemned (condemn it, delete its objects, then
+                the row: house rule 10).
+            NotInCatalog: no such stream.
+        """
+        with self._session(f"deleting stream {stream_id}", on_integrity=ChainBroken) as session:
+            stream = session.get(Stream, stream_id)
+            if stream is None:
+                raise NotInCatalog(f"stream {stream_id} is not in the catalog")
+            children = _children(session, [stream_id])
+            if children:
+                raise ChainBroken(
+                    f"stream {stream_id} ({stream.to_name} in {stream.store}) cannot be deleted:"
+                    f" streams {children} apply on it; delete them first"
+                )
+            if stream.state != "condemned":
+                raise CatalogConflict(
+                    f"stream {stream_id} is {stream.state}: condemn it and delete its objects"
+                    " before deleting its catalog row"
+                )
+            for table in (Volume, StreamSnapshot, ThawRequest):
+                session.execute(sa.delete(table).where(table.stream_id == stream_id))
+            session.execute(sa.delete(Stream).where(Stream.id == stream_id))
