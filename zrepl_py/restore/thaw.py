@@ -11,11 +11,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.config.schema import RestoreConfig
 from zrepl_py.stores.base import COLD_CLASSES, Backend, Thaw
+
+if TYPE_CHECKING:  # the estimate is pure; only request_thaws writes the catalog
+    from zrepl_py.catalog.repository import Catalog
 
 # Typical hours until a restore completes, per class and tier (AWS S3 user guide, "Archive
 # retrieval options"): Flexible Retrieval 1-5 min / 3-5 h / 5-12 h, Deep Archive -/12 h/48 h.

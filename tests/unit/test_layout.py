@@ -1,0 +1,123 @@
+"""The package layout holds (issue 17): pure planners load no database code, the packages of
+zrepl_py import each other without a cycle, and only the foundations stay at the top level.
+
+The import graph is read from the source with ``ast`` (every import, also those inside
+functions and under ``TYPE_CHECKING``), so a lazy import cannot hide a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import zrepl_py
+
+PACKAGE = Path(zrepl_py.__file__).parent
+
+PLANNERS = (
+    "zrepl_py.catalog.rows",
+    "zrepl_py.catalog.chains",
+    "zrepl_py.replication.planner",
+    "zrepl_py.archive.planner",
+    "zrepl_py.pruning.rules",
+    "zrepl_py.pruning.snapshot_plan",
+    "zrepl_py.pruning.chain_plan",
+    "zrepl_py.restore.paths",
+    "zrepl_py.restore.plan",
+    "zrepl_py.audit.graph",
+    "zrepl_py.audit.restorable",
+    "zrepl_py.daemon.plan",
+)
+"""The pure planners (house rule 5): plain rows and config in, a plan out."""
+
+TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "clock.py", "locking.py"}
+
+
+@pytest.mark.parametrize("module", PLANNERS)
+def test_a_planner_imports_no_sqlalchemy_nor_any_client_library(module):
+    script = (f"import sys, {module}\n"
+              "print(sorted({m.split('.')[0] for m in sys.modules}"
+              " & {'sqlalchemy', 'alembic', 'boto3', 'botocore', 'paramiko', 'psycopg'}))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]", f"{module} loads {done.stdout.strip()}"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """The zrepl_py modules (or packages) ``path`` imports, absolute."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([node.module] if node.module else []))
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+            found.add(base)
+    return {name for name in found if name.startswith("zrepl_py.")}
+
+
+def _room(module: str) -> str:
+    """The top-level package or module of zrepl_py that ``module`` belongs to."""
+    return module.split(".")[1]
+
+
+def package_graph() -> dict[str, set[str]]:
+    """``{room: rooms it imports}`` over zrepl_py's top-level packages and modules."""
+    rooms = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+             if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"}
+    graph: dict[str, set[str]] = {room: set() for room in rooms}
+    for path in PACKAGE.rglob("*.py"):
+        source = _room(_module_name(path)) if path.parent != PACKAGE else path.stem
+        for target in _imports(path):
+            room = _room(target)
+            if room in rooms and room != source:
+                graph[source].add(room)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a list of rooms, or None (depth-first search)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(room: str) -> list[str] | None:
+        state[room] = 1
+        stack.append(room)
+        for nxt in sorted(graph[room]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[room] = 2
+        return None
+
+    for room in sorted(graph):
+        if room not in state and (found := visit(room)):
+            return found
+    return None
+
+
+def test_the_packages_of_zrepl_py_import_each_other_without_a_cycle():
+    assert _cycle(package_graph()) is None, " -> ".join(_cycle(package_graph()) or [])
+
+
+def test_only_the_foundations_stay_at_the_top_level():
+    loose = {p.name for p in PACKAGE.glob("*.py")}
+    assert loose == TOP_LEVEL
