@@ -20,15 +20,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from testbed.cli import (  # noqa: F401 (re-exported for the disaster tests)
-    Zbak,
-    content_of,
-    prop,
-    restored_content,
-    snapshots,
-    tree_digest,
-    zfs,
-)
+from testbed.cli import Zbak, content_of, prop, restored_content, snapshots, tree_digest, zfs  # noqa: F401 (re-exported for the disaster tests)
 
 from zrepl_py.errors import ExitStatus
 

@@ -34,7 +34,6 @@ from testbed.cli import zfs
 
 from zrepl_py.archive import writer
 from zrepl_py.config.loading import load_config
-from zrepl_py.errors import ExitStatus
 from zrepl_py.objects.layout import PROGRESS
 from zrepl_py.stores.open import open_store
 

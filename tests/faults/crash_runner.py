@@ -13,14 +13,13 @@ Usage: ``python tests/faults/crash_runner.py [ZBAK ARGS...]`` with the environme
 A step is a call that changes durable state: ``put`` and ``delete`` on a store (every store
 is opened through ``faults.backend.FaultyBackend`` around the real backend) and the catalog
 writes of an archive or prune (``Catalog.add_stream``, ``set_stream_state``,
-``condemn_streams``, ``delete_stream``). The factory ``open_store`` is replaced in the modules
-that imported it; the code under test is otherwise unchanged.
+``condemn_streams``, ``delete_stream``). The factory ``stores.open.open_store`` is replaced (every
+store is opened through it, by ``Context.store``); the code under test is otherwise unchanged.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import signal
 import sys
@@ -30,9 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ``import faults`
 
 from faults.backend import FaultyBackend  # noqa: E402
 
-STORE_USERS = ("zrepl_py.archive.job", "zrepl_py.restore.execute", "zrepl_py.pruning.archive",
-               "zrepl_py.pruning.job", "zrepl_py.pruning.chain_delete", "zrepl_py.audit.graph")
-"""Modules that may hold their own reference to ``open_store`` (imported when present)."""
 CATALOG_STEPS = ("add_stream", "set_stream_state", "condemn_streams", "delete_stream")
 
 
@@ -68,13 +64,6 @@ def install(steps: Steps) -> None:
                              after_call=lambda _n, op, key: steps.step(op, key))
 
     store_open.open_store = open_store
-    for name in STORE_USERS:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        if getattr(module, "open_store", None) is original:
-            module.open_store = open_store
 
     for method in CATALOG_STEPS:
         real = getattr(repository.Catalog, method, None)

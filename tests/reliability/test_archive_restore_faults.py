@@ -3,9 +3,9 @@
 ``faults.backend.FaultyBackend`` around the store the restore opens, ``faults.executor`` stage
 wrappers around the real ``zfs send``.
 
-How the faulty store reaches ``zbak restore``: the restore opens its store with
-``zrepl_py.restore.execute.open_store``; the ``faulty_store`` fixture swaps that factory for one
-that wraps the real backend it returns (the store, the CLI and the restore code are unchanged).
+How the faulty store reaches ``zbak restore``: every store is opened by
+``zrepl_py.stores.open.open_store`` (through ``Context.store``); the ``faulty_store`` fixture
+swaps that factory for one that wraps the real backend it returns (the store, the CLI and the restore code are unchanged).
 A ``FaultyBackend`` has no ``local_path``, so the volumes are downloaded through ``get`` into
 the spool and verified there, as from S3.
 """
@@ -25,13 +25,7 @@ import pytest
 import zstandard
 from faults.archive_checks import catalog_of, catalogued, store_state
 from faults.backend import FaultyBackend
-from faults.executor import (
-    cut_stage,
-    fail_at_end_stage,
-    flip_stage,
-    garbage_stage,
-    stderr_stage,
-)
+from faults.executor import cut_stage, fail_at_end_stage, flip_stage, garbage_stage, stderr_stage
 from testbed.cli import prop, zfs
 
 from zrepl_py.archive.planner import PlannedStream
@@ -44,6 +38,7 @@ from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.proc.pipeline import Stage
 from zrepl_py.restore import execute as restore_execute
 from zrepl_py.restore.fetch import fetch_verified
+from zrepl_py.stores import open as store_open
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.streams.frames import decompress_frame
 
@@ -114,14 +109,14 @@ def faulty_store(monkeypatch):
     """Call with FaultyBackend keyword arguments: every store the restore opens is wrapped in
     a FaultyBackend with them; returns the list the wrappers are appended to."""
     made: list[FaultyBackend] = []
-    real = restore_execute.open_store
+    real = store_open.open_store
 
     def install(**faults):
         def open_store(*args, **kwargs):
             made.append(FaultyBackend(real(*args, **kwargs), **faults))
             return made[-1]
 
-        monkeypatch.setattr(restore_execute, "open_store", open_store)
+        monkeypatch.setattr(store_open, "open_store", open_store)
         return made
 
     return install
@@ -235,16 +230,14 @@ def test_a_volume_corrupt_on_every_read_is_read_twice_then_refused(archived, fau
 
 def _audit_reads_through(monkeypatch, **faults) -> list[FaultyBackend]:
     """Wrap every store ``zbak audit`` opens in a FaultyBackend with ``faults``."""
-    from zrepl_py.audit import job as audit_job
-
     made: list[FaultyBackend] = []
-    real = audit_job.open_store
+    real = store_open.open_store
 
     def open_store(*args, **kwargs):
         made.append(FaultyBackend(real(*args, **kwargs), **faults))
         return made[-1]
 
-    monkeypatch.setattr(audit_job, "open_store", open_store)
+    monkeypatch.setattr(store_open, "open_store", open_store)
     return made
 
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 
-import click
 import pytest
 
 from zrepl_py.cli import main

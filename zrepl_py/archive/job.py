@@ -39,7 +39,7 @@ from zrepl_py.archive.writer import StreamSpec, WrittenStream, delete_prefix, wr
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.catalog.rows import StreamRow
-from zrepl_py.checks.health import before_archive
+from zrepl_py.checks.health import pool_report, source_warnings
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.errors import (
     ObjectNotFound,
@@ -68,7 +68,6 @@ from zrepl_py.replication.protect import move_protection
 from zrepl_py.replication.stages import Side
 from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.stores.base import Backend
-from zrepl_py.stores.open import open_store
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION, Capabilities
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName
@@ -134,70 +133,68 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
     source = job.source
     catalog = ctx.catalog()
     results: list[DatasetArchive] = []
-    backend = open_store(cfg.store, store_cfg)
+    backend = ctx.store(cfg.store)
     root_target = f"{cfg.store}:{source.dataset}"
-    try:
-        with dataset_lock(ctx.state_dir, lock_key(job), "archive"), \
-                contextlib.ExitStack() as stack:
-            # The root dataset's run row is open before anything can fail (the store's
-            # guard, listing the source): such a failure is a recorded failed run and an
-            # alert, not a silent exit 1 (issue 15). Child datasets get their own rows.
-            runs = None if dry_run else stack.enter_context(
-                RunSet(catalog, ctx.clock, name, "archive", [root_target]))
-            guard = StoreGuard(backend, cfg.store, ctx.state_dir, job=name)
-            guard.check()
-            zfs = ctx.zfs(source.host, source.dataset.pool)
-            health = [] if dry_run else before_archive(ctx, job)  # pool warnings (zrepl_py.checks.health)
-            inventory = take_inventory(zfs, catalog, job, ctx.clock.now())
-            side = Side.of(ctx.config, source.host)
-            encrypted = encrypted_datasets(zfs, [info.name for info in inventory.datasets])
-            for info in inventory.datasets:
-                dataset = str(info.name)
-                snaps = [CarriedSnapshot(s.short, s.guid, s.createtxg)
-                         for s in inventory.tree.snapshots(info.name)]
-                streams = catalog.streams(host=source.host, dataset=dataset, store=cfg.store)
-                try:
-                    streams, damaged = _check_chain(ctx, name, backend, streams, dataset=dataset,
-                                                    dry_run=dry_run)
-                except ZbakError as exc:
-                    log.error("job %s: checking the chain of %s in store %s failed: %s",
-                              name, dataset, cfg.store, exc)
-                    results.append(DatasetArchive(dataset, ArchivePlan((), "not checked"),
-                                                  error=str(exc)))
-                    continue
-                restart = (_decrypted_chain(backend, info.name, streams)
-                           if info.name in encrypted else None)
-                plan = plan_archive(snaps, streams, policy, ctx.clock.now(), force_full=force_full,
-                                    new_chain=restart, damaged=damaged)
-                outcome = DatasetArchive(dataset, plan)
-                results.append(outcome)
-                target = f"{cfg.store}:{dataset}"
-                if runs is None or (not plan.streams and target != root_target):
-                    continue
-                try:
-                    with contextlib.ExitStack() as own:
-                        record = (runs.records[target] if target == root_target else
-                                  own.enter_context(recorded_run(catalog, ctx.clock, name,
-                                                                 "archive", target)))
-                        try:
-                            if plan.streams:  # the root's run is recorded also when up to date
-                                _write_plan(ctx, name, cfg.store, backend, zfs, side,
-                                            source.host, info.name, plan, streams,
-                                            store_cfg.volume_size, cfg.compression_level,
-                                            classes, outcome, encrypted=info.name in encrypted)
-                        finally:
-                            record.bytes = sum(w.stored_bytes for _, w in outcome.written)
-                        record.error = "; ".join(health) or None
-                except ZbakError as exc:
-                    log.error("job %s: archiving %s failed: %s", name, dataset, exc)
-                    outcome.error = str(exc)
-                    if target == root_target:
-                        runs.records[target].result = "failed"
-                        runs.records[target].error = str(exc)
-            if not dry_run:
-                _publish(guard, catalog, name, job, cfg.store, ctx.clock.now())
-    finally:
-        backend.close()
+    with dataset_lock(ctx.state_dir, lock_key(job), "archive"), \
+            contextlib.ExitStack() as stack:
+        # The root dataset's run row is open before anything can fail (the store's
+        # guard, listing the source): such a failure is a recorded failed run and an
+        # alert, not a silent exit 1 (issue 15). Child datasets get their own rows.
+        runs = None if dry_run else stack.enter_context(
+            RunSet(catalog, ctx.clock, name, "archive", [root_target]))
+        guard = StoreGuard(backend, cfg.store, ctx.state_dir, job=name)
+        guard.check()
+        zfs = ctx.zfs(source.host, source.dataset.pool)
+        health = [] if dry_run else source_warnings(pool_report(zfs, source.dataset.pool),
+                                                    ctx.clock.now())
+        inventory = take_inventory(zfs, catalog, job, ctx.clock.now())
+        side = Side.of(ctx.config, source.host)
+        encrypted = encrypted_datasets(zfs, [info.name for info in inventory.datasets])
+        for info in inventory.datasets:
+            dataset = str(info.name)
+            snaps = [CarriedSnapshot(s.short, s.guid, s.createtxg)
+                     for s in inventory.tree.snapshots(info.name)]
+            streams = catalog.streams(host=source.host, dataset=dataset, store=cfg.store)
+            try:
+                streams, damaged = _check_chain(ctx, name, backend, streams, dataset=dataset,
+                                                dry_run=dry_run)
+            except ZbakError as exc:
+                log.error("job %s: checking the chain of %s in store %s failed: %s",
+                          name, dataset, cfg.store, exc)
+                results.append(DatasetArchive(dataset, ArchivePlan((), "not checked"),
+                                              error=str(exc)))
+                continue
+            restart = (_decrypted_chain(backend, info.name, streams)
+                       if info.name in encrypted else None)
+            plan = plan_archive(snaps, streams, policy, ctx.clock.now(), force_full=force_full,
+                                new_chain=restart, damaged=damaged)
+            outcome = DatasetArchive(dataset, plan)
+            results.append(outcome)
+            target = f"{cfg.store}:{dataset}"
+            if runs is None or (not plan.streams and target != root_target):
+                continue
+            try:
+                with contextlib.ExitStack() as own:
+                    record = (runs.records[target] if target == root_target else
+                              own.enter_context(recorded_run(catalog, ctx.clock, name,
+                                                             "archive", target)))
+                    try:
+                        if plan.streams:  # the root's run is recorded also when up to date
+                            _write_plan(ctx, name, cfg.store, backend, zfs, side,
+                                        source.host, info.name, plan, streams,
+                                        store_cfg.volume_size, cfg.compression_level,
+                                        classes, outcome, encrypted=info.name in encrypted)
+                    finally:
+                        record.bytes = sum(w.stored_bytes for _, w in outcome.written)
+                    record.error = "; ".join(health) or None
+            except ZbakError as exc:
+                log.error("job %s: archiving %s failed: %s", name, dataset, exc)
+                outcome.error = str(exc)
+                if target == root_target:
+                    runs.records[target].result = "failed"
+                    runs.records[target].error = str(exc)
+        if not dry_run:
+            _publish(guard, catalog, name, job, cfg.store, ctx.clock.now())
     return ArchiveResult(name, cfg.store, dry_run, results)
 
 

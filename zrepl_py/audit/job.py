@@ -52,7 +52,6 @@ from zrepl_py.objects.sealed import read_with_copy
 from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.replication.stages import Side
 from zrepl_py.snapshots.inventory import is_excluded
-from zrepl_py.stores.open import open_store
 from zrepl_py.zfs.names import DatasetName
 
 log = logging.getLogger(__name__)
@@ -108,7 +107,7 @@ def _covered(job: JobConfig, dataset: str) -> bool:
         return True
     if not job.recursive or not dataset.startswith(f"{root}/"):
         return False
-    return not is_excluded(job, DatasetName(dataset))
+    return not is_excluded(DatasetName(dataset), root, job.exclude)
 
 
 def _targets(ctx: Context, cursors) -> dict[tuple[str, str], TargetListing]:
@@ -166,7 +165,6 @@ def audit_job(ctx: Context, name: str, job: JobConfig, *, deep: bool = False,
     """
     if sample is not None and not 0 < sample <= 100:
         raise UsageError(f"--sample must be a percentage in (0, 100], not {sample}")
-    source = job.source
     catalog = ctx.catalog()
     with dataset_lock(ctx.state_dir, f"audit {lock_key(job)}", "audit"):
         _refuse_beside_deleters(ctx, job)
@@ -217,20 +215,15 @@ def _audit(ctx: Context, name: str, job: JobConfig, host: str, root: str, *, dee
     result = AuditResult(name, [], streams=len(covered))
     stores = sorted({s.store for s in covered} | ({job.archive.store} if job.archive else set()))
     for store in stores:
-        store_cfg = ctx.config.stores.get(store)
-        if store_cfg is None:
+        if store not in ctx.config.stores:
             findings.append(Finding(
                 Severity.WARNING, "objects", f"store {store} holds streams of job {name} but is"
                 f" not under [stores] in {ctx.config_path}: its objects were not checked",
                 f"add [stores.{store}] back to the config", store=store))
             continue
-        backend = open_store(store, store_cfg)
-        try:
-            findings += _audit_store(ctx, backend, name, job, host, root, store, deep=deep,
-                                     sample=sample, receive_into=receive_into, result=result,
-                                     deadline=deadline)
-        finally:
-            backend.close()
+        findings += _audit_store(ctx, ctx.store(store), name, job, host, root, store, deep=deep,
+                                 sample=sample, receive_into=receive_into, result=result,
+                                 deadline=deadline)
     chain = _chain_heads(covered)
     result.findings = sort_findings(
         dataclasses.replace(f, job=name, chain=f.chain if f.chain is not None or f.stream is None
@@ -405,12 +398,11 @@ def repair_job(ctx: Context, name: str, job: JobConfig, *,
                    if _covered(job, s.dataset)]
         stores = sorted({s.store for s in streams} | ({job.archive.store} if job.archive else set()))
         for store in stores:
-            store_cfg = ctx.config.stores.get(store)
-            if store_cfg is None:
+            if store not in ctx.config.stores:
                 result.errors[store] = f"not under [stores] in {ctx.config_path}: not repaired"
                 continue
-            backend = open_store(store, store_cfg)
             try:
+                backend = ctx.store(store)
                 result.aborted[store] = list(backend.abort_stale_uploads(stale_upload_age))
                 condemned = sorted((s for s in streams if s.store == store
                                     and s.state == "condemned"),
@@ -421,6 +413,4 @@ def repair_job(ctx: Context, name: str, job: JobConfig, *,
             except ZbakError as exc:
                 log.error("job %s: repairing store %s stopped: %s", name, store, exc)
                 result.errors[store] = str(exc)
-            finally:
-                backend.close()
     return result

@@ -30,18 +30,17 @@ the mirror and ``OFFLINE`` for the file).
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import re
 from typing import TYPE_CHECKING
 
-from zrepl_py.errors import CommandFailed, InsufficientSpace
+from zrepl_py.errors import InsufficientSpace
 from zrepl_py.observe import events
-from zrepl_py.proc.executor import COMMAND_NOT_FOUND
 from zrepl_py.zfs.model import PoolHealth
 
 if TYPE_CHECKING:
-    from zrepl_py.config.schema import Endpoint, JobConfig
-    from zrepl_py.invocation.context import Context
+    from zrepl_py.config.schema import FreeSpaceFloor
     from zrepl_py.runtime.prefetch import Task
     from zrepl_py.zfs.client import Zfs
 
@@ -193,105 +192,60 @@ def pool_report(zfs: Zfs, pool: str, *, with_size: bool = False) -> PoolReport:
                       data_errors)
 
 
-def report_task(ctx: Context, host: str, pool: str, *, with_size: bool = False) -> Task:
-    """The ``zrepl_py.runtime.prefetch`` task for a ``pool_report`` of ``pool`` on ``host``: the
-    checks below take its result when a run prefetched it, else read the pool themselves."""
-    return ("pool_report", host, pool, with_size), lambda: pool_report(
-        ctx.zfs(host), pool, with_size=with_size)
+def report_task(zfs: Zfs, pool: str, *, with_size: bool = False) -> Task:
+    """The ``zrepl_py.runtime.prefetch`` task for a ``pool_report`` of ``pool`` on ``zfs``'s
+    host: a run that prefetched it takes its result (``Context.prefetched``), else reads the
+    pool when it needs the report."""
+    return (("pool_report", zfs.host, pool, with_size),
+            lambda: pool_report(zfs, pool, with_size=with_size))
 
 
-def _report(ctx: Context, host: str, pool: str, *, with_size: bool = False) -> PoolReport:
-    key, compute = report_task(ctx, host, pool, with_size=with_size)
-    return ctx.prefetched(key, compute)
-
-
-def _needs_size(job: JobConfig) -> bool:
+def needs_size(floor: FreeSpaceFloor | None) -> bool:
     """A percentage ``min_free`` floor needs the pool's size (one more command)."""
-    floor = job.replicate.min_free if job.replicate is not None else None
     return floor is not None and floor.percent is not None
 
 
-def replicate_tasks(ctx: Context, job: JobConfig, target: Endpoint) -> list[Task]:
-    """Prefetch tasks for the reads ``before_replicate(ctx, ..., job, target)`` makes."""
-    source = job.source
-    assert source.dataset is not None
-    tasks = [report_task(ctx, source.host, source.dataset.pool)]
-    if target.dataset is not None:
-        tasks.append(report_task(ctx, target.host, target.dataset.pool,
-                                 with_size=_needs_size(job)))
-    return tasks
-
-
-def _note(ctx: Context, report: PoolReport, role: str) -> list[str]:
+def _note(report: PoolReport, role: str, now: dt.datetime) -> list[str]:
     """Log the report; for a degraded pool emit the event and return the warning."""
     if not report.degraded:
         log.info("%s %s: %d bytes free", role, report.describe(), report.free_bytes)
         return []
     message = f"{role} {report.describe()}"
     events.emit(events.Event("degraded", None, "health", f"{report.host}:{report.pool}",
-                             message, ctx.clock.now()))
+                             message, now))
     return [message]
 
 
-def check_source(ctx: Context, job: JobConfig) -> list[str]:
-    """Check the job's source pool; return a warning per problem found (empty if healthy).
-
-    Raises:
-        HostUnreachable, HostKeyMismatch, ZfsError: the source host or pool cannot be read.
-    """
-    source = job.source
-    assert source.dataset is not None
-    report = _report(ctx, source.host, source.dataset.pool)
-    return _note(ctx, report, "source")
+def source_warnings(report: PoolReport, now: dt.datetime) -> list[str]:
+    """Judge a job's source pool: a warning per problem of a degraded pool (empty if
+    healthy), each also a ``degraded`` event at ``now`` (aware UTC)."""
+    return _note(report, "source", now)
 
 
-def check_target(ctx: Context, name: str, job: JobConfig, target: Endpoint) -> list[str]:
-    """Check a ZFS target's pool: health warnings, and the ``min_free`` floor.
+def target_warnings(report: PoolReport, floor: FreeSpaceFloor | None, *, job: str, target: str,
+                    now: dt.datetime) -> list[str]:
+    """Judge a ZFS target's pool: health warnings, and the ``min_free`` floor.
 
-    A directory (rsync) target, or a host without ``zpool`` (method ``auto`` falls back to
-    rsync there), is not checked.
+    Args:
+        report: the target pool's report (with its size when ``needs_size(floor)``).
+        floor: the job's ``[jobs.NAME.replicate] min_free``, or None for no floor.
+        job / target: the job's name and the target string, for the message and event.
+        now: aware UTC, the events' time.
 
     Returns:
         one warning per problem of a degraded pool (empty if healthy).
 
     Raises:
-        InsufficientSpace: the pool's free space is under the job's ``min_free``.
-        HostUnreachable, HostKeyMismatch, ZfsError: the target host or pool cannot be read.
+        InsufficientSpace: the pool's free space is under ``floor``.
     """
-    if target.dataset is None:
-        return []
-    floor = job.replicate.min_free if job.replicate is not None else None
-    try:
-        report = _report(ctx, target.host, target.dataset.pool, with_size=_needs_size(job))
-    except CommandFailed as exc:
-        if exc.returncode == COMMAND_NOT_FOUND:
-            return []
-        raise
-    warnings = _note(ctx, report, "target")
+    warnings = _note(report, "target", now)
     if floor is not None:
         need = floor.floor_bytes(report.size_bytes or 0)
         if report.free_bytes < need:
             message = (f"target pool {report.pool} on {report.host} has {report.free_bytes} "
-                       f"bytes free, under min_free {floor} ({need} bytes) of job {name}: "
+                       f"bytes free, under min_free {floor} ({need} bytes) of job {job}: "
                        f"nothing sent to {target}. Free space there (prune old snapshots) "
-                       f"or lower [jobs.{name}.replicate] min_free.")
-            events.emit(events.Event("degraded", name, "replicate", str(target), message,
-                                     ctx.clock.now()))
+                       f"or lower [jobs.{job}.replicate] min_free.")
+            events.emit(events.Event("degraded", job, "replicate", target, message, now))
             raise InsufficientSpace(message)
     return warnings
-
-
-def before_replicate(ctx: Context, name: str, job: JobConfig, target: Endpoint) -> list[str]:
-    """Health before replicating ``job`` to ``target``: the source pool, then the target's
-    (see ``check_source`` and ``check_target``). Returns the warnings for the run's result.
-
-    Raises:
-        InsufficientSpace: the target pool is under the floor (nothing must be sent).
-        HostUnreachable, HostKeyMismatch, ZfsError: a pool could not be read.
-    """
-    return check_source(ctx, job) + check_target(ctx, name, job, target)
-
-
-def before_archive(ctx: Context, job: JobConfig) -> list[str]:
-    """Health before archiving ``job``: its source pool (``check_source``)."""
-    return check_source(ctx, job)

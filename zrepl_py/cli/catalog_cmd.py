@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
-from zrepl_py.errors import ExitStatus, UsageError
+from zrepl_py.errors import ExitStatus
 
 
 @click.group("catalog")
@@ -24,20 +24,10 @@ def rebuild(inv: Invocation, store: str, merge: bool, as_json: bool) -> ExitStat
     (after the catalog was lost; run `zbak init` first on an empty database). Rebuilt streams
     are unverified: run `zbak audit --deep` afterwards."""
     from zrepl_py.catalog.rebuild import rebuild_store  # noqa: PLC0415 (boto3 only here)
-    from zrepl_py.stores.open import open_store  # noqa: PLC0415
-
     with inv.context() as ctx:
-        cfg = ctx.config.stores.get(store)
-        if cfg is None:
-            known = ", ".join(ctx.config.stores) or "none"
-            raise UsageError(f"store {store!r} is not under [stores] in {ctx.config_path}"
-                             f" (stores: {known})")
-        backend = open_store(store, cfg)
-        try:
-            result = rebuild_store(ctx.catalog(), backend, store, merge=merge,
-                                   concurrency=cfg.upload_concurrency)
-        finally:
-            backend.close()
+        backend = ctx.store(store)
+        result = rebuild_store(ctx.catalog(), backend, store, merge=merge,
+                               concurrency=ctx.config.stores[store].upload_concurrency)
     if as_json:
         emit_json({"store": store, "manifests": result.manifests, "added": result.added,
                    "present": result.present,

@@ -1,7 +1,8 @@
-"""What one zbak invocation works with: config, clock, catalog, host executors, ZFS clients.
+"""What one zbak invocation works with: config, clock, catalog, host executors, ZFS clients,
+stores.
 
-Everything that talks to the outside is opened lazily and closed by ``Context.close``, so a
-command that only reads the catalog never dials a host. The modules behind them are imported
+Everything that talks to the outside is opened lazily, once, and closed by ``Context.close``, so
+a command that only reads the catalog never dials a host or a store. The modules behind them are imported
 lazily too (SQLAlchemy and Alembic for the catalog, paramiko for remote hosts): every command
 imports this module, and ``zbak replicate`` should not pay for what it does not use.
 """
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
     from zrepl_py.catalog.repository import Catalog
     from zrepl_py.invocation.hosts import ExecutorPool
+    from zrepl_py.stores.base import Backend
     from zrepl_py.zfs.capabilities import Capabilities
     from zrepl_py.zfs.client import Zfs
 
@@ -49,6 +51,7 @@ class Context:
     _capability_locks: dict[tuple[str, str], threading.Lock] = dataclasses.field(
         default_factory=dict)
     _prefetch: Prefetch | None = None
+    _stores: dict[str, Backend] = dataclasses.field(default_factory=dict)
 
     def __enter__(self) -> "Context":
         return self
@@ -57,10 +60,13 @@ class Context:
         self.close()
 
     def close(self) -> None:
-        """Stop the prefetch; close SSH connections and the catalog engine."""
+        """Stop the prefetch; close the stores, SSH connections and the catalog engine."""
         if self._prefetch is not None:
             self._prefetch.close()
             self._prefetch = None
+        stores, self._stores = list(self._stores.values()), {}
+        for backend in stores:
+            backend.close()
         if self._executors is not None:
             self._executors.close()
             self._executors = None
@@ -129,6 +135,26 @@ class Context:
                     )  # fmt: skip
                 caps = self._capabilities[key]
         return Zfs(executor, zfs=zfs_cmd, zpool=zpool_cmd, capabilities=caps)
+
+    def store(self, name: str) -> Backend:
+        """The backend of ``[stores.NAME]``, opened on first use and kept until ``close``
+        (``stores.open.open_store``: its S3 calls retry by ``stores.retry``'s one policy).
+        Nothing is contacted here.
+
+        Raises:
+            UsageError: ``name`` is not under ``[stores]`` in the config.
+            StorePermanent: the store's URL or settings cannot be used.
+        """
+        if name not in self._stores:
+            cfg = self.config.stores.get(name)
+            if cfg is None:
+                known = ", ".join(self.config.stores) or "none"
+                raise UsageError(f"store {name!r} is not under [stores] in {self.config_path}"
+                                 f" (stores: {known})")
+            from zrepl_py.stores.open import open_store  # boto3 only when a store is used
+
+            self._stores[name] = open_store(name, cfg)
+        return self._stores[name]
 
     def start_prefetch(self, tasks: Sequence[Task]) -> None:
         """Start running ``tasks`` in the background (``zrepl_py.runtime.prefetch``), replacing any

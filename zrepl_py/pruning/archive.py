@@ -83,7 +83,7 @@ def job_streams(job: JobConfig, streams: Sequence[StreamRow],
             continue
         if s.dataset != root and not (job.recursive and s.dataset.startswith(root + "/")):
             continue
-        if s.dataset != root and is_excluded(job, DatasetName(s.dataset)):
+        if is_excluded(DatasetName(s.dataset), source.dataset, job.exclude):
             continue
         found.setdefault(s.dataset, []).append(s)
     return found

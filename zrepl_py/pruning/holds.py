@@ -229,7 +229,7 @@ def held_snapshots(zfs: Zfs, job: JobConfig) -> tuple[list[Held], dict[str, dict
     guids: dict[str, dict[int, str]] = {}
     snaps = []
     for info in tree.datasets:
-        if info.name != root and is_excluded(job, info.name):
+        if is_excluded(info.name, root, job.exclude):
             continue
         mine = tree.snapshots(info.name)
         guids[str(info.name)] = {s.guid: str(s.name) for s in mine}

@@ -174,12 +174,10 @@ def _prune_target(ctx: Context, name: str, job: JobConfig, target: Endpoint,
 def _prune_archive(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
                    accept_early_delete_fee: bool) -> ArchivePruneResult:
     """Open the job's store and apply archive retention; errors go in the result."""
-    from zrepl_py.stores.open import open_store  # noqa: PLC0415 (boto3 only with a store)
-
     assert job.archive is not None
     cfg = job.archive
     try:
-        backend = open_store(cfg.store, ctx.config.stores[cfg.store])
+        backend = ctx.store(cfg.store)
     except ZbakError as exc:
         return ArchivePruneResult(cfg.store, error=str(exc))
     try:
@@ -205,5 +203,3 @@ def _prune_archive(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
     except ZbakError as exc:
         log.error("job %s: pruning store %s failed: %s", name, cfg.store, exc)
         return ArchivePruneResult(cfg.store, error=str(exc))
-    finally:
-        backend.close()

@@ -21,13 +21,20 @@ import dataclasses
 import datetime as dt
 import logging
 
-from zrepl_py.checks.health import before_replicate, replicate_tasks
+from zrepl_py.checks.health import (
+    PoolReport,
+    needs_size,
+    report_task,
+    source_warnings,
+    target_warnings,
+)
 from zrepl_py.config.schema import Endpoint, JobConfig, ProtectionBudget, no_zfs_fallback
 from zrepl_py.errors import CommandFailed, UsageError, ZbakError
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.locking import dataset_lock
 from zrepl_py.observe.runlog import RunSet
 from zrepl_py.observe.transfers import reporting
+from zrepl_py.proc.executor import COMMAND_NOT_FOUND
 from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
 from zrepl_py.replication.stages import Side, has_mbuffer
 from zrepl_py.replication.zfs_target import (
@@ -180,12 +187,47 @@ def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list:
         pool = target.dataset.pool
         tasks[("zfs", target.host, pool)] = lambda t=target, p=pool: ctx.zfs(t.host, p)
     for target in [] if dry_run else zfs_targets:
-        for key, compute in replicate_tasks(ctx, job, target):
+        for key, compute in (_pool_task(ctx, job.source.host, job.source.dataset.pool),
+                             _pool_task(ctx, target.host, target.dataset.pool,
+                                        with_size=needs_size(cfg.min_free))):
             tasks.setdefault(key, compute)
         if _crosses_ssh(ctx, job, target) and cfg.receive_buffer:
             key, compute = _mbuffer_task(ctx, target.host)
             tasks.setdefault(key, compute)
     return list(tasks.items())
+
+
+def _pool_task(ctx: Context, host: str, pool: str, *, with_size: bool = False):
+    return report_task(ctx.zfs(host), pool, with_size=with_size)
+
+
+def _pool_report(ctx: Context, host: str, pool: str, *, with_size: bool = False) -> PoolReport:
+    """The pool's health report, prefetched if the run started it (``_prefetch_tasks``)."""
+    return ctx.prefetched(*_pool_task(ctx, host, pool, with_size=with_size))
+
+
+def _pool_health(ctx: Context, name: str, job: JobConfig, target: Endpoint) -> list[str]:
+    """Health before sending to ``target`` (``zrepl_py.checks.health``): the source pool's
+    warnings, then the target pool's and its ``min_free`` floor. A directory target, or a host
+    without zpool (method auto falls back to rsync there), has no pool to check.
+
+    Raises:
+        InsufficientSpace: the target pool is under the floor (nothing must be sent).
+        HostUnreachable, HostKeyMismatch, ZfsError: a pool could not be read.
+    """
+    now = ctx.clock.now()
+    source = job.source
+    warnings = source_warnings(_pool_report(ctx, source.host, source.dataset.pool), now)
+    if target.dataset is None:
+        return warnings
+    floor = job.replicate.min_free if job.replicate is not None else None
+    try:
+        report = _pool_report(ctx, target.host, target.dataset.pool, with_size=needs_size(floor))
+    except CommandFailed as exc:
+        if exc.returncode == COMMAND_NOT_FOUND:
+            return warnings
+        raise
+    return warnings + target_warnings(report, floor, job=name, target=str(target), now=now)
 
 
 def _crosses_ssh(ctx: Context, job: JobConfig, target: Endpoint) -> bool:
@@ -213,8 +255,8 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
                 src, result: TargetResult, *, dry_run: bool) -> None:
     cfg = job.replicate
     assert cfg is not None
-    if not dry_run:  # pool health and the target's min_free floor (zrepl_py.checks.health)
-        result.warnings += before_replicate(ctx, name, job, target)
+    if not dry_run:
+        result.warnings += _pool_health(ctx, name, job, target)
     source_side, target_side = Side.of(ctx.config, job.source.host), Side.of(ctx.config, target.host)
     directory = target if result.method == "rsync" else None
     if directory is None:

@@ -48,7 +48,6 @@ from zrepl_py.replication.stages import Side, transfer_stages
 from zrepl_py.restore.fetch import fetch_verified, file_chunks
 from zrepl_py.restore.plan import RestorePlan
 from zrepl_py.restore.thaw import request_thaws
-from zrepl_py.stores.open import open_store
 from zrepl_py.streams.frames import decompress_frame
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION
 from zrepl_py.zfs.client import Zfs
@@ -104,22 +103,19 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     path = plan.chosen.path
     assert path is not None
     cfg = ctx.config.restore
-    backend = open_store(path.store, ctx.config.stores[path.store])
-    try:
-        # RELIABILITY 25: a store rolled back behind this machine's back is refused.
-        StoreGuard(backend, path.store, ctx.state_dir).check()
-        waiting, ready_by = request_thaws(backend, ctx.catalog(), path.streams, plan.volumes,
-                                          cfg, ctx.clock.now())
-        if waiting:
-            raise ThawPending(
-                f"{waiting} volume(s) of the chain in store {path.store} are thawing (tier"
-                f" {cfg.thaw_tier}); run the same restore again after"
-                f" {ready_by:%Y-%m-%d %H:%M}Z: it continues where it stopped")
-        spool = (cfg.spool_dir or ctx.state_dir / "spool") / f"{plan.host}-{plan.dataset.replace('/', '_')}"
-        every = [v for s in path.streams for v in plan.volumes[s.id]]
-        files = fetch_verified(backend, every, spool, cfg.download_concurrency)
-    finally:
-        backend.close()
+    backend = ctx.store(path.store)
+    # RELIABILITY 25: a store rolled back behind this machine's back is refused.
+    StoreGuard(backend, path.store, ctx.state_dir).check()
+    waiting, ready_by = request_thaws(backend, ctx.catalog(), path.streams, plan.volumes,
+                                      cfg, ctx.clock.now())
+    if waiting:
+        raise ThawPending(
+            f"{waiting} volume(s) of the chain in store {path.store} are thawing (tier"
+            f" {cfg.thaw_tier}); run the same restore again after"
+            f" {ready_by:%Y-%m-%d %H:%M}Z: it continues where it stopped")
+    spool = (cfg.spool_dir or ctx.state_dir / "spool") / f"{plan.host}-{plan.dataset.replace('/', '_')}"
+    every = [v for s in path.streams for v in plan.volumes[s.id]]
+    files = fetch_verified(backend, every, spool, cfg.download_concurrency)
     zfs = ctx.zfs(plan.into_host, DatasetName(plan.into).pool)
     side = Side.of(ctx.config, plan.into_host)
     receive = receive_argv(plan.into, caps=zfs.capabilities, resumable=False, zfs=zfs.zfs)

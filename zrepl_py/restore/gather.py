@@ -24,7 +24,6 @@ from zrepl_py.errors import DatasetNotFound, UsageError, ZbakError
 from zrepl_py.invocation.context import Context
 from zrepl_py.objects.layout import common_prefix
 from zrepl_py.objects.manifest import CarriedSnapshot
-from zrepl_py.stores.open import open_store
 from zrepl_py.zfs.names import DatasetName
 
 
@@ -216,19 +215,15 @@ def _store_facts(ctx: Context, name: str, streams: tuple[StreamRow, ...],
                  carried: dict[int, tuple[CarriedSnapshot, ...]],
                  volumes: dict[int, tuple[VolumeRow, ...]]) -> StoreFacts:
     """The store's facts, with ONE listing of the streams' common prefix (nothing is read)."""
-    cfg = ctx.config.stores.get(name)
-    if cfg is None:
+    if name not in ctx.config.stores:
         return StoreFacts(name, streams, carried, volumes,
                           problem=f"store {name} is not in {ctx.config_path}")
     living = [s for s in streams if s.state in LIVING_STATES]
     if not living:
         return StoreFacts(name, streams, carried, volumes)
     try:
-        backend = open_store(name, cfg)
-        try:
-            listed = {info.key: info.size for info in backend.list(common_prefix([s.object_prefix for s in living]))}
-        finally:
-            backend.close()
+        prefix = common_prefix([s.object_prefix for s in living])
+        listed = {info.key: info.size for info in ctx.store(name).list(prefix)}
     except ZbakError as exc:
         return StoreFacts(name, streams, carried, volumes, problem=f"cannot list store {name}: {exc}")
     damaged = {}

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
+from zrepl_py.catalog.rows import SnapshotFact
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.model import DatasetInfo, Tree
@@ -19,17 +20,15 @@ if TYPE_CHECKING:
     from zrepl_py.catalog.repository import Catalog
 
 
-def is_excluded(job: JobConfig, dataset: DatasetName) -> bool:
-    """True when ``dataset`` or one of its ancestors below the job root is in ``exclude``.
-
-    ``exclude`` entries are relative to the job's dataset (``scratch``, ``vm/tmp``) or
-    absolute (``tank/data/scratch``).
+def is_excluded(dataset: DatasetName, root: DatasetName, exclude: Sequence[str]) -> bool:
+    """True when ``dataset`` or one of its ancestors below ``root`` (a job's dataset) is in
+    ``exclude`` (the job's ``exclude``: entries relative to ``root``, ``scratch`` or
+    ``vm/tmp``, or absolute, ``tank/data/scratch``). ``root`` itself is never excluded.
     """
-    root = job.source.dataset
     if dataset == root:
         return False
     relative = dataset.relative_to(root)
-    for entry in job.exclude:
+    for entry in exclude:
         rel = DatasetName(entry).relative_to(root) if entry.startswith(f"{root}/") else entry
         if relative == rel or relative.startswith(rel + "/"):
             return True
@@ -65,12 +64,10 @@ def take_inventory(
         DatasetNotFound: the job's dataset does not exist.
         ZfsError, CatalogError: listing or recording failed.
     """
-    # Imported here, not at the top: SQLAlchemy loads with the catalog (zrepl_py.runtime.prefetch).
-    from zrepl_py.catalog.rows import SnapshotFact
-
     source = job.source
     tree = zfs.tree(source.dataset, recursive=job.recursive)
-    covered = tuple(d for d in tree.datasets if not is_excluded(job, d.name))
+    covered = tuple(d for d in tree.datasets
+                    if not is_excluded(d.name, source.dataset, job.exclude))
     for dataset in covered:
         facts = [
             SnapshotFact(name=s.short, guid=s.guid, createtxg=s.createtxg, creation=s.creation)
