@@ -13,13 +13,13 @@ from testbed.cli import zfs
 
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.checks.health import parse_status, pool_problems, pool_report
 from zrepl_py.cli import main
 from zrepl_py.config.schema import parse_free_floor
 from zrepl_py.errors import ExitStatus
 from zrepl_py.observe import events
 from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.pool_status import parse_status, pool_problems, pool_report
 
 OPENZFS_DEGRADED = """\
   pool: tank

@@ -16,8 +16,8 @@ from zrepl_py.cli import main
 from zrepl_py.config.loading import load_config
 from zrepl_py.errors import ExitStatus, ZbakError
 from zrepl_py.invocation.context import Context
-from zrepl_py.observe.metrics import registry_for, serve, write_textfile
 from zrepl_py.observe.runlog import recorded_run
+from zrepl_py.status.metrics import registry_for, serve, write_textfile
 
 pytestmark = pytest.mark.zfs
 

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from zrepl_py.daemon.crontab import crontab_trigger
-from zrepl_py.observe.status import next_fire
+from zrepl_py.status.report import next_fire
 
 UTC = dt.timezone.utc
 MONDAY = dt.datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # a Monday

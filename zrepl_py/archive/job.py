@@ -32,6 +32,8 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zrepl_py.archive.damage import check_chain, mark_bad
 from zrepl_py.archive.planner import ArchivePlan, ChainPolicy, PlannedStream, plan_archive
@@ -39,8 +41,8 @@ from zrepl_py.archive.writer import StreamSpec, WrittenStream, delete_prefix, wr
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.catalog.rows import StreamRow
-from zrepl_py.checks.health import pool_report, source_warnings
-from zrepl_py.config.schema import JobConfig
+from zrepl_py.checks.health import source_warnings
+from zrepl_py.config.schema import JobConfig, StorageClasses
 from zrepl_py.errors import (
     ObjectNotFound,
     RawSendUnavailable,
@@ -70,9 +72,15 @@ from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.stores.base import Backend
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION, Capabilities
 from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.model import SnapshotInfo
 from zrepl_py.zfs.names import DatasetName
+from zrepl_py.zfs.pool_status import pool_report
 from zrepl_py.zfs.sendrecv import send_argv
 from zrepl_py.zfs.steps import Full, Incremental, SnapRef
+
+if TYPE_CHECKING:
+    from zrepl_py.catalog.repository import Catalog
+    from zrepl_py.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +116,37 @@ class ArchiveResult:
         return sum(w.stored_bytes for d in self.datasets for _, w in d.written)
 
 
+@dataclasses.dataclass(frozen=True)
+class _ArchiveRun:
+    """What one archive run of a job shares across its datasets (read once from the context
+    and the config)."""
+
+    name: str
+    job: JobConfig
+    store: str
+    backend: Backend
+    catalog: Catalog
+    clock: Clock
+    state_dir: Path
+    policy: ChainPolicy
+    classes: StorageClasses
+    volume_size: int
+    level: int
+    force_full: bool
+    dry_run: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    """The job's source host as this run sends from it: its ZFS client, how its commands are
+    run (``Side``), its host name, and its datasets that are encrypted."""
+
+    zfs: Zfs
+    side: Side
+    host: str
+    encrypted: frozenset[DatasetName]
+
+
 def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = False,
                 dry_run: bool = False) -> ArchiveResult:
     """Archive one job's datasets to its store (see the module docstring).
@@ -128,78 +167,86 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
         raise UsageError(f"job {name} has no [jobs.{name}.archive] section in {ctx.config_path}")
     cfg = job.archive
     store_cfg = ctx.config.stores[cfg.store]
-    classes = cfg.storage_class or store_cfg.storage_class
-    policy = ChainPolicy(cfg.full_every, cfg.max_chain_length, cfg.max_chain_bytes)
     source = job.source
-    catalog = ctx.catalog()
-    results: list[DatasetArchive] = []
-    backend = ctx.store(cfg.store)
+    run = _ArchiveRun(
+        name=name, job=job, store=cfg.store, backend=ctx.store(cfg.store), catalog=ctx.catalog(),
+        clock=ctx.clock, state_dir=ctx.state_dir,
+        policy=ChainPolicy(cfg.full_every, cfg.max_chain_length, cfg.max_chain_bytes),
+        classes=cfg.storage_class or store_cfg.storage_class, volume_size=store_cfg.volume_size,
+        level=cfg.compression_level, force_full=force_full, dry_run=dry_run)
     root_target = f"{cfg.store}:{source.dataset}"
-    with dataset_lock(ctx.state_dir, lock_key(job), "archive"), \
+    results: list[DatasetArchive] = []
+    with dataset_lock(run.state_dir, lock_key(job), "archive"), \
             contextlib.ExitStack() as stack:
         # The root dataset's run row is open before anything can fail (the store's
         # guard, listing the source): such a failure is a recorded failed run and an
         # alert, not a silent exit 1 (issue 15). Child datasets get their own rows.
         runs = None if dry_run else stack.enter_context(
-            RunSet(catalog, ctx.clock, name, "archive", [root_target]))
-        guard = StoreGuard(backend, cfg.store, ctx.state_dir, job=name)
+            RunSet(run.catalog, run.clock, name, "archive", [root_target]))
+        guard = StoreGuard(run.backend, cfg.store, run.state_dir, job=name)
         guard.check()
         zfs = ctx.zfs(source.host, source.dataset.pool)
         health = [] if dry_run else source_warnings(pool_report(zfs, source.dataset.pool),
-                                                    ctx.clock.now())
-        inventory = take_inventory(zfs, catalog, job, ctx.clock.now())
-        side = Side.of(ctx.config, source.host)
-        encrypted = encrypted_datasets(zfs, [info.name for info in inventory.datasets])
+                                                    run.clock.now())
+        inventory = take_inventory(zfs, run.catalog, job, run.clock.now())
+        sending = _Source(zfs, Side.of(ctx.config, source.host), source.host,
+                          encrypted_datasets(zfs, [info.name for info in inventory.datasets]))
         for info in inventory.datasets:
-            dataset = str(info.name)
-            snaps = [CarriedSnapshot(s.short, s.guid, s.createtxg)
-                     for s in inventory.tree.snapshots(info.name)]
-            streams = catalog.streams(host=source.host, dataset=dataset, store=cfg.store)
-            try:
-                streams, damaged = _check_chain(ctx, name, backend, streams, dataset=dataset,
-                                                dry_run=dry_run)
-            except ZbakError as exc:
-                log.error("job %s: checking the chain of %s in store %s failed: %s",
-                          name, dataset, cfg.store, exc)
-                results.append(DatasetArchive(dataset, ArchivePlan((), "not checked"),
-                                              error=str(exc)))
-                continue
-            restart = (_decrypted_chain(backend, info.name, streams)
-                       if info.name in encrypted else None)
-            plan = plan_archive(snaps, streams, policy, ctx.clock.now(), force_full=force_full,
-                                new_chain=restart, damaged=damaged)
-            outcome = DatasetArchive(dataset, plan)
-            results.append(outcome)
-            target = f"{cfg.store}:{dataset}"
-            if runs is None or (not plan.streams and target != root_target):
-                continue
-            try:
-                with contextlib.ExitStack() as own:
-                    record = (runs.records[target] if target == root_target else
-                              own.enter_context(recorded_run(catalog, ctx.clock, name,
-                                                             "archive", target)))
-                    try:
-                        if plan.streams:  # the root's run is recorded also when up to date
-                            _write_plan(ctx, name, cfg.store, backend, zfs, side,
-                                        source.host, info.name, plan, streams,
-                                        store_cfg.volume_size, cfg.compression_level,
-                                        classes, outcome, encrypted=info.name in encrypted)
-                    finally:
-                        record.bytes = sum(w.stored_bytes for _, w in outcome.written)
-                    record.error = "; ".join(health) or None
-            except ZbakError as exc:
-                log.error("job %s: archiving %s failed: %s", name, dataset, exc)
-                outcome.error = str(exc)
-                if target == root_target:
-                    runs.records[target].result = "failed"
-                    runs.records[target].error = str(exc)
+            results.append(_archive_dataset(run, sending, info.name,
+                                            inventory.tree.snapshots(info.name), runs, health,
+                                            root=info.name == source.dataset))
         if not dry_run:
-            _publish(guard, catalog, name, job, cfg.store, ctx.clock.now())
+            by_dataset = job_streams(job, run.catalog.streams(host=source.host, store=cfg.store),
+                                     cfg.store)
+            guard.publish([s for d in sorted(by_dataset) for s in by_dataset[d]],
+                          run.clock.now())
     return ArchiveResult(name, cfg.store, dry_run, results)
 
 
-def _check_chain(ctx: Context, job_name: str, backend: Backend, streams: list[StreamRow], *,
-                 dataset: str, dry_run: bool) -> tuple[list[StreamRow], dict[int, str]]:
+def _archive_dataset(run: _ArchiveRun, source: _Source, dataset: DatasetName,
+                     snapshots: Sequence[SnapshotInfo], runs: RunSet | None, health: list[str], *,
+                     root: bool) -> DatasetArchive:
+    """Check, plan and write one dataset's streams. A failure becomes the outcome's error
+    (and the dataset's recorded run's), so the job's other datasets still run."""
+    name = str(dataset)
+    snaps = [CarriedSnapshot(s.short, s.guid, s.createtxg) for s in snapshots]
+    streams = run.catalog.streams(host=source.host, dataset=name, store=run.store)
+    try:
+        streams, damaged = _check_chain(run, streams, dataset=name)
+    except ZbakError as exc:
+        log.error("job %s: checking the chain of %s in store %s failed: %s",
+                  run.name, name, run.store, exc)
+        return DatasetArchive(name, ArchivePlan((), "not checked"), error=str(exc))
+    restart = (_decrypted_chain(run.backend, dataset, streams)
+               if dataset in source.encrypted else None)
+    plan = plan_archive(snaps, streams, run.policy, run.clock.now(), force_full=run.force_full,
+                        new_chain=restart, damaged=damaged)
+    outcome = DatasetArchive(name, plan)
+    target = f"{run.store}:{name}"
+    if runs is None or (not plan.streams and not root):
+        return outcome
+    try:
+        with contextlib.ExitStack() as own:
+            record = (runs.records[target] if root else
+                      own.enter_context(recorded_run(run.catalog, run.clock, run.name,
+                                                     "archive", target)))
+            try:
+                if plan.streams:  # the root's run is recorded also when up to date
+                    _write_plan(run, source, dataset, plan, streams, outcome)
+            finally:
+                record.bytes = sum(w.stored_bytes for _, w in outcome.written)
+            record.error = "; ".join(health) or None
+    except ZbakError as exc:
+        log.error("job %s: archiving %s failed: %s", run.name, name, exc)
+        outcome.error = str(exc)
+        if root:
+            runs.records[target].result = "failed"
+            runs.records[target].error = str(exc)
+    return outcome
+
+
+def _check_chain(run: _ArchiveRun, streams: list[StreamRow], *,
+                 dataset: str) -> tuple[list[StreamRow], dict[int, str]]:
     """Check the current chain's objects before it is extended (``archive.damage``): mark
     each stream that lost a volume ``bad`` (not in a dry run) and say why.
 
@@ -210,44 +257,39 @@ def _check_chain(ctx: Context, job_name: str, backend: Backend, streams: list[St
     Raises:
         StoreError: a listing failed. CatalogError: reading or writing the catalog failed.
     """
-    damage = check_chain(backend, ctx.catalog(), current_chain(streams))
+    damage = check_chain(run.backend, run.catalog, current_chain(streams))
     marked = False
     for found in damage:
-        log.warning("job %s: %s", job_name, found.problem)
-        if found.lost and not dry_run:
-            marked |= mark_bad(ctx.catalog(), found.stream, found.problem, ctx.clock.now(),
-                               job=job_name, action="archive")
+        log.warning("job %s: %s", run.name, found.problem)
+        if found.lost and not run.dry_run:
+            marked |= mark_bad(run.catalog, found.stream, found.problem, run.clock.now(),
+                               job=run.name, action="archive")
     if marked:
         first = streams[0]
-        streams = ctx.catalog().streams(host=first.host, dataset=dataset, store=first.store)
-    return streams, {d.stream.id: d.problem + (" (marked bad)" if d.lost and not dry_run else "")
+        streams = run.catalog.streams(host=first.host, dataset=dataset, store=first.store)
+    return streams, {d.stream.id: d.problem + (" (marked bad)" if d.lost and not run.dry_run
+                                               else "")
                      for d in damage}
 
 
-def _publish(guard: StoreGuard, catalog, name: str, job: JobConfig, store: str, now) -> None:
-    """Rewrite the job's catalog export in the store when its streams changed."""
-    by_dataset = job_streams(job, catalog.streams(host=job.source.host, store=store), store)
-    guard.publish([s for d in sorted(by_dataset) for s in by_dataset[d]], now)
-
-
-def _write_plan(ctx: Context, job_name: str, store: str, backend: Backend, zfs: Zfs, side: Side,
-                host: str, dataset: DatasetName, plan: ArchivePlan, streams, volume_size: int,
-                level: int, classes, outcome: DatasetArchive, *, encrypted: bool) -> None:
+def _write_plan(run: _ArchiveRun, source: _Source, dataset: DatasetName, plan: ArchivePlan,
+                streams: list[StreamRow], outcome: DatasetArchive) -> None:
     """Write the planned streams of one dataset in order and move the archive hold.
 
     Raises:
-        RawSendUnavailable: ``encrypted`` and the host has no ``zfs send -w`` (before
-            anything touched the store).
+        RawSendUnavailable: the dataset is encrypted and the host has no ``zfs send -w``
+            (before anything touched the store).
     """
+    zfs, encrypted = source.zfs, dataset in source.encrypted
     # Every argv first: an encrypted dataset on a host without -w is refused before the
     # store is touched.
     sends = [archive_send(p, dataset, zfs.capabilities, encrypted=encrypted, zfs=zfs.zfs)
              for p in plan.streams]
     if encrypted:
         log.info("%s is encrypted: archiving it raw (zfs send -w)", dataset)
-    prefixes = [_prefix(host, dataset, p) for p in plan.streams]
-    _clean_stale_uploads(backend, dataset_prefix(host, str(dataset)), keep=set(prefixes),
-                         catalogued={s.object_prefix for s in streams})
+    prefixes = [_prefix(source.host, dataset, p) for p in plan.streams]
+    _clean_stale_uploads(run.backend, dataset_prefix(source.host, str(dataset)),
+                         keep=set(prefixes), catalogued={s.object_prefix for s in streams})
     chain = current_chain(streams)
     # The hold moves from the current chain's tip, also when a new full starts a new chain:
     # the old chain cannot be continued, so its tip needs no protection any more.
@@ -257,20 +299,23 @@ def _write_plan(ctx: Context, job_name: str, store: str, backend: Backend, zfs: 
         if planned.kind == "full":
             parent_id = None
         spec = StreamSpec(
-            host=host, dataset=str(dataset), store=store, planned=planned, parent_id=parent_id,
-            prefix=prefix, send_stages=tuple(side.wrap([argv], "zfs send")), send_flags=flags,
-            volume_size=volume_size, level=level,
-            storage_class=classes.full if planned.kind == "full" else classes.incremental,
+            host=source.host, dataset=str(dataset), store=run.store, planned=planned,
+            parent_id=parent_id, prefix=prefix,
+            send_stages=tuple(source.side.wrap([argv], "zfs send")), send_flags=flags,
+            volume_size=run.volume_size, level=run.level,
+            storage_class=(run.classes.full if planned.kind == "full"
+                           else run.classes.incremental),
         )
-        with reporting(ctx.state_dir, "archive", job_name, store)(  # for zbak status
-                f"{dataset}@{planned.to_snap.name} -> {store}", dataset=str(dataset),
+        with reporting(run.state_dir, "archive", run.name, run.store)(  # for zbak status
+                f"{dataset}@{planned.to_snap.name} -> {run.store}", dataset=str(dataset),
                 from_snap=planned.from_snap.name if planned.from_snap else None,
                 to_snap=planned.to_snap.name) as progress:
-            written = write_stream(spec, backend, ctx.catalog(), ctx.clock.now, progress=progress)
+            written = write_stream(spec, run.backend, run.catalog, run.clock.now,
+                                   progress=progress)
         outcome.written.append((planned, written))
         parent_id = written.stream_id
         move_protection(zfs, dataset, planned.to_snap.name, planned.to_snap.guid, old_tip,
-                        job=job_name, target=f"archive:{store}")
+                        job=run.name, target=f"archive:{run.store}")
         old_tip = planned.to_snap.name
 
 

@@ -56,7 +56,7 @@ def _operations(daemon, config, path):
     from zrepl_py.alerts import check_staleness, install
     from zrepl_py.clock import SystemClock
     from zrepl_py.invocation.context import Context
-    from zrepl_py.observe import metrics
+    from zrepl_py.status import metrics
 
     clock = SystemClock()
     started = clock.now()

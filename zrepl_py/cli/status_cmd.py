@@ -70,12 +70,12 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
     """Show, per job and target: last success, lag (time and snapshots), archive chain
     lengths, bytes held by zbak's holds, runs in progress, each running transfer (what is
     sent, bytes done and expected, rate, ETA, start, PID) and the next scheduled runs."""
-    from zrepl_py.observe.status import job_statuses
+    from zrepl_py.status.report import job_statuses
 
     with inv.context() as ctx:
         states = job_statuses(ctx, jobs, offline=offline)
         if prom_textfile is not None:
-            from zrepl_py.observe.metrics import write_textfile
+            from zrepl_py.status.metrics import write_textfile
 
             try:
                 write_textfile(ctx, prom_textfile, states=states)

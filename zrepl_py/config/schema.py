@@ -675,7 +675,7 @@ class AlertsConfig(_Model):
 
 
 class MetricsConfig(_Model):
-    """``[metrics]``: Prometheus exposition (see zrepl_py/observe/metrics.py).
+    """``[metrics]``: Prometheus exposition (see zrepl_py/status/metrics.py).
 
     ``listen`` (``HOST:PORT``) makes ``zbak daemon`` serve ``/metrics``; ``textfile`` is a
     node_exporter textfile-collector file rewritten atomically after every run.

@@ -21,13 +21,7 @@ import dataclasses
 import datetime as dt
 import logging
 
-from zrepl_py.checks.health import (
-    PoolReport,
-    needs_size,
-    report_task,
-    source_warnings,
-    target_warnings,
-)
+from zrepl_py.checks.health import needs_size, source_warnings, target_warnings
 from zrepl_py.config.schema import Endpoint, JobConfig, ProtectionBudget, no_zfs_fallback
 from zrepl_py.errors import CommandFailed, UsageError, ZbakError
 from zrepl_py.invocation.context import Context, lock_key
@@ -43,8 +37,10 @@ from zrepl_py.replication.zfs_target import (
     Transfer,
     replicate_to_zfs_target,
 )
+from zrepl_py.runtime.prefetch import Task
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
 from zrepl_py.zfs.names import DatasetName, SnapshotName
+from zrepl_py.zfs.pool_status import PoolReport, pool_report
 
 log = logging.getLogger(__name__)
 
@@ -197,8 +193,11 @@ def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list:
     return list(tasks.items())
 
 
-def _pool_task(ctx: Context, host: str, pool: str, *, with_size: bool = False):
-    return report_task(ctx.zfs(host), pool, with_size=with_size)
+def _pool_task(ctx: Context, host: str, pool: str, *, with_size: bool = False) -> Task:
+    """The prefetch task (``zrepl_py.runtime.prefetch``) of a pool's health report."""
+    zfs = ctx.zfs(host)
+    return (("pool_report", host, pool, with_size),
+            lambda: pool_report(zfs, pool, with_size=with_size))
 
 
 def _pool_report(ctx: Context, host: str, pool: str, *, with_size: bool = False) -> PoolReport:

@@ -3,7 +3,7 @@ running runs, transfers in progress and next scheduled runs.
 
 Everything comes from the catalog and the config (``job_status``, no host dialled) except
 the bytes pinned by zbak's holds, which only the source's ZFS knows (``read_held``: one
-``zfs get -Hp`` listing of the job's tree). ``zrepl_py.observe.metrics`` exports the same facts.
+``zfs get -Hp`` listing of the job's tree). ``zrepl_py.status.metrics`` exports the same facts.
 
 Definitions (all times aware UTC, sizes bytes):
 

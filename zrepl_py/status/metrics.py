@@ -19,7 +19,7 @@ UTC, sizes bytes):
 ``zbak_last_run_ok``                             {job, action, target} 1 ok, 0 failed/partial
 ``zbak_last_run_bytes``                          {job, action, target} bytes moved by it
 ``zbak_running_since_timestamp_seconds``         {job, action, target} a run marked running
-``zbak_replication_lag_seconds``                 {job, target, dataset} see ``zrepl_py.observe.status``
+``zbak_replication_lag_seconds``                 {job, target, dataset} see ``zrepl_py.status.report``
 ``zbak_replication_lag_snapshots``               {job, target, dataset}
 ``zbak_archive_chain_length``                    {job, dataset, store} streams, full included
 ``zbak_archive_chain_stored_bytes``              {job, dataset, store}
@@ -43,7 +43,7 @@ from prometheus_client import CollectorRegistry, start_http_server, write_to_tex
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from zrepl_py.observe.status import Held, JobStatus, job_status, read_held
+from zrepl_py.status.report import Held, JobStatus, job_status, read_held
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ def write_textfile(ctx, path: Path | str, *, states: Sequence[JobStatus] | None 
     """
     if registry is None:
         if states is None:
-            from zrepl_py.observe.status import job_statuses
+            from zrepl_py.status.report import job_statuses
 
             states = job_statuses(ctx)
         registry = CollectorRegistry(auto_describe=False)
