@@ -349,11 +349,6 @@ class StreamCorrupt(ZbakError):
     SHA-256, zstd frame end, or BEGIN-record guids); it was not fed to ``zfs receive``."""
 
 
-class ArchiveError(ZbakError):
-    """An archive run could not write the next stream of a chain (the message says why and
-    what to do); nothing was added to the catalog."""
-
-
 class RestoreError(ZbakError):
     """A restore could not be planned or carried out; nothing was received, or the message
     names what was received and where."""

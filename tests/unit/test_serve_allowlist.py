@@ -17,11 +17,15 @@ from pydantic import ValidationError
 from zrepl_py.config.schema import HostConfig, ReplicateConfig
 from zrepl_py.errors import CommandRefused, ZbakError
 from zrepl_py.proc.executor import Completed
+from zrepl_py.proc.mbuffer import MAX_BYTES as MBUFFER_MAX_BYTES
+from zrepl_py.proc.mbuffer import MIN_BYTES as MBUFFER_MIN_BYTES
+from zrepl_py.proc.mbuffer import PROBE as MBUFFER_PROBE
+from zrepl_py.proc.mbuffer import mbuffer_argv
 from zrepl_py.proc.openssh import remote_command, remote_pipeline
-from zrepl_py.replication.stages import MBUFFER_PROBE, Side, mbuffer_argv, transfer_stages
+from zrepl_py.replication.stages import Side, transfer_stages
 from zrepl_py.serve.cmdline import split_command_line
 from zrepl_py.serve.options import parse
-from zrepl_py.serve.policy import MBUFFER_MAX_BYTES, MBUFFER_MIN_BYTES, Policy, check
+from zrepl_py.serve.policy import Policy, check
 from zrepl_py.serve.token import make_token, read_token
 from zrepl_py.zfs import capabilities
 from zrepl_py.zfs.capabilities import Capabilities

@@ -7,14 +7,9 @@ from pathlib import Path
 import pytest
 
 from zrepl_py.config.schema import HostConfig
+from zrepl_py.proc.mbuffer import mbuffer_argv, without_buffer_noise
 from zrepl_py.proc.pipeline import Meter
-from zrepl_py.replication.stages import (
-    Side,
-    mbuffer_argv,
-    metered_transfer,
-    transfer_stages,
-    without_buffer_noise,
-)
+from zrepl_py.replication.stages import Side, metered_transfer, transfer_stages
 
 SEND = ["zfs", "send", "tank/a@s1"]
 RECEIVE = ["zfs", "receive", "-u", "bak/a"]

@@ -28,6 +28,7 @@ from pydantic import (
 
 from zrepl_py.config.units import ByteSize, CronSchedule, Duration, parse_size
 from zrepl_py.errors import CommandFailed, InvalidEndpoint, InvalidName
+from zrepl_py.proc import mbuffer
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
 from zrepl_py.zfs.names import DatasetName, check_short_name
 
@@ -353,9 +354,7 @@ class ReplicateConfig(_Model):
     @field_validator("receive_buffer")
     @classmethod
     def _receive_buffer(cls, value: int) -> int:
-        # mbuffer needs at least two of its 128 KiB blocks; it allocates the whole buffer at
-        # start, and zbak serve refuses more than 16 GiB (serve.policy.MBUFFER_MAX_BYTES).
-        if value and not 1024**2 <= value <= 16 * 1024**3:
+        if value and not mbuffer.MIN_BYTES <= value <= mbuffer.MAX_BYTES:
             raise ValueError("receive_buffer must be 0 (none) or 1MiB to 16GiB")
         return value
 

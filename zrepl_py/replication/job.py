@@ -29,8 +29,9 @@ from zrepl_py.locking import dataset_lock
 from zrepl_py.observe.runlog import RunSet
 from zrepl_py.observe.transfers import reporting
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
+from zrepl_py.proc.mbuffer import has_mbuffer
 from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
-from zrepl_py.replication.stages import Side, has_mbuffer
+from zrepl_py.replication.stages import Side
 from zrepl_py.replication.zfs_target import (
     DatasetOutcome,
     FallbackResult,

@@ -27,51 +27,12 @@ from pathlib import Path
 from typing import Sequence
 
 from zrepl_py.config.schema import Config, HostConfig
-from zrepl_py.errors import CommandFailed
-from zrepl_py.proc.executor import Executor
+from zrepl_py.proc.mbuffer import mbuffer_argv
 from zrepl_py.proc.openssh import control_dir, remote_command, remote_pipeline, ssh_argv
 from zrepl_py.proc.pipeline import Meter, Stage
 
 ZSTD_SEND = ("zstd", "-q", "-T0", "-3", "-c")
 ZSTD_RECEIVE = ("zstd", "-q", "-d", "-c")
-MBUFFER_PROBE = ("mbuffer", "-V")
-"""Prints mbuffer's version and exits 0; any failure means no receive buffer."""
-
-
-def mbuffer_argv(size: int) -> tuple[str, ...]:
-    """The receive buffer's argv: ``mbuffer -q -v 1 -s 128k -m <size>k``.
-
-    ``-q`` drops the progress line, ``-v 1`` every message but errors (mbuffer(1)), e.g. the
-    warning about a missing ``$HOME``; 128 KiB blocks are zfs's own record size.
-
-    Args:
-        size: buffer memory in bytes, at least 1 MiB (``ReplicateConfig.receive_buffer``);
-            rounded down to whole KiB.
-    """
-    return ("mbuffer", "-q", "-v", "1", "-s", "128k", "-m", f"{size // 1024}k")
-
-
-def without_buffer_noise(stderr: str) -> str:
-    """A receiving host's stderr without mbuffer's report of the pipe ``zfs receive`` closed
-    by failing (``mbuffer: error: outputThread: error writing to <stdout> ...: Broken
-    pipe``), which comes after the receiver's own words."""
-    return "\n".join(line for line in stderr.splitlines()
-                     if not (line.startswith("mbuffer: ") and "Broken pipe" in line))
-
-
-def has_mbuffer(executor: Executor) -> bool:
-    """True when ``mbuffer -V`` runs and exits 0 on the executor's host.
-
-    Raises:
-        HostUnreachable, HostKeyMismatch: the host cannot be reached (the transfer could not
-            run either).
-    """
-    try:
-        return executor.run(MBUFFER_PROBE, check=False, timeout=30).returncode == 0
-    except CommandFailed:  # not installed (local), or timed out
-        return False
-
-
 @dataclasses.dataclass(frozen=True)
 class Side:
     """One end of a transfer: the host's name, and its SSH config (None for this machine)."""

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Callable
 from zrepl_py.clock import Clock
 from zrepl_py.config.schema import Endpoint, JobConfig
 from zrepl_py.errors import DatasetNotFound, Diverged, PipelineFailed, StreamUnsupported, ZbakError
+from zrepl_py.proc.mbuffer import without_buffer_noise
 from zrepl_py.proc.pipeline import PipelineResult, run_pipeline
 from zrepl_py.replication.planner import Plan, SourceState, TargetState, plan_replication
 from zrepl_py.replication.protect import move_protection
-from zrepl_py.replication.stages import Side, metered_transfer, without_buffer_noise
+from zrepl_py.replication.stages import Side, metered_transfer
 from zrepl_py.snapshots.inventory import Inventory
 from zrepl_py.snapshots.naming import is_own
 from zrepl_py.zfs.client import Zfs
@@ -102,7 +103,7 @@ class Transfer:
     compress: bool
     bandwidth_limit: int | None
     receive_buffer: int | None
-    """Bytes of mbuffer before ``zfs receive`` (``stages.mbuffer_argv``), None for none."""
+    """Bytes of mbuffer before ``zfs receive`` (``proc.mbuffer.mbuffer_argv``), None for none."""
     on_divergence: str
     progress: Callable[..., Callable[[int, float], None] | None]
     """Given a label and the keywords ``dataset``, ``from_snap``, ``to_snap`` (what is sent,

@@ -38,7 +38,7 @@ Pipelines, exactly the data path's shapes (``replication/stages.py``):
   the two before ``zfs receive``, never ``receive -A``) and ``zfs send ... | zstd -q -T0 -3 -c``.
   zstd takes ``-q -c -d -T# -#`` only and no file operand: it reads stdin and writes stdout.
   mbuffer takes exactly ``-q -v 1 -s 128k -m <N>k`` (``stages.mbuffer_argv``), with N whole
-  KiB from 1 MiB (``ReplicateConfig.receive_buffer``'s floor) to ``MBUFFER_MAX_BYTES``:
+  KiB from 1 MiB (``ReplicateConfig.receive_buffer``'s floor) to ``mbuffer.MAX_BYTES``:
   mbuffer(1) can also read and write files (``-i``, ``-o``, ``-l``, ``-T``), listen on and
   connect to TCP ports (``-I``, ``-O``) and run a command (``-A``), so nothing else passes.
 Never: any other program, ``sudo``, a shell, ``zfs set/inherit/clone/promote/rename/allow/
@@ -52,6 +52,7 @@ import re
 from typing import Callable, Sequence
 
 from zrepl_py.errors import CommandRefused, InvalidName
+from zrepl_py.proc import mbuffer
 from zrepl_py.serve.options import Parsed, parse
 from zrepl_py.serve.token import TokenTarget, read_token
 from zrepl_py.snapshots.naming import is_own
@@ -69,15 +70,6 @@ _TYPES = frozenset({"filesystem", "volume", "snapshot", "snap", "bookmark", "all
 _SOURCES = frozenset({"local", "default", "inherited", "temporary", "received", "none"})
 _ZSTD_ARG = re.compile(r"-q|-c|-d|-T[0-9]{1,3}|-(?:[1-9]|1[0-9])")
 
-MBUFFER_PROBE_ARGS = ("-V",)
-"""The only arguments mbuffer may run with alone (``stages.MBUFFER_PROBE`` without the program)."""
-MBUFFER_FIXED = ("-q", "-v", "1", "-s", "128k", "-m")
-"""mbuffer's arguments before the size, as ``stages.mbuffer_argv`` writes them."""
-MBUFFER_MIN_BYTES = 1024 * 1024
-"""Smallest ``-m`` accepted: zbak's config refuses less (``ReplicateConfig.receive_buffer``)."""
-MBUFFER_MAX_BYTES = 16 * 1024**3
-"""Largest ``-m`` accepted (16 GiB): mbuffer allocates it all at start, so a larger request
-could exhaust this host's memory. zbak's default is 64 MiB."""
 _MBUFFER_SIZE = re.compile(r"([1-9][0-9]{0,11})k")
 _MBUFFER_OPTIONS = frozenset({"-q", "-v", "-s", "-m"})
 _RECEIVE_PIPELINES = (("zstd", "zfs"), ("mbuffer", "zfs"), ("zstd", "mbuffer", "zfs"))
@@ -156,10 +148,10 @@ def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
         if programs[0] == "zstd":
             raise CommandRefused("zstd runs only in a pipeline with zfs send or zfs receive")
         if programs[0] == "mbuffer":
-            if tuple(commands[0][1:]) != MBUFFER_PROBE_ARGS:
+            if tuple(commands[0][1:]) != mbuffer.PROBE[1:]:
                 raise CommandRefused("mbuffer is not allowed alone except as the probe "
                                      "'mbuffer -V'; it runs only directly before zfs receive")
-            return Approved(((policy.mbuffer, *MBUFFER_PROBE_ARGS),))
+            return Approved(((policy.mbuffer, *mbuffer.PROBE[1:]),))
         token = _check_one(programs[0], commands[0], policy)
         return Approved((_resolved(programs[0], commands[0], policy),), token)
     resolved = tuple(_resolved(p, c, policy) for p, c in zip(programs, commands))
@@ -221,16 +213,16 @@ def _check_mbuffer(argv: Sequence[str]) -> None:
             raise CommandRefused(f"mbuffer option {arg!r} is not allowed (mbuffer can write "
                                  "files, open network connections and run commands; only "
                                  "-q -v 1 -s 128k -m <N>k)")
-    if tuple(args[:-1]) != MBUFFER_FIXED:
+    if tuple(args[:-1]) != mbuffer.FIXED_ARGS:
         raise CommandRefused(f"mbuffer arguments {args!r} are not allowed: expected exactly "
                              "-q -v 1 -s 128k -m <N>k (no file operands)")
     size = _MBUFFER_SIZE.fullmatch(args[-1])
     if size is None:
         raise CommandRefused(f"mbuffer -m {args[-1]!r} is not allowed: expected whole KiB "
                              "as <digits>k")
-    if not MBUFFER_MIN_BYTES <= int(size.group(1)) * 1024 <= MBUFFER_MAX_BYTES:
+    if not mbuffer.MIN_BYTES <= int(size.group(1)) * 1024 <= mbuffer.MAX_BYTES:
         raise CommandRefused(f"mbuffer -m {args[-1]} is not allowed: the buffer must be "
-                             f"{MBUFFER_MIN_BYTES // 1024}k to {MBUFFER_MAX_BYTES // 1024}k "
+                             f"{mbuffer.MIN_BYTES // 1024}k to {mbuffer.MAX_BYTES // 1024}k "
                              "(1 MiB to 16 GiB)")
 
 
