@@ -11,7 +11,7 @@
 #
 # The guest's sshd is forwarded to 127.0.0.1:${ZBAK_OPENZFS_PORT:-2240}, a port of its own, so
 # guests of other users of zfsvm (default port 2222, ZFSVM_PORT in their shells) are never
-# touched; an ambient ZFSVM_PORT is ignored here. The tests' fixture (tests/testbed/openzfs.py)
+# touched; an ambient ZFSVM_PORT is ignored here. The tests' fixture (tests/support/openzfs.py)
 # uses the same port and the same started-by-pytest marker file.
 # ZBAK_OPENZFS_VM=0 makes `build` a no-op (the tier then skips locally, fails in strict mode).
 set -euo pipefail

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 pytest_plugins = [
-    "testbed.zfs",
-    "testbed.sshd",
-    "testbed.s3",
-    "testbed.postgres",
-    "testbed.openzfs",
+    "support.zfs",
+    "support.sshd",
+    "support.s3",
+    "support.postgres",
+    "support.openzfs",
 ]
 
 

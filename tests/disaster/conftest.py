@@ -9,7 +9,7 @@ and samplers fire, volumes are many).
 
 Shared here: ``Site`` (a source pool with a dataset of snapshots @0..@N, a state dir, a
 config writer and the CLI runner); the helpers that read snapshots and their contents come
-from ``testbed.cli``.
+from ``support.cli``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from testbed.cli import Zbak, content_of, prop, restored_content, snapshots, tree_digest, zfs  # noqa: F401 (re-exported for the disaster tests)
+from support.cli import Zbak, content_of, prop, restored_content, snapshots, tree_digest, zfs  # noqa: F401 (re-exported for the disaster tests)
 
 from zrepl_py.errors import ExitStatus
 
@@ -32,7 +32,7 @@ class Site:
     """A source pool with dataset ``data`` (``POOL/data``), zbak's state dir and config.
 
     Attributes:
-        pool: the source pool's name; ``pool_handle`` its testbed handle.
+        pool: the source pool's name; ``pool_handle`` its test-bed handle.
         data: the dataset archived/replicated.
         mount: where ``data`` is mounted.
         tmp: the test's tmp_path.

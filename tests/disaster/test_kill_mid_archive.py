@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 from conftest import MIB, content_of, restored_content
-from faults.archive_checks import catalog_of, catalogued, converged_problems
-from testbed.cli import zfs
+from support.archive_checks import catalog_of, catalogued, converged_problems
+from support.cli import zfs
 
 from zrepl_py.archive import writer
 from zrepl_py.config.loading import load_config

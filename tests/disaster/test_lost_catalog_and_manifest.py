@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import MIB, content_of, restored_content
+from support.cli import file_archive_config
 
 from zrepl_py.errors import ExitStatus
 from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY
@@ -31,17 +32,7 @@ def _coverage(out: str) -> dict:
 def _archiving(site) -> Path:
     """Configure job ``data`` archiving to a ``file://`` store of 1 MiB volumes, init the
     catalog; return the store directory."""
-    store = site.tmp / "store"
-    store.mkdir(mode=0o700)
-    site.write(f"""
-        [stores.cold]
-        url = "file://{store}"
-        volume_size = "1MiB"
-        [jobs.data]
-        dataset = "{site.data}"
-        [jobs.data.archive]
-        store = "cold"
-    """)
+    _, store = file_archive_config(site.tmp, site.data, volume_size="1MiB")
     site.ok("init", "--no-checks")
     return store
 

@@ -22,29 +22,19 @@ import json
 
 import pytest
 from conftest import content_of, restored_content
+from support.cli import file_archive_config
 
 from zrepl_py.errors import ExitStatus
 from zrepl_py.observe import events
 
 pytestmark = [pytest.mark.zfs, pytest.mark.slow]
 
-CONFIG = """
-[stores.cold]
-url = "file://{store}"
-volume_size = "256KiB"
-[jobs.data]
-dataset = "{data}"
-[jobs.data.archive]
-store = "cold"
-"""
 
 
 @pytest.fixture
 def nightly(site):
     """@0..@9 archived one night at a time: full @0, then -I @n-1 -> @n for each n."""
-    store = site.tmp / "store"
-    store.mkdir()
-    site.write(CONFIG.format(store=store, data=site.data))
+    _, store = file_archive_config(site.tmp, site.data, volume_size="256KiB")
     site.ok("init", "--no-checks")
     for step in range(10):
         site.snapshot_steps(range(step, step + 1), 600 * 1024)

@@ -19,8 +19,8 @@ import time
 
 import pytest
 from disaster.conftest import MIB, Site, content_of, restored_content, snapshots
-from testbed.cli import prop
-from testbed.common import hosts_table
+from support.cli import prop
+from support.common import hosts_table
 
 from zrepl_py.errors import ExitStatus
 

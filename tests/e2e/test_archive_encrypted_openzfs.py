@@ -3,7 +3,7 @@ archived raw (``zfs send -w``), so the store holds no plaintext; it restores as 
 dataset whose key is not loaded; ``zbak audit --deep`` walks the raw streams clean.
 
 zbak runs on this host; the job's dataset is ``vm:SRC/data`` in the QEMU guest of
-tests/testbed/openzfs.py and the store a ``file://`` directory here, so every stream is
+tests/support/openzfs.py and the store a ``file://`` directory here, so every stream is
 ``ssh guest zfs send -w ...`` read by zbak. The dataset is created with
 ``keyformat=passphrase keylocation=prompt`` and the passphrase on stdin, as a user would.
 Expected values are read in the guest with plain ``zfs get``/``zfs list``/``cat``.
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from testbed.common import hosts_table
-from testbed.openzfs import COMMAND_TIMEOUT
+from support.common import hosts_table
+from support.openzfs import COMMAND_TIMEOUT
 
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testbed.cli import Zbak, content_of, prop, restored_content, snapshots, zfs
+from support.cli import Zbak, content_of, prop, restored_content, snapshots, zfs
 
 from zrepl_py.errors import ExitStatus
 

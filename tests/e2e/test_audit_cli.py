@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-import testbed.cli
-from testbed.cli import prop, zfs
+import support.cli
+from support.cli import prop, zfs
 
 from zrepl_py.errors import ExitStatus
 
 pytestmark = pytest.mark.zfs
 
 
-class Zbak(testbed.cli.Zbak):
+class Zbak(support.cli.Zbak):
     def catalog(self):
         from zrepl_py.catalog.db import make_engine
         from zrepl_py.catalog.repository import Catalog

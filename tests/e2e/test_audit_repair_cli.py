@@ -7,21 +7,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-import testbed.cli
-from testbed.cli import prop, zfs
+import support.cli
+from support.cli import file_archive_config, prop, zfs
 
 from zrepl_py.errors import ExitStatus
 
 pytestmark = pytest.mark.zfs
 
 
-class Zbak(testbed.cli.Zbak):
+class Zbak(support.cli.Zbak):
     def engine(self):
         from zrepl_py.catalog.db import make_engine
         from zrepl_py.config.loading import load_config
@@ -45,18 +44,7 @@ def archived(zpool, tmp_path, capsys):
     data = f"{zpool.name}/data"
     zfs("create", data)
     mount = Path(prop(data, "mountpoint"))
-    store = tmp_path / "store"
-    store.mkdir()
-    config = tmp_path / "zbak.toml"
-    config.write_text(textwrap.dedent(f"""
-        state_dir = "{tmp_path / 'state'}"
-        [stores.cold]
-        url = "file://{store}"
-        [jobs.data]
-        dataset = "{data}"
-        [jobs.data.archive]
-        store = "cold"
-    """))
+    config, store = file_archive_config(tmp_path, data)
     run = Zbak(config, capsys)
     assert run("init", "--no-checks")[0] == ExitStatus.OK
     for step in range(3):

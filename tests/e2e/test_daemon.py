@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from testbed.cli import zfs
+from support.cli import zfs
 
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.cli import main

@@ -1,7 +1,7 @@
 """RELIABILITY 37 on real OpenZFS 2.3: zbak's whole cycle as an unprivileged user holding only
 the ``zfs allow`` sets of examples/zfs-allow.sh.
 
-zfs-fuse has no working ``zfs allow``, so this runs in the QEMU guest (tests/testbed/openzfs.py).
+zfs-fuse has no working ``zfs allow``, so this runs in the QEMU guest (tests/support/openzfs.py).
 The host's ``zfs`` command in the config is a wrapper that drops to ``nobody`` (uid 65534)
 with util-linux ``setpriv`` before running zfs, so every zfs command zbak issues there, the
 data path's ``zfs send``/``zfs receive`` included, runs as that user; ``zpool`` stays root
@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from testbed.common import hosts_table
-from testbed.openzfs import COMMAND_TIMEOUT
+from support.common import hosts_table
+from support.openzfs import COMMAND_TIMEOUT
 
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus, PermissionDenied

@@ -12,8 +12,8 @@ import os
 import textwrap
 
 import pytest
-import testbed.cli
-from testbed.cli import prop, zfs
+import support.cli
+from support.cli import prop, zfs
 
 from zrepl_py.errors import ExitStatus
 
@@ -42,7 +42,7 @@ class Rig:
         self.tmp = tmp_path
         self.config = tmp_path / "zbak.toml"
         self.write_config([self.target])
-        self.run = testbed.cli.Zbak(self.config, capsys)
+        self.run = support.cli.Zbak(self.config, capsys)
         assert self.run("init", "--no-checks")[0] == ExitStatus.OK
         mount = prop(self.data, "mountpoint")
         with open(os.path.join(mount, "a.bin"), "wb") as f:

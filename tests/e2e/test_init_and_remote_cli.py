@@ -9,7 +9,7 @@ import textwrap
 import time
 
 import pytest
-from testbed.common import hosts_table
+from support.common import hosts_table
 
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus

@@ -11,8 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from testbed.cli import zfs
-from testbed.common import hosts_table
+from support.cli import zfs
+from support.common import hosts_table
 
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog

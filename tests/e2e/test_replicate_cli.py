@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from testbed.cli import zfs
-from testbed.common import hosts_table
+from support.cli import zfs
+from support.common import hosts_table
 
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus

@@ -1,6 +1,6 @@
 """Method ``auto`` falls back to rsync when the target's ZFS rejects the stream as unsupported.
 
-A real pair: the source is a dataset in the OpenZFS 2.3 guest (tests/testbed/openzfs.py),
+A real pair: the source is a dataset in the OpenZFS 2.3 guest (tests/support/openzfs.py),
 the target a zfs-fuse pool on this host (pool version 23). zfs-fuse cannot receive any stream
 OpenZFS 2.3 sends, not even a plain ``zfs send`` (observed: "cannot receive: stream has
 unsupported feature, feature flags = 4", the SA_SPILL stream feature), so ``zbak replicate``
@@ -22,8 +22,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from testbed.common import hosts_table
-from testbed.openzfs import COMMAND_TIMEOUT
+from support.common import hosts_table
+from support.openzfs import COMMAND_TIMEOUT
 
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus

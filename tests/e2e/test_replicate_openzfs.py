@@ -1,5 +1,5 @@
 """``zbak replicate`` end to end on real OpenZFS 2.3: zbak on this host, source AND target in
-the QEMU guest of tests/testbed/openzfs.py (remote-to-remote, DESIGN.md "Replication").
+the QEMU guest of tests/support/openzfs.py (remote-to-remote, DESIGN.md "Replication").
 
 The job is ``dataset = "vm:SRC/data"`` with target ``vm:DST/replica``, so every transfer is
 ``ssh guest zfs send | [pv -L] | ssh guest zfs receive -s`` started by zbak on this host.
@@ -18,8 +18,8 @@ import textwrap
 import time
 
 import pytest
-from testbed.common import hosts_table
-from testbed.openzfs import COMMAND_TIMEOUT
+from support.common import hosts_table
+from support.openzfs import COMMAND_TIMEOUT
 
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus

@@ -19,8 +19,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from testbed.cli import zfs
-from testbed.common import hosts_table
+from support.cli import zfs
+from support.common import hosts_table
 
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
@@ -264,7 +264,7 @@ def test_a_non_root_user_with_the_documented_zfs_allow_sets_can_replicate_on_ope
     and an incremental stream go from the source's delegated dataset into the target's,
     with the hold, bookmark, snapshot and destroy zbak needs; received properties are
     dropped; outside the delegated dataset the same user is refused."""
-    from testbed.openzfs import COMMAND_TIMEOUT
+    from support.openzfs import COMMAND_TIMEOUT
 
     from zrepl_py.proc.openssh import remote_command
 

@@ -10,7 +10,7 @@ import textwrap
 import time
 
 import pytest
-from testbed.cli import Zbak, zfs
+from support.cli import Zbak, zfs
 
 from zrepl_py.errors import ExitStatus
 from zrepl_py.locking import dataset_lock

@@ -14,7 +14,7 @@ import textwrap
 import time
 
 import pytest
-from testbed.cli import zfs
+from support.cli import zfs
 
 from zrepl_py.catalog import db
 from zrepl_py.catalog.repository import Catalog

@@ -10,7 +10,7 @@ import sqlite3
 
 import pytest
 import sqlalchemy as sa
-from testbed.postgres import migrated_engine
+from support.postgres import migrated_engine
 
 from zrepl_py.audit.findings import Severity
 from zrepl_py.audit.graph import CarriedTable, GraphInput, audit_graph, volume_totals

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from testbed.cli import zfs
+from support.cli import zfs
 
 from zrepl_py.streams.records import walk_records
 
@@ -80,7 +80,7 @@ def test_real_streams_walk_to_zstreamdumps_record_count_with_the_snapshots_guids
 def test_real_openzfs_streams_walk_to_zstream_dumps_record_count(openzfs_vm, openzfs_executor,
                                                                   openzfs_pools, flags, compound):
     """OpenZFS 2.3 streams, with large blocks, compressed and embedded-data records too."""
-    from testbed.openzfs import COMMAND_TIMEOUT
+    from support.openzfs import COMMAND_TIMEOUT
 
     from zrepl_py.proc.openssh import remote_command
 

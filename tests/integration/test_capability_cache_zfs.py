@@ -7,7 +7,7 @@ import datetime as dt
 import json
 import stat
 
-from testbed.zfs import COMMAND_TIMEOUT
+from support.zfs import COMMAND_TIMEOUT
 
 from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.zfs.capabilities import detect

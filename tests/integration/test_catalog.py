@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 import sqlalchemy as sa
-from testbed.postgres import migrated_engine
+from support.postgres import migrated_engine
 
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import NewStream, NewVolume, SnapshotFact

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from testbed.cli import Zbak, prop, zfs
+from support.cli import Zbak, prop, zfs
 
 from zrepl_py.catalog.export import MARKS_DIR, load_export
 from zrepl_py.config.loading import load_config

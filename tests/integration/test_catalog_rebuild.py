@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from testbed.cli import zfs
+from support.cli import zfs
 
 from zrepl_py.catalog.rebuild import chain_order, pick_parent
 from zrepl_py.catalog.rows import StreamRow

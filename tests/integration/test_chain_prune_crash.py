@@ -7,11 +7,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
-from testbed.cli import zfs
+from support.cli import file_archive_config, zfs
 
 from zrepl_py.archive.job import archive_job
 from zrepl_py.catalog.db import make_engine
@@ -118,20 +117,8 @@ def chains(zpool, tmp_path, capsys):
     data = f"{zpool.name}/data"
     zfs("create", data)
     mount = Path(zfs("get", "-Hp", "-o", "value", "mountpoint", data).strip())
-    store = tmp_path / "store"
-    store.mkdir()
-    config = tmp_path / "zbak.toml"
-    config.write_text(textwrap.dedent(f"""
-        state_dir = "{tmp_path / 'state'}"
-        [stores.cold]
-        url = "file://{store}"
-        volume_size = "256KiB"
-        [jobs.data]
-        dataset = "{data}"
-        [jobs.data.archive]
-        store = "cold"
-        keep_chains = 1
-    """))
+    config, store = file_archive_config(tmp_path, data, volume_size="256KiB",
+                                        archive="keep_chains = 1")
     assert main(["--config", str(config), "init", "--no-checks"], env={}) == ExitStatus.OK
     capsys.readouterr()
     cfg = load_config(config)

@@ -9,7 +9,7 @@ import textwrap
 import time
 
 import pytest
-from testbed.cli import zfs
+from support.cli import zfs
 
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog

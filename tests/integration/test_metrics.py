@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from testbed.cli import zfs
+from support.cli import zfs
 
 from zrepl_py.cli import main
 from zrepl_py.config.loading import load_config

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from testbed.common import free_port
+from support.common import free_port
 
 from zrepl_py.catalog import db
 from zrepl_py.catalog.models import Base

@@ -1,6 +1,6 @@
 """The OpenZFS 2.3 tier: zbak's ZFS layer and the host-side ssh data path against real OpenZFS.
 
-Both pools live in the QEMU guest of tests/testbed/openzfs.py, so every transfer here has a
+Both pools live in the QEMU guest of tests/support/openzfs.py, so every transfer here has a
 remote source and a remote target: ``ssh guest zfs send ... | ssh guest zfs receive ...`` run
 from this host, the way zbak moves streams between two remote machines (DESIGN.md
 "Replication"). The OpenSSH argv comes from ``proc.openssh.ssh_argv`` + ``remote_command``
@@ -13,7 +13,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from testbed.openzfs import COMMAND_TIMEOUT
+from support.openzfs import COMMAND_TIMEOUT
 
 from zrepl_py.proc.openssh import remote_command
 from zrepl_py.zfs.capabilities import Capabilities, detect

@@ -18,7 +18,7 @@ import threading
 import time
 
 import pytest
-from testbed.zfs import COMMAND_TIMEOUT
+from support.zfs import COMMAND_TIMEOUT
 
 from zrepl_py.errors import (
     DatasetExists,

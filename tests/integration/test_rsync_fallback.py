@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testbed.zfs import COMMAND_TIMEOUT
+from support.zfs import COMMAND_TIMEOUT
 
 from zrepl_py.config.schema import Endpoint
 from zrepl_py.errors import DatasetNotFound, RsyncFailed, RsyncNotFound

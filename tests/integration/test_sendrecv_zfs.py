@@ -3,7 +3,7 @@ piped process to process, give replicas with equal guids.
 
 zfs-fuse (pool v23) covers full and ``-I`` sends, rollback and the absence of resume tokens
 and bookmarks. Resume tokens, bookmarks and raw sends run on real OpenZFS 2.3 in the
-session's QEMU guest (``openzfs_vm`` of tests/testbed/openzfs.py, shared with the rest of the
+session's QEMU guest (``openzfs_vm`` of tests/support/openzfs.py, shared with the rest of the
 ``openzfs`` tier: one boot per run), each test in two fresh pools (``openzfs_pools``):
 control commands go through the session's SSHExecutor (paramiko, strict host keys) and the
 data path through two OpenSSH clients (``proc.openssh.ssh_argv`` + ``remote_command``) with
@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from testbed.openzfs import COMMAND_TIMEOUT as OPENZFS_TIMEOUT
-from testbed.openzfs import OpenZfsPools
-from testbed.zfs import COMMAND_TIMEOUT
+from support.openzfs import COMMAND_TIMEOUT as OPENZFS_TIMEOUT
+from support.openzfs import OpenZfsPools
+from support.zfs import COMMAND_TIMEOUT
 
 from zrepl_py.config.schema import HostConfig
 from zrepl_py.errors import (
@@ -264,7 +264,7 @@ def ssh_control(openzfs_vm, tmp_path_factory) -> Iterator[Path]:
 
 @pytest.fixture
 def guest(openzfs_vm, openzfs_executor, openzfs_pools, ssh_control) -> Guest:
-    """The shared guest (tests/testbed/openzfs.py) with this test's two fresh pools."""
+    """The shared guest (tests/support/openzfs.py) with this test's two fresh pools."""
     zfs = Zfs(openzfs_executor, timeout=OPENZFS_TIMEOUT)
     zfs.detect_capabilities(openzfs_pools.source)
     return Guest(openzfs_vm.host_config(), openzfs_vm.known_hosts, openzfs_executor, zfs,

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testbed.common import free_port
+from support.common import free_port
 
 from zrepl_py.config.schema import Config
 from zrepl_py.errors import (

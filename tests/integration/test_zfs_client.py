@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from testbed.zfs import COMMAND_TIMEOUT
+from support.zfs import COMMAND_TIMEOUT
 
 from zrepl_py.clock import from_epoch
 from zrepl_py.errors import (

@@ -4,11 +4,11 @@ every k, then run again.
 The run under test archives a full (@0) and an incremental (-I @0 -> @2) of a real zfs-fuse
 dataset to a ``file://`` store with 1 MiB volumes, so each stream has several volumes and the
 steps are: volume, progress.json, ..., manifest, catalog row, progress.json deleted.
-``faults/crash_runner.py`` runs the real CLI in a subprocess and kills it after step k (see
+``support/crash_runner.py`` runs the real CLI in a subprocess and kills it after step k (see
 its docstring). After each crash:
 
 * the catalog names only objects that are stored whole (size and SHA-256), and every other
-  prefix is a partial upload or an adoptable manifest (``faults.archive_checks``);
+  prefix is a partial upload or an adoptable manifest (``support.archive_checks``);
 then after a normal rerun:
 * the rerun succeeds; volumes the crashed run had recorded in progress.json are not uploaded
   again; a manifest written before the crash is adopted, not re-sent;
@@ -28,18 +28,17 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-from faults.archive_checks import (
+from support.archive_checks import (
     catalog_of,
     catalog_problems,
     catalogued,
     converged_problems,
     leftovers,
 )
-from testbed.cli import prop, zfs
+from support.cli import file_archive_config, prop, zfs
 
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
@@ -48,25 +47,13 @@ from zrepl_py.stores.file import FileBackend
 
 pytestmark = [pytest.mark.zfs, pytest.mark.slow]
 
-RUNNER = Path(__file__).resolve().parents[1] / "faults" / "crash_runner.py"
+RUNNER = Path(__file__).resolve().parents[1] / "support" / "crash_runner.py"
 MiB = 1 << 20
 
 
 def write_config(base: Path, dataset: str) -> tuple[Path, Path]:
-    store = base / "store"
-    store.mkdir(parents=True)
-    config = base / "zbak.toml"
-    config.write_text(textwrap.dedent(f"""
-        state_dir = "{base / 'state'}"
-        [stores.cold]
-        url = "file://{store}"
-        volume_size = "1MiB"
-        [jobs.data]
-        dataset = "{dataset}"
-        [jobs.data.archive]
-        store = "cold"
-    """))
-    return config, store
+    base.mkdir(parents=True, exist_ok=True)
+    return file_archive_config(base, dataset, volume_size="1MiB")
 
 
 def zbak(config: Path, *args: str) -> tuple[ExitStatus, str, str]:

@@ -1,6 +1,6 @@
 """RELIABILITY 7-12 and 18 on the archive and restore path, with real zfs-fuse pools, a real
 ``file://`` store (and moto's S3 for the zero-length stream) and faults injected by wrapping:
-``faults.backend.FaultyBackend`` around the store the restore opens, ``faults.executor`` stage
+``support.backend.FaultyBackend`` around the store the restore opens, ``support.executor`` stage
 wrappers around the real ``zfs send``.
 
 How the faulty store reaches ``zbak restore``: every store is opened by
@@ -18,15 +18,14 @@ import json
 import os
 import random
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
 import zstandard
-from faults.archive_checks import catalog_of, catalogued, store_state
-from faults.backend import FaultyBackend
-from faults.executor import cut_stage, fail_at_end_stage, flip_stage, garbage_stage, stderr_stage
-from testbed.cli import prop, zfs
+from support.archive_checks import catalog_of, catalogued, store_state
+from support.backend import FaultyBackend
+from support.cli import file_archive_config, prop, zfs
+from support.executor import cut_stage, fail_at_end_stage, flip_stage, garbage_stage, stderr_stage
 
 from zrepl_py.archive.planner import PlannedStream
 from zrepl_py.archive.writer import StreamSpec, write_stream
@@ -76,19 +75,7 @@ def setup(zpool, tmp_path):
     for step in range(3):
         (mount / f"f{step}.bin").write_bytes(os.urandom(300 * KiB))
         zfs("snapshot", f"{data}@{step}")
-    store = tmp_path / "store"
-    store.mkdir()
-    config = tmp_path / "zbak.toml"
-    config.write_text(textwrap.dedent(f"""
-        state_dir = "{tmp_path / 'state'}"
-        [stores.cold]
-        url = "file://{store}"
-        volume_size = "1MiB"
-        [jobs.data]
-        dataset = "{data}"
-        [jobs.data.archive]
-        store = "cold"
-    """))
+    config, store = file_archive_config(tmp_path, data, volume_size="1MiB")
     run = Zbak(config)
     status, out, err = run("init", "--no-checks")
     assert status == ExitStatus.OK, out + err

@@ -454,7 +454,7 @@ class FuseRig:
 
     def __init__(self, make_pool, sshd, tmp_path, *, bak_size: str = "512M",
                  rate: int | None = None):
-        from testbed.common import hosts_table
+        from support.common import hosts_table
 
         self.src, self.bak = make_pool(), make_pool(bak_size)
         self.data, self.replica = f"{self.src.name}/data", f"{self.bak.name}/replica"

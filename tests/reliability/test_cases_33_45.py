@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pydantic
 import pytest
-from testbed.cli import Zbak, zfs
+from support.cli import Zbak, zfs
 
 from zrepl_py import errors
 from zrepl_py.cli import main

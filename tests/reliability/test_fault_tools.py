@@ -1,4 +1,4 @@
-"""The executor and stage faults of ``faults.executor`` do what their docstrings promise, on
+"""The executor and stage faults of ``support.executor`` do what their docstrings promise, on
 real processes through the real ``run_pipeline`` (a fault that silently does nothing would let
 every test built on it pass for nothing)."""
 
@@ -9,7 +9,7 @@ import os
 import time
 
 import pytest
-from faults.executor import (
+from support.executor import (
     FaultyExecutor,
     RecordingExecutor,
     cut_stage,

@@ -8,7 +8,7 @@ receiving is the cost), 200x50 for the figures in the README (about 40 minutes).
 a tenth of the datasets runs first: the descriptor peak of the large run must not exceed the
 small run's by more than a few (a leak of one per dataset or per snapshot would add tens to
 thousands). ``zbak`` runs as a subprocess (``python -m zrepl_py --debug``) watched through
-/proc every 50 ms (``testbed.procwatch``); its debug log counts the commands it ran. Figures
+/proc every 50 ms (``support.procwatch``); its debug log counts the commands it ran. Figures
 are printed (``pytest -s``).
 
 Process bound, from the design (DESIGN.md "Replication", ``replication.stages``): datasets
@@ -35,9 +35,9 @@ import time
 from pathlib import Path
 
 import pytest
-from testbed.cli import Zbak, zfs
-from testbed.common import hosts_table
-from testbed.procwatch import Peaks, ProcessWatch
+from support.cli import Zbak, zfs
+from support.common import hosts_table
+from support.procwatch import Peaks, ProcessWatch
 
 from zrepl_py.errors import ExitStatus
 

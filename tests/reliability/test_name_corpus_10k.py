@@ -24,7 +24,7 @@ import string
 from pathlib import Path
 
 import pytest
-from faults.executor import FaultyExecutor, RecordingExecutor
+from support.executor import FaultyExecutor, RecordingExecutor
 
 from zrepl_py.errors import InvalidName
 from zrepl_py.proc.local import LocalExecutor

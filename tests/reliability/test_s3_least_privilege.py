@@ -28,7 +28,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from testbed.cli import Zbak, zfs
+from support.cli import Zbak, zfs
 
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog

@@ -40,8 +40,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from testbed.cli import zfs
-from testbed.common import hosts_table
+from support.cli import zfs
+from support.common import hosts_table
 
 from zrepl_py import cli
 from zrepl_py.errors import ExitStatus

@@ -26,7 +26,7 @@ import threading
 import time
 
 import pytest
-from faults.backend import FaultyBackend
+from support.backend import FaultyBackend
 
 from zrepl_py.catalog.rows import VolumeRow
 from zrepl_py.errors import (

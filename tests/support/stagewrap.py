@@ -1,6 +1,6 @@
 """A pipeline stage that misbehaves on purpose; run as ``python stagewrap.py MODE ... [-- ARGV]``.
 
-Used through the helpers of ``faults.executor`` (``cut_stage``, ``stderr_stage``, ...), which
+Used through the helpers of ``support.executor`` (``cut_stage``, ``stderr_stage``, ...), which
 build the ``Stage`` argv. Modes:
 
 ``cut --after N -- ARGV``

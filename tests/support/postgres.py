@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from testbed.common import free_port, unavailable
+from support.common import free_port, unavailable
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

@@ -1,6 +1,6 @@
 """Run ``zbak ARGS...`` and SIGKILL it after its k-th store or catalog step (issue 7 item 2).
 
-Usage: ``python tests/faults/crash_runner.py [ZBAK ARGS...]`` with the environment:
+Usage: ``python tests/support/crash_runner.py [ZBAK ARGS...]`` with the environment:
 
 ``ZBAK_FAULT_KILL_AFTER=k``
     after the k-th step has completed, the process sends itself SIGKILL: no exception, no
@@ -11,7 +11,7 @@ Usage: ``python tests/faults/crash_runner.py [ZBAK ARGS...]`` with the environme
     the test knows every step of a run and which one was the last.
 
 A step is a call that changes durable state: ``put`` and ``delete`` on a store (every store
-is opened through ``faults.backend.FaultyBackend`` around the real backend) and the catalog
+is opened through ``support.backend.FaultyBackend`` around the real backend) and the catalog
 writes of an archive or prune (``Catalog.add_stream``, ``set_stream_state``,
 ``condemn_streams``, ``delete_stream``). The factory ``stores.open.open_store`` is replaced (every
 store is opened through it, by ``Context.store``); the code under test is otherwise unchanged.
@@ -25,9 +25,9 @@ import signal
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ``import faults``
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ``import support``
 
-from faults.backend import FaultyBackend  # noqa: E402
+from support.backend import FaultyBackend  # noqa: E402
 
 CATALOG_STEPS = ("add_stream", "set_stream_state", "condemn_streams", "delete_stream")
 

@@ -22,7 +22,7 @@ from typing import Callable, Iterator, Sequence
 
 import pytest
 
-from testbed.common import free_port, need_binary, unavailable
+from support.common import free_port, need_binary, unavailable
 
 _START_TIMEOUT = 10.0  # seconds to wait for the SSH banner
 _SSH_FIXTURES = {"sshd", "sshd_factory"}

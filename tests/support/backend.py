@@ -28,7 +28,7 @@ Faults on calls (``op`` is one of ``put``, ``get``, ``stat``, ``list``, ``delete
   ``delete``: the steps that change the store) run; every later one raises before reaching the
   inner store.
 * ``after_call=f``: ``f(count, op, key)`` runs after each counted call SUCCEEDED (``count``
-  from 1). ``faults/crash_runner.py`` passes a function that SIGKILLs the process, which stops
+  from 1). ``support/crash_runner.py`` passes a function that SIGKILLs the process, which stops
   the run exactly after the k-th durable step.
 * ``hang={"get": 30.0}``: the named ops sleep that many seconds before calling the inner store
   (a store that stopped answering; pair with a timeout in the caller or the test).

@@ -38,7 +38,7 @@ from typing import Iterator
 
 import pytest
 
-from testbed.common import unavailable
+from support.common import unavailable
 
 OPENZFS_FIXTURES = frozenset({"openzfs_vm", "openzfs_executor", "openzfs_pools"})
 REPO = Path(__file__).resolve().parents[2]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import textwrap
 import time
 from pathlib import Path
 
@@ -67,3 +68,30 @@ def restored_content(dataset: str) -> dict[str, str]:
     """The files of a restored dataset (mounted first: restores receive with ``-u``)."""
     subprocess.run(["zfs", "mount", dataset], capture_output=True)
     return tree_digest(Path(prop(dataset, "mountpoint")))
+
+
+def file_archive_config(tmp: Path, data: str, *, volume_size: str | None = None,
+                        archive: str = "", extra: str = "") -> tuple[Path, Path]:
+    """The archive set-up most archive, crash and disaster tests share: write ``tmp/zbak.toml``
+    with state dir ``tmp/state``, a ``file://`` store ``cold`` in a new directory
+    ``tmp/store`` (``volume_size`` when given) and job ``data`` archiving dataset ``data`` to
+    it. ``archive``: more lines of ``[jobs.data.archive]``; ``extra``: more TOML at the end.
+
+    Returns:
+        ``(config, store)``.
+    """
+    store = tmp / "store"
+    store.mkdir(mode=0o700)
+    size = f'volume_size = "{volume_size}"' if volume_size else ""
+    config = tmp / "zbak.toml"
+    config.write_text(f'state_dir = "{tmp / "state"}"\n' + textwrap.dedent(f"""
+        [stores.cold]
+        url = "file://{store}"
+        {size}
+        [jobs.data]
+        dataset = "{data}"
+        [jobs.data.archive]
+        store = "cold"
+        {archive}
+    """) + textwrap.dedent(extra))
+    return config, store

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.common import need_binary, unavailable
+from support.common import need_binary, unavailable
 
 ZFS_FIXTURES = frozenset({"zfs_daemon", "make_pool", "zpool"})
 COMMAND_TIMEOUT = 60

@@ -8,7 +8,7 @@ Executors (``zrepl_py.proc.executor`` contract) wrap a real executor:
 * :class:`FaultyExecutor` answers the commands a predicate selects with an injected failure
   (exit status and stderr, without running them), or runs them and adds stderr text.
 
-Stage helpers wrap a real ``Stage`` (``zrepl_py.proc.pipeline``) in ``faults/stagewrap.py``, so
+Stage helpers wrap a real ``Stage`` (``zrepl_py.proc.pipeline``) in ``support/stagewrap.py``, so
 the real process still runs and only its stream or exit is changed:
 
 * :func:`cut_stage`: kill the sender after N bytes of its stdout (exit 137).

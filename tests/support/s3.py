@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from testbed.common import unavailable
+from support.common import unavailable
 
 
 @dataclasses.dataclass(frozen=True)

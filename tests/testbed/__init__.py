@@ -1,1 +1,0 @@
-"""Real test components (zfs-fuse, sshd, moto S3, PostgreSQL) started by pytest fixtures."""
