@@ -191,30 +191,58 @@ def audit_objects(
         if stream.state == "condemned":
             continue
         findings += compare_volumes(stream, volumes.get(stream.id, ()), listing)
-        key = stream.object_prefix + MANIFEST
-        info = listing.get(key)
-        copy = listing.get(stream.object_prefix + MANIFEST_COPY)
-        if info is None and copy is None:
-            findings.append(_finding(stream, Severity.WARNING, f"the manifest of stream"
-                                     f" {stream.id} (@{stream.to_name}) is missing: {key}",
-                                     "the stream restores without it, but `zbak catalog rebuild`"
-                                     " cannot recover it; it is rewritten only by a new chain",
-                                     key))
-            continue
-        if info is None:
-            findings.append(_finding(stream, Severity.WARNING, f"the manifest of stream"
-                                     f" {stream.id} (@{stream.to_name}) is missing: {key}; its"
-                                     f" copy {MANIFEST_COPY} is there and is used",
-                                     f"copy {MANIFEST_COPY} to {MANIFEST} in the same folder",
-                                     key))
-        for each in (info, copy):
-            if each is not None and each.storage_class != MANIFEST_CLASS:
-                findings.append(_finding(stream, Severity.WARNING, f"the manifest {each.key} is"
-                                         f" in storage class {each.storage_class}, not"
-                                         f" {MANIFEST_CLASS}", "check the bucket's lifecycle"
-                                         " rules: manifests must stay readable without a thaw",
-                                         each.key))
-        reads.append((stream, key))
+        found, readable = _manifest_listed(stream, listing)
+        findings += found
+        if readable:
+            reads.append((stream, stream.object_prefix + MANIFEST))
+    findings += _read_manifests(backend, reads, listing, volumes, carried, concurrency)
+    known: set[str] = set()
+    known_prefixes: set[str] = set()
+    for stream in known_streams if known_streams is not None else streams:
+        known_prefixes.add(stream.object_prefix)
+        known.add(stream.object_prefix + MANIFEST)
+        known.add(stream.object_prefix + MANIFEST_COPY)
+    for rows in volumes.values():
+        known.update(v.key for v in rows)
+    findings += leftovers(listing, known, known_prefixes, backend.name)
+    return findings
+
+
+def _manifest_listed(stream: StreamRow, listing: Mapping[str, ObjectInfo]
+                     ) -> tuple[list[Finding], bool]:
+    """What the listing says of the stream's manifest and its copy (missing, or in a class
+    read only after a thaw), and whether one of them is there to be read."""
+    key = stream.object_prefix + MANIFEST
+    info = listing.get(key)
+    copy = listing.get(stream.object_prefix + MANIFEST_COPY)
+    if info is None and copy is None:
+        return [_finding(stream, Severity.WARNING, f"the manifest of stream {stream.id}"
+                         f" (@{stream.to_name}) is missing: {key}", "the stream restores"
+                         " without it, but `zbak catalog rebuild` cannot recover it; it is"
+                         " rewritten only by a new chain", key)], False
+    findings = []
+    if info is None:
+        findings.append(_finding(stream, Severity.WARNING, f"the manifest of stream"
+                                 f" {stream.id} (@{stream.to_name}) is missing: {key}; its"
+                                 f" copy {MANIFEST_COPY} is there and is used",
+                                 f"copy {MANIFEST_COPY} to {MANIFEST} in the same folder", key))
+    for each in (info, copy):
+        if each is not None and each.storage_class != MANIFEST_CLASS:
+            findings.append(_finding(stream, Severity.WARNING, f"the manifest {each.key} is in"
+                                     f" storage class {each.storage_class}, not"
+                                     f" {MANIFEST_CLASS}", "check the bucket's lifecycle rules:"
+                                     " manifests must stay readable without a thaw", each.key))
+    return findings, True
+
+
+def _read_manifests(backend: Backend, reads: Sequence[tuple[StreamRow, str]],
+                    listing: Mapping[str, ObjectInfo],
+                    volumes: Mapping[int, Sequence[VolumeRow]],
+                    carried: Mapping[int, Sequence[CarriedSnapshot]],
+                    concurrency: int) -> list[Finding]:
+    """Read the manifests ``reads`` names (``concurrency`` at once, the copy where the primary
+    fails) and compare each with its stream's catalog rows."""
+    findings: list[Finding] = []
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency))
     try:
         futures = [(stream, key, pool.submit(_read_manifest, backend, key))
@@ -238,13 +266,4 @@ def audit_objects(
                                          carried.get(stream.id, ()), loaded.value, loaded.key)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-    known: set[str] = set()
-    known_prefixes: set[str] = set()
-    for stream in known_streams if known_streams is not None else streams:
-        known_prefixes.add(stream.object_prefix)
-        known.add(stream.object_prefix + MANIFEST)
-        known.add(stream.object_prefix + MANIFEST_COPY)
-    for rows in volumes.values():
-        known.update(v.key for v in rows)
-    findings += leftovers(listing, known, known_prefixes, backend.name)
     return findings

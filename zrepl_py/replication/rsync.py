@@ -585,6 +585,26 @@ def replicate_snapshot_rsync(
     link_dest = [layout.tree(s) for s in pick_link_dests(snapshots, snap, present)]
     link_dest += [posixpath.join(layout.partial, p) for p in partials if p != str(info.guid)]
     destination = layout.partial_tree(info.guid)
+    run = _rsync_snapshot(source_zfs, snap, route, destination, link_dest, target_executor.host,
+                          bandwidth_limit=bandwidth_limit, timeout=timeout)
+    warnings += run.warnings
+    tree = _settle(target_executor, layout, snap, destination, snapshots, present, partials,
+                   warnings)
+    sent = run.stats.get(route.sent_key)
+    log.info("[%s] %s is in %s (%s bytes sent)", target_executor.host, snap, tree, sent)
+    return RsyncResult(sent, warnings, tree)
+
+
+def _rsync_snapshot(source_zfs: Zfs, snap: SnapshotName, route: _Route, destination: str,
+                    link_dest: list[str], target: str, *, bandwidth_limit: int | None,
+                    timeout: float | None) -> RsyncRun:
+    """rsync the files of ``snap`` (through ``snapshot_view``) into ``destination`` on the
+    target, hard-linking unchanged files against ``link_dest`` (at most ``MAX_LINK_DEST``).
+
+    Raises:
+        RsyncFailed, RsyncNotFound, SnapshotViewError, ZfsError: see
+            ``replicate_snapshot_rsync``.
+    """
     with snapshot_view(source_zfs, snap) as view:
         argv = rsync_argv(
             Location(view, route.source_address),
@@ -594,22 +614,30 @@ def replicate_snapshot_rsync(
             link_dest=link_dest[:MAX_LINK_DEST],
             rsync_path=route.rsync_path,
         )
-        log.info("[%s] rsync %s -> %s:%s", route.runner.host, snap, target_executor.host,
-                 destination)
+        log.info("[%s] rsync %s -> %s:%s", route.runner.host, snap, target, destination)
         run = run_rsync(route.runner, argv, timeout=timeout)
-    warnings += run.warnings
     if run.returncode == VANISHED:
         log.warning("rsync of %s: source files vanished (exit 24): %s", snap, run.warnings)
+    return run
 
+
+def _settle(target: Executor, layout: TargetLayout, snap: SnapshotName, destination: str,
+            snapshots, present: set[str], partials: list[str], warnings: list[str]) -> str:
+    """Make the finished ``destination`` the snapshot's tree, point ``current`` at it when it
+    is the newest, and remove partial trees no longer wanted (snapshots gone from the source
+    or finished meanwhile); return the tree's path.
+
+    Raises:
+        CommandFailed: a command on the target failed.
+    """
     tree = layout.tree(snap.short)
-    target_executor.run(["mv", "--", destination, tree])
+    target.run(["mv", "--", destination, tree])
     present.add(snap.short)
     if newest_present(snapshots, present) == snap.short:
-        _point_current(target_executor, layout, snap.short, warnings)
+        _point_current(target, layout, snap.short, warnings)
     pending = {str(s.guid) for s in snapshots if s.short not in present}
+    guid = next(str(s.guid) for s in snapshots if s.name == snap)
     for stale in partials:
-        if stale != str(info.guid) and stale not in pending:
-            target_executor.run(["rm", "-rf", "--", posixpath.join(layout.partial, stale)])
-    sent = run.stats.get(route.sent_key)
-    log.info("[%s] %s is in %s (%s bytes sent)", target_executor.host, snap, tree, sent)
-    return RsyncResult(sent, warnings, tree)
+        if stale != guid and stale not in pending:
+            target.run(["rm", "-rf", "--", posixpath.join(layout.partial, stale)])
+    return tree
