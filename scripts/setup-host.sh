@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up of a fresh Debian bookworm machine (as root) for zbak's demo and tests:
-# Debian packages, the virtualenv with zbak in editable mode, and a running zfs-fuse daemon.
+# Debian packages, the virtualenv with zbak in editable mode and every extra (s3, postgresql,
+# docs, test), and a running zfs-fuse daemon.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,10 +21,10 @@ python=${PYTHON:-python3}
 stamp=.venv/.zbak-installed
 want=$(sha256sum setup.cfg | cut -d' ' -f1)
 if [[ ! -x .venv/bin/python || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
-  echo "setup: creating .venv and installing zbak (editable) with test extras"
+  echo "setup: creating .venv and installing zbak (editable) with all extras"
   "$python" -m venv .venv
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[test]'
+  .venv/bin/pip install -q -e '.[all,docs,test]'
   echo "$want" > "$stamp"
 fi
 
