@@ -16,12 +16,18 @@ import argparse
 import sys
 from pathlib import Path
 
-import click
-from click.shell_completion import get_completion_class
+try:
+    import click
+    from click.shell_completion import get_completion_class
 
-from zrepl_py import __version__
-from zrepl_py.cli import cli
-from zrepl_py.errors import ExitStatus
+    from zrepl_py import __version__
+    from zrepl_py.cli import cli
+    from zrepl_py.errors import ExitStatus
+except ImportError as exc:
+    print(f"make-docs: {exc.name or exc} is not installed in {sys.executable}: run it with"
+          " the Python zbak is installed in (.venv/bin/python scripts/make-docs.py)",
+          file=sys.stderr)
+    sys.exit(2)
 
 PROG = "zbak"
 COMPLETION_FILES = {"bash": "zbak.bash", "zsh": "_zbak", "fish": "zbak.fish"}
@@ -77,7 +83,8 @@ def main(argv: list[str]) -> int:
     try:
         pages = write_man_pages(args.outdir / "man1")
     except ImportError:
-        print("make-docs: needs click-man: pip install 'zbak[docs]'", file=sys.stderr)
+        print(f"make-docs: click-man is not installed in {sys.executable}:"
+              " pip install 'zbak[docs]'", file=sys.stderr)
         return 2
     scripts = write_completions(args.outdir / "completion")
     print(f"make-docs: {len(pages)} man pages in {args.outdir / 'man1'}, completion for"
