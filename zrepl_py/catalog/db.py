@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
+from zrepl_py.config.extras import CATALOG, for_catalog, require
 from zrepl_py.errors import (
     CatalogConflict,
     CatalogError,
@@ -26,7 +27,6 @@ from zrepl_py.errors import (
     CatalogUnavailable,
     ZbakError,
 )
-from zrepl_py.extras import CATALOG, for_catalog, require
 
 if TYPE_CHECKING:
     from alembic.config import Config

@@ -6,10 +6,10 @@ import click
 from pydantic import BaseModel
 
 from zrepl_py.cli.common import Invocation, pass_invocation
+from zrepl_py.config.extras import require_for_config
 from zrepl_py.config.reading import open_to_others
 from zrepl_py.config.schema import Config, SecretRef
 from zrepl_py.errors import ExitStatus
-from zrepl_py.extras import require_for_config
 
 
 @click.group("config")

@@ -10,8 +10,8 @@ import threading
 import click
 
 from zrepl_py.cli.common import Invocation, pass_invocation
+from zrepl_py.config.extras import require_for_config
 from zrepl_py.errors import ExitStatus
-from zrepl_py.extras import require_for_config
 
 
 @click.command("daemon")

@@ -7,8 +7,8 @@ import click
 from zrepl_py.catalog.db import make_engine, upgrade
 from zrepl_py.checks.preflight import run_checks
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
+from zrepl_py.config.extras import require_for_config
 from zrepl_py.errors import ExitStatus
-from zrepl_py.extras import require_for_config
 from zrepl_py.runtime.statedir import ensure_private_dir
 
 

@@ -6,9 +6,9 @@ import math
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from zrepl_py.config.extras import S3, require
 from zrepl_py.config.schema import StoreConfig
 from zrepl_py.errors import StorePermanent
-from zrepl_py.extras import S3, require
 from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw
 from zrepl_py.stores.retry import RetryPolicy
 

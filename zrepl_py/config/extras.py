@@ -1,4 +1,4 @@
-"""Optional dependencies installed as pip extras, and the one-line error when one is missing.
+"""Optional libraries installed as pip extras, and the one-line error when one is missing.
 
 boto3 (``zbak[s3]``) is needed only by ``s3://`` stores and psycopg (``zbak[postgresql]``)
 only by a PostgreSQL catalog, so a host with a SQLite catalog and ``file://`` stores installs
