@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Idempotent set-up of a fresh Debian bookworm machine (as root) for zbak's demo and tests:
-# Debian packages, the virtualenv with zbak in editable mode, and a running zfs-fuse daemon.
+# Debian packages, the virtualenv with zbak in editable mode and every extra (s3, postgresql,
+# docs, test), and a running zfs-fuse daemon.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(zfs-fuse openssh-server openssh-client rsync zstd pv mbuffer postgresql python3-venv python3-pip procps strace)
+packages=(zfs-fuse openssh-server openssh-client rsync zstd pv mbuffer postgresql python3-venv python3-pip procps strace man-db podman runc netavark aardvark-dns iptables debootstrap)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -20,10 +21,10 @@ python=${PYTHON:-python3}
 stamp=.venv/.zbak-installed
 want=$(sha256sum setup.cfg | cut -d' ' -f1)
 if [[ ! -x .venv/bin/python || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
-  echo "setup: creating .venv and installing zbak (editable) with test extras"
+  echo "setup: creating .venv and installing zbak (editable) with all extras"
   "$python" -m venv .venv
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[test]'
+  .venv/bin/pip install -q -e '.[all,docs,test]'
   echo "$want" > "$stamp"
 fi
 

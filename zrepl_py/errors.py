@@ -73,6 +73,25 @@ class ConfigError(ZbakError):
                 *(f"  {key or '<file>'}: {msg}" for key, msg in self.problems)]
 
 
+class ExtraMissing(UsageError):
+    """The config needs an optional dependency that is not installed: boto3 for an ``s3://``
+    store (``zbak[s3]``), psycopg for a PostgreSQL catalog (``zbak[postgresql]``).
+
+    Args:
+        needs: one ``(user, module, extra, reason)`` per missing dependency: what needs it
+            (``"store cold"``), the module, the pip extra that installs it, and the import's
+            own error when the module is there but broken (None when it is simply absent).
+    """
+
+    def __init__(self, needs: list[tuple[str, str, str, str | None]]):
+        self.needs = needs
+        # One line (``USER needs MODULE: pip install 'zbak[EXTRA]'``, joined by "; "), so
+        # a job's error line and a recorded run carry all of it.
+        super().__init__("; ".join(
+            f"{user} needs {module}{f' ({reason})' if reason else ''}: pip install 'zbak[{extra}]'"
+            for user, module, extra, reason in needs))
+
+
 class InvalidName(ZbakError):
     """A dataset, snapshot, bookmark or hold name breaks the OpenZFS naming rules."""
 

@@ -99,7 +99,8 @@ def test_the_image_is_debian_bookworm_slim_without_zfs_userland_and_runs_zbak_da
         for path in source.split():
             assert (ROOT / path).exists(), f"COPY of missing {path}"
     kept = (DOCKER / "Dockerfile.dockerignore").read_text()
-    for path in ("setup.cfg", "pyproject.toml", "README.md", "zrepl_py", "migrations"):
+    for path in ("setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE",
+                 "zrepl_py", "migrations", "examples"):
         assert f"!{path}" in kept
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
+from zrepl_py.config.extras import CATALOG, for_catalog, require
 from zrepl_py.errors import (
     CatalogConflict,
     CatalogError,
@@ -141,6 +142,7 @@ def make_engine(url: str) -> Engine:
     ``postgresql://`` without a driver means psycopg 3.
 
     Raises:
+        ExtraMissing: a PostgreSQL URL without psycopg installed (``zbak[postgresql]``).
         CatalogError: the URL does not parse, names an unknown driver, or the SQLite
             directory or file cannot be created.
     """
@@ -151,6 +153,7 @@ def make_engine(url: str) -> Engine:
             f"catalog url {url!r} is not a SQLAlchemy URL ({exc}): set [catalog] url to e.g."
             " sqlite:////var/lib/zbak/catalog.db or postgresql://USER@HOST/DB"
         ) from None
+    require(for_catalog(parsed.drivername), CATALOG)
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     backend = parsed.get_backend_name()

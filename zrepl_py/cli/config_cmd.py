@@ -6,6 +6,7 @@ import click
 from pydantic import BaseModel
 
 from zrepl_py.cli.common import Invocation, pass_invocation
+from zrepl_py.config.extras import require_for_config
 from zrepl_py.config.reading import open_to_others
 from zrepl_py.config.schema import Config, SecretRef
 from zrepl_py.errors import ExitStatus
@@ -19,9 +20,11 @@ def command() -> None:
 @command.command("check")
 @pass_invocation
 def check(inv: Invocation) -> ExitStatus:
-    """Validate the config; exit 0 when valid, 2 with every problem's key path when not."""
+    """Validate the config; exit 0 when valid, 2 with every problem's key path when not,
+    or naming the extra to install for a store or catalog whose library is missing."""
     ctx = inv.context()
     config = ctx.config
+    require_for_config(config)
     click.echo(f"{ctx.config_path}: valid ({len(config.jobs)} job(s), {len(config.hosts)} "
                f"host(s), {len(config.stores)} store(s); catalog {config.catalog_url.split('://')[0]})")
     for path in [ctx.config_path, *_secret_files(config)]:

@@ -10,6 +10,7 @@ import threading
 import click
 
 from zrepl_py.cli.common import Invocation, pass_invocation
+from zrepl_py.config.extras import require_for_config
 from zrepl_py.errors import ExitStatus
 
 
@@ -29,6 +30,8 @@ def command(inv: Invocation, log_format: str | None) -> ExitStatus:
 
     path = inv.config_file
     config = load_config(path)
+    # Refused at start, not by every scheduled run's alert (the runs open stores later).
+    require_for_config(config)
     configure(log_format or config.daemon.log_format, "DEBUG" if inv.debug else config.log_level)
     daemon = Daemon(config, path, env={**os.environ, **inv.env}, debug=inv.debug)
     dispatcher, server = _operations(daemon, config, path)

@@ -7,6 +7,7 @@ import click
 from zrepl_py.catalog.db import make_engine, upgrade
 from zrepl_py.checks.preflight import run_checks
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
+from zrepl_py.config.extras import require_for_config
 from zrepl_py.errors import ExitStatus
 from zrepl_py.runtime.statedir import ensure_private_dir
 
@@ -18,6 +19,7 @@ from zrepl_py.runtime.statedir import ensure_private_dir
 def command(inv: Invocation, no_checks: bool, as_json: bool) -> ExitStatus:
     """Create or upgrade the catalog and check hosts, datasets and stores."""
     with inv.context() as ctx:
+        require_for_config(ctx.config)
         ensure_private_dir(ctx.state_dir)
         engine = make_engine(ctx.config.catalog_url)
         try:

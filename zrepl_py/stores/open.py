@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from zrepl_py.config.extras import S3, require
 from zrepl_py.config.schema import StoreConfig
 from zrepl_py.errors import StorePermanent
 from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw
@@ -31,6 +32,7 @@ def open_store(name: str, cfg: StoreConfig, *, retry: RetryPolicy | None = None)
         retry: the retry policy of S3 calls; None for the defaults.
 
     Raises:
+        ExtraMissing: an ``s3://`` store without boto3 installed (``zbak[s3]``).
         StorePermanent: an unknown URL scheme (config validation normally rejects it first),
             a relative ``file://`` path, a volume size beyond S3's 5 TiB object limit, an
             unknown AWS profile.
@@ -48,6 +50,7 @@ def open_store(name: str, cfg: StoreConfig, *, retry: RetryPolicy | None = None)
         if not bucket:
             raise StorePermanent(f"store {name}: {url!r}: no bucket (s3://bucket/prefix)",
                                  store=name)
+        require(S3, f"store {name}")
         from zrepl_py.stores import s3
 
         if cfg.volume_size > s3.MAX_OBJECT_SIZE:
