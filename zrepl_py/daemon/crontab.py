@@ -1,66 +1,142 @@
-"""crontab(5) lines as APScheduler 3 triggers, with crontab's own meaning (UTC)."""
+"""crontab(5) schedules in UTC: the one parser behind config validation, the daemon's
+triggers and the next runs ``zbak status`` shows.
+
+The meaning of a line is cronsim's, a library written to match Debian's cron(8) (Vixie cron):
+0 and 7 are Sunday; names (``sun``, ``jan``) in any case; when day of month and day of week
+are both restricted a line fires when EITHER matches ("0 0 1 * 1" is the 1st and every
+Monday), unless one of them starts with ``*`` (then both must match, as cron(8) does).
+APScheduler 3's ``CronTrigger.from_crontab`` is not used: it numbers days from Monday = 0,
+refuses 7 and needs both day fields to match.
+
+zbak adds only what cronsim leaves out or goes beyond: the ``@hourly`` ... ``@yearly``
+nicknames of crontab(5), and a refusal of the non-crontab(5) extensions cronsim also reads
+(a seconds field, ``L``, ``W``, ``#``), so a schedule means what it would mean to cron.
+"""
 
 from __future__ import annotations
 
-from apscheduler.triggers.cron import CronTrigger
+import datetime as dt
+import re
 
-_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+from apscheduler.triggers.base import BaseTrigger
 
-
-def _weekday(text: str) -> int:
-    if text in _WEEKDAYS:
-        return _WEEKDAYS.index(text)
-    if text.isdigit() and 0 <= int(text) <= 7:
-        return int(text)
-    raise ValueError(f"bad day of week {text!r} (0-7 or sun-sat)")
-
-
-def _crontab_weekdays(field: str) -> str:
-    """A crontab day-of-week field (0 or 7 = Sunday, crontab(5)) as APScheduler weekday
-    names: APScheduler 3 counts 0 as Monday (CronTrigger.from_crontab's warning, issue 286)."""
-    if field == "*":
-        return "*"
-    days: set[int] = set()
-    for item in field.lower().split(","):
-        part, _, step_text = item.partition("/")
-        step = int(step_text) if step_text else 1
-        if part == "*":
-            first, last = 0, 6
-        elif "-" in part:
-            low, high = part.split("-", 1)
-            first, last = _weekday(low), _weekday(high)
-        else:
-            first = last = _weekday(part)
-            if step_text:
-                last = 6
-        if step < 1 or first > last:
-            raise ValueError(f"bad day-of-week item {item!r}")
-        days.update(d % 7 for d in range(first, last + 1, step))
-    if len(days) == 7:
-        return "*"
-    return ",".join(_WEEKDAYS[d] for d in sorted(days))
+UTC = dt.timezone.utc
+NICKNAMES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+"""crontab(5) "instead of the first five fields, one of eight special strings may appear";
+``@reboot``, the eighth, is no schedule."""
+_ITEM = re.compile(r"(\*|\d+|[a-z]{3})(-(\d+|[a-z]{3}))?(/\d+)?", re.IGNORECASE)
+"""One item of a field's comma list in crontab(5): ``*``, a number or a three-letter name, an
+optional ``-`` range end, an optional ``/`` step. Whether a value fits its field is cronsim's
+to say."""
+_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
 
 
-def crontab_trigger(line: str):
-    """An APScheduler 3 trigger that fires when crontab(5) would run ``line`` (UTC).
+def parse_crontab(line: str) -> str:
+    """Check a crontab(5) schedule and return its five fields (a nickname expanded).
 
-    Two differences from ``CronTrigger.from_crontab`` are mended: day-of-week numbers follow
-    crontab (0 and 7 are Sunday, APScheduler 3 takes 0 for Monday), and when both day of
-    month and day of week are restricted the line fires when EITHER matches (crontab(5):
-    "0 0 1 * 1" is the 1st and every Monday), where one CronTrigger needs both.
+    Args:
+        line: five fields (``"30 2 * * 7"``) or a nickname (``"@daily"``).
+
+    Returns:
+        the five fields, single-spaced.
 
     Raises:
-        ValueError: not five fields, or a field APScheduler rejects.
+        ValueError: the line is not a crontab(5) schedule; the message says which field.
     """
-    from apscheduler.triggers.combining import OrTrigger
+    from cronsim import CronSim, CronSimError
 
-    fields = line.split()
+    text = line.strip()
+    if text.lower() == "@reboot":
+        raise ValueError("@reboot is not a schedule (zbak daemon runs missed runs at start)")
+    if text.startswith("@"):
+        if text.lower() not in NICKNAMES:
+            raise ValueError(f"unknown nickname {text!r} (one of {', '.join(NICKNAMES)})")
+        text = NICKNAMES[text.lower()]
+    fields = text.split()
     if len(fields) != 5:
-        raise ValueError(f"wrong number of fields in {line!r}; expected 5")
-    minute, hour, day, month, weekday = fields
-    weekdays = _crontab_weekdays(weekday)
-    common = {"minute": minute, "hour": hour, "month": month, "timezone": "UTC"}
-    if day != "*" and weekday != "*":
-        return OrTrigger([CronTrigger(day=day, **common),
-                          CronTrigger(day_of_week=weekdays, **common)])
-    return CronTrigger(day=day, day_of_week=weekdays, **common)
+        raise ValueError(f"expected 5 fields (minute hour day-of-month month day-of-week) "
+                         f"or a nickname such as @daily, got {len(fields)}")
+    for name, field in zip(_FIELDS, fields):
+        if not all(_ITEM.fullmatch(item) for item in field.split(",")):
+            raise ValueError(f"bad {name} field {field!r}")
+    try:
+        CronSim(" ".join(fields), dt.datetime(2000, 1, 1, tzinfo=UTC))
+    except CronSimError as exc:
+        raise ValueError(str(exc).lower().replace("-", " ")) from None
+    return " ".join(fields)
+
+
+def first_at_or_after(line: str, start: dt.datetime) -> dt.datetime | None:
+    """The first time at or after ``start`` (aware) when crontab(5) would run ``line``, in
+    UTC; None when there is none in the next 50 years (cronsim's horizon), e.g. Feb 30.
+
+    Raises:
+        ValueError: ``line`` is not a crontab(5) schedule (``parse_crontab``).
+    """
+    from cronsim import CronSim
+
+    fields = parse_crontab(line)
+    start = start.astimezone(UTC)
+    # CronSim answers the first match strictly after a whole second.
+    base = start.replace(microsecond=0) if start.microsecond else start - dt.timedelta(seconds=1)
+    try:
+        return next(CronSim(fields, base))
+    except StopIteration:
+        return None
+
+
+class CrontabTrigger(BaseTrigger):
+    """An APScheduler 3 trigger that fires when crontab(5) would run ``line`` (UTC).
+
+    Pickled into the daemon's job store (``daemon.store``) as the line alone.
+
+    Args:
+        line: a schedule ``parse_crontab`` accepts.
+
+    Raises:
+        ValueError: ``line`` is not a crontab(5) schedule.
+    """
+
+    def __init__(self, line: str):
+        self.line = line
+        parse_crontab(line)
+
+    def get_next_fire_time(self, previous_fire_time, now):
+        """The first fire time after ``previous_fire_time``, or at or after ``now`` when
+        there was none; APScheduler 3's ``CronTrigger`` rule, so a clock set back does not
+        skip a run."""
+        if previous_fire_time is None:
+            return first_at_or_after(self.line, now)
+        start = min(now, previous_fire_time + dt.timedelta(microseconds=1))
+        if start == previous_fire_time:
+            start += dt.timedelta(microseconds=1)
+        return first_at_or_after(self.line, start)
+
+    def __getstate__(self) -> dict:
+        return {"line": self.line}
+
+    def __setstate__(self, state: dict) -> None:
+        self.line = state["line"]
+
+    def __str__(self) -> str:
+        return f"crontab[{self.line}]"
+
+    def __repr__(self) -> str:
+        return f"<CrontabTrigger {self.line!r}>"
+
+
+def crontab_trigger(line: str) -> CrontabTrigger:
+    """The trigger of ``line`` (see ``CrontabTrigger``).
+
+    Raises:
+        ValueError: ``line`` is not a crontab(5) schedule.
+    """
+    return CrontabTrigger(line)
