@@ -19,6 +19,7 @@ from zrepl_py.config.schema import Endpoint, JobConfig, StoreConfig
 from zrepl_py.context import Context
 from zrepl_py.errors import CommandFailed, ZbakError
 from zrepl_py.replication.rsync_target import COMMAND_NOT_FOUND, no_zfs_fallback
+from zrepl_py.source import missing_source, source_errors
 from zrepl_py.statedir import ensure_private_dir
 
 
@@ -97,10 +98,12 @@ def run_checks(ctx: Context) -> Iterator[Check]:
         source = job.source
         subject = f"job {name}: source {source}"
         try:
-            zfs = ctx.zfs(source.host, source.dataset.pool)
-            if not zfs.exists(str(source.dataset)):
-                yield Check(subject, False, "dataset does not exist: create it or fix jobs."
-                            f"{name}.dataset")
+            with source_errors(ctx, name, job):
+                zfs = ctx.zfs(source.host, source.dataset.pool)
+                found = zfs.exists(str(source.dataset))
+            missing = None if found else missing_source(ctx, name, job)
+            if missing is not None:
+                yield Check(subject, False, str(missing))
             else:
                 yield Check(subject, True, _capabilities_text(zfs.capabilities))
         except ZbakError as exc:

@@ -73,6 +73,7 @@ from zrepl_py.replication.stages import Side
 from zrepl_py.running import reporting
 from zrepl_py.runs import RunSet, recorded_run
 from zrepl_py.snapshots.inventory import take_inventory
+from zrepl_py.source import source_errors
 from zrepl_py.stores.base import Backend
 from zrepl_py.stores.open import open_store
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION, Capabilities
@@ -123,6 +124,7 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
         Locked: another run holds the job's dataset lock (exit 3).
         CatalogReplay: the store's catalog export is older than this machine wrote, or gone.
         CatalogExportCorrupt: a catalog export and its copy are both damaged.
+        SourceMissing: the source dataset or its pool does not exist.
         ZfsError, HostUnreachable, CatalogError, StoreError: listing the source or the store,
             or writing the catalog export, failed (per-dataset failures are reported in the
             result instead). Except for dry runs, the root dataset's run (target
@@ -149,6 +151,7 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
             # alert, not a silent exit 1 (issue 15). Child datasets get their own rows.
             runs = None if dry_run else stack.enter_context(
                 RunSet(catalog, ctx.clock, name, "archive", [root_target]))
+            stack.enter_context(source_errors(ctx, name, job))
             guard = StoreGuard(backend, cfg.store, ctx.state_dir, job=name)
             guard.check()
             zfs = ctx.zfs(source.host, source.dataset.pool)

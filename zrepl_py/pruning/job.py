@@ -40,6 +40,7 @@ from zrepl_py.pruning.source import (
 from zrepl_py.replication.protect import hold_tag
 from zrepl_py.runs import recorded_run
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
+from zrepl_py.source import source_errors
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import SnapshotName
 
@@ -81,6 +82,7 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
 
     Raises:
         Locked: another run holds the job's dataset lock (exit 3).
+        SourceMissing: the source dataset or its pool does not exist.
         ZfsError, HostUnreachable, CatalogError: listing the source failed (target, store and
             destroy failures are reported in the result instead).
     """
@@ -91,6 +93,7 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
         # recorded failed run and an alert (issue 15).
         record = None if dry_run else stack.enter_context(
             recorded_run(catalog, ctx.clock, name, "prune"))
+        stack.enter_context(source_errors(ctx, name, job))
         zfs = ctx.zfs(source.host, source.dataset.pool)
         now = ctx.clock.now()
         inventory = take_inventory(zfs, catalog, job, now, with_clones=True)

@@ -41,6 +41,7 @@ from zrepl_py.replication.zfs_target import (
 from zrepl_py.runs import RunSet
 from zrepl_py.running import reporting
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
+from zrepl_py.source import source_errors
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
     Raises:
         UsageError: the job has no ``[replicate]`` section.
         Locked: another run holds the job's dataset lock (exit 3).
+        SourceMissing: the source dataset or its pool does not exist.
         ZfsError, HostUnreachable, CatalogError: the source could not be listed (every
             target's run is recorded failed; target failures are reported per target in the
             result instead).
@@ -140,6 +142,7 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
         # be listed fails (and alerts) every target's run instead of leaving no trace.
         runs = None if dry_run else stack.enter_context(
             RunSet(catalog, ctx.clock, name, "replicate", [str(t) for t in cfg.endpoints()]))
+        stack.enter_context(source_errors(ctx, name, job))
         src = ctx.zfs(source.host, source.dataset.pool)
         inventory = take_inventory(src, catalog, job, ctx.clock.now())
         for target in cfg.endpoints():

@@ -10,6 +10,7 @@ from zrepl_py.locking import dataset_lock
 from zrepl_py.runs import recorded_run
 from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.snapshots.take import Taken, take_snapshot
+from zrepl_py.source import source_errors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,12 +29,13 @@ def snapshot_job(ctx: Context, name: str, job: JobConfig) -> SnapshotResult:
 
     Raises:
         Locked: another run holds the job's dataset lock (exit 3).
+        SourceMissing: the source dataset or its pool does not exist (recorded as failed).
         ZfsError, HostUnreachable, CatalogError: the run failed; it is recorded as failed.
     """
     source = job.source
     catalog = ctx.catalog()
     with dataset_lock(ctx.state_dir, lock_key(job), "snapshot"):
-        with recorded_run(catalog, ctx.clock, name, "snapshot"):
+        with recorded_run(catalog, ctx.clock, name, "snapshot"), source_errors(ctx, name, job):
             zfs = ctx.zfs(source.host, source.dataset.pool)
             now = ctx.clock.now()
             # Only excludes need the covered datasets before the snapshot; otherwise one
