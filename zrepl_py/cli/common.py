@@ -127,7 +127,7 @@ def global_options() -> list[click.Option]:
         click.Option(["--debug"], is_flag=True, expose_value=False, callback=_debug_given,
                      help="Log every command run (never secrets); tracebacks of internal errors."),
         click.Option(["-v", "--verbose"], count=True, expose_value=False,
-                     callback=_verbosity_given, help="One log level more (INFO, then DEBUG)."),
+                     callback=_verbosity_given, help="One log level more: -v from INFO to DEBUG."),
         click.Option(["-q", "--quiet"], count=True, expose_value=False,
                      callback=_verbosity_given,
                      help="One log level less and no progress bar: -q warnings and errors, -qq"
