@@ -135,6 +135,11 @@ class CommandFailed(ZbakError):
         super().__init__(f"[{host}] `{shown}` exited {returncode}: {stderr or '(no stderr)'}")
 
 
+class SourceMissing(ZbakError):
+    """A job's source dataset, or its whole pool, does not exist (``zrepl_py.checks.source``); the
+    message names the job and the config file, as a config error does."""
+
+
 class ZfsError(CommandFailed):
     """A zfs/zpool command failed for a reason not mapped to a narrower class."""
 

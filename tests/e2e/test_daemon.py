@@ -19,6 +19,7 @@ from support.cli import zfs
 
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.cli import main
+from zrepl_py.clock import FixedClock
 from zrepl_py.config.loading import load_config
 from zrepl_py.daemon.store import scheduled_runs
 from zrepl_py.errors import ExitStatus
@@ -320,3 +321,55 @@ def test_a_dataset_gate_lets_actions_due_together_in_action_order_and_frees_wait
     stop.set()
     waiter.join(5)
     assert not waiter.is_alive() and entered == [0, 1, 3], "the waiter gave up without entering"
+
+
+class _SchedulerNow(dt.datetime):
+    """What ``datetime`` means inside ``apscheduler.schedulers.base``, which reads the time
+    only through ``datetime.now``: the test's clock instead of the wall clock."""
+
+    clock: FixedClock
+
+    @classmethod
+    def now(cls, tz=None):
+        return cls.clock.now().astimezone(tz)
+
+
+def test_a_day_of_week_7_job_fires_on_sunday_and_not_before_under_an_injected_clock(
+        rig, monkeypatch, caplog):
+    """Issue 19: ``0 4 * * 7`` (crontab(5): 7 is Sunday) passes validation and the daemon
+    runs it on Sunday 04:00. The scheduler's clock starts on Saturday 03:59:59, so a
+    Monday-is-0 reading (APScheduler's own) would have fired within a second."""
+    import threading
+
+    import apscheduler.schedulers.base
+
+    from zrepl_py.daemon.scheduler import Daemon
+
+    saturday = dt.datetime(2026, 3, 7, 3, 59, 59, tzinfo=UTC)
+    sunday = dt.datetime(2026, 3, 8, 4, tzinfo=UTC)
+    rig.write_config(every="", snapshot_schedule="0 4 * * 7")  # load_config validates it
+    _SchedulerNow.clock = FixedClock(saturday)
+    monkeypatch.setattr(apscheduler.schedulers.base, "datetime", _SchedulerNow)
+    caplog.set_level("INFO")
+    daemon = Daemon(load_config(rig.config), rig.config)
+    thread = threading.Thread(target=daemon.run, name="daemon under test")
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not any(r.getMessage().startswith("daemon started") for r in caplog.records):
+            assert thread.is_alive() and time.monotonic() < deadline, caplog.text
+            time.sleep(0.1)
+        assert daemon.scheduler.get_job("j:snapshot").next_run_time == sunday
+        _SchedulerNow.clock.advance(dt.timedelta(seconds=2))  # Saturday 04:00:01
+        daemon.scheduler.wakeup()
+        _SchedulerNow.clock.at = sunday
+        daemon.scheduler.wakeup()
+        while not any(r.getMessage().startswith("done in") for r in caplog.records):
+            assert thread.is_alive() and time.monotonic() < deadline + 60, caplog.text
+            time.sleep(0.2)
+    finally:
+        daemon.stop()
+        thread.join(60)
+    due = [r.getMessage() for r in caplog.records if r.getMessage().startswith("due at")]
+    assert due == [f"due at {sunday.isoformat()}"], due
+    assert len(snapshots(rig.data)) == 1

@@ -397,11 +397,15 @@ def test_an_unset_secret_variable_is_named_when_alerts_are_installed(receiver, m
 
 
 def test_events_are_only_logged_when_no_channel_is_configured(catalog, caplog, receiver):
-    caplog.set_level(logging.INFO)
+    """A failure that raises is logged at DEBUG: its error goes on up and the command prints
+    it, one line on stderr (issue 19)."""
+    caplog.set_level(logging.DEBUG)
     dispatcher = alerts.install(Config().alerts)
     fail_run(catalog, FixedClock(T0))
     dispatcher.close()
     assert receiver.posts == [] and "event failure: job=nightly" in zbak_log(caplog)
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("event failure")]
+    assert record.levelno == logging.DEBUG
 
 
 def test_a_slow_webhook_never_delays_the_run_that_raised_the_alert(installed, catalog, receiver):

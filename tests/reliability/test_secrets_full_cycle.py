@@ -45,6 +45,7 @@ from support.common import hosts_table
 
 from zrepl_py import cli
 from zrepl_py.errors import ExitStatus
+from zrepl_py.runtime import logsetup
 
 pytestmark = [pytest.mark.zfs, pytest.mark.ssh, pytest.mark.s3, pytest.mark.slow]
 
@@ -164,13 +165,13 @@ def test_a_debug_cycle_with_aws_session_credentials_leaks_no_secret_anywhere(
                                   replica))
 
     records = Records()
-    real_setup = cli.setup_logging
+    real_setup = logsetup.setup_logging
 
     def setup_logging(level: str) -> None:  # zbak's own set-up, then our recorder on root
         real_setup(level)
         logging.getLogger().addHandler(records)
 
-    monkeypatch.setattr(cli, "setup_logging", setup_logging)
+    monkeypatch.setattr(logsetup, "setup_logging", setup_logging)
     output: list[str] = []
     levels: dict[str, int] = {}
 

@@ -122,24 +122,42 @@ def test_off_a_terminal_the_reporter_logs_one_info_line_every_n_seconds(caplog, 
     assert (tmp_path / "not-a-tty").read_text() == ""
 
 
-def test_on_a_terminal_the_reporter_draws_a_bar_and_logs_only_the_summary(caplog):
+def _drawn(label: str, level: int, caplog) -> tuple[bool, str]:
+    """Run a reporter on a pseudo-terminal with the log at ``level``: (drew a bar, output)."""
     master, slave = os.openpty()
     os.set_blocking(master, False)
     try:
-        with os.fdopen(slave, "w") as stream, caplog.at_level(logging.INFO):
-            with ProgressReporter("pool/a@s -> backup", total=4 * MiB, stream=stream) as rep:
-                assert rep.tty
+        with os.fdopen(slave, "w") as stream, caplog.at_level(level):
+            with ProgressReporter(label, total=4 * MiB, stream=stream) as rep:
                 for second in range(1, 4):
                     rep(second * MiB, float(second))
                 rep.finish(4 * MiB, 4.0)
-        drawn = os.read(master, 65536).decode(errors="replace")
+        try:
+            return rep.tty, os.read(master, 65536).decode(errors="replace")
+        except OSError:  # nothing was written: EIO once the terminal's side is closed
+            return rep.tty, ""
     finally:
         os.close(master)
-    assert "pool/a@s -> backup" in drawn
+
+
+def test_on_a_terminal_the_reporter_draws_a_bar_and_logs_only_the_summary(caplog):
+    tty, drawn = _drawn("pool/a@s -> backup", logging.INFO, caplog)
+    assert tty and "pool/a@s -> backup" in drawn
     assert "MiB/s" in drawn and "ETA" in drawn
     assert [r.getMessage() for r in caplog.records] == [
         "pool/a@s -> backup: 4.0 MiB in 0:00:04, 1.0 MiB/s"
     ]
+
+
+def test_a_label_with_brackets_is_drawn_as_written_not_read_as_rich_markup(caplog):
+    """Issue 19: ``[backup]`` would vanish and ``[/x]`` raise MarkupError as markup."""
+    tty, drawn = _drawn("pool/a@s -> [backup] [/x]", logging.INFO, caplog)
+    assert tty and "pool/a@s -> [backup] [/x]" in drawn
+
+
+def test_with_info_lines_off_as_under_zbak_q_no_bar_is_drawn_on_a_terminal(caplog):
+    tty, drawn = _drawn("pool/a@s -> backup", logging.WARNING, caplog)
+    assert not tty and drawn == ""
 
 
 def test_progress_callback_gives_a_reporter_on_stderr_for_the_label():

@@ -42,6 +42,7 @@ from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.checks.health import source_warnings
+from zrepl_py.checks.source import source_errors
 from zrepl_py.config.schema import JobConfig, StorageClasses
 from zrepl_py.errors import (
     ObjectNotFound,
@@ -156,6 +157,7 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
         Locked: another run holds the job's dataset lock (exit 3).
         CatalogReplay: the store's catalog export is older than this machine wrote, or gone.
         CatalogExportCorrupt: a catalog export and its copy are both damaged.
+        SourceMissing: the source dataset or its pool does not exist.
         ZfsError, HostUnreachable, CatalogError, StoreError: listing the source or the store,
             or writing the catalog export, failed (per-dataset failures are reported in the
             result instead). Except for dry runs, the root dataset's run (target
@@ -183,6 +185,7 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
         # alert, not a silent exit 1 (issue 15). Child datasets get their own rows.
         runs = None if dry_run else stack.enter_context(
             RunSet(run.catalog, run.clock, name, "archive", [root_target]))
+        stack.enter_context(source_errors(ctx, name, job))
         guard = StoreGuard(run.backend, cfg.store, run.state_dir, job=name)
         guard.check()
         zfs = ctx.zfs(source.host, source.dataset.pool)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlparse
 
+from zrepl_py.checks.source import missing_source, source_errors
 from zrepl_py.config.schema import Endpoint, JobConfig, StoreConfig, no_zfs_fallback
 from zrepl_py.errors import CommandFailed, ZbakError
 from zrepl_py.invocation.context import Context
@@ -97,10 +98,12 @@ def run_checks(ctx: Context) -> Iterator[Check]:
         source = job.source
         subject = f"job {name}: source {source}"
         try:
-            zfs = ctx.zfs(source.host, source.dataset.pool)
-            if not zfs.exists(str(source.dataset)):
-                yield Check(subject, False, "dataset does not exist: create it or fix jobs."
-                            f"{name}.dataset")
+            with source_errors(ctx, name, job):
+                zfs = ctx.zfs(source.host, source.dataset.pool)
+                found = zfs.exists(str(source.dataset))
+            missing = None if found else missing_source(ctx, name, job)
+            if missing is not None:
+                yield Check(subject, False, str(missing))
             else:
                 yield Check(subject, True, _capabilities_text(zfs.capabilities))
         except ZbakError as exc:

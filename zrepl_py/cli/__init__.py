@@ -20,8 +20,9 @@ from typing import Mapping, Sequence
 import click
 
 from zrepl_py import __version__
+from zrepl_py.cli.common import Invocation, add_global_options, refuse_secret_options
 from zrepl_py.errors import ExitStatus, ZbakError
-from zrepl_py.runtime.logsetup import printable, setup_logging
+from zrepl_py.runtime.logsetup import printable
 
 log = logging.getLogger("zrepl_py")
 
@@ -57,7 +58,7 @@ class LazyGroup(click.Group):
         module = COMMANDS.get(cmd_name)
         if module is None or not _module_exists(module):
             return None
-        return importlib.import_module(f"zrepl_py.cli.{module}").command
+        return add_global_options(importlib.import_module(f"zrepl_py.cli.{module}").command)
 
 
 def _module_exists(module: str) -> bool:
@@ -65,18 +66,15 @@ def _module_exists(module: str) -> bool:
     return importlib.util.find_spec(f"zrepl_py.cli.{module}") is not None
 
 
+@add_global_options
 @click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_option", metavar="PATH",
-              help="Config file (default: $ZBAK_CONFIG, then /etc/zbak/zbak.toml).")
-@click.option("--debug", is_flag=True, help="Log every command run (never secrets).")
 @click.version_option(__version__, prog_name="zbak")
 @click.pass_context
-def cli(click_ctx: click.Context, config_option: str | None, debug: bool) -> None:
-    """zbak: ZFS snapshots, replication and cold-storage chains under one catalog."""
-    inv = click_ctx.obj
-    inv.config_option = config_option
-    inv.debug = debug
-    setup_logging("DEBUG" if debug else inv.env.get("ZBAK_LOG_LEVEL", "INFO"))
+def cli(click_ctx: click.Context) -> None:
+    """zbak: ZFS snapshots, replication and cold-storage chains under one catalog.
+
+    --config, --debug, -v and -q go before or after the command."""
+    click_ctx.obj.setup_logging()
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -87,8 +85,6 @@ def _terminate(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatus:
     """Run zbak with ``argv`` (without the program name) and return the exit status."""
-    from zrepl_py.cli.common import Invocation, refuse_secret_options  # noqa: PLC0415
-
     inv = Invocation(env=dict(os.environ if env is None else env))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)

@@ -7,8 +7,10 @@ config loader (pydantic), the Context (catalog, hosts) and rich load when first 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -23,15 +25,41 @@ if TYPE_CHECKING:
     from zrepl_py.invocation.context import Context
 
 
+LOG_LEVELS = ("ERROR", "WARNING", "INFO", "DEBUG")
+"""The console log levels ``-q`` and ``-v`` step through, quietest first."""
+
+
 @dataclasses.dataclass
 class Invocation:
-    """Global options of one ``zbak`` run, shared with every command through click's ``obj``."""
+    """Global options of one ``zbak`` run, shared with every command through click's ``obj``.
+
+    Attributes:
+        env: the environment (``ZBAK_CONFIG``, ``ZBAK_LOG_LEVEL``).
+        config_option: ``--config``, or None.
+        debug: ``--debug`` was given.
+        verbosity: the number of ``-v`` minus the number of ``-q``.
+    """
 
     env: Mapping[str, str]
     config_option: str | None = None
     debug: bool = False
+    verbosity: int = 0
     alerts: Any = None
     """The alert Dispatcher installed by ``context()``; ``close()`` flushes and removes it."""
+
+    def log_level(self, default: str) -> str:
+        """The console log level: DEBUG with ``--debug``, else ``default`` (one of
+        ``LOG_LEVELS``; anything else counts as INFO) moved one level per ``-v`` or ``-q``."""
+        if self.debug:
+            return "DEBUG"
+        start = LOG_LEVELS.index(default) if default in LOG_LEVELS else LOG_LEVELS.index("INFO")
+        return LOG_LEVELS[min(max(start + self.verbosity, 0), len(LOG_LEVELS) - 1)]
+
+    def setup_logging(self) -> None:
+        """Log to stderr at ``log_level`` of ``$ZBAK_LOG_LEVEL`` (default INFO)."""
+        from zrepl_py.runtime.logsetup import setup_logging
+
+        setup_logging(self.log_level(self.env.get("ZBAK_LOG_LEVEL", "INFO")))
 
     @property
     def config_file(self) -> Path:
@@ -60,6 +88,62 @@ class Invocation:
 
 
 pass_invocation = click.make_pass_decorator(Invocation)
+
+
+def _config_given(ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> None:
+    inv = ctx.find_object(Invocation)
+    for value in values:
+        if inv.config_option is not None and (os.path.abspath(inv.config_option)
+                                              != os.path.abspath(value)):
+            raise click.UsageError(printable(
+                f"--config names two files, {inv.config_option} and {value}: give it once"
+                " (before or after the command)"))
+        inv.config_option = value
+
+
+def _debug_given(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        inv = ctx.find_object(Invocation)
+        inv.debug = True
+        inv.setup_logging()
+
+
+def _verbosity_given(ctx: click.Context, param: click.Parameter, count: int) -> None:
+    if count:
+        inv = ctx.find_object(Invocation)
+        inv.verbosity += count if param.name == "verbose" else -count
+        inv.setup_logging()
+
+
+def global_options() -> list[click.Option]:
+    """New ``--config``, ``--debug``, ``-v`` and ``-q`` options for one command (zbak takes them
+    before or after the command, as zrepl, restic and pgBackRest do). Given in both places,
+    ``--config`` must name the same file (else exit 2: pgBackRest refuses an option set
+    twice), ``--debug`` holds if either place has it, and ``-v``/``-q`` add up."""
+    return [
+        click.Option(["--config"], metavar="PATH", multiple=True, expose_value=False,
+                     callback=_config_given,
+                     help="Config file (default: $ZBAK_CONFIG, then /etc/zbak/zbak.toml)."),
+        click.Option(["--debug"], is_flag=True, expose_value=False, callback=_debug_given,
+                     help="Log every command run (never secrets); tracebacks of internal errors."),
+        click.Option(["-v", "--verbose"], count=True, expose_value=False,
+                     callback=_verbosity_given, help="One log level more: -v from INFO to DEBUG."),
+        click.Option(["-q", "--quiet"], count=True, expose_value=False,
+                     callback=_verbosity_given,
+                     help="One log level less and no progress bar: -q warnings and errors, -qq"
+                          " errors only."),
+    ]
+
+
+def add_global_options(command: click.Command) -> click.Command:
+    """Give ``command`` and the commands below it (a group's own ``commands``) the global
+    options, once; returns ``command``."""
+    if not getattr(command, "_zbak_global_options", False):
+        command.params.extend(global_options())
+        command._zbak_global_options = True  # type: ignore[attr-defined]
+    for sub in getattr(command, "commands", {}).values():
+        add_global_options(sub)
+    return command
 
 
 class FiniteFloat(click.FloatRange):
@@ -107,16 +191,36 @@ def _json_default(value: Any) -> Any:
 
 
 def emit_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Print a table (rich; plain when stdout is not a terminal)."""
+    """Print a table with rich: boxed and fitted to the width on a terminal; off one (a pipe,
+    a file, cron mail) plain columns at their natural width, two spaces apart, with no
+    trailing blanks and no folded cells, so each row is one line for grep and awk.
+
+    Cells are ``None`` (shown empty) or anything ``str()`` turns into text. Title and cells are
+    never read as rich markup (``[local]`` stays, ``[/x]`` cannot raise MarkupError), and
+    their control characters are escaped (``printable``).
+    """
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title, title_justify="left", show_lines=False)
+    tty = sys.stdout.isatty()
+    plain = {} if tty else {"box": None, "pad_edge": False, "header_style": "", "title_style": ""}
+    table = Table(title=Text(printable(title)), title_justify="left", show_lines=False, **plain)
     for column in columns:
-        table.add_column(column, overflow="fold")
+        table.add_column(Text(column), overflow="fold" if tty else "ignore", no_wrap=not tty)
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+        table.add_row(*(Text("" if v is None else printable(str(v))) for v in row))
+    if tty:
+        Console().print(table)
+        return
+    buffer = io.StringIO()
+    Console(file=buffer, width=_UNFOLDED, color_system=None).print(table)
+    click.echo("\n".join(line.rstrip() for line in buffer.getvalue().splitlines()))
+
+
+_UNFOLDED = 1_000_000
+"""Console width off a terminal: wider than any row, so no cell is folded (rich lays a table
+out at its natural width unless the console is narrower)."""
 
 
 def for_each_job(jobs, action) -> tuple[list[Any], ExitStatus]:

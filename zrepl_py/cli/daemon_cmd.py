@@ -32,8 +32,12 @@ def command(inv: Invocation, log_format: str | None) -> ExitStatus:
     config = load_config(path)
     # Refused at start, not by every scheduled run's alert (the runs open stores later).
     require_for_config(config)
-    configure(log_format or config.daemon.log_format, "DEBUG" if inv.debug else config.log_level)
-    daemon = Daemon(config, path, env={**os.environ, **inv.env}, debug=inv.debug)
+    level = inv.log_level(config.log_level)
+    configure(log_format or config.daemon.log_format, level)
+    env = {**os.environ, **inv.env}
+    if inv.verbosity:  # -v/-q reach the runs too
+        env["ZBAK_LOG_LEVEL"] = level
+    daemon = Daemon(config, path, env=env, debug=inv.debug)
     dispatcher, server = _operations(daemon, config, path)
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, lambda signum, frame: daemon.stop())

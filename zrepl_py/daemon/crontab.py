@@ -1,66 +1,60 @@
-"""crontab(5) lines as APScheduler 3 triggers, with crontab's own meaning (UTC)."""
+"""The daemon's trigger for crontab(5) schedules: APScheduler 3 fires a job when cron(8) would
+(the schedule's meaning is ``config.cron``'s, the one parser of validation, daemon and status).
+"""
 
 from __future__ import annotations
 
-from apscheduler.triggers.cron import CronTrigger
+import datetime as dt
 
-_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+from apscheduler.triggers.base import BaseTrigger
 
-
-def _weekday(text: str) -> int:
-    if text in _WEEKDAYS:
-        return _WEEKDAYS.index(text)
-    if text.isdigit() and 0 <= int(text) <= 7:
-        return int(text)
-    raise ValueError(f"bad day of week {text!r} (0-7 or sun-sat)")
+from zrepl_py.config.cron import first_at_or_after, parse_crontab
 
 
-def _crontab_weekdays(field: str) -> str:
-    """A crontab day-of-week field (0 or 7 = Sunday, crontab(5)) as APScheduler weekday
-    names: APScheduler 3 counts 0 as Monday (CronTrigger.from_crontab's warning, issue 286)."""
-    if field == "*":
-        return "*"
-    days: set[int] = set()
-    for item in field.lower().split(","):
-        part, _, step_text = item.partition("/")
-        step = int(step_text) if step_text else 1
-        if part == "*":
-            first, last = 0, 6
-        elif "-" in part:
-            low, high = part.split("-", 1)
-            first, last = _weekday(low), _weekday(high)
-        else:
-            first = last = _weekday(part)
-            if step_text:
-                last = 6
-        if step < 1 or first > last:
-            raise ValueError(f"bad day-of-week item {item!r}")
-        days.update(d % 7 for d in range(first, last + 1, step))
-    if len(days) == 7:
-        return "*"
-    return ",".join(_WEEKDAYS[d] for d in sorted(days))
-
-
-def crontab_trigger(line: str):
+class CrontabTrigger(BaseTrigger):
     """An APScheduler 3 trigger that fires when crontab(5) would run ``line`` (UTC).
 
-    Two differences from ``CronTrigger.from_crontab`` are mended: day-of-week numbers follow
-    crontab (0 and 7 are Sunday, APScheduler 3 takes 0 for Monday), and when both day of
-    month and day of week are restricted the line fires when EITHER matches (crontab(5):
-    "0 0 1 * 1" is the 1st and every Monday), where one CronTrigger needs both.
+    Pickled into the daemon's job store (``daemon.store``) as the line alone.
+
+    Args:
+        line: a schedule ``parse_crontab`` accepts.
 
     Raises:
-        ValueError: not five fields, or a field APScheduler rejects.
+        ValueError: ``line`` is not a crontab(5) schedule.
     """
-    from apscheduler.triggers.combining import OrTrigger
 
-    fields = line.split()
-    if len(fields) != 5:
-        raise ValueError(f"wrong number of fields in {line!r}; expected 5")
-    minute, hour, day, month, weekday = fields
-    weekdays = _crontab_weekdays(weekday)
-    common = {"minute": minute, "hour": hour, "month": month, "timezone": "UTC"}
-    if day != "*" and weekday != "*":
-        return OrTrigger([CronTrigger(day=day, **common),
-                          CronTrigger(day_of_week=weekdays, **common)])
-    return CronTrigger(day=day, day_of_week=weekdays, **common)
+    def __init__(self, line: str):
+        self.line = line
+        parse_crontab(line)
+
+    def get_next_fire_time(self, previous_fire_time, now):
+        """The first fire time after ``previous_fire_time``, or at or after ``now`` when
+        there was none; APScheduler 3's ``CronTrigger`` rule, so a clock set back does not
+        skip a run."""
+        if previous_fire_time is None:
+            return first_at_or_after(self.line, now)
+        start = min(now, previous_fire_time + dt.timedelta(microseconds=1))
+        if start == previous_fire_time:
+            start += dt.timedelta(microseconds=1)
+        return first_at_or_after(self.line, start)
+
+    def __getstate__(self) -> dict:
+        return {"line": self.line}
+
+    def __setstate__(self, state: dict) -> None:
+        self.line = state["line"]
+
+    def __str__(self) -> str:
+        return f"crontab[{self.line}]"
+
+    def __repr__(self) -> str:
+        return f"<CrontabTrigger {self.line!r}>"
+
+
+def crontab_trigger(line: str) -> CrontabTrigger:
+    """The trigger of ``line`` (see ``CrontabTrigger``).
+
+    Raises:
+        ValueError: ``line`` is not a crontab(5) schedule.
+    """
+    return CrontabTrigger(line)

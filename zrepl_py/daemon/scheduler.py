@@ -231,6 +231,9 @@ class Daemon:
             if job.misfire_grace_time != self._grace():
                 scheduler.modify_job(entry.id, jobstore="default",
                                      misfire_grace_time=self._grace())
+            if type(job.trigger) is not type(trigger):
+                # Stored by an older zbak (APScheduler's CronTrigger): the one parser from now on.
+                scheduler.modify_job(entry.id, jobstore="default", trigger=trigger)
             if job.next_run_time is not None and job.next_run_time <= now:
                 missed = missed_runs(trigger, job.next_run_time, now)
                 run_logger(log, entry.job, entry.action).warning(

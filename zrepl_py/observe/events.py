@@ -69,12 +69,19 @@ def register(sink: Sink) -> Callable[[], None]:
     return unregister
 
 
-def emit(event: Event) -> None:
+def emit(event: Event, *, reported: bool = False) -> None:
     """Log ``event`` (WARNING, INFO for a recovery) and hand it to every registered sink.
+
+    Args:
+        event: what happened.
+        reported: the producer shows it already (an error the command prints, a line it
+            logs): the event is then logged at DEBUG, so a failure is one line on stderr.
 
     Never raises: an alert channel that is down must not turn a good run into a failed one.
     """
     level = logging.INFO if event.kind == "recovery" else logging.WARNING
+    if reported:
+        level = logging.DEBUG
     log.log(level, "event %s: job=%s action=%s target=%s: %s", event.kind, event.job,
             event.action, event.target, event.message)
     with _lock:

@@ -206,7 +206,8 @@ class ProgressReporter:
     Args:
         label: what moves, e.g. ``"tank/data@x -> backup"``.
         total: the expected stream size in bytes (for the bar and ETA), or None.
-        stream: where the bar is drawn (default ``sys.stderr``); a bar only if it is a TTY.
+        stream: where the bar is drawn (default ``sys.stderr``); a bar only if it is a TTY
+            and ``logger`` logs INFO.
         log_every: seconds between INFO lines when not drawing a bar.
         window: seconds the rate is averaged over.
         logger: where the lines go (default this module's logger).
@@ -235,8 +236,8 @@ class ProgressReporter:
         self._last_logged = 0.0
         self._bar = None
         self._task = None
-        try:
-            self.tty = self.stream.isatty()
+        try:  # a bar is progress at INFO: none under zbak -q
+            self.tty = self.stream.isatty() and self.logger.isEnabledFor(logging.INFO)
         except (AttributeError, ValueError):
             self.tty = False
 
@@ -257,10 +258,10 @@ class ProgressReporter:
 
         if self._bar is None:
             self._bar = Progress(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),  # a name's "[...]" stays
                 BarColumn(),
                 DownloadColumn(binary_units=True),
-                TextColumn("{task.fields[info]}"),
+                TextColumn("{task.fields[info]}", markup=False),
                 console=Console(file=self.stream),
                 auto_refresh=False,  # redrawn on each sample: no refresh thread
             )

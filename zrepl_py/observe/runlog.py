@@ -89,7 +89,9 @@ def _finish(catalog: Catalog, clock: Clock, run_id: int, job: str, action: str,
         catalog.finish_run(run_id, result="failed", now=clock.now(), bytes=record.bytes,
                            error=error)
         if isinstance(exc, Exception) and not isinstance(exc, PipelineCancelled):
-            emit(Event("failure", job, action, target, f"{what} failed: {error}", clock.now()))
+            # The error goes on up: the command prints it (a daemon run's child too).
+            emit(Event("failure", job, action, target, f"{what} failed: {error}", clock.now()),
+                 reported=True)
         return
     catalog.finish_run(run_id, result=record.result, now=clock.now(), bytes=record.bytes,
                        error=record.error)
@@ -204,7 +206,8 @@ def sweep_interrupted(catalog: Catalog, clock: Clock) -> list[RunRow]:
                 log.warning("run %d, %s, %s", run.id, _what(run.job, run.action, run.target),
                             error)
                 emit(Event("failure", run.job, run.action, run.target,
-                           f"{_what(run.job, run.action, run.target)} was {error}", clock.now()))
+                           f"{_what(run.job, run.action, run.target)} was {error}", clock.now()),
+                     reported=True)
     except CatalogError as exc:
         log.warning("cannot end the runs of dead processes: %s", exc)
     return swept

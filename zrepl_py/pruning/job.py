@@ -22,6 +22,7 @@ import dataclasses
 import logging
 
 from zrepl_py.catalog.export import StoreGuard
+from zrepl_py.checks.source import source_errors
 from zrepl_py.config.schema import Endpoint, JobConfig
 from zrepl_py.errors import CommandFailed, DatasetNotFound, HoldNotFound, ZbakError, ZfsError
 from zrepl_py.invocation.context import Context, lock_key
@@ -79,6 +80,7 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
 
     Raises:
         Locked: another run holds the job's dataset lock (exit 3).
+        SourceMissing: the source dataset or its pool does not exist.
         ZfsError, HostUnreachable, CatalogError: listing the source failed (target, store and
             destroy failures are reported in the result instead).
     """
@@ -89,6 +91,7 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
         # recorded failed run and an alert (issue 15).
         record = None if dry_run else stack.enter_context(
             recorded_run(catalog, ctx.clock, name, "prune"))
+        stack.enter_context(source_errors(ctx, name, job))
         zfs = ctx.zfs(source.host, source.dataset.pool)
         now = ctx.clock.now()
         inventory = take_inventory(zfs, catalog, job, now, with_clones=True)

@@ -22,6 +22,7 @@ import datetime as dt
 import logging
 
 from zrepl_py.checks.health import needs_size, source_warnings, target_warnings
+from zrepl_py.checks.source import source_errors
 from zrepl_py.config.schema import Endpoint, JobConfig, ProtectionBudget, no_zfs_fallback
 from zrepl_py.errors import CommandFailed, UsageError, ZbakError
 from zrepl_py.invocation.context import Context, lock_key
@@ -124,6 +125,7 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
     Raises:
         UsageError: the job has no ``[replicate]`` section.
         Locked: another run holds the job's dataset lock (exit 3).
+        SourceMissing: the source dataset or its pool does not exist.
         ZfsError, HostUnreachable, CatalogError: the source could not be listed (every
             target's run is recorded failed; target failures are reported per target in the
             result instead).
@@ -140,6 +142,7 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
         # be listed fails (and alerts) every target's run instead of leaving no trace.
         runs = None if dry_run else stack.enter_context(
             RunSet(catalog, ctx.clock, name, "replicate", [str(t) for t in cfg.endpoints()]))
+        stack.enter_context(source_errors(ctx, name, job))
         src = ctx.zfs(source.host, source.dataset.pool)
         inventory = take_inventory(src, catalog, job, ctx.clock.now())
         for target in cfg.endpoints():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from zrepl_py.checks.source import source_errors
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.locking import dataset_lock
@@ -28,12 +29,13 @@ def snapshot_job(ctx: Context, name: str, job: JobConfig) -> SnapshotResult:
 
     Raises:
         Locked: another run holds the job's dataset lock (exit 3).
+        SourceMissing: the source dataset or its pool does not exist (recorded as failed).
         ZfsError, HostUnreachable, CatalogError: the run failed; it is recorded as failed.
     """
     source = job.source
     catalog = ctx.catalog()
     with dataset_lock(ctx.state_dir, lock_key(job), "snapshot"):
-        with recorded_run(catalog, ctx.clock, name, "snapshot"):
+        with recorded_run(catalog, ctx.clock, name, "snapshot"), source_errors(ctx, name, job):
             zfs = ctx.zfs(source.host, source.dataset.pool)
             now = ctx.clock.now()
             # Only excludes need the covered datasets before the snapshot; otherwise one

@@ -356,7 +356,8 @@ def read_held(ctx, name: str, job: JobConfig) -> Held:
     Args:
         ctx: the ``zrepl_py.invocation.context.Context`` (its executors and catalog are used).
     """
-    from zrepl_py.errors import ZbakError
+    from zrepl_py.checks.source import source_errors
+    from zrepl_py.errors import SourceMissing, ZbakError
     from zrepl_py.zfs.client import parse_get_output
     from zrepl_py.zfs.model import ListingError
 
@@ -368,8 +369,11 @@ def read_held(ctx, name: str, job: JobConfig) -> Held:
     argv = [cfg.zfs if cfg else "zfs", "get", "-Hp", *(["-r"] if job.recursive else ["-d", "1"]),
             "-o", "name,property,value", "guid,userrefs,used", str(source.dataset)]
     try:
-        done = ctx.executors().get(source.host).run(argv, check=True, timeout=120)
+        with source_errors(ctx, name, job):
+            done = ctx.executors().get(source.host).run(argv, check=True, timeout=120)
         rows = parse_get_output(done.text)
+    except SourceMissing as exc:
+        return Held(None, [], str(exc))
     except (ZbakError, ListingError) as exc:
         return Held(None, [], f"cannot read held bytes on {source.host}: {exc}")
     total, names = 0, []
