@@ -23,14 +23,6 @@ T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.timezone.utc)
 
 
 @pytest.fixture
-def catalog(tmp_path):
-    engine = db.make_engine(f"sqlite:///{tmp_path / 'catalog.sqlite'}")
-    db.upgrade(engine)
-    yield Catalog(engine)
-    engine.dispose()
-
-
-@pytest.fixture
 def events():
     seen: list[Event] = []
     unsubscribe = register(seen.append)

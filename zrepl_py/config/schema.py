@@ -644,6 +644,17 @@ class EmailConfig(_Model):
         return self
 
 
+class AppriseConfig(_Model):
+    """``[alerts.apprise]``: each alert to every service named by an apprise URL
+    (ntfy, Telegram, Slack, Matrix, Pushover, ...; needs ``zbak[apprise]``).
+
+    Each URL is a ``SecretRef`` (``{ env = "NAME" }`` or ``{ file = "/path" }``): apprise URLs
+    carry the service's token, so they are never written in the file nor logged.
+    """
+
+    urls: list[SecretRef] = Field(min_length=1)
+
+
 def _loopback(host: str) -> bool:
     """True for ``localhost`` and addresses in 127.0.0.0/8 or ``::1`` (RFC 1122, RFC 4291)."""
     if host.lower() in ("localhost", "localhost."):
@@ -665,6 +676,7 @@ class AlertsConfig(_Model):
 
     webhook: WebhookConfig | None = None
     email: EmailConfig | None = None
+    apprise: AppriseConfig | None = None
     stale_after: dict[StaleAction, Duration] = {
         "replicate": dt.timedelta(hours=26),
         "archive": dt.timedelta(hours=50),
