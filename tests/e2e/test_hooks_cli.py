@@ -225,3 +225,23 @@ def test_a_dry_run_runs_no_hook(rig):
     assert run("replicate", "--dry-run")[0] == ExitStatus.OK
     assert run("archive", "--dry-run")[0] == ExitStatus.OK
     assert rig.hook.calls() == []
+
+
+def test_prune_and_audit_run_their_hooks_and_audit_findings_reach_post_as_failed(rig, tmp_path):
+    run = rig.config(f"""
+        [jobs.data.hooks.prune]
+        pre = {rig.hook.toml("pre")}
+        post = {rig.hook.toml("post")}
+        [jobs.data.hooks.audit]
+        post = {rig.hook.toml("post")}
+    """)
+    assert run("snapshot")[0] == ExitStatus.OK
+    assert run("archive")[0] == ExitStatus.OK
+    assert run("prune")[0] == ExitStatus.OK
+    next((tmp_path / "store").rglob("vol-000000.zst")).unlink()
+    assert run("audit")[0] == ExitStatus.AUDIT_FINDINGS
+    pre, post, audited = (zbak_vars(c) for c in rig.hook.calls())
+    assert (pre["ZBAK_ACTION"], pre["ZBAK_TARGETS"]) == ("prune", "cold")
+    assert (post["ZBAK_RESULT"], post["ZBAK_DATASETS"]) == ("ok", rig.dataset)
+    assert (audited["ZBAK_ACTION"], audited["ZBAK_RESULT"]) == ("audit", "failed")
+    assert "error(s)" in audited["ZBAK_ERROR"]
