@@ -213,22 +213,13 @@ def test_a_failing_post_after_a_good_snapshot_is_a_recorded_alerted_failure(rig)
                                 " hook says: post snapshot")
 
 
-def test_a_dry_run_runs_no_hook(rig):
+def test_dry_runs_run_no_hook_and_prune_and_audit_run_theirs_audit_findings_as_failed(
+    rig, tmp_path
+):
     run = rig.config(f"""
         [jobs.data.hooks.replicate]
         pre = {rig.hook.toml("pre")}
         post = {rig.hook.toml("post")}
-        [jobs.data.hooks.archive]
-        pre = {rig.hook.toml("pre")}
-    """)
-    assert run("snapshot")[0] == ExitStatus.OK
-    assert run("replicate", "--dry-run")[0] == ExitStatus.OK
-    assert run("archive", "--dry-run")[0] == ExitStatus.OK
-    assert rig.hook.calls() == []
-
-
-def test_prune_and_audit_run_their_hooks_and_audit_findings_reach_post_as_failed(rig, tmp_path):
-    run = rig.config(f"""
         [jobs.data.hooks.prune]
         pre = {rig.hook.toml("pre")}
         post = {rig.hook.toml("post")}
@@ -236,6 +227,9 @@ def test_prune_and_audit_run_their_hooks_and_audit_findings_reach_post_as_failed
         post = {rig.hook.toml("post")}
     """)
     assert run("snapshot")[0] == ExitStatus.OK
+    for action in ("replicate", "archive", "prune"):
+        assert run(action, "--dry-run")[0] == ExitStatus.OK
+    assert rig.hook.calls() == [], "a dry run changes nothing: no hook runs"
     assert run("archive")[0] == ExitStatus.OK
     assert run("prune")[0] == ExitStatus.OK
     next((tmp_path / "store").rglob("vol-000000.zst")).unlink()
