@@ -138,27 +138,22 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
 def _check(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> int:
     """``--check``: the status line (or JSON) and the Nagios code (``status.check``)."""
     from zrepl_py.runtime.logsetup import printable
-    from zrepl_py.status.check import Health, as_dict, check, summary, unknown
+    from zrepl_py.status.check import as_dict, check, unknown
 
     try:
         with inv.context() as ctx:
             selected = [name for name, _ in ctx.select_jobs(jobs)]
             problems = check(ctx.catalog(), ctx.config, ctx.clock, selected)
     except Exception as exc:  # noqa: BLE001 - a check that cannot be made is UNKNOWN, not 1
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if isinstance(exc, ZbakError) and len(exc.lines()) > 1:
-            reason = "; ".join(line.strip() for line in exc.lines())
-        if as_json:
-            emit_json({"status": "UNKNOWN", "code": int(Health.UNKNOWN),
-                       "summary": unknown(reason), "problems": []})
-        else:
-            click.echo(printable(unknown(reason)))
-        return Health.UNKNOWN
-    report = as_dict(problems, len(selected))
+        lines = exc.lines() if isinstance(exc, ZbakError) else [
+            f"internal error: {type(exc).__name__}: {exc}"]
+        report = unknown("; ".join(line.strip() for line in lines if line.strip()))
+    else:
+        report = as_dict(problems, len(selected))
     if as_json:
         emit_json(report)
     else:
-        click.echo(printable(summary(problems, len(selected))))
-        for problem in problems:
-            click.echo(printable(f"{problem.health.name}: {problem.message}"))
+        click.echo(printable(report["summary"]))
+        for problem in report["problems"]:
+            click.echo(printable(f"{problem['status']}: {problem['message']}"))
     return report["code"]

@@ -128,7 +128,7 @@ def as_dict(problems: Sequence[Problem], jobs: int) -> dict:
                           "target": p.target, "message": p.message} for p in problems]}
 
 
-def unknown(reason: str) -> str:
-    """The status line when the check cannot be made."""
-    return f"ZBAK UNKNOWN - {reason}"
-
+def unknown(reason: str) -> dict:
+    """The check as JSON (``as_dict``'s shape) when it cannot be made, ``reason`` saying why."""
+    return {"status": Health.UNKNOWN.name, "code": int(Health.UNKNOWN),
+            "summary": f"ZBAK UNKNOWN - {reason}", "problems": []}
