@@ -39,6 +39,8 @@ def build(name):
         return cls("/etc/zbak/zbak.toml", [("jobs.j.dataset", "boom")])
     if issubclass(cls, errors.StoreError):
         return cls("boom", store="cold", key="k")
+    if issubclass(cls, errors.ExtraMissing):
+        return cls([("store cold", "boto3", "s3", None)])
     return cls("boom")
 """
 
