@@ -9,6 +9,7 @@ pytest_plugins = [
     "support.sshd",
     "support.s3",
     "support.postgres",
+    "support.catalog",
     "support.openzfs",
 ]
 

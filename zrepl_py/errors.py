@@ -468,3 +468,9 @@ class RawSendUnavailable(SendArgsInvalid):
     would carry the data decrypted (zfs-send(8) ``-w, --raw``), so nothing is sent
     (RELIABILITY 38). Upgrade the host's ZFS (OpenZFS 0.8 or later) or check its detected
     capabilities (``zbak init``)."""
+
+
+class HookFailed(ZbakError):
+    """A pre or post hook of an action failed (``zrepl_py.hooks``): exited non-zero, timed
+    out or could not start. The hook's run is recorded failed and alerted; the message says
+    whether the action ran."""

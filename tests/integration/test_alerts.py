@@ -9,19 +9,16 @@ import email.policy
 import json
 import logging
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import tenacity
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
+from support.receiver import Receiver
 
 from zrepl_py import alerts
 from zrepl_py.alerts.webhook import WebhookSink
-from zrepl_py.catalog import db
-from zrepl_py.catalog.repository import Catalog
 from zrepl_py.clock import FixedClock
 from zrepl_py.config.schema import Config, ProtectionBudget
 from zrepl_py.config.secret import Secret
@@ -40,49 +37,6 @@ _dispatchers: list = []  # installed in this test; flushed before anything recei
 def _flush_all() -> None:
     for dispatcher in _dispatchers:
         assert dispatcher.flush(30), "alerts delivered within 30 s"
-
-
-class Receiver:
-    """A webhook receiver on 127.0.0.1: records each POST; answers ``fail_first`` 503s first."""
-
-    def __init__(self):
-        self._posts: list[tuple[str, dict, dict]] = []
-        self.fail_first = 0
-        self.delay = 0.0
-        self.arrived = threading.Event()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                time.sleep(receiver.delay)
-                if receiver.fail_first > 0:
-                    receiver.fail_first -= 1
-                    self.send_response(503)
-                    self.end_headers()
-                    return
-                receiver._posts.append((self.path, dict(self.headers), json.loads(body)))
-                receiver.arrived.set()
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/{TOKEN}"
-
-    @property
-    def posts(self) -> list[tuple[str, dict, dict]]:
-        """(path, headers, JSON body) of every POST received, once queued alerts are out."""
-        _flush_all()
-        return self._posts
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class MailSink:
@@ -124,7 +78,7 @@ class MailSink:
 
 @pytest.fixture
 def receiver():
-    r = Receiver()
+    r = Receiver(f"/hooks/{TOKEN}", flush=_flush_all)
     yield r
     r.close()
 
@@ -139,14 +93,6 @@ def mailsink():
     yield m
     m.close()
     server_log.setLevel(level)
-
-
-@pytest.fixture
-def catalog(tmp_path):
-    engine = db.make_engine(f"sqlite:///{tmp_path / 'catalog.sqlite'}")
-    db.upgrade(engine)
-    yield Catalog(engine)
-    engine.dispose()
 
 
 def config_for(receiver, mailsink, tmp_path, **alerts_extra) -> Config:

@@ -92,7 +92,7 @@ def test_downgrade_to_base_drops_a_catalog_holding_a_chain_and_upgrade_rebuilds_
 
 
 def test_require_current_names_both_revisions_and_zbak_init_until_upgraded(engine):
-    with pytest.raises(CatalogNotCurrent, match=r"revision none .*head is 0003: run `zbak init`"):
+    with pytest.raises(CatalogNotCurrent, match=rf"revision none .*head is {db.head_revision()}: run `zbak init`"):
         db.require_current(engine)
     db.upgrade(engine)
     db.require_current(engine)
@@ -193,7 +193,7 @@ def _upgrade_to(engine, revision: str) -> None:
 
 def _schema(engine) -> dict:
     """Tables with their columns (name, type, nullable), primary key, foreign keys, unique
-    constraints and indexes, as the database reports them (Alembic's own version table left
+    constraints, indexes and check constraints, as the database reports them (Alembic's own version table left
     out: it stays, empty, after a downgrade to base)."""
     inspector = sa.inspect(engine)
     return {
@@ -206,6 +206,8 @@ def _schema(engine) -> dict:
                    for u in inspector.get_unique_constraints(table)),
             sorted((i["name"], tuple(i["column_names"]), bool(i["unique"]))
                    for i in inspector.get_indexes(table)),
+            sorted((c["name"] or "", " ".join(c["sqltext"].split()))
+                   for c in inspector.get_check_constraints(table)),
         )
         for table in sorted(inspector.get_table_names()) if table != "alembic_version"
     }

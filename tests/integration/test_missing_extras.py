@@ -1,5 +1,5 @@
-"""boto3 and psycopg are extras (``zbak[s3]``, ``zbak[postgresql]``): a config that needs a
-missing one is refused with one line naming the extra, exit 2, no traceback, at
+"""boto3, psycopg and apprise are extras (``zbak[s3]``, ``zbak[postgresql]``,
+``zbak[apprise]``): a config that needs a missing one is refused with one line naming the extra, exit 2, no traceback, at
 ``config check``, ``init``, ``daemon`` and the first command that opens the store or catalog.
 
 The real ``zbak`` runs as a subprocess with the module hidden by a ``sitecustomize`` that
@@ -22,10 +22,15 @@ ZBAK = Path(sys.executable).with_name("zbak")
 S3_LINE = "zbak: store cold needs boto3: pip install 'zbak[s3]'"
 PG_LINE = ("zbak: the PostgreSQL catalog ([catalog] url) needs psycopg:"
            " pip install 'zbak[postgresql]'")
+APPRISE_LINE = ("zbak: the apprise alerts ([alerts.apprise]) needs apprise:"
+                " pip install 'zbak[apprise]'")
 
 
-def _config(tmp_path: Path, *, catalog: str | None = None, s3: bool = False) -> Path:
+def _config(tmp_path: Path, *, catalog: str | None = None, s3: bool = False,
+            apprise: bool = False) -> Path:
     lines = [f'state_dir = "{tmp_path / "state"}"']
+    if apprise:
+        lines += ["[alerts.apprise]", 'urls = [{ env = "HOME" }]']
     if catalog:
         lines += ["[catalog]", f'url = "{catalog}"']
     if s3:  # nothing listens on port 9 (discard): no command may get as far as dialling it
@@ -66,6 +71,11 @@ def test_a_postgresql_catalog_without_psycopg_is_refused_naming_the_postgresql_e
         tmp_path, args):
     config = _config(tmp_path, catalog="postgresql://zbak@127.0.0.1:9/zbak")
     _refused(_zbak(config, *args, hide=("psycopg",)), PG_LINE)
+
+
+@pytest.mark.parametrize("args", [["config", "check"], ["daemon"], ["status"]])
+def test_apprise_alerts_without_apprise_are_refused_naming_the_apprise_extra(tmp_path, args):
+    _refused(_zbak(_config(tmp_path, apprise=True), *args, hide=("apprise",)), APPRISE_LINE)
 
 
 def test_the_first_command_that_opens_an_s3_store_without_boto3_names_the_extra(tmp_path):

@@ -79,14 +79,14 @@ def test_the_wheel_installs_examples_migrations_and_readme_under_share(dist):
     assert "License: BSD-2-Clause" in metadata or "License-Expression: BSD-2-Clause" in metadata
 
 
-def test_the_wheel_makes_boto3_and_psycopg_extras_s3_postgresql_and_all(dist):
+def test_the_wheel_makes_boto3_psycopg_and_apprise_extras_s3_postgresql_apprise_and_all(dist):
     (wheel,) = dist.glob("zbak-*.whl")
     with zipfile.ZipFile(wheel) as whl:
         metadata = whl.read(f"zbak-{__version__}.dist-info/METADATA").decode()
     requires = re.findall(r"^Requires-Dist: (.+)$", metadata, re.MULTILINE)
     extras = set(re.findall(r"^Provides-Extra: (.+)$", metadata, re.MULTILINE))
-    assert {"s3", "postgresql", "all"} <= extras
-    for package, extra in (("boto3", "s3"), ("psycopg", "postgresql")):
+    assert {"s3", "postgresql", "apprise", "all"} <= extras
+    for package, extra in (("boto3", "s3"), ("psycopg", "postgresql"), ("apprise", "apprise")):
         mine = [r for r in requires if re.match(rf"{package}\b", r)]
         assert mine and all("extra ==" in r for r in mine), mine
         assert {re.search(r'extra == "(\w+)"', r).group(1) for r in mine} == {extra, "all"}

@@ -12,7 +12,6 @@ import hashlib
 
 import pytest
 
-from zrepl_py.catalog.db import make_engine, upgrade
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import NewStream, NewVolume
 from zrepl_py.objects.layout import MANIFEST
@@ -23,14 +22,6 @@ from zrepl_py.stores.s3 import S3Backend
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 PREFIX = "local/tank/data/full-1/"
 VOLUMES = [b"first volume " * 1000, b"second volume " * 1000]
-
-
-@pytest.fixture
-def catalog(tmp_path):
-    engine = make_engine(f"sqlite:///{tmp_path / 'catalog.sqlite'}")
-    upgrade(engine)
-    yield Catalog(engine)
-    engine.dispose()
 
 
 @pytest.fixture

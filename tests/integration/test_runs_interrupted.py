@@ -23,14 +23,6 @@ T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.timezone.utc)
 
 
 @pytest.fixture
-def catalog(tmp_path):
-    engine = db.make_engine(f"sqlite:///{tmp_path / 'catalog.sqlite'}")
-    db.upgrade(engine)
-    yield Catalog(engine)
-    engine.dispose()
-
-
-@pytest.fixture
 def events():
     seen: list[Event] = []
     unsubscribe = register(seen.append)
@@ -94,4 +86,21 @@ def test_downgrading_0003_turns_interrupted_runs_into_failed_ones(tmp_path):
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT result FROM runs")).scalar_one() == "failed"
     db.upgrade(engine)
+    engine.dispose()
+
+
+def test_downgrading_0004_deletes_the_hook_runs_and_keeps_the_others(tmp_path):
+    engine = db.make_engine(f"sqlite:///{tmp_path / 'down.sqlite'}")
+    db.upgrade(engine)
+    catalog = Catalog(engine)
+    catalog.start_run("data", "hook", "pre-snapshot", T0, host="h", pid=1)
+    catalog.start_run("data", "snapshot", None, T0, host="h", pid=1)
+    db.downgrade(engine, "0003")
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT action FROM runs")).scalars().all() == ["snapshot"]
+        with pytest.raises(sa.exc.IntegrityError):
+            conn.execute(sa.text("INSERT INTO runs (job, action, started_at, result, bytes)"
+                                 " VALUES ('data', 'hook', '2026-11-01', 'ok', 0)"))
+    db.upgrade(engine)
+    assert Catalog(engine).start_run("data", "hook", "post-snapshot", T0) > 0
     engine.dispose()

@@ -1,5 +1,5 @@
-"""Alerts: webhook (JSON POST) and email (SMTP) on failure, recovery, staleness, protection
-budget and degraded pools.
+"""Alerts: webhook (JSON POST), email (SMTP) and apprise (ntfy, Telegram, Slack, Matrix, ...)
+on failure, recovery, staleness, protection budget and degraded pools.
 
 Producers emit ``zrepl_py.observe.events.Event``s (``runlog.recorded_run`` on failure, recovery and
 budget warnings; ``check_staleness``; the daemon's health checks). ``install(config.alerts)``
@@ -7,8 +7,9 @@ registers the dispatcher that delivers them (in a background thread; ``close()``
 the daemon calls it once at start, ``check_staleness(catalog, config, now, since=start)``
 every few minutes and ``dispatcher.close()`` at shutdown.
 
-Modules: ``message`` (what an alert says, pure), ``webhook``, ``email`` (channels with
-tenacity retries), ``dispatch`` (filter, repeat hold-back, fan-out), ``staleness``.
+Modules: ``message`` (what an alert says, pure), ``webhook``, ``email``, ``apprise_sink``
+(channels with tenacity retries), ``dispatch`` (filter, repeat hold-back, fan-out),
+``staleness``.
 """
 
 from __future__ import annotations

@@ -140,11 +140,14 @@ class Dispatcher:
 
 
 def channels_from_config(alerts: AlertsConfig, *, host: str | None = None) -> list[Channel]:
-    """Build the webhook and email channels ``alerts`` configures (secrets read now).
+    """Build the webhook, email and apprise channels ``alerts`` configures (secrets read
+    now; apprise itself loads with the first alert it sends).
 
     Raises:
         SecretUnavailable: a secret's variable is unset or its file unreadable.
+        ExtraMissing: ``[alerts.apprise]`` is set and apprise is not installed (exit 2).
     """
+    from zrepl_py.alerts.apprise_sink import AppriseSink
     from zrepl_py.alerts.email import EmailSink
     from zrepl_py.alerts.webhook import WebhookSink
     from zrepl_py.config.secret import Secret
@@ -164,6 +167,12 @@ def channels_from_config(alerts: AlertsConfig, *, host: str | None = None) -> li
             password=mail.password.load() if mail.password is not None else None,
             timeout=mail.timeout.total_seconds(),
         ))
+    if alerts.apprise is not None:
+        from zrepl_py.config.extras import APPRISE, APPRISE_USER, require
+
+        require(APPRISE, APPRISE_USER)
+        channels += [AppriseSink(ref.load(), machine, index=i)
+                     for i, ref in enumerate(alerts.apprise.urls, 1)]
     return channels
 
 

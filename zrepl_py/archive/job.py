@@ -52,6 +52,8 @@ from zrepl_py.errors import (
     UsageError,
     ZbakError,
 )
+from zrepl_py.hooks.around import ActionHooks
+from zrepl_py.hooks.environment import Facts, Outcome
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.locking import dataset_lock
 from zrepl_py.objects.layout import (
@@ -164,6 +166,8 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
             ``STORE:DATASET``) is recorded before any of these can happen, so each is a
             recorded failed run; that run also covers the root's own streams and ends ``ok``
             when it had none to write.
+        HookFailed: a pre or post archive hook failed (``zrepl_py.hooks``; they run around
+            the run, inside the lock, never in a dry run).
     """
     if job.archive is None:
         raise UsageError(f"job {name} has no [jobs.{name}.archive] section in {ctx.config_path}")
@@ -180,6 +184,10 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
     results: list[DatasetArchive] = []
     with dataset_lock(run.state_dir, lock_key(job), "archive"), \
             contextlib.ExitStack() as stack:
+        hooks = stack.enter_context(ActionHooks(
+            job.hooks.get("archive"), run.catalog, run.clock,
+            Facts("archive", name, source.host, str(source.dataset), (cfg.store,)),
+            dry_run=dry_run))
         # The root dataset's run row is open before anything can fail (the store's
         # guard, listing the source): such a failure is a recorded failed run and an
         # alert, not a silent exit 1 (issue 15). Child datasets get their own rows.
@@ -203,7 +211,23 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
                                      cfg.store)
             guard.publish([s for d in sorted(by_dataset) for s in by_dataset[d]],
                           run.clock.now())
-    return ArchiveResult(name, cfg.store, dry_run, results)
+        result = ArchiveResult(name, cfg.store, dry_run, results)
+        _tell_hooks(hooks.outcome, result, str(source.dataset))
+    return result
+
+
+def _tell_hooks(outcome: Outcome, result: ArchiveResult, root: str) -> None:
+    """Fill in the post hook's ``outcome`` (``hooks.environment``): ``partial`` when some
+    dataset failed, ``failed`` when all did; the snapshot is the newest one archived of the
+    job's dataset."""
+    outcome.datasets = tuple(d.dataset for d in result.datasets)
+    outcome.bytes = result.stored_bytes
+    failed = [d for d in result.datasets if d.error]
+    outcome.result = ("ok" if not failed else "failed" if len(failed) == len(result.datasets)
+                      else "partial")
+    outcome.error = "; ".join(f"{d.dataset}: {d.error}" for d in failed) or None
+    written = [p.to_snap.name for d in result.datasets if d.dataset == root for p, _ in d.written]
+    outcome.snapshot = written[-1] if written else None
 
 
 def _archive_dataset(run: _ArchiveRun, source: _Source, dataset: DatasetName,

@@ -44,6 +44,8 @@ from zrepl_py.errors import (
     UsageError,
     ZbakError,
 )
+from zrepl_py.hooks.around import ActionHooks
+from zrepl_py.hooks.environment import Facts
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.locking import dataset_lock, holder
 from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, dataset_prefix, volume_index
@@ -162,14 +164,25 @@ def audit_job(ctx: Context, name: str, job: JobConfig, *, deep: bool = False,
         UsageError: a bad ``sample`` or ``receive_into``.
         CatalogError, StoreError, ZfsError: the catalog, a store listing or the scratch pool
             failed (what one stream's reads find is a finding instead).
+        HookFailed: a pre or post audit hook failed (``zrepl_py.hooks``; they run around
+            the audit, inside its lock).
     """
     if sample is not None and not 0 < sample <= 100:
         raise UsageError(f"--sample must be a percentage in (0, 100], not {sample}")
     catalog = ctx.catalog()
+    source = job.source
+    facts = Facts("audit", name, source.host, str(source.dataset),
+                  (job.archive.store,) if job.archive else ())
     with dataset_lock(ctx.state_dir, f"audit {lock_key(job)}", "audit"):
         _refuse_beside_deleters(ctx, job)
-        return _recorded_audit(ctx, catalog, name, job, deep=deep, sample=sample,
-                               receive_into=receive_into, deadline=deadline)
+        with ActionHooks(job.hooks.get("audit"), catalog, ctx.clock, facts) as hooks:
+            result = _recorded_audit(ctx, catalog, name, job, deep=deep, sample=sample,
+                                     receive_into=receive_into, deadline=deadline)
+            hooks.outcome.result = ("failed" if result.wrong else
+                                    "partial" if result.waiting else "ok")
+            hooks.outcome.error = None if hooks.outcome.result == "ok" else result.summary()
+            hooks.outcome.datasets = tuple(sorted({c.dataset for c in result.coverage}))
+        return result
 
 
 DELETERS = ("prune", "audit --repair")

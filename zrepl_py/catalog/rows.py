@@ -30,7 +30,9 @@ STREAM_KINDS = ("full", "incremental")
 STREAM_STATES = ("uploading", "uploaded", "verified", "condemned", "bad")
 LIVING_STATES = frozenset({"uploaded", "verified"})
 """Stream states whose objects are complete and may be restored from or built on."""
-RUN_ACTIONS = ("snapshot", "replicate", "archive", "prune", "audit", "restore")
+RUN_ACTIONS = ("snapshot", "replicate", "archive", "prune", "audit", "restore", "hook")
+"""``hook``: a pre or post command of an action (``zrepl_py.hooks``); its target is
+``pre-ACTION`` or ``post-ACTION``."""
 RUN_RESULTS = ("running", "ok", "failed", "partial", "interrupted")
 """``interrupted``: the process running it died without ending the row (``runlog.sweep_interrupted``)."""
 REPLICATION_METHODS = ("zfs", "rsync")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -13,16 +14,23 @@ from zrepl_py.cli.common import Invocation, pass_invocation
 from zrepl_py.config.extras import require_for_config
 from zrepl_py.errors import ExitStatus
 
+log = logging.getLogger(__name__)
+
 
 @click.command("daemon")
 @click.option("--log-format", type=click.Choice(["human", "json"]), default=None,
               help="Log lines as text or one JSON object per line (default: [daemon] log_format).")
+@click.option("--once", is_flag=True,
+              help="Run every action due now (its schedule fired since its last run, or it"
+                   " never ran) one after the other, then exit: for a systemd timer or cron.")
 @pass_invocation
-def command(inv: Invocation, log_format: str | None) -> ExitStatus:
+def command(inv: Invocation, log_format: str | None, once: bool) -> ExitStatus:
     """Run every job's snapshot, replicate, archive, prune and audit on their schedules.
 
     Runs missed while the daemon was down run once at start-up. Each run takes the same
     per-dataset lock as a manual run. SIGTERM stops running transfers cleanly and exits 0.
+    With --once: exit 0 when every due run succeeded (or was skipped for a lock, or waits
+    for a thaw), else 1.
     """
     from zrepl_py.config.loading import load_config
     from zrepl_py.daemon.logs import configure
@@ -37,6 +45,8 @@ def command(inv: Invocation, log_format: str | None) -> ExitStatus:
     env = {**os.environ, **inv.env}
     if inv.verbosity:  # -v/-q reach the runs too
         env["ZBAK_LOG_LEVEL"] = level
+    if once:
+        return _once(inv, config, path, env)
     daemon = Daemon(config, path, env=env, debug=inv.debug)
     dispatcher, server = _operations(daemon, config, path)
     if threading.current_thread() is threading.main_thread():
@@ -84,3 +94,36 @@ def _operations(daemon, config, path):
 
         daemon.after_run(refresh)
     return dispatcher, server
+
+
+def _once(inv: Invocation, config, path, env: dict[str, str]) -> ExitStatus:
+    """``--once``: the due runs (``daemon.once``), then what the daemon does around runs:
+    the staleness check (alerts) and the metrics textfile."""
+    from zrepl_py.alerts import check_staleness, install
+    from zrepl_py.daemon.once import due_entries, last_starts, run_entries
+    from zrepl_py.daemon.plan import plan_entries
+    from zrepl_py.daemon.scheduler import available_actions
+    from zrepl_py.invocation.context import Context
+    from zrepl_py.status import metrics
+
+    dispatcher = install(config.alerts)
+    try:
+        with Context(config=config, config_path=path) as ctx:
+            catalog = ctx.catalog()
+            due = due_entries(plan_entries(config, available_actions()),
+                              last_starts(catalog.last_runs()), ctx.clock.now(),
+                              config.daemon.misfire_grace_time)
+            log.info("daemon --once: %d run(s) due: %s", len(due),
+                     ", ".join(f"{e.action} {e.job}" for e in due) or "nothing")
+            status = run_entries(due, path.absolute(), env, debug=inv.debug,
+                                 stop_timeout=config.daemon.stop_timeout.total_seconds())
+            check_staleness(catalog, config, ctx.clock.now())
+            if config.metrics.textfile is not None and due:
+                try:
+                    metrics.write_textfile(ctx, config.metrics.textfile)
+                except OSError as exc:
+                    log.error("cannot write [metrics] textfile %s: %s", config.metrics.textfile,
+                              exc.strerror or exc)
+        return status
+    finally:
+        dispatcher.close()

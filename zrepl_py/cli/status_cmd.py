@@ -17,7 +17,7 @@ from zrepl_py.cli.common import (
     json_option,
     pass_invocation,
 )
-from zrepl_py.errors import ExitStatus, UsageError
+from zrepl_py.errors import ExitStatus, UsageError, ZbakError
 
 
 def _when(value) -> str:
@@ -64,12 +64,24 @@ def _age(seconds: float | None) -> str:
               help="Read the catalog only: do not ask the source hosts for held bytes.")
 @click.option("--prom-textfile", type=FilePath(), default=None,
               help="Also write the Prometheus metrics to this .prom file (atomically).")
+@click.option("--check", is_flag=True,
+              help="Only judge health (catalog only): one status line; exit 0 OK, 1 WARNING,"
+                   " 2 CRITICAL, 3 UNKNOWN (Nagios plugin codes).")
 @pass_invocation
 def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool,
-            prom_textfile: Path | None) -> ExitStatus:
+            prom_textfile: Path | None, check: bool) -> int:
     """Show, per job and target: last success, lag (time and snapshots), archive chain
     lengths, bytes held by zbak's holds, runs in progress, each running transfer (what is
-    sent, bytes done and expected, rate, ETA, start, PID) and the next scheduled runs."""
+    sent, bytes done and expected, rate, ETA, start, PID) and the next scheduled runs.
+
+    With --check: exit 2 CRITICAL when a job's newest run of an action or hook failed, an
+    action is stale past [alerts] stale_after, or the newest audit found problems; 1
+    WARNING when a newest run ended partial; 3 UNKNOWN when the config or catalog cannot
+    be read; else 0 OK."""
+    if check:
+        if prom_textfile is not None:
+            raise UsageError("--check reads the catalog only: run --prom-textfile without it")
+        return _check(inv, jobs, as_json)
     from zrepl_py.status.report import job_statuses
 
     with inv.context() as ctx:
@@ -121,3 +133,27 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
         emit_table("stale transfer files (removed)", ["job", "kind", "target/store", "why"],
                    stale)
     return ExitStatus.OK
+
+
+def _check(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> int:
+    """``--check``: the status line (or JSON) and the Nagios code (``status.check``)."""
+    from zrepl_py.runtime.logsetup import printable
+    from zrepl_py.status.check import as_dict, check, unknown
+
+    try:
+        with inv.context() as ctx:
+            selected = [name for name, _ in ctx.select_jobs(jobs)]
+            problems = check(ctx.catalog(), ctx.config, ctx.clock, selected)
+    except Exception as exc:  # noqa: BLE001 - a check that cannot be made is UNKNOWN, not 1
+        lines = exc.lines() if isinstance(exc, ZbakError) else [
+            f"internal error: {type(exc).__name__}: {exc}"]
+        report = unknown("; ".join(line.strip() for line in lines if line.strip()))
+    else:
+        report = as_dict(problems, len(selected))
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo(printable(report["summary"]))
+        for problem in report["problems"]:
+            click.echo(printable(f"{problem['status']}: {problem['message']}"))
+    return report["code"]

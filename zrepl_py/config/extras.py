@@ -1,8 +1,8 @@
 """Optional libraries installed as pip extras, and the one-line error when one is missing.
 
-boto3 (``zbak[s3]``) is needed only by ``s3://`` stores and psycopg (``zbak[postgresql]``)
-only by a PostgreSQL catalog, so a host with a SQLite catalog and ``file://`` stores installs
-neither. A config that needs a missing one is refused at ``zbak config check`` and
+boto3 (``zbak[s3]``) is needed only by ``s3://`` stores, psycopg (``zbak[postgresql]``)
+only by a PostgreSQL catalog and apprise (``zbak[apprise]``) only by ``[alerts.apprise]``, so a
+host with a SQLite catalog, ``file://`` stores and webhook or mail alerts installs none. A config that needs a missing one is refused at ``zbak config check`` and
 ``zbak init`` (:func:`require_for_config`) and where the store or catalog is opened
 (:func:`require`): ``NAME needs MODULE: pip install 'zbak[EXTRA]'``, exit 2.
 """
@@ -29,9 +29,12 @@ class Extra:
 
 S3 = Extra("s3", "boto3")
 POSTGRESQL = Extra("postgresql", "psycopg")
+APPRISE = Extra("apprise", "apprise")
 
 CATALOG = "the PostgreSQL catalog ([catalog] url)"
 """What a missing-psycopg message says needs it."""
+APPRISE_USER = "the apprise alerts ([alerts.apprise])"
+"""What a missing-apprise message says needs it."""
 
 
 def require(extra: Extra | None, user: str) -> None:
@@ -77,6 +80,8 @@ def require_for_config(config: Config) -> None:
     """
     needs = [(for_catalog(config.catalog_url.split("://", 1)[0]), CATALOG)]
     needs += [(for_store(store.url), f"store {name}") for name, store in config.stores.items()]
+    if config.alerts.apprise is not None:
+        needs.append((APPRISE, APPRISE_USER))
     missing: list[tuple[str, str, str, str | None]] = []
     for extra, user in needs:
         try:

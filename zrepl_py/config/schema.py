@@ -435,6 +435,52 @@ class ArchiveConfig(_Model):
         return {cls: self.min_storage(cls) for cls in S3_STORAGE_CLASSES}
 
 
+DAEMON_ACTIONS = ("snapshot", "replicate", "archive", "prune", "audit")
+"""What ``zbak daemon`` schedules, in the order it runs a job's actions that are due together."""
+DaemonAction = Literal["snapshot", "replicate", "archive", "prune", "audit"]
+HOOK_TIMEOUT_MAX = dt.timedelta(hours=24)
+
+
+class HookConfig(_Model):
+    """``[jobs.NAME.hooks.ACTION]``: commands run before and after one action of the job
+    (``zrepl_py.hooks``).
+
+    ``pre`` and ``post`` are argv lists (the program by absolute path, then its arguments;
+    no shell unless the admin writes ``["/bin/sh", "-c", "..."]``). ``post`` always runs,
+    also after a failed ``pre`` or action (zrepl #392). ``timeout`` bounds each command;
+    ``on_pre_failure`` says whether a failing ``pre`` stops the action (``abort``) or the
+    action runs anyway (``continue``, the default of zrepl's ``err_is_fatal`` and sanoid's
+    ``no_inconsistent_snapshot``).
+    """
+
+    pre: list[str] | None = None
+    post: list[str] | None = None
+    timeout: Duration = dt.timedelta(seconds=30)
+    on_pre_failure: Literal["continue", "abort"] = "continue"
+
+    @field_validator("pre", "post")
+    @classmethod
+    def _argv(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("a command needs at least the program: [\"/path/to/program\", ...]")
+        if not value[0].startswith("/"):
+            raise ValueError(f"the program {value[0]!r} must be an absolute path (the daemon's"
+                             " PATH is not a login shell's)")
+        for arg in value:
+            if "\x00" in arg:
+                raise ValueError("a command's arguments cannot hold a NUL byte")
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: dt.timedelta) -> dt.timedelta:
+        if not dt.timedelta(seconds=1) <= value <= HOOK_TIMEOUT_MAX:
+            raise ValueError("a hook's timeout must be 1s to 24h")
+        return value
+
+
 class JobConfig(_Model):
     """``[jobs.NAME]``: one source dataset (tree) and what to do with it."""
 
@@ -445,6 +491,9 @@ class JobConfig(_Model):
     snapshot: SnapshotPolicy = SnapshotPolicy()
     replicate: ReplicateConfig | None = None
     archive: ArchiveConfig | None = None
+    hooks: dict[DaemonAction, HookConfig] = {}
+    """Pre and post commands per action (``snapshot``, ``replicate``, ``archive``, ``prune``,
+    ``audit``)."""
 
     @field_validator("dataset")
     @classmethod
@@ -644,6 +693,17 @@ class EmailConfig(_Model):
         return self
 
 
+class AppriseConfig(_Model):
+    """``[alerts.apprise]``: each alert to every service named by an apprise URL
+    (ntfy, Telegram, Slack, Matrix, Pushover, ...; needs ``zbak[apprise]``).
+
+    Each URL is a ``SecretRef`` (``{ env = "NAME" }`` or ``{ file = "/path" }``): apprise URLs
+    carry the service's token, so they are never written in the file nor logged.
+    """
+
+    urls: list[SecretRef] = Field(min_length=1)
+
+
 def _loopback(host: str) -> bool:
     """True for ``localhost`` and addresses in 127.0.0.0/8 or ``::1`` (RFC 1122, RFC 4291)."""
     if host.lower() in ("localhost", "localhost."):
@@ -665,6 +725,7 @@ class AlertsConfig(_Model):
 
     webhook: WebhookConfig | None = None
     email: EmailConfig | None = None
+    apprise: AppriseConfig | None = None
     stale_after: dict[StaleAction, Duration] = {
         "replicate": dt.timedelta(hours=26),
         "archive": dt.timedelta(hours=50),
@@ -708,9 +769,6 @@ class MetricsConfig(_Model):
         return host.strip("[]"), int(port)
 
 
-DAEMON_ACTIONS = ("snapshot", "replicate", "archive", "prune", "audit")
-"""What ``zbak daemon`` schedules, in the order it runs a job's actions that are due together."""
-DaemonAction = Literal["snapshot", "replicate", "archive", "prune", "audit"]
 
 
 class DaemonConfig(_Model):

@@ -6,4 +6,5 @@
 - ``child``: each run is a ``zbak ACTION JOB`` child process; its log lines are relayed.
 - ``logs``: human or JSON-lines log formatting.
 - ``scheduler``: the ``Daemon`` tying them together (start-up catch-up, SIGTERM).
+- ``once``: ``zbak daemon --once``: the actions due now, run one after the other.
 """

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Mapping
 
 from zrepl_py.daemon.logs import run_logger
+from zrepl_py.errors import ExitStatus
 from zrepl_py.proc import spawn
 
 log = logging.getLogger(__name__)
@@ -114,3 +115,22 @@ def kill(popen: spawn.Popen) -> None:
             os.killpg(popen.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def log_exit(logger, job: str, code: int, seconds: float, messages: list[str]) -> None:
+    """Log how a run of ``job`` ended (exit ``code`` after ``seconds``; ``messages`` from
+    ``wait``) on ``logger`` (``logs.run_logger``): done, skipped for a lock (exit 3), audit
+    findings (4), waiting for a thaw (75), or failed."""
+    if code == ExitStatus.OK:
+        logger.info("done in %.1f s", seconds)
+    elif code == ExitStatus.LOCKED:
+        logger.warning("skipped: another run holds the dataset's lock (%s)",
+                       "; ".join(messages) or "exit 3")
+    elif code == ExitStatus.AUDIT_FINDINGS:
+        logger.error("audit found problems (exit 4) after %.1f s: run `zbak audit %s`",
+                     seconds, job)
+    elif code == ExitStatus.THAW_PENDING:
+        logger.warning("waiting for a cold-object thaw (exit 75); the next run goes on")
+    else:
+        logger.error("failed with exit %d after %.1f s: %s", code, seconds,
+                     "; ".join(messages) or "see the lines above")

@@ -327,23 +327,12 @@ class Daemon:
 
     def _report(self, job_id: str, logger, code: int, seconds: float, messages: list[str],
                 started: dt.datetime) -> None:
-        if code == ExitStatus.OK:
-            logger.info("done in %.1f s", seconds)
-        elif self._stopping.is_set():
+        if code != ExitStatus.OK and self._stopping.is_set():
             with self._lock:
                 self._interrupted[job_id] = self._due.get(job_id, started)
             logger.warning("interrupted by shutdown after %.1f s (exit %d)", seconds, code)
-        elif code == ExitStatus.LOCKED:
-            logger.warning("skipped: another run holds the dataset's lock (%s)",
-                           "; ".join(messages) or "exit 3")
-        elif code == ExitStatus.AUDIT_FINDINGS:
-            logger.error("audit found problems (exit 4) after %.1f s: run `zbak audit %s`",
-                         seconds, job_id.rpartition(":")[0])
-        elif code == ExitStatus.THAW_PENDING:
-            logger.warning("waiting for a cold-object thaw (exit 75); the next run goes on")
         else:
-            logger.error("failed with exit %d after %.1f s: %s", code, seconds,
-                         "; ".join(messages) or "see the lines above")
+            child.log_exit(logger, job_id.rpartition(":")[0], code, seconds, messages)
 
     def _shutdown_runs(self) -> None:
         """Stop queued and running runs: SIGTERM, wait ``stop_timeout``, then SIGKILL."""

@@ -77,8 +77,10 @@ _GROUP_WAIT = 1.0  # seconds to wait for a stopped stage's process group to empt
 _PDEATHSIG: dict[str, list[str]] = {}  # "prefix" -> the setpriv argv prefix, once probed
 
 
-def _pdeathsig_prefix() -> list[str]:
-    """``["/usr/bin/setpriv", "--pdeathsig", "TERM", "--"]``, or [] where that does not work."""
+def pdeathsig_prefix() -> list[str]:
+    """``["/usr/bin/setpriv", "--pdeathsig", "TERM", "--"]``, or [] where that does not work
+    (probed once per process): put before an argv, the program gets SIGTERM when the thread
+    that started it dies (prctl(2) PR_SET_PDEATHSIG), so it cannot outlive a killed zbak."""
     if "prefix" not in _PDEATHSIG:
         prefix: list[str] = []
         setpriv = shutil.which("setpriv")
@@ -385,7 +387,7 @@ class _Pipeline:
             return
         try:
             child.popen = spawn.popen(  # no AWS_*/password variables (RELIABILITY 39)
-                _pdeathsig_prefix() + argv,
+                pdeathsig_prefix() + argv,
                 stdin=stdin,
                 stdout=stdout,
                 stderr=stderr,

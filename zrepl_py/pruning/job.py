@@ -25,6 +25,8 @@ from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.checks.source import source_errors
 from zrepl_py.config.schema import Endpoint, JobConfig
 from zrepl_py.errors import CommandFailed, DatasetNotFound, HoldNotFound, ZbakError, ZfsError
+from zrepl_py.hooks.around import ActionHooks
+from zrepl_py.hooks.environment import Facts
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.locking import dataset_lock
 from zrepl_py.observe.runlog import recorded_run
@@ -66,6 +68,20 @@ class PruneResult:
                     or any(r.failed for r in self.replicas)
                     or (self.archive and self.archive.failed))
 
+    def problems(self) -> list[str]:
+        """One line per failed part: each source snapshot not destroyed, each target and
+        store that failed."""
+        found = [f"{n}: {e}" for n, e in (self.outcome.failed if self.outcome else [])]
+        found += [f"target {r.target}: {r.error}" for r in self.replicas if r.error]
+        found += [f"target {r.target}: {n}: {e}" for r in self.replicas if r.outcome
+                  for n, e in r.outcome.failed]
+        if self.archive is not None:
+            if self.archive.error:
+                found.append(f"store {self.archive.store}: {self.archive.error}")
+            found += [f"store {self.archive.store}: {d.dataset}: {d.error or d.outcome.error}"
+                      for d in self.archive.datasets if d.failed]
+        return found
+
 
 def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
               accept_early_delete_fee: bool = False) -> PruneResult:
@@ -83,10 +99,18 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
         SourceMissing: the source dataset or its pool does not exist.
         ZfsError, HostUnreachable, CatalogError: listing the source failed (target, store and
             destroy failures are reported in the result instead).
+        HookFailed: a pre or post prune hook failed (``zrepl_py.hooks``; they run around the
+            run, inside the lock, never in a dry run).
     """
     source = job.source
     catalog = ctx.catalog()
-    with dataset_lock(ctx.state_dir, lock_key(job), "prune"), contextlib.ExitStack() as stack:
+    targets = tuple(str(t) for t in zfs_targets(job)) + ((job.archive.store,) if job.archive
+                                                         else ())
+    with dataset_lock(ctx.state_dir, lock_key(job), "prune"), \
+            ActionHooks(job.hooks.get("prune"), catalog, ctx.clock,
+                        Facts("prune", name, source.host, str(source.dataset), targets),
+                        dry_run=dry_run) as hooks, \
+            contextlib.ExitStack() as stack:
         # The source's run row is open before the source is listed, so a failure there is a
         # recorded failed run and an alert (issue 15).
         record = None if dry_run else stack.enter_context(
@@ -116,7 +140,11 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
         if job.archive is not None:
             archive = _prune_archive(ctx, name, job, dry_run=dry_run,
                                      accept_early_delete_fee=accept_early_delete_fee)
-    return PruneResult(name, plans, outcome, replicas, archive)
+        result = PruneResult(name, plans, outcome, replicas, archive)
+        hooks.outcome.datasets = tuple(plans)
+        hooks.outcome.result = "partial" if result.failed else "ok"
+        hooks.outcome.error = "; ".join(result.problems()) or None
+    return result
 
 
 def _release_stale_archive_holds(zfs: Zfs, name: str, inventory: Inventory,

@@ -25,6 +25,8 @@ from zrepl_py.checks.health import needs_size, source_warnings, target_warnings
 from zrepl_py.checks.source import source_errors
 from zrepl_py.config.schema import Endpoint, JobConfig, ProtectionBudget, no_zfs_fallback
 from zrepl_py.errors import CommandFailed, UsageError, ZbakError
+from zrepl_py.hooks.around import ActionHooks
+from zrepl_py.hooks.environment import Facts, Outcome
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.locking import dataset_lock
 from zrepl_py.observe.runlog import RunSet
@@ -129,6 +131,8 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
         ZfsError, HostUnreachable, CatalogError: the source could not be listed (every
             target's run is recorded failed; target failures are reported per target in the
             result instead).
+        HookFailed: a pre or post replicate hook failed (``zrepl_py.hooks``; they run around
+            the run, inside the lock, never in a dry run).
     """
     if job.replicate is None:
         raise UsageError(f"job {name} has no [jobs.{name}.replicate] section in {ctx.config_path}")
@@ -138,6 +142,10 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
     with dataset_lock(ctx.state_dir, lock_key(job), "replicate"), contextlib.ExitStack() as stack:
         ctx.start_prefetch(_prefetch_tasks(ctx, job, dry_run=dry_run))  # background: no raise
         catalog = ctx.catalog()  # imports SQLAlchemy: CPU while the prefetch waits on hosts
+        hooks = stack.enter_context(ActionHooks(
+            job.hooks.get("replicate"), catalog, ctx.clock,
+            Facts("replicate", name, source.host, str(source.dataset), tuple(cfg.targets)),
+            dry_run=dry_run))
         # Every target's run row is open before the source is listed: a source that cannot
         # be listed fails (and alerts) every target's run instead of leaving no trace.
         runs = None if dry_run else stack.enter_context(
@@ -173,7 +181,23 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
             except ZbakError as exc:
                 log.error("job %s: target %s failed: %s", name, target, exc)
                 result.error = str(exc)
+        _tell_hooks(hooks.outcome, inventory, source.dataset, results)
     return ReplicateResult(name, dry_run, results)
+
+
+def _tell_hooks(outcome: Outcome, inventory: Inventory, root: DatasetName,
+                results: list[TargetResult]) -> None:
+    """Fill in the post hook's ``outcome`` (``hooks.environment``) from the targets' results:
+    ``partial`` when some target failed, ``failed`` when all did."""
+    outcome.datasets = tuple(str(d.name) for d in inventory.datasets)
+    newest = inventory.tree.snapshots(root)
+    outcome.snapshot = newest[-1].short if newest else None
+    outcome.bytes = sum(r.bytes for r in results)
+    failed = [r for r in results if r.error]
+    outcome.result = ("ok" if not failed else "failed" if len(failed) == len(results)
+                      else "partial")
+    problems = [f"{r.target}: {r.error}" for r in failed] + [w for r in results for w in r.warnings]
+    outcome.error = "; ".join(problems) or None
 
 
 def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list:

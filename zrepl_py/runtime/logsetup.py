@@ -1,7 +1,8 @@
-"""Logging set-up: human lines on stderr; botocore/urllib3/paramiko never at DEBUG.
+"""Logging set-up: human lines on stderr; botocore/urllib3/requests/paramiko never at DEBUG.
 
 botocore and urllib3 print request headers, including credentials, at DEBUG
-(boto/botocore#2626), so they are pinned to WARNING whatever ``--debug`` says.
+(boto/botocore#2626), and urllib3 each request's URL path (an apprise or webhook token), so
+they are pinned to WARNING whatever ``--debug`` says.
 
 Every message is made ``printable`` first: a job, dataset or file name holding a newline or
 an ANSI escape sequence cannot forge a log line or rewrite the terminal (issue 16 item 4).
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 
-_WIRE_LOGGERS = ("botocore", "boto3", "urllib3", "s3transfer", "paramiko")
+_WIRE_LOGGERS = ("botocore", "boto3", "urllib3", "requests", "s3transfer", "paramiko")
 _CHATTY_LOGGERS = ("alembic",)  # announces its dialect on every catalog open
 # C0 and C1 control characters, DEL, and the Unicode line and paragraph separators.
 _CONTROLS = [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]
@@ -35,6 +36,12 @@ class _PrintableFormatter(logging.Formatter):
         return super().formatMessage(record)
 
 
+def pin_wire_loggers() -> None:
+    """Set the loggers of the wire libraries (see the module doc) to WARNING."""
+    for name in _WIRE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def setup_logging(level: str) -> None:
     """Configure the root logger at ``level`` (DEBUG/INFO/WARNING/ERROR) on stderr."""
     handler = logging.StreamHandler()
@@ -42,7 +49,6 @@ def setup_logging(level: str) -> None:
                                              datefmt="%Y-%m-%dT%H:%M:%SZ"))
     logging.basicConfig(level=level, handlers=[handler], force=True)
     logging.Formatter.converter = time.gmtime
-    for name in _WIRE_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
+    pin_wire_loggers()
     for name in _CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)

@@ -1,3 +1,3 @@
 """What ``zbak status`` and the Prometheus exporter show: ``report`` (per job and target: last
-success, lag, chains, held bases, next runs, running transfers) and ``metrics`` (the same as
-Prometheus families)."""
+success, lag, chains, held bases, next runs, running transfers), ``metrics`` (the same as
+Prometheus families) and ``check`` (``zbak status --check``: Nagios exit codes)."""
