@@ -1,10 +1,12 @@
 """Carry out a restore plan: thaw, fetch and verify, then receive in order.
 
 Archive path: the store's catalog exports are checked against this machine's high-water marks
-(``catalog.export.StoreGuard``), then every cold volume is thawed first (exit 75 until readable); every volume of
-every stream is verified (fetch.py) before the first byte is received, so a missing,
-truncated or altered volume means nothing is received; then each stream is decompressed
-into ``zfs receive -u INTO`` (never ``-F``), full first. When the target snapshot lies inside
+(``catalog.export.StoreGuard``), then every cold volume is thawed first (exit 75 until
+readable); every volume is present with its size before the first byte is received; then
+each stream is decompressed into ``zfs receive -u INTO`` (never ``-F``), full first, each
+volume only once it verified (fetch.py, which checks the next volumes while one is
+received), and the first stream's END record only once every volume of the path verified,
+so a missing, truncated or altered volume still means nothing is received. When the target snapshot lies inside
 the last ``-I`` stream, the snapshots after it are destroyed from the NEW dataset (which this
 restore created) and the dataset is rolled back to the target.
 Local and replica paths: ``zfs send`` of the first snapshot, then ``-I`` to the target, piped
@@ -26,6 +28,7 @@ import dataclasses
 import logging
 import re
 import time
+from collections.abc import Iterator
 
 from zrepl_py.archive.damage import mark_bad
 from zrepl_py.catalog.export import StoreGuard
@@ -45,7 +48,7 @@ from zrepl_py.observe.transfers import job_of, reporting
 from zrepl_py.proc.pipeline import run_pipeline
 from zrepl_py.proc.python_end import ReceiveWriter
 from zrepl_py.replication.stages import Side, transfer_stages
-from zrepl_py.restore.fetch import fetch_verified, file_chunks
+from zrepl_py.restore.fetch import VolumeFetch, file_chunks
 from zrepl_py.restore.plan import RestorePlan
 from zrepl_py.restore.thaw import request_thaws
 from zrepl_py.streams.frames import decompress_frame
@@ -115,39 +118,40 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
             f" {ready_by:%Y-%m-%d %H:%M}Z: it continues where it stopped")
     spool = (cfg.spool_dir or ctx.state_dir / "spool") / f"{plan.host}-{plan.dataset.replace('/', '_')}"
     every = [v for s in path.streams for v in plan.volumes[s.id]]
-    files = fetch_verified(backend, every, spool, cfg.download_concurrency)
     zfs = ctx.zfs(plan.into_host, DatasetName(plan.into).pool)
     side = Side.of(ctx.config, plan.into_host)
     receive = receive_argv(plan.into, caps=zfs.capabilities, resumable=False, zfs=zfs.zfs)
     total = 0
     label = f"{path.store}:{plan.dataset}@{plan.target.name} -> {plan.into}"
-    progress = _reporter(ctx, plan, label, total=sum(s.raw_bytes for s in path.streams))
-    sampler = Sampler(progress)
-    for done, stream in enumerate(path.streams):
-        try:
-            with ReceiveWriter(side.wrap([receive], "zfs receive")) as writer:
-                for volume in plan.volumes[stream.id]:
-                    where = f"{path.store}:{volume.key}"
-                    chunks = decompress_frame(file_chunks(files[volume.id]), where,
-                                              raw_bytes=volume.raw_bytes)
-                    for chunk in chunks:
+    with VolumeFetch(backend, every, spool, cfg.download_concurrency) as fetch:
+        progress = _reporter(ctx, plan, label, total=sum(s.raw_bytes for s in path.streams))
+        sampler = Sampler(progress)
+        for done, stream in enumerate(path.streams):
+            try:
+                with ReceiveWriter(side.wrap([receive], "zfs receive")) as writer:
+                    for chunk in _stream_bytes(fetch, path.store, plan.volumes[stream.id],
+                                               first=done == 0):
                         writer.write(chunk)
                         total += len(chunk)
                         sampler.add(len(chunk))
-                writer.finish()
-        except Exception as exc:
-            progress.close()  # a KeyboardInterrupt leaves the file: stale once we exit
-            got = (f"{plan.into} holds the streams up to @{path.streams[done - 1].to_name}"
-                   if done else "nothing was received")
-            if _stream_rejected(exc):
-                _mark_bad(ctx, stream, f"zfs receive rejected its content: {exc}",
-                          job_of(ctx.config, plan.host, plan.dataset))
-                raise StreamRejected(
-                    f"zfs receive rejected stream {stream.id} (@{stream.to_name}, store"
-                    f" {path.store}) although its volumes verified: {exc}; the stream is marked"
-                    f" bad in the catalog; {got}") from exc
-            raise RestoreError(f"receiving stream {stream.id} (@{stream.to_name}) into"
-                               f" {plan.into_host}:{plan.into} failed: {exc}; {got}") from exc
+                    writer.finish()
+            except _Unverified as exc:
+                progress.close()
+                raise exc.error from None  # says "nothing was received" (see _stream_bytes)
+            except Exception as exc:
+                progress.close()  # a KeyboardInterrupt leaves the file: stale once we exit
+                got = (f"{plan.into} holds the streams up to @{path.streams[done - 1].to_name}"
+                       if done else "nothing was received")
+                if _stream_rejected(exc):
+                    _mark_bad(ctx, stream, f"zfs receive rejected its content: {exc}",
+                              job_of(ctx.config, plan.host, plan.dataset))
+                    raise StreamRejected(
+                        f"zfs receive rejected stream {stream.id} (@{stream.to_name}, store"
+                        f" {path.store}) although its volumes verified: {exc}; the stream is"
+                        f" marked bad in the catalog; {got}") from exc
+                raise RestoreError(f"receiving stream {stream.id} (@{stream.to_name}) into"
+                                   f" {plan.into_host}:{plan.into} failed: {exc}; {got}") from exc
+        files = fetch.wait_all()
     progress.finish(total, time.monotonic() - sampler.started)
     _trim(ctx, plan, [c.name for c in path.later])
     locked = _check_received(zfs, plan)
@@ -155,6 +159,56 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
         if file.is_relative_to(spool):
             file.unlink(missing_ok=True)
     return RestoreOutcome(plan.into, len(path.streams), total, locked)
+
+
+class _Unverified(Exception):
+    """A volume failed verification (or could not be read) while the first stream was
+    being received; ``error`` is the fetch's own error."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _stream_bytes(fetch: VolumeFetch, store: str, volumes, *, first: bool) -> Iterator[bytes]:
+    """The raw send stream of one archived stream: its volumes, each taken from ``fetch``
+    once verified and decoded with every frame check (``decompress_frame``).
+
+    For the ``first`` stream of the path, its last piece (which carries the stream's END
+    record) is held back until every volume of the whole path verified, and a verification
+    failure seen meanwhile stops at once: a bad volume anywhere in the path then cancels
+    the first receive, which discards the partial stream (zfs-receive(8) without ``-s``),
+    so nothing is received, as when every volume was checked before the first byte.
+
+    Raises:
+        _Unverified: a volume failed verification or could not be fetched.
+        StreamCorrupt: a verified volume failed a decode check (zfs receive is cancelled
+            before the stream's end).
+    """
+    held = b""
+    for volume in volumes:
+        try:
+            file = fetch.path(volume)
+        except Exception as exc:
+            raise _Unverified(exc) from exc
+        for chunk in decompress_frame(file_chunks(file), f"{store}:{volume.key}",
+                                      raw_bytes=volume.raw_bytes):
+            if first and fetch.failed():
+                _wait_verified(fetch)
+            if held:
+                yield held
+            held = chunk
+    if first:
+        _wait_verified(fetch)
+    if held:
+        yield held
+
+
+def _wait_verified(fetch: VolumeFetch) -> None:
+    try:
+        fetch.wait_all()
+    except Exception as exc:
+        raise _Unverified(exc) from exc
 
 
 def _stream_rejected(exc: BaseException) -> bool:

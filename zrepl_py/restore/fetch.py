@@ -1,4 +1,4 @@
-"""Fetch and verify every volume of a restore path before any byte reaches ``zfs receive``.
+"""Fetch and verify every volume of a restore path before its bytes reach ``zfs receive``.
 
 Each volume is checked against the catalog: it exists with the recorded size (checked for all
 volumes first, one stat each, so a missing or truncated object stops the restore before any
@@ -6,7 +6,9 @@ download), its bytes hash to the recorded SHA-256, and they have the structure o
 zstd frame with a content checksum, ending exactly at the object's end (``FrameWalk``: frame
 and block headers only). Volumes of a local directory store are checked where they lie;
 volumes of a remote store are downloaded into the spool directory (in parallel, bounded) and
-checked there, so the receive phase reads verified local files only.
+checked there, so the receive phase reads verified local files only. Verification runs
+ahead of the receive, in chain order (``VolumeFetch``): the receive of volume N overlaps
+the checks of the next ones, and takes each volume only once it verified.
 
 Why this pass does not decode (it did until benchmarks/archive.py measured it: decoding
 plus a SHA-256 of the decoded bytes took 4x as long as the SHA-256 of the stored bytes alone,
@@ -37,6 +39,7 @@ import hashlib
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -163,34 +166,95 @@ def _twice(read_and_verify: Callable[[], None], where: str) -> None:
                     " (a flaky store, network or disk)", where)
 
 
+class VolumeFetch:
+    """Verify the volumes of a restore path in chain order, ``concurrency`` at a time,
+    ahead of the receive that takes them one by one (bounded read-ahead).
+
+    The constructor checks every volume's presence and size first (one stat each, so a
+    missing or truncated object stops the restore before anything is received) and the
+    spool's room for the remote volumes, then starts the verifications in chain order:
+    while the receive takes volume N, volumes N+1 .. N+concurrency are read and checked.
+    ``path(volume)`` hands out a volume only once it verified, so a bad volume never
+    reaches ``zfs receive``; ``wait_all()`` returns once every volume verified, which the
+    restore waits for before the first stream's END record goes out (restore/execute.py),
+    so a bad volume anywhere in the path still means nothing was received.
+
+    Use as a context manager: leaving it stops the verifications not yet started.
+
+    Args:
+        backend: the store.
+        volumes: every volume of the path, in chain order (stream by stream, index order).
+        spool: a private directory for downloads (created if missing; must have room for
+            the remote volumes' stored bytes).
+        concurrency: verifications (downloads) at once, >= 1.
+
+    Raises:
+        StreamCorrupt: a volume is missing or has another size.
+        RestoreError: the spool directory lacks space.
+        StoreError: a stat failed.
+    """
+
+    def __init__(self, backend: Backend, volumes: Sequence[VolumeRow], spool: Path,
+                 concurrency: int):
+        check_present(backend, volumes)
+        remote = [v for v in volumes if backend.local_path(v.key) is None]
+        if remote:
+            spool.mkdir(parents=True, exist_ok=True, mode=0o700)
+            need = sum(v.stored_bytes for v in remote)
+            free = shutil.disk_usage(spool).free
+            if need > free:
+                raise RestoreError(f"the spool directory {spool} has {free} bytes free, the"
+                                   f" restore needs {need}: set [restore] spool_dir to a larger"
+                                   " file system")
+        self._failed = threading.Event()
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=concurrency, thread_name_prefix="verify")
+        # The pool takes work in submission order: the volumes the receive needs next first.
+        self._futures = {v.id: self._pool.submit(_fetch_one, backend, v, spool)
+                         for v in volumes}
+        for future in self._futures.values():
+            future.add_done_callback(self._note)
+
+    def _note(self, future: concurrent.futures.Future) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            self._failed.set()
+
+    def __enter__(self) -> "VolumeFetch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def path(self, volume: VolumeRow) -> Path:
+        """The verified file of ``volume``, waiting for its check.
+
+        Raises:
+            StreamCorrupt: it failed verification (twice); NeedsThaw, StoreError.
+        """
+        return self._futures[volume.id].result()
+
+    def failed(self) -> bool:
+        """True when some volume's verification has failed already."""
+        return self._failed.is_set()
+
+    def wait_all(self) -> dict[int, Path]:
+        """Wait until every volume verified; map volume id -> verified file.
+
+        Raises:
+            StreamCorrupt, NeedsThaw, StoreError: of the first failing volume in chain order.
+        """
+        return {vid: future.result() for vid, future in self._futures.items()}
+
+    def close(self) -> None:
+        """Stop the verifications not started yet; wait for the running ones."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 def fetch_verified(backend: Backend, volumes: Sequence[VolumeRow], spool: Path,
                    concurrency: int) -> dict[int, Path]:
     """Verify every volume (downloading remote ones into ``spool``); map volume id -> file.
 
-    Args:
-        backend: the store.
-        volumes: every volume of the path, any order.
-        spool: a private directory for downloads (created if missing; must have room for the
-            remote volumes' stored bytes).
-        concurrency: downloads/verifications at once.
-
-    Raises:
-        StreamCorrupt: a volume is missing, truncated, or fails a check (nothing received).
-        RestoreError: the spool directory lacks space.
-        NeedsThaw, StoreError: the store refused.
+    Args and errors: as :class:`VolumeFetch`, whose ``wait_all`` this is.
     """
-    check_present(backend, volumes)
-    remote = [v for v in volumes if backend.local_path(v.key) is None]
-    if remote:
-        spool.mkdir(parents=True, exist_ok=True, mode=0o700)
-        need = sum(v.stored_bytes for v in remote)
-        free = shutil.disk_usage(spool).free
-        if need > free:
-            raise RestoreError(f"the spool directory {spool} has {free} bytes free, the restore"
-                               f" needs {need}: set [restore] spool_dir to a larger file system")
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency)
-    try:
-        futures = {v.id: pool.submit(_fetch_one, backend, v, spool) for v in volumes}
-        return {vid: future.result() for vid, future in futures.items()}
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # the first failure stops the rest
+    with VolumeFetch(backend, volumes, spool, concurrency) as fetch:
+        return fetch.wait_all()
