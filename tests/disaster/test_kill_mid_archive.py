@@ -14,7 +14,9 @@ The kill lands after the first volume, about half of them, or all but the last o
 * ``zbak audit`` is clean and a restore of the snapshot gives the original content.
 
 One kill point runs against moto's S3 server too (4 MiB volumes go up as single PutObjects,
-so a kill leaves no multipart upload behind).
+so a kill leaves no multipart upload behind), and one with 32 MiB volumes, each a multipart
+upload of four 8 MiB parts sent four at a time: the kill lands while parts are in flight, the
+rerun resumes all the same, and ``zbak audit --repair`` aborts the upload the kill left open.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+import botocore.exceptions
 import pytest
 from conftest import MIB, content_of, restored_content
 from support.archive_checks import catalog_of, catalogued, converged_problems
@@ -45,11 +48,11 @@ VOLUME = 4 * MIB
 TOTAL = SIZE // VOLUME + 1  # the send stream is a little longer than the file
 
 
-def archive_config(site, store_toml: str) -> None:
+def archive_config(site, store_toml: str, volume: int = VOLUME) -> None:
     site.write(f"""
         [stores.cold]
         {store_toml}
-        volume_size = "4MiB"
+        volume_size = {volume}
         [jobs.data]
         dataset = "{site.data}"
         [jobs.data.archive]
@@ -61,7 +64,7 @@ def archive_config(site, store_toml: str) -> None:
     zfs("snapshot", f"{site.data}@big")
 
 
-def kill_after(site, volumes: int, recorded) -> int:
+def kill_after(site, volumes: int, recorded, total: int = TOTAL) -> int:
     """Run ``zbak archive`` as a subprocess and SIGKILL it once ``recorded()`` (the volume
     count of the upload's progress.json, or None) reaches ``volumes``; return that count."""
     proc = subprocess.Popen([str(ZBAK), "--config", str(site.config), "archive"],
@@ -82,7 +85,7 @@ def kill_after(site, volumes: int, recorded) -> int:
             proc.kill()
             proc.wait()
     assert proc.returncode == -signal.SIGKILL, f"the archive was not killed: {err.decode()}"
-    assert seen is not None and seen < TOTAL
+    assert seen is not None and seen < total
     return seen
 
 
@@ -110,7 +113,8 @@ class SampledReader(writer.MeteredReader):
         super().__init__(reader, counted if progress is not None else None, interval)
 
 
-def rerun_converges(site, monkeypatch, killed_at: int, *, sampled: bool = True) -> None:
+def rerun_converges(site, monkeypatch, killed_at: int, *, sampled: bool = True,
+                    total: int = TOTAL) -> None:
     """The rerun resumes, its progress sampler fires (unless not ``sampled``), and it leaves
     exactly the catalog's objects."""
     SampledReader.samples = []
@@ -120,7 +124,7 @@ def rerun_converges(site, monkeypatch, killed_at: int, *, sampled: bool = True) 
     assert row["stream"] == "full @big", row
     written, _, resumed = row["volumes"].partition(", ")
     assert resumed and int(resumed.split()[0]) >= killed_at, row
-    assert int(written.split()[0]) + int(resumed.split()[0]) == TOTAL, row
+    assert int(written.split()[0]) + int(resumed.split()[0]) == total, row
     if sampled:
         assert SampledReader.samples, "the resumed send ran under 1 s: the sampler never fired"
     config = load_config(site.config)
@@ -128,7 +132,7 @@ def rerun_converges(site, monkeypatch, killed_at: int, *, sampled: bool = True) 
     try:
         with catalog_of(site.config) as catalog:
             streams = catalogued(catalog, site.data)
-        assert [(s.kind, s.to_name, len(v)) for s, v in streams] == [("full", "big", TOTAL)]
+        assert [(s.kind, s.to_name, len(v)) for s, v in streams] == [("full", "big", total)]
         assert converged_problems(backend, streams) == []
     finally:
         backend.close()
@@ -171,4 +175,40 @@ def test_an_archive_to_s3_killed_mid_upload_resumes_on_the_next_run(site, monkey
 
     killed_at = kill_after(site, TOTAL // 2, recorded)
     rerun_converges(site, monkeypatch, killed_at)
+    assert client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
+
+
+def test_an_archive_to_s3_killed_while_parts_upload_concurrently_resumes_and_repair_aborts_the_upload(
+        site, monkeypatch, s3_server, s3_bucket):
+    """32 MiB volumes go up as multipart uploads of four 8 MiB parts, four at a time (the
+    store's default part size and upload concurrency); the kill lands while a volume's parts
+    are in flight. The rerun skips the durable volumes and converges; the upload the kill
+    left open is no object, and ``zbak audit --repair`` aborts it."""
+    volume = 32 * MIB
+    total = SIZE // volume + 1
+    archive_config(site, f'url = "s3://{s3_bucket}/zbak"\nendpoint = "{s3_server.endpoint_url}"'
+                         '\nregion = "us-east-1"', volume)
+    client = s3_server.client()
+
+    def recorded() -> int | None:
+        """The progress.json volume count, once a multipart upload with a part is open."""
+        uploads = client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", [])
+        try:
+            if not any(client.list_parts(Bucket=s3_bucket, Key=u["Key"], UploadId=u["UploadId"])
+                       .get("Parts") for u in uploads):
+                return None
+        except botocore.exceptions.ClientError:
+            return None  # NoSuchUpload: it completed between the two calls
+        listed = client.list_objects_v2(Bucket=s3_bucket, Prefix="zbak/")
+        for item in listed.get("Contents", ()):
+            if item["Key"].endswith("/" + PROGRESS):
+                body = client.get_object(Bucket=s3_bucket, Key=item["Key"])["Body"].read()
+                return len(json.loads(body)["volumes"])
+        return None
+
+    killed_at = kill_after(site, 1, recorded, total)
+    assert client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads"), \
+        "the kill should have left a multipart upload open"
+    rerun_converges(site, monkeypatch, killed_at, total=total)
+    site.ok("audit", "--repair", "--yes", "--stale-uploads-days", "0")
     assert client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []

@@ -21,7 +21,7 @@ def open_store(name: str, cfg: StoreConfig, *, retry: RetryPolicy | None = None)
     ``file:///abs/dir`` gives a :class:`~zrepl_py.stores.file.FileBackend` on ``/abs/dir`` (the
     path is taken literally, without percent-decoding). ``s3://bucket[/prefix]`` gives an
     :class:`~zrepl_py.stores.s3.S3Backend` with ``cfg.endpoint``, ``cfg.region``,
-    ``cfg.profile`` and ``cfg.upload_concurrency``; its part size is 16 MiB, or more when
+    ``cfg.profile`` and ``cfg.upload_concurrency``; its part size is 8 MiB, or more when
     ``cfg.volume_size`` needs it to fit in S3's 10,000 parts (rounded up to whole MiB).
     With ``cfg.prune_profile``, a :class:`PruneCredentialBackend` whose deletes use that
     profile's credential and everything else ``cfg.profile``'s. Nothing is contacted here.
