@@ -18,6 +18,7 @@ import json
 import os
 import random
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,57 @@ def test_a_flipped_bit_in_a_volume_is_refused_and_nothing_is_received(archived, 
     faulty_store(flip_byte_at=size // 2, keys=key)
     err = restore_refused(run, pool, data, f"{pool.name}/r")
     assert key in err and "SHA-256" in err
+
+
+def test_a_bad_volume_found_while_the_first_stream_is_received_is_never_decoded_and_nothing_is_received(
+        zpool, tmp_path, faulty_store, monkeypatch):
+    """Issue 20 P4, bounded read-ahead: the receive of the full (3 MiB, three 1 MiB volumes)
+    starts before the incremental's volume is verified (its read waits until the first
+    bytes went into zfs receive), that volume then fails its SHA-256, and the restore
+    stops: the bad volume is never decoded, the full's receive is cancelled before its END
+    record, and nothing exists."""
+    data = f"{zpool.name}/data"
+    zfs("create", data)
+    mount = Path(prop(data, "mountpoint"))
+    for step, size in enumerate((3 * MiB, 300 * KiB)):
+        (mount / f"f{step}.bin").write_bytes(os.urandom(size))
+        zfs("snapshot", f"{data}@{step}")
+    config, store = file_archive_config(tmp_path, data, volume_size="1MiB")
+    run = Zbak(config)
+    for args in (("init", "--no-checks"), ("archive",)):
+        status, out, err = run(*args)
+        assert status == ExitStatus.OK, out + err
+    key, size = newest_volume(store)
+    receiving = threading.Event()
+    decoded: list[str] = []
+
+    class Watched(restore_execute.ReceiveWriter):
+        def write(self, chunk: bytes) -> None:
+            receiving.set()
+            super().write(chunk)
+
+    real_decompress = restore_execute.decompress_frame
+
+    def watched_decompress(stored, what, *args, **kwargs):
+        decoded.append(what)
+        return real_decompress(stored, what, *args, **kwargs)
+
+    def bad_after_receive_started(candidate: str) -> bool:
+        if candidate != key:
+            return False
+        assert receiving.wait(60), "the first stream's receive never started"
+        return True
+
+    monkeypatch.setattr(restore_execute, "ReceiveWriter", Watched)
+    monkeypatch.setattr(restore_execute, "decompress_frame", watched_decompress)
+    faulty_store(flip_byte_at=size // 2, keys=bad_after_receive_started)
+    status, out, err = run("restore", data, "--to", "@1", "--into", f"{zpool.name}/r",
+                           "--from", "cold", "--yes")
+    assert status == ExitStatus.FAILED, out + err
+    assert not exists(f"{zpool.name}/r"), "a refused restore must receive nothing"
+    assert key in err and "SHA-256" in err and "nothing was received" in err
+    assert receiving.is_set() and decoded, "the full was not being received meanwhile"
+    assert not [what for what in decoded if what.endswith(key)], decoded
 
 
 @pytest.mark.parametrize("garbage", [b"\0", b"trailing garbage" * 64,
