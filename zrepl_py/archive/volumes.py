@@ -1,8 +1,9 @@
 """Cut a raw send stream into volumes, compress each into one zstd frame, upload each.
 
 Nothing is spooled: raw bytes are read from the send pipe in 1 MiB chunks, compressed and
-handed to ``Backend.put`` as they come, so memory is bounded by the store's part size times
-its upload concurrency whatever the stream size.
+handed to ``Backend.put`` as they come, so memory is bounded whatever the stream size: by the
+zstd workers' jobs (``streams.frames.compress_frame``) and the store's part size times its
+upload concurrency.
 
 Resume (issue "Cold storage" item 2): after each volume is durable, ``progress.json`` in the
 stream's prefix lists the volumes so far with the SHA-256 of their RAW bytes. A rerun runs the
