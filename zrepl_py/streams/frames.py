@@ -32,8 +32,11 @@ _MAGIC = b"\x28\xb5\x2f\xfd"
 _MAX_BLOCK = 128 * 1024  # RFC 8878 3.1.1.2.3: Block_Maximum_Size <= 128 KiB
 JOB_SIZE = 2 << 20
 """Raw bytes per zstd job in multi-threaded compression (see :func:`compress_frame`)."""
-MAX_COMPRESS_THREADS = 4
-"""Most zstd workers one frame uses (each holds about 15 MiB at ``JOB_SIZE``)."""
+MAX_COMPRESS_THREADS = 2
+"""Most zstd workers one frame uses. Each holds about 15 MiB at ``JOB_SIZE`` (more on
+incompressible data, whose output buffers fill): with two, ``zbak archive`` of random data to
+S3 peaked at 197 MiB beside 8 MiB parts four at a time (benchmarks/archive.py), so a third
+worker would break the 200 MiB bound of issue 20."""
 
 
 @dataclasses.dataclass
