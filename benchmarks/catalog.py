@@ -36,7 +36,7 @@ rows of 13 columns, 0.21 s of it SQLite's fetch) and the graph checks (0.19 s).
 
 SQLite: a file under a temporary directory. PostgreSQL: ``ZBAK_BENCH_PG_URL`` (an empty
 database, SQLAlchemy URL), else a throwaway PostgreSQL 15 cluster started the way
-tests/testbed/postgres.py does (``initdb``/``pg_ctl`` as the postgres user, 127.0.0.1, fsync
+tests/support/postgres.py does (``initdb``/``pg_ctl`` as the postgres user, 127.0.0.1, fsync
 off), removed at the end. Usage::
 
     .venv/bin/python benchmarks/catalog.py [--datasets 1000] [--chains 4] [--chain-length 25]
@@ -256,7 +256,7 @@ def postgres_url() -> Iterator[str]:
         yield os.environ["ZBAK_BENCH_PG_URL"]
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from testbed.common import free_port  # noqa: PLC0415
+    from support.common import free_port  # noqa: PLC0415
 
     base = Path(tempfile.mkdtemp(prefix="zbak-bench-pg-"))
     as_pg: list[str] = []

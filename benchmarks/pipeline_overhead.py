@@ -13,7 +13,7 @@ for three pipelines: ``send | cat > /dev/null`` (the pipe alone), ``send | zfs r
 against the source's, then the copy is destroyed (``zfs destroy`` of our own benchmark
 datasets, never ``-r``).
 
-Runs as root on the test bed of tests/testbed (it reuses those helpers): a private mount
+Runs as root on the test bed of tests/support (it reuses those helpers): a private mount
 namespace with its own zfs-fuse daemon, a pool on a sparse file and an sshd on 127.0.0.1, all
 removed at the end. Usage::
 
@@ -36,8 +36,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from testbed import sshd as testbed_sshd  # noqa: E402
-from testbed import zfs as testbed_zfs  # noqa: E402
+from support import sshd as testbed_sshd  # noqa: E402
+from support import zfs as testbed_zfs  # noqa: E402
 
 from zrepl_py.proc.openssh import remote_command, remote_pipeline, ssh_argv  # noqa: E402
 from zrepl_py.proc.pipeline import Meter, Stage, run_pipeline  # noqa: E402
@@ -63,7 +63,7 @@ def destroy(name: str) -> None:
 
 
 def start_zfs(workdir: Path) -> Path:
-    """A private zfs-fuse (tests/testbed/zfs.py recipe); returns its pid file."""
+    """A private zfs-fuse (tests/support/zfs.py recipe); returns its pid file."""
     why_not = testbed_zfs._enter_private_namespace()
     if why_not:
         raise SystemExit(f"cannot get a private zfs-fuse: {why_not}")

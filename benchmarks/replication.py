@@ -61,7 +61,7 @@ the receive buffer: full 1 GiB 1.13x, incremental 1 GiB 1.16x the raw pipe (5 re
 run, is what remains. No-op cycle over 101 datasets 9-12x faster than syncoid+shim. Before
 (plain ChaCha20-Poly1305, no buffer): 512 MiB 0.75x, 256 MiB 0.58x, 8 GiB 0.956x / 0.980x.
 
-Runs as root on the test bed of tests/testbed: a private mount namespace with its own
+Runs as root on the test bed of tests/support: a private mount namespace with its own
 zfs-fuse daemon (pools on sparse files in a temporary directory, about 3 x (size + incr) MiB
 of real disk at most) and sshd on 127.0.0.1, all removed at the end. Usage::
 
@@ -90,9 +90,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from testbed import sshd as testbed_sshd  # noqa: E402
-from testbed import zfs as testbed_zfs  # noqa: E402
-from testbed.common import free_port  # noqa: E402
+from support import sshd as testbed_sshd  # noqa: E402
+from support import zfs as testbed_zfs  # noqa: E402
+from support.common import free_port  # noqa: E402
 from zfsbench import destroy, guid, last_line, rotate, sh  # noqa: E402 (script-local import)
 
 from zrepl_py.config.schema import ReplicateConfig  # noqa: E402
