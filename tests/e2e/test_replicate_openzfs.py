@@ -347,7 +347,7 @@ def test_sigterm_mid_transfer_leaves_a_resume_token_and_the_rerun_resumes_from_i
     assert rig.token() == "-"
 
 
-# -- issue 18: replicas that survive a reboot, properties, pool features ----------------
+# -- issue 18: replicas that survive a reboot, properties, pool features, bookmark guids ----
 
 
 def value_and_source(rig: Rig, name: str, prop: str) -> tuple[str, str]:
@@ -473,3 +473,31 @@ def test_pools_created_with_d_or_compatibility_legacy_get_streams_they_can_recei
     assert f"zfs send {rig.data}@s1" in err and "-c -L -e" not in err
     assert rig.guids(into) == rig.guids(rig.data)
 
+
+def test_a_bookmark_with_the_cursor_name_but_another_snapshot_is_replaced_by_guid(rig):
+    """Issue 18 item 5: a bookmark already carrying the name zbak gives its cursor, but made
+    from another snapshot, is not trusted by name: zbak replaces it (with a warning), so
+    after the base snapshot is destroyed the next run goes on from the bookmark instead of
+    stopping as diverged."""
+    rig.write("a.bin", 0.25)
+    rig.snapshot("s1")
+    assert rig.replicate() == "full s1"
+    rig.write("b.bin", 0.25)
+    rig.snapshot("s2")
+    s1, s2 = rig.guids(rig.data)["s1"], rig.guids(rig.data)["s2"]
+    impostor = f"{bookmark_prefix('j', rig.target)}{s2:016x}"
+    rig.guest("zfs", "bookmark", f"{rig.data}@s1", f"{rig.data}#{impostor}")
+    assert rig.bookmarks()[impostor] == s1
+
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    assert json.loads(out)["rows"][0]["plan"] == "incremental -I s1 -> s2"
+    assert f"{rig.data}#{impostor} has the name of zbak's cursor" in err
+    assert rig.bookmarks() == {impostor: s2}, "the cursor bookmark is s2's, by guid"
+
+    rig.guest("zfs", "release", rig.tag, f"{rig.data}@s2")
+    rig.guest("zfs", "destroy", f"{rig.data}@s2")
+    rig.write("c.bin", 0.25)
+    rig.snapshot("s3")
+    assert rig.replicate() == f"incremental -i {impostor} -> s3"
+    assert rig.guids(rig.replica) == {"s1": s1, "s2": s2, **rig.guids(rig.data)}
