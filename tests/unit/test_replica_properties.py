@@ -95,8 +95,8 @@ def test_a_set_property_not_local_is_set_and_a_received_exclusion_inherited_or_r
                 "sharenfs": ("off", "default"), "sharesmb": ("off", "default")}
     assert props.fixes(observed) == [
         Fix("canmount", "noauto", "was on (default)"),
-        Fix("mountpoint", None, "the stream's /home was received"),
-        Fix("refreservation", "none", "the stream's 1048576 was received"),
+        Fix("mountpoint", None, "was the stream's /home (received, though excluded)"),
+        Fix("refreservation", "none", "was the stream's 1048576 (received, though excluded)"),
     ]
 
 

@@ -309,7 +309,7 @@ def _set_after_full(dst: Zfs, target: Endpoint, target_ds: DatasetName,
     """Set the job's properties on a replica a full stream has just created, on a receiver
     without ``zfs receive -o`` (received with ``-u`` and no properties, so it was mounted
     nowhere in between)."""
-    fixes = [Fix(name, value, "is new (this zfs receive has no -o)")
+    fixes = [Fix(name, value, "is not set yet (this zfs receive has no -o)")
              for name, value in props.assigned]
     _repair(dst, target, target_ds, fixes, expected=True)
 
@@ -327,8 +327,8 @@ def _repair(dst: Zfs, target: Endpoint, target_ds: DatasetName, fixes: list[Fix]
         how = f"zfs set {fix.prop}={fix.value}" if fix.value is not None else (
             f"zfs inherit {fix.prop}")
         log.log(logging.INFO if expected else logging.WARNING,
-                "%s: %s %s %s, so zbak runs %s on it (replica properties)", target, target_ds,
-                fix.prop, fix.why, how)
+                "%s: %s of %s %s; running %s (replica properties)", target, fix.prop,
+                target_ds, fix.why, how)
         try:
             _fix(dst, target_ds, fix)
         except ZfsError as exc:

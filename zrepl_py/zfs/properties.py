@@ -10,8 +10,9 @@ and zfs-receive(8) of OpenZFS 2.3 and ``module/zcommon/zfs_prop.c``:
 - ``-x PROP`` is meant to keep the stream's value from taking effect, but OpenZFS 2.3 does
   not always honour it: an incremental with properties into a replica that was received
   without them takes the stream's ``mountpoint`` (openzfs/zfs#17240, reproduced on 2.3.2),
-  and an excluded ``refreservation`` comes and goes between incrementals (#18737). So the
-  driver reads the replica back after each receive and repairs what ``fixes`` names.
+  and an excluded ``refreservation`` was reported to come and go between incrementals
+  (#18737, OpenZFS 2.4.3). So the driver reads the replica back after each receive and
+  repairs what ``fixes`` names.
 - ``-o`` of a property that does not apply to the dataset's type fails the whole receive
   ("property 'canmount' does not apply to datasets of this type"), so ``for_kind`` drops
   filesystem-only properties for volumes (and volume-only ones for filesystems).
@@ -337,5 +338,6 @@ class ReceiveProperties:
             got, source = observed.get(name, ("-", "-"))
             if source == "received":
                 reset = None if name in inherit else values[name]
-                found.append(Fix(name, reset, f"the stream's {got} was received"))
+                found.append(Fix(name, reset, f"was the stream's {got} (received, though "
+                                              "excluded)"))
         return found
