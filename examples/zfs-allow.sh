@@ -22,12 +22,21 @@
 #           mount     required by snapshot and destroy; zbak mounts nothing itself
 #           userprop  zbak sets no user property today; kept for its own zbak: properties,
 #                     drop it if you like
-#   target  receive   zfs receive -u [-s] and receive -A    (needs mount and create)
+#   target  receive   zfs receive -u [-s] [-o P=V] [-x P] and receive -A
+#                                                           (needs mount and create)
 #           create    zfs create -p of the parents of a new replica
 #           mount     required by receive and create; receives use -u, and on Linux a
 #                     non-root user cannot mount anyway (mount(2) needs CAP_SYS_ADMIN), so
 #                     replicas stay unmounted until root mounts them
-#           hold, release, userprop   as on the source
+#           hold, release, userprop   as on the source; userprop also lets the
+#                     source's user properties arrive ([replicate] properties send)
+#           canmount, readonly        zbak's default replica properties (receive -o
+#                     canmount=noauto -o readonly=on, or zfs set after the receive)
+#           compression ... volmode   the properties a stream sent with zfs send -p
+#                     carries that keep a failover replica faithful; a property without
+#                     its permission is not received (zfs says "cannot receive P
+#                     property: permission denied" and receives the data). Add the
+#                     properties of your own [replicate] properties set here.
 #           rollback, destroy         only with --rollback: zfs rollback to the common
 #                     snapshot and destroy of newer zbak snapshots (on_divergence =
 #                     "rollback"), and replica retention
@@ -36,8 +45,11 @@
 # done by `zbak serve --allow-destroy-own` in the key's forced command
 # (examples/authorized_keys.example), which refuses every destroy but one zbak_* snapshot
 # or zbak_* bookmark at a time. Reading (zfs get/list, zpool get/status) needs no delegation.
-# Never granted: allow, rename, promote, clone, share, load-key/change-key, and no property
-# permissions (mountpoint, canmount, ...): a replica's properties stay root's to set.
+# Never granted: allow, rename, promote, clone, share, load-key/change-key, and the
+# properties that would mount, share or reserve: mountpoint, sharenfs, sharesmb,
+# refreservation, reservation. So no stream can give a replica the source's mountpoint
+# (a path of the backup host) or an NFS share, whatever zfs receive -x does
+# (openzfs/zfs#17240); nor exec, setuid, devices: a replica keeps the backup host's.
 set -eu
 
 usage() {
@@ -60,7 +72,10 @@ source)
     perms=send,snapshot,hold,release,bookmark,destroy,mount,userprop
     ;;
 target)
-    perms=receive,create,mount,hold,release,userprop
+    perms=receive,create,mount,hold,release,userprop,canmount,readonly
+    perms=$perms,compression,recordsize,atime,relatime,xattr,acltype,aclinherit,aclmode
+    perms=$perms,dnodesize,checksum,copies,sync,logbias,primarycache,secondarycache
+    perms=$perms,snapdir,redundant_metadata,special_small_blocks,volmode
     case $extra in
     "") ;;
     --rollback) perms=$perms,rollback,destroy ;;

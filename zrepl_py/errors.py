@@ -103,6 +103,12 @@ class InvalidEndpoint(InvalidName, ValueError):
     config schema's validators report it under the key that holds it."""
 
 
+class InvalidProperty(InvalidName, ValueError):
+    """A ZFS property name or value zbak refuses to pass to ``zfs receive -o/-x``, ``zfs
+    set`` or ``zfs inherit`` (``zfs.properties``). A ValueError too, so the config schema
+    reports it under the key that holds it."""
+
+
 class UnsafeDirectory(ZbakError):
     """A directory zbak keeps private state in already exists and is shared: writable by
     group or others, or owned by another user. zbak never changes its mode (issue 16)."""
@@ -230,6 +236,12 @@ class Diverged(ZbakError):
     rolling the target back to the newest common snapshot (zbak still never destroys target
     snapshots it did not create).
     """
+
+
+class ReplicaPropertiesFailed(ZbakError):
+    """A replica was received and confirmed, but zfs refused to set or inherit one of the
+    job's replica properties on it (``[replicate] properties``); the message names each
+    command and zfs's answer (a delegated user without that property's permission)."""
 
 
 class PipelineFailed(ZbakError):

@@ -201,9 +201,11 @@ def test_a_diverged_target_is_refused_and_nothing_on_it_is_destroyed(rig):
 
 def test_a_replica_written_since_its_newest_snapshot_is_refused_as_diverged_until_rollback_is_chosen(rig):
     """Issue 3 item 4, "modified since": the receiver's refusal becomes Diverged with what to
-    do, nothing on the replica changes; on_divergence = "rollback" discards the writes."""
+    do, nothing on the replica changes; on_divergence = "rollback" discards the writes.
+    Replicas are readonly=on (issue 18 item 1), so an admin turned that off to write."""
     rig.snapshot("s1")
     assert rig("replicate")[0] == ExitStatus.OK
+    zfs("set", "readonly=off", rig.replica)
     zfs("mount", rig.replica)
     stray = Path(zfs("get", "-H", "-o", "value", "mountpoint", rig.replica).strip()) / "stray.txt"
     stray.write_text("written on the backup host")

@@ -18,7 +18,7 @@ import textwrap
 import time
 
 import pytest
-from support.common import hosts_table
+from support.common import replication_config
 from support.openzfs import COMMAND_TIMEOUT
 
 from zrepl_py.cli import main
@@ -49,18 +49,14 @@ class Rig:
         """The dataset row of the last ``replicate()``."""
         self.write_config()
 
-    def write_config(self, *, rate: int | None = None) -> None:
-        """(Re)write the config; ``rate`` sets ``bandwidth_limit`` in bytes/s."""
+    def write_config(self, *, rate: int | None = None, targets: list[str] | None = None,
+                     extra: str = "") -> None:
+        """(Re)write the config; ``rate`` sets ``bandwidth_limit`` in bytes/s, ``targets``
+        replaces the one target, ``extra`` is appended (dedented)."""
         limit = f"bandwidth_limit = {rate}\n" if rate else ""
-        self.config.write_text(
-            f'state_dir = "{self.tmp / "state"}"\n'
-            + hosts_table("vm", self.vm.host_config(), connect_timeout=30)
-            + textwrap.dedent(f"""\
-            [jobs.j]
-            dataset = "vm:{self.data}"
-            [jobs.j.replicate]
-            targets = ["{self.target}"]
-        """) + limit)
+        self.config.write_text(replication_config(
+            self.tmp / "state", "vm", self.vm.host_config(), f"vm:{self.data}",
+            targets or [self.target], connect_timeout=30, extra=limit + textwrap.dedent(extra)))
 
     def __call__(self, *args: str) -> tuple[int, str, str]:
         """Run ``zbak --config CONFIG ARGS`` in-process; return (status, stdout, stderr)."""
@@ -76,6 +72,14 @@ class Rig:
         (self.row,) = json.loads(out)["rows"]
         return self.row["plan"]
 
+    def replicate_logged(self) -> tuple[str, str]:
+        """``zbak --debug replicate --json`` must succeed; return (the one row's plan, the
+        log, which names every command run)."""
+        status, out, err = self("--debug", "replicate", "--json")
+        assert status == ExitStatus.OK, out + err
+        (self.row,) = json.loads(out)["rows"]
+        return self.row["plan"], err
+
     def guest(self, *argv: str, input: bytes | None = None, check: bool = True) -> str:
         """Run argv in the guest; return its stdout."""
         return self.executor.run(list(argv), input=input, check=check,
@@ -83,7 +87,8 @@ class Rig:
 
     def write(self, name: str, mib: float) -> None:
         """Write ``mib`` MiB of random (incompressible) data to the source's ``name``."""
-        self.guest("dd", "if=/dev/urandom", f"of=/{self.data}/{name}", "bs=64K",
+        where = self.prop(self.data, "mountpoint")
+        self.guest("dd", "if=/dev/urandom", f"of={where}/{name}", "bs=64K",
                    f"count={int(mib * 16)}", "iflag=fullblock", "status=none")  # fmt: skip
 
     def snapshot(self, short: str) -> None:
@@ -282,10 +287,10 @@ def test_an_encrypted_dataset_is_replicated_raw_and_arrives_without_its_key(rig,
     rig.write("secret", 0.25)
     rig.snapshot("s1")
 
-    status, out, err = rig("--debug", "replicate", "--json")
-    assert status == ExitStatus.OK, out + err
-    assert json.loads(out)["rows"][0]["plan"] == "full s1"
-    assert f"zfs send -w {rig.data}@s1" in err  # the pipeline's argv, logged at DEBUG
+    plan, err = rig.replicate_logged()
+    assert plan == "full s1"
+    # the pipeline's argv, logged at DEBUG: raw, with the properties (issue 18 item 2)
+    assert f"zfs send -w -p {rig.data}@s1" in err
     rig.write("more", 0.25)
     rig.snapshot("s2")
     assert rig.replicate() == "incremental -I s1 -> s2"
@@ -340,3 +345,169 @@ def test_sigterm_mid_transfer_leaves_a_resume_token_and_the_rerun_resumes_from_i
     assert rig.row["bytes"] < BIG_MIB * MiB, "the resumed stream starts where the cut one ended"
     assert rig.guids(rig.replica) == rig.guids(rig.data)
     assert rig.token() == "-"
+
+
+# -- issue 18: replicas that survive a reboot, properties, pool features, bookmark guids ----
+
+
+def value_and_source(rig: Rig, name: str, prop: str) -> tuple[str, str]:
+    """``(value, source)`` of one property in the guest (plain ``zfs get``)."""
+    value, source = rig.guest("zfs", "get", "-Hp", "-o", "value,source", prop, name).strip() \
+        .split("\t")
+    return value, source
+
+
+def boot_mounts(rig: Rig) -> None:
+    """What the backup host's boot does, ``zfs mount -a`` (zfs-mount(8): every filesystem
+    whose canmount is ``on``), limited to this test's pools: other sessions share the guest."""
+    for pool in (rig.data.split("/")[0], rig.replica.split("/")[0]):
+        listing = rig.guest("zfs", "list", "-H", "-o", "name,canmount,mounted", "-r", pool)
+        for name, canmount, mounted in (line.split("\t") for line in listing.splitlines()):
+            if canmount == "on" and mounted == "no":
+                rig.guest("zfs", "mount", name)
+
+
+def test_properties_arrive_but_mountpoint_and_reservation_stay_off_and_a_reboot_mounts_nothing(
+        rig):
+    """Issue 18 items 1 and 2: a failover replica gets the source's recordsize,
+    compression, atime, xattr and user properties (``zfs send -p``), never its mountpoint (a
+    path of the backup host) or refreservation, and is ``canmount=noauto readonly=on``, so
+    the backup host's ``zfs mount -a`` at boot leaves it alone and the nightly run goes on."""
+    where = f"/srv/zbak-{rig.data.split('/')[0]}"
+    rig.guest("zfs", "set", "recordsize=1M", "compression=zstd", "atime=off", "xattr=dir",
+              "com.example:owner=ops", f"mountpoint={where}", "refreservation=1M", rig.data)
+    rig.write("a.bin", 1.5)
+    rig.snapshot("s1")
+
+    plan, err = rig.replicate_logged()
+    assert plan == "full s1"
+    assert f"zfs send -c -L -e -p {rig.data}@s1" in err
+    assert (f"zfs receive -u -s -o canmount=noauto -o readonly=on -x mountpoint "
+            f"-x refreservation -x sharenfs -x sharesmb {rig.replica}") in err
+    for prop, value in (("recordsize", "1048576"), ("compression", "zstd"), ("atime", "off"),
+                        ("xattr", "dir"), ("com.example:owner", "ops")):
+        assert value_and_source(rig, rig.replica, prop) == (value, "received"), prop
+    assert value_and_source(rig, rig.replica, "canmount") == ("noauto", "local")
+    assert value_and_source(rig, rig.replica, "readonly") == ("on", "local")
+    mountpoint, source = value_and_source(rig, rig.replica, "mountpoint")
+    assert mountpoint != where and source != "received"
+    assert value_and_source(rig, rig.replica, "refreservation")[1] != "received"
+
+    boot_mounts(rig)
+    assert rig.prop(rig.replica, "mounted") == "no"
+    rig.write("b.bin", 0.25)
+    rig.snapshot("s2")
+    assert rig.replicate() == "incremental -I s1 -> s2"
+    assert rig.guids(rig.replica) == rig.guids(rig.data)
+    assert value_and_source(rig, rig.replica, "mountpoint")[1] != "received"
+
+
+def test_a_replica_made_without_properties_never_keeps_the_mountpoint_zfs_receive_x_let_in(
+        rig):
+    """Issue 18 item 2: OpenZFS 2.3 applies a stream's ``mountpoint`` despite ``-x`` when
+    the replica was received without properties before (openzfs/zfs#17240), as replicas
+    made by an older zbak were; zbak reads the replica back and inherits it again."""
+    where = f"/srv/zbak-old-{rig.data.split('/')[0]}"
+    rig.guest("zfs", "set", f"mountpoint={where}", rig.data)
+    # the bug needs the replica's mountpoint inherited from a local one, as on a backup pool
+    # mounted where its admin wants it
+    target_pool = rig.replica.split("/")[0]
+    rig.guest("zfs", "set", f"mountpoint=/srv/backup-{target_pool}", target_pool)
+    rig.write("a.bin", 0.25)
+    rig.snapshot("s1")
+    rig.guest("sh", "-c", f"zfs send {rig.data}@s1 | zfs receive -u {rig.replica}")
+    assert value_and_source(rig, rig.replica, "canmount") == ("on", "default")
+    rig.snapshot("s2")
+
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    assert json.loads(out)["rows"][0]["plan"] == "incremental -I s1 -> s2"
+    # zfs receive -x did not keep it on 2.3.2 (a later OpenZFS that does needs no repair)
+    assert (f"mountpoint of {rig.replica} was the stream's {where} (received, though "
+            "excluded); running zfs inherit mountpoint") in err
+    mountpoint, source = value_and_source(rig, rig.replica, "mountpoint")
+    assert source != "received" and mountpoint != where, (mountpoint, source, err)
+    assert value_and_source(rig, rig.replica, "canmount") == ("noauto", "local")
+    assert value_and_source(rig, rig.replica, "readonly") == ("on", "local")
+    boot_mounts(rig)
+    assert rig.prop(rig.replica, "mounted") == "no"
+    rig.snapshot("s3")  # the mask zfs inherit left survives the next stream's mountpoint
+    assert rig.replicate() == "incremental -I s2 -> s3"
+    assert value_and_source(rig, rig.replica, "mountpoint")[1] != "received"
+
+
+def test_pools_created_with_d_or_compatibility_legacy_get_streams_they_can_receive(
+        rig, request):
+    """Issue 18 item 3: ``-c -L -e`` toward a pool without large_blocks, embedded_data or
+    lz4_compress fails ("pool must be upgraded to receive this stream"); zbak reads the
+    receiving pool's features and sends what it takes, large blocks split. A restore into
+    such a pool gets the same care."""
+    pools = {}
+    for how in (["-d"], ["-o", "compatibility=legacy"]):
+        name = f"{rig.data.split('/')[0]}{'d' if how == ['-d'] else 'l'}"
+        image = f"/var/tmp/{name}.img"
+        rig.guest("truncate", "-s", "256M", image)
+        rig.guest("zpool", "create", *how, name, image)
+        request.addfinalizer(lambda n=name, i=image: rig.executor.run(
+            ["sh", "-c", f"zpool destroy -f {n}; rm -f {i}"], check=False,
+            timeout=COMMAND_TIMEOUT))
+        pools[name] = f"vm:{name}/replica"
+    rig.guest("zfs", "set", "recordsize=1M", rig.data)
+    rig.write("large.bin", 2)  # 1 MiB blocks: large_blocks active on the source
+    rig.guest("sh", "-c", f"echo tiny > /{rig.data}/tiny.txt")  # an embedded block
+    rig.snapshot("s1")
+    rig.write("more.bin", 0.25)
+    rig.snapshot("s2")
+    rig.write_config(targets=list(pools.values()))
+
+    status, out, err = rig("--debug", "replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    assert [r["plan"] for r in json.loads(out)["rows"]] == [
+        "full s1; incremental -I s1 -> s2"] * 2
+    assert f"zfs send -p {rig.data}@s1" in err and "-c -L -e" not in err
+    for target in pools.values():
+        replica = target.split(":", 1)[1]
+        assert rig.guids(replica) == rig.guids(rig.data)
+        assert value_and_source(rig, replica, "canmount") == ("noauto", "local")
+    rig.write("last.bin", 0.25)
+    rig.snapshot("s3")
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    assert [r["plan"] for r in json.loads(out)["rows"]] == ["incremental -I s2 -> s3"] * 2
+
+    legacy = next(iter(pools))
+    into = f"{legacy}/restored"
+    status, out, err = rig("--debug", "restore", f"vm:{rig.data}", "--to", "@s3", "--into",
+                           into, "--from", "local", "--yes")  # fmt: skip
+    assert status == ExitStatus.OK, out + err
+    assert f"zfs send {rig.data}@s1" in err and "-c -L -e" not in err
+    assert rig.guids(into) == rig.guids(rig.data)
+
+
+def test_a_bookmark_with_the_cursor_name_but_another_snapshot_is_replaced_by_guid(rig):
+    """Issue 18 item 5: a bookmark already carrying the name zbak gives its cursor, but made
+    from another snapshot, is not trusted by name: zbak replaces it (with a warning), so
+    after the base snapshot is destroyed the next run goes on from the bookmark instead of
+    stopping as diverged."""
+    rig.write("a.bin", 0.25)
+    rig.snapshot("s1")
+    assert rig.replicate() == "full s1"
+    rig.write("b.bin", 0.25)
+    rig.snapshot("s2")
+    s1, s2 = rig.guids(rig.data)["s1"], rig.guids(rig.data)["s2"]
+    impostor = f"{bookmark_prefix('j', rig.target)}{s2:016x}"
+    rig.guest("zfs", "bookmark", f"{rig.data}@s1", f"{rig.data}#{impostor}")
+    assert rig.bookmarks()[impostor] == s1
+
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    assert json.loads(out)["rows"][0]["plan"] == "incremental -I s1 -> s2"
+    assert f"{rig.data}#{impostor} has the name of zbak's cursor" in err
+    assert rig.bookmarks() == {impostor: s2}, "the cursor bookmark is s2's, by guid"
+
+    rig.guest("zfs", "release", rig.tag, f"{rig.data}@s2")
+    rig.guest("zfs", "destroy", f"{rig.data}@s2")
+    rig.write("c.bin", 0.25)
+    rig.snapshot("s3")
+    assert rig.replicate() == f"incremental -i {impostor} -> s3"
+    assert rig.guids(rig.replica) == {"s1": s1, "s2": s2, **rig.guids(rig.data)}

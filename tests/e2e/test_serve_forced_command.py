@@ -115,6 +115,37 @@ def test_zbak_replicate_pushes_full_and_incremental_through_the_forced_command(
     assert not served.log_lines("REFUSED"), served.log.read_text()
 
 
+def test_a_replica_property_serve_was_not_started_with_is_refused_and_then_allowed(
+        make_pool, sshd_factory, tmp_path_factory, capsys):
+    """Issue 18 item 2: zbak serve lets through exactly the replica properties of its
+    ``--receive-set`` (over the defaults). zfs-fuse has no ``receive -o``, so zbak sets them
+    with ``zfs set`` after the full receive, through serve as well: a property serve was
+    not told about is refused (the run fails naming it), the same job passes once serve
+    allows it, and the defaults (canmount=noauto, readonly=on) need no option."""
+    extra = """\
+        [jobs.j.replicate.properties]
+        set = { "com.example:role" = "replica" }
+    """
+    for options, ok in (("", False), ("--receive-set com.example:role=replica", True)):
+        served = Served(make_pool, sshd_factory, tmp_path_factory.mktemp("p"), capsys,
+                        serve_options=options, replicate_extra=extra)
+        zfs("snapshot", f"{served.data}@zbak_20260101T000000Z")
+        assert served.zbak("init", "--no-checks")[0] == ExitStatus.OK
+        status, out, err = served.zbak("replicate", "--json")
+        value = zfs("get", "-H", "-o", "value,source", "com.example:role", served.replica)
+        assert zfs("get", "-H", "-o", "value", "canmount", served.replica).strip() == "noauto"
+        if ok:
+            assert status == ExitStatus.OK, out + err
+            assert value.split() == ["replica", "local"]
+            assert not served.log_lines("REFUSED"), served.log.read_text()
+        else:
+            assert status == ExitStatus.FAILED, out + err
+            assert "zfs set com.example:role=replica" in out and "--receive-set" in out, out
+            assert value.split() == ["-", "-"]
+            (refused,) = served.log_lines("REFUSED")
+            assert "com.example:role=replica" in refused
+
+
 @pytest.mark.parametrize("compression, pipeline", [
     ("zstd", "'zstd -q -d -c | mbuffer -q -v 1 -s 128k -m 2048k | zfs receive -u"),
     ("none", "'mbuffer -q -v 1 -s 128k -m 2048k | zfs receive -u"),
@@ -262,7 +293,7 @@ def test_a_non_root_user_with_the_documented_zfs_allow_sets_can_replicate_on_ope
     """RELIABILITY 37: zfs-fuse has no working ``zfs allow`` (it needs pyzfs), so the delegation sets of
     examples/zfs-allow.sh are proven on real OpenZFS 2.3: as ``nobody`` (uid 65534) a full
     and an incremental stream go from the source's delegated dataset into the target's,
-    with the hold, bookmark, snapshot and destroy zbak needs; received properties are
+    with the hold, bookmark, snapshot and destroy zbak needs; a received mountpoint is
     dropped; outside the delegated dataset the same user is refused."""
     from support.openzfs import COMMAND_TIMEOUT
 
@@ -312,10 +343,10 @@ def test_a_non_root_user_with_the_documented_zfs_allow_sets_can_replicate_on_ope
     assert guid == run(["zfs", "get", "-Hp", "-o", "value", "guid",
                         f"{src}#zbak_0a1b2c3d4e_1"], timeout=COMMAND_TIMEOUT).text.strip()
 
-    # A stream carrying properties (zfs send -p, which zbak never sends) cannot give the
-    # replica a mountpoint: the delegated user holds no property permission, and zfs
-    # receive drops each property it may not set ("cannot receive mountpoint property ...:
-    # permission denied") while receiving the data.
+    # A stream carrying properties (zfs send -p) cannot give the replica a mountpoint,
+    # even without -x: the delegated user holds no mountpoint permission (issue 18 item 2),
+    # and zfs receive drops each property it may not set ("cannot receive mountpoint
+    # property ...: permission denied") while receiving the data.
     run(["zfs", "create", "-o", "mountpoint=/tmp/hostile", f"{src}/props"], timeout=COMMAND_TIMEOUT)
     run(["zfs", "snapshot", f"{src}/props@s"], timeout=COMMAND_TIMEOUT)
     sender = subprocess.Popen(prefix + [remote_command(["zfs", "send", "-p", f"{src}/props@s"],

@@ -194,7 +194,7 @@ def test_capabilities_on_zfs_fuse_are_detected_without_changing_the_pool(root):
     assert caps == Capabilities(
         parsable_list=False, resume_tokens=False, bookmarks=False, raw_send=False,
         compressed_send=False, holds=True, multi_snapshot=False, pool_version=23,
-        list_holds=False,
+        list_holds=False, receive_properties=False, features=(),
     )
     after = subprocess.run(["zfs", "list", "-H", "-r", "-t", "all", "-o", "name", root],
                            capture_output=True, text=True, check=True).stdout

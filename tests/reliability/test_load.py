@@ -57,9 +57,11 @@ FD_SLACK = 4
 """How many more descriptors the 200-dataset run may peak at than the 20-dataset one."""
 MAX_RSS_KIB = 200 * 1024
 """Peak resident set (VmHWM) of one ``zbak`` run (about 80 MiB at 200 x 50)."""
-CONTROL_PER_DATASET, CONTROL_FIXED = 4, 20
+CONTROL_PER_DATASET, CONTROL_FIXED = 6, 20
 """Control commands a run may issue: per dataset (confirm the guid on the target, hold,
-release, ...) plus a fixed number (listings, health, capabilities); none per snapshot."""
+release, ...; on a target without ``zfs receive -o``, zfs-fuse here, the two ``zfs set`` of a
+new replica's canmount and readonly, issue 18 item 1) plus a fixed number (listings, health,
+capabilities); none per snapshot."""
 RUN_TIMEOUT = 120 + LARGE * SNAPSHOTS * 0.2
 """Seconds one watched run may take (zfs-fuse receives ~15 snapshots a second)."""
 

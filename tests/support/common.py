@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import textwrap
 
 import pytest
 
@@ -54,3 +55,15 @@ def hosts_table(name: str, host, **extra: object) -> str:
     ]
     lines += [f"{key} = {value!r}".replace("'", '"') for key, value in extra.items()]
     return "\n".join(lines) + "\n"
+
+
+def replication_config(state_dir, host: str, host_config, dataset: str, targets: list[str],
+                       *, connect_timeout: int, extra: str = "") -> str:
+    """A whole config: ``state_dir``, the ``[hosts.HOST]`` table of ``host_config``, and job
+    ``j`` replicating ``dataset`` to ``targets``; ``extra`` (dedented) is appended, so it may
+    add keys to ``[jobs.j.replicate]`` or tables after it."""
+    quoted = ", ".join(f'"{target}"' for target in targets)
+    return (f'state_dir = "{state_dir}"\n'
+            + hosts_table(host, host_config, connect_timeout=connect_timeout)
+            + f'[jobs.j]\ndataset = "{dataset}"\n[jobs.j.replicate]\ntargets = [{quoted}]\n'
+            + textwrap.dedent(extra))

@@ -14,7 +14,8 @@ from zrepl_py.zfs.capability_cache import DEFAULT_TTL, decode_entry, encode_entr
 NOW = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
 CAPS = Capabilities(parsable_list=True, resume_tokens=True, bookmarks=True, raw_send=True,
                     compressed_send=True, holds=True, multi_snapshot=True, pool_version=5000,
-                    list_holds=True)  # fmt: skip
+                    list_holds=True, receive_properties=True,
+                    features=(("large_blocks", "enabled"), ("lz4_compress", "active")))  # fmt: skip
 KEY = dict(host="backup", pool="tank", zfs="zfs", zpool="zpool")
 
 
@@ -53,6 +54,11 @@ def test_an_entry_reads_back_as_the_same_capabilities_while_fresh():
     ("bool for the version", entry(capabilities={**CAPS.to_json(), "pool_version": True}), {},
      "corrupt"),
     ("capabilities not a mapping", entry(capabilities=[1]), {}, "corrupt"),
+    ("a feature not a pair", entry(capabilities={**CAPS.to_json(), "features": [["x"]]}), {},
+     "corrupt"),
+    ("an entry of an older zbak, without pool features",
+     entry(capabilities={k: v for k, v in CAPS.to_json().items()
+                         if k not in ("features", "receive_properties")}), {}, "corrupt"),
 ])  # fmt: skip
 def test_an_entry_that_does_not_fit_is_never_trusted(case, data, asked, reason):
     caps, why = decode(data, **asked)

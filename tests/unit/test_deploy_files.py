@@ -110,18 +110,36 @@ def test_the_shell_scripts_parse():
         assert done.returncode == 0, done.stderr
 
 
+TARGET = ("receive,create,mount,hold,release,userprop,canmount,readonly,compression,recordsize,"
+          "atime,relatime,xattr,acltype,aclinherit,aclmode,dnodesize,checksum,copies,sync,"
+          "logbias,primarycache,secondarycache,snapdir,redundant_metadata,special_small_blocks,"
+          "volmode")
+"""Receive, plus zbak's default replica properties and those a faithful replica receives;
+never mountpoint, sharenfs, sharesmb, refreservation (issue 18 item 2)."""
+
+
 @pytest.mark.parametrize("args, perms", [
     (["source", "zbak", "tank/data"],
      "send,snapshot,hold,release,bookmark,destroy,mount,userprop"),
-    (["target", "zbak", "backup/replicas"], "receive,create,mount,hold,release,userprop"),
-    (["target", "zbak", "backup/replicas", "--rollback"],
-     "receive,create,mount,hold,release,userprop,rollback,destroy"),
+    (["target", "zbak", "backup/replicas"], TARGET),
+    (["target", "zbak", "backup/replicas", "--rollback"], TARGET + ",rollback,destroy"),
 ])
 def test_the_zfs_allow_script_grants_the_documented_sets(args, perms):
     """RELIABILITY 37."""
     done = subprocess.run(["sh", str(EXAMPLES / "zfs-allow.sh"), "-n", *args],
                           capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["zfs", "allow", "-u", args[1], perms, args[2]]
+
+
+def test_the_target_set_never_lets_a_stream_mount_share_or_reserve_on_the_backup_host():
+    """Issue 18 item 2: without these permissions no received property can take effect,
+    whatever ``zfs receive -x`` does (openzfs/zfs#17240)."""
+    done = subprocess.run(["sh", str(EXAMPLES / "zfs-allow.sh"), "-n", "target", "u", "b/r",
+                           "--rollback"], capture_output=True, text=True, check=True)
+    granted = done.stdout.split()[4].split(",")
+    for forbidden in ("mountpoint", "sharenfs", "sharesmb", "refreservation", "reservation",
+                      "exec", "setuid", "devices"):
+        assert forbidden not in granted
 
 
 def test_the_zfs_allow_script_refuses_an_unknown_role():

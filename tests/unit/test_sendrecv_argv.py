@@ -1,4 +1,5 @@
-"""zfs send / receive argv builders: the flags each capability allows, and the refusals."""
+"""zfs send / receive argv builders: the flags each capability and pool allows, and the
+refusals."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 from zrepl_py.errors import InvalidName, ResumeTokenInvalid, SendArgsInvalid
 from zrepl_py.replication.planner import ResumeToken
 from zrepl_py.zfs.capabilities import Capabilities
-from zrepl_py.zfs.sendrecv import abort_argv, receive_argv, send_argv, stream_capabilities
+from zrepl_py.zfs.properties import ReceiveProperties
+from zrepl_py.zfs.sendrecv import abort_argv, receive_argv, send_argv, stream_flags
 from zrepl_py.zfs.steps import (
     AbortResume,
     BookmarkRef,
@@ -20,9 +22,15 @@ from zrepl_py.zfs.steps import (
     SnapRef,
 )
 
+FEATURES = (("bookmarks", "enabled"), ("embedded_data", "active"),
+            ("extensible_dataset", "active"), ("large_blocks", "enabled"),
+            ("lz4_compress", "active"), ("zstd_compress", "enabled"))
+"""A new OpenZFS 2.3 pool's stream features after its first writes (``zpool get``)."""
 OPENZFS = Capabilities(parsable_list=True, resume_tokens=True, bookmarks=True, raw_send=True,
                        compressed_send=True, holds=True, multi_snapshot=True, pool_version=5000,
-                       list_holds=True)
+                       list_holds=True, receive_properties=True, features=FEATURES)
+LEGACY = dataclasses.replace(OPENZFS, features=(), bookmarks=False, resume_tokens=False)
+"""OpenZFS with a pool made by ``zpool create -d`` (or ``-o compatibility=legacy``)."""
 ZFS_FUSE = Capabilities(parsable_list=False, resume_tokens=False, bookmarks=False,
                         raw_send=False, compressed_send=False, holds=True, multi_snapshot=False,
                         pool_version=23, list_holds=False)
@@ -71,15 +79,67 @@ def test_send_argv_uses_the_given_zfs_command():
                      zfs="/sbin/zfs")[0] == "/sbin/zfs"
 
 
-def test_no_send_argv_ever_replicates_properties_or_children():
+def test_no_send_argv_ever_replicates_children_and_properties_only_when_asked():
     steps = [Full(A), Incremental(A, C, True), Incremental(MARK, C, False), Resume(token(), B)]
     for step in steps:
         for caps in (OPENZFS, ZFS_FUSE, NO_RAW):
-            try:
-                argv = send_argv(step, source_dataset=DS, caps=caps, raw=False)
-            except SendArgsInvalid:
-                continue
-            assert "-R" not in argv and "-p" not in argv
+            for properties in (True, False):
+                try:
+                    argv = send_argv(step, source_dataset=DS, caps=caps, raw=False,
+                                     properties=properties)
+                except SendArgsInvalid:
+                    continue
+                assert "-R" not in argv
+                assert ("-p" in argv) == (properties and not isinstance(step, Resume))
+
+
+def test_properties_are_sent_with_p_after_the_stream_flags():
+    assert send_argv(Incremental(A, C, True), source_dataset=DS, caps=OPENZFS, raw=True,
+                     properties=True) == ["zfs", "send", "-w", "-p", "-I", f"{DS}@a", f"{DS}@c"]
+
+
+def flags_between(sender_features, receiver_features):
+    sender = dataclasses.replace(OPENZFS, features=tuple(sender_features))
+    receiver = dataclasses.replace(OPENZFS, features=tuple(receiver_features))
+    return stream_flags(sender, receiver)
+
+
+FLAG_CASES = [
+    ("a pool with every feature gets -c -L -e", FEATURES, FEATURES, ["-c", "-L", "-e"]),
+    ("a pool without feature flags (zpool create -d) gets a plain stream", FEATURES, (), []),
+    ("without large_blocks the large blocks are split: no -L",
+     FEATURES, [f for f in FEATURES if f[0] != "large_blocks"], ["-c", "-e"]),
+    ("without embedded_data no -e", FEATURES,
+     [f for f in FEATURES if f[0] != "embedded_data"], ["-c", "-L"]),
+    ("without lz4 neither -c nor -e while the sender's lz4 is active",
+     FEATURES, [f for f in FEATURES if f[0] != "lz4_compress"], ["-L"]),
+    ("without zstd no -c once the sender's zstd is active",
+     [*FEATURES[:-1], ("zstd_compress", "active")],
+     [f for f in FEATURES if f[0] != "zstd_compress"], ["-L", "-e"]),
+    ("a zstd feature only enabled on the sender needs none on the receiver",
+     FEATURES, [f for f in FEATURES if f[0] != "zstd_compress"], ["-c", "-L", "-e"]),
+    ("an old pool with lz4 and embedded data but no large blocks (OpenZFS 0.6.4)",
+     FEATURES, [("embedded_data", "enabled"), ("lz4_compress", "active")], ["-c", "-e"]),
+]
+
+
+@pytest.mark.parametrize("case", FLAG_CASES, ids=[c[0] for c in FLAG_CASES])
+def test_stream_flags_are_what_the_receiving_pool_can_take(case):
+    _, sender, receiver, flags = case
+    assert flags_between(sender, receiver) == flags
+
+
+def test_no_stream_flags_toward_or_from_a_zfs_without_them():
+    assert stream_flags(OPENZFS, ZFS_FUSE) == []
+    assert stream_flags(ZFS_FUSE, OPENZFS) == []
+    assert stream_flags(OPENZFS, None) == ["-c", "-L", "-e"]
+
+
+def test_a_send_to_a_legacy_pool_is_plain_and_a_raw_send_stays_raw():
+    assert send_argv(Full(A), source_dataset=DS, caps=OPENZFS, raw=False,
+                     receiver=LEGACY) == ["zfs", "send", "tank/my data@a"]
+    assert send_argv(Full(A), source_dataset=DS, caps=OPENZFS, raw=True,
+                     receiver=LEGACY)[:3] == ["zfs", "send", "-w"]
 
 
 REFUSALS = [
@@ -134,7 +194,18 @@ def test_receive_is_not_resumable_when_not_asked_or_not_supported():
 def test_receive_never_forces():
     for caps in (OPENZFS, ZFS_FUSE):
         for resumable in (True, False):
-            assert "-F" not in receive_argv(DS, caps=caps, resumable=resumable)
+            for props in (None, ReceiveProperties.of()):
+                assert "-F" not in receive_argv(DS, caps=caps, resumable=resumable,
+                                                properties=props)
+
+
+def test_receive_sets_and_excludes_the_replica_properties_where_zfs_takes_them():
+    props = ReceiveProperties.of({"com.example:tag": "x"}, ["mountpoint"])
+    assert receive_argv(DS, caps=OPENZFS, resumable=True, properties=props) == [
+        "zfs", "receive", "-u", "-s", "-o", "canmount=noauto", "-o", "com.example:tag=x",
+        "-o", "readonly=on", "-x", "mountpoint", DS]
+    assert receive_argv(DS, caps=ZFS_FUSE, resumable=True, properties=props) == [
+        "zfs", "receive", "-u", DS], "zfs-fuse has no receive -o/-x: set after, never sent"
 
 
 def test_receive_and_abort_validate_the_target_name():
@@ -146,12 +217,3 @@ def test_receive_and_abort_validate_the_target_name():
 
 def test_abort_argv_is_receive_minus_a():
     assert abort_argv(DS, zfs="/sbin/zfs") == ["/sbin/zfs", "receive", "-A", DS]
-
-
-def test_stream_capabilities_keep_only_what_both_sides_have():
-    joined = stream_capabilities(OPENZFS, ZFS_FUSE)
-    assert joined == dataclasses.replace(ZFS_FUSE, pool_version=23)
-    assert stream_capabilities(OPENZFS, OPENZFS) == OPENZFS
-    assert stream_capabilities(OPENZFS, Capabilities.NONE).pool_version is None
-    argv = send_argv(Full(A), source_dataset=DS, caps=joined, raw=False)
-    assert argv == ["zfs", "send", "tank/my data@a"]

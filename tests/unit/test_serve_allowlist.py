@@ -30,6 +30,7 @@ from zrepl_py.serve.token import make_token, read_token
 from zrepl_py.zfs import capabilities
 from zrepl_py.zfs.capabilities import Capabilities
 from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.properties import ReceiveProperties
 from zrepl_py.zfs.sendrecv import abort_argv, receive_argv, send_argv
 from zrepl_py.zfs.steps import BookmarkRef, Full, Incremental, SnapRef
 
@@ -39,7 +40,9 @@ POLICY = Policy(roots=("backup/replicas",))
 DESTROYER = dataclasses.replace(POLICY, allow_destroy_own=True)
 OPENZFS = Capabilities(parsable_list=True, resume_tokens=True, bookmarks=True, raw_send=True,
                        compressed_send=True, holds=True, multi_snapshot=True, pool_version=5000,
-                       list_holds=True)  # fmt: skip
+                       list_holds=True, receive_properties=True,
+                       features=(("embedded_data", "active"), ("large_blocks", "enabled"),
+                                 ("lz4_compress", "active")))  # fmt: skip
 OWN = "zbak_20260101T000000Z"
 
 
@@ -210,6 +213,12 @@ CLIENT_CALLS = {
     "clones": lambda z, r: z.clones("backup"),
     "exists (parent)": lambda z, r: z.exists("backup"),
     "properties": lambda z, r: z.get_properties(f"{ROOT}/tank@{OWN}", ["guid"]),
+    "guid and replica properties": lambda z, r: z.property_sources(
+        [f"{ROOT}/tank@{OWN}", f"{ROOT}/tank"], ["guid", *ReceiveProperties.of().names]),
+    "set a replica property": lambda z, r: z.set_property(f"{ROOT}/tank", "canmount", "noauto"),
+    "reset an excluded one": lambda z, r: z.set_property(f"{ROOT}/tank", "refreservation",
+                                                         "none"),
+    "inherit an excluded one": lambda z, r: z.inherit_property(f"{ROOT}/tank", "mountpoint"),
     "hold": lambda z, r: z.hold(f"{ROOT}/tank@{OWN}", "zbak:j:backup:x"),
     "release": lambda z, r: z.release(f"{ROOT}/tank@{OWN}", "zbak:j:backup:x"),
     "holds": lambda z, r: z.holds([f"{ROOT}/tank@{OWN}"]),
@@ -255,10 +264,30 @@ def test_the_send_and_receive_argvs_of_every_step_kind_are_allowed():
         send_argv(Incremental(BookmarkRef("bm", 1, 10), b, False), source_dataset=ds,
                   caps=Capabilities.NONE, raw=False),
     ]
+    sends += [send_argv(step, source_dataset=ds, caps=OPENZFS, raw=raw, properties=True)
+              for step in (Full(a), Incremental(a, b, True)) for raw in (False, True)]
+    props = ReceiveProperties.of()
     receives = [receive_argv(ds, caps=OPENZFS, resumable=True),
+                receive_argv(ds, caps=OPENZFS, resumable=True, properties=props),
+                receive_argv(ds, caps=OPENZFS, resumable=False,
+                             properties=props.for_kind("volume")),
                 receive_argv(ds, caps=Capabilities.NONE, resumable=False), abort_argv(ds)]
     for argv in sends + receives:
         assert allowed(request(argv)).argvs == (tuple(argv),)
+
+
+def test_the_receive_properties_serve_allows_are_the_ones_it_was_started_with():
+    ds = f"{ROOT}/tank"
+    props = ReceiveProperties.of({"compression": "zstd", "readonly": "off"}, ["mountpoint"])
+    policy = dataclasses.replace(POLICY, properties=props)
+    argv = receive_argv(ds, caps=OPENZFS, resumable=True, properties=props)
+    assert "compression=zstd" in argv and "readonly=off" in argv
+    assert allowed(request(argv), policy).argvs == (tuple(argv),)
+    assert "-o 'compression=zstd' is not allowed" in refused(request(argv)), "not by default"
+    default = receive_argv(ds, caps=OPENZFS, resumable=True, properties=ReceiveProperties.of())
+    assert "-o 'readonly=on' is not allowed" in refused(request(default), policy)
+    assert allowed(request(["zfs", "set", "compression=zstd", ds]), policy)
+    assert "not allowed" in refused(request(["zfs", "set", "compression=zstd", ds]))
 
 
 def _remote_side(tmp_path) -> Side:
@@ -356,7 +385,18 @@ def test_a_configured_program_path_is_accepted_and_executed():
     (["zfs", "receive", "-u", "backup/other/tank"], "outside the allowed root"),
     (["zfs", "receive", "-u", "backup/replicas2"], "outside the allowed root"),
     (["zfs", "receive", "-u", "backup"], "outside the allowed root"),
-    (["zfs", "receive", "-u", "-o", "mountpoint=/root", f"{ROOT}/x"], "-o is not allowed"),
+    (["zfs", "receive", "-u", "-o", "mountpoint=/root", f"{ROOT}/x"],
+     "-o 'mountpoint=/root' is not allowed"),
+    (["zfs", "receive", "-u", "-o", "canmount=on", f"{ROOT}/x"], "-o 'canmount=on' is not"),
+    (["zfs", "receive", "-u", "-ocanmount=on", f"{ROOT}/x"], "-o 'canmount=on' is not"),
+    (["zfs", "receive", "-u", f"{ROOT}/x", "-o", "readonly=off"], "-o 'readonly=off' is not"),
+    (["zfs", "receive", "-u", "-o", "canmount", f"{ROOT}/x"], "-o 'canmount' is not"),
+    (["zfs", "receive", "-u", "-o", "com.example:x=1", f"{ROOT}/x"], "only the configured"),
+    (["zfs", "receive", "-u", "-x", "compression", f"{ROOT}/x"], "-x 'compression' is not"),
+    (["zfs", "receive", "-u", "-x", "canmount", f"{ROOT}/x"], "-x 'canmount' is not"),
+    (["zfs", "receive", "-A", "-o", "canmount=noauto", f"{ROOT}/x"], "-A takes no other"),
+    (["zfs", "receive", "-x", "compression"], "exactly one dataset"),
+    (["zfs", "receive", "-u", "-o", "canmount=noauto", "backup/other"], "outside the allowed"),
     (["zfs", "receive", "-u", "-d", f"{ROOT}/x"], "-d is not allowed"),
     (["zfs", "list", "-H", "-o", "name", "-r", "backup/other"], "outside the allowed root"),
     (["zfs", "list", "-H"], "listing every pool"),
@@ -364,9 +404,21 @@ def test_a_configured_program_path_is_accepted_and_executed():
     (["zfs", "get", "all", f"{ROOT}/$(id)"], "invalid character"),
     (["zfs", "send", "backup/other@s"], "outside the allowed root"),
     (["zfs", "send", "-R", f"{ROOT}/tank@s"], "-R is not allowed"),
-    (["zfs", "send", "-p", f"{ROOT}/tank@s"], "-p is not allowed"),
+    (["zfs", "send", "-b", f"{ROOT}/tank@s"], "-b is not allowed"),
     (["zfs", "send", "-i", "backup/other@a", f"{ROOT}/tank@b"], "not in the dataset"),
-    (["zfs", "set", "mountpoint=/etc", f"{ROOT}/tank"], "zfs set is not allowed"),
+    (["zfs", "set", "mountpoint=/etc", f"{ROOT}/tank"], "'mountpoint=/etc' is not allowed"),
+    (["zfs", "set", "canmount=on", f"{ROOT}/tank"], "'canmount=on' is not allowed"),
+    (["zfs", "set", "canmount=noauto", "backup/other"], "outside the allowed root"),
+    (["zfs", "set", "canmount=noauto", f"{ROOT}/tank@s"], "belong to snapshot"),
+    (["zfs", "set", "canmount=noauto", "readonly=on", f"{ROOT}/tank"], "exactly one"),
+    (["zfs", "set", "-u", "canmount=noauto", f"{ROOT}/tank"], "-u is not allowed"),
+    (["zfs", "set", "refreservation=10G", f"{ROOT}/tank"], "is not allowed"),
+    (["zfs", "inherit", "compression", f"{ROOT}/tank"], "'compression' is not allowed"),
+    (["zfs", "inherit", "refreservation", f"{ROOT}/tank"], "'refreservation' is not allowed"),
+    (["zfs", "inherit", "canmount", f"{ROOT}/tank"], "'canmount' is not allowed"),
+    (["zfs", "inherit", "-r", "mountpoint", f"{ROOT}/tank"], "-r is not allowed"),
+    (["zfs", "inherit", "-S", "mountpoint", f"{ROOT}/tank"], "-S is not allowed"),
+    (["zfs", "inherit", "mountpoint", "backup"], "outside the allowed root"),
     (["zfs", "allow", "nobody", "destroy", ROOT], "zfs allow is not allowed"),
     (["zfs", "clone", f"{ROOT}/tank@s", f"{ROOT}/c"], "zfs clone is not allowed"),
     (["zfs", "rename", f"{ROOT}/a", f"{ROOT}/b"], "zfs rename is not allowed"),

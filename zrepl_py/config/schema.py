@@ -31,6 +31,9 @@ from zrepl_py.errors import CommandFailed, InvalidEndpoint, InvalidName
 from zrepl_py.proc import mbuffer
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
 from zrepl_py.zfs.names import DatasetName, check_short_name
+from zrepl_py.zfs.properties import ReceiveProperties
+from zrepl_py.zfs.properties import check_name as check_property
+from zrepl_py.zfs.properties import check_value as check_property_value
 
 _CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 LOCAL_HOST = "local"
@@ -330,6 +333,49 @@ def parse_free_floor(value: object) -> FreeSpaceFloor:
 MinFree = Annotated[FreeSpaceFloor, PlainValidator(parse_free_floor)]
 
 
+class ReplicaProperties(_Model):
+    """``[jobs.NAME.replicate.properties]``: the dataset properties a replica gets.
+
+    ``send`` adds ``zfs send -p`` (recordsize, compression, atime, xattr, user properties...
+    arrive, so a failover replica behaves as its source). ``set`` is applied on receive over
+    the defaults ``zfs.properties.DEFAULT_SET`` (``canmount = "noauto"``, ``readonly =
+    "on"``); ``exclude`` replaces ``DEFAULT_EXCLUDE`` (mountpoint, sharenfs, sharesmb,
+    refreservation). Names and values are checked here (``zfs.properties``), so a bad one is
+    a config error and never reaches a process.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    send: StrictBool = True
+    assign: dict[str, str] = Field(default_factory=dict, alias="set")
+    exclude: list[str] | None = None
+    """None: ``DEFAULT_EXCLUDE`` (less what ``set`` sets)."""
+
+    # InvalidProperty is a ValueError: pydantic reports it under the key that holds it.
+    @field_validator("assign")
+    @classmethod
+    def _assign(cls, values: dict[str, str]) -> dict[str, str]:
+        for name, value in values.items():
+            check_property_value(check_property(name), value)
+        return values
+
+    @field_validator("exclude")
+    @classmethod
+    def _exclude(cls, names: list[str] | None) -> list[str] | None:
+        for name in names or ():
+            check_property(name)
+        return names
+
+    @model_validator(mode="after")
+    def _together(self) -> "ReplicaProperties":
+        self.receive()  # a property both set and excluded; canmount=on with mountpoint
+        return self
+
+    def receive(self) -> ReceiveProperties:
+        """The effective ``-o``/``-x`` of a receive (``ReceiveProperties.of``)."""
+        return ReceiveProperties.of(self.assign, self.exclude)
+
+
 class ReplicateConfig(_Model):
     """``[jobs.NAME.replicate]``: targets and how to send to them."""
 
@@ -346,6 +392,8 @@ class ReplicateConfig(_Model):
     retention: Retention | None = None
     """Retention of zbak snapshots on the target; None keeps every received snapshot."""
     protection_budget: ProtectionBudget = ProtectionBudget()
+    properties: ReplicaProperties = ReplicaProperties()
+    """What the replicas' properties are (send them, set, exclude)."""
     min_free: MinFree | None = None
     """Free-space floor of each ZFS target's pool (``zrepl_py.checks.health``): bytes (``"20G"``)
     or a percentage of the pool's usable size (``"10%"``); a target pool with less free

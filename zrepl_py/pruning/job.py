@@ -8,7 +8,7 @@ one fresh listing of the source plus the catalog:
    archive hold left on the tip of a chain a newer full has closed is released first;
 2. each ZFS target with a ``retention``: the target's zbak snapshots (``pruning.replica``),
    under the target's lock too;
-3. the job's archive: whole chains (``pruning.archive``, ``chains.*``).
+3. the job's archive: whole chains (``pruning.archive``, ``pruning.chain_plan``, ``pruning.chain_delete``).
 
 Each part's failure is reported in the result and the other parts still run. With
 ``dry_run`` nothing is destroyed or deleted and no run is recorded; otherwise each part is

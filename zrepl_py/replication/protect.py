@@ -5,6 +5,12 @@ next incremental's base survives while a target is offline. The new base is held
 old one is released, so there is never a moment without protection. Where the pool has
 bookmarks, the base is also bookmarked: even if an admin releases the hold and destroys the
 snapshot, ``zfs send -i DS#bookmark`` can still continue the chain (zfs-bookmark(8)).
+
+A bookmark is trusted by guid, never by name: one that already carries the cursor's name
+but was made from another snapshot (by hand, or left by a dataset that was renamed into
+place) would be no base at all once the snapshot is gone, and the next run would stop as
+diverged. It is destroyed and made again from the right snapshot, with a warning (issue 18
+item 5).
 """
 
 from __future__ import annotations
@@ -61,7 +67,13 @@ def move_protection(
     if caps is not None and caps.bookmarks:
         prefix = bookmark_prefix(job, target)
         mark = BookmarkName(f"{dataset}#{prefix}{new_guid:016x}")
-        existing = {str(b.name) for b in zfs.bookmarks(dataset)}
+        existing = {str(b.name): b.guid for b in zfs.bookmarks(dataset)}
+        if str(mark) in existing and existing[str(mark)] != new_guid:
+            log.warning("%s has the name of zbak's cursor for %s but was made from another "
+                        "snapshot (guid %d, not %d): replacing it with a bookmark of %s",
+                        mark, new, existing[str(mark)], new_guid, new)
+            zfs.destroy_bookmark(mark)
+            del existing[str(mark)]
         if str(mark) not in existing:
             zfs.bookmark(new, mark)
         for name in existing:

@@ -8,6 +8,14 @@ the other datasets go on (issue 18 item 6: one diverged child must not leave the
 the tree behind); a failed transfer stops the target and leaves the cursor where it was,
 so the next run re-plans from what the target really has.
 
+Replica properties (``[replicate] properties``, ``zfs.properties``): where the receiving zfs
+takes ``-o``/``-x`` (OpenZFS), streams carry the dataset's properties (``send -p``) and each
+receive sets and excludes the job's ones; after the last step the replica is read back with
+the guid check and what zfs did not apply is repaired (``ReceiveProperties.fixes``: ``-x``
+misses, openzfs/zfs#17240). A target without them (zfs-fuse, pool v23) gets no properties
+from the stream (nothing could keep the source's mountpoint or shares off the backup host)
+and the set ones with ``zfs set`` right after the full receive that creates the replica.
+
 A stream the target's ZFS rejects as unsupported (``StreamUnsupported``: zfs-fuse receiving
 any OpenZFS 2.x stream, a pool without a feature the stream needs) is handed to the
 caller's ``fallback`` for that dataset (method ``auto``: rsync), and the next datasets go on
@@ -24,7 +32,15 @@ from typing import TYPE_CHECKING, Callable
 
 from zrepl_py.clock import Clock
 from zrepl_py.config.schema import Endpoint, JobConfig
-from zrepl_py.errors import DatasetNotFound, Diverged, PipelineFailed, StreamUnsupported, ZbakError
+from zrepl_py.errors import (
+    DatasetNotFound,
+    Diverged,
+    PipelineFailed,
+    ReplicaPropertiesFailed,
+    StreamUnsupported,
+    ZbakError,
+    ZfsError,
+)
 from zrepl_py.proc.mbuffer import without_buffer_noise
 from zrepl_py.proc.pipeline import PipelineResult, run_pipeline
 from zrepl_py.replication.planner import Plan, SourceState, TargetState, plan_replication
@@ -36,8 +52,9 @@ from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.errors import classify_receive
 from zrepl_py.zfs.model import Tree
 from zrepl_py.zfs.names import DatasetName, SnapshotName
+from zrepl_py.zfs.properties import Fix, ReceiveProperties
 from zrepl_py.zfs.resume import describe_token
-from zrepl_py.zfs.sendrecv import receive_argv, send_argv, stream_capabilities
+from zrepl_py.zfs.sendrecv import receive_argv, send_argv
 from zrepl_py.zfs.steps import (
     AbortResume,
     BookmarkRef,
@@ -191,8 +208,12 @@ def replicate_to_zfs_target(
         PipelineFailed, ZfsError, HostUnreachable: a transfer or command failed; datasets
             finished before it keep their new cursor.
     """
-    assert target.dataset is not None
+    assert target.dataset is not None and job.replicate is not None
     root = job.source.dataset
+    wanted = job.replicate.properties
+    receive_props = wanted.receive()
+    takes = dst.capabilities is not None and dst.capabilities.receive_properties
+    send_props = wanted.send and takes
     tree = _target_tree(dst, target.dataset)
     # Datasets known to exist on the target: listed, or received earlier in this run (parents
     # come first), so a new child's parent needs no `zfs get` over ssh of its own.
@@ -207,6 +228,7 @@ def replicate_to_zfs_target(
         plan = plan_replication(source_state, target_state, on_divergence=transfer.on_divergence)
         outcome = DatasetOutcome(str(dataset), str(target_ds), plan)
         outcomes.append(outcome)
+        props = receive_props.for_kind(info.kind)
         if plan.diverged:
             outcome.diverged = f"{target}: {target_ds} diverged from {dataset}: {plan.diverged}"
             continue
@@ -223,7 +245,10 @@ def replicate_to_zfs_target(
         try:
             for step in plan.steps:
                 outcome.bytes += _execute(step, dataset, target_ds, source_state, src, dst,
-                                          transfer, lost=lost)  # fmt: skip
+                                          transfer, props=props, send_props=send_props,
+                                          lost=lost)  # fmt: skip
+                if isinstance(step, Full) and not takes:
+                    _set_after_full(dst, target, target_ds, props)
                 if isinstance(step, (Full, Incremental, Resume)):
                     reached = step.to
         except StreamUnsupported as exc:
@@ -242,12 +267,14 @@ def replicate_to_zfs_target(
         if reached is None:
             continue
         outcome.reached = reached.name
-        _confirm(dst, target_ds, reached)
+        checked = props if send_props else ReceiveProperties(props.assigned)
+        observed = _confirm(dst, target_ds, reached, checked.names)
         present.add(target_ds)
         move_protection(src, dataset, reached.name, reached.guid, old.snapshot_name if old else None,
                         job=job_name, target=str(target))
         catalog.set_cursor(job_name, str(target), job.source.host, str(dataset), str(target_ds),
                            "zfs", reached.name, reached.guid, reached.createtxg, clock.now())
+        _repair(dst, target, target_ds, checked.fixes(observed))
     return outcomes
 
 
@@ -258,20 +285,75 @@ def _ensure_parent(dst: Zfs, target_ds: DatasetName, present: set[DatasetName]) 
         present.add(parent)
 
 
-def _confirm(dst: Zfs, target_ds: DatasetName, reached: SnapRef) -> None:
-    """The receiver's word is not enough: the target must list the snapshot with its guid."""
-    got = dst.get_properties(str(SnapshotName.of(target_ds, reached.name)), ["guid"])
-    if int(got["guid"]) != reached.guid:
-        raise ZbakError(f"{target_ds}@{reached.name} has guid {got['guid']} after receive, "
+def _confirm(dst: Zfs, target_ds: DatasetName, reached: SnapRef,
+             props: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+    """The receiver's word is not enough: the target must list the snapshot with its guid.
+
+    Returns:
+        ``{property: (value, source)}`` of ``props`` on ``target_ds``, read in the same
+        command.
+    """
+    snapshot = SnapshotName.of(target_ds, reached.name)
+    got = dst.property_sources([snapshot, target_ds], ["guid", *props])
+    guid = got.get(snapshot, {}).get("guid", ("-", "-"))[0]
+    if guid != str(reached.guid):
+        raise ZbakError(f"{target_ds}@{reached.name} has guid {guid} after receive, "
                         f"expected {reached.guid}: the target is not a replica of this source")
+    return got.get(target_ds, {})
+
+
+def _set_after_full(dst: Zfs, target: Endpoint, target_ds: DatasetName,
+                    props: ReceiveProperties) -> None:
+    """Set the job's properties on a replica a full stream has just created, on a receiver
+    without ``zfs receive -o`` (received with ``-u`` and no properties, so it was mounted
+    nowhere in between)."""
+    fixes = [Fix(name, value, "is not set yet (this zfs receive has no -o)")
+             for name, value in props.assigned]
+    _repair(dst, target, target_ds, fixes, expected=True)
+
+
+def _repair(dst: Zfs, target: Endpoint, target_ds: DatasetName, fixes: list[Fix], *,
+            expected: bool = False) -> None:
+    """Apply ``ReceiveProperties.fixes``; log each (a warning unless ``expected``).
+
+    Raises:
+        ReplicaPropertiesFailed: zfs (or ``zbak serve``) refused one, e.g. a delegated user
+            without that property's permission; the others are still tried.
+    """
+    failed = []
+    for fix in fixes:
+        how = f"zfs set {fix.prop}={fix.value}" if fix.value is not None else (
+            f"zfs inherit {fix.prop}")
+        log.log(logging.INFO if expected else logging.WARNING,
+                "%s: %s of %s %s; running %s (replica properties)", target, fix.prop,
+                target_ds, fix.why, how)
+        try:
+            _fix(dst, target_ds, fix)
+        except ZfsError as exc:
+            failed.append(f"{how}: {exc}")
+    if failed:
+        raise ReplicaPropertiesFailed(
+            f"{target}: {target_ds} was received, but its properties could not be made the "
+            f"job's ({'; '.join(failed)}). Grant the target's ssh user those properties (zfs "
+            f"allow, see examples/zfs-allow.sh; zbak serve --receive-set), or run the "
+            f"commands there as root; every run that receives into it checks again")
+
+
+def _fix(dst: Zfs, target_ds: DatasetName, fix: Fix) -> None:
+    if fix.value is None:
+        dst.inherit_property(target_ds, fix.prop)
+    else:
+        dst.set_property(target_ds, fix.prop, fix.value)
 
 
 def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceState,
-             src: Zfs, dst: Zfs, transfer: Transfer, *, lost: str | None = None,
-             rolled_back: bool = False) -> int:
+             src: Zfs, dst: Zfs, transfer: Transfer, *, props: ReceiveProperties,
+             send_props: bool, lost: str | None = None, rolled_back: bool = False) -> int:
     """Run one step; return the bytes sent.
 
     Args:
+        props: set and excluded on receive (where the receiver takes ``-o``/``-x``).
+        send_props: send the dataset's properties (``zfs send -p``).
         lost: short name of the last snapshot zbak replicated to ``target_ds`` (its cursor)
             when the target no longer lists it; names the cause when zfs refuses the
             target as modified.
@@ -292,13 +374,13 @@ def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceS
             dst.destroy_snapshot(SnapshotName.of(target_ds, short))
         dst.rollback(SnapshotName.of(target_ds, step.to.name))
         return 0
-    # Stream features both ends understand: an OpenZFS sender must not use -c/-L/-e toward
-    # an older receiver such as zfs-fuse.
-    both = stream_capabilities(src.capabilities, dst.capabilities)
-    send = send_argv(step, source_dataset=str(dataset), caps=both, raw=source.encrypted, zfs=src.zfs)
+    # Stream features the receiving pool takes: -c/-L/-e only where it has their features
+    # (zfs-fuse has none, nor a pool created with -d or compatibility=legacy).
     caps = dst.capabilities
+    send = send_argv(step, source_dataset=str(dataset), caps=src.capabilities,
+                     raw=source.encrypted, receiver=caps, properties=send_props, zfs=src.zfs)
     receive = receive_argv(str(target_ds), caps=caps, resumable=bool(caps and caps.resume_tokens),
-                           zfs=dst.zfs)
+                           properties=props, zfs=dst.zfs)
     # Count the stream where it is really read or written (stages.metered_transfer): a remote
     # sender's ssh, a local OpenZFS `zfs send`, or what stage 1 reads from zfs-fuse's daemon.
     writes = src.capabilities is not None and src.capabilities.send_writes_stream
@@ -338,8 +420,8 @@ def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceS
         log.warning("%s was modified since @%s: rolling it back (on_divergence = rollback)",
                     target_ds, step.base.name)
         dst.rollback(base)
-        return _execute(step, dataset, target_ds, source, src, dst, transfer, lost=lost,
-                        rolled_back=True)
+        return _execute(step, dataset, target_ds, source, src, dst, transfer, props=props,
+                        send_props=send_props, lost=lost, rolled_back=True)
     log.info("received %s: %d bytes in %.1f s", label, result.bytes, result.seconds)
     return result.bytes
 

@@ -296,7 +296,6 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     # An encrypted source goes raw, as replication sends it: never decrypted into a new
     # dataset, and a replica (key not loaded there) can only be sent raw.
     raw = is_encrypted(src, chosen.dataset)
-    plain = dataclasses.replace(src.capabilities, compressed_send=False)
     refs = [SnapRef(s.name, s.guid, s.createtxg) for s in chosen.snapshots]
     steps = [Full(refs[0])]
     if len(refs) > 1:
@@ -304,7 +303,9 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     source, target = Side.of(ctx.config, chosen.host), Side.of(ctx.config, plan.into_host)
     total = 0
     for step in steps:
-        send = send_argv(step, source_dataset=chosen.dataset, caps=plain, raw=raw, zfs=src.zfs)
+        # -c/-L/-e only as far as the --into pool has their features (zfs.sendrecv.stream_flags)
+        send = send_argv(step, source_dataset=chosen.dataset, caps=src.capabilities, raw=raw,
+                         receiver=dst.capabilities, zfs=src.zfs)
         receive = receive_argv(plan.into, caps=dst.capabilities, resumable=False, zfs=dst.zfs)
         stages = transfer_stages(send, receive, source=source, target=target,
                                  compress=source.config is not None or target.config is not None,

@@ -19,14 +19,20 @@ Read-only, names inside a root (``-r``/``-d`` allowed):
   ``zpool list [-HLPpv] [-o P] POOL`` for the roots' pools. ``zfs version``, ``zpool version``.
 Capability probes (``zfs/capabilities.py``; they change nothing): ``zfs send`` with flags and
   no snapshot (zfs prints its usage), ``zfs snapshot POOL@zbak%probe1 POOL@zbak%probe2`` (both
-  names are invalid, so nothing is created), ``mbuffer -V`` (``replication/stages.py``
+  names are invalid, so nothing is created), ``zfs receive -x mountpoint`` with no dataset
+  (zfs prints its usage and reads no stream), ``mbuffer -V`` (``replication/stages.py``
   ``MBUFFER_PROBE``: prints mbuffer's version, the one way mbuffer may run alone).
 Replication, inside a root:
-  ``zfs receive -u [-s] DS`` (``-F`` only with ``allow_force_receive``), ``zfs receive -A DS``,
+  ``zfs receive -u [-s] [-o PROP=VALUE]... [-x PROP]... DS`` with only the configured replica
+  properties (``Policy.properties``: each ``-o`` one of its set values exactly, each ``-x``
+  one of its exclusions; ``-F`` only with ``allow_force_receive``), ``zfs receive -A DS``,
+  ``zfs set PROP=VALUE DS`` for the same set values (and a non-inheritable exclusion's reset
+  value, such as ``refreservation=none``), ``zfs inherit PROP DS`` for an inheritable
+  exclusion (``replication/zfs_target.py`` repairs a replica with these after a receive),
   ``zfs create [-p] DS``, ``zfs hold TAG SNAP...``, ``zfs release TAG SNAP...``,
   ``zfs snapshot [-r] DS@PREFIX_YYYYMMDDTHHMMSSZ...`` (zbak's own names only),
   ``zfs bookmark SNAP DS#NAME`` (same dataset),
-  ``zfs send [-wcLenvP] [-i|-I BASE] SNAP`` (BASE inside too),
+  ``zfs send [-wcLenvPp] [-i|-I BASE] SNAP`` (BASE inside too),
   ``zfs send [-nvP] -t TOKEN`` where the token's snapshot is inside (``token``; for a real
   send the caller also checks the guid, see ``Approved.token``).
 With ``allow_destroy_own`` (``on_divergence = "rollback"``, replica retention, source prune):
@@ -41,8 +47,9 @@ Pipelines, exactly the data path's shapes (``replication/stages.py``):
   KiB from 1 MiB (``ReplicateConfig.receive_buffer``'s floor) to ``mbuffer.MAX_BYTES``:
   mbuffer(1) can also read and write files (``-i``, ``-o``, ``-l``, ``-T``), listen on and
   connect to TCP ports (``-I``, ``-O``) and run a command (``-A``), so nothing else passes.
-Never: any other program, ``sudo``, a shell, ``zfs set/inherit/clone/promote/rename/allow/
-mount/upgrade``, ``zpool`` changes, ``receive -F`` (by default), ``destroy`` of a dataset.
+Never: any other program, ``sudo``, a shell, another ``zfs set/inherit``, ``zfs clone/promote/
+rename/allow/mount/upgrade``, ``zpool`` changes, ``receive -F`` (by default), ``destroy`` of a
+dataset.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from zrepl_py.serve.token import TokenTarget, read_token
 from zrepl_py.snapshots.naming import is_own
 from zrepl_py.zfs.client import check_property_name, parse_any_name
 from zrepl_py.zfs.names import BookmarkName, DatasetName, SnapshotName, check_hold_tag
+from zrepl_py.zfs.properties import ReceiveProperties
 
 OWN_BOOKMARK_PREFIX = "zbak_"
 """Start of zbak's cursor bookmarks (``replication.protect.bookmark_prefix``)."""
@@ -87,6 +95,9 @@ class Policy:
         allow_force_receive: allow ``zfs receive -F`` (``--allow-force-receive``; zbak never
             issues it).
         prefix: the snapshot prefix that marks zbak's own snapshots (``--prefix``).
+        properties: the replica properties receives may set (``-o``) and exclude (``-x``)
+            (``--receive-set``, ``--receive-exclude``; by default zbak's defaults, as a job
+            without ``[replicate] properties`` uses them).
         zfs, zpool, zstd, mbuffer: the programs actually executed (``--zfs`` etc.); a
             request may name a program by its plain name or by exactly this path.
     """
@@ -95,6 +106,7 @@ class Policy:
     allow_destroy_own: bool = False
     allow_force_receive: bool = False
     prefix: str = "zbak"
+    properties: ReceiveProperties = ReceiveProperties.of()
     zfs: str = "zfs"
     zpool: str = "zpool"
     zstd: str = "zstd"
@@ -382,9 +394,12 @@ def _zfs_holds(args: list[str], policy: Policy) -> None:
 
 def _zfs_receive(args: list[str], policy: Policy) -> None:
     what = "zfs receive"
-    parsed = parse(args, flags="usAF", what=what)
+    parsed = parse(args, flags="usAF", valued="ox", what=what)
+    if not parsed.operands and list(parsed.options) == [("x", "mountpoint")]:
+        return  # capability probe: zfs prints its usage and reads no stream
     if len(parsed.operands) != 1:
         raise CommandRefused(f"{what} takes exactly one dataset")
+    _check_receive_properties(parsed, policy, what)
     if parsed.has("A"):
         if parsed.letters() != {"A"}:
             raise CommandRefused(f"{what} -A takes no other option")
@@ -397,6 +412,48 @@ def _zfs_receive(args: list[str], policy: Policy) -> None:
             raise CommandRefused(f"{what} without -u is not allowed (nothing is mounted "
                                  "by a receive)")
     _dataset(parsed.operands[0], policy, what)
+
+
+def _check_receive_properties(parsed: Parsed, policy: Policy, what: str) -> None:
+    assigned = dict(policy.properties.assigned)
+    for value in parsed.values("o"):
+        name, sep, wanted = value.partition("=")
+        if not sep or assigned.get(name) != wanted:
+            shown = ", ".join(f"{k}={v}" for k, v in policy.properties.assigned) or "none"
+            raise CommandRefused(f"{what} -o {value!r} is not allowed (only the configured "
+                                 f"replica properties: {shown}; see --receive-set)")
+    for name in parsed.values("x"):
+        if name not in policy.properties.excluded:
+            shown = ", ".join(policy.properties.excluded) or "none"
+            raise CommandRefused(f"{what} -x {name!r} is not allowed (only the configured "
+                                 f"exclusions: {shown}; see --receive-exclude)")
+
+
+def _repair(args: list[str], policy: Policy, what: str) -> str:
+    """Check ``zfs set|inherit WORD DS`` (no option, DS inside a root); return WORD."""
+    parsed = parse(args, what=what)
+    _no_options(parsed, what)
+    if len(parsed.operands) != 2:
+        raise CommandRefused(f"{what} takes exactly one property and one dataset")
+    _dataset(parsed.operands[1], policy, what)
+    return parsed.operands[0]
+
+
+def _zfs_set(args: list[str], policy: Policy) -> None:
+    what = "zfs set"
+    word = _repair(args, policy, what)
+    name, sep, value = word.partition("=")
+    if not sep or policy.properties.repairs()[0].get(name) != value:
+        raise CommandRefused(f"{what} {word!r} is not allowed (only the configured replica "
+                             "properties; see --receive-set)")
+
+
+def _zfs_inherit(args: list[str], policy: Policy) -> None:
+    what = "zfs inherit"
+    name = _repair(args, policy, what)
+    if name not in policy.properties.repairs()[1]:
+        raise CommandRefused(f"{what} {name!r} is not allowed (only the configured "
+                             "exclusions that inherit; see --receive-exclude)")
 
 
 def _zfs_create(args: list[str], policy: Policy) -> None:
@@ -462,7 +519,7 @@ def _zfs_bookmark(args: list[str], policy: Policy) -> None:
 
 def _zfs_send(args: list[str], policy: Policy) -> TokenTarget | None:
     what = "zfs send"
-    parsed = parse(args, flags="wcLenvP", valued="iIt", what=what)
+    parsed = parse(args, flags="wcLenvPp", valued="iIt", what=what)
     bases = parsed.values("i") + parsed.values("I")
     tokens = parsed.values("t")
     if len(bases) > 1 or len(tokens) > 1:
@@ -537,6 +594,8 @@ _ZFS: dict[str, Callable[[list[str], Policy], TokenTarget | None]] = {
     "list": _zfs_list,
     "holds": _zfs_holds,
     "receive": _zfs_receive,
+    "set": _zfs_set,
+    "inherit": _zfs_inherit,
     "create": _zfs_create,
     "snapshot": _zfs_snapshot,
     "hold": _zfs_hold,

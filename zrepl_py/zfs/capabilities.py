@@ -26,6 +26,9 @@ has no ``zfs version``), ``detect`` asks each question directly:
    creating anything and refuses ``%`` ("invalid character '%' in name", libzfs
    ``zfs_validate_name`` with modifying=true), so nothing is created; zfs-fuse refuses
    any second name ("too many arguments"). Any other answer counts as unsupported.
+7. ``zfs receive -x mountpoint`` with no dataset (it reads no stream): OpenZFS 0.7+ answers
+   "missing snapshot argument", zfs-fuse "invalid option 'x'" (its ``receive [-vnF]`` has
+   neither ``-o`` nor ``-x``, verified on 0.7.0).
 
 ``fingerprint`` is the one cheap question a cached answer is checked against
 (``zfs/capability_cache.py``): ``zpool get all POOL``, in the plain table form both zfs-fuse
@@ -68,6 +71,10 @@ class Capabilities:
         multi_snapshot: one ``zfs snapshot`` takes several names, created atomically.
         pool_version: the pool's SPA version, 5000 for feature-flag pools, None when
             unknown.
+        receive_properties: ``zfs receive`` takes ``-o PROP=VALUE`` and ``-x PROP``.
+        features: ``(name, state)`` of the pool's features that are ``enabled`` or
+            ``active`` (``zpool get feature@NAME``), sorted; empty on pools without
+            feature flags (zfs-fuse, or one created with ``zpool create -d``).
     """
 
     parsable_list: bool
@@ -79,6 +86,8 @@ class Capabilities:
     multi_snapshot: bool
     pool_version: int | None
     list_holds: bool = False
+    receive_properties: bool = False
+    features: tuple[tuple[str, str], ...] = ()
 
     NONE: ClassVar["Capabilities"]
     """Assume nothing beyond what every supported ZFS has (the default before ``detect``)."""
@@ -90,6 +99,16 @@ class Capabilities:
         size on 2.3.2, proc/pipeline.py), false of zfs-fuse, whose daemon writes it. Of the
         ZFS zbak supports, zfs-fuse alone lacks ``zfs list -p``, which tells them apart."""
         return self.parsable_list
+
+    def feature_enabled(self, name: str) -> bool:
+        """True when the pool has ``feature@name`` enabled or active (it can receive blocks
+        that need it)."""
+        return any(feature == name for feature, _ in self.features)
+
+    def feature_active(self, name: str) -> bool:
+        """True when ``feature@name`` is active: some block of the pool uses it (a stream
+        sent from it may need the feature, zpool-features(7))."""
+        return (name, "active") in self.features
 
     def to_json(self) -> dict[str, Any]:
         """Return the fields as a JSON-ready dict (``from_json`` reads it back)."""
@@ -107,14 +126,21 @@ class Capabilities:
         if not isinstance(data, Mapping) or set(data) != set(fields):
             shown = sorted(data) if isinstance(data, Mapping) else data
             raise ValueError(f"capability fields {shown!r} are not {sorted(fields)}")
+        values = dict(data)
         for name, value in data.items():
             if name == "pool_version":
                 ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
+            elif name == "features":
+                ok = isinstance(value, (list, tuple)) and all(
+                    isinstance(pair, (list, tuple)) and len(pair) == 2
+                    and all(isinstance(part, str) for part in pair) for pair in value)
+                if ok:
+                    values[name] = tuple(tuple(pair) for pair in value)
             else:
                 ok = isinstance(value, bool)
             if not ok:
                 raise ValueError(f"capability {name} has the wrong type: {value!r}")
-        return cls(**data)
+        return cls(**values)
 
 
 Capabilities.NONE = Capabilities(
@@ -127,6 +153,8 @@ Capabilities.NONE = Capabilities(
     multi_snapshot=False,
     pool_version=None,
     list_holds=False,
+    receive_properties=False,
+    features=(),
 )
 
 
@@ -172,6 +200,11 @@ def _pool_version(props: dict[str, str]) -> int | None:
 
 def _feature(props: dict[str, str], name: str) -> bool:
     return props.get(f"feature@{name}") in ("enabled", "active")
+
+
+def _features(props: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((key.removeprefix("feature@"), value) for key, value in props.items()
+                        if key.startswith("feature@") and value in ("enabled", "active")))
 
 
 def fingerprint(
@@ -250,6 +283,7 @@ def detect(
     holds = probe("holds", "-H", f"{pool}@{_PROBE_SNAPSHOT}")
     send = probe("send", "-c", "-w")
     multi = probe("snapshot", f"{pool}@zbak%probe1", f"{pool}@zbak%probe2")
+    receive = probe("receive", "-x", "mountpoint")
 
     send_err = send.error_text
     compressed = "invalid option 'c'" not in send_err and "unrecognized option" not in send_err
@@ -263,4 +297,6 @@ def detect(
         multi_snapshot="invalid character" in multi.error_text,
         pool_version=version,
         list_holds="does not exist" in holds.error_text or holds.returncode == 0,
+        receive_properties="missing snapshot argument" in receive.error_text,
+        features=_features(props),
     )

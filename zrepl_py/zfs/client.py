@@ -326,6 +326,43 @@ class Zfs:
                 values[name] = value
         return values
 
+    def property_sources(
+        self, names: Sequence[str], props: Sequence[str]
+    ) -> dict[str, dict[str, tuple[str, str]]]:
+        """Return ``{name: {property: (parsable value, source)}}`` for several objects in one
+        ``zfs get -Hp -o name,property,value,source P1,P2 NAME...``. Sources read as zfs
+        prints them: ``local``, ``received``, ``default``, ``inherited from DS``, ``-``;
+        a property that does not apply to an object (``canmount`` of a snapshot) is
+        ``("-", "-")``.
+
+        Raises:
+            DatasetNotFound: a name does not exist.
+            Unsupported: this ZFS does not know one of ``props``.
+        """
+        wanted = [check_property_name(p) for p in props]
+        argv = [self.zfs, "get", "-Hp", "-o", "name,property,value,source", ",".join(wanted),
+                *(parse_any_name(n) for n in names)]
+        found: dict[str, dict[str, tuple[str, str]]] = {}
+        for line in self._run(argv).text.split("\n"):
+            if line:
+                fields = line.split("\t")
+                if len(fields) != 4:
+                    raise self._unexpected(argv, repr(line))
+                found.setdefault(fields[0], {})[fields[1]] = (fields[2], fields[3])
+        return found
+
+    def inherit_property(self, name: str, prop: str) -> None:
+        """Clear a local or received value: ``zfs inherit PROP NAME`` (the property is then
+        inherited, or its default; a received value stays masked, zfs-inherit(8)).
+
+        Raises:
+            DatasetNotFound: no such object.
+            Unsupported: this ZFS does not know ``prop``.
+            ZfsError: ``prop`` cannot be inherited (e.g. ``quota``).
+        """
+        parsed = parse_any_name(name)
+        self._run([self.zfs, "inherit", check_property_name(prop), parsed])
+
     def set_property(self, name: str, prop: str, value: str) -> None:
         """Set one property: ``zfs set PROP=VALUE NAME``.
 
