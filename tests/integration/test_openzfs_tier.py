@@ -114,6 +114,8 @@ def test_capability_detection_over_ssh_finds_every_openzfs_feature(
         multi_snapshot=True,
         pool_version=5000,
         list_holds=True,
+        typed_get=True,
+        written=True,
     )
     # the multi-snapshot probe must not leave anything behind
     assert snapshot_guids(openzfs_executor, openzfs_pools.source) == {}

@@ -26,6 +26,11 @@ has no ``zfs version``), ``detect`` asks each question directly:
    creating anything and refuses ``%`` ("invalid character '%' in name", libzfs
    ``zfs_validate_name`` with modifying=true), so nothing is created; zfs-fuse refuses
    any second name ("too many arguments"). Any other answer counts as unsupported.
+7. ``zfs get -H -t filesystem -o value type POOL``: success means ``zfs get`` takes ``-t``
+   (a typed listing leaves snapshots out); zfs-fuse answers "invalid option 't'".
+8. ``zfs get -H -o value written POOL``: success means the ``written`` property (bytes
+   written since the previous snapshot, zfsprops(7)) exists; zfs-fuse answers "bad property
+   list: invalid property 'written'".
 
 ``fingerprint`` is the one cheap question a cached answer is checked against
 (``zfs/capability_cache.py``): ``zpool get all POOL``, in the plain table form both zfs-fuse
@@ -68,6 +73,10 @@ class Capabilities:
         multi_snapshot: one ``zfs snapshot`` takes several names, created atomically.
         pool_version: the pool's SPA version, 5000 for feature-flag pools, None when
             unknown.
+        typed_get: ``zfs get -t filesystem,volume`` exists (False on zfs-fuse, whose
+            ``zfs get -r`` lists every snapshot too).
+        written: the ``written`` property exists (False on zfs-fuse): what
+            ``[jobs.NAME.snapshot] min_change`` needs.
     """
 
     parsable_list: bool
@@ -79,6 +88,8 @@ class Capabilities:
     multi_snapshot: bool
     pool_version: int | None
     list_holds: bool = False
+    typed_get: bool = False
+    written: bool = False
 
     NONE: ClassVar["Capabilities"]
     """Assume nothing beyond what every supported ZFS has (the default before ``detect``)."""
@@ -127,6 +138,8 @@ Capabilities.NONE = Capabilities(
     multi_snapshot=False,
     pool_version=None,
     list_holds=False,
+    typed_get=False,
+    written=False,
 )
 
 
@@ -250,6 +263,8 @@ def detect(
     holds = probe("holds", "-H", f"{pool}@{_PROBE_SNAPSHOT}")
     send = probe("send", "-c", "-w")
     multi = probe("snapshot", f"{pool}@zbak%probe1", f"{pool}@zbak%probe2")
+    typed = probe("get", "-H", "-t", "filesystem", "-o", "value", "type", pool)
+    written = probe("get", "-H", "-o", "value", "written", pool)
 
     send_err = send.error_text
     compressed = "invalid option 'c'" not in send_err and "unrecognized option" not in send_err
@@ -263,4 +278,6 @@ def detect(
         multi_snapshot="invalid character" in multi.error_text,
         pool_version=version,
         list_holds="does not exist" in holds.error_text or holds.returncode == 0,
+        typed_get=typed.returncode == 0,
+        written=written.returncode == 0,
     )
