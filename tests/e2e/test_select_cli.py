@@ -155,3 +155,16 @@ def test_min_change_on_zfs_fuse_snapshots_every_selected_dataset_and_says_why(ri
     status, out, _ = run("init", "--json")
     (check,) = [c for c in json.loads(out)["checks"] if c["subject"] == "job nightly: selection"]
     assert "min_change cannot be applied" in check["detail"]
+
+
+def test_a_selection_matching_nothing_snapshots_nothing_and_says_so(rig):
+    run, root, _, config = rig
+    config.write_text(config.read_text().replace('value = "nightly"', 'value = "nigthly"'))
+
+    status, out, err = run("snapshot", "nightly", "--json")
+
+    assert status == ExitStatus.OK, err
+    (taken,) = json.loads(out)
+    assert taken["datasets"] == []
+    assert any("matches no dataset" in note for note in taken["notes"]), taken
+    assert snapshots(root) == []
