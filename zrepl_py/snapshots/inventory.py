@@ -42,7 +42,7 @@ class Inventory:
     @property
     def left_out(self) -> tuple[str, ...]:
         """Names of the listed datasets the selection left out (``Selection.skipped``)."""
-        return tuple(str(name) for name, _ in self.selection.skipped) if self.selection else ()
+        return self.selection.left_out if self.selection else ()
 
 
 def list_selection(
@@ -149,9 +149,7 @@ def left_out_now(zfs: Zfs, job: JobConfig, replicas: Mapping[DatasetName, str]) 
     Raises:
         DatasetNotFound, ZfsError, HostUnreachable: the source could not be listed.
     """
-    _, selection, _ = list_selection(zfs, job, replicas)
-    return tuple(str(name) for name, _ in selection.skipped)
-
+    return list_selection(zfs, job, replicas)[1].left_out
 
 
 def selection_check(ctx: Context, name: str, job: JobConfig, zfs: Zfs) -> Check | None:

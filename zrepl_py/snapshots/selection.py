@@ -42,6 +42,11 @@ class Selection:
     selected: tuple[DatasetName, ...]
     skipped: tuple[tuple[DatasetName, str], ...] = ()
 
+    @property
+    def left_out(self) -> tuple[str, ...]:
+        """The names of the datasets left out."""
+        return tuple(str(name) for name, _ in self.skipped)
+
     def reason(self, dataset: DatasetName | str) -> str | None:
         """Why ``dataset`` was left out, None when it was selected or never listed."""
         return next((why for name, why in self.skipped if name == dataset), None)
