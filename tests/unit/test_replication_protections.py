@@ -112,6 +112,6 @@ def test_a_snapshot_the_targets_filter_leaves_out_waits_for_no_replication():
 
     protections = replication_protections(inv, "j", jb, [cursor("j", "b:pool/x", SHORTS[1], 3)])
 
-    assert f"tank/data@tmp_1" not in protections
+    assert "tank/data@tmp_1" not in protections
     assert protections[f"tank/data@{SHORTS[2]}"] == ["not yet replicated to b:pool/x"]
     assert protections[f"tank/data@{SHORTS[1]}"] == ["replication base of j -> b:pool/x"]
