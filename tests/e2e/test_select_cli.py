@@ -1,6 +1,6 @@
 """Selecting a job's datasets by a ZFS user property (issue 19 item 2), through the CLI on
 real zfs-fuse pools: ``zbak list datasets``, ``init``, ``snapshot``, ``replicate``,
-``prune`` and ``status`` all see the same datasets; a received value and another job's
+``archive``, ``audit``, ``prune`` and ``status`` all see the same datasets; a received value and another job's
 replica target are never selected; ``min_change`` degrades on zfs-fuse (no ``written``).
 
 The pool ``SRC`` is the job's root, as in zfs-autobackup's whole-pool model::
@@ -50,7 +50,11 @@ def rig(make_pool, tmp_path, capsys):
     send = subprocess.Popen(["zfs", "send", "-p", f"{backup}/seed@s"], stdout=subprocess.PIPE)
     subprocess.run(["zfs", "receive", f"{root}/rcv"], stdin=send.stdout, check=True, timeout=60)
     assert send.wait(60) == 0
+    store = tmp_path / "store"
+    store.mkdir(mode=0o700)
     run = initialised(tmp_path, f"""
+        [stores.cold]
+        url = "file://{store}"
         [jobs.nightly]
         dataset = "{root}"
         select = {{ property = "zbak:job", value = "nightly" }}
@@ -58,6 +62,8 @@ def rig(make_pool, tmp_path, capsys):
         retention = {{ keep_last = 1 }}
         [jobs.nightly.replicate]
         targets = ["local:{backup}/r"]
+        [jobs.nightly.archive]
+        store = "cold"
         [jobs.pull]
         dataset = "{backup}/src"
         [jobs.pull.replicate]
@@ -168,3 +174,19 @@ def test_a_selection_matching_nothing_snapshots_nothing_and_says_so(rig):
     assert taken["datasets"] == []
     assert any("matches no dataset" in note for note in taken["notes"]), taken
     assert snapshots(root) == []
+
+
+def test_archive_and_audit_work_on_the_selected_datasets_only(rig):
+    run, root, _, _ = rig
+    assert run("snapshot", "nightly")[0] == ExitStatus.OK
+
+    status, out, err = run("archive", "nightly", "--json")
+    assert status == ExitStatus.OK, out + err
+    status, out, err = run("list", "streams", "nightly", "--json")
+
+    assert status == ExitStatus.OK, err
+    assert sorted({s["dataset"] for s in json.loads(out)}) == sorted(root + s for s in SELECTED)
+    status, out, err = run("audit", "nightly", "--json")
+    assert status == ExitStatus.OK, out + err
+    (audited,) = json.loads(out)["jobs"]
+    assert audited["streams"] == len(SELECTED)
