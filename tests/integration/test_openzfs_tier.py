@@ -116,6 +116,8 @@ def test_capability_detection_over_ssh_finds_every_openzfs_feature(
         pool_version=5000,
         list_holds=True,
         receive_properties=True,
+        typed_get=True,
+        written=True,
     )
     # the stream features zbak matches its send flags to (zfs.sendrecv.stream_flags)
     for feature in ("large_blocks", "embedded_data", "lz4_compress", "zstd_compress"):

@@ -195,6 +195,7 @@ def test_capabilities_on_zfs_fuse_are_detected_without_changing_the_pool(root):
         parsable_list=False, resume_tokens=False, bookmarks=False, raw_send=False,
         compressed_send=False, holds=True, multi_snapshot=False, pool_version=23,
         list_holds=False, receive_properties=False, features=(),
+        typed_get=False, written=False,
     )
     after = subprocess.run(["zfs", "list", "-H", "-r", "-t", "all", "-o", "name", root],
                            capture_output=True, text=True, check=True).stdout
@@ -348,3 +349,30 @@ def test_a_listing_line_of_the_wrong_shape_is_an_error_not_a_guess():
         parse_list_output("p\tfilesystem\t11", TREE_PROPERTIES)
     with pytest.raises(ListingError):
         build_tree(DatasetName("p"), [("p", {"type": "filesystem", "guid": "x"})], recursive=True)
+
+
+def test_dataset_properties_give_each_datasets_value_and_source_and_no_snapshots(zfs, root):
+    """zfs-fuse has no `zfs get -t`: its recursive listing holds every snapshot, which the
+    client leaves out; a value sent with `zfs send -p` is listed with source `received`."""
+    data, child = root.child("data"), root.child("data/child")
+    zfs.create_filesystem(child, parents=True)
+    zfs.set_property(data, "zbak:job", "nightly")
+    zfs.snapshot(SnapshotName.of(data, "s"), recursive=True)
+    send = subprocess.Popen(["zfs", "send", "-p", f"{data}@s"], stdout=subprocess.PIPE)
+    subprocess.run(["zfs", "receive", f"{root}/copy"], stdin=send.stdout, check=True,
+                   timeout=COMMAND_TIMEOUT)
+    assert send.wait(COMMAND_TIMEOUT) == 0
+
+    got = zfs.dataset_properties(root, ["zbak:job"], recursive=True)
+    alone = zfs.dataset_properties(data, ["zbak:job"], recursive=False)
+
+    assert {name: (v["zbak:job"].value, v["zbak:job"].source) for name, v in got.items()} == {
+        root: ("-", "-"), data: ("nightly", "local"),
+        child: ("nightly", f"inherited from {data}"), root.child("copy"): ("nightly", "received")}
+    assert got[child]["zbak:job"].inherited_from == data
+    assert list(alone) == [data]
+
+
+def test_sync_pool_is_refused_by_zfs_fuse_which_has_no_zpool_sync(zfs, root):
+    with pytest.raises(ZfsError):
+        zfs.sync_pool(root)

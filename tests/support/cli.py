@@ -37,6 +37,18 @@ class Zbak:
         return status, out, err
 
 
+def initialised(tmp: Path, body: str, capsys, *, checks: bool = False) -> Zbak:
+    """Write ``tmp/zbak.toml`` (state dir ``tmp/state``, then the TOML ``body``, dedented),
+    run ``zbak init`` (with ``checks``: dialling every host and store; they must pass) and
+    return the CLI runner for it."""
+    config = tmp / "zbak.toml"
+    config.write_text(f'state_dir = "{tmp / "state"}"\n' + textwrap.dedent(body))
+    run = Zbak(config, capsys)
+    status, out, err = run("init", *([] if checks else ["--no-checks"]))
+    assert status == ExitStatus.OK, out + err
+    return run
+
+
 def snapshots(dataset: str) -> list[str]:
     """Short names of ``dataset``'s snapshots, oldest first (by createtxg)."""
     out = zfs("get", "-Hp", "-r", "-o", "name,property,value", "createtxg", dataset)

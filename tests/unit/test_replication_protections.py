@@ -97,3 +97,21 @@ def test_a_local_target_written_without_host_is_matched_to_its_cursor():
     protections = replication_protections(inv, "j", jb, [cursor("j", "local:pool/x", SHORTS[3], 5)])
     assert not any("never replicated" in r for rs in protections.values() for r in rs)
     assert destroyed(inv, jb, protections) == SHORTS[:3]
+
+
+def test_a_snapshot_the_targets_filter_leaves_out_waits_for_no_replication():
+    """Issue 19 item 3: a snapshot never sent to a target (its snapshot_filter) is not kept
+    for that target; the cursor stays a base and admitted newer snapshots still wait."""
+    shorts = SHORTS[:3] + ["tmp_1", "tmp_2"]  # createtxg 2..6
+    inv = tree(shorts)
+    jb = parse_config({"jobs": {"j": {
+        "dataset": "tank/data", "snapshot": {"retention": {"keep_last": 1}},
+        "replicate": {"targets": ["b:pool/x"],
+                      "snapshot_filter": {"b:pool/x": {"exclude": ["tmp_*"]}}}}},
+        "hosts": {"b": {"address": "127.0.0.1"}}}, "x.toml").jobs["j"]
+
+    protections = replication_protections(inv, "j", jb, [cursor("j", "b:pool/x", SHORTS[1], 3)])
+
+    assert "tank/data@tmp_1" not in protections
+    assert protections[f"tank/data@{SHORTS[2]}"] == ["not yet replicated to b:pool/x"]
+    assert protections[f"tank/data@{SHORTS[1]}"] == ["replication base of j -> b:pool/x"]

@@ -230,6 +230,11 @@ CLIENT_CALLS = {
     "snapshot": lambda z, r: z.snapshot(f"{ROOT}/tank@{OWN}", recursive=True),
     "snapshot many": lambda z, r: z.snapshot_many([f"{ROOT}/a@{OWN}", f"{ROOT}/b@{OWN}"]),
     "pool health": lambda z, r: z.pool_health("backup"),
+    "dataset properties": lambda z, r: z.dataset_properties(f"{ROOT}/tank", ["zbak:job"],
+                                                            recursive=True),
+    "dataset properties of an ancestor": lambda z, r: z.dataset_properties(
+        "backup", ["zbak:job"], recursive=False),
+    "pool sync": lambda z, r: z.sync_pool("backup"),
 }
 
 
@@ -430,6 +435,9 @@ def test_a_configured_program_path_is_accepted_and_executed():
     (["zpool", "status", "otherpool"], "not the pool of an allowed root"),
     (["zpool", "status", "-c", "/tmp/x", "backup"], "-c is not allowed"),
     (["zpool", "get", "all"], "exactly one pool"),
+    (["zpool", "sync", "otherpool"], "not the pool of an allowed root"),
+    (["zpool", "sync"], "exactly one pool"),
+    (["zpool", "sync", "-f", "backup"], "-f is not allowed"),
     (["zfs"], "without a subcommand"),
     (["rm", "-rf", "/"], "program 'rm' is not allowed"),
     (["sh", "-c", "zfs list"], "program 'sh' is not allowed"),

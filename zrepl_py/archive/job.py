@@ -43,7 +43,7 @@ from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.checks.health import source_warnings
 from zrepl_py.checks.source import source_errors
-from zrepl_py.config.schema import JobConfig, StorageClasses
+from zrepl_py.config.schema import JobConfig, StorageClasses, replica_datasets
 from zrepl_py.errors import (
     ObjectNotFound,
     RawSendUnavailable,
@@ -199,7 +199,8 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
         zfs = ctx.zfs(source.host, source.dataset.pool)
         health = [] if dry_run else source_warnings(pool_report(zfs, source.dataset.pool),
                                                     run.clock.now())
-        inventory = take_inventory(zfs, run.catalog, job, run.clock.now())
+        inventory = take_inventory(zfs, run.catalog, job, run.clock.now(),
+                                   replicas=replica_datasets(ctx.config, source.host))
         sending = _Source(zfs, Side.of(ctx.config, source.host), source.host,
                           encrypted_datasets(zfs, [info.name for info in inventory.datasets]))
         for info in inventory.datasets:

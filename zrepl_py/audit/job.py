@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+from collections.abc import Collection
 
 from zrepl_py.archive.damage import mark_bad
 from zrepl_py.audit.deep import Deadline, DeepAudit, DeepResult, ScratchPool, choose
@@ -34,7 +35,7 @@ from zrepl_py.audit.graph import TargetListing, audit_graph, sort_findings
 from zrepl_py.audit.load import load_graph_input
 from zrepl_py.audit.objects import audit_objects
 from zrepl_py.audit.restorable import Coverage, coverage, coverage_findings, stray, strays_of
-from zrepl_py.config.schema import LOCAL_HOST, JobConfig, parse_endpoint
+from zrepl_py.config.schema import LOCAL_HOST, JobConfig, parse_endpoint, replica_datasets
 from zrepl_py.errors import (
     Locked,
     NeedsThaw,
@@ -53,7 +54,8 @@ from zrepl_py.objects.manifest import Manifest
 from zrepl_py.objects.sealed import read_with_copy
 from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.replication.stages import Side
-from zrepl_py.snapshots.inventory import is_excluded
+from zrepl_py.snapshots.inventory import left_out_now
+from zrepl_py.snapshots.selection import is_excluded
 from zrepl_py.zfs.names import DatasetName
 
 log = logging.getLogger(__name__)
@@ -103,13 +105,36 @@ class AuditResult:
         return text
 
 
-def _covered(job: JobConfig, dataset: str) -> bool:
+def _covered(job: JobConfig, dataset: str, left_out: Collection[str] = ()) -> bool:
+    """The job covers ``dataset`` by name (root, recursive, exclude) and its selection did
+    not leave it out now (``left_out``, from ``_left_out``)."""
     root = job.source.dataset
+    if dataset in left_out:
+        return False
     if dataset == root:
         return True
     if not job.recursive or not dataset.startswith(f"{root}/"):
         return False
     return not is_excluded(DatasetName(dataset), root, job.exclude)
+
+
+def _left_out(ctx: Context, job: JobConfig) -> tuple[tuple[str, ...], list[Finding]]:
+    """For a job that selects by property (``[select]``): the datasets its selection leaves
+    out now, read from the source (one listing). The audit otherwise needs no source, so
+    when the source cannot be listed (a lost pool is when an audit matters most) every
+    catalogued dataset below the root is audited and an information finding says so."""
+    if job.select is None:
+        return (), []
+    source = job.source
+    try:
+        zfs = ctx.zfs(source.host, source.dataset.pool)
+        return left_out_now(zfs, job, replica_datasets(ctx.config, source.host)), []
+    except ZbakError as exc:
+        return (), [Finding(
+            Severity.INFO, "graph", f"the source {source} could not be listed ({exc}), so its"
+            f" {job.select.property} values were not read: every catalogued dataset below"
+            f" {source.dataset} was audited, also ones the selection may leave out",
+            "none needed; audit again when the source answers to audit the selection only")]
 
 
 def _targets(ctx: Context, cursors) -> dict[tuple[str, str], TargetListing]:
@@ -220,11 +245,12 @@ def _audit(ctx: Context, name: str, job: JobConfig, host: str, root: str, *, dee
     archives = [(name, job.archive.store)] if job.archive is not None else []
     data = load_graph_input(catalog, host=host, below=root, archives=archives,
                             cursors=cursors, targets=_targets(ctx, cursors))
-    covered = [s for s in data.streams if _covered(job, s.dataset)]
+    left_out, notes = _left_out(ctx, job)
+    covered = [s for s in data.streams if _covered(job, s.dataset, left_out)]
     data = dataclasses.replace(
         data, streams=covered,
-        archives=[a for a in data.archives if _covered(job, a.dataset)])
-    findings = audit_graph(data)
+        archives=[a for a in data.archives if _covered(job, a.dataset, left_out)])
+    findings = audit_graph(data) + notes
     result = AuditResult(name, [], streams=len(covered))
     stores = sorted({s.store for s in covered} | ({job.archive.store} if job.archive else set()))
     for store in stores:
@@ -236,7 +262,7 @@ def _audit(ctx: Context, name: str, job: JobConfig, host: str, root: str, *, dee
             continue
         findings += _audit_store(ctx, ctx.store(store), name, job, host, root, store, deep=deep,
                                  sample=sample, receive_into=receive_into, result=result,
-                                 deadline=deadline)
+                                 deadline=deadline, left_out=left_out)
     chain = _chain_heads(covered)
     result.findings = sort_findings(
         dataclasses.replace(f, job=name, chain=f.chain if f.chain is not None or f.stream is None
@@ -294,10 +320,11 @@ def _chain_heads(streams) -> dict[int, int]:
 
 def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, root: str,
                  store: str, *, deep: bool, sample: float | None, receive_into: str | None,
-                 result: AuditResult, deadline: Deadline) -> list[Finding]:
+                 result: AuditResult, deadline: Deadline,
+                 left_out: Collection[str]) -> list[Finding]:
     catalog = ctx.catalog()
     every = catalog.bulk_streams(host=host, below=root, store=store)
-    mine = [s for s in every if _covered(job, s.dataset)]
+    mine = [s for s in every if _covered(job, s.dataset, left_out)]
     volumes = catalog.bulk_volumes(host=host, below=root, store=store)
     carried = catalog.bulk_carried(host=host, below=root, store=store)
     listed = _ListingMemo(backend)
@@ -317,7 +344,7 @@ def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, ro
     strays = [stray(host, dataset, store, prefix, leaves, _stray_manifest(backend, prefix, leaves))
               for prefix, (dataset, leaves) in strays_of(
                   listed.keys, {s.object_prefix for s in every}, host, store).items()
-              if _covered(job, dataset)]
+              if _covered(job, dataset, left_out)]
     running = holder(ctx.state_dir, lock_key(job))
     found = coverage(mine, carried, strays,
                      catalog.snapshots(host=host, below=root, include_destroyed=True),

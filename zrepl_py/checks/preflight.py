@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Sequence
 from urllib.parse import urlparse
 
 from zrepl_py.checks.source import missing_source, source_errors
@@ -21,6 +21,7 @@ from zrepl_py.errors import CommandFailed, ZbakError
 from zrepl_py.invocation.context import Context
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
 from zrepl_py.runtime.statedir import ensure_private_dir
+from zrepl_py.zfs.client import Zfs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,8 +93,18 @@ def _check_target(ctx: Context, job: JobConfig, target: Endpoint) -> str:
     return done.text.splitlines()[0] + note
 
 
-def run_checks(ctx: Context) -> Iterator[Check]:
-    """Check every job source, replication target host and store of the config."""
+SourceCheck = Callable[[Context, str, JobConfig, Zfs], "Check | None"]
+"""A further check of a job whose source answered: ``(ctx, job name, job, its Zfs client)
+-> Check`` (None: nothing to say about that job); it may raise ZbakError (then a failed
+row names the error)."""
+
+
+def run_checks(ctx: Context, *, source_checks: Sequence[SourceCheck] = ()) -> Iterator[Check]:
+    """Check every job source, replication target host and store of the config.
+
+    ``source_checks`` run for each job whose source exists, right after its row: ``zbak
+    init`` passes ``snapshots.inventory.selection_check`` (what a ``[select]`` job selects),
+    which lives above this package."""
     for name, job in ctx.config.jobs.items():
         source = job.source
         subject = f"job {name}: source {source}"
@@ -106,6 +117,10 @@ def run_checks(ctx: Context) -> Iterator[Check]:
                 yield Check(subject, False, str(missing))
             else:
                 yield Check(subject, True, _capabilities_text(zfs.capabilities))
+                for source_check in source_checks:
+                    row = source_check(ctx, name, job, zfs)
+                    if row is not None:
+                        yield row
         except ZbakError as exc:
             yield Check(subject, False, str(exc))
         for target in job.replicate.endpoints() if job.replicate else []:

@@ -10,6 +10,7 @@ from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, 
 from zrepl_py.config.extras import require_for_config
 from zrepl_py.errors import ExitStatus
 from zrepl_py.runtime.statedir import ensure_private_dir
+from zrepl_py.snapshots.inventory import selection_check
 
 
 @click.command("init")
@@ -26,7 +27,7 @@ def command(inv: Invocation, no_checks: bool, as_json: bool) -> ExitStatus:
             before, after = upgrade(engine)
         finally:
             engine.dispose()
-        checks = [] if no_checks else list(run_checks(ctx))
+        checks = [] if no_checks else list(run_checks(ctx, source_checks=[selection_check]))
     migrated = "up to date" if before == after else f"migrated {before or 'empty'} -> {after}"
     if as_json:
         emit_json({"catalog": {"revision": after, "previous": before},

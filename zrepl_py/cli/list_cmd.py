@@ -1,4 +1,5 @@
-"""``zbak list snapshots|streams [JOB]``: catalog views, as a table or ``--json``."""
+"""``zbak list snapshots|streams|datasets [JOB]``: catalog views and what each job selects,
+as a table or ``--json``."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import dataclasses
 import click
 
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
+from zrepl_py.config.schema import replica_datasets
 from zrepl_py.errors import ExitStatus
+from zrepl_py.snapshots.inventory import list_selection
 
 
 @click.group("list")
 def command() -> None:
-    """Show what the catalog knows."""
+    """Show what the catalog knows, and which datasets each job selects."""
 
 
 @command.command("snapshots")
@@ -62,4 +65,30 @@ def streams(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> ExitStatus
                            "stored bytes", "class", "state"],
                [(job, s.dataset, s.store, s.id, s.kind, s.parent_id or "-", s.from_name or "-",
                  s.to_name, s.stored_bytes, s.storage_class, s.state) for job, s in rows])
+    return ExitStatus.OK
+
+
+@command.command("datasets")
+@click.argument("jobs", nargs=-1)
+@json_option
+@pass_invocation
+def datasets(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> ExitStatus:
+    """List each job's source tree as ZFS shows it now: every dataset the job selects, and
+    every one it leaves out with the reason (exclude, select property, a replica)."""
+    with inv.context() as ctx:
+        rows = []
+        for name, job in ctx.select_jobs(jobs):
+            source = job.source
+            zfs = ctx.zfs(source.host, source.dataset.pool)
+            _, selection, _ = list_selection(zfs, job, replica_datasets(ctx.config, source.host))
+            rows += [(name, source.host, str(d), True, "") for d in selection.selected]
+            rows += [(name, source.host, str(d), False, why) for d, why in selection.skipped]
+    rows.sort(key=lambda r: (r[0], r[2].split("/")))
+    if as_json:
+        emit_json([{"job": job, "host": host, "dataset": dataset, "selected": chosen,
+                    "reason": why or None} for job, host, dataset, chosen, why in rows])
+        return ExitStatus.OK
+    emit_table("datasets", ["job", "host", "dataset", "selected", "why not"],
+               [(job, host, dataset, "yes" if chosen else "no", why)
+                for job, host, dataset, chosen, why in rows])
     return ExitStatus.OK

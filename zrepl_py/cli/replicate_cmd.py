@@ -37,7 +37,8 @@ def _rows(result: ReplicateResult) -> list[dict]:
             plan = d.plan
             text = ("diverged: " + (plan.diverged or d.diverged) if d.diverged else
                     "up to date" if plan.up_to_date else
-                    "; ".join(_step_text(s) for s in plan.steps) or "nothing to send")
+                    "; ".join(_step_text(s) for s in plan.steps) or plan.note
+                    or "nothing to send")
             rows.append({"job": result.job, "target": target.target, "dataset": d.source,
                          "plan": text, "bytes": d.bytes, "reached": d.reached, "error": None,
                          "warnings": []})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import fnmatch
 import ipaddress
 import re
 import zoneinfo
@@ -30,7 +31,12 @@ from zrepl_py.config.units import ByteSize, CronSchedule, Duration, parse_size
 from zrepl_py.errors import CommandFailed, InvalidEndpoint, InvalidName
 from zrepl_py.proc import mbuffer
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
-from zrepl_py.zfs.names import DatasetName, check_short_name
+from zrepl_py.zfs.names import (
+    DatasetName,
+    check_short_name,
+    check_user_property,
+    check_user_property_value,
+)
 from zrepl_py.zfs.properties import ReceiveProperties
 from zrepl_py.zfs.properties import check_name as check_property
 from zrepl_py.zfs.properties import check_value as check_property_value
@@ -271,6 +277,12 @@ class SnapshotPolicy(_Model):
     schedule: CronSchedule | None = "0 * * * *"
     prefix: str = "zbak"
     retention: Retention = DEFAULT_SNAPSHOT_RETENTION
+    min_change: ByteSize = 0
+    """Bytes a dataset must have had written (its ``written`` property, zfsprops(7)) since
+    its newest snapshot, when that snapshot is one of this job's, to get a new one
+    (zfs-autobackup's ``--min-change``); 0: every dataset is snapshotted every time. Needs
+    the ``written`` property (OpenZFS); where the host lacks it, every dataset is
+    snapshotted and the run says why (``zrepl_py.snapshots.take``)."""
 
     @field_validator("prefix")
     @classmethod
@@ -376,6 +388,53 @@ class ReplicaProperties(_Model):
         return ReceiveProperties.of(self.assign, self.exclude)
 
 
+_PATTERN = re.compile(r"[A-Za-z0-9_.: *?\[\]!-]{1,255}")
+
+
+class SnapshotFilter(_Model):
+    """``[jobs.NAME.replicate.snapshot_filter."TARGET"]``: which source snapshots are sent
+    to one target, by short name (syncoid's ``--include-snaps``/``--exclude-snaps``, with
+    shell-style globs, fnmatch(3) rules, case-sensitive, instead of regular expressions).
+
+    A snapshot is sent when ``include`` is empty or one of its patterns matches, and no
+    pattern of ``exclude`` matches. The replication base (the newest common snapshot, which
+    carries the hold and the cursor) is used whatever the filter says; it is already on the
+    target (``zrepl_py.replication.planner``).
+    """
+
+    include: list[str] = []
+    exclude: list[str] = []
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _patterns(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not _PATTERN.fullmatch(value):
+                raise ValueError(f"pattern {value!r}: 1-255 characters of snapshot names "
+                                 "(A-Z a-z 0-9 _ . : - space) and the globs * ? [ ] !")
+        return values
+
+    @property
+    def active(self) -> bool:
+        """True when the filter can leave a snapshot out."""
+        return bool(self.include or self.exclude)
+
+    def admits(self, short: str) -> bool:
+        """True when the snapshot ``short`` (the part after ``@``) passes the filter."""
+        if self.include and not any(fnmatch.fnmatchcase(short, p) for p in self.include):
+            return False
+        return not any(fnmatch.fnmatchcase(short, p) for p in self.exclude)
+
+    def __str__(self) -> str:
+        parts = [f"include {self.include}"] if self.include else []
+        parts += [f"exclude {self.exclude}"] if self.exclude else []
+        return ", ".join(parts) or "everything"
+
+
+NO_FILTER = SnapshotFilter()
+"""The filter of a target without one: every snapshot passes."""
+
+
 class ReplicateConfig(_Model):
     """``[jobs.NAME.replicate]``: targets and how to send to them."""
 
@@ -398,6 +457,9 @@ class ReplicateConfig(_Model):
     """Free-space floor of each ZFS target's pool (``zrepl_py.checks.health``): bytes (``"20G"``)
     or a percentage of the pool's usable size (``"10%"``); a target pool with less free
     space is not sent to (the target's run fails saying so). None: no floor."""
+    snapshot_filter: dict[str, SnapshotFilter] = {}
+    """Per target (the key is the target as written in ``targets``): which snapshots are
+    sent there (``SnapshotFilter``); a target without an entry gets every snapshot."""
 
     @field_validator("receive_buffer")
     @classmethod
@@ -415,9 +477,26 @@ class ReplicateConfig(_Model):
             raise ValueError("targets are listed twice")
         return values
 
+    @model_validator(mode="after")
+    def _filters_name_targets(self) -> "ReplicateConfig":
+        for key in self.snapshot_filter:
+            if key not in self.targets:
+                raise ValueError(f"snapshot_filter.{key!r}: not one of targets "
+                                 f"({', '.join(self.targets)}); write it as in targets")
+        return self
+
     def endpoints(self) -> list[Endpoint]:
         """The targets, parsed."""
         return [parse_endpoint(t, allow_directory=True) for t in self.targets]
+
+    def filter_for(self, target: Endpoint | str) -> SnapshotFilter:
+        """The snapshot filter of ``target`` (an Endpoint, or its ``str``: how cursors name
+        it), ``NO_FILTER`` when it has none."""
+        wanted = str(target) if isinstance(target, Endpoint) else target
+        for key, found in self.snapshot_filter.items():
+            if str(parse_endpoint(key, allow_directory=True)) == wanted:
+                return found
+        return NO_FILTER
 
 
 # Minimum storage duration per S3 storage class: an object deleted (or overwritten) earlier
@@ -529,6 +608,45 @@ class HookConfig(_Model):
         return value
 
 
+class SelectConfig(_Model):
+    """``[jobs.NAME.select]``: the datasets of the job's tree chosen by a ZFS user property
+    (zfs-autobackup's model; rules in ``zrepl_py.snapshots.selection``).
+
+    A dataset is selected when its value of ``property`` (set on it, or inherited from an
+    ancestor: zfsprops(7) "User Properties" are inherited) equals ``value``; any other value
+    (``false`` by convention) leaves it and every descendant inheriting that value out. A
+    value ``zfs receive`` set (source ``received``, or inherited from a received one) marks
+    a replica and is never selected unless ``exclude_received = false``.
+    """
+
+    property: str
+    value: str = "true"
+    exclude_received: StrictBool = True
+
+    @field_validator("property")
+    @classmethod
+    def _property(cls, value: str) -> str:
+        try:
+            return check_user_property(value)
+        except InvalidName as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: str) -> str:
+        try:
+            check_user_property_value(value, "select value")
+        except InvalidName as exc:
+            raise ValueError(str(exc)) from None
+        if value == "false":
+            raise ValueError("'false' is the value that leaves a dataset out; select with"
+                             " another value (e.g. 'true' or the job's name)")
+        return value
+
+    def __str__(self) -> str:
+        return f"{self.property}={self.value}"
+
+
 class JobConfig(_Model):
     """``[jobs.NAME]``: one source dataset (tree) and what to do with it."""
 
@@ -536,12 +654,29 @@ class JobConfig(_Model):
     recursive: StrictBool = False
     exclude: list[str] = []
     """Child datasets (relative to ``dataset``, or absolute) left out of a recursive job."""
+    select: SelectConfig | None = None
+    """Select the tree's datasets by a user property; implies ``recursive = true``."""
     snapshot: SnapshotPolicy = SnapshotPolicy()
     replicate: ReplicateConfig | None = None
     archive: ArchiveConfig | None = None
     hooks: dict[DaemonAction, HookConfig] = {}
     """Pre and post commands per action (``snapshot``, ``replicate``, ``archive``, ``prune``,
     ``audit``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _select_walks_the_tree(cls, data):
+        # A property selection looks at every dataset below `dataset`: recursive unless said.
+        if isinstance(data, dict) and data.get("select") is not None and "recursive" not in data:
+            data = {**data, "recursive": True}
+        return data
+
+    @model_validator(mode="after")
+    def _select_is_recursive(self) -> "JobConfig":
+        if self.select is not None and not self.recursive:
+            raise ValueError("select looks at every dataset below dataset: recursive = false"
+                             " contradicts it (leave recursive out)")
+        return self
 
     @field_validator("dataset")
     @classmethod
@@ -563,6 +698,18 @@ class JobConfig(_Model):
     def source(self) -> Endpoint:
         """The source dataset, parsed."""
         return parse_endpoint(self.dataset, allow_directory=False)
+
+
+def replica_datasets(config: "Config", host: str) -> dict[DatasetName, str]:
+    """ZFS replica targets of every job on ``host`` (a config host name, ``local`` for this
+    machine): ``{target dataset: "job J -> TARGET"}`` (pure). Whatever is received there is
+    a replica, never a source a recursive walk may select (``snapshots.selection``)."""
+    found: dict[DatasetName, str] = {}
+    for name, job in config.jobs.items():
+        for target in job.replicate.endpoints() if job.replicate else []:
+            if target.dataset is not None and target.host == host:
+                found.setdefault(target.dataset, f"job {name} -> {target}")
+    return found
 
 
 def _inside_source(job: JobConfig, target: Endpoint) -> str | None:

@@ -1,7 +1,9 @@
 """Archive retention for one job: per dataset, check the store, plan whole chains, delete.
 
 Per dataset of the job (the catalog's streams below the job's dataset, excludes left out,
-including datasets since destroyed on the source) in the job's store: one listing of the
+including datasets since destroyed on the source, and leaving out datasets the job's
+selection leaves out now: another job's datasets under a shared root, ``select``) in the
+job's store: one listing of the
 store finds streams with missing objects (``pruning.chain_delete.find_damaged``), the pure planner
 (``pruning.chain_plan``) decides, and unless it is a dry run ``pruning.chain_delete`` executes,
 re-checking each chain that releases a deleted one first (``pruning.recheck``; the plan
@@ -16,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import StreamRow
@@ -25,7 +27,7 @@ from zrepl_py.errors import StoreInconsistent, UsageError, ZbakError
 from zrepl_py.pruning.chain_delete import ChainPruneOutcome, execute_chain_prune, find_damaged
 from zrepl_py.pruning.chain_plan import ChainPlan, ChainRetention, plan_chain_retention
 from zrepl_py.pruning.recheck import planned_objects
-from zrepl_py.snapshots.inventory import is_excluded
+from zrepl_py.snapshots.selection import is_excluded
 from zrepl_py.stores.base import Backend
 from zrepl_py.zfs.names import DatasetName
 
@@ -71,15 +73,17 @@ def chain_retention(cfg: ArchiveConfig, *, accept_early_delete_fee: bool) -> Cha
                           accept_early_delete_fee, cfg.reverify_after)
 
 
-def job_streams(job: JobConfig, streams: Sequence[StreamRow],
-                store: str) -> dict[str, list[StreamRow]]:
+def job_streams(job: JobConfig, streams: Sequence[StreamRow], store: str, *,
+                left_out: Collection[str] = ()) -> dict[str, list[StreamRow]]:
     """The streams of ``store`` that belong to the job's datasets, by dataset name: the
-    job's dataset, and with ``recursive`` its descendants that are not excluded."""
+    job's dataset, and with ``recursive`` its descendants that are not excluded, nor in
+    ``left_out`` (datasets the job's selection left out in this run's listing,
+    ``Selection.skipped``; a dataset no longer listed, destroyed, still counts)."""
     source = job.source
     root = str(source.dataset)
     found: dict[str, list[StreamRow]] = {}
     for s in streams:
-        if s.store != store or s.host != source.host:
+        if s.store != store or s.host != source.host or s.dataset in left_out:
             continue
         if s.dataset != root and not (job.recursive and s.dataset.startswith(root + "/")):
             continue
@@ -133,8 +137,10 @@ def prune_archive(
     *,
     dry_run: bool,
     accept_early_delete_fee: bool,
+    left_out: Collection[str] = (),
 ) -> ArchivePruneResult:
-    """Apply the job's archive retention to every dataset it has streams of in ``backend``.
+    """Apply the job's archive retention to every dataset it has streams of in ``backend``
+    (``job_streams``; ``left_out`` as there).
 
     Raises:
         UsageError: the job has no ``[archive]`` section.
@@ -147,7 +153,7 @@ def prune_archive(
     policy = chain_retention(cfg, accept_early_delete_fee=accept_early_delete_fee)
     result = ArchivePruneResult(cfg.store)
     by_dataset = job_streams(job, catalog.streams(host=job.source.host, store=cfg.store),
-                             cfg.store)
+                             cfg.store, left_out=left_out)
     for dataset, streams in by_dataset.items():
         result.datasets.append(prune_dataset_chains(backend, catalog, dataset, streams, policy,
                                                     now, dry_run=dry_run))

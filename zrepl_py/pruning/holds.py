@@ -32,7 +32,7 @@ from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.rows import CursorRow, StreamRow
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.errors import DatasetNotFound, HoldNotFound, Unsupported, ZfsError
-from zrepl_py.snapshots.inventory import is_excluded
+from zrepl_py.snapshots.selection import is_excluded
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import SnapshotName
 

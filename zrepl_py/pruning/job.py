@@ -23,7 +23,7 @@ import logging
 
 from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.checks.source import source_errors
-from zrepl_py.config.schema import Endpoint, JobConfig
+from zrepl_py.config.schema import Endpoint, JobConfig, replica_datasets
 from zrepl_py.errors import CommandFailed, DatasetNotFound, HoldNotFound, ZbakError, ZfsError
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts
@@ -118,10 +118,12 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
         stack.enter_context(source_errors(ctx, name, job))
         zfs = ctx.zfs(source.host, source.dataset.pool)
         now = ctx.clock.now()
-        inventory = take_inventory(zfs, catalog, job, now, with_clones=True)
+        others = replica_datasets(ctx.config, source.host)
+        inventory = take_inventory(zfs, catalog, job, now, replicas=others, with_clones=True)
         streams = catalog.streams(host=source.host)
         if not dry_run and _release_stale_archive_holds(zfs, name, inventory, streams):
-            inventory = take_inventory(zfs, catalog, job, now, with_clones=True)
+            inventory = take_inventory(zfs, catalog, job, now, replicas=others,
+                                       with_clones=True)
         protections = replication_protections(inventory, name, job, catalog.cursors())
         for snap, reasons in archive_protections(inventory, streams).items():
             protections.setdefault(snap, []).extend(reasons)
@@ -129,7 +131,7 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
         outcome = None
         if record is not None:
             outcome = execute_source_prune(zfs, plans)
-            take_inventory(zfs, catalog, job, ctx.clock.now())
+            take_inventory(zfs, catalog, job, ctx.clock.now(), replicas=others)
             if outcome.failed:
                 record.result = "partial"
                 record.error = "; ".join(f"{n}: {e}" for n, e in outcome.failed)
@@ -139,7 +141,8 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
         archive = None
         if job.archive is not None:
             archive = _prune_archive(ctx, name, job, dry_run=dry_run,
-                                     accept_early_delete_fee=accept_early_delete_fee)
+                                     accept_early_delete_fee=accept_early_delete_fee,
+                                     left_out=inventory.left_out)
         result = PruneResult(name, plans, outcome, replicas, archive)
         hooks.outcome.datasets = tuple(plans)
         hooks.outcome.result = "partial" if result.failed else "ok"
@@ -203,8 +206,10 @@ def _prune_target(ctx: Context, name: str, job: JobConfig, target: Endpoint,
 
 
 def _prune_archive(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
-                   accept_early_delete_fee: bool) -> ArchivePruneResult:
-    """Open the job's store and apply archive retention; errors go in the result."""
+                   accept_early_delete_fee: bool, left_out: tuple[str, ...]) -> ArchivePruneResult:
+    """Open the job's store and apply archive retention to the job's datasets but those
+    its selection ``left_out`` (``pruning.archive.job_streams``); errors go in the result.
+    The store's catalog export lists every stream under the job's dataset, as archive's."""
     assert job.archive is not None
     cfg = job.archive
     try:
@@ -217,11 +222,13 @@ def _prune_archive(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
         guard.check()
         if dry_run:
             return prune_archive(backend, ctx.catalog(), job, ctx.clock.now(), dry_run=True,
-                                 accept_early_delete_fee=accept_early_delete_fee)
+                                 accept_early_delete_fee=accept_early_delete_fee,
+                                 left_out=left_out)
         target = f"archive:{cfg.store}"
         with recorded_run(ctx.catalog(), ctx.clock, name, "prune", target) as record:
             result = prune_archive(backend, ctx.catalog(), job, ctx.clock.now(), dry_run=False,
-                                   accept_early_delete_fee=accept_early_delete_fee)
+                                   accept_early_delete_fee=accept_early_delete_fee,
+                                   left_out=left_out)
             errors = [f"{d.dataset}: {d.error or d.outcome.error}" for d in result.datasets
                       if d.failed]
             if errors:

@@ -34,7 +34,8 @@ def replication_protections(
     - every cursor's snapshot on the job's host is a replication base (the next incremental
       starts there), whichever job recorded it;
     - for each of this job's targets, every snapshot newer than that target's cursor (all of
-      them, when it was never replicated) is not yet replicated (zrepl's KeepNotReplicated).
+      them, when it was never replicated) is not yet replicated (zrepl's KeepNotReplicated),
+      except those the target's ``snapshot_filter`` leaves out: they are never sent there.
 
     Returns:
         ``{"DATASET@SNAP": [reason, ...]}``.
@@ -50,14 +51,14 @@ def replication_protections(
         return protections
     mine = {(c.target, c.source_dataset): c for c in cursors if c.job == job_name}
     # Cursors name targets as ``str(Endpoint)`` (``local:pool/x``), the config may say ``pool/x``.
-    targets = [str(e) for e in job.replicate.endpoints()]
+    targets = [(str(e), job.replicate.filter_for(e)) for e in job.replicate.endpoints()]
     for dataset in inventory.datasets:
-        for target in targets:
+        for target, admits in targets:
             cursor = mine.get((target, str(dataset.name)))
             floor = cursor.createtxg if cursor else -1
             why = f"not yet replicated to {target}" + ("" if cursor else " (never replicated)")
             for snap in inventory.tree.snapshots(dataset.name):
-                if snap.createtxg > floor:
+                if snap.createtxg > floor and admits.admits(snap.short):
                     protections.setdefault(str(snap.name), []).append(why)
     return protections
 

@@ -23,7 +23,13 @@ import logging
 
 from zrepl_py.checks.health import needs_size, source_warnings, target_warnings
 from zrepl_py.checks.source import source_errors
-from zrepl_py.config.schema import Endpoint, JobConfig, ProtectionBudget, no_zfs_fallback
+from zrepl_py.config.schema import (
+    Endpoint,
+    JobConfig,
+    ProtectionBudget,
+    no_zfs_fallback,
+    replica_datasets,
+)
 from zrepl_py.errors import CommandFailed, UsageError, ZbakError
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts, Outcome
@@ -152,7 +158,8 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
             RunSet(catalog, ctx.clock, name, "replicate", [str(t) for t in cfg.endpoints()]))
         stack.enter_context(source_errors(ctx, name, job))
         src = ctx.zfs(source.host, source.dataset.pool)
-        inventory = take_inventory(src, catalog, job, ctx.clock.now())
+        inventory = take_inventory(src, catalog, job, ctx.clock.now(),
+                                   replicas=replica_datasets(ctx.config, source.host))
         for target in cfg.endpoints():
             method = "rsync" if target.directory is not None or cfg.method == "rsync" else "zfs"
             result = TargetResult(str(target), method)

@@ -36,6 +36,15 @@ RELIABILITY 3, 4 and 21):
   bookmark to the next source snapshot (``-I`` does not take a bookmark), then ``-I`` on.
 - The common snapshot is the newest source snapshot: up to date, no steps.
 - The source has no snapshots: nothing to do and nothing wrong; ``note`` says so.
+- A snapshot filter (``sendable``: the guids of the source snapshots the target's
+  ``snapshot_filter`` lets through) chooses what is SENT, never the base: the common
+  snapshot (which carries the hold and the cursor), a resume token's snapshot and the
+  bookmark base are used whatever the filter says. ``-I`` would bring every snapshot
+  between its ends, so it spans only runs of admitted snapshots; across an excluded one the
+  plan sends ``-i`` from the last admitted snapshot to the next (syncoid's
+  ``--exclude-snaps``). The first full is the oldest admitted snapshot. A filter cannot
+  remove what the target has already, nor add a snapshot older than the common one (zfs
+  receives only newer ones).
 
 Target writes made after the common snapshot without a new snapshot are invisible to
 listings; ``zfs receive`` (without ``-F``) refuses such a target and the driver reports it.
@@ -68,6 +77,7 @@ __all__ = [
 
 NO_COMMON = "target has no snapshot in common with the source: refusing to overwrite it"
 NO_SOURCE_SNAPSHOTS = "the source has no snapshots yet: nothing to replicate"
+NOTHING_ADMITTED = "the target's snapshot_filter admits none of the source's snapshots"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,17 +186,28 @@ def _token_problem(
     return None
 
 
-def _sends_from(base: SnapRef | BookmarkRef, snaps: tuple[SnapRef, ...]) -> list[Step]:
-    """The incrementals from ``base`` (on the source) to the newest source snapshot."""
+def _sends_from(base: SnapRef | BookmarkRef, snaps: tuple[SnapRef, ...],
+                sendable: frozenset[int] | None = None) -> list[Step]:
+    """The incrementals from ``base`` (on the source) to the newest source snapshot that
+    ``sendable`` admits (None: every one): ``-I`` over each run of admitted snapshots, ``-i``
+    to the first of a run after an excluded one or from a bookmark."""
     later = [s for s in snaps if s.createtxg > base.createtxg]
-    if not later:
-        return []
-    newest = later[-1]
-    if isinstance(base, SnapRef):
-        return [Incremental(base, newest, intermediates=True)]
-    steps: list[Step] = [Incremental(base, later[0], intermediates=False)]
-    if newest != later[0]:
-        steps.append(Incremental(later[0], newest, intermediates=True))
+    runs: list[list[SnapRef]] = [[]]
+    for snap in later:
+        if sendable is None or snap.guid in sendable:
+            runs[-1].append(snap)
+        elif runs[-1]:
+            runs.append([])
+    steps: list[Step] = []
+    prev = base
+    for run in (r for r in runs if r):
+        if isinstance(prev, SnapRef) and run[0] is later[0]:
+            steps.append(Incremental(prev, run[-1], intermediates=True))
+        else:
+            steps.append(Incremental(prev, run[0], intermediates=False))
+            if run[-1] != run[0]:
+                steps.append(Incremental(run[0], run[-1], intermediates=True))
+        prev = run[-1]
     return steps
 
 
@@ -195,6 +216,7 @@ def plan_replication(
     target: TargetState,
     *,
     on_divergence: Literal["stop", "rollback"] = "stop",
+    sendable: frozenset[int] | None = None,
 ) -> Plan:
     """Plan how to bring ``target`` up to date with ``source`` (rules in the module doc).
 
@@ -203,6 +225,8 @@ def plan_replication(
         target: the target dataset's state, with its described resume token if any.
         on_divergence: ``"stop"`` (default) reports a diverged target; ``"rollback"`` plans
             destroying the target's newer snapshots (never foreign ones) and a rollback.
+        sendable: guids of the source snapshots the target's snapshot filter admits; None
+            admits every one.
 
     Returns:
         the Plan; ``diverged`` set means stop this target.
@@ -261,16 +285,20 @@ def plan_replication(
                 "destroys target snapshots it did not create); remove or rename by hand"))
         steps.append(Rollback(common, destroy=tuple(t.name for t in reversed(newer))))
 
+    admitted = [s for s in snaps if sendable is None or s.guid in sendable]
     if resuming:
         to = source_snaps[token.toguid]
         steps.append(Resume(token, to))
-        steps.extend(_sends_from(to, snaps))
+        steps.extend(_sends_from(to, snaps, sendable))
+    elif not exists and not admitted:
+        return Plan(tuple(steps), up_to_date=False, diverged=None, common=common,
+                    note=NOTHING_ADMITTED)
     elif not exists:
-        steps.append(Full(snaps[0]))
-        steps.extend(_sends_from(snaps[0], snaps))
+        steps.append(Full(admitted[0]))
+        steps.extend(_sends_from(admitted[0], snaps, sendable))
     else:
         base = source_snaps.get(common.guid) or source_marks[common.guid]
-        steps.extend(_sends_from(base, snaps))
+        steps.extend(_sends_from(base, snaps, sendable))
     kept = {t.name: t for t in target_snaps if t not in newer}  # newer: rolled back
     clashes = [(s, kept[s.name]) for s in _arriving(steps, snaps)
                if s.name in kept and kept[s.name].guid != s.guid]

@@ -1,6 +1,7 @@
 """Replicate a job's dataset to a directory target with the rsync fallback, snapshot by snapshot.
 
-Every source snapshot newer than the target's cursor (and not already a tree there) becomes
+Every source snapshot newer than the target's cursor (and not already a tree there, and
+admitted by the target's ``snapshot_filter``) becomes
 one point-in-time tree, oldest first (createtxg order), so the target holds the same history
 as the source; the cursor moves after each finished tree, so an interrupted run resumes with
 the next snapshot. See ``replication/rsync.py`` for the directory layout.
@@ -80,8 +81,10 @@ def replicate_to_directory(
         cursor = next((c for c in catalog.cursors(job_name)
                        if c.target == key and c.source_dataset == str(dataset)), None)
         floor = cursor.createtxg if cursor else -1
+        admits = job.replicate.filter_for(key) if job.replicate is not None else None
         pending = [s for s in inventory.tree.snapshots(dataset)
-                   if s.createtxg > floor and s.short not in present]
+                   if s.createtxg > floor and s.short not in present
+                   and (admits is None or admits.admits(s.short))]
         outcome = DirectoryOutcome([s.short for s in pending])
         if dry_run:
             return outcome

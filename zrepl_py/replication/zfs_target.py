@@ -220,12 +220,16 @@ def replicate_to_zfs_target(
     present = {d.name for d in tree.datasets} if tree is not None else set()
     outcomes: list[DatasetOutcome] = []
     cursors = {(c.target, c.source_dataset): c for c in catalog.cursors(job_name)}
+    admits = job.replicate.filter_for(target) if job.replicate is not None else None
     for info in inventory.datasets:
         dataset = info.name
         target_ds = target.dataset.child(dataset.relative_to(root))
         source_state = _source_state(src, inventory, dataset)
         target_state = _target_state(src, dst, tree, target_ds, source_state, job.snapshot.prefix)
-        plan = plan_replication(source_state, target_state, on_divergence=transfer.on_divergence)
+        sendable = None if admits is None or not admits.active else frozenset(
+            s.guid for s in source_state.snapshots if admits.admits(s.name))
+        plan = plan_replication(source_state, target_state, on_divergence=transfer.on_divergence,
+                                sendable=sendable)
         outcome = DatasetOutcome(str(dataset), str(target_ds), plan)
         outcomes.append(outcome)
         props = receive_props.for_kind(info.kind)

@@ -17,6 +17,8 @@ Read-only, names inside a root (``-r``/``-d`` allowed):
   ``zfs list -o name,origin -r POOL`` (names and origins only: zbak looks for clones
   pool-wide). ``zpool get [-Hp] [-o F] PROPS POOL``, ``zpool status [-LPpvx] POOL`` and
   ``zpool list [-HLPpv] [-o P] POOL`` for the roots' pools. ``zfs version``, ``zpool version``.
+  ``zpool sync POOL`` for the roots' pools (writes dirty data out so ``written`` is current
+  before ``min_change`` reads it; it changes no data).
 Capability probes (``zfs/capabilities.py``; they change nothing): ``zfs send`` with flags and
   no snapshot (zfs prints its usage), ``zfs snapshot POOL@zbak%probe1 POOL@zbak%probe2`` (both
   names are invalid, so nothing is created), ``zfs receive -x mountpoint`` with no dataset
@@ -646,8 +648,14 @@ def _zpool_list(args: list[str], policy: Policy) -> None:
     _pool_operand(parsed, policy, what)
 
 
+def _zpool_sync(args: list[str], policy: Policy) -> None:
+    what = "zpool sync"
+    _pool_operand(parse(args, flags="", what=what), policy, what)
+
+
 _ZPOOL: dict[str, Callable[[list[str], Policy], TokenTarget | None]] = {
     "get": _zpool_get,
+    "sync": _zpool_sync,
     "status": _zpool_status,
     "list": _zpool_list,
     "version": _version,

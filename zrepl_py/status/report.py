@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.repository import Catalog
@@ -225,10 +225,11 @@ def _worst(values: Sequence[float | int | None]):
 
 def _target_status(target: str, root: str, cursors: list[CursorRow],
                    live: dict[str, list[SnapshotRow]], by_guid: dict[tuple[str, int], SnapshotRow],
-                   last_ok: RunRow | None, last: RunRow | None) -> TargetStatus:
-    mine = sorted((c for c in cursors if c.target == target),
+                   last_ok: RunRow | None, last: RunRow | None,
+                   left_out: Collection[str] = ()) -> TargetStatus:
+    mine = sorted((c for c in cursors if c.target == target and c.source_dataset not in left_out),
                   key=lambda c: (c.source_dataset != root, c.source_dataset))
-    if not any(c.source_dataset == root for c in mine):
+    if root not in left_out and not any(c.source_dataset == root for c in mine):
         mine_lags = [DatasetLag(root, None, None, None, None)]
     else:
         mine_lags = []
@@ -236,7 +237,10 @@ def _target_status(target: str, root: str, cursors: list[CursorRow],
         snaps = live.get(cursor.source_dataset, [])
         guids = {g: s for (d, g), s in by_guid.items() if d == cursor.source_dataset}
         mine_lags.append(_lag(cursor.source_dataset, cursor, snaps, guids))
-    head = next(d for d in mine_lags if d.dataset == root)
+    # The root's row heads the target; a selection that leaves the root out (``[select]``
+    # on a pool) is headed by its first selected dataset.
+    head = next((d for d in mine_lags if d.dataset == root), None) or next(
+        iter(mine_lags), DatasetLag(root, None, None, None, None))
     return TargetStatus(
         target=target, cursor=head.cursor, cursor_time=head.cursor_time,
         lag_seconds=_worst([d.lag_seconds for d in mine_lags]) if head.cursor else None,
@@ -271,24 +275,31 @@ def _below(dataset: str, root: str) -> bool:
 
 def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
                held: Held | None = None,
-               next_runs: dict[str, dt.datetime | None] | None = None) -> JobStatus:
+               next_runs: dict[str, dt.datetime | None] | None = None,
+               left_out: Collection[str] = ()) -> JobStatus:
     """Summarise one job from the catalog (no host is dialled); ``now`` is aware UTC.
 
     ``held`` comes from ``read_held`` (None: left out, e.g. ``zbak status --offline``);
-    ``next_runs`` from ``scheduled_runs`` (None: from the job's own schedules only).
+    ``next_runs`` from ``scheduled_runs`` (None: from the job's own schedules only);
+    ``left_out`` names datasets below the root the job's selection leaves out
+    (``snapshots.inventory.left_out_now``), which the summary then leaves out too.
 
     Raises:
         CatalogError: the catalog cannot be read.
     """
     source = job.source
     root = str(source.dataset)
-    every = catalog.snapshots(host=source.host, below=root, include_destroyed=True)
+    every = [s for s in catalog.snapshots(host=source.host, below=root, include_destroyed=True)
+             if s.dataset not in left_out]
     live: dict[str, list[SnapshotRow]] = {}
     for snap in every:
         if snap.destroyed_at is None:
             live.setdefault(snap.dataset, []).append(snap)
     by_guid = {(s.dataset, s.guid): s for s in every}
-    root_snaps = live.get(root, [])
+    # The root's newest; without one (left out, or skipped by min_change) the newest of the
+    # tree (createtxg counts pool-wide).
+    root_snaps = live.get(root) or sorted((s for rows in live.values() for s in rows),
+                                          key=lambda s: s.createtxg)
     newest = root_snaps[-1] if root_snaps else None
     last_runs = catalog.last_runs(name)
     cursors = [c for c in catalog.cursors(name) if c.source_host == source.host]
@@ -297,12 +308,12 @@ def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
         ok.update({(action, t): r for (_, t), r in catalog.last_successes(action, name).items()})
     latest = {(r.action, r.target): r for r in last_runs}
     targets = [_target_status(t, root, cursors, live, by_guid, ok.get(("replicate", t)),
-                              latest.get(("replicate", t)))
+                              latest.get(("replicate", t)), left_out)
                for t in (job.replicate.targets if job.replicate else [])]
     chains = []
     if job.archive is not None:
         streams = [s for s in catalog.streams(host=source.host, store=job.archive.store)
-                   if _below(s.dataset, root)]
+                   if _below(s.dataset, root) and s.dataset not in left_out]
         chains = _chains(streams, job.archive.store)
     return JobStatus(
         job=name,
@@ -387,6 +398,25 @@ def read_held(ctx, name: str, job: JobConfig) -> Held:
     return Held(total, names)
 
 
+def _left_out(ctx, name: str, job: JobConfig) -> tuple[str, ...]:
+    """What the selection of a job with ``[select]`` leaves out now (one listing of the
+    source); () for other jobs, and when the source does not answer (then logged)."""
+    from zrepl_py.config.schema import replica_datasets
+    from zrepl_py.errors import ZbakError
+    from zrepl_py.snapshots.inventory import left_out_now
+
+    if job.select is None:
+        return ()
+    source = job.source
+    try:
+        return left_out_now(ctx.zfs(source.host, source.dataset.pool), job,
+                            replica_datasets(ctx.config, source.host))
+    except ZbakError as exc:
+        log.warning("job %s: cannot read its selection on %s (%s): its status covers every"
+                    " dataset below %s", name, source.host, exc, source.dataset)
+        return ()
+
+
 def job_statuses(ctx, names: Sequence[str] = (), *, offline: bool = False) -> list[JobStatus]:
     """``job_status`` of each named job (all when empty), held bytes read unless ``offline``,
     with its transfers in progress (``transfers.read_running``: stale files are removed, logged
@@ -407,7 +437,9 @@ def job_statuses(ctx, names: Sequence[str] = (), *, offline: bool = False) -> li
     found = []
     for name, job in chosen:
         held = None if offline else read_held(ctx, name, job)
-        state = job_status(catalog, name, job, now, held=held, next_runs=upcoming[name])
+        left_out = () if offline else _left_out(ctx, name, job)
+        state = job_status(catalog, name, job, now, held=held, next_runs=upcoming[name],
+                           left_out=left_out)
         found.append(dataclasses.replace(
             state, transfers=[t for t in transfers if t.job == name],
             stale_transfers=[g for g in stale if g.transfer and g.transfer.job == name]))

@@ -29,6 +29,11 @@ has no ``zfs version``), ``detect`` asks each question directly:
 7. ``zfs receive -x mountpoint`` with no dataset (it reads no stream): OpenZFS 0.7+ answers
    "missing snapshot argument", zfs-fuse "invalid option 'x'" (its ``receive [-vnF]`` has
    neither ``-o`` nor ``-x``, verified on 0.7.0).
+8. ``zfs get -H -t filesystem -o value type POOL``: success means ``zfs get`` takes ``-t``
+   (a typed listing leaves snapshots out); zfs-fuse answers "invalid option 't'".
+9. ``zfs get -H -o value written POOL``: success means the ``written`` property (bytes
+   written since the previous snapshot, zfsprops(7)) exists; zfs-fuse answers "bad property
+   list: invalid property 'written'".
 
 ``fingerprint`` is the one cheap question a cached answer is checked against
 (``zfs/capability_cache.py``): ``zpool get all POOL``, in the plain table form both zfs-fuse
@@ -75,6 +80,10 @@ class Capabilities:
         features: ``(name, state)`` of the pool's features that are ``enabled`` or
             ``active`` (``zpool get feature@NAME``), sorted; empty on pools without
             feature flags (zfs-fuse, or one created with ``zpool create -d``).
+        typed_get: ``zfs get -t filesystem,volume`` exists (False on zfs-fuse, whose
+            ``zfs get -r`` lists every snapshot too).
+        written: the ``written`` property exists (False on zfs-fuse): what
+            ``[jobs.NAME.snapshot] min_change`` needs.
     """
 
     parsable_list: bool
@@ -88,6 +97,8 @@ class Capabilities:
     list_holds: bool = False
     receive_properties: bool = False
     features: tuple[tuple[str, str], ...] = ()
+    typed_get: bool = False
+    written: bool = False
 
     NONE: ClassVar["Capabilities"]
     """Assume nothing beyond what every supported ZFS has (the default before ``detect``)."""
@@ -155,6 +166,8 @@ Capabilities.NONE = Capabilities(
     list_holds=False,
     receive_properties=False,
     features=(),
+    typed_get=False,
+    written=False,
 )
 
 
@@ -284,6 +297,8 @@ def detect(
     send = probe("send", "-c", "-w")
     multi = probe("snapshot", f"{pool}@zbak%probe1", f"{pool}@zbak%probe2")
     receive = probe("receive", "-x", "mountpoint")
+    typed = probe("get", "-H", "-t", "filesystem", "-o", "value", "type", pool)
+    written = probe("get", "-H", "-o", "value", "written", pool)
 
     send_err = send.error_text
     compressed = "invalid option 'c'" not in send_err and "unrecognized option" not in send_err
@@ -299,4 +314,6 @@ def detect(
         list_holds="does not exist" in holds.error_text or holds.returncode == 0,
         receive_properties="missing snapshot argument" in receive.error_text,
         features=_features(props),
+        typed_get=typed.returncode == 0,
+        written=written.returncode == 0,
     )

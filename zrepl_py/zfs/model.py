@@ -1,5 +1,5 @@
 """Plain, frozen values the ZFS client returns: snapshots, bookmarks, datasets, a listed tree,
-pool health.
+property values with their source, pool health.
 
 Nothing here runs a command. ``build_tree`` turns parsed listing rows into a ``Tree`` so the
 two listing commands (``zfs get`` and ``zfs list -p``) share one code path and give equal
@@ -140,6 +140,26 @@ class BookmarkInfo:
     def short(self) -> str:
         """The part after ``#``."""
         return self.name.split("#", 1)[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class PropertyValue:
+    """One property of one dataset as ``zfs get -o value,source`` prints it.
+
+    Attributes:
+        value: the value (parsable with ``-p``); ``-`` when a user property is not set.
+        source: ``local``, ``received``, ``default``, ``temporary``, ``-`` (not set or not
+            settable), or ``inherited from DATASET`` (zfs-get(8) "source" column).
+    """
+
+    value: str
+    source: str
+
+    @property
+    def inherited_from(self) -> str | None:
+        """The dataset the value is inherited from (where it is set), else None."""
+        head = "inherited from "
+        return self.source[len(head):] if self.source.startswith(head) else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -165,3 +165,45 @@ def check_hold_tag(value: str) -> str:
     if value.startswith("-") or not all(" " <= c <= "~" for c in value):
         raise InvalidName(f"hold tag {value!r}: printable ASCII only, no leading '-'")
     return value
+
+
+_USER_PROPERTY = re.compile(r"[a-z0-9_.:-]+")
+MAX_PROPERTY_VALUE = 8192
+"""Bytes a user property value may hold (zfsprops(7) "User Properties": 8192)."""
+
+
+def check_user_property(value: str) -> str:
+    """Validate a user property name (``zbak:job``, ``com.example:backup``) and return it.
+
+    zfsprops(7) "User Properties": the name contains a ``:``, holds only lower-case letters,
+    digits and ``:-._``, does not start with ``-`` and is at most 256 characters.
+
+    Raises:
+        InvalidName: the name breaks one of those rules.
+    """
+    if not isinstance(value, str) or not _USER_PROPERTY.fullmatch(value) or len(value) > 256:
+        raise InvalidName(f"user property {value!r}: lower-case letters, digits and ':-._' "
+                          "only, at most 256 characters (zfsprops(7))")
+    if ":" not in value or value.startswith("-"):
+        raise InvalidName(f"user property {value!r}: needs a ':' (e.g. 'zbak:job') and must "
+                          "not start with '-' (zfsprops(7))")
+    return value
+
+
+def check_user_property_value(value: str, what: str = "user property value") -> str:
+    """Validate a user property value zbak compares against and return it.
+
+    ZFS stores any string up to ``MAX_PROPERTY_VALUE`` bytes; zbak refuses control
+    characters (values must stay one field of a tab-separated listing) and ``-`` (what
+    ``zfs get`` prints for a property that is not set).
+
+    Raises:
+        InvalidName: empty, ``-``, too long, or holding a control character.
+    """
+    if not isinstance(value, str) or not value or value == "-":
+        raise InvalidName(f"{what} {value!r}: must be a non-empty string other than '-'")
+    if len(value.encode()) > MAX_PROPERTY_VALUE or any(ord(c) < 32 or ord(c) == 127
+                                                        for c in value):
+        raise InvalidName(f"{what} {value[:40]!r}: at most {MAX_PROPERTY_VALUE} bytes, "
+                          "no control characters")
+    return value
