@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.rows import CursorRow, RunRow, SnapshotRow, StreamRow
 from zrepl_py.config.schema import JobConfig
-from zrepl_py.daemon.crontab import crontab_trigger
 from zrepl_py.observe.runlog import sweep_interrupted
 from zrepl_py.observe.transfers import RunningTransfer, StaleTransfer, read_running
 
@@ -192,6 +191,8 @@ def next_fire(schedule: str | None, now: dt.datetime) -> dt.datetime | None:
     for no schedule (see ``crontab_trigger``)."""
     if schedule is None:
         return None
+    from zrepl_py.daemon.crontab import crontab_trigger  # APScheduler: only for a schedule
+
     return crontab_trigger(schedule).get_next_fire_time(None, now)
 
 
