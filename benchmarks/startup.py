@@ -219,6 +219,7 @@ def main() -> int:
             zbak.write_configs(pool)
             sh(*zbak.argv, "--config", str(zbak.config), "init", "--no-checks")
             sh(*zbak.argv, "--config", str(zbak.config), "snapshot")
+            zbak.last_second = int(time.time())
         load = os.getloadavg()
         started = time.monotonic()
         runners = [(None, "zfs snapshot")] if "zfs snapshot" in cases else []
