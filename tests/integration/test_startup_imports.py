@@ -178,3 +178,22 @@ def test_a_command_that_opens_the_catalog_does_its_work_with_the_collector_on(tm
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True", "True"]
+
+
+def test_the_daemon_runs_with_the_collector_on_though_it_opened_no_catalog(tmp_path):
+    """A long-lived process must collect its cycles: the daemon ends the start-up itself
+    (here before ``--once`` finds the catalog never initialised and exits 1)."""
+    config = _config(tmp_path)
+    script = textwrap.dedent(f"""
+        import gc
+        from zrepl_py.cli import main
+        from zrepl_py.runtime.gcpause import begin_startup
+
+        begin_startup()
+        status = main(["--config", "{config}", "daemon", "--once"])
+        print(int(status), gc.isenabled())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert "run `zbak init`" in done.stderr
+    assert done.stdout.split() == ["1", "True"], done.stderr
