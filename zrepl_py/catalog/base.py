@@ -13,9 +13,12 @@ from sqlalchemy.orm import Session
 
 from zrepl_py.catalog.db import reading, reads_concurrently, translate
 from zrepl_py.catalog.models import Dataset, Snapshot, Stream
+from zrepl_py.clock import UTC, ensure_utc
 from zrepl_py.errors import CatalogConflict, CatalogError
 
 CHUNK = 500  # ids per IN (...) list, well under SQLite's bound-parameter limit
+WRAP64 = 2**64
+"""Added to a guid read back signed (raw driver value) to make it unsigned (``types.UInt64``)."""
 
 
 def require_aware(what: str, value: dt.datetime) -> dt.datetime:
@@ -59,6 +62,40 @@ def scope_conditions(host: str | None, below: str | None, store: str | None) -> 
     if store is not None:
         conditions.append(Stream.store == store)
     return conditions
+
+
+def stream_scope(host: str | None, below: str | None, store: str | None) -> list:
+    """WHERE conditions on streams alone (datasets through ``IN (subquery)``), for reads
+    that map dataset ids to names themselves instead of joining."""
+    conditions = []
+    if host is not None or below is not None:
+        conditions.append(Stream.dataset_id.in_(
+            sa.select(Dataset.id).where(*scope_conditions(host, below, None))))
+    if store is not None:
+        conditions.append(Stream.store == store)
+    return conditions
+
+
+def raw_rows(session: Session, query: sa.Select) -> list[tuple]:
+    """Run ``query`` and fetch its rows straight from the DBAPI cursor: plain tuples, no
+    SQLAlchemy Row objects and no column type processing (twice as fast on large reads).
+    Only for columns whose raw driver values the caller converts (:func:`utc_of`,
+    :data:`WRAP64`) or wants as they are (ints, strings)."""
+    result = session.connection().execute(query)
+    try:
+        return result.cursor.fetchall()
+    finally:
+        result.close()
+
+
+def utc_of(value: dt.datetime | str | None) -> dt.datetime | None:
+    """A time column's raw driver value (:func:`raw_rows`) as aware UTC: SQLite hands back
+    the naive UTC text ``UtcDateTime`` wrote, PostgreSQL's driver a datetime."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return dt.datetime.fromisoformat(value).replace(tzinfo=UTC)
+    return ensure_utc(value)
 
 
 SNAPSHOT_COLUMNS = (Dataset.host, Dataset.name, Snapshot.name, Snapshot.guid, Snapshot.createtxg,

@@ -4,31 +4,28 @@ objects or row conversion."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from collections.abc import Iterable
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, aliased
 
-from zrepl_py.catalog.base import SNAPSHOT_COLUMNS, CatalogBase, chunks, scope_conditions
+from zrepl_py.catalog.base import (
+    SNAPSHOT_COLUMNS,
+    WRAP64,
+    CatalogBase,
+    chunks,
+    raw_rows,
+    scope_conditions,
+    stream_scope,
+    utc_of,
+)
 from zrepl_py.catalog.models import Dataset, Run, Snapshot, Stream, StreamSnapshot, Volume
 from zrepl_py.catalog.rows import LIVING_STATES, SnapshotRow, StreamLink, StreamRow, VolumeRow
+from zrepl_py.catalog.streams import read_streams
 from zrepl_py.catalog.types import to_signed64
-from zrepl_py.clock import ensure_utc
 from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.runtime.gcpause import gc_paused
-
-
-def _stream_scope(host: str | None, below: str | None, store: str | None) -> list:
-    """WHERE conditions on streams alone (datasets through ``IN (subquery)``)."""
-    conditions = []
-    if host is not None or below is not None:
-        conditions.append(Stream.dataset_id.in_(
-            sa.select(Dataset.id).where(*scope_conditions(host, below, None))))
-    if store is not None:
-        conditions.append(Stream.store == store)
-    return conditions
 
 
 def _screen_query(scope: list) -> sa.CompoundSelect:
@@ -91,29 +88,20 @@ def _stream_filter(session: Session, host: str | None, below: str | None) -> lis
     return [(Stream.dataset_id + 0).in_(ids)]
 
 
-_WRAP64 = 2**64
-
-
 def _first(row: tuple) -> object:
     return row[0]
 
 
-def _raw_rows(session: Session, query: sa.Select) -> list[tuple]:
-    """Run ``query`` and fetch its rows straight from the DBAPI cursor: plain tuples, no
-    SQLAlchemy Row objects and no column type processing (twice as fast on large reads).
-    Only for columns whose raw driver values are what the caller wants (ints, strings)."""
-    result = session.connection().execute(query)
-    try:
-        return result.cursor.fetchall()
-    finally:
-        result.close()
+def _stream_and_index(row: tuple) -> tuple:
+    return row[1], row[2]
 
 
-def _parse_time(value: dt.datetime | str) -> dt.datetime:
-    """A time from an aggregate (``max(started_at)``): SQLite hands back its text form."""
-    if isinstance(value, str):
-        return dt.datetime.fromisoformat(value)
-    return value
+def _first_two(row: tuple) -> tuple:
+    return row[0], row[1]
+
+
+def _first_and_txg(row: tuple) -> tuple:
+    return row[0], row[3]
 
 
 class BulkReads(CatalogBase):
@@ -131,35 +119,27 @@ class BulkReads(CatalogBase):
                 not ``tank/ab``).
             store: only streams in this store.
         """
-        columns = [getattr(Stream, f.name) for f in dataclasses.fields(StreamRow)
-                   if f.name not in ("host", "dataset")]
-        query = (
-            sa.select(Dataset.host, Dataset.name, *columns)
-            .join(Stream, Stream.dataset_id == Dataset.id)
-            .where(*scope_conditions(host, below, store))
-            .order_by(Dataset.host, Dataset.name, Stream.store, Stream.to_createtxg, Stream.id)
-        )
-        names = ["host", "dataset"] + [c.key for c in columns]
-        with self._session("reading the streams in bulk") as session:
-            return [StreamRow(**dict(zip(names, row))) for row in session.execute(query)]
+        with self._session("reading the streams in bulk", read_only=True) as session:
+            return read_streams(session, scope_conditions(host, below, None),
+                                [Stream.store == store] if store is not None else [])
 
     def bulk_volumes(
         self, *, host: str | None = None, below: str | None = None, store: str | None = None
     ) -> dict[int, list[VolumeRow]]:
         """The volumes of every stream in a scope (see :meth:`bulk_streams`), by stream id,
         each list in index order; streams without volumes are absent."""
-        query = (
-            sa.select(Volume.id, Volume.stream_id, Volume.index, Volume.key, Volume.raw_bytes,
-                      Volume.stored_bytes, Volume.sha256)
-            .join(Stream, Stream.id == Volume.stream_id)
-            .join(Dataset, Dataset.id == Stream.dataset_id)
-            .where(*scope_conditions(host, below, store))
-            .order_by(Volume.stream_id, Volume.index)
-        )
+        query = sa.select(Volume.id, Volume.stream_id, Volume.index, Volume.key,
+                          Volume.raw_bytes, Volume.stored_bytes, Volume.sha256)
+        if host is not None or below is not None or store is not None:
+            query = query.where(Volume.stream_id.in_(
+                sa.select(Stream.id).where(*stream_scope(host, below, store))))
         found: dict[int, list[VolumeRow]] = {}
-        with self._session("reading the volumes in bulk") as session:
-            for row in session.execute(query):
-                found.setdefault(row[1], []).append(VolumeRow(*row))
+        with self._session("reading the volumes in bulk", read_only=True) as session:
+            rows = raw_rows(session, query)
+        # Sorted here, not in SQL (see carried_columns): rows come in stream order already.
+        rows.sort(key=_stream_and_index)
+        for row in rows:
+            found.setdefault(row[1], []).append(VolumeRow(*row))
         return found
 
     def bulk_carried(
@@ -167,18 +147,36 @@ class BulkReads(CatalogBase):
     ) -> dict[int, list[CarriedSnapshot]]:
         """The snapshots every stream in a scope carries (see :meth:`bulk_streams`), by
         stream id, each list in createtxg order; streams recorded without them are absent."""
-        query = (
-            sa.select(StreamSnapshot.stream_id, StreamSnapshot.name, StreamSnapshot.guid,
-                      StreamSnapshot.createtxg)
-            .join(Stream, Stream.id == StreamSnapshot.stream_id)
-            .join(Dataset, Dataset.id == Stream.dataset_id)
-            .where(*scope_conditions(host, below, store))
-            .order_by(StreamSnapshot.stream_id, StreamSnapshot.createtxg)
-        )
+        ids, guids, txgs, names = self.carried_columns(host=host, below=below, store=store)
         found: dict[int, list[CarriedSnapshot]] = {}
-        with self._session("reading the carried snapshots in bulk") as session:
-            for stream_id, name, guid, createtxg in session.execute(query):
-                found.setdefault(stream_id, []).append(CarriedSnapshot(name, guid, createtxg))
+        rows = sorted(zip(ids, txgs, guids, names), key=_first_two)
+        for stream_id, createtxg, guid, name in rows:
+            found.setdefault(stream_id, []).append(CarriedSnapshot(name, guid, createtxg))
+        return found
+
+    def known_snapshots(
+        self, *, host: str | None = None, below: str | None = None
+    ) -> dict[tuple[str, str], list[CarriedSnapshot]]:
+        """Every catalogued snapshot, destroyed ones too, of the datasets in a scope (see
+        :meth:`bulk_streams`), per ``(host, dataset)`` in createtxg order, as name, guid and
+        createtxg: what reports name and order snapshots by (``Catalog.snapshots`` also
+        converts three times per row, which costs more than the rest)."""
+        query = sa.select(Snapshot.dataset_id, Snapshot.name,
+                          sa.type_coerce(Snapshot.guid, sa.BigInteger()), Snapshot.createtxg)
+        datasets = sa.select(Dataset.id, Dataset.host, Dataset.name)
+        if host is not None or below is not None:
+            scope = scope_conditions(host, below, None)
+            datasets = datasets.where(*scope)
+            query = query.where(Snapshot.dataset_id.in_(sa.select(Dataset.id).where(*scope)))
+        with self._session("reading the snapshot names", read_only=True) as session:
+            names = {i: (h, n) for i, h, n in session.execute(datasets)}
+            rows = raw_rows(session, query)
+        found: dict[tuple[str, str], list[CarriedSnapshot]] = {}
+        wrap = WRAP64
+        rows.sort(key=_first_and_txg)
+        for dataset_id, name, guid, createtxg in rows:
+            found.setdefault(names[dataset_id], []).append(
+                CarriedSnapshot(name, guid + wrap if guid < 0 else guid, createtxg))
         return found
 
     def stream_links(
@@ -195,11 +193,11 @@ class BulkReads(CatalogBase):
             Stream.from_name, Stream.to_name, Stream.to_createtxg, Stream.raw_bytes,
             Stream.stored_bytes, Stream.state,
         )
-        query = query.where(*_stream_scope(host, below, store))
+        query = query.where(*stream_scope(host, below, store))
         with self._session("reading the stream chain links", read_only=True) as session:
             names = {i: (h, n) for i, h, n in session.execute(datasets)}
-            rows = _raw_rows(session, query)
-        wrap, links, new = _WRAP64, [], tuple.__new__
+            rows = raw_rows(session, query)
+        wrap, links, new = WRAP64, [], tuple.__new__
         for sid, dataset_id, store_, kind, parent, from_guid, to_guid, *rest in rows:
             if from_guid is not None and from_guid < 0:
                 from_guid += wrap
@@ -223,10 +221,10 @@ class BulkReads(CatalogBase):
         )
         if host is not None or below is not None or store is not None:
             query = query.where(Volume.stream_id.in_(
-                sa.select(Stream.id).where(*_stream_scope(host, below, store))))
+                sa.select(Stream.id).where(*stream_scope(host, below, store))))
         with self._session("summing the volumes") as session:
             return {r[0]: (r[1], r[2], r[3], int(r[4]), int(r[5]))
-                    for r in _raw_rows(session, query)}
+                    for r in raw_rows(session, query)}
 
     def carried_columns(
         self, *, host: str | None = None, below: str | None = None, store: str | None = None,
@@ -245,13 +243,13 @@ class BulkReads(CatalogBase):
             # IN (subquery), not a join: SQLite then scans the index once (measured 0.12 s
             # against 0.19 s for 196,000 rows).
             query = query.where(StreamSnapshot.stream_id.in_(
-                sa.select(Stream.id).where(*_stream_scope(host, below, store))))
+                sa.select(Stream.id).where(*stream_scope(host, below, store))))
         with self._session("reading the carried snapshots") as session:
-            rows = _raw_rows(session, query)
+            rows = raw_rows(session, query)
         # Sorting here, not in SQL: rows are stored in stream order already (written stream
         # by stream), where Python's sort is linear and SQL's index-ordered scan is slower.
         rows.sort(key=_first)
-        wrap = _WRAP64
+        wrap = WRAP64
         return ([r[0] for r in rows], [r[1] + wrap if r[1] < 0 else r[1] for r in rows],
                 [r[2] for r in rows], [r[3] for r in rows] if names else [None] * len(rows))
 
@@ -277,7 +275,7 @@ class BulkReads(CatalogBase):
         with self._session("checking volumes and carried snapshots", read_only=True) as session:
             scope = _stream_filter(session, host, below)
             query = _screen_query(scope)
-            return {row[0] for row in _raw_rows(session, query)}
+            return {row[0] for row in raw_rows(session, query)}
 
     def volume_totals_of(
         self, stream_ids: Iterable[int]
@@ -296,7 +294,7 @@ class BulkReads(CatalogBase):
                     .group_by(Volume.stream_id)
                 )
                 found.update((r[0], (r[1], r[2], r[3], int(r[4]), int(r[5])))
-                             for r in _raw_rows(session, query))
+                             for r in raw_rows(session, query))
         return found
 
     def carrying(self, guids: Iterable[int]) -> list[tuple[int, CarriedSnapshot]]:
@@ -314,8 +312,8 @@ class BulkReads(CatalogBase):
                                   sa.type_coerce(StreamSnapshot.guid, signed),
                                   StreamSnapshot.createtxg).where(
                     sa.type_coerce(StreamSnapshot.guid, signed).in_(chunk))
-                found += [(sid, CarriedSnapshot(name, guid + _WRAP64 if guid < 0 else guid, txg))
-                          for sid, name, guid, txg in _raw_rows(session, query)]
+                found += [(sid, CarriedSnapshot(name, guid + WRAP64 if guid < 0 else guid, txg))
+                          for sid, name, guid, txg in raw_rows(session, query)]
         found.sort(key=lambda r: (r[0], r[1].createtxg))
         return found
 
@@ -366,5 +364,5 @@ class BulkReads(CatalogBase):
                          .where(Snapshot.id.in_(chunk)))
                 for snap_id, *row in session.execute(query):
                     snaps[snap_id] = SnapshotRow(*row)
-        return [(row_host, name, ensure_utc(_parse_time(when)), snaps.get(snap_id))
+        return [(row_host, name, utc_of(when), snaps.get(snap_id))
                 for row_host, name, when, snap_id in rows]

@@ -11,10 +11,13 @@ import sqlalchemy as sa
 from zrepl_py.catalog.base import (
     CHUNK,
     SNAPSHOT_COLUMNS,
+    WRAP64,
     CatalogBase,
     chunks,
+    raw_rows,
     require_aware,
     scope_conditions,
+    utc_of,
 )
 from zrepl_py.catalog.models import Dataset, Snapshot
 from zrepl_py.catalog.rows import SnapshotFact, SnapshotRow, SyncResult
@@ -103,38 +106,37 @@ class Snapshots(CatalogBase):
                 ``tank/a/b``, not ``tank/ab``).
             include_destroyed: also list tombstoned snapshots.
         """
-        query = (
-            sa.select(Dataset.host, Dataset.name, Snapshot)
-            .join(Snapshot, Snapshot.dataset_id == Dataset.id)
-            .order_by(Dataset.host, Dataset.name, Snapshot.createtxg, Snapshot.id)
-        )
+        datasets = []
         if host is not None:
-            query = query.where(Dataset.host == host)
+            datasets.append(Dataset.host == host)
         if dataset is not None:
-            query = query.where(Dataset.name == dataset)
+            datasets.append(Dataset.name == dataset)
         if below is not None:
-            query = query.where(
-                sa.or_(
-                    Dataset.name == below,
-                    Dataset.name.startswith(below.rstrip("/") + "/", autoescape=True),
-                )
-            )
+            datasets.append(sa.or_(
+                Dataset.name == below,
+                Dataset.name.startswith(below.rstrip("/") + "/", autoescape=True),
+            ))
+        # Raw driver rows, names mapped by id, sorted here: 200,000 snapshots in 0.5 s of
+        # CPU against 6.6 s through ORM objects (benchmarks/catalog.py).
+        query = sa.select(Snapshot.dataset_id, Snapshot.name,
+                          sa.type_coerce(Snapshot.guid, sa.BigInteger()), Snapshot.createtxg,
+                          Snapshot.creation, Snapshot.first_seen, Snapshot.destroyed_at,
+                          Snapshot.id)
         if not include_destroyed:
             query = query.where(Snapshot.destroyed_at.is_(None))
-        with self._session("listing snapshots") as session:
-            return [
-                SnapshotRow(
-                    host=row_host,
-                    dataset=row_name,
-                    name=snap.name,
-                    guid=snap.guid,
-                    createtxg=snap.createtxg,
-                    creation=snap.creation,
-                    first_seen=snap.first_seen,
-                    destroyed_at=snap.destroyed_at,
-                )
-                for row_host, row_name, snap in session.execute(query)
-            ]
+        with self._session("listing snapshots", read_only=True) as session:
+            names = {i: (h, n) for i, h, n in session.execute(
+                sa.select(Dataset.id, Dataset.host, Dataset.name).where(*datasets))}
+            if not names:
+                return []
+            if datasets:
+                query = query.where(Snapshot.dataset_id.in_(
+                    sa.select(Dataset.id).where(*datasets)))
+            rows = raw_rows(session, query)
+        rows.sort(key=lambda r: (names[r[0]], r[3], r[7]))
+        return [SnapshotRow(*names[dataset_id], name, guid + WRAP64 if guid < 0 else guid, txg,
+                            utc_of(creation), utc_of(first_seen), utc_of(destroyed_at))
+                for dataset_id, name, guid, txg, creation, first_seen, destroyed_at, _ in rows]
 
     def snapshots_by_guid(self, keys: Iterable[tuple[str, str, int]]) -> list[SnapshotRow]:
         """The catalogued snapshots (destroyed ones included) named by ``(host, dataset,

@@ -11,7 +11,16 @@ from collections.abc import Iterable, Sequence
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from zrepl_py.catalog.base import CatalogBase, chunks, require_aware, require_one_of, require_size
+from zrepl_py.catalog.base import (
+    WRAP64,
+    CatalogBase,
+    chunks,
+    raw_rows,
+    require_aware,
+    require_one_of,
+    require_size,
+    utc_of,
+)
 from zrepl_py.catalog.models import Dataset, Stream, StreamSnapshot, ThawRequest, Volume
 from zrepl_py.catalog.rows import (
     STATE_TRANSITIONS,
@@ -66,40 +75,50 @@ def _refuse_living_children(session: Session, ids: Sequence[int]) -> None:
         )
 
 
-def _stream_query(*conditions) -> sa.Select:
-    """SELECT (host, dataset, Stream) with ``conditions``, in chain order."""
-    return (
-        sa.select(Dataset.host, Dataset.name, Stream)
-        .join(Stream, Stream.dataset_id == Dataset.id)
-        .where(*conditions)
-        .order_by(Dataset.host, Dataset.name, Stream.store, Stream.to_createtxg, Stream.id)
-    )
+_STREAM_COLUMNS = (
+    Stream.id, Stream.dataset_id, Stream.store, Stream.kind, Stream.parent_id,
+    sa.type_coerce(Stream.from_guid, sa.BigInteger()), sa.type_coerce(Stream.to_guid, sa.BigInteger()),
+    Stream.from_name, Stream.to_name, Stream.to_createtxg, Stream.raw_bytes, Stream.stored_bytes,
+    Stream.object_prefix, Stream.storage_class, Stream.compression, Stream.state,
+    Stream.created_at, Stream.uploaded_at, Stream.verified_at,
+)
 
 
-def _stream_row(host: str, dataset: str, stream: Stream) -> StreamRow:
-    """Copy an ORM Stream plus its dataset's host and name into a StreamRow."""
-    return StreamRow(
-        id=stream.id,
-        host=host,
-        dataset=dataset,
-        store=stream.store,
-        kind=stream.kind,
-        parent_id=stream.parent_id,
-        from_guid=stream.from_guid,
-        to_guid=stream.to_guid,
-        from_name=stream.from_name,
-        to_name=stream.to_name,
-        to_createtxg=stream.to_createtxg,
-        raw_bytes=stream.raw_bytes,
-        stored_bytes=stream.stored_bytes,
-        object_prefix=stream.object_prefix,
-        storage_class=stream.storage_class,
-        compression=stream.compression,
-        state=stream.state,
-        created_at=stream.created_at,
-        uploaded_at=stream.uploaded_at,
-        verified_at=stream.verified_at,
-    )
+def _chain_order(row: StreamRow) -> tuple:
+    return (row.host, row.dataset, row.store, row.to_createtxg, row.id)
+
+
+def read_streams(session: Session, datasets: Sequence = (), streams: Sequence = ()
+                 ) -> list[StreamRow]:
+    """Every stream of the datasets matching ``datasets`` (conditions on ``Dataset``; none:
+    all) that matches ``streams`` (conditions on ``Stream``), in chain order (host, dataset,
+    store, to_createtxg, id).
+
+    Raw driver rows, converted here and sorted in Python, with the datasets' names mapped
+    by id instead of joined: 100,000 streams in 0.8 s of CPU on the test machine against
+    5 s through ORM objects (benchmarks/catalog.py).
+    """
+    names = {i: (h, n) for i, h, n in session.execute(
+        sa.select(Dataset.id, Dataset.host, Dataset.name).where(*datasets))}
+    if not names:
+        return []
+    query = sa.select(*_STREAM_COLUMNS).where(*streams)
+    if datasets:
+        query = query.where(Stream.dataset_id.in_(sa.select(Dataset.id).where(*datasets)))
+    found = []
+    for (sid, dataset_id, store, kind, parent, from_guid, to_guid, from_name, to_name, txg,
+         raw, stored, prefix, storage_class, compression, state, created, uploaded,
+         verified) in raw_rows(session, query):
+        host, name = names[dataset_id]
+        if from_guid is not None and from_guid < 0:
+            from_guid += WRAP64
+        found.append(StreamRow(
+            sid, host, name, store, kind, parent, from_guid,
+            to_guid + WRAP64 if to_guid < 0 else to_guid, from_name, to_name, txg, raw, stored,
+            prefix, storage_class, compression, state, utc_of(created), utc_of(uploaded),
+            utc_of(verified)))
+    found.sort(key=_chain_order)
+    return found
 
 
 class Streams(CatalogBase):
@@ -251,8 +270,8 @@ class Streams(CatalogBase):
         Raises:
             NotInCatalog: no such stream.
         """
-        with self._session(f"reading stream {stream_id}") as session:
-            rows = [_stream_row(*r) for r in session.execute(_stream_query(Stream.id == stream_id))]
+        with self._session(f"reading stream {stream_id}", read_only=True) as session:
+            rows = read_streams(session, streams=[Stream.id == stream_id])
         if not rows:
             raise NotInCatalog(f"stream {stream_id} is not in the catalog")
         return rows[0]
@@ -261,15 +280,14 @@ class Streams(CatalogBase):
         self, *, host: str | None = None, dataset: str | None = None, store: str | None = None
     ) -> list[StreamRow]:
         """List streams ordered by host, dataset, store, to_createtxg, id (chain order)."""
-        conditions = []
+        datasets = []
         if host is not None:
-            conditions.append(Dataset.host == host)
+            datasets.append(Dataset.host == host)
         if dataset is not None:
-            conditions.append(Dataset.name == dataset)
-        if store is not None:
-            conditions.append(Stream.store == store)
-        with self._session("listing streams") as session:
-            return [_stream_row(*r) for r in session.execute(_stream_query(*conditions))]
+            datasets.append(Dataset.name == dataset)
+        with self._session("listing streams", read_only=True) as session:
+            return read_streams(session, datasets,
+                                [Stream.store == store] if store is not None else [])
 
     def volumes(self, stream_id: int) -> list[VolumeRow]:
         """Return the volumes of stream ``stream_id`` by index (empty for an unknown stream)."""
