@@ -162,6 +162,11 @@ class Stream(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
     uploaded_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
     verified_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    manifest_seen: Mapped[str | None] = mapped_column(sa.String(KEY_LEN), nullable=True)
+    """What the store's listing said of ``manifest.json`` (``catalog.stamps``) when an audit
+    last read it and found it agreeing with this row; None: not read since (revision 0005)."""
+    manifest_read_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    """When that audit read it."""
 
 
 class Volume(Base):
