@@ -178,8 +178,11 @@ def json_option(func):
 
 
 def emit_json(data: Any) -> None:
-    """Print ``data`` as indented JSON (datetimes as ISO 8601 UTC)."""
-    click.echo(json.dumps(data, indent=2, default=_json_default, sort_keys=False))
+    """Print ``data`` as JSON (datetimes as ISO 8601 UTC): indented on a terminal, else on
+    one line, as httpie does (``json`` indents only in pure Python, three times slower:
+    1 s more for the plan of 100,000 streams, issue 20)."""
+    indent = 2 if sys.stdout.isatty() else None
+    click.echo(json.dumps(data, indent=indent, default=_json_default, sort_keys=False))
 
 
 def _json_default(value: Any) -> Any:
