@@ -8,17 +8,18 @@ no worse than linear.
 
 Per scale (``--scales``, default ``10k,100k``; ``1M`` takes about 20 min to build and
 13 GB of disk) a catalog, a ``file://`` store and a config are generated once under
-``--workdir`` (reused by later runs with the same scale), like ``zbak archive`` builds
-them: ``--datasets-per-10k`` datasets per 10,000 streams (default 100) under one recursive
-job, each with 4 chains of 25 streams (a full of three volumes and 24 ``-I`` incrementals
-of one volume carrying two snapshots each), every snapshot in the snapshots table (the
-oldest quarter destroyed), one successful archive run per dataset; the three older
-chains are ``verified`` (a day ago), the newest ``uploaded``; ``keep_chains = 2``, so a
-prune plan deletes the oldest two chains of every dataset. The store holds every volume
+``--workdir`` (reused by later runs with the same scale) by ``tests/support/generated.py``,
+as ``zbak archive`` builds them: ``--datasets-per-10k`` datasets per 10,000 streams
+(default 100) under one recursive job, each with 4 chains of 25 streams (a full of three
+volumes and 24 ``-I`` incrementals of one volume carrying two snapshots each), every
+snapshot in the snapshots table (the oldest quarter destroyed), one successful archive run
+per dataset; the three older chains are ``verified`` (a day ago), the newest ``uploaded``;
+``keep_chains = 2``, so a prune plan deletes the oldest two chains of every dataset (the
+worst case: the store is listed and every dataset re-checked). The store holds every volume
 (sparse files of the recorded size), ``manifest.json`` and ``manifest.json.copy``
-(sealed, agreeing with the catalog). The job's source is the root of a zfs-fuse pool
-of a private zfs-fuse (the catalog's datasets are children that were destroyed since,
-which every command treats like live ones but for the source listing); the job has no
+(sealed, agreeing with the catalog). The job's source is a dataset of a zfs-fuse pool of a
+private zfs-fuse (the catalog's datasets are children that were destroyed since, which
+every command treats like live ones but for the source listing); the job has no
 replication target.
 
 Timed commands (``zbak --config CFG ...`` as subprocesses of GNU time, output to a pipe as
@@ -47,8 +48,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
-import hashlib
 import os
 import shutil
 import statistics
@@ -62,23 +61,16 @@ import sqlalchemy as sa
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 
-from support import zfs as support_zfs  # noqa: E402
+from support.generated import Generated, archive_config  # noqa: E402
 from zrepl_py.catalog.db import make_engine, upgrade  # noqa: E402
-from zrepl_py.catalog.models import (  # noqa: E402
-    Dataset,
-    Run,
-    Snapshot,
-    Stream,
-    StreamSnapshot,
-    Volume,
-)
-from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, stream_prefix, volume_key  # noqa: E402
-from zrepl_py.objects.manifest import CarriedSnapshot, Manifest, VolumeRecord  # noqa: E402
+from zfsbench import private_zfs_fuse, sh  # noqa: E402 (script-local import)
+from zrepl_py.catalog.models import Stream  # noqa: E402
 
 POOL = "zbench"
-HOST, STORE, JOB = "local", "cold", "bench"
+STORE, JOB = "cold", "bench"
 CHAINS, CHAIN_LENGTH, KEEP_CHAINS = 4, 25, 2
 PYTHON = sys.executable
 CASES = {
@@ -90,12 +82,6 @@ CASES = {
     "status": ["status"],
 }
 FIRST_AUDIT = "audit (first)"
-
-
-def guid(dataset: int, snap: int) -> int:
-    """A deterministic, well-spread unsigned 64-bit guid."""
-    return int.from_bytes(hashlib.blake2b(f"{dataset}/{snap}".encode(), digest_size=8).digest(),
-                          "big") or 1
 
 
 def parse_scale(text: str) -> int:
@@ -130,118 +116,6 @@ class Scale:
         return self.root / "built"
 
 
-def write_config(scale: Scale) -> None:
-    """The config: one recursive job over the pool's root, archiving to the store."""
-    scale.config.write_text(f"""\
-state_dir = "{scale.root / 'state'}"
-
-[stores.{STORE}]
-url = "file://{scale.store}"
-
-[jobs.{JOB}]
-dataset = "{POOL}/bench"
-recursive = true
-
-[jobs.{JOB}.archive]
-store = "{STORE}"
-keep_chains = {KEEP_CHAINS}
-""")
-    os.chmod(scale.config, 0o600)
-
-
-class Builder:
-    """Rows and objects of the generated catalog (module docstring), written in batches."""
-
-    def __init__(self, engine: sa.Engine, store: Path, now: dt.datetime):
-        self.engine, self.store, self.now = engine, store, now
-        self.rows: dict[type, list[dict]] = {m: [] for m in (Dataset, Snapshot, Stream, Volume,
-                                                             StreamSnapshot, Run)}
-        self.ids = {m: 0 for m in self.rows}
-
-    def add(self, model: type, **row) -> int:
-        self.ids[model] += 1
-        self.rows[model].append({"id": self.ids[model], **row})
-        return self.ids[model]
-
-    def flush(self) -> None:
-        with self.engine.begin() as conn:
-            for model, rows in self.rows.items():
-                for start in range(0, len(rows), 20_000):
-                    conn.execute(sa.insert(model), rows[start:start + 20_000])
-                rows.clear()
-
-    def dataset(self, d: int) -> None:
-        name = f"{POOL}/bench/ds{d:05d}"
-        dataset_id = self.add(Dataset, host=HOST, name=name)
-        per_chain = 1 + 2 * (CHAIN_LENGTH - 1)
-        count = CHAINS * (per_chain + 1)
-        start = self.now - dt.timedelta(hours=count + 2)
-
-        def created(s: int) -> dt.datetime:
-            return start + dt.timedelta(hours=s)
-
-        for s in range(count):
-            self.add(Snapshot, dataset_id=dataset_id, name=f"zbak_{s:05d}", guid=guid(d, s),
-                     createtxg=100 + 10 * s, creation=created(s), first_seen=created(s),
-                     destroyed_at=self.now - dt.timedelta(days=1) if s < count // 4 else None)
-        snap = 0
-        for c in range(CHAINS):
-            newest_chain = c == CHAINS - 1
-            parent = None
-            for i in range(CHAIN_LENGTH):
-                full = i == 0
-                carried = [snap] if full else [snap + 1, snap + 2]
-                to = carried[-1]
-                prefix = stream_prefix(HOST, name, to_createtxg=100 + 10 * to,
-                                       to_guid=guid(d, to),
-                                       from_guid=None if full else guid(d, snap))
-                sizes = [(1000, 100)] * 3 if full else [(2000, 200)]
-                stream_id = self.add(
-                    Stream, dataset_id=dataset_id, store=STORE,
-                    kind="full" if full else "incremental", parent_id=parent,
-                    from_guid=None if full else guid(d, snap), to_guid=guid(d, to),
-                    from_name=None if full else f"zbak_{snap:05d}", to_name=f"zbak_{to:05d}",
-                    to_createtxg=100 + 10 * to, raw_bytes=sum(r for r, _ in sizes),
-                    stored_bytes=sum(s for _, s in sizes), object_prefix=prefix,
-                    storage_class="STANDARD", compression="zstd",
-                    state="uploaded" if newest_chain else "verified",
-                    created_at=created(to), uploaded_at=created(to),
-                    verified_at=None if newest_chain else self.now - dt.timedelta(days=1))
-                volumes = []
-                for v, (raw, stored) in enumerate(sizes):
-                    key = volume_key(prefix, v)
-                    sha = hashlib.sha256(key.encode()).hexdigest()
-                    self.add(Volume, stream_id=stream_id, index=v, key=key, raw_bytes=raw,
-                             stored_bytes=stored, sha256=sha)
-                    volumes.append(VolumeRecord(v, key, raw, stored, sha, sha))
-                    path = self.store / key
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    with open(path, "wb") as handle:
-                        handle.truncate(stored)
-                snaps = tuple(CarriedSnapshot(f"zbak_{s:05d}", guid(d, s), 100 + 10 * s)
-                              for s in carried)
-                for c_snap in snaps:
-                    self.add(StreamSnapshot, stream_id=stream_id, name=c_snap.name,
-                             guid=c_snap.guid, createtxg=c_snap.createtxg)
-                manifest = Manifest(
-                    host=HOST, dataset=name, kind="full" if full else "incremental",
-                    from_snap=None if full else CarriedSnapshot(f"zbak_{snap:05d}", guid(d, snap),
-                                                                100 + 10 * snap),
-                    to_snap=snaps[-1], snapshots=snaps, volumes=tuple(volumes),
-                    compression="zstd", compression_level=3,
-                    send_flags=() if full else ("-I",), storage_class="STANDARD",
-                    tool="zbak bench", created_at=created(to)).to_json()
-                (self.store / (prefix + MANIFEST)).write_bytes(manifest)
-                (self.store / (prefix + MANIFEST_COPY)).write_bytes(manifest)
-                parent, snap = stream_id, to
-            snap += 1  # the next chain's full is of the snapshot after this chain's tip
-        last_tip = snap - 1
-        self.add(Run, job=JOB, action="archive", target=f"{STORE}:{name}",
-                 started_at=created(last_tip) + dt.timedelta(minutes=30),
-                 ended_at=created(last_tip) + dt.timedelta(minutes=35), result="ok", bytes=0,
-                 error=None)
-
-
 def build(scale: Scale) -> None:
     """Generate the scale's catalog, store and config (unless already built)."""
     if scale.done.exists():
@@ -249,19 +123,21 @@ def build(scale: Scale) -> None:
     shutil.rmtree(scale.root, ignore_errors=True)
     (scale.root / "state").mkdir(parents=True, mode=0o700)
     scale.store.mkdir()
-    write_config(scale)
+    archive_config(scale.config, state=scale.root / "state", store=scale.store,
+                   root=f"{POOL}/bench", job=JOB, store_name=STORE, keep_chains=KEEP_CHAINS)
     engine = make_engine(f"sqlite:///{scale.catalog}")
     started = time.monotonic()
     try:
         upgrade(engine)
-        builder = Builder(engine, scale.store, dt.datetime.now(dt.timezone.utc))
+        generated = Generated(engine, scale.store, f"{POOL}/bench", store_name=STORE, job=JOB,
+                              chains=CHAINS, chain_length=CHAIN_LENGTH)
         for d in range(1, scale.datasets + 1):
-            builder.dataset(d)
+            generated.dataset(d)
             if d % 50 == 0:
-                builder.flush()
+                generated.flush()
                 print(f"\r  {scale.streams:,} streams: {d}/{scale.datasets} datasets",
                       end="", flush=True)
-        builder.flush()
+        generated.flush()
     finally:
         engine.dispose()
     scale.done.write_text(f"{scale.streams}\n")
@@ -394,22 +270,29 @@ def main() -> None:
             raise SystemExit(f"unknown cases {unknown}; known: {[*CASES, FIRST_AUDIT]}")
     if os.geteuid() != 0:
         raise SystemExit("run as root (zfs-fuse)")
-    why_not = support_zfs._enter_private_namespace()
-    if why_not:
-        raise SystemExit(f"cannot get a private zfs-fuse: {why_not}")
     args.workdir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="run-", dir=args.workdir))
-    pidfile = work / "zfs-fuse.pid"
-    subprocess.run(["/usr/sbin/zfs-fuse", "--no-kstat-mount", "--pidfile", str(pidfile)],
-                   check=True)
-    support_zfs._wait_for_daemon("zpool")
+    scales: list[Scale] = []
+    try:
+        with private_zfs_fuse(work):
+            run_scales(args, cases, work, scales)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:
+            for scale in scales:
+                shutil.rmtree(scale.root, ignore_errors=True)
+
+
+def run_scales(args: argparse.Namespace, cases: list[str], work: Path,
+               scales: list[Scale]) -> None:
+    """The source pool, each scale built (appended to ``scales``), then profile or measure
+    and print the table."""
     image = work / "pool.img"
     try:
-        subprocess.run(["truncate", "-s", "256M", str(image)], check=True)
-        subprocess.run(["zpool", "create", "-m", str(work / POOL), POOL, str(image)], check=True)
-        subprocess.run(["zfs", "create", f"{POOL}/bench"], check=True)
-        subprocess.run(["zfs", "snapshot", f"{POOL}/bench@zbak_00000"], check=True)
-        scales = []
+        sh("truncate", "-s", "256M", str(image))
+        sh("zpool", "create", "-m", str(work / POOL), POOL, str(image))
+        sh("zfs", "create", f"{POOL}/bench")
+        sh("zfs", "snapshot", f"{POOL}/bench@zbak_00000")
         for text in args.scales.split(","):
             streams = parse_scale(text)
             datasets = max(1, streams * args.datasets_per_10k // 10_000)
@@ -445,12 +328,7 @@ def main() -> None:
                   f" {max(r.output for r in runs) / 1024:7.0f} KiB"
                   f"  {','.join(sorted({str(r.code) for r in runs}))}")
     finally:
-        subprocess.run(["zpool", "destroy", "-f", POOL], check=False)
-        support_zfs._stop_private_daemon(pidfile)
-        shutil.rmtree(work, ignore_errors=True)
-        if not args.keep:
-            for scale in scales if "scales" in locals() else ():
-                shutil.rmtree(scale.root, ignore_errors=True)
+        subprocess.run(["zpool", "destroy", "-f", POOL], capture_output=True, check=False)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,12 @@ its bare name from the benchmarks directory.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 
 def sh(*argv: str, timeout: float = 600) -> str:
@@ -48,3 +51,26 @@ def rotate(items: list, n: int) -> list:
     """``items`` rotated by ``n``, so no tool always runs first (warm caches)."""
     n %= len(items)
     return items[n:] + items[:n]
+
+
+@contextlib.contextmanager
+def private_zfs_fuse(work: Path) -> Iterator[None]:
+    """Enter a private mount namespace and run a zfs-fuse of this process's own there (as
+    the test sessions do, tests/support/zfs.py), its pid file in ``work``; stop it at the
+    end. Needs ``tests`` on ``sys.path`` and root.
+
+    Raises:
+        SystemExit: the namespace cannot be made.
+    """
+    from support import zfs as support_zfs  # noqa: PLC0415 (tests/ is on the path by now)
+
+    why_not = support_zfs._enter_private_namespace()
+    if why_not:
+        raise SystemExit(f"cannot get a private zfs-fuse: {why_not}")
+    pidfile = work / "zfs-fuse.pid"
+    sh("/usr/sbin/zfs-fuse", "--no-kstat-mount", "--pidfile", str(pidfile))
+    try:
+        support_zfs._wait_for_daemon("zpool")
+        yield
+    finally:
+        support_zfs._stop_private_daemon(pidfile)
