@@ -284,10 +284,11 @@ def _audit_loaded(ctx: Context, name: str, job: JobConfig, host: str, root: str,
                 f"add [stores.{store}] back to the config", store=store))
             continue
         backend = ctx.store(store)
-        listing = listings.take(store, lambda: _listing(backend, prefix))
+        # Not kept here: _audit_store drops the listing once done with it (memory).
         findings += _audit_store(ctx, backend, name, job, host, root, store, deep=deep,
                                  sample=sample, receive_into=receive_into, result=result,
-                                 deadline=deadline, listing=listing, left_out=left_out)
+                                 deadline=deadline, left_out=left_out,
+                                 listing=listings.take(store, lambda: _listing(backend, prefix)))
     chain = _chain_heads(covered)
     result.findings = sort_findings(
         dataclasses.replace(f, job=name, chain=f.chain if f.chain is not None or f.stream is None
@@ -362,6 +363,7 @@ def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, ro
               for prefix, (dataset, leaves) in strays_of(
                   listing, {s.object_prefix for s in every}, host, store).items()
               if covered(dataset)]
+    del listing  # the largest structure of a large audit, no longer needed
     running = holder(ctx.state_dir, lock_key(job))
     found = coverage(mine, carried, strays,
                      catalog.known_snapshots(host=host, below=root),

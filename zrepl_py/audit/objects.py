@@ -30,6 +30,7 @@ does the reads over a listing its caller made.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import datetime as dt
@@ -300,9 +301,7 @@ def _read_manifests(backend: Backend, reads: Sequence[tuple[StreamRow, str]],
     identities to stamp and the streams whose manifest failed to ``result``."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency))
     try:
-        futures = [(stream, key, pool.submit(_read_manifest, backend, key))
-                   for stream, key in reads]
-        for stream, key, future in futures:
+        for stream, key, future in _in_window(pool, reads, backend, 4 * max(1, concurrency)):
             try:
                 loaded = future.result()
             except (StreamCorrupt, ObjectNotFound, NeedsThaw, StoreError) as exc:
@@ -329,3 +328,17 @@ def _read_manifests(backend: Backend, reads: Sequence[tuple[StreamRow, str]],
                 result.seen[stream.id] = identity
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _in_window(pool: concurrent.futures.Executor, reads: Sequence[tuple[StreamRow, str]],
+               backend: Backend, window: int):
+    """``(stream, key, future of its manifest)`` in the order of ``reads``, at most
+    ``window`` reads submitted ahead: the first audit of 100,000 streams held every parsed
+    manifest at once (1 GiB) when all were submitted up front."""
+    pending: collections.deque = collections.deque()
+    for stream, key in reads:
+        pending.append((stream, key, pool.submit(_read_manifest, backend, key)))
+        if len(pending) >= window:
+            yield pending.popleft()
+    while pending:
+        yield pending.popleft()

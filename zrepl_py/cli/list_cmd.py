@@ -62,7 +62,7 @@ def streams(inv: Invocation, jobs: tuple[str, ...], show_all: bool, as_json: boo
             rows.extend((name, s) for s in catalog.bulk_streams(
                 host=source.host, below=str(source.dataset)) if covered(s.dataset))
     if as_json:
-        emit_json([{"job": job, **vars(s)} for job, s in rows])
+        emit_json({"job": job, **vars(s)} for job, s in rows)
         return ExitStatus.OK
     emit_long("streams", ["job", "dataset", "store", "id", "kind", "parent", "from", "to",
                           "stored bytes", "class", "state"],

@@ -3,6 +3,8 @@ snapshots, replica snapshots and archive chains, showing why each thing is kept.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import click
 
 from zrepl_py.cli.common import (
@@ -35,23 +37,22 @@ def _recheck_text(d, full_id: int) -> str:
     return f"re-check of the releasing chain {name}(stream {full_id}): not run"
 
 
-def _stream_rows(result) -> list[dict]:
+def _stream_rows(result) -> Iterator[dict]:
     """One row per archived stream: kept (with reasons), deleted, or finished; a deleted
     one names the chain that releases it and its re-check (planned or done)."""
-    rows = []
     archive = result.archive
     if archive is None:
-        return rows
+        return
     for d in archive.datasets:
         base = {"job": result.job, "store": archive.store, "dataset": d.dataset}
         if d.plan is None:
-            rows.append({**base, "stream_id": None, "stream": "", "state": "", "action": "error",
-                         "reasons": [d.error or ""]})
+            yield {**base, "stream_id": None, "stream": "", "state": "", "action": "error",
+                   "reasons": [d.error or ""]}
             continue
         for s in d.plan.unfinished:
-            rows.append({**base, "stream_id": s.id, "stream": _stream_label(s), "state": s.state,
-                         "storage_class": s.storage_class, "action": "finish delete",
-                         "reasons": ["condemned by an earlier prune that did not finish"]})
+            yield {**base, "stream_id": s.id, "stream": _stream_label(s), "state": s.state,
+                   "storage_class": s.storage_class, "action": "finish delete",
+                   "reasons": ["condemned by an earlier prune that did not finish"]}
         releaser = {dec.stream.id: c.released_by[0].id for c in d.plan.to_delete
                     for dec in c.streams}
         marked_bad = {i for c in d.outcome.rechecks for i in c.bad_streams} if d.outcome else set()
@@ -66,12 +67,11 @@ def _stream_rows(result) -> list[dict]:
                 action = "delete stopped"  # the plan's delete did not happen (see the error)
             if by is not None and by not in texts:
                 texts[by] = _recheck_text(d, by)
-            rows.append({**base, "stream_id": s.id, "chain": chain, "stream": _stream_label(s),
-                         "state": "bad" if s.id in marked_bad else s.state,
-                         "storage_class": s.storage_class, "action": action,
-                         "reasons": list(decision.reasons), "released_by": by,
-                         "recheck": texts.get(by) if by is not None else None})
-    return rows
+            yield {**base, "stream_id": s.id, "chain": chain, "stream": _stream_label(s),
+                   "state": "bad" if s.id in marked_bad else s.state,
+                   "storage_class": s.storage_class, "action": action,
+                   "reasons": list(decision.reasons), "released_by": by,
+                   "recheck": texts.get(by) if by is not None else None}
 
 
 def _replica_rows(result) -> list[dict]:
@@ -120,7 +120,8 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, accept_early_
                 rows.append({"job": result.job, "snapshot": d.candidate.name,
                              "action": "destroy" if d.destroy else "keep",
                              "reasons": list(d.reasons)})
-    streams = [row for r in results for row in _stream_rows(r)]
+    # A generator for --json (written row by row), a list for the tables.
+    streams = (row for r in results for row in _stream_rows(r))
     replica = [row for r in results for row in _replica_rows(r)]
     outcomes = {r.job: r.outcome for r in results if r.outcome is not None}
     if as_json:
@@ -134,7 +135,7 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, accept_early_
             "archive": {r.job: _archive_summary(r.archive) for r in results if r.archive},
         })
     else:
-        _print_tables(rows, replica, streams, outcomes, results, dry_run, show_all)
+        _print_tables(rows, replica, list(streams), outcomes, results, dry_run, show_all)
     _report_errors(results)
     if status == ExitStatus.OK and any(r.failed for r in results):
         return ExitStatus.FAILED
