@@ -51,14 +51,14 @@ def test_list_streams_counts_streams_per_store_kind_and_state_past_the_limit(gen
     status, out, err = run("list", "streams")
     assert status == ExitStatus.OK, err
     assert f"streams: {STREAMS} streams, counted (--all lists each" in out
-    rows = [line for line in out.splitlines() if " data " in line]
+    rows = [line for line in out.splitlines() if line.startswith("data ")]
     assert len(rows) == 4, out  # full/incremental x uploaded/verified, not 120 streams
     assert all("tank/gen/ds00001, tank/gen/ds00002, tank/gen/ds00003" in r for r in rows), out
     for kind, state, count in (("full", "verified", DATASETS), ("full", "uploaded", DATASETS),
                                ("incremental", "verified", DATASETS * (LENGTH - 1)),
                                ("incremental", "uploaded", DATASETS * (LENGTH - 1))):
-        assert any(kind in line and state in line and f" {count} " in line
-                   for line in out.splitlines()), (kind, state, count, out)
+        assert any(line.split()[2:5] == [kind, state, str(count)] for line in rows), (
+            kind, state, count, out)
 
 
 def test_list_streams_all_prints_every_stream_on_its_own_line(generated):
