@@ -79,16 +79,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from support import zfs as testbed_zfs  # noqa: E402
 from support.common import free_port  # noqa: E402
-from zfsbench import (  # noqa: E402 (script-local import)
-    destroy,
-    guid,
-    last_line,
-    private_zfs_fuse,
-    rotate,
-    sh,
-)
+from zfsbench import destroy, guid, last_line, private_zfs_fuse, rotate, sh  # noqa: E402 (script-local import)
 
 MIB = 1024 * 1024
 PYTHON = sys.executable
@@ -714,9 +706,18 @@ def main() -> int:
         if not shutil.which(tool):
             raise SystemExit(f"{tool} missing: apt-get install zstd time; pip install py-spy")
 
-    workdir, pidfile = private_zfs_fuse("zbak-bench-archive-")
-    bench = Bench(args, workdir)
-    bench.daemon_pid = int(pidfile.read_text().strip())
+    workdir = Path(tempfile.mkdtemp(prefix="zbak-bench-archive-", dir="/var/tmp"))
+    try:
+        with private_zfs_fuse(workdir) as pidfile:
+            bench = Bench(args, workdir)
+            bench.daemon_pid = int(pidfile.read_text().strip())
+            return run(bench, args, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(bench: Bench, args: argparse.Namespace, workdir: Path) -> int:
+    """Make the pools and data, time every case and print the table and the targets."""
     try:
         load = os.getloadavg()
         bench.make_pools()
@@ -779,8 +780,6 @@ def main() -> int:
                 bench.moto.wait()
         for pool in (bench.src, bench.dst):
             subprocess.run(["zpool", "destroy", "-f", pool], capture_output=True)
-        testbed_zfs._stop_private_daemon(pidfile)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

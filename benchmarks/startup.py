@@ -49,6 +49,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from dataclasses import dataclass, field
@@ -57,7 +58,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from support import zfs as testbed_zfs  # noqa: E402
 from zfsbench import private_zfs_fuse, rotate, sh  # noqa: E402 (script-local import)
 
 CASES = ("zfs snapshot", "--version", "--help", "config check", "status (no jobs)", "snapshot",
@@ -206,7 +206,16 @@ def main() -> int:
         raise SystemExit(f"unknown cases {sorted(unknown)}; choose from {', '.join(CASES)}")
     if os.geteuid() != 0:
         raise SystemExit("run as root (zfs-fuse)")
-    work, pidfile = private_zfs_fuse("zbak-bench-startup-")
+    work = Path(tempfile.mkdtemp(prefix="zbak-bench-startup-", dir="/var/tmp"))
+    try:
+        with private_zfs_fuse(work):
+            return measure(args, cases, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, cases: list[str], work: Path) -> int:
+    """Make a pool in ``work``, run every case's rounds and print the table."""
     pool = f"zbs{os.getpid()}"
     try:
         image = work / "pool.img"
@@ -251,8 +260,6 @@ def main() -> int:
         return 0
     finally:
         subprocess.run(["zpool", "destroy", "-f", pool], capture_output=True)
-        testbed_zfs._stop_private_daemon(pidfile)
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _zbaks(specs: list[str], work: Path, pool: str) -> list[Zbak]:

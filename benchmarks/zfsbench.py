@@ -7,10 +7,11 @@ its bare name from the benchmarks directory.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
-import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -25,22 +26,6 @@ def sh(*argv: str, timeout: float = 600) -> str:
 def guid(name: str) -> int:
     """The guid of a dataset or snapshot."""
     return int(sh("zfs", "get", "-Hp", "-o", "value", "guid", name))
-
-
-def private_zfs_fuse(prefix: str) -> tuple[Path, Path]:
-    """Enter a private mount namespace and start a zfs-fuse of its own there (as the test
-    suite does, ``support.zfs``); return a new work directory under /var/tmp named
-    ``PREFIX...`` and the daemon's pid file in it (``support.zfs._stop_private_daemon``)."""
-    from support import zfs as testbed_zfs  # the tests directory is on sys.path first
-
-    why_not = testbed_zfs._enter_private_namespace()
-    if why_not:
-        raise SystemExit(f"cannot get a private zfs-fuse: {why_not}")
-    workdir = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
-    pidfile = workdir / "zfs-fuse.pid"
-    sh("/usr/sbin/zfs-fuse", "--no-kstat-mount", "--pidfile", str(pidfile))
-    testbed_zfs._wait_for_daemon("zpool")
-    return workdir, pidfile
 
 
 def destroy(*names: str) -> None:
@@ -66,3 +51,26 @@ def rotate(items: list, n: int) -> list:
     """``items`` rotated by ``n``, so no tool always runs first (warm caches)."""
     n %= len(items)
     return items[n:] + items[:n]
+
+
+@contextlib.contextmanager
+def private_zfs_fuse(work: Path) -> Iterator[Path]:
+    """Enter a private mount namespace and run a zfs-fuse of this process's own there (as
+    the test sessions do, tests/support/zfs.py), its pid file in ``work`` (yielded); stop it
+    at the end. Needs ``tests`` on ``sys.path`` and root.
+
+    Raises:
+        SystemExit: the namespace cannot be made.
+    """
+    from support import zfs as support_zfs  # noqa: PLC0415 (tests/ is on the path by now)
+
+    why_not = support_zfs._enter_private_namespace()
+    if why_not:
+        raise SystemExit(f"cannot get a private zfs-fuse: {why_not}")
+    pidfile = work / "zfs-fuse.pid"
+    sh("/usr/sbin/zfs-fuse", "--no-kstat-mount", "--pidfile", str(pidfile))
+    try:
+        support_zfs._wait_for_daemon("zpool")
+        yield pidfile
+    finally:
+        support_zfs._stop_private_daemon(pidfile)

@@ -28,7 +28,9 @@ if [[ ! -x .venv/bin/python || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
   echo "$want" > "$stamp"
 fi
 
-if ! pgrep -x zfs-fuse >/dev/null; then
+# Asked by its socket, not pgrep: a zfs-fuse of a benchmark's private mount namespace
+# shows in pgrep but does not serve this namespace.
+if ! zpool list >/dev/null 2>&1; then
   echo "setup: starting zfs-fuse"
   /usr/sbin/zfs-fuse
 fi

@@ -68,6 +68,23 @@ class StoreContract:
         assert read_all(store, "streams/obj") == data
         assert store.stat("streams/obj").size == size
 
+    def test_an_object_rewritten_with_other_bytes_of_the_same_size_shows_another_etag(
+            self, store):
+        """Issue 20: the audit trusts a manifest whose listing identity (size and etag) is
+        the one it read before, so a rewrite with other bytes, even of the same size and
+        within the same second, must change the etag, in ``list`` and ``stat`` alike; an
+        untouched object keeps its etag."""
+        store.put("a/m", [b"same bytes"])
+        store.put("a/other", [b"x"])
+        first = {info.key: info for info in store.list("a/")}
+        assert first["a/m"].etag and first["a/m"].identity == f"10:{first['a/m'].etag}"
+        assert store.stat("a/m").etag == first["a/m"].etag
+        store.put("a/m", [b"SAME BYTES"])
+        again = {info.key: info for info in store.list("a/")}
+        assert again["a/m"].etag != first["a/m"].etag
+        assert store.stat("a/m").etag == again["a/m"].etag
+        assert again["a/other"].etag == first["a/other"].etag
+
     def test_get_yields_chunks_no_larger_than_asked(self, store):
         store.put("k", [payload(300_000)])
         sizes = [len(c) for c in store.get("k", chunk_size=64 * 1024)]

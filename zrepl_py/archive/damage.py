@@ -2,9 +2,9 @@
 
 Issue 15: a volume deleted from the store (a lifecycle rule, an operator, a broken disk) made
 every later incremental of its chain unrestorable, yet ``zbak archive`` kept extending that
-chain. Now, before ``zbak archive`` extends a chain, :func:`check_chain` lists each of the
-chain's stream prefixes once (no read, no request per object) and compares the listing with
-the catalog (:func:`stream_damage`, pure):
+chain. Now, before ``zbak archive`` extends a chain, :func:`chain_damage` compares a listing
+of the store (the job's tree, listed once per run: no read, no request per object) with the
+catalog (:func:`stream_damage`, pure):
 
 * a volume missing, or stored with another size than the catalog records, is a LOSS: the
   stream cannot be restored, so :func:`mark_bad` marks it ``bad``, which takes it and every
@@ -29,7 +29,7 @@ from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, VolumeRow
 from zrepl_py.errors import CatalogConflict
 from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY
 from zrepl_py.observe.events import Event, emit
-from zrepl_py.stores.base import Backend, ObjectInfo
+from zrepl_py.stores.base import ObjectInfo
 
 MARKABLE_STATES = LIVING_STATES | {"uploading"}
 """States a stream may be marked ``bad`` from (``catalog.repository.STATE_TRANSITIONS``)."""
@@ -85,23 +85,13 @@ def stream_damage(stream: StreamRow, volumes: Sequence[VolumeRow],
     return None
 
 
-def check_chain(backend: Backend, catalog: Catalog, chain: Sequence[StreamRow]) -> list[Damage]:
-    """The damage of ``chain``'s streams (condemned ones skipped), listing each stream's
-    prefix once and reading its volume rows from ``catalog``.
-
-    Raises:
-        StoreError: a listing failed.
-        CatalogError: the volume rows cannot be read.
-    """
-    found = []
-    for stream in chain:
-        if stream.state == "condemned":
-            continue
-        listing = {info.key: info for info in backend.list(stream.object_prefix)}
-        damage = stream_damage(stream, catalog.volumes(stream.id), listing)
-        if damage is not None:
-            found.append(damage)
-    return found
+def chain_damage(chain: Sequence[StreamRow], volumes: Mapping[int, Sequence[VolumeRow]],
+                 listing: Mapping[str, ObjectInfo]) -> list[Damage]:
+    """The damage of ``chain``'s streams, condemned ones skipped (pure): ``volumes`` are the
+    catalog's rows by stream id, ``listing`` a listing covering the chain's prefixes."""
+    return [damage for damage in (stream_damage(stream, volumes.get(stream.id, ()), listing)
+                                  for stream in chain if stream.state != "condemned")
+            if damage is not None]
 
 
 def mark_bad(catalog: Catalog, stream: StreamRow, problem: str, now: dt.datetime, *,

@@ -1,11 +1,15 @@
 """``zbak archive`` for one job: plan each dataset's chain, write the streams, protect the tip.
 
-Per dataset of the job's tree: list snapshots (one ``zfs get`` for the tree, catalog synced),
-check the current chain's objects (``archive.damage``: one listing per stream prefix; a
-stream that lost a volume is marked ``bad`` with an alert event, and the planner starts a new
-full), plan with ``archive.planner``, write each planned stream with ``archive.writer``, then move
-the archive hold (``zbak:<job>:archive:<store>``, plus a bookmark where supported) to the new
-chain tip so no pruner can remove the next incremental's base. Leftovers of interrupted runs
+Once per run for the job's whole tree (issue 20: a tree of 100 small datasets paid these
+per dataset): the snapshots (one ``zfs get``, catalog synced), the catalog's streams and
+volume rows of the tree in the store (one read each) and one listing of the tree in the
+store (``_Tree``). Per dataset: check the current chain's objects against that listing
+(``archive.damage``; a stream that lost a volume is marked ``bad`` with an alert event,
+and the planner starts a new full), plan with ``archive.planner``, write each planned stream
+with ``archive.writer`` (which asks the store only for what the listing showed at the
+stream's prefix), then move the archive hold (``zbak:<job>:archive:<store>``, plus a
+bookmark where supported) to the new chain tip so no pruner can remove the next
+incremental's base. Leftovers of interrupted runs
 whose plan changed (a prefix with ``progress.json`` but no manifest) are deleted first; a
 folder the catalog does not know is never deleted otherwise (it may hold history a lost
 catalog forgot).
@@ -31,16 +35,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zrepl_py.archive.damage import check_chain, mark_bad
+from zrepl_py.archive.damage import chain_damage, mark_bad
 from zrepl_py.archive.planner import ArchivePlan, ChainPolicy, PlannedStream, plan_archive
 from zrepl_py.archive.writer import StreamSpec, WrittenStream, delete_prefix, write_stream
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.export import StoreGuard
-from zrepl_py.catalog.rows import StreamRow
+from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.checks.health import source_warnings
 from zrepl_py.checks.source import source_errors
 from zrepl_py.config.schema import JobConfig, StorageClasses, replica_datasets
@@ -72,7 +76,7 @@ from zrepl_py.pruning.archive import job_streams
 from zrepl_py.replication.protect import move_protection
 from zrepl_py.replication.stages import Side
 from zrepl_py.snapshots.inventory import take_inventory
-from zrepl_py.stores.base import Backend
+from zrepl_py.stores.base import Backend, ObjectInfo
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION, Capabilities
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.model import SnapshotInfo
@@ -140,6 +144,38 @@ class _ArchiveRun:
 
 
 @dataclasses.dataclass(frozen=True)
+class _Tree:
+    """What the catalog and the store hold of the job's tree, read once per run under the
+    job's lock (nothing else writes there meanwhile).
+
+    Attributes:
+        streams: the catalog's streams in the store by dataset, in chain order.
+        volumes: their volume rows by stream id.
+        listing: every object under the tree's prefix in the store, by key.
+        leaves: the names listed at each directory (``prefix/`` -> names).
+    """
+
+    streams: dict[str, list[StreamRow]]
+    volumes: Mapping[int, Sequence[VolumeRow]]
+    listing: dict[str, ObjectInfo]
+    leaves: dict[str, set[str]]
+
+    @classmethod
+    def read(cls, run: _ArchiveRun, host: str, root: str) -> _Tree:
+        """Read them (raises ``CatalogError``, ``StoreError``)."""
+        streams: dict[str, list[StreamRow]] = {}
+        for stream in run.catalog.bulk_streams(host=host, below=root, store=run.store):
+            streams.setdefault(stream.dataset, []).append(stream)
+        listing = {info.key: info for info in run.backend.list(dataset_prefix(host, root))}
+        leaves: dict[str, set[str]] = {}
+        for key in listing:
+            head, _, leaf = key.rpartition("/")
+            leaves.setdefault(head + "/", set()).add(leaf)
+        volumes = run.catalog.bulk_volumes(host=host, below=root, store=run.store)
+        return cls(streams, volumes, listing, leaves)
+
+
+@dataclasses.dataclass(frozen=True)
 class _Source:
     """The job's source host as this run sends from it: its ZFS client, how its commands are
     run (``Side``), its host name, and its datasets that are encrypted."""
@@ -203,13 +239,14 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
                                    replicas=replica_datasets(ctx.config, source.host))
         sending = _Source(zfs, Side.of(ctx.config, source.host), source.host,
                           encrypted_datasets(zfs, [info.name for info in inventory.datasets]))
+        tree = _Tree.read(run, source.host, str(source.dataset))
         for info in inventory.datasets:
             results.append(_archive_dataset(run, sending, info.name,
                                             inventory.tree.snapshots(info.name), runs, health,
-                                            root=info.name == source.dataset))
+                                            tree, root=info.name == source.dataset))
         if not dry_run:
-            by_dataset = job_streams(job, run.catalog.streams(host=source.host, store=cfg.store),
-                                     cfg.store)
+            by_dataset = job_streams(job, run.catalog.bulk_streams(
+                host=source.host, below=str(source.dataset), store=cfg.store), cfg.store)
             guard.publish([s for d in sorted(by_dataset) for s in by_dataset[d]],
                           run.clock.now())
         result = ArchiveResult(name, cfg.store, dry_run, results)
@@ -232,15 +269,15 @@ def _tell_hooks(outcome: Outcome, result: ArchiveResult, root: str) -> None:
 
 
 def _archive_dataset(run: _ArchiveRun, source: _Source, dataset: DatasetName,
-                     snapshots: Sequence[SnapshotInfo], runs: RunSet | None, health: list[str], *,
-                     root: bool) -> DatasetArchive:
+                     snapshots: Sequence[SnapshotInfo], runs: RunSet | None, health: list[str],
+                     tree: _Tree, *, root: bool) -> DatasetArchive:
     """Check, plan and write one dataset's streams. A failure becomes the outcome's error
     (and the dataset's recorded run's), so the job's other datasets still run."""
     name = str(dataset)
     snaps = [CarriedSnapshot(s.short, s.guid, s.createtxg) for s in snapshots]
-    streams = run.catalog.streams(host=source.host, dataset=name, store=run.store)
+    streams = tree.streams.get(name, [])
     try:
-        streams, damaged = _check_chain(run, streams, dataset=name)
+        streams, damaged = _check_chain(run, streams, tree, dataset=name)
     except ZbakError as exc:
         log.error("job %s: checking the chain of %s in store %s failed: %s",
                   run.name, name, run.store, exc)
@@ -260,7 +297,7 @@ def _archive_dataset(run: _ArchiveRun, source: _Source, dataset: DatasetName,
                                                      "archive", target)))
             try:
                 if plan.streams:  # the root's run is recorded also when up to date
-                    _write_plan(run, source, dataset, plan, streams, outcome)
+                    _write_plan(run, source, dataset, plan, streams, outcome, tree)
             finally:
                 record.bytes = sum(w.stored_bytes for _, w in outcome.written)
             record.error = "; ".join(health) or None
@@ -273,19 +310,20 @@ def _archive_dataset(run: _ArchiveRun, source: _Source, dataset: DatasetName,
     return outcome
 
 
-def _check_chain(run: _ArchiveRun, streams: list[StreamRow], *,
+def _check_chain(run: _ArchiveRun, streams: list[StreamRow], tree: _Tree, *,
                  dataset: str) -> tuple[list[StreamRow], dict[int, str]]:
-    """Check the current chain's objects before it is extended (``archive.damage``): mark
-    each stream that lost a volume ``bad`` (not in a dry run) and say why.
+    """Check the current chain's objects before it is extended (``archive.damage``, against
+    the tree's listing): mark each stream that lost a volume ``bad`` (not in a dry run) and
+    say why.
 
     Returns:
         the dataset's streams (read again when a state changed) and, for the planner,
         stream id -> what the store lacks of it.
 
     Raises:
-        StoreError: a listing failed. CatalogError: reading or writing the catalog failed.
+        CatalogError: writing or reading the catalog failed.
     """
-    damage = check_chain(run.backend, run.catalog, current_chain(streams))
+    damage = chain_damage(current_chain(streams), tree.volumes, tree.listing)
     marked = False
     for found in damage:
         log.warning("job %s: %s", run.name, found.problem)
@@ -301,7 +339,7 @@ def _check_chain(run: _ArchiveRun, streams: list[StreamRow], *,
 
 
 def _write_plan(run: _ArchiveRun, source: _Source, dataset: DatasetName, plan: ArchivePlan,
-                streams: list[StreamRow], outcome: DatasetArchive) -> None:
+                streams: list[StreamRow], outcome: DatasetArchive, tree: _Tree) -> None:
     """Write the planned streams of one dataset in order and move the archive hold.
 
     Raises:
@@ -316,7 +354,7 @@ def _write_plan(run: _ArchiveRun, source: _Source, dataset: DatasetName, plan: A
     if encrypted:
         log.info("%s is encrypted: archiving it raw (zfs send -w)", dataset)
     prefixes = [_prefix(source.host, dataset, p) for p in plan.streams]
-    _clean_stale_uploads(run.backend, dataset_prefix(source.host, str(dataset)),
+    _clean_stale_uploads(run.backend, tree, dataset_prefix(source.host, str(dataset)),
                          keep=set(prefixes), catalogued={s.object_prefix for s in streams})
     chain = current_chain(streams)
     # The hold moves from the current chain's tip, also when a new full starts a new chain:
@@ -339,7 +377,7 @@ def _write_plan(run: _ArchiveRun, source: _Source, dataset: DatasetName, plan: A
                 from_snap=planned.from_snap.name if planned.from_snap else None,
                 to_snap=planned.to_snap.name) as progress:
             written = write_stream(spec, run.backend, run.catalog, run.clock.now,
-                                   progress=progress)
+                                   progress=progress, listed=tree.leaves.get(prefix, set()))
         outcome.written.append((planned, written))
         parent_id = written.stream_id
         move_protection(zfs, dataset, planned.to_snap.name, planned.to_snap.guid, old_tip,
@@ -438,8 +476,10 @@ def _prefix(host: str, dataset: DatasetName, planned: PlannedStream) -> str:
                          from_guid=planned.from_snap.guid if planned.from_snap else None)
 
 
-def _clean_stale_uploads(backend: Backend, prefix: str, keep: set[str], catalogued: set[str]) -> None:
-    """Delete what interrupted runs left under the dataset's ``prefix``: stream folders
+def _clean_stale_uploads(backend: Backend, tree: _Tree, prefix: str, keep: set[str],
+                         catalogued: set[str]) -> None:
+    """Delete what interrupted runs left under the dataset's ``prefix`` (as the tree's listing
+    shows it): stream folders
     neither planned now nor catalogued that are this machine's own unfinished uploads (a
     ``progress.json``, or volumes without a manifest: killed before its first progress
     record), and stale ``progress.json`` records next to catalogued streams. Only stream
@@ -451,12 +491,9 @@ def _clean_stale_uploads(backend: Backend, prefix: str, keep: set[str], catalogu
     while the store holds some (the catalog was lost or replaced). Those are named in a
     warning; ``zbak catalog rebuild STORE --merge`` adopts what it can.
     """
-    by_stream: dict[str, set[str]] = {}
-    for info in backend.list(prefix):
-        head, _, leaf = info.key.rpartition("/")
-        stream = head + "/"
-        if stream[len(prefix):].count("/") == 1 and is_stream_prefix(stream):
-            by_stream.setdefault(stream, set()).add(leaf)
+    by_stream = {stream: leaves for stream, leaves in tree.leaves.items()
+                 if stream.startswith(prefix) and stream[len(prefix):].count("/") == 1
+                 and is_stream_prefix(stream)}
     for stream, leaves in by_stream.items():
         if stream in keep:
             continue

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from zrepl_py import __version__
 from zrepl_py.archive.planner import PlannedStream
@@ -28,7 +28,7 @@ from zrepl_py.archive.volumes import RestartNeeded, read_progress, write_volumes
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import manifest_rows
 from zrepl_py.errors import ObjectNotFound, StreamCorrupt
-from zrepl_py.objects.layout import MANIFEST, PROGRESS, copy_key
+from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, PROGRESS, copy_key
 from zrepl_py.objects.manifest import Manifest, VolumeRecord
 from zrepl_py.objects.sealed import put_with_copy, read_object, read_with_copy
 from zrepl_py.observe.progress import MeteredReader
@@ -91,11 +91,15 @@ def write_stream(
     *,
     on_volume: Callable[[VolumeRecord, bool], None] | None = None,
     progress: Callable[[int, float], None] | None = None,
+    listed: Collection[str] | None = None,
 ) -> WrittenStream:
     """Write ``spec``'s stream (see the module docstring for the order) and catalog it.
 
     ``progress(raw bytes read from the send, seconds)`` is called about once a second
     (``observe.progress.MeteredReader``), e.g. a ``ProgressReporter``; the caller closes it.
+    ``listed``: the names a listing made under the job's lock found at ``spec.prefix``
+    (None: not listed); a manifest or ``progress.json`` it does not show is not asked for
+    (three GETs less per stream of a tree, issue 20).
 
     Raises:
         PipelineFailed: ``zfs send`` failed (no manifest, no catalog row; stored volumes
@@ -104,13 +108,15 @@ def write_stream(
         StreamCorrupt: a manifest already at the prefix contradicts the plan.
         ChainBroken, CatalogError: the catalog refused the row.
     """
-    adopted = _adopt(spec, backend)
+    adopted = (_adopt(spec, backend) if listed is None or {MANIFEST, MANIFEST_COPY} & set(listed)
+               else None)
     if adopted is not None:
         stream_id = _catalog(spec, adopted, catalog, now())
         backend.delete(spec.prefix + PROGRESS)
         return WrittenStream(stream_id, adopted.raw_bytes, adopted.stored_bytes, 0, 0, True)
     # Not named ``progress``: that is the rate callback the resumed send reports to.
-    interrupted = read_progress(backend, spec.prefix)
+    interrupted = (read_progress(backend, spec.prefix) if listed is None or PROGRESS in listed
+                   else None)
     done = ()
     if interrupted is not None:
         if (interrupted.volume_size, interrupted.level) == (spec.volume_size, spec.level):

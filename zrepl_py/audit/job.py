@@ -3,13 +3,17 @@
 1. graph: the catalog rows of the job's datasets (``audit.load``, one query per table), its
    replica cursors (each ZFS target dataset listed once, to see the cursor's snapshot is
    there) and, when the job has ``[archive]``, the archive's progress (``audit.graph``);
-2. objects: per store holding the job's streams, one listing of the job's dataset prefix,
-   the manifests read and compared (``audit.objects``); a stream with a volume missing or
-   of the wrong size is marked ``bad`` (``archive.damage.mark_bad``, an alert event);
+2. objects: per store holding the job's streams, one listing of the job's dataset prefix
+   (the job's own store's made in a thread while the catalog is read), the manifests read
+   and compared unless an earlier read of the same, unchanged object agreed
+   (``audit.objects``, whose stamps ``catalog.stamps`` keeps); a stream with a volume
+   missing or of the wrong size is marked ``bad`` (``archive.damage.mark_bad``, an alert
+   event);
 3. with ``deep``: the chosen streams re-read and checked, verified or marked bad, and with
    ``receive_into`` their chains test-received (``audit.deep``).
 
-A plain audit only reads, so it does not take the job's dataset lock: it runs beside
+A plain audit only reads the store (in the catalog it writes its run, the manifest stamps
+and the streams it marks bad), so it does not take the job's dataset lock: it runs beside
 ``zbak archive``, ``replicate`` and ``snapshot`` (a long archive does not make the weekly
 audit exit 3, issue 15). What a running archive is writing is not yet in the catalog (the
 catalog row comes after the manifest, ``archive.writer``): its partial upload shows as
@@ -54,8 +58,10 @@ from zrepl_py.objects.manifest import Manifest
 from zrepl_py.objects.sealed import read_with_copy
 from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.replication.stages import Side
+from zrepl_py.runtime.prefetch import Prefetch
 from zrepl_py.snapshots.inventory import left_out_now
-from zrepl_py.snapshots.selection import is_excluded
+from zrepl_py.snapshots.selection import covers
+from zrepl_py.stores.base import ObjectInfo
 from zrepl_py.zfs.names import DatasetName
 
 log = logging.getLogger(__name__)
@@ -73,6 +79,9 @@ class AuditResult:
             marked bad.
         received: the fulls whose chains were test-received.
         skipped: streams chosen but not read because ``--max-duration`` ran out.
+        manifests_read / manifests_trusted: manifests the objects level read, and trusted
+            from an earlier agreeing read because the listing shows them unchanged
+            (``audit.objects.must_read``).
         coverage: per dataset and store, the snapshots restorable, stored but
             unrestorable, and not catalogued (``audit.restorable.Coverage``).
         waiting: cold volumes still thawing (deep level); ``ready_by`` when they should be
@@ -89,6 +98,8 @@ class AuditResult:
     ready_by: dt.datetime | None = None
     skipped: int = 0
     coverage: list[Coverage] = dataclasses.field(default_factory=list)
+    manifests_read: int = 0
+    manifests_trusted: int = 0
 
     @property
     def wrong(self) -> bool:
@@ -103,19 +114,6 @@ class AuditResult:
         if self.waiting:
             text += f"; {self.waiting} cold volume(s) thawing"
         return text
-
-
-def _covered(job: JobConfig, dataset: str, left_out: Collection[str] = ()) -> bool:
-    """The job covers ``dataset`` by name (root, recursive, exclude) and its selection did
-    not leave it out now (``left_out``, from ``_left_out``)."""
-    root = job.source.dataset
-    if dataset in left_out:
-        return False
-    if dataset == root:
-        return True
-    if not job.recursive or not dataset.startswith(f"{root}/"):
-        return False
-    return not is_excluded(DatasetName(dataset), root, job.exclude)
 
 
 def _left_out(ctx: Context, job: JobConfig) -> tuple[tuple[str, ...], list[Finding]]:
@@ -241,15 +239,40 @@ def _recorded_audit(ctx: Context, catalog, name: str, job: JobConfig, *, deep: b
 def _audit(ctx: Context, name: str, job: JobConfig, host: str, root: str, *, deep: bool,
            sample: float | None, receive_into: str | None, deadline: Deadline) -> AuditResult:
     catalog = ctx.catalog()
-    cursors = catalog.cursors(job=name)
-    archives = [(name, job.archive.store)] if job.archive is not None else []
-    data = load_graph_input(catalog, host=host, below=root, archives=archives,
-                            cursors=cursors, targets=_targets(ctx, cursors))
+    prefix = dataset_prefix(host, root)
+    # The job's store is listed in a thread while the catalog is read: the listing waits on
+    # the store (system calls or HTTP) most of the time (issue 20).
+    ahead = []
+    if job.archive is not None and job.archive.store in ctx.config.stores:
+        backend = ctx.store(job.archive.store)
+        ahead.append((job.archive.store, lambda: _listing(backend, prefix)))
+    listings = Prefetch(ahead)
+    try:
+        cursors = catalog.cursors(job=name)
+        archives = [(name, job.archive.store)] if job.archive is not None else []
+        data = load_graph_input(catalog, host=host, below=root, archives=archives,
+                                cursors=cursors, targets=_targets(ctx, cursors))
+        return _audit_loaded(ctx, name, job, host, root, data, listings, deep=deep,
+                             sample=sample, receive_into=receive_into, deadline=deadline)
+    finally:
+        listings.close()
+
+
+def _listing(backend, prefix: str) -> dict[str, ObjectInfo]:
+    """Every object under ``prefix`` in ``backend`` by key (one listing)."""
+    return {info.key: info for info in backend.list(prefix)}
+
+
+def _audit_loaded(ctx: Context, name: str, job: JobConfig, host: str, root: str, data,
+                  listings: Prefetch, *, deep: bool, sample: float | None,
+                  receive_into: str | None, deadline: Deadline) -> AuditResult:
+    prefix = dataset_prefix(host, root)
     left_out, notes = _left_out(ctx, job)
-    covered = [s for s in data.streams if _covered(job, s.dataset, left_out)]
+    mine = covers(job, left_out)
+    covered = [s for s in data.streams if mine(s.dataset)]
     data = dataclasses.replace(
         data, streams=covered,
-        archives=[a for a in data.archives if _covered(job, a.dataset, left_out)])
+        archives=[a for a in data.archives if mine(a.dataset)])
     findings = audit_graph(data) + notes
     result = AuditResult(name, [], streams=len(covered))
     stores = sorted({s.store for s in covered} | ({job.archive.store} if job.archive else set()))
@@ -260,33 +283,18 @@ def _audit(ctx: Context, name: str, job: JobConfig, host: str, root: str, *, dee
                 f" not under [stores] in {ctx.config_path}: its objects were not checked",
                 f"add [stores.{store}] back to the config", store=store))
             continue
-        findings += _audit_store(ctx, ctx.store(store), name, job, host, root, store, deep=deep,
+        backend = ctx.store(store)
+        # Not kept here: _audit_store drops the listing once done with it (memory).
+        findings += _audit_store(ctx, backend, name, job, host, root, store, deep=deep,
                                  sample=sample, receive_into=receive_into, result=result,
-                                 deadline=deadline, left_out=left_out)
+                                 deadline=deadline, left_out=left_out,
+                                 listing=listings.take(store, lambda: _listing(backend, prefix)))
     chain = _chain_heads(covered)
     result.findings = sort_findings(
         dataclasses.replace(f, job=name, chain=f.chain if f.chain is not None or f.stream is None
                             else chain.get(f.stream))
         for f in findings)
     return result
-
-
-class _ListingMemo:
-    """A Backend whose ``list`` also remembers the keys listed (``keys``), so the coverage
-    reads the listing ``audit_objects`` made instead of listing the store again."""
-
-    def __init__(self, backend):
-        self._backend = backend
-        self.keys: list[str] = []
-
-    def list(self, prefix: str):
-        """``Backend.list``, remembering each key."""
-        for info in self._backend.list(prefix):
-            self.keys.append(info.key)
-            yield info
-
-    def __getattr__(self, name: str):
-        return getattr(self._backend, name)
 
 
 def _stray_manifest(backend, prefix: str, leaves: set[str]) -> Manifest | None:
@@ -320,17 +328,27 @@ def _chain_heads(streams) -> dict[int, int]:
 
 def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, root: str,
                  store: str, *, deep: bool, sample: float | None, receive_into: str | None,
-                 result: AuditResult, deadline: Deadline,
+                 result: AuditResult, deadline: Deadline, listing: dict[str, ObjectInfo],
                  left_out: Collection[str]) -> list[Finding]:
     catalog = ctx.catalog()
     every = catalog.bulk_streams(host=host, below=root, store=store)
-    mine = [s for s in every if _covered(job, s.dataset, left_out)]
+    covered = covers(job, left_out)
+    mine = [s for s in every if covered(s.dataset)]
     volumes = catalog.bulk_volumes(host=host, below=root, store=store)
     carried = catalog.bulk_carried(host=host, below=root, store=store)
-    listed = _ListingMemo(backend)
-    findings = audit_objects(listed, mine, volumes, carried, [dataset_prefix(host, root)],
-                             known_streams=every,
-                             concurrency=ctx.config.stores[store].upload_concurrency)
+    # --deep reads every manifest again, as it reads the volumes.
+    stamps = {} if deep else catalog.manifest_stamps(host=host, below=root, store=store)
+    now = ctx.clock.now()
+    checked = audit_objects(backend, mine, volumes, carried, listing, known_streams=every,
+                            concurrency=ctx.config.stores[store].upload_concurrency,
+                            stamps=stamps, now=now)
+    findings = checked.findings
+    result.manifests_read += checked.read
+    result.manifests_trusted += checked.trusted
+    if checked.wrong:
+        catalog.forget_manifest_stamps(checked.wrong & stamps.keys())
+    if checked.seen:
+        catalog.stamp_manifests(checked.seen, now)
     # A volume missing or of the wrong size makes its stream unrestorable: marked bad (issue
     # 15), so restores stop before it and the next archive starts a new full.
     unreadable = {f.stream: f.problem for f in findings if f.severity is Severity.ERROR
@@ -343,11 +361,12 @@ def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, ro
     mine = [dataclasses.replace(s, state="bad") if s.id in marked else s for s in mine]
     strays = [stray(host, dataset, store, prefix, leaves, _stray_manifest(backend, prefix, leaves))
               for prefix, (dataset, leaves) in strays_of(
-                  listed.keys, {s.object_prefix for s in every}, host, store).items()
-              if _covered(job, dataset, left_out)]
+                  listing, {s.object_prefix for s in every}, host, store).items()
+              if covered(dataset)]
+    del listing  # the largest structure of a large audit, no longer needed
     running = holder(ctx.state_dir, lock_key(job))
     found = coverage(mine, carried, strays,
-                     catalog.snapshots(host=host, below=root, include_destroyed=True),
+                     catalog.known_snapshots(host=host, below=root),
                      archive_running=running is not None and running.action == "archive")
     result.coverage += found
     # A stray directory the coverage calls unrestorable is reported there, with advice that
@@ -434,8 +453,8 @@ def repair_job(ctx: Context, name: str, job: JobConfig, *,
     result = RepairResult(name)
     with dataset_lock(ctx.state_dir, f"audit {lock_key(job)}", "audit --repair"), \
             dataset_lock(ctx.state_dir, lock_key(job), "audit --repair"):
-        streams = [s for s in catalog.streams(host=source.host)
-                   if _covered(job, s.dataset)]
+        covered = covers(job)
+        streams = [s for s in catalog.streams(host=source.host) if covered(s.dataset)]
         stores = sorted({s.store for s in streams} | ({job.archive.store} if job.archive else set()))
         for store in stores:
             if store not in ctx.config.stores:

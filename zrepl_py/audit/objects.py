@@ -12,20 +12,28 @@ gone on purpose; the graph audit reports the unfinished prune):
   both damaged an error, RELIABILITY 26) and agrees with
   the catalog: host, dataset, kind, from/to snapshot names and guids, createtxg, the
   snapshots carried, every volume's key, sizes and SHA-256, the storage class and
-  compression (manifests are fetched in parallel, ``concurrency`` at a time);
+  compression (manifests are fetched in parallel, ``concurrency`` at a time). A manifest an
+  earlier audit read and found agreeing is trusted instead of read again while the listing
+  shows it unchanged (:func:`must_read`: the same size and etag, ``catalog.stamps``) and that
+  read is younger than its share of ``TRUST_MANIFESTS_FOR``; a changed, new or long-unread
+  manifest is read (issue 20: 100,000 manifest reads per audit);
 * objects under the prefixes that no catalogued stream owns are leftovers, reported as
   information per stream directory: an uncatalogued stream with a manifest (``zbak catalog
   rebuild STORE --merge`` adds it), a partial upload of an interrupted archive run
   (``progress.json``, no manifest: the next ``zbak archive`` resumes or deletes it), or
   anything else.
 
-The comparisons are pure functions (:func:`compare_volumes`, :func:`compare_manifest`,
-:func:`leftovers`); :func:`audit_objects` does the listing and the reads.
+The comparisons and the trust rule are pure functions (:func:`compare_volumes`,
+:func:`compare_manifest`, :func:`leftovers`, :func:`must_read`); :func:`audit_objects`
+does the reads over a listing its caller made.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import dataclasses
+import datetime as dt
 from collections.abc import Mapping, Sequence
 
 from zrepl_py.audit.findings import Finding, Severity
@@ -37,6 +45,12 @@ from zrepl_py.objects.sealed import Loaded, read_with_copy
 from zrepl_py.stores.base import Backend, ObjectInfo
 
 MANIFEST_CLASS = "STANDARD"
+TRUST_MANIFESTS_FOR = dt.timedelta(days=30)
+"""The longest an agreeing read of an unchanged manifest is trusted; each stream's share
+is between half and all of it (:func:`must_read`), so the re-reads of a store stamped in
+one audit spread over the second half of this period instead of coming back at once. A
+listing cannot see bytes rotting in place on a disk (a ``file://`` store), so even an
+unchanged manifest is read again within this period."""
 _LOST = ("marked bad: the stream and every stream applying after it cannot be restored from"
          " this store; the next `zbak archive` (or `zbak archive --full`) starts a new chain"
          " with a full")
@@ -156,36 +170,70 @@ def _read_manifest(backend: Backend, key: str) -> Loaded[Manifest]:
     return read_with_copy(backend, key, Manifest.from_json, StreamCorrupt)
 
 
+def must_read(stream_id: int, info: ObjectInfo, stamp: tuple[str, dt.datetime] | None,
+              now: dt.datetime) -> bool:
+    """Whether the audit reads a stream's manifest (listed as ``info``) instead of trusting
+    the ``stamp`` (``(identity, read at)``, ``catalog.stamps``) of an earlier agreeing read:
+    always without a stamp or an etag, when the listing's identity differs from the stamp's
+    (the object was replaced or rewritten), and once the stamp is older than the stream's
+    share of :data:`TRUST_MANIFESTS_FOR` (half of it plus ``stream_id mod 1000`` thousandths
+    of the other half)."""
+    if stamp is None or info.identity is None or stamp[0] != info.identity:
+        return True
+    share = TRUST_MANIFESTS_FOR * (0.5 + (stream_id % 1000) / 2000)
+    return now - stamp[1] > share
+
+
+@dataclasses.dataclass
+class ObjectsAudit:
+    """What :func:`audit_objects` found.
+
+    Attributes:
+        findings: every finding.
+        seen: ``{stream id: identity}`` of the manifests read from their primary and found
+            agreeing with the catalog: the stamps to record (``Catalog.stamp_manifests``).
+        wrong: streams whose manifest was read and failed (unreadable, from its copy, or
+            disagreeing): stamps to forget.
+        read / trusted: manifests read, and trusted from their stamp without a read.
+    """
+
+    findings: list[Finding]
+    seen: dict[int, str] = dataclasses.field(default_factory=dict)
+    wrong: set[int] = dataclasses.field(default_factory=set)
+    read: int = 0
+    trusted: int = 0
+
+
 def audit_objects(
     backend: Backend,
     streams: Sequence[StreamRow],
     volumes: Mapping[int, Sequence[VolumeRow]],
     carried: Mapping[int, Sequence[CarriedSnapshot]],
-    prefixes: Sequence[str],
+    listing: Mapping[str, ObjectInfo],
     *,
     known_streams: Sequence[StreamRow] | None = None,
     concurrency: int = 4,
-) -> list[Finding]:
+    stamps: Mapping[int, tuple[str, dt.datetime]] | None = None,
+    now: dt.datetime | None = None,
+) -> ObjectsAudit:
     """Check the objects of ``streams`` (all in ``backend``'s store) and list leftovers.
 
     Args:
-        backend: the store.
+        backend: the store (manifests are read from it).
         streams: the streams to check (condemned ones are skipped).
         volumes: their volume rows by stream id.
         carried: their carried snapshots by stream id.
-        prefixes: key prefixes to list (``layout.dataset_prefix`` of each audited tree).
-        known_streams: every catalogued stream of the store under ``prefixes`` (also other
-            jobs'), so their objects are not leftovers; default ``streams``.
+        listing: key -> ObjectInfo of every object under the audited prefixes
+            (``layout.dataset_prefix`` of each audited tree), one listing of the store.
+        known_streams: every catalogued stream of the store under those prefixes (also
+            other jobs'), so their objects are not leftovers; default ``streams``.
         concurrency: manifests read at once.
-
-    Raises:
-        StoreError: listing the store failed (a manifest that cannot be read is a finding).
+        stamps: ``Catalog.manifest_stamps`` of the streams: manifests :func:`must_read`
+            lets pass are not read; None or empty: every manifest is read.
+        now: aware UTC, for the stamps' age (required with ``stamps``).
     """
-    listing: dict[str, ObjectInfo] = {}
-    for prefix in prefixes:
-        for info in backend.list(prefix):
-            listing[info.key] = info
-    findings: list[Finding] = []
+    result = ObjectsAudit([])
+    findings = result.findings
     reads = []
     for stream in streams:
         if stream.state == "condemned":
@@ -193,9 +241,17 @@ def audit_objects(
         findings += compare_volumes(stream, volumes.get(stream.id, ()), listing)
         found, readable = _manifest_listed(stream, listing)
         findings += found
-        if readable:
-            reads.append((stream, stream.object_prefix + MANIFEST))
-    findings += _read_manifests(backend, reads, listing, volumes, carried, concurrency)
+        if not readable:
+            continue
+        key = stream.object_prefix + MANIFEST
+        info = listing.get(key)
+        if (stamps and info is not None and now is not None
+                and not must_read(stream.id, info, stamps.get(stream.id), now)):
+            result.trusted += 1
+            continue
+        reads.append((stream, key))
+    result.read = len(reads)
+    _read_manifests(backend, reads, listing, volumes, carried, concurrency, result)
     known: set[str] = set()
     known_prefixes: set[str] = set()
     for stream in known_streams if known_streams is not None else streams:
@@ -205,7 +261,7 @@ def audit_objects(
     for rows in volumes.values():
         known.update(v.key for v in rows)
     findings += leftovers(listing, known, known_prefixes, backend.name)
-    return findings
+    return result
 
 
 def _manifest_listed(stream: StreamRow, listing: Mapping[str, ObjectInfo]
@@ -239,31 +295,50 @@ def _read_manifests(backend: Backend, reads: Sequence[tuple[StreamRow, str]],
                     listing: Mapping[str, ObjectInfo],
                     volumes: Mapping[int, Sequence[VolumeRow]],
                     carried: Mapping[int, Sequence[CarriedSnapshot]],
-                    concurrency: int) -> list[Finding]:
+                    concurrency: int, result: ObjectsAudit) -> None:
     """Read the manifests ``reads`` names (``concurrency`` at once, the copy where the primary
-    fails) and compare each with its stream's catalog rows."""
-    findings: list[Finding] = []
+    fails), compare each with its stream's catalog rows, and add the findings, the
+    identities to stamp and the streams whose manifest failed to ``result``."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency))
     try:
-        futures = [(stream, key, pool.submit(_read_manifest, backend, key))
-                   for stream, key in reads]
-        for stream, key, future in futures:
+        for stream, key, future in _in_window(pool, reads, backend, 4 * max(1, concurrency)):
             try:
                 loaded = future.result()
             except (StreamCorrupt, ObjectNotFound, NeedsThaw, StoreError) as exc:
-                findings.append(_finding(stream, Severity.ERROR, f"the manifest of stream"
-                                         f" {stream.id} cannot be read: {exc}",
-                                         "`zbak catalog rebuild` cannot use it; check the store",
-                                         key))
+                result.findings.append(_finding(
+                    stream, Severity.ERROR, f"the manifest of stream {stream.id} cannot be"
+                    f" read: {exc}", "`zbak catalog rebuild` cannot use it; check the store",
+                    key))
+                result.wrong.add(stream.id)
                 continue
+            found = []
             if loaded.from_copy and key in listing:
-                findings.append(_finding(stream, Severity.WARNING, f"the manifest of stream"
-                                         f" {stream.id} fails its checks:"
-                                         f" {loaded.primary_problem}; its copy is used",
-                                         f"copy {MANIFEST_COPY} over {MANIFEST} in the same"
-                                         " folder (the copy passed its checksum)", key))
-            findings += compare_manifest(stream, volumes.get(stream.id, ()),
-                                         carried.get(stream.id, ()), loaded.value, loaded.key)
+                found.append(_finding(stream, Severity.WARNING, f"the manifest of stream"
+                                      f" {stream.id} fails its checks:"
+                                      f" {loaded.primary_problem}; its copy is used",
+                                      f"copy {MANIFEST_COPY} over {MANIFEST} in the same"
+                                      " folder (the copy passed its checksum)", key))
+            found += compare_manifest(stream, volumes.get(stream.id, ()),
+                                      carried.get(stream.id, ()), loaded.value, loaded.key)
+            result.findings += found
+            identity = listing[key].identity if key in listing else None
+            if found or loaded.from_copy:
+                result.wrong.add(stream.id)
+            elif identity is not None:
+                result.seen[stream.id] = identity
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-    return findings
+
+
+def _in_window(pool: concurrent.futures.Executor, reads: Sequence[tuple[StreamRow, str]],
+               backend: Backend, window: int):
+    """``(stream, key, future of its manifest)`` in the order of ``reads``, at most
+    ``window`` reads submitted ahead: the first audit of 100,000 streams held every parsed
+    manifest at once (1 GiB) when all were submitted up front."""
+    pending: collections.deque = collections.deque()
+    for stream, key in reads:
+        pending.append((stream, key, pool.submit(_read_manifest, backend, key)))
+        if len(pending) >= window:
+            yield pending.popleft()
+    while pending:
+        yield pending.popleft()

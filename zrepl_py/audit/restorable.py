@@ -38,7 +38,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
 from zrepl_py.audit.findings import Finding, Severity
-from zrepl_py.catalog.rows import SnapshotRow, StreamRow
+from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.objects.layout import (
     MANIFEST,
     MANIFEST_COPY,
@@ -182,7 +182,8 @@ def stray(host: str, dataset: str, store: str, prefix: str, leaves: set[str],
 
 
 def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[CarriedSnapshot]],
-             strays: Sequence[Stray], known: Sequence[SnapshotRow] = (), *,
+             strays: Sequence[Stray],
+             known: Mapping[tuple[str, str], Sequence[CarriedSnapshot]] | None = None, *,
              archive_running: bool = False) -> list[Coverage]:
     """The three sets per (host, dataset, store) of ``streams`` and ``strays`` (module doc).
 
@@ -191,8 +192,9 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
             manifest or ``progress.json`` that no other stream applies on may be its upload
             between writing a volume and its ``progress.json`` (``archive.volumes``), so it
             is not counted as stored.
-        known: snapshots-table rows of the datasets (destroyed ones too), for the order of
-            the line only (``Coverage.others``); they also name guids no stream names.
+        known: the snapshots-table rows of the datasets (destroyed ones too) per ``(host,
+            dataset)`` (``Catalog.known_snapshots``), for the order of the line only
+            (``Coverage.others``); they also name guids no stream names.
         streams: catalogued streams (any state; condemned and uploading ones hold nothing
             stored for good and are left out).
         carried: their carried snapshots (``Catalog.bulk_carried``); a stream without rows
@@ -201,11 +203,10 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
     """
     ok_ids = restorable_streams(streams)
     names: dict[int, str] = {}
-    others: dict[tuple[str, str], list[CarriedSnapshot]] = {}
-    for row in known:
-        names.setdefault(row.guid, row.name)
-        others.setdefault((row.host, row.dataset), []).append(
-            CarriedSnapshot(row.name, row.guid, row.createtxg))
+    known = known or {}
+    for snaps in known.values():
+        for snap in snaps:
+            names.setdefault(snap.guid, snap.name)
     for s in streams:
         if s.from_guid is not None and s.from_name:
             names.setdefault(s.from_guid, s.from_name)
@@ -224,10 +225,11 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
     groups: dict[tuple[str, str, str], dict[str, dict[int, CarriedSnapshot]]] = {}
 
     def put(key, which: str, snaps: Iterable[CarriedSnapshot]) -> None:
-        bucket = groups.setdefault(key, {"ok": {}, "lost": {}, "merge": {}, "stray": {}})
+        bucket = groups.setdefault(key, {"ok": {}, "lost": {}, "merge": {}, "stray": {}})[which]
         for c in snaps:
-            bucket[which].setdefault(c.guid, CarriedSnapshot(c.name or names.get(c.guid, ""),
-                                                             c.guid, c.createtxg))
+            if c.guid not in bucket:
+                bucket[c.guid] = c if c.name else CarriedSnapshot(names.get(c.guid, ""), c.guid,
+                                                                  c.createtxg)
 
     for s in streams:
         if s.state in ("condemned", "uploading"):
@@ -287,7 +289,7 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
                                             first.to_createtxg)) if first else None,
             broken_why=_why(first, names) if first else None,
             dead=tuple(s.prefix for s in broken.get(key, ())),
-            stray_only=by_txg(stray_only), others=tuple(others.get(key[:2], ()))))
+            stray_only=by_txg(stray_only), others=tuple(known.get(key[:2], ()))))
     return found
 
 

@@ -4,7 +4,6 @@ call, dataset ids, and the checks and query pieces several parts use (see ``repo
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -13,10 +12,12 @@ from sqlalchemy.engine import Engine
 
 from zrepl_py.catalog.db import reading, reads_concurrently, translate
 from zrepl_py.catalog.models import dataset_table, snapshot_table, stream_table
-from zrepl_py.catalog.rows import StreamRow
+from zrepl_py.clock import UTC, ensure_utc
 from zrepl_py.errors import CatalogConflict, CatalogError
 
 CHUNK = 500  # ids per IN (...) list, well under SQLite's bound-parameter limit
+WRAP64 = 2**64
+"""Added to a guid read back signed (raw driver value) to make it unsigned (``types.UInt64``)."""
 
 
 def require_aware(what: str, value: dt.datetime) -> dt.datetime:
@@ -62,22 +63,45 @@ def scope_conditions(host: str | None, below: str | None, store: str | None) -> 
     return conditions
 
 
+def stream_scope(host: str | None, below: str | None, store: str | None) -> list:
+    """WHERE conditions on streams alone (datasets through ``IN (subquery)``), for reads
+    that map dataset ids to names themselves instead of joining."""
+    conditions = []
+    if host is not None or below is not None:
+        conditions.append(stream_table.c.dataset_id.in_(
+            sa.select(dataset_table.c.id).where(*scope_conditions(host, below, None))))
+    if store is not None:
+        conditions.append(stream_table.c.store == store)
+    return conditions
+
+
+def raw_rows(conn: sa.Connection, query: sa.Select) -> list[tuple]:
+    """Run ``query`` and fetch its rows straight from the DBAPI cursor: plain tuples, no
+    SQLAlchemy Row objects and no column type processing (twice as fast on large reads).
+    Only for columns whose raw driver values the caller converts (:func:`utc_of`,
+    :data:`WRAP64`) or wants as they are (ints, strings)."""
+    result = conn.execute(query)
+    try:
+        return result.cursor.fetchall()
+    finally:
+        result.close()
+
+
+def utc_of(value: dt.datetime | str | None) -> dt.datetime | None:
+    """A time column's raw driver value (:func:`raw_rows`) as aware UTC: SQLite hands back
+    the naive UTC text ``UtcDateTime`` wrote, PostgreSQL's driver a datetime."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return dt.datetime.fromisoformat(value).replace(tzinfo=UTC)
+    return ensure_utc(value)
+
+
 SNAPSHOT_COLUMNS = (dataset_table.c.host, dataset_table.c.name, snapshot_table.c.name,
                     snapshot_table.c.guid, snapshot_table.c.createtxg, snapshot_table.c.creation,
                     snapshot_table.c.first_seen, snapshot_table.c.destroyed_at)
 """A :class:`SnapshotRow`'s fields in order, for Core selects joining datasets and snapshots
 (typed: guids unsigned, times aware UTC)."""
-
-STREAM_COLUMNS = tuple(
-    dataset_table.c.host if f.name == "host" else
-    dataset_table.c.name if f.name == "dataset" else stream_table.c[f.name]
-    for f in dataclasses.fields(StreamRow))
-"""A :class:`StreamRow`'s fields in order, for Core selects from ``STREAMS_OF_DATASETS``."""
-
-STREAMS_OF_DATASETS = dataset_table.join(stream_table,
-                                         stream_table.c.dataset_id == dataset_table.c.id)
-"""Datasets joined with their streams."""
-
 
 class CatalogBase:
     """The engine and short transactions every part of ``Catalog`` works through."""

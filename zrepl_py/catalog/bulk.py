@@ -11,11 +11,13 @@ import sqlalchemy as sa
 
 from zrepl_py.catalog.base import (
     SNAPSHOT_COLUMNS,
-    STREAM_COLUMNS,
-    STREAMS_OF_DATASETS,
+    WRAP64,
     CatalogBase,
     chunks,
+    raw_rows,
     scope_conditions,
+    stream_scope,
+    utc_of,
 )
 from zrepl_py.catalog.models import (
     dataset_table,
@@ -26,21 +28,10 @@ from zrepl_py.catalog.models import (
     volume_table,
 )
 from zrepl_py.catalog.rows import LIVING_STATES, SnapshotRow, StreamLink, StreamRow, VolumeRow
+from zrepl_py.catalog.streams import read_streams
 from zrepl_py.catalog.types import to_signed64
-from zrepl_py.clock import ensure_utc
 from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.runtime.gcpause import gc_paused
-
-
-def _stream_scope(host: str | None, below: str | None, store: str | None) -> list:
-    """WHERE conditions on streams alone (datasets through ``IN (subquery)``)."""
-    conditions = []
-    if host is not None or below is not None:
-        conditions.append(stream_table.c.dataset_id.in_(
-            sa.select(dataset_table.c.id).where(*scope_conditions(host, below, None))))
-    if store is not None:
-        conditions.append(stream_table.c.store == store)
-    return conditions
 
 
 def _screen_query(scope: list) -> sa.CompoundSelect:
@@ -86,7 +77,7 @@ def _screen_query(scope: list) -> sa.CompoundSelect:
 
 
 def _stream_filter(conn: sa.Connection, host: str | None, below: str | None) -> list:
-    """:func:`_stream_scope` for a screen that visits every stream in scope anyway: nothing
+    """:func:`stream_scope` for a screen that visits every stream in scope anyway: nothing
     when the scope holds every dataset, else the scope's dataset ids as a literal list the
     planner applies row by row (``dataset_id + 0``: SQLite's query planner docs,
     "Disqualifying WHERE clause terms"), never as the index to walk the streams by.
@@ -102,22 +93,20 @@ def _stream_filter(conn: sa.Connection, host: str | None, below: str | None) -> 
     return [(stream_table.c.dataset_id + 0).in_(ids)]
 
 
-_WRAP64 = 2**64
-
-
 def _first(row: tuple) -> object:
     return row[0]
 
 
-def _raw_rows(conn: sa.Connection, query: sa.Select) -> list[tuple]:
-    """Run ``query`` and fetch its rows straight from the DBAPI cursor: plain tuples, no
-    SQLAlchemy Row objects and no column type processing (twice as fast on large reads).
-    Only for columns whose raw driver values are what the caller wants (ints, strings)."""
-    result = conn.execute(query)
-    try:
-        return result.cursor.fetchall()
-    finally:
-        result.close()
+def _stream_and_index(row: tuple) -> tuple:
+    return row[1], row[2]
+
+
+def _first_two(row: tuple) -> tuple:
+    return row[0], row[1]
+
+
+def _first_and_txg(row: tuple) -> tuple:
+    return row[0], row[3]
 
 
 def _volume_sums() -> sa.Select:
@@ -127,13 +116,6 @@ def _volume_sums() -> sa.Select:
                       sa.func.max(volume.index), sa.func.sum(volume.raw_bytes),
                       sa.func.sum(volume.stored_bytes))
             .group_by(volume.stream_id))
-
-
-def _parse_time(value: dt.datetime | str) -> dt.datetime:
-    """A time from an aggregate (``max(started_at)``): SQLite hands back its text form."""
-    if isinstance(value, str):
-        return dt.datetime.fromisoformat(value)
-    return value
 
 
 class BulkReads(CatalogBase):
@@ -151,16 +133,9 @@ class BulkReads(CatalogBase):
                 not ``tank/ab``).
             store: only streams in this store.
         """
-        stream = stream_table.c
-        query = (
-            sa.select(*STREAM_COLUMNS)
-            .select_from(STREAMS_OF_DATASETS)
-            .where(*scope_conditions(host, below, store))
-            .order_by(dataset_table.c.host, dataset_table.c.name, stream.store, stream.to_createtxg,
-                      stream.id)
-        )
-        with self._transaction("reading the streams in bulk") as conn:
-            return [StreamRow(*row) for row in conn.execute(query)]
+        with self._transaction("reading the streams in bulk", read_only=True) as conn:
+            return read_streams(conn, scope_conditions(host, below, None),
+                                [stream_table.c.store == store] if store is not None else [])
 
     def bulk_volumes(
         self, *, host: str | None = None, below: str | None = None, store: str | None = None
@@ -168,18 +143,18 @@ class BulkReads(CatalogBase):
         """The volumes of every stream in a scope (see :meth:`bulk_streams`), by stream id,
         each list in index order; streams without volumes are absent."""
         volume = volume_table.c
-        query = (
-            sa.select(volume.id, volume.stream_id, volume.index, volume.key, volume.raw_bytes,
-                      volume.stored_bytes, volume.sha256)
-            .join(stream_table, stream_table.c.id == volume.stream_id)
-            .join(dataset_table, dataset_table.c.id == stream_table.c.dataset_id)
-            .where(*scope_conditions(host, below, store))
-            .order_by(volume.stream_id, volume.index)
-        )
+        query = sa.select(volume.id, volume.stream_id, volume.index, volume.key,
+                          volume.raw_bytes, volume.stored_bytes, volume.sha256)
+        if host is not None or below is not None or store is not None:
+            query = query.where(volume.stream_id.in_(
+                sa.select(stream_table.c.id).where(*stream_scope(host, below, store))))
         found: dict[int, list[VolumeRow]] = {}
-        with self._transaction("reading the volumes in bulk") as conn:
-            for row in conn.execute(query):
-                found.setdefault(row[1], []).append(VolumeRow(*row))
+        with self._transaction("reading the volumes in bulk", read_only=True) as conn:
+            rows = raw_rows(conn, query)
+        # Sorted here, not in SQL (see carried_columns): rows come in stream order already.
+        rows.sort(key=_stream_and_index)
+        for row in rows:
+            found.setdefault(row[1], []).append(VolumeRow(*row))
         return found
 
     def bulk_carried(
@@ -187,18 +162,37 @@ class BulkReads(CatalogBase):
     ) -> dict[int, list[CarriedSnapshot]]:
         """The snapshots every stream in a scope carries (see :meth:`bulk_streams`), by
         stream id, each list in createtxg order; streams recorded without them are absent."""
-        snap = stream_snapshot_table.c
-        query = (
-            sa.select(snap.stream_id, snap.name, snap.guid, snap.createtxg)
-            .join(stream_table, stream_table.c.id == snap.stream_id)
-            .join(dataset_table, dataset_table.c.id == stream_table.c.dataset_id)
-            .where(*scope_conditions(host, below, store))
-            .order_by(snap.stream_id, snap.createtxg)
-        )
+        ids, guids, txgs, names = self.carried_columns(host=host, below=below, store=store)
         found: dict[int, list[CarriedSnapshot]] = {}
-        with self._transaction("reading the carried snapshots in bulk") as conn:
-            for stream_id, name, guid, createtxg in conn.execute(query):
-                found.setdefault(stream_id, []).append(CarriedSnapshot(name, guid, createtxg))
+        rows = sorted(zip(ids, txgs, guids, names), key=_first_two)
+        for stream_id, createtxg, guid, name in rows:
+            found.setdefault(stream_id, []).append(CarriedSnapshot(name, guid, createtxg))
+        return found
+
+    def known_snapshots(
+        self, *, host: str | None = None, below: str | None = None
+    ) -> dict[tuple[str, str], list[CarriedSnapshot]]:
+        """Every catalogued snapshot, destroyed ones too, of the datasets in a scope (see
+        :meth:`bulk_streams`), per ``(host, dataset)`` in createtxg order, as name, guid and
+        createtxg: what reports name and order snapshots by (``Catalog.snapshots`` also
+        converts three times per row, which costs more than the rest)."""
+        snap, ds = snapshot_table.c, dataset_table.c
+        query = sa.select(snap.dataset_id, snap.name,
+                          sa.type_coerce(snap.guid, sa.BigInteger()), snap.createtxg)
+        datasets = sa.select(ds.id, ds.host, ds.name)
+        if host is not None or below is not None:
+            scope = scope_conditions(host, below, None)
+            datasets = datasets.where(*scope)
+            query = query.where(snap.dataset_id.in_(sa.select(ds.id).where(*scope)))
+        with self._transaction("reading the snapshot names", read_only=True) as conn:
+            names = {i: (h, n) for i, h, n in conn.execute(datasets)}
+            rows = raw_rows(conn, query)
+        found: dict[tuple[str, str], list[CarriedSnapshot]] = {}
+        wrap = WRAP64
+        rows.sort(key=_first_and_txg)
+        for dataset_id, name, guid, createtxg in rows:
+            found.setdefault(names[dataset_id], []).append(
+                CarriedSnapshot(name, guid + wrap if guid < 0 else guid, createtxg))
         return found
 
     def stream_links(
@@ -215,11 +209,11 @@ class BulkReads(CatalogBase):
             stream.from_name, stream.to_name, stream.to_createtxg, stream.raw_bytes,
             stream.stored_bytes, stream.state,
         )
-        query = query.where(*_stream_scope(host, below, store))
+        query = query.where(*stream_scope(host, below, store))
         with self._transaction("reading the stream chain links", read_only=True) as conn:
             names = {i: (h, n) for i, h, n in conn.execute(datasets)}
-            rows = _raw_rows(conn, query)
-        wrap, links, new = _WRAP64, [], tuple.__new__
+            rows = raw_rows(conn, query)
+        wrap, links, new = WRAP64, [], tuple.__new__
         for sid, dataset_id, store_, kind, parent, from_guid, to_guid, *rest in rows:
             if from_guid is not None and from_guid < 0:
                 from_guid += wrap
@@ -238,10 +232,10 @@ class BulkReads(CatalogBase):
         query = _volume_sums()
         if host is not None or below is not None or store is not None:
             query = query.where(volume_table.c.stream_id.in_(
-                sa.select(stream_table.c.id).where(*_stream_scope(host, below, store))))
+                sa.select(stream_table.c.id).where(*stream_scope(host, below, store))))
         with self._transaction("summing the volumes") as conn:
             return {r[0]: (r[1], r[2], r[3], int(r[4]), int(r[5]))
-                    for r in _raw_rows(conn, query)}
+                    for r in raw_rows(conn, query)}
 
     def carried_columns(
         self, *, host: str | None = None, below: str | None = None, store: str | None = None,
@@ -260,13 +254,13 @@ class BulkReads(CatalogBase):
             # IN (subquery), not a join: SQLite then scans the index once (measured 0.12 s
             # against 0.19 s for 196,000 rows).
             query = query.where(snap.stream_id.in_(
-                sa.select(stream_table.c.id).where(*_stream_scope(host, below, store))))
+                sa.select(stream_table.c.id).where(*stream_scope(host, below, store))))
         with self._transaction("reading the carried snapshots") as conn:
-            rows = _raw_rows(conn, query)
+            rows = raw_rows(conn, query)
         # Sorting here, not in SQL: rows are stored in stream order already (written stream
         # by stream), where Python's sort is linear and SQL's index-ordered scan is slower.
         rows.sort(key=_first)
-        wrap = _WRAP64
+        wrap = WRAP64
         return ([r[0] for r in rows], [r[1] + wrap if r[1] < 0 else r[1] for r in rows],
                 [r[2] for r in rows], [r[3] for r in rows] if names else [None] * len(rows))
 
@@ -292,7 +286,7 @@ class BulkReads(CatalogBase):
         with self._transaction("checking volumes and carried snapshots", read_only=True) as conn:
             scope = _stream_filter(conn, host, below)
             query = _screen_query(scope)
-            return {row[0] for row in _raw_rows(conn, query)}
+            return {row[0] for row in raw_rows(conn, query)}
 
     def volume_totals_of(
         self, stream_ids: Iterable[int]
@@ -305,7 +299,7 @@ class BulkReads(CatalogBase):
             for chunk in chunks(ids):
                 query = _volume_sums().where(volume_table.c.stream_id.in_(chunk))
                 found.update((r[0], (r[1], r[2], r[3], int(r[4]), int(r[5])))
-                             for r in _raw_rows(conn, query))
+                             for r in raw_rows(conn, query))
         return found
 
     def carrying(self, guids: Iterable[int]) -> list[tuple[int, CarriedSnapshot]]:
@@ -323,8 +317,8 @@ class BulkReads(CatalogBase):
                 signed_guid = sa.type_coerce(snap.guid, signed)
                 query = (sa.select(snap.stream_id, snap.name, signed_guid, snap.createtxg)
                          .where(signed_guid.in_(chunk)))
-                found += [(sid, CarriedSnapshot(name, guid + _WRAP64 if guid < 0 else guid, txg))
-                          for sid, name, guid, txg in _raw_rows(conn, query)]
+                found += [(sid, CarriedSnapshot(name, guid + WRAP64 if guid < 0 else guid, txg))
+                          for sid, name, guid, txg in raw_rows(conn, query)]
         found.sort(key=lambda r: (r[0], r[1].createtxg))
         return found
 
@@ -376,5 +370,5 @@ class BulkReads(CatalogBase):
                          .where(snap.id.in_(chunk)))
                 for snap_id, *row in conn.execute(query):
                     snaps[snap_id] = SnapshotRow(*row)
-        return [(row_host, name, ensure_utc(_parse_time(when)), snaps.get(snap_id))
+        return [(row_host, name, utc_of(when), snaps.get(snap_id))
                 for row_host, name, when, snap_id in rows]

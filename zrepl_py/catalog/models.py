@@ -139,6 +139,11 @@ stream_table = sa.Table(
     _column("created_at", UtcDateTime),
     _column("uploaded_at", UtcDateTime, nullable=True),
     _column("verified_at", UtcDateTime, nullable=True),
+    # What the store's listing said of manifest.json (catalog.stamps) when an audit last
+    # read it and found it agreeing with this row; None: not read since (revision 0005).
+    _column("manifest_seen", sa.String(KEY_LEN), nullable=True),
+    # When that audit read it.
+    _column("manifest_read_at", UtcDateTime, nullable=True),
     sa.UniqueConstraint("id", "to_guid", "dataset_id", "store", name="uq_streams_chain_key"),
     sa.UniqueConstraint("store", "object_prefix"),
     sa.ForeignKeyConstraint(

@@ -11,10 +11,13 @@ import sqlalchemy as sa
 from zrepl_py.catalog.base import (
     CHUNK,
     SNAPSHOT_COLUMNS,
+    WRAP64,
     CatalogBase,
     chunks,
+    raw_rows,
     require_aware,
     scope_conditions,
+    utc_of,
 )
 from zrepl_py.catalog.models import dataset_table, snapshot_table
 from zrepl_py.catalog.rows import SnapshotFact, SnapshotRow, SyncResult
@@ -105,26 +108,35 @@ class Snapshots(CatalogBase):
             include_destroyed: also list tombstoned snapshots.
         """
         ds, snap = dataset_table.c, snapshot_table.c
-        query = (
-            sa.select(*SNAPSHOT_COLUMNS)
-            .join(snapshot_table, snap.dataset_id == ds.id)
-            .order_by(ds.host, ds.name, snap.createtxg, snap.id)
-        )
+        datasets = []
         if host is not None:
-            query = query.where(ds.host == host)
+            datasets.append(ds.host == host)
         if dataset is not None:
-            query = query.where(ds.name == dataset)
+            datasets.append(ds.name == dataset)
         if below is not None:
-            query = query.where(
-                sa.or_(
-                    ds.name == below,
-                    ds.name.startswith(below.rstrip("/") + "/", autoescape=True),
-                )
-            )
+            datasets.append(sa.or_(
+                ds.name == below,
+                ds.name.startswith(below.rstrip("/") + "/", autoescape=True),
+            ))
+        # Raw driver rows, names mapped by id, sorted here: 200,000 snapshots in 0.5 s of
+        # CPU against 6.6 s through ORM objects (benchmarks/catalog.py).
+        query = sa.select(snap.dataset_id, snap.name, sa.type_coerce(snap.guid, sa.BigInteger()),
+                          snap.createtxg, snap.creation, snap.first_seen, snap.destroyed_at,
+                          snap.id)
         if not include_destroyed:
             query = query.where(snap.destroyed_at.is_(None))
-        with self._transaction("listing snapshots") as conn:
-            return [SnapshotRow(*row) for row in conn.execute(query)]
+        with self._transaction("listing snapshots", read_only=True) as conn:
+            names = {i: (h, n) for i, h, n in conn.execute(
+                sa.select(ds.id, ds.host, ds.name).where(*datasets))}
+            if not names:
+                return []
+            if datasets:
+                query = query.where(snap.dataset_id.in_(sa.select(ds.id).where(*datasets)))
+            rows = raw_rows(conn, query)
+        rows.sort(key=lambda r: (names[r[0]], r[3], r[7]))
+        return [SnapshotRow(*names[dataset_id], name, guid + WRAP64 if guid < 0 else guid, txg,
+                            utc_of(creation), utc_of(first_seen), utc_of(destroyed_at))
+                for dataset_id, name, guid, txg, creation, first_seen, destroyed_at, _ in rows]
 
     def snapshots_by_guid(self, keys: Iterable[tuple[str, str, int]]) -> list[SnapshotRow]:
         """The catalogued snapshots (destroyed ones included) named by ``(host, dataset,

@@ -11,13 +11,14 @@ from collections.abc import Iterable, Sequence
 import sqlalchemy as sa
 
 from zrepl_py.catalog.base import (
-    STREAM_COLUMNS,
-    STREAMS_OF_DATASETS,
+    WRAP64,
     CatalogBase,
     chunks,
+    raw_rows,
     require_aware,
     require_one_of,
     require_size,
+    utc_of,
 )
 from zrepl_py.catalog.models import (
     dataset_table,
@@ -79,17 +80,53 @@ def _refuse_living_children(conn: sa.Connection, ids: Sequence[int]) -> None:
         )
 
 
-def _stream_query(*conditions) -> sa.Select:
-    """SELECT the StreamRow columns of the streams matching ``conditions``, in chain order
-    (host, dataset, store, to_createtxg, id)."""
-    stream = stream_table.c
-    return (
-        sa.select(*STREAM_COLUMNS)
-        .select_from(STREAMS_OF_DATASETS)
-        .where(*conditions)
-        .order_by(dataset_table.c.host, dataset_table.c.name, stream.store, stream.to_createtxg,
-                  stream.id)
-    )
+def _stream_columns() -> tuple:
+    """A :class:`StreamRow`'s stream columns in order, with ``dataset_id`` in place of host
+    and dataset and the guids read signed (raw driver values, see :func:`read_streams`)."""
+    stream, signed = stream_table.c, sa.BigInteger()
+    return (stream.id, stream.dataset_id, stream.store, stream.kind, stream.parent_id,
+            sa.type_coerce(stream.from_guid, signed), sa.type_coerce(stream.to_guid, signed),
+            stream.from_name, stream.to_name, stream.to_createtxg, stream.raw_bytes,
+            stream.stored_bytes, stream.object_prefix, stream.storage_class, stream.compression,
+            stream.state, stream.created_at, stream.uploaded_at, stream.verified_at)
+
+
+def _chain_order(row: StreamRow) -> tuple:
+    return (row.host, row.dataset, row.store, row.to_createtxg, row.id)
+
+
+def read_streams(conn: sa.Connection, datasets: Sequence = (), streams: Sequence = ()
+                 ) -> list[StreamRow]:
+    """Every stream of the datasets matching ``datasets`` (conditions on ``dataset_table``;
+    none: all) that matches ``streams`` (conditions on ``stream_table``), in chain order
+    (host, dataset, store, to_createtxg, id).
+
+    Raw driver rows, converted here and sorted in Python, with the datasets' names mapped
+    by id instead of joined: 100,000 streams in 0.8 s of CPU on the test machine against
+    5 s through ORM objects (benchmarks/catalog.py).
+    """
+    ds = dataset_table.c
+    names = {i: (h, n) for i, h, n in conn.execute(
+        sa.select(ds.id, ds.host, ds.name).where(*datasets))}
+    if not names:
+        return []
+    query = sa.select(*_stream_columns()).where(*streams)
+    if datasets:
+        query = query.where(stream_table.c.dataset_id.in_(sa.select(ds.id).where(*datasets)))
+    found = []
+    for (sid, dataset_id, store, kind, parent, from_guid, to_guid, from_name, to_name, txg,
+         raw, stored, prefix, storage_class, compression, state, created, uploaded,
+         verified) in raw_rows(conn, query):
+        host, name = names[dataset_id]
+        if from_guid is not None and from_guid < 0:
+            from_guid += WRAP64
+        found.append(StreamRow(
+            sid, host, name, store, kind, parent, from_guid,
+            to_guid + WRAP64 if to_guid < 0 else to_guid, from_name, to_name, txg, raw, stored,
+            prefix, storage_class, compression, state, utc_of(created), utc_of(uploaded),
+            utc_of(verified)))
+    found.sort(key=_chain_order)
+    return found
 
 
 class Streams(CatalogBase):
@@ -241,9 +278,8 @@ class Streams(CatalogBase):
         Raises:
             NotInCatalog: no such stream.
         """
-        with self._transaction(f"reading stream {stream_id}") as conn:
-            query = _stream_query(stream_table.c.id == stream_id)
-            rows = [StreamRow(*r) for r in conn.execute(query)]
+        with self._transaction(f"reading stream {stream_id}", read_only=True) as conn:
+            rows = read_streams(conn, streams=[stream_table.c.id == stream_id])
         if not rows:
             raise NotInCatalog(f"stream {stream_id} is not in the catalog")
         return rows[0]
@@ -252,15 +288,14 @@ class Streams(CatalogBase):
         self, *, host: str | None = None, dataset: str | None = None, store: str | None = None
     ) -> list[StreamRow]:
         """List streams ordered by host, dataset, store, to_createtxg, id (chain order)."""
-        conditions = []
+        datasets = []
         if host is not None:
-            conditions.append(dataset_table.c.host == host)
+            datasets.append(dataset_table.c.host == host)
         if dataset is not None:
-            conditions.append(dataset_table.c.name == dataset)
-        if store is not None:
-            conditions.append(stream_table.c.store == store)
-        with self._transaction("listing streams") as conn:
-            return [StreamRow(*r) for r in conn.execute(_stream_query(*conditions))]
+            datasets.append(dataset_table.c.name == dataset)
+        with self._transaction("listing streams", read_only=True) as conn:
+            return read_streams(conn, datasets,
+                                [stream_table.c.store == store] if store is not None else [])
 
     def volumes(self, stream_id: int) -> list[VolumeRow]:
         """Return the volumes of stream ``stream_id`` by index (empty for an unknown stream)."""

@@ -15,10 +15,12 @@ from zrepl_py.cli.common import (
     FiniteFloat,
     Invocation,
     emit_json,
+    emit_table,
     for_each_job,
     json_option,
     pass_invocation,
 )
+from zrepl_py.cli.summary import LIMIT, all_option, count_by, names_or_count, reason_kind
 from zrepl_py.config.units import MAX_DURATION
 from zrepl_py.errors import ExitStatus, UsageError
 
@@ -71,17 +73,21 @@ def _show(finding) -> None:
 @click.option("--stale-uploads-days", type=FiniteFloat(0, MAX_DURATION.days), default=7.0,
               show_default=True, metavar="DAYS",
               help="With --repair, abort unfinished uploads started longer ago than this.")
+@all_option
 @json_option
 @pass_invocation
 def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | None,
             receive_into: str | None, max_duration: float | None, repair: bool, yes: bool,
-            stale_uploads_days: float, as_json: bool) -> ExitStatus:
+            stale_uploads_days: float, show_all: bool, as_json: bool) -> ExitStatus:
     """Check that every retained snapshot of each job is restorable: the catalog's chains and
     replica cursors, the objects in the store and their manifests, and with --deep the
     volumes' contents. States per dataset and store which snapshots are restorable and which
     are stored but unrestorable. Read-only unless --repair (a plain audit runs beside
-    archive, replicate and snapshot runs). Exits 4 when a warning or error is found,
-    75 when only cold volumes are still thawing."""
+    archive, replicate and snapshot runs). A manifest an earlier audit read is read again
+    only when the store's listing shows it changed (or after a while; --deep reads all).
+    Past 100 datasets or findings, the fully restorable datasets and the findings are
+    counted (--all: each). Exits 4 when a warning or error is found, 75 when only cold
+    volumes are still thawing."""
     from zrepl_py.audit.deep import Deadline  # noqa: PLC0415 (boto3 only when auditing)
     from zrepl_py.audit.job import audit_job, repair_job  # noqa: PLC0415
 
@@ -109,6 +115,8 @@ def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | 
             "repair": [{"job": r.job, "aborted_uploads": r.aborted, "finished_streams": r.finished,
                         "errors": r.errors} for r in repairs],
             "jobs": [{"job": r.job, "streams": r.streams, "summary": r.summary(),
+                      "manifests": {"read": r.manifests_read,
+                                    "trusted": r.manifests_trusted},
                       "verified": r.verified, "bad": r.bad, "received": r.received,
                       "thawing": r.waiting, "ready_by": r.ready_by,
                       "not_read": r.skipped,
@@ -128,11 +136,16 @@ def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | 
                 extra += f", {r.skipped} not read (--max-duration)"
             if r.received:
                 extra += f", {len(r.received)} chain(s) test-received"
+            if r.manifests_trusted:
+                extra += (f", {r.manifests_read} manifest(s) read, {r.manifests_trusted}"
+                          " unchanged since an earlier audit read them")
             click.echo(f"job {r.job}: {r.streams} stream(s){extra}: {r.summary()}")
-            for c in r.coverage:
-                click.echo(f"  {c.host}:{c.dataset} in store {c.store}: {c.line()}")
-        for f in findings:
-            _show(f)
+            _show_coverage(r.coverage, show_all)
+        if len(findings) > LIMIT and not show_all:
+            _count_findings(findings)
+        else:
+            for f in findings:
+                _show(f)
     if status != ExitStatus.OK:
         return status
     if any(r.errors for r in repairs):
@@ -142,6 +155,39 @@ def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | 
     if any(r.waiting for r in results):
         return ExitStatus.THAW_PENDING
     return ExitStatus.OK
+
+
+def _show_coverage(found, show_all: bool) -> None:
+    """One line per dataset and store; past ``LIMIT`` lines, the datasets whose every
+    stored snapshot is restorable are counted in one line per store, the others each
+    keep their line."""
+    whole = [c for c in found if not c.unrestorable and not c.not_catalogued]
+    if len(found) <= LIMIT or show_all or not whole:
+        for c in found:
+            click.echo(f"  {c.host}:{c.dataset} in store {c.store}: {c.line()}")
+        return
+    for c in found:
+        if c.unrestorable or c.not_catalogued:
+            click.echo(f"  {c.host}:{c.dataset} in store {c.store}: {c.line()}")
+    by_store: dict[str, list] = {}
+    for c in whole:
+        by_store.setdefault(c.store, []).append(c)
+    for store, covs in sorted(by_store.items()):
+        snaps = sum(len(c.restorable) for c in covs)
+        click.echo(f"  {len(covs):,} datasets in store {store}"
+                   f" ({names_or_count(f'{c.host}:{c.dataset}' for c in covs)}): every stored"
+                   f" snapshot restorable, {snaps:,} in all (--all: one line each)")
+
+
+def _count_findings(findings) -> None:
+    """Findings counted per severity, level and problem (names and numbers left out),
+    with the datasets they are about."""
+    emit_table(f"{len(findings):,} findings, counted (--all shows each, --json for machines)",
+               ["severity", "level", "problem", "findings", "datasets"],
+               [(severity, level, problem, f"{count:,}", names_or_count(seen["datasets"]))
+                for (severity, level, problem), count, seen in count_by(
+                   findings, lambda f: (f.severity.value, f.level, reason_kind(f.problem)),
+                   {"datasets": lambda f: f.dataset or "-"})])
 
 
 def _confirm_repair(stale_uploads_days: float) -> None:

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import click
 
@@ -178,8 +178,55 @@ def json_option(func):
 
 
 def emit_json(data: Any) -> None:
-    """Print ``data`` as indented JSON (datetimes as ISO 8601 UTC)."""
-    click.echo(json.dumps(data, indent=2, default=_json_default, sort_keys=False))
+    """Print ``data`` as JSON (datetimes as ISO 8601 UTC): indented on a terminal, else on
+    one line, as httpie does (``json`` indents only in pure Python, three times slower:
+    1 s more for the plan of 100,000 streams, issue 20). Off a terminal, lists (and
+    iterators standing for lists) are written element by element, so an iterator of
+    100,000 rows is never held as a whole, nor is its text."""
+    if sys.stdout.isatty():
+        click.echo(json.dumps(_listed(data), indent=2, default=_json_default))
+        return
+    out = sys.stdout
+    for chunk in _json_chunks(data):
+        out.write(chunk)
+    out.write("\n")
+    out.flush()
+
+
+def _listed(data: Any) -> Any:
+    """``data`` with its iterators (at any depth of dicts and lists) made lists."""
+    if isinstance(data, dict):
+        return {key: _listed(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)) or _is_iterator(data):
+        return [_listed(value) for value in data]
+    return data
+
+
+def _is_iterator(value: Any) -> bool:
+    return hasattr(value, "__next__")
+
+
+def _json_chunks(data: Any) -> Iterator[str]:
+    """Compact JSON text of ``data`` in pieces: dicts and lists (or iterators) piece by
+    piece, everything else through ``json.dumps`` (its C encoder)."""
+    if isinstance(data, dict):
+        yield "{"
+        for n, (key, value) in enumerate(data.items()):
+            yield ("," if n else "") + json.dumps(str(key)) + ":"
+            yield from _json_chunks(value)
+        yield "}"
+    elif isinstance(data, (list, tuple)) or _is_iterator(data):
+        yield "["
+        for n, value in enumerate(data):
+            if n:
+                yield ","
+            if isinstance(value, (dict, list, tuple)) or _is_iterator(value):
+                yield json.dumps(_listed(value), default=_json_default)
+            else:
+                yield json.dumps(value, default=_json_default)
+        yield "]"
+    else:
+        yield json.dumps(data, default=_json_default)
 
 
 def _json_default(value: Any) -> Any:

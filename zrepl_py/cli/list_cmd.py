@@ -3,11 +3,10 @@ as a table or ``--json``."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import click
 
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
+from zrepl_py.cli.summary import all_option, count_by, emit_long, names_or_count
 from zrepl_py.errors import ExitStatus
 
 
@@ -32,7 +31,7 @@ def snapshots(inv: Invocation, jobs: tuple[str, ...], include_destroyed: bool, a
                                           include_destroyed=include_destroyed):
                 rows.append((name, snap))
     if as_json:
-        emit_json([{"job": job, **dataclasses.asdict(s)} for job, s in rows])
+        emit_json([{"job": job, **vars(s)} for job, s in rows])
         return ExitStatus.OK
     emit_table("snapshots", ["job", "snapshot", "guid", "createtxg", "created (UTC)", "state"],
                [(job, f"{s.dataset}@{s.name}", s.guid, s.createtxg,
@@ -43,27 +42,47 @@ def snapshots(inv: Invocation, jobs: tuple[str, ...], include_destroyed: bool, a
 
 @command.command("streams")
 @click.argument("jobs", nargs=-1)
+@all_option
 @json_option
 @pass_invocation
-def streams(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> ExitStatus:
-    """List archived streams of each job's datasets, chain by chain."""
+def streams(inv: Invocation, jobs: tuple[str, ...], show_all: bool, as_json: bool) -> ExitStatus:
+    """List archived streams of each job's datasets, chain by chain. More than 100 streams
+    are counted per store, kind and state on a terminal (--all: every stream)."""
+    from zrepl_py.snapshots.selection import covers  # noqa: PLC0415 (loaded when run)
+
     with inv.context() as ctx:
         catalog = ctx.catalog()
         rows = []
         for name, job in ctx.select_jobs(jobs):
-            host = job.source.host
-            datasets = {s.dataset for s in catalog.snapshots(host=host, below=str(job.source.dataset),
-                                                             include_destroyed=True)}
-            for dataset in sorted(datasets):
-                rows.extend((name, s) for s in catalog.streams(host=host, dataset=dataset))
+            source = job.source
+            covered = covers(job)
+            rows.extend((name, s) for s in catalog.bulk_streams(
+                host=source.host, below=str(source.dataset)) if covered(s.dataset))
     if as_json:
-        emit_json([{"job": job, **dataclasses.asdict(s)} for job, s in rows])
+        emit_json({"job": job, **vars(s)} for job, s in rows)
         return ExitStatus.OK
-    emit_table("streams", ["job", "dataset", "store", "id", "kind", "parent", "from", "to",
-                           "stored bytes", "class", "state"],
-               [(job, s.dataset, s.store, s.id, s.kind, s.parent_id or "-", s.from_name or "-",
-                 s.to_name, s.stored_bytes, s.storage_class, s.state) for job, s in rows])
+    emit_long("streams", ["job", "dataset", "store", "id", "kind", "parent", "from", "to",
+                          "stored bytes", "class", "state"],
+              [(job, s.dataset, s.store, s.id, s.kind, s.parent_id or "-", s.from_name or "-",
+                s.to_name, s.stored_bytes, s.storage_class, s.state) for job, s in rows],
+              show_all=show_all, what="streams", summary=lambda: _stream_counts(rows))
     return ExitStatus.OK
+
+
+def _stream_counts(rows: list) -> tuple[list[str], list[tuple]]:
+    """Per job, store, kind and state: the streams, the datasets and the stored bytes."""
+    from zrepl_py.observe.progress import format_size  # noqa: PLC0415
+
+    stored: dict[tuple, int] = {}
+    for job, s in rows:
+        key = (job, s.store, s.kind, s.state)
+        stored[key] = stored.get(key, 0) + s.stored_bytes
+    return (["job", "store", "kind", "state", "streams", "stored", "datasets"],
+            [(job, store, kind, state, f"{count:,}", format_size(stored[(job, store, kind, state)]),
+              names_or_count(seen["datasets"]))
+             for (job, store, kind, state), count, seen in count_by(
+                rows, lambda r: (r[0], r[1].store, r[1].kind, r[1].state),
+                {"datasets": lambda r: r[1].dataset})])
 
 
 @command.command("datasets")

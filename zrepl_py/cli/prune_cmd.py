@@ -3,16 +3,12 @@ snapshots, replica snapshots and archive chains, showing why each thing is kept.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import click
 
-from zrepl_py.cli.common import (
-    Invocation,
-    emit_json,
-    emit_table,
-    for_each_job,
-    json_option,
-    pass_invocation,
-)
+from zrepl_py.cli.common import Invocation, emit_json, for_each_job, json_option, pass_invocation
+from zrepl_py.cli.summary import LIMIT, all_option, count_by, emit_long, names_or_count, reason_kind
 from zrepl_py.errors import ExitStatus
 
 
@@ -35,38 +31,41 @@ def _recheck_text(d, full_id: int) -> str:
     return f"re-check of the releasing chain {name}(stream {full_id}): not run"
 
 
-def _stream_rows(result) -> list[dict]:
+def _stream_rows(result) -> Iterator[dict]:
     """One row per archived stream: kept (with reasons), deleted, or finished; a deleted
     one names the chain that releases it and its re-check (planned or done)."""
-    rows = []
     archive = result.archive
     if archive is None:
-        return rows
+        return
     for d in archive.datasets:
         base = {"job": result.job, "store": archive.store, "dataset": d.dataset}
         if d.plan is None:
-            rows.append({**base, "stream_id": None, "stream": "", "state": "", "action": "error",
-                         "reasons": [d.error or ""]})
+            yield {**base, "stream_id": None, "stream": "", "state": "", "action": "error",
+                   "reasons": [d.error or ""]}
             continue
         for s in d.plan.unfinished:
-            rows.append({**base, "stream_id": s.id, "stream": _stream_label(s), "state": s.state,
-                         "storage_class": s.storage_class, "action": "finish delete",
-                         "reasons": ["condemned by an earlier prune that did not finish"]})
+            yield {**base, "stream_id": s.id, "stream": _stream_label(s), "state": s.state,
+                   "storage_class": s.storage_class, "action": "finish delete",
+                   "reasons": ["condemned by an earlier prune that did not finish"]}
         releaser = {dec.stream.id: c.released_by[0].id for c in d.plan.to_delete
                     for dec in c.streams}
         marked_bad = {i for c in d.outcome.rechecks for i in c.bad_streams} if d.outcome else set()
-        for decision in d.plan.decisions:
+        deleted = set(d.outcome.deleted) if d.outcome is not None else set()
+        texts: dict[int, str] = {}  # one re-check text per releasing chain, not per stream
+        chained = [(c.full.id, dec) for c in d.plan.chains for dec in c.streams]
+        for chain, decision in chained + [(None, dec) for dec in d.plan.orphans]:
             s = decision.stream
             by = releaser.get(s.id)
             action = "delete" if decision.delete else "keep"
-            if decision.delete and d.outcome is not None and s.id not in d.outcome.deleted:
+            if decision.delete and d.outcome is not None and s.id not in deleted:
                 action = "delete stopped"  # the plan's delete did not happen (see the error)
-            rows.append({**base, "stream_id": s.id, "stream": _stream_label(s),
-                         "state": "bad" if s.id in marked_bad else s.state,
-                         "storage_class": s.storage_class, "action": action,
-                         "reasons": list(decision.reasons), "released_by": by,
-                         "recheck": _recheck_text(d, by) if by is not None else None})
-    return rows
+            if by is not None and by not in texts:
+                texts[by] = _recheck_text(d, by)
+            yield {**base, "stream_id": s.id, "chain": chain, "stream": _stream_label(s),
+                   "state": "bad" if s.id in marked_bad else s.state,
+                   "storage_class": s.storage_class, "action": action,
+                   "reasons": list(decision.reasons), "released_by": by,
+                   "recheck": texts.get(by) if by is not None else None}
 
 
 def _replica_rows(result) -> list[dict]:
@@ -89,15 +88,18 @@ def _replica_rows(result) -> list[dict]:
 @click.option("--accept-early-delete-fee", is_flag=True,
               help="Delete archive chains even when a stream is younger than its storage"
                    " class's minimum duration (S3 bills the rest of the minimum).")
+@all_option
 @json_option
 @pass_invocation
 def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, accept_early_delete_fee: bool,
-            as_json: bool) -> ExitStatus:
+            show_all: bool, as_json: bool) -> ExitStatus:
     """Destroy zbak snapshots the retention no longer wants on the source and on ZFS
     replica targets (never held, cloned, foreign, newest, replication-base or archive-base
     snapshots), and delete whole archive chains the archive retention no longer wants
     (only once a newer full is verified within reverify_after, and after that newer chain
-    is re-checked against the catalog right before; never a damaged chain)."""
+    is re-checked against the catalog right before; never a damaged chain). Plans of more
+    than 100 snapshots or streams are shown as counts per action and reason (--all: every
+    row)."""
     from zrepl_py.pruning.job import prune_job  # noqa: PLC0415 (command modules load lazily)
 
     with inv.context() as ctx:
@@ -112,7 +114,8 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, accept_early_
                 rows.append({"job": result.job, "snapshot": d.candidate.name,
                              "action": "destroy" if d.destroy else "keep",
                              "reasons": list(d.reasons)})
-    streams = [row for r in results for row in _stream_rows(r)]
+    # A generator for --json (written row by row), a list for the tables.
+    streams = (row for r in results for row in _stream_rows(r))
     replica = [row for r in results for row in _replica_rows(r)]
     outcomes = {r.job: r.outcome for r in results if r.outcome is not None}
     if as_json:
@@ -126,7 +129,7 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, accept_early_
             "archive": {r.job: _archive_summary(r.archive) for r in results if r.archive},
         })
     else:
-        _print_tables(rows, replica, streams, outcomes, results, dry_run)
+        _print_tables(rows, replica, list(streams), outcomes, results, dry_run, show_all)
     _report_errors(results)
     if status == ExitStatus.OK and any(r.failed for r in results):
         return ExitStatus.FAILED
@@ -166,20 +169,52 @@ def _rechecks(d) -> list[dict]:
     return found
 
 
-def _print_tables(rows, replica, streams, outcomes, results, dry_run: bool) -> None:
+def _why(row: dict) -> tuple[str, ...]:
+    """The kinds of a plan row's reasons (its re-check line last), for the summary."""
+    kinds = tuple(map(reason_kind, row["reasons"]))
+    return kinds + (reason_kind(row["recheck"]),) if row.get("recheck") else kinds
+
+
+def _dataset_of(snapshot: str) -> str:
+    return snapshot.partition("@")[0]
+
+
+def _print_tables(rows, replica, streams, outcomes, results, dry_run: bool,
+                  show_all: bool) -> None:
     note = " (dry run: nothing destroyed)" if dry_run else ""
-    emit_table("prune plan" + note, ["job", "snapshot", "action", "why"],
-               [(r["job"], r["snapshot"], r["action"], "; ".join(r["reasons"])) for r in rows])
+    emit_long("prune plan" + note, ["job", "snapshot", "action", "why"],
+              [(r["job"], r["snapshot"], r["action"], "; ".join(r["reasons"])) for r in rows],
+              show_all=show_all, what="snapshots", summary=lambda: (
+                  ["job", "action", "why", "snapshots", "datasets"],
+                  [(job, action, "; ".join(why), count, names_or_count(seen["datasets"]))
+                   for (job, action, why), count, seen in count_by(
+                      rows, lambda r: (r["job"], r["action"], _why(r)),
+                      {"datasets": lambda r: _dataset_of(r["snapshot"])})]))
     if replica:
-        emit_table("replica prune plan" + note, ["job", "target", "snapshot", "action", "why"],
-                   [(r["job"], r["target"], r["snapshot"], r["action"], "; ".join(r["reasons"]))
-                    for r in replica])
+        emit_long("replica prune plan" + note, ["job", "target", "snapshot", "action", "why"],
+                  [(r["job"], r["target"], r["snapshot"], r["action"], "; ".join(r["reasons"]))
+                   for r in replica],
+                  show_all=show_all, what="snapshots", summary=lambda: (
+                      ["job", "target", "action", "why", "snapshots", "datasets"],
+                      [(job, target, action, "; ".join(why), count,
+                        names_or_count(seen["datasets"]))
+                       for (job, target, action, why), count, seen in count_by(
+                          replica, lambda r: (r["job"], r["target"], r["action"], _why(r)),
+                          {"datasets": lambda r: _dataset_of(r["snapshot"])})]))
     if streams:
-        emit_table("archive chains" + (" (dry run: nothing deleted)" if dry_run else ""),
-                   ["job", "store", "dataset", "stream", "state", "action", "why"],
-                   [(r["job"], r["store"], r["dataset"], r["stream"], r["state"], r["action"],
-                     "; ".join(r["reasons"] + ([r["recheck"]] if r.get("recheck") else [])))
-                    for r in streams])
+        emit_long("archive chains" + (" (dry run: nothing deleted)" if dry_run else ""),
+                  ["job", "store", "dataset", "stream", "state", "action", "why"],
+                  [(r["job"], r["store"], r["dataset"], r["stream"], r["state"], r["action"],
+                    "; ".join(r["reasons"] + ([r["recheck"]] if r.get("recheck") else [])))
+                   for r in streams],
+                  show_all=show_all, what="streams", summary=lambda: (
+                      ["job", "store", "action", "why", "streams", "chains", "datasets"],
+                      [(job, store, action, "; ".join(why), count, len(seen["chains"]),
+                        names_or_count(seen["datasets"]))
+                       for (job, store, action, why), count, seen in count_by(
+                          streams, lambda r: (r["job"], r["store"], r["action"], _why(r)),
+                          {"datasets": lambda r: r["dataset"],
+                           "chains": lambda r: (r["dataset"], r["chain"])})]))
     for job, outcome in outcomes.items():
         click.echo(f"{job}: destroyed {len(outcome.destroyed)}, skipped {len(outcome.skipped)}, "
                    f"failed {len(outcome.failed)}")
@@ -193,16 +228,42 @@ def _print_tables(rows, replica, streams, outcomes, results, dry_run: bool) -> N
                            f" skipped {len(o.skipped)}, failed {len(o.failed)}")
                 for name, why in o.skipped + o.failed:
                     click.echo(f"  kept {name}: {why}")
-        archive = result.archive
-        for d in archive.datasets if archive else ():
-            for full_id in d.recheck_planned:
-                click.echo(f"{result.job} -> {archive.store}: {d.dataset}: "
-                           + _recheck_text(d, full_id))
-            if d.outcome is not None:
-                click.echo(f"{result.job} -> {archive.store}: {d.dataset}: deleted"
-                           f" {len(d.outcome.deleted)} stream(s)"
-                           + (f", finished {len(d.outcome.finished)} left by an earlier prune"
-                              if d.outcome.finished else ""))
+        if result.archive is not None:
+            _print_archive_lines(result.job, result.archive, show_all)
+
+
+def _print_archive_lines(job: str, archive, show_all: bool) -> None:
+    """Per dataset, the re-check of each releasing chain and what was deleted; past
+    ``LIMIT`` datasets (without ``show_all``) one total line, and a line of its own only
+    for each dataset whose re-check or delete did not go through."""
+    datasets = archive.datasets
+    many = len(datasets) > LIMIT and not show_all
+    planned = checked = objects = deleted = finished = 0
+    for d in datasets:
+        trouble = d.outcome is not None and (d.outcome.error or d.outcome.mismatch)
+        for full_id in d.recheck_planned:
+            planned += 1
+            objects += d.recheck_planned[full_id]
+            if not many or trouble:
+                click.echo(f"{job} -> {archive.store}: {d.dataset}: " + _recheck_text(d, full_id))
+        if d.outcome is None:
+            continue
+        checked += len(d.outcome.rechecks)
+        deleted += len(d.outcome.deleted)
+        finished += len(d.outcome.finished)
+        if not many or trouble:
+            click.echo(f"{job} -> {archive.store}: {d.dataset}: deleted"
+                       f" {len(d.outcome.deleted)} stream(s)"
+                       + (f", finished {len(d.outcome.finished)} left by an earlier prune"
+                          if d.outcome.finished else ""))
+    if not many:
+        return
+    real = any(d.outcome is not None for d in datasets)
+    click.echo(f"{job} -> {archive.store}: {len(datasets):,} datasets: "
+               + (f"re-checked {checked:,} of {planned:,} releasing chain(s), deleted"
+                  f" {deleted:,} stream(s), finished {finished:,} left by an earlier prune"
+                  if real else f"will re-check {objects:,} objects of {planned:,} releasing"
+                  " chain(s) before deleting") + " (--all: per dataset)")
 
 
 def _report_errors(results) -> None:

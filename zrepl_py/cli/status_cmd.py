@@ -17,6 +17,7 @@ from zrepl_py.cli.common import (
     json_option,
     pass_invocation,
 )
+from zrepl_py.cli.summary import all_option, count_by, emit_long
 from zrepl_py.errors import ExitStatus, UsageError, ZbakError
 
 
@@ -49,6 +50,33 @@ def _sent(t) -> str:
     return f"{t.dataset}@{t.to_snapshot or '?'}"
 
 
+def _run_counts(runs: list[tuple]) -> tuple[list[str], list[tuple]]:
+    """Per job, action and result: how many targets, the oldest and newest start."""
+    starts: dict[tuple, list[str]] = {}
+    for run in runs:
+        starts.setdefault(run[:2] + (run[3],), []).append(run[4])
+    return (["job", "action", "result", "targets", "oldest start", "newest start"],
+            [(job, action, result, f"{count:,}", min(starts[(job, action, result)]),
+              max(starts[(job, action, result)]))
+             for (job, action, result), count, _ in count_by(
+                runs, lambda r: (r[0], r[1], r[3]), {})])
+
+
+def _chain_counts(chains: list[tuple]) -> tuple[list[str], list[tuple]]:
+    """Per job and store: datasets, streams of the current chains, chains, stored bytes,
+    the oldest current full and the newest stream."""
+    columns = ["job", "store", "datasets", "streams", "chains", "stored", "oldest full",
+               "newest stream"]
+    groups: dict[tuple[str, str], list] = {}
+    for job, c in chains:
+        groups.setdefault((job, c.store), []).append(c)
+    return columns, [
+        (job, store, f"{len(found):,}", f"{sum(c.length for c in found):,}",
+         f"{sum(c.chains for c in found):,}", _size(sum(c.stored_bytes for c in found)),
+         _when(min(c.full_time for c in found)), _when(max(c.newest_time for c in found)))
+        for (job, store), found in sorted(groups.items())]
+
+
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -67,12 +95,14 @@ def _age(seconds: float | None) -> str:
 @click.option("--check", is_flag=True,
               help="Only judge health (catalog only): one status line; exit 0 OK, 1 WARNING,"
                    " 2 CRITICAL, 3 UNKNOWN (Nagios plugin codes).")
+@all_option
 @pass_invocation
 def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool,
-            prom_textfile: Path | None, check: bool) -> int:
+            prom_textfile: Path | None, check: bool, show_all: bool) -> int:
     """Show, per job and target: last success, lag (time and snapshots), archive chain
     lengths, bytes held by zbak's holds, runs in progress, each running transfer (what is
     sent, bytes done and expected, rate, ETA, start, PID) and the next scheduled runs.
+    Past 100 datasets, runs and chains are counted per job, action and store (--all: each).
 
     With --check: exit 2 CRITICAL when a job's newest run of an action or hook failed, an
     action is stale past [alerts] stale_after, or the newest audit found problems; 1
@@ -103,7 +133,9 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
                  ", ".join(f"{a} {_when(t)}" for a, t in s.next_runs.items())) for s in states])
     runs = [(s.job, r.action, r.target or "", r.result, _when(r.started_at), _when(r.ended_at),
              r.bytes, (r.error or "")[:120]) for s in states for r in s.last_runs]
-    emit_table("last runs", ["job", "action", "target", "result", "started", "ended", "bytes", "error"], runs)
+    emit_long("last runs", ["job", "action", "target", "result", "started", "ended", "bytes",
+                            "error"], runs, show_all=show_all, what="runs",
+              summary=lambda: _run_counts(runs))
     targets = [(s.job, t.target, t.cursor or "never replicated", _age(t.lag_seconds),
                 "-" if t.lag_snapshots is None else t.lag_snapshots, _when(t.last_success),
                 t.last_result or "-")
@@ -115,8 +147,10 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
                _when(c.full_time), f"{c.newest} ({_when(c.newest_time)})")
               for s in states for c in s.chains]
     if chains:
-        emit_table("archive chains", ["job", "dataset", "store", "streams", "chains", "stored",
-                                      "full written", "newest"], chains)
+        emit_long("archive chains", ["job", "dataset", "store", "streams", "chains", "stored",
+                                     "full written", "newest"], chains,
+                  show_all=show_all, what="datasets",
+                  summary=lambda: _chain_counts([(s.job, c) for s in states for c in s.chains]))
     running = [(s.job, r.action, r.target or "", _when(r.started_at), _age(r.seconds))
                for s in states for r in s.running]
     if running:

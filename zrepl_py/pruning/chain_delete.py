@@ -28,12 +28,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.catalog.rows import StreamRow
+from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.errors import CatalogConflict, ReleaserMismatch, StoreInconsistent, ZbakError
-from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, PROGRESS, common_prefix
+from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, PROGRESS
 from zrepl_py.pruning.chain_plan import ChainPlan
 from zrepl_py.pruning.recheck import Recheck, recheck_chain
 from zrepl_py.stores.base import Backend
@@ -66,41 +66,47 @@ class ChainPruneOutcome:
         return any(not check.ok for check in self.rechecks)
 
 
-def find_damaged(backend: Backend, catalog: Catalog,
+def find_damaged(listing: Mapping[str, int], volumes: Mapping[int, Sequence[VolumeRow]],
                  streams: Sequence[StreamRow]) -> dict[int, str]:
-    """Check that every catalogued object of the not-condemned ``streams`` is in the store.
+    """Check that every catalogued object of the not-condemned ``streams`` is in the store
+    (PURE; no object is read): each volume (``volumes``: the catalog's rows by stream id)
+    listed with its recorded size, and the manifest of each stream not still
+    ``uploading`` listed.
 
-    A cheap check (no object is read): ONE listing of the streams' common prefix, compared
-    with each stream's catalogued volumes (key and stored size) and its manifest (streams
-    still ``uploading`` have none yet).
+    Args:
+        listing: ``{key: stored bytes}`` of a listing of the store covering the streams'
+            prefixes (:func:`listed_sizes`).
 
     Returns:
         ``{stream id: what is wrong}`` for each stream with a missing or resized object.
-
-    Raises:
-        StoreError: the listing failed.
-        CatalogError: reading the volumes failed.
     """
-    living = [s for s in streams if s.state != "condemned"]
-    if not living:
-        return {}
-    listed = {info.key: info.size for info in backend.list(common_prefix([s.object_prefix for s in living]))}
     damaged: dict[int, str] = {}
-    for stream in living:
+    for stream in streams:
+        if stream.state == "condemned":
+            continue
         problems = []
-        for volume in catalog.volumes(stream.id):
-            size = listed.get(volume.key)
+        for volume in volumes.get(stream.id, ()):
+            size = listing.get(volume.key)
             if size is None:
                 problems.append(f"{volume.key} missing")
             elif size != volume.stored_bytes:
                 problems.append(f"{volume.key} has {size} bytes, the catalog says"
                                 f" {volume.stored_bytes}")
-        if stream.state != "uploading" and stream.object_prefix + MANIFEST not in listed:
+        if stream.state != "uploading" and stream.object_prefix + MANIFEST not in listing:
             problems.append(f"{stream.object_prefix}{MANIFEST} missing")
         if problems:
             damaged[stream.id] = "; ".join(problems[:3]) + (
                 f"; {len(problems) - 3} more" if len(problems) > 3 else "")
     return damaged
+
+
+def listed_sizes(backend: Backend, prefix: str) -> dict[str, int]:
+    """``{key: stored bytes}`` of every object under ``prefix`` (one listing).
+
+    Raises:
+        StoreError: the listing failed.
+    """
+    return {info.key: info.size for info in backend.list(prefix)}
 
 
 def delete_stream(backend: Backend, catalog: Catalog, stream: StreamRow) -> int:

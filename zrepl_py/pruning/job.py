@@ -120,7 +120,7 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
         now = ctx.clock.now()
         others = replica_datasets(ctx.config, source.host)
         inventory = take_inventory(zfs, catalog, job, now, replicas=others, with_clones=True)
-        streams = catalog.streams(host=source.host)
+        streams = catalog.bulk_streams(host=source.host, below=str(source.dataset))
         if not dry_run and _release_stale_archive_holds(zfs, name, inventory, streams):
             inventory = take_inventory(zfs, catalog, job, now, replicas=others,
                                        with_clones=True)
@@ -140,7 +140,7 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
                          for target in zfs_targets(job))
         archive = None
         if job.archive is not None:
-            archive = _prune_archive(ctx, name, job, dry_run=dry_run,
+            archive = _prune_archive(ctx, name, job, streams, dry_run=dry_run,
                                      accept_early_delete_fee=accept_early_delete_fee,
                                      left_out=inventory.left_out)
         result = PruneResult(name, plans, outcome, replicas, archive)
@@ -205,10 +205,12 @@ def _prune_target(ctx: Context, name: str, job: JobConfig, target: Endpoint,
     return result
 
 
-def _prune_archive(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
+def _prune_archive(ctx: Context, name: str, job: JobConfig, streams: list, *, dry_run: bool,
                    accept_early_delete_fee: bool, left_out: tuple[str, ...]) -> ArchivePruneResult:
     """Open the job's store and apply archive retention to the job's datasets but those
-    its selection ``left_out`` (``pruning.archive.job_streams``); errors go in the result.
+    its selection ``left_out`` (``pruning.archive.job_streams``), over ``streams`` (the
+    catalog's streams of the job's tree, read once for the whole prune); errors go in the
+    result.
     The store's catalog export lists every stream under the job's dataset, as archive's."""
     assert job.archive is not None
     cfg = job.archive
@@ -221,20 +223,21 @@ def _prune_archive(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
         guard = StoreGuard(backend, cfg.store, ctx.state_dir, job=name)
         guard.check()
         if dry_run:
-            return prune_archive(backend, ctx.catalog(), job, ctx.clock.now(), dry_run=True,
-                                 accept_early_delete_fee=accept_early_delete_fee,
+            return prune_archive(backend, ctx.catalog(), job, streams, ctx.clock.now(),
+                                 dry_run=True, accept_early_delete_fee=accept_early_delete_fee,
                                  left_out=left_out)
         target = f"archive:{cfg.store}"
         with recorded_run(ctx.catalog(), ctx.clock, name, "prune", target) as record:
-            result = prune_archive(backend, ctx.catalog(), job, ctx.clock.now(), dry_run=False,
+            result = prune_archive(backend, ctx.catalog(), job, streams, ctx.clock.now(),
+                                   dry_run=False,
                                    accept_early_delete_fee=accept_early_delete_fee,
                                    left_out=left_out)
             errors = [f"{d.dataset}: {d.error or d.outcome.error}" for d in result.datasets
                       if d.failed]
             if errors:
                 record.result, record.error = "partial", "; ".join(errors)
-            by_dataset = job_streams(job, ctx.catalog().streams(host=job.source.host,
-                                                                store=cfg.store), cfg.store)
+            by_dataset = job_streams(job, ctx.catalog().bulk_streams(
+                host=job.source.host, below=str(job.source.dataset), store=cfg.store), cfg.store)
             guard.publish([s for d in sorted(by_dataset) for s in by_dataset[d]],
                           ctx.clock.now())
         return result

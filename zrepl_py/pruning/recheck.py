@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
@@ -113,13 +113,11 @@ def read_problem(volume: VolumeRow, size: int, sha256: str) -> str | None:
     return None
 
 
-def planned_objects(catalog: Catalog, chain: Sequence[StreamRow]) -> int:
-    """How many objects ``recheck_chain`` will check: every volume and every manifest.
-
-    Raises:
-        CatalogError: reading the volumes failed.
-    """
-    return sum(len(catalog.volumes(s.id)) + (s.state != "uploading") for s in chain)
+def planned_objects(volumes: Mapping[int, Sequence[VolumeRow]],
+                    chain: Sequence[StreamRow]) -> int:
+    """How many objects ``recheck_chain`` will check: every volume (``volumes``: the
+    catalog's rows by stream id) and every manifest (PURE)."""
+    return sum(len(volumes.get(s.id, ())) + (s.state != "uploading") for s in chain)
 
 
 def _read(backend: Backend, key: str) -> tuple[int, str]:

@@ -25,9 +25,9 @@ non-recursive job's tree is its root alone).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
-from zrepl_py.config.schema import SelectConfig
+from zrepl_py.config.schema import JobConfig, SelectConfig
 from zrepl_py.zfs.model import PropertyValue
 from zrepl_py.zfs.names import DatasetName
 
@@ -65,6 +65,27 @@ def is_excluded(dataset: DatasetName, root: DatasetName, exclude: Sequence[str])
         if relative == rel or relative.startswith(rel + "/"):
             return True
     return False
+
+
+def covers(job: JobConfig, left_out: Collection[str] = ()) -> Callable[[str], bool]:
+    """Whether ``job`` covers a dataset (by name): its dataset, and with ``recursive`` its
+    descendants that are neither excluded nor in ``left_out`` (``Selection.left_out`` of
+    this run's listing; a dataset no longer listed, destroyed, still counts). Each name is
+    judged once and remembered: commands over 100,000 streams ask once per stream (issue
+    20)."""
+    root = job.source.dataset
+    skipped = frozenset(left_out)
+    answers: dict[str, bool] = {}
+
+    def covered(dataset: str) -> bool:
+        found = answers.get(dataset)
+        if found is None:
+            found = answers[dataset] = dataset not in skipped and (dataset == root or (
+                job.recursive and dataset.startswith(f"{root}/")
+                and not is_excluded(DatasetName(dataset), root, job.exclude)))
+        return found
+
+    return covered
 
 
 def _at_or_below(dataset: str, top: str) -> bool:

@@ -228,7 +228,8 @@ def _worst(values: Sequence[float | int | None]):
 
 
 def _target_status(target: str, root: str, cursors: list[CursorRow],
-                   live: dict[str, list[SnapshotRow]], by_guid: dict[tuple[str, int], SnapshotRow],
+                   live: dict[str, list[SnapshotRow]],
+                   by_guid: dict[str, dict[int, SnapshotRow]],
                    last_ok: RunRow | None, last: RunRow | None,
                    left_out: Collection[str] = ()) -> TargetStatus:
     mine = sorted((c for c in cursors if c.target == target and c.source_dataset not in left_out),
@@ -239,8 +240,8 @@ def _target_status(target: str, root: str, cursors: list[CursorRow],
         mine_lags = []
     for cursor in mine:
         snaps = live.get(cursor.source_dataset, [])
-        guids = {g: s for (d, g), s in by_guid.items() if d == cursor.source_dataset}
-        mine_lags.append(_lag(cursor.source_dataset, cursor, snaps, guids))
+        mine_lags.append(_lag(cursor.source_dataset, cursor, snaps,
+                              by_guid.get(cursor.source_dataset, {})))
     # The root's row heads the target; a selection that leaves the root out (``[select]``
     # on a pool) is headed by its first selected dataset.
     head = next((d for d in mine_lags if d.dataset == root), None) or next(
@@ -254,23 +255,34 @@ def _target_status(target: str, root: str, cursors: list[CursorRow],
     )
 
 
-def _chains(streams: list[StreamRow], store: str) -> list[ChainStatus]:
+def current_chains(catalog: Catalog, job: JobConfig
+                   ) -> dict[str, tuple[list[StreamRow], list[StreamRow]]]:
+    """Per dataset at or below the job's dataset with streams in the job's store: its
+    current chain (``catalog.chains.current_chain``, full first) and all its streams there
+    (one bulk read); empty without ``[archive]``."""
+    if job.archive is None:
+        return {}
+    source = job.source
     by_dataset: dict[str, list[StreamRow]] = {}
-    for stream in streams:
+    for stream in catalog.bulk_streams(host=source.host, below=str(source.dataset),
+                                       store=job.archive.store):
         by_dataset.setdefault(stream.dataset, []).append(stream)
-    found = []
-    for dataset, rows in sorted(by_dataset.items()):
-        chain = current_chain(rows)
+    return {dataset: (current_chain(rows), rows) for dataset, rows in by_dataset.items()}
+
+
+def _chains(found: dict, store: str) -> list[ChainStatus]:
+    chains = []
+    for dataset, (chain, rows) in sorted(found.items()):
         if not chain:
             continue
         fulls = [s for s in rows if s.kind == "full" and s.state != "condemned"]
-        found.append(ChainStatus(
+        chains.append(ChainStatus(
             dataset=dataset, store=store, length=len(chain), chains=len(fulls),
             stored_bytes=sum(s.stored_bytes for s in chain),
             raw_bytes=sum(s.raw_bytes for s in chain), full_time=chain[0].created_at,
             newest=chain[-1].to_name, newest_time=chain[-1].uploaded_at or chain[-1].created_at,
         ))
-    return found
+    return chains
 
 
 def _below(dataset: str, root: str) -> bool:
@@ -280,26 +292,24 @@ def _below(dataset: str, root: str) -> bool:
 def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
                held: Held | None = None,
                next_runs: dict[str, dt.datetime | None] | None = None,
-               left_out: Collection[str] = ()) -> JobStatus:
+               left_out: Collection[str] = (), chains: dict | None = None) -> JobStatus:
     """Summarise one job from the catalog (no host is dialled); ``now`` is aware UTC.
 
     ``held`` comes from ``read_held`` (None: left out, e.g. ``zbak status --offline``);
     ``next_runs`` from ``scheduled_runs`` (None: from the job's own schedules only);
     ``left_out`` names datasets below the root the job's selection leaves out
-    (``snapshots.inventory.left_out_now``), which the summary then leaves out too.
+    (``snapshots.inventory.left_out_now``), which the summary then leaves out too;
+    ``chains`` from ``current_chains`` (None: read here).
 
     Raises:
         CatalogError: the catalog cannot be read.
     """
     source = job.source
     root = str(source.dataset)
-    every = [s for s in catalog.snapshots(host=source.host, below=root, include_destroyed=True)
-             if s.dataset not in left_out]
     live: dict[str, list[SnapshotRow]] = {}
-    for snap in every:
-        if snap.destroyed_at is None:
+    for snap in catalog.snapshots(host=source.host, below=root):
+        if snap.dataset not in left_out:
             live.setdefault(snap.dataset, []).append(snap)
-    by_guid = {(s.dataset, s.guid): s for s in every}
     # The root's newest; without one (left out, or skipped by min_change) the newest of the
     # tree (createtxg counts pool-wide).
     root_snaps = live.get(root) or sorted((s for rows in live.values() for s in rows),
@@ -307,6 +317,11 @@ def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
     newest = root_snaps[-1] if root_snaps else None
     last_runs = catalog.last_runs(name)
     cursors = [c for c in catalog.cursors(name) if c.source_host == source.host]
+    # The cursors' snapshots, destroyed ones too (the lag is measured from them).
+    by_guid: dict[str, dict[int, SnapshotRow]] = {}
+    for snap in catalog.snapshots_by_guid((c.source_host, c.source_dataset, c.guid)
+                                          for c in cursors):
+        by_guid.setdefault(snap.dataset, {})[snap.guid] = snap
     ok = {}
     for action in sorted({r.action for r in last_runs}):
         ok.update({(action, t): r for (_, t), r in catalog.last_successes(action, name).items()})
@@ -314,11 +329,9 @@ def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
     targets = [_target_status(t, root, cursors, live, by_guid, ok.get(("replicate", t)),
                               latest.get(("replicate", t)), left_out)
                for t in (job.replicate.targets if job.replicate else [])]
-    chains = []
-    if job.archive is not None:
-        streams = [s for s in catalog.streams(host=source.host, store=job.archive.store)
-                   if _below(s.dataset, root) and s.dataset not in left_out]
-        chains = _chains(streams, job.archive.store)
+    if chains is None:
+        chains = current_chains(catalog, job)
+    chains = {d: found for d, found in chains.items() if d not in left_out}
     return JobStatus(
         job=name,
         source=str(source),
@@ -330,7 +343,7 @@ def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
                              for (a, t), r in ok.items()),
                             key=lambda s: (s.action, s.target or "")),
         targets=targets,
-        chains=chains,
+        chains=_chains(chains, job.archive.store) if job.archive is not None else [],
         held_bytes=held.bytes if held else None,
         held_snapshots=held.snapshots if held else None,
         held_error=held.error if held else None,
@@ -342,26 +355,23 @@ def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
     )
 
 
-def held_guids(catalog: Catalog, name: str, job: JobConfig) -> set[tuple[str, int]]:
+def held_guids(catalog: Catalog, name: str, job: JobConfig,
+               chains: dict | None = None) -> set[tuple[str, int]]:
     """``(dataset, guid)`` of every source snapshot zbak holds for ``job``: the replication
-    cursors' snapshots and the last snapshot of each current archive chain."""
+    cursors' snapshots and the last snapshot of each current archive chain (``chains``
+    from ``current_chains``; None: read here)."""
     source = job.source
     root = str(source.dataset)
     found = {(c.source_dataset, c.guid) for c in catalog.cursors(name)
              if c.source_host == source.host and _below(c.source_dataset, root)}
-    if job.archive is not None:
-        by_dataset: dict[str, list[StreamRow]] = {}
-        for s in catalog.streams(host=source.host, store=job.archive.store):
-            if _below(s.dataset, root):
-                by_dataset.setdefault(s.dataset, []).append(s)
-        for dataset, rows in by_dataset.items():
-            chain = current_chain(rows)
-            if chain:
-                found.add((dataset, chain[-1].to_guid))
+    if chains is None:
+        chains = current_chains(catalog, job)
+    found.update((dataset, chain[-1].to_guid) for dataset, (chain, _) in chains.items()
+                 if chain)
     return found
 
 
-def read_held(ctx, name: str, job: JobConfig) -> Held:
+def read_held(ctx, name: str, job: JobConfig, chains: dict | None = None) -> Held:
     """Read the bytes zbak's holds pin on ``job``'s source (see module doc).
 
     One ``zfs get -Hp -r|-d 1 -o name,property,value guid,userrefs,used ROOT`` on the source
@@ -370,6 +380,7 @@ def read_held(ctx, name: str, job: JobConfig) -> Held:
 
     Args:
         ctx: the ``zrepl_py.invocation.context.Context`` (its executors and catalog are used).
+        chains: ``current_chains`` of the job (None: read here).
     """
     from zrepl_py.checks.source import source_errors
     from zrepl_py.errors import SourceMissing, ZbakError
@@ -377,7 +388,7 @@ def read_held(ctx, name: str, job: JobConfig) -> Held:
     from zrepl_py.zfs.model import ListingError
 
     source = job.source
-    wanted = held_guids(ctx.catalog(), name, job)
+    wanted = held_guids(ctx.catalog(), name, job, chains)
     if not wanted:
         return Held(0, [])
     cfg = ctx.config.hosts.get(source.host)
@@ -445,10 +456,11 @@ def job_statuses(ctx, names: Sequence[str] = (), *, offline: bool = False) -> li
     upcoming = scheduled_runs(ctx.config, now)
     found = []
     for name, job in chosen:
-        held = None if offline else read_held(ctx, name, job)
+        chains = current_chains(catalog, job)  # read once for the held bytes and the status
+        held = None if offline else read_held(ctx, name, job, chains)
         left_out = () if offline else _left_out(ctx, name, job)
         state = job_status(catalog, name, job, now, held=held, next_runs=upcoming[name],
-                           left_out=left_out)
+                           left_out=left_out, chains=chains)
         found.append(dataclasses.replace(
             state, transfers=[t for t in transfers if t.job == name],
             stale_transfers=[g for g in stale if g.transfer and g.transfer.job == name]))

@@ -24,6 +24,7 @@ import datetime as dt
 import enum
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 # S3 storage classes whose objects must be restored (thawed) before a GET; GLACIER_IR is read
 # directly (AWS S3 user guide, "Using Amazon S3 storage classes").
@@ -39,9 +40,9 @@ class Thaw(enum.Enum):
     THAWED = "thawed"  # restored copy readable until ``ObjectInfo.thaw_expires``
 
 
-@dataclasses.dataclass(frozen=True)
-class ObjectInfo:
-    """What the store says about one object.
+class ObjectInfo(NamedTuple):
+    """What the store says about one object (a named tuple: listings of 100,000 objects
+    build one per object, three times faster than a frozen dataclass).
 
     Attributes:
         key: the key relative to the store root.
@@ -55,6 +56,12 @@ class ObjectInfo:
             for ``file://`` (a file is only its bytes) and for ``list``, and on S3 for
             objects uploaded without one or in several parts (their checksum covers the
             parts' checksums, not the bytes).
+        etag: a token that changes whenever the object may hold other bytes, from ``list``
+            and ``stat`` alike: on S3 the ETag with the LastModified time (every PUT
+            writes a new object; S3 user guide, "Checking object integrity"), for
+            ``file://`` the file's inode, mtime and ctime in nanoseconds (a rewrite or an
+            atomic replace changes the ctime, which no tool can set back; ``stat(2)``).
+            None when the store gives none: then nothing is trusted from the listing.
     """
 
     key: str
@@ -64,11 +71,18 @@ class ObjectInfo:
     thaw: Thaw = Thaw.NOT_NEEDED
     thaw_expires: dt.datetime | None = None
     sha256: str | None = None
+    etag: str | None = None
 
     @property
     def readable(self) -> bool:
         """True when a GET would return the bytes now."""
         return self.thaw in (Thaw.NOT_NEEDED, Thaw.THAWED)
+
+    @property
+    def identity(self) -> str | None:
+        """``SIZE:ETAG``: what a later listing must show for the object to be the one seen
+        now (``catalog.stamps``); None without an etag."""
+        return None if self.etag is None else f"{self.size}:{self.etag}"
 
 
 @dataclasses.dataclass(frozen=True)

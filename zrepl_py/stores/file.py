@@ -148,38 +148,59 @@ class FileBackend(Backend):
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Yield the regular files whose key starts with ``prefix``, sorted by key (code-point
         order, the same as S3's UTF-8 byte order); temporary files of unfinished puts are
-        skipped. Only the directory holding the prefix is walked.
+        skipped, and so are symbolic links to directories (never followed). Only the
+        directory holding the prefix is walked, and below it only directories the prefix
+        can reach.
+
+        One ``scandir`` per directory and one ``stat`` per file; 308,000 objects in 100,000
+        stream directories take about 2 s of CPU here, half of it the kernel's (``find
+        -printf`` needs 1.6 s), against 4.5 s through ``os.walk`` and ``Path``.
 
         Raises:
             StorePermanent: invalid prefix; a directory cannot be read.
         """
         check_prefix(prefix, store=self.name)
-        start = self.root / prefix.rpartition("/")[0] if "/" in prefix else self.root
-        found: list[tuple[str, os.stat_result]] = []
+        head, _, _ = prefix.rpartition("/")
+        found: list[ObjectInfo] = []
+        self._scan(self.root / head if head else self.root, f"{head}/" if head else "", prefix,
+                   found)
+        found.sort(key=_key_of)
+        return iter(found)
 
-        def failed(exc: OSError) -> None:
-            if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
-                raise self._os_error(exc, None, "listing") from exc
-
-        for dirpath, _dirnames, filenames in os.walk(start, onerror=failed):
-            rel_dir = Path(dirpath).relative_to(self.root).as_posix()
-            for filename in filenames:
-                if _TEMP_RE.match(filename):
+    def _scan(self, directory: Path | str, rel: str, prefix: str, found: list[ObjectInfo]) -> None:
+        """Add the objects under ``directory`` (key prefix ``rel``) that start with
+        ``prefix`` to ``found``; recurse into subdirectories the prefix can reach. Written
+        for speed: it runs once per object of a store (issue 20)."""
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return  # nothing there (yet), or deleted while listing
+        except OSError as exc:
+            raise self._os_error(exc, None, "listing") from exc
+        every = rel.startswith(prefix)  # then each key below starts with it too
+        utc, stamp, regular = dt.timezone.utc, dt.datetime.fromtimestamp, statmod.S_ISREG
+        for entry in entries:
+            name = entry.name
+            key = rel + name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    sub = key + "/"
+                    if every or sub.startswith(prefix) or prefix.startswith(sub):
+                        self._scan(entry.path, sub, prefix, found)
                     continue
-                key = filename if rel_dir == "." else f"{rel_dir}/{filename}"
-                if not key.startswith(prefix):
+                if (not every and not key.startswith(prefix)) or (
+                        name[0] == "." and _TEMP_RE.match(name)):
                     continue
-                try:
-                    st = os.stat(os.path.join(dirpath, filename))
-                except FileNotFoundError:
-                    continue  # deleted while listing
-                except OSError as exc:
-                    raise self._os_error(exc, key, "reading the metadata of") from exc
-                if statmod.S_ISREG(st.st_mode):
-                    found.append((key, st))
-        found.sort(key=lambda item: item[0])
-        for key, st in found:
-            yield _info(key, st)
+                st = entry.stat()
+            except FileNotFoundError:
+                continue  # deleted while listing
+            except OSError as exc:
+                raise self._os_error(exc, key, "reading the metadata of") from exc
+            if regular(st.st_mode):
+                found.append(ObjectInfo(
+                    key, st.st_size, "STANDARD", stamp(st.st_mtime_ns / 1e9, tz=utc),
+                    Thaw.NOT_NEEDED, None, None,
+                    f"{st.st_ino}.{st.st_mtime_ns}.{st.st_ctime_ns}"))
 
     def delete(self, key: str) -> None:
         """Remove the file under ``key`` and fsync its directory; a missing key is fine.
@@ -316,9 +337,15 @@ class FileBackend(Backend):
 
 
 def _info(key: str, st: os.stat_result) -> ObjectInfo:
-    modified = dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, tz=dt.timezone.utc)
-    return ObjectInfo(key=key, size=st.st_size, storage_class="STANDARD", modified=modified,
-                      thaw=Thaw.NOT_NEEDED)
+    """What ``stat`` reports of a file (``_scan`` builds the same inline)."""
+    return ObjectInfo(key, st.st_size, "STANDARD",
+                      dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, tz=dt.timezone.utc),
+                      Thaw.NOT_NEEDED, None, None,
+                      f"{st.st_ino}.{st.st_mtime_ns}.{st.st_ctime_ns}")
+
+
+def _key_of(info: ObjectInfo) -> str:
+    return info.key
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -35,7 +35,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import boto3
@@ -252,9 +252,10 @@ class S3Backend(Backend):
                                 Bucket=self.bucket, Key=self._full(key), ChecksumMode="ENABLED")
         storage_class = head.get("StorageClass") or "STANDARD"
         thaw, expires = _thaw_state(storage_class, head.get("Restore"))
+        modified = _utc(head["LastModified"])
         return ObjectInfo(key=key, size=head["ContentLength"], storage_class=storage_class,
-                          modified=_utc(head["LastModified"]), thaw=thaw, thaw_expires=expires,
-                          sha256=_full_object_sha256(head))
+                          modified=modified, thaw=thaw, thaw_expires=expires,
+                          sha256=_full_object_sha256(head), etag=_etag(head, modified))
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """ListObjectsV2 under the store prefix + ``prefix``, in S3's key order (UTF-8 bytes).
@@ -280,10 +281,11 @@ class S3Backend(Backend):
                               self.name, item["Key"])
                     continue
                 storage_class = item.get("StorageClass") or "STANDARD"
+                modified = _utc(item["LastModified"])
                 yield ObjectInfo(
-                    key=key, size=item["Size"], storage_class=storage_class,
-                    modified=_utc(item["LastModified"]),
+                    key=key, size=item["Size"], storage_class=storage_class, modified=modified,
                     thaw=Thaw.FROZEN if storage_class in COLD_CLASSES else Thaw.NOT_NEEDED,
+                    etag=_etag(item, modified),
                 )
             if not page.get("IsTruncated"):
                 return
@@ -643,6 +645,13 @@ def _raise_first_failure(futures: list[concurrent.futures.Future]) -> None:
 def _b64sha256(data: bytes | bytearray) -> str:
     """The SHA-256 of ``data`` as S3's ``x-amz-checksum-sha256`` wants it (base64)."""
     return base64.b64encode(hashlib.sha256(data).digest()).decode("ascii")
+
+
+def _etag(answer: Mapping[str, Any], modified: dt.datetime) -> str | None:
+    """``ETAG@LASTMODIFIED`` of a HEAD answer or listing entry (``ObjectInfo.etag``), None
+    when S3 sent no ETag."""
+    etag = answer.get("ETag")
+    return None if not etag else f"{etag.strip(chr(34))}@{modified.isoformat()}"
 
 
 def _full_object_sha256(head: dict[str, Any]) -> str | None:

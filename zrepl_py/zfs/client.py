@@ -44,9 +44,16 @@ from zrepl_py.zfs.model import (
     Tree,
     build_tree,
 )
-from zrepl_py.zfs.names import BookmarkName, DatasetName, SnapshotName, check_hold_tag
+
 # in names, not here, so that zbak serve checks names without loading the client:
-from zrepl_py.zfs.names import check_property_name, parse_any_name
+from zrepl_py.zfs.names import (
+    BookmarkName,
+    DatasetName,
+    SnapshotName,
+    check_hold_tag,
+    check_property_name,
+    parse_any_name,
+)
 
 TREE_PROPERTIES = ("type", "guid", "createtxg", "creation", "userrefs", "origin")
 """What ``Zfs.tree`` reads for every dataset and snapshot."""
