@@ -44,7 +44,7 @@ def fan_out(
     *,
     after: Mapping[K, K | None],
     concurrency: int,
-    settle: Callable[[list[Finished[K, R]]], None],
+    settle: Callable[[list[Finished[K, R]]], bool | None],
     stop: Callable[[Finished[K, R]], bool],
     cancel: threading.Event | None = None,
     name: str = "zbak-work",
@@ -61,8 +61,9 @@ def fan_out(
             ``key`` starts; None or absent, or a key not in ``keys``: none.
         concurrency: most pieces running at once (>= 1).
         settle: called in the caller's thread with every piece finished since its last
-            call (at least one, in the order of ``keys``), while the others go on; a raise
-            stops the run (see the module doc).
+            call (at least one, in the order of ``keys``), while the others go on; a true
+            result starts nothing more (as ``stop``), a raise stops the run (see the module
+            doc).
         stop: when true for a finished piece, start nothing more (called in a worker).
         cancel: set when the caller's thread is interrupted, for ``work`` to watch.
         name: prefix of the worker threads' names.
@@ -99,7 +100,8 @@ def fan_out(
                     break
             if batch:
                 batch.sort(key=lambda done: board.position[done.key])
-                settle(batch)
+                if settle(batch):
+                    board.halt()
     except BaseException:
         board.halt()
         if cancel is not None:
