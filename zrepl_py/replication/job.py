@@ -215,8 +215,9 @@ def _tell_hooks(outcome: Outcome, inventory: Inventory, root: DatasetName,
 
 
 def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list:
-    """What the run will wait on, to start in the background (``zrepl_py.runtime.prefetch``): each
-    ZFS target's connection and capabilities, then the pool reads of the health checks."""
+    """What the run will wait on, to start in the background (``zrepl_py.runtime.prefetch``): the
+    shared ssh connections of the data path, each ZFS target's connection and capabilities,
+    the source's capabilities, then the pool reads of the health checks."""
     cfg = job.replicate
     assert cfg is not None
     tasks: dict = {}
@@ -228,6 +229,9 @@ def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list:
     for target in zfs_targets:
         pool = target.dataset.pool
         tasks[("zfs", target.host, pool)] = lambda t=target, p=pool: ctx.zfs(t.host, p)
+    source = job.source  # its capabilities (a `zpool get all`) while the catalog opens
+    tasks.setdefault(("zfs", source.host, source.dataset.pool),
+                     lambda: ctx.zfs(source.host, source.dataset.pool))
     for target in [] if dry_run else zfs_targets:
         for key, compute in (_pool_task(ctx, job.source.host, job.source.dataset.pool),
                              _pool_task(ctx, target.host, target.dataset.pool,

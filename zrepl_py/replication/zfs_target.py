@@ -317,7 +317,6 @@ class _TargetRun:
     def replicate(self, dataset: DatasetName) -> _Worked:
         """Plan and run the steps of one dataset (in a worker thread)."""
         assert self.target.dataset is not None
-        info = self.infos[dataset]
         target_ds = self.target.dataset.child(dataset.relative_to(self.job.source.dataset))
         source_state = _source_state(self.src, self.inventory, dataset)
         target_state = _target_state(self.src, self.dst, self.tree, target_ds, source_state,
@@ -327,34 +326,46 @@ class _TargetRun:
         plan = plan_replication(source_state, target_state,
                                 on_divergence=self.transfer.on_divergence, sendable=sendable)
         outcome = DatasetOutcome(str(dataset), str(target_ds), plan)
-        props = self.receive_props.for_kind(info.kind)
-        old = self.cursors.get(str(dataset))
         if plan.diverged:
             outcome.diverged = f"{self.target}: {target_ds} diverged from {dataset}: {plan.diverged}"
             return _Worked(outcome)
         if self.dry_run or not plan.steps:
-            if plan.common is None:
-                return _Worked(outcome)
-            outcome.reached = plan.common.name
-            base = next((s for s in source_state.snapshots if s.guid == plan.common.guid), None)
-            if self.dry_run or base is None or (old is not None and old.guid == base.guid):
-                return _Worked(outcome)
-            # Up to date but the cursor lags (a run killed between its receive and its
-            # batch): hold and record what the target has.
-            return _Worked(outcome, Arrival(dataset, target_ds, base,
-                                            old_base=old.snapshot_name if old else None,
-                                            listed=True))
+            return self._nothing_to_send(outcome, source_state)
         if not target_state.exists:
             self._ensure_parent(target_ds)
-        listed = {s.guid for s in target_state.snapshots}
+        return self._send(dataset, target_ds, plan, outcome, source_state,
+                          {s.guid for s in target_state.snapshots})
+
+    def _nothing_to_send(self, outcome: DatasetOutcome, source: SourceState) -> _Worked:
+        """A dataset up to date (or a dry run): nothing to settle, unless its cursor lags
+        behind what the target has (a run killed between its receive and its batch): then
+        its hold and cursor move there."""
+        common = outcome.plan.common
+        if common is None:
+            return _Worked(outcome)
+        outcome.reached = common.name
+        base = next((s for s in source.snapshots if s.guid == common.guid), None)
+        old = self.cursors.get(outcome.source)
+        if self.dry_run or base is None or (old is not None and old.guid == base.guid):
+            return _Worked(outcome)
+        return _Worked(outcome, Arrival(DatasetName(outcome.source), DatasetName(outcome.target),
+                                        base, old_base=old.snapshot_name if old else None,
+                                        listed=True))
+
+    def _send(self, dataset: DatasetName, target_ds: DatasetName, plan: Plan,
+              outcome: DatasetOutcome, source: SourceState, listed: set[int]) -> _Worked:
+        """Run the plan's steps in order; what reached the target is settled even when a
+        later step failed (``_Worked.error``)."""
+        props = self.receive_props.for_kind(self.infos[dataset].kind)
+        old = self.cursors.get(str(dataset))
         lost = old.snapshot_name if old is not None and old.guid not in listed else None
         reached: SnapRef | None = None
         created = False
         error: ZbakError | None = None
         try:
             for step in plan.steps:
-                outcome.bytes += _execute(step, dataset, target_ds, source_state, self.src,
-                                          self.dst, self.transfer, props=props,
+                outcome.bytes += _execute(step, dataset, target_ds, source, self.src, self.dst,
+                                          self.transfer, props=props,
                                           send_props=self.send_props, lost=lost)
                 created = created or isinstance(step, Full)
                 if isinstance(step, (Full, Incremental, Resume)):
