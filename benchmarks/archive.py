@@ -81,7 +81,14 @@ sys.path.insert(0, str(REPO))
 
 from support import zfs as testbed_zfs  # noqa: E402
 from support.common import free_port  # noqa: E402
-from zfsbench import destroy, guid, last_line, rotate, sh  # noqa: E402 (script-local import)
+from zfsbench import (  # noqa: E402 (script-local import)
+    destroy,
+    guid,
+    last_line,
+    private_zfs_fuse,
+    rotate,
+    sh,
+)
 
 MIB = 1024 * 1024
 PYTHON = sys.executable
@@ -707,13 +714,7 @@ def main() -> int:
         if not shutil.which(tool):
             raise SystemExit(f"{tool} missing: apt-get install zstd time; pip install py-spy")
 
-    why_not = testbed_zfs._enter_private_namespace()
-    if why_not:
-        raise SystemExit(f"cannot get a private zfs-fuse: {why_not}")
-    workdir = Path(tempfile.mkdtemp(prefix="zbak-bench-archive-", dir="/var/tmp"))
-    pidfile = workdir / "zfs-fuse.pid"
-    sh("/usr/sbin/zfs-fuse", "--no-kstat-mount", "--pidfile", str(pidfile))
-    testbed_zfs._wait_for_daemon("zpool")
+    workdir, pidfile = private_zfs_fuse("zbak-bench-archive-")
     bench = Bench(args, workdir)
     bench.daemon_pid = int(pidfile.read_text().strip())
     try:

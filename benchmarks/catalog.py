@@ -69,13 +69,13 @@ from zrepl_py.audit.graph import GraphInput, audit_graph  # noqa: E402
 from zrepl_py.audit.load import load_graph_input  # noqa: E402
 from zrepl_py.catalog.db import make_engine, upgrade  # noqa: E402
 from zrepl_py.catalog.models import (  # noqa: E402
-    Dataset,
-    ReplicaCursor,
-    Run,
-    Snapshot,
-    Stream,
-    StreamSnapshot,
-    Volume,
+    dataset_table,
+    replica_cursor_table,
+    run_table,
+    snapshot_table,
+    stream_snapshot_table,
+    stream_table,
+    volume_table,
 )
 from zrepl_py.catalog.repository import Catalog  # noqa: E402
 
@@ -162,11 +162,12 @@ def build_catalog(engine: sa.Engine, datasets: int, chains: int, chain_length: i
             "result": "ok", "bytes": 0, "error": None,
         })
     with engine.begin() as conn:
-        for model, rows in ((Dataset, dataset_rows), (Snapshot, snap_rows), (Stream, stream_rows),
-                            (Volume, volume_rows), (StreamSnapshot, carried_rows),
-                            (ReplicaCursor, cursor_rows), (Run, run_rows)):
+        for table, rows in ((dataset_table, dataset_rows), (snapshot_table, snap_rows),
+                            (stream_table, stream_rows), (volume_table, volume_rows),
+                            (stream_snapshot_table, carried_rows),
+                            (replica_cursor_table, cursor_rows), (run_table, run_rows)):
             for start in range(0, len(rows), 20_000):
-                conn.execute(sa.insert(model), rows[start:start + 20_000])
+                conn.execute(sa.insert(table), rows[start:start + 20_000])
     return stream_id
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 
 def sh(*argv: str, timeout: float = 600) -> str:
@@ -23,6 +25,22 @@ def sh(*argv: str, timeout: float = 600) -> str:
 def guid(name: str) -> int:
     """The guid of a dataset or snapshot."""
     return int(sh("zfs", "get", "-Hp", "-o", "value", "guid", name))
+
+
+def private_zfs_fuse(prefix: str) -> tuple[Path, Path]:
+    """Enter a private mount namespace and start a zfs-fuse of its own there (as the test
+    suite does, ``support.zfs``); return a new work directory under /var/tmp named
+    ``PREFIX...`` and the daemon's pid file in it (``support.zfs._stop_private_daemon``)."""
+    from support import zfs as testbed_zfs  # the tests directory is on sys.path first
+
+    why_not = testbed_zfs._enter_private_namespace()
+    if why_not:
+        raise SystemExit(f"cannot get a private zfs-fuse: {why_not}")
+    workdir = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
+    pidfile = workdir / "zfs-fuse.pid"
+    sh("/usr/sbin/zfs-fuse", "--no-kstat-mount", "--pidfile", str(pidfile))
+    testbed_zfs._wait_for_daemon("zpool")
+    return workdir, pidfile
 
 
 def destroy(*names: str) -> None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from alembic import context
 
-from zrepl_py.catalog.models import Base
+from zrepl_py.catalog.models import metadata
 from zrepl_py.daemon.store import include_object  # leaves the daemon's schedule table out
 
-target_metadata = Base.metadata
+target_metadata = metadata
 
 
 def run_migrations_online() -> None:

@@ -251,7 +251,7 @@ def test_the_schedule_table_lives_in_the_catalog_and_alembic_leaves_it_alone(cat
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from zrepl_py.catalog.models import Base
+    from zrepl_py.catalog.models import metadata
     from zrepl_py.daemon.store import include_object
 
     config = tmp_path / "zbak.toml"
@@ -265,11 +265,11 @@ def test_the_schedule_table_lives_in_the_catalog_and_alembic_leaves_it_alone(cat
     try:
         with engine.connect() as connection:
             plain = MigrationContext.configure(connection, opts={"compare_type": True})
-            flagged = compare_metadata(plain, Base.metadata)
+            flagged = compare_metadata(plain, metadata)
             assert {d[0] for d in flagged} == {"remove_table", "remove_index"}  # without the hook
             hooked = MigrationContext.configure(
                 connection, opts={"compare_type": True, "include_object": include_object})
-            assert compare_metadata(hooked, Base.metadata) == []
+            assert compare_metadata(hooked, metadata) == []
         assert sa.inspect(engine).has_table("zbak_schedule_t1")
     finally:
         engine.dispose()

@@ -30,9 +30,10 @@ RATE = 500_000
 """Bytes/s of the rate limit while a transfer is to be interrupted. After the kill, zbak still
 passes what the ssh channel had buffered (~2 MB, measured) at this rate before the sender's
 ssh exits, so a lower rate only makes the interrupted run longer."""
-BIG_MIB = 6
+BIG_MIB = 16
 """MiB of random data in the snapshot whose transfer is interrupted: the guest's ``zfs send``
-blocks once ~2 MB are buffered, then writes at RATE, so it is still running ~8 s later."""
+blocks once ~2 MB are buffered, then writes at RATE, so it is still running ~28 s later (6 MiB,
+~8 s, was once too short on a loaded 2-CPU host: the send had ended before the kill)."""
 
 
 class Rig:

@@ -8,14 +8,7 @@ import json
 
 import pytest
 from support.cli import zfs
-from support.tree import (
-    TreeRig,
-    cursors,
-    most_at_once,
-    snapshot_guids,
-    transfers,
-    userrefs,
-)
+from support.tree import TreeRig, cursors, most_at_once, snapshot_guids, transfers, userrefs
 
 from zrepl_py.errors import ExitStatus
 

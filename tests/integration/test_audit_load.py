@@ -15,7 +15,8 @@ from support.postgres import migrated_engine
 from zrepl_py.audit.findings import Severity
 from zrepl_py.audit.graph import CarriedTable, GraphInput, audit_graph, volume_totals
 from zrepl_py.audit.load import load_graph_input
-from zrepl_py.catalog.models import Dataset, Run, Snapshot, Stream, StreamSnapshot, Volume
+from zrepl_py.catalog.models import (dataset_table, run_table, snapshot_table,
+                                     stream_snapshot_table, stream_table, volume_table)
 from zrepl_py.catalog.repository import Catalog
 
 T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
@@ -42,8 +43,9 @@ class Builder:
     database's constraints): streams of snapshot numbers n (guid(d, n), createtxg 10n)."""
 
     def __init__(self):
-        self.rows: dict[type, list[dict]] = {m: [] for m in (Dataset, Snapshot, Stream, Volume,
-                                                             StreamSnapshot, Run)}
+        self.rows: dict[sa.Table, list[dict]] = {
+            t: [] for t in (dataset_table, snapshot_table, stream_table, volume_table,
+                            stream_snapshot_table, run_table)}
         self.next = {m: 0 for m in self.rows}
 
     def add(self, model, **row) -> int:
@@ -52,9 +54,9 @@ class Builder:
         return self.next[model]
 
     def dataset(self, name: str, snapshots: int, *, createtxg: dict[int, int] | None = None) -> int:
-        d = self.add(Dataset, host="local", name=name)
+        d = self.add(dataset_table, host="local", name=name)
         for n in range(snapshots):
-            self.add(Snapshot, dataset_id=d, name=f"s{n}", guid=guid(d, n),
+            self.add(snapshot_table, dataset_id=d, name=f"s{n}", guid=guid(d, n),
                      createtxg=(createtxg or {}).get(n, 10 * n), creation=T0 + n * HOUR,
                      first_seen=T0, destroyed_at=None)
         return d
@@ -63,8 +65,8 @@ class Builder:
                state: str = "verified", kind: str | None = None, carried=None,
                volumes=((0, 100, 10),)) -> int:
         kind = kind or ("full" if frm is None else "incremental")
-        sid = self.next[Stream] + 1
-        self.add(Stream, dataset_id=d, store="cold", kind=kind, parent_id=parent,
+        sid = self.next[stream_table] + 1
+        self.add(stream_table, dataset_id=d, store="cold", kind=kind, parent_id=parent,
                  from_guid=None if frm is None else guid(d, frm),
                  to_guid=guid(d, to), from_name=None if frm is None else f"s{frm}",
                  to_name=f"s{to}", to_createtxg=10 * to,
@@ -76,10 +78,10 @@ class Builder:
         snaps = carried if carried is not None else (
             (to,) if frm is None else range(frm + 1, to + 1))
         for n in snaps:
-            self.add(StreamSnapshot, stream_id=sid, name=f"s{n}", guid=guid(d, n),
+            self.add(stream_snapshot_table, stream_id=sid, name=f"s{n}", guid=guid(d, n),
                      createtxg=10 * n)
         for index, raw, stored in volumes:
-            self.add(Volume, stream_id=sid, index=index, key=f"local/{d}/{sid}/{index}",
+            self.add(volume_table, stream_id=sid, index=index, key=f"local/{d}/{sid}/{index}",
                      raw_bytes=raw, stored_bytes=stored, sha256=SHA)
         return sid
 
@@ -120,12 +122,12 @@ def defective_catalog(engine: sa.Engine) -> dict[str, int]:
     s["conflict"] = b.stream(bad, 34, frm=30, parent=f4)
     b.stream(bad, 35, frm=34, parent=s["conflict"], state="uploading", volumes=())
     s["bare"] = b.stream(bad, 36, carried=())
-    b.add(Run, job="job", action="archive", target="cold:tank/bad",
+    b.add(run_table, job="job", action="archive", target="cold:tank/bad",
           started_at=T0 + 39 * HOUR, ended_at=T0 + 40 * HOUR, result="ok", bytes=0, error=None)
     b.write(engine)
     # the volume rows of "sums" add up to 100 / 10 like the stream row: break the row
     with engine.begin() as conn:
-        conn.execute(sa.update(Stream).where(Stream.id == catalog_sums)
+        conn.execute(sa.update(stream_table).where(stream_table.c.id == catalog_sums)
                      .values(raw_bytes=101))
     return s
 

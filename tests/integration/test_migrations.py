@@ -14,7 +14,7 @@ from alembic.script import ScriptDirectory
 from support.common import free_port
 
 from zrepl_py.catalog import db
-from zrepl_py.catalog.models import Base
+from zrepl_py.catalog.models import metadata
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import NewStream
 from zrepl_py.errors import CatalogError, CatalogNotCurrent, CatalogUnavailable
@@ -61,13 +61,13 @@ def test_the_models_match_the_migrated_schema(engine):
     db.upgrade(engine)
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert compare_metadata(context, Base.metadata) == []
+        assert compare_metadata(context, metadata) == []
 
 
 def test_every_check_constraint_of_the_models_exists_in_the_migrated_schema(engine):
     db.upgrade(engine)
     inspector = sa.inspect(engine)
-    for table in Base.metadata.sorted_tables:
+    for table in metadata.sorted_tables:
         wanted = {c.name for c in table.constraints if isinstance(c, sa.CheckConstraint)}
         present = {c["name"] for c in inspector.get_check_constraints(table.name)}
         assert wanted <= present, table.name
@@ -266,7 +266,7 @@ def test_downgrading_0002_with_rows_present_keeps_the_chain_and_upgrading_again_
     assert db.upgrade(engine) == ("0001", db.head_revision())
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert compare_metadata(context, Base.metadata) == []
+        assert compare_metadata(context, metadata) == []
     catalog = Catalog(engine)
     assert catalog.streams() == streams_before
     assert catalog.carried([s.id for s in streams_before]) == {s.id: [] for s in streams_before}

@@ -27,8 +27,10 @@ APPRISE_LINE = ("zbak: the apprise alerts ([alerts.apprise]) needs apprise:"
 
 
 def _config(tmp_path: Path, *, catalog: str | None = None, s3: bool = False,
-            apprise: bool = False) -> Path:
+            apprise: bool = False, job: bool = False) -> Path:
     lines = [f'state_dir = "{tmp_path / "state"}"']
+    if job:  # `zbak status` opens the catalog only when it has a job to report (issue 18)
+        lines += ["[jobs.data]", 'dataset = "tank/data"']
     if apprise:
         lines += ["[alerts.apprise]", 'urls = [{ env = "HOME" }]']
     if catalog:
@@ -69,7 +71,7 @@ def test_an_s3_store_without_boto3_is_refused_naming_the_s3_extra(tmp_path, args
                                   ["list", "snapshots"], ["status", "--offline"]])
 def test_a_postgresql_catalog_without_psycopg_is_refused_naming_the_postgresql_extra(
         tmp_path, args):
-    config = _config(tmp_path, catalog="postgresql://zbak@127.0.0.1:9/zbak")
+    config = _config(tmp_path, catalog="postgresql://zbak@127.0.0.1:9/zbak", job=True)
     _refused(_zbak(config, *args, hide=("psycopg",)), PG_LINE)
 
 

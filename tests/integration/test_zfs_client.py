@@ -21,13 +21,7 @@ from zrepl_py.errors import (
 )
 from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.zfs.capabilities import Capabilities, detect
-from zrepl_py.zfs.client import (
-    TREE_PROPERTIES,
-    Zfs,
-    batches,
-    parse_get_output,
-    parse_list_output,
-)
+from zrepl_py.zfs.client import TREE_PROPERTIES, Zfs, batches, parse_get_output, parse_list_output
 from zrepl_py.zfs.model import build_tree
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 

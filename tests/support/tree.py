@@ -11,7 +11,6 @@ from pathlib import Path
 
 from support.cli import Zbak, zfs
 from support.common import hosts_table
-
 from zrepl_py.errors import ExitStatus
 
 

@@ -4,15 +4,16 @@ call, dataset ids, and the checks and query pieces several parts use (see ``repo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Iterator, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session
 
 from zrepl_py.catalog.db import reading, reads_concurrently, translate
-from zrepl_py.catalog.models import Dataset, Snapshot, Stream
+from zrepl_py.catalog.models import dataset_table, snapshot_table, stream_table
+from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.errors import CatalogConflict, CatalogError
 
 CHUNK = 500  # ids per IN (...) list, well under SQLite's bound-parameter limit
@@ -50,21 +51,32 @@ def scope_conditions(host: str | None, below: str | None, store: str | None) -> 
     """WHERE conditions selecting streams (joined with their dataset) of a bulk read."""
     conditions = []
     if host is not None:
-        conditions.append(Dataset.host == host)
+        conditions.append(dataset_table.c.host == host)
     if below is not None:
         conditions.append(sa.or_(
-            Dataset.name == below,
-            Dataset.name.startswith(below.rstrip("/") + "/", autoescape=True),
+            dataset_table.c.name == below,
+            dataset_table.c.name.startswith(below.rstrip("/") + "/", autoescape=True),
         ))
     if store is not None:
-        conditions.append(Stream.store == store)
+        conditions.append(stream_table.c.store == store)
     return conditions
 
 
-SNAPSHOT_COLUMNS = (Dataset.host, Dataset.name, Snapshot.name, Snapshot.guid, Snapshot.createtxg,
-                     Snapshot.creation, Snapshot.first_seen, Snapshot.destroyed_at)
+SNAPSHOT_COLUMNS = (dataset_table.c.host, dataset_table.c.name, snapshot_table.c.name,
+                    snapshot_table.c.guid, snapshot_table.c.createtxg, snapshot_table.c.creation,
+                    snapshot_table.c.first_seen, snapshot_table.c.destroyed_at)
 """A :class:`SnapshotRow`'s fields in order, for Core selects joining datasets and snapshots
 (typed: guids unsigned, times aware UTC)."""
+
+STREAM_COLUMNS = tuple(
+    dataset_table.c.host if f.name == "host" else
+    dataset_table.c.name if f.name == "dataset" else stream_table.c[f.name]
+    for f in dataclasses.fields(StreamRow))
+"""A :class:`StreamRow`'s fields in order, for Core selects from ``STREAMS_OF_DATASETS``."""
+
+STREAMS_OF_DATASETS = dataset_table.join(stream_table,
+                                         stream_table.c.dataset_id == dataset_table.c.id)
+"""Datasets joined with their streams."""
 
 
 class CatalogBase:
@@ -81,37 +93,44 @@ class CatalogBase:
         return reads_concurrently(self._engine)
 
     @contextlib.contextmanager
-    def _session(
+    def _transaction(
         self, doing: str, *, on_integrity: type[CatalogError] = CatalogConflict,
         read_only: bool = False,
-    ) -> Iterator[Session]:
-        """One transaction, committed on success; database errors translated (see db.translate).
-        ``read_only``: the block only reads (on SQLite the transaction takes no write lock)."""
+    ) -> Iterator[sa.Connection]:
+        """One transaction on a connection, committed on success; database errors translated
+        (see db.translate). ``read_only``: the block only reads (on SQLite the transaction
+        takes no write lock)."""
         with translate(doing, on_integrity=on_integrity):
             bind = self._reader if read_only else self._engine
-            with Session(bind, expire_on_commit=False) as session, session.begin():
-                yield session
+            with bind.begin() as conn:
+                yield conn
+
+    @staticmethod
+    def _row(conn: sa.Connection, table: sa.Table, row_id: int) -> sa.Row | None:
+        """The row of ``table`` whose id is ``row_id``, or None."""
+        return conn.execute(sa.select(table).where(table.c.id == row_id)).first()
 
     def dataset_id(self, host: str, name: str) -> int:
         """Return the id of dataset ``name`` on ``host`` ("local" for this machine), creating it."""
-        with self._session(f"recording dataset {host}:{name}") as session:
-            return self._dataset_id(session, host, name)
+        with self._transaction(f"recording dataset {host}:{name}") as conn:
+            return self._dataset_id(conn, host, name)
 
     @staticmethod
-    def _dataset_id(session: Session, host: str, name: str) -> int:
-        """Get or create the dataset row inside ``session``; safe against a concurrent insert."""
+    def _dataset_id(conn: sa.Connection, host: str, name: str) -> int:
+        """Get or create the dataset row inside ``conn``'s transaction; safe against a
+        concurrent insert."""
         if not host or not name:
             raise ValueError(f"a dataset needs a host and a name, got {host!r}, {name!r}")
-        query = sa.select(Dataset.id).where(Dataset.host == host, Dataset.name == name)
-        found = session.scalar(query)
+        query = sa.select(dataset_table.c.id).where(dataset_table.c.host == host,
+                                                    dataset_table.c.name == name)
+        found = conn.scalar(query)
         if found is not None:
             return found
         try:
-            with session.begin_nested():
-                row = Dataset(host=host, name=name)
-                session.add(row)
-            return row.id
+            with conn.begin_nested():
+                inserted = conn.execute(sa.insert(dataset_table).values(host=host, name=name))
+            return inserted.inserted_primary_key[0]
         except sa.exc.IntegrityError:
             # Another process added it between our SELECT and INSERT (PostgreSQL; SQLite's
             # BEGIN IMMEDIATE already serialises writers).
-            return session.scalars(query).one()
+            return conn.scalars(query).one()

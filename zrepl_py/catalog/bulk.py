@@ -1,18 +1,30 @@
 """Bulk reads of the catalog for audits and prunes over many streams (100,000 and more):
-column-wise Core selects in id chunks, straight from the driver's cursor, without ORM
-objects or row conversion."""
+column-wise Core selects in id chunks, straight from the driver's cursor, without row
+conversion."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from collections.abc import Iterable
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session, aliased
 
-from zrepl_py.catalog.base import SNAPSHOT_COLUMNS, CatalogBase, chunks, scope_conditions
-from zrepl_py.catalog.models import Dataset, Run, Snapshot, Stream, StreamSnapshot, Volume
+from zrepl_py.catalog.base import (
+    SNAPSHOT_COLUMNS,
+    STREAM_COLUMNS,
+    STREAMS_OF_DATASETS,
+    CatalogBase,
+    chunks,
+    scope_conditions,
+)
+from zrepl_py.catalog.models import (
+    dataset_table,
+    run_table,
+    snapshot_table,
+    stream_snapshot_table,
+    stream_table,
+    volume_table,
+)
 from zrepl_py.catalog.rows import LIVING_STATES, SnapshotRow, StreamLink, StreamRow, VolumeRow
 from zrepl_py.catalog.types import to_signed64
 from zrepl_py.clock import ensure_utc
@@ -24,58 +36,56 @@ def _stream_scope(host: str | None, below: str | None, store: str | None) -> lis
     """WHERE conditions on streams alone (datasets through ``IN (subquery)``)."""
     conditions = []
     if host is not None or below is not None:
-        conditions.append(Stream.dataset_id.in_(
-            sa.select(Dataset.id).where(*scope_conditions(host, below, None))))
+        conditions.append(stream_table.c.dataset_id.in_(
+            sa.select(dataset_table.c.id).where(*scope_conditions(host, below, None))))
     if store is not None:
-        conditions.append(Stream.store == store)
+        conditions.append(stream_table.c.store == store)
     return conditions
 
 
 def _screen_query(scope: list) -> sa.CompoundSelect:
     """The UNION of :meth:`Catalog.screen_streams`'s rule queries over streams matching
-    ``scope`` (conditions on ``Stream``)."""
+    ``scope`` (conditions on ``stream_table``)."""
+    stream, volume, snap = stream_table.c, volume_table.c, stream_snapshot_table.c
     volumes = (
-        sa.select(Volume.stream_id)
-        .join(Stream, Stream.id == Volume.stream_id)
+        sa.select(volume.stream_id)
+        .join(stream_table, stream.id == volume.stream_id)
         .where(*scope)
-        .group_by(Volume.stream_id)
+        .group_by(volume.stream_id)
         .having(sa.or_(
-            sa.func.min(Volume.index) != 0,
-            sa.func.count() != sa.func.max(Volume.index) + 1,
-            sa.func.sum(Volume.raw_bytes) != sa.func.max(Stream.raw_bytes),
-            sa.func.sum(Volume.stored_bytes) != sa.func.max(Stream.stored_bytes),
+            sa.func.min(volume.index) != 0,
+            sa.func.count() != sa.func.max(volume.index) + 1,
+            sa.func.sum(volume.raw_bytes) != sa.func.max(stream.raw_bytes),
+            sa.func.sum(volume.stored_bytes) != sa.func.max(stream.stored_bytes),
         ))
     )
     # Row-level tests instead of one GROUP BY over the carried rows: SQLite then scans
     # the table in order with primary-key lookups (measured 0.09 s against 0.17 s for
     # 196,000 rows).
-    parent = aliased(Stream)
-    low = sa.case((Stream.kind == "full", -1), else_=sa.func.coalesce(parent.to_createtxg, -1))
+    parent = stream_table.alias()
+    low = sa.case((stream.kind == "full", -1), else_=sa.func.coalesce(parent.c.to_createtxg, -1))
     outside = (
-        sa.select(StreamSnapshot.stream_id)
-        .join(Stream, Stream.id == StreamSnapshot.stream_id)
-        .outerjoin(parent, parent.id == Stream.parent_id)
-        .where(*scope, sa.or_(StreamSnapshot.createtxg > Stream.to_createtxg,
-                              StreamSnapshot.createtxg <= low))
+        sa.select(snap.stream_id)
+        .join(stream_table, stream.id == snap.stream_id)
+        .outerjoin(parent, parent.c.id == stream.parent_id)
+        .where(*scope, sa.or_(snap.createtxg > stream.to_createtxg, snap.createtxg <= low))
     )
     # Separate SELECTs, not one pass with ORed EXISTS: PostgreSQL turns each EXISTS
     # into a (anti-)join, but under an OR into a subplan that, on a catalog not yet
     # ANALYZEd, rescanned stream_snapshots per stream (125 s for 100,000 streams).
-    no_volumes = sa.select(Stream.id).where(
-        *scope, Stream.state.in_(sorted(LIVING_STATES)),
-        ~sa.exists().where(Volume.stream_id == Stream.id))
-    carried = sa.select(StreamSnapshot.id).where(StreamSnapshot.stream_id == Stream.id)
-    no_tip = sa.select(Stream.id).where(
-        *scope, carried.exists(),
-        ~carried.where(StreamSnapshot.guid == Stream.to_guid).exists())
-    count = (sa.select(sa.func.count()).where(StreamSnapshot.stream_id == Stream.id)
-             .scalar_subquery())
-    full_of_many = sa.select(Stream.id).where(*scope, Stream.kind == "full", count > 1)
+    no_volumes = sa.select(stream.id).where(
+        *scope, stream.state.in_(sorted(LIVING_STATES)),
+        ~sa.exists().where(volume.stream_id == stream.id))
+    carried = sa.select(snap.id).where(snap.stream_id == stream.id)
+    no_tip = sa.select(stream.id).where(
+        *scope, carried.exists(), ~carried.where(snap.guid == stream.to_guid).exists())
+    count = sa.select(sa.func.count()).where(snap.stream_id == stream.id).scalar_subquery()
+    full_of_many = sa.select(stream.id).where(*scope, stream.kind == "full", count > 1)
     query = sa.union(volumes, no_volumes, outside, no_tip, full_of_many)
     return query
 
 
-def _stream_filter(session: Session, host: str | None, below: str | None) -> list:
+def _stream_filter(conn: sa.Connection, host: str | None, below: str | None) -> list:
     """:func:`_stream_scope` for a screen that visits every stream in scope anyway: nothing
     when the scope holds every dataset, else the scope's dataset ids as a literal list the
     planner applies row by row (``dataset_id + 0``: SQLite's query planner docs,
@@ -85,10 +95,11 @@ def _stream_filter(session: Session, host: str | None, below: str | None) -> lis
     dataset (40 s for 1,000 datasets and 100,000 streams)."""
     if host is None and below is None:
         return []
-    ids = list(session.scalars(sa.select(Dataset.id).where(*scope_conditions(host, below, None))))
-    if len(ids) == session.scalar(sa.select(sa.func.count()).select_from(Dataset)):
+    ids = list(conn.scalars(sa.select(dataset_table.c.id)
+                            .where(*scope_conditions(host, below, None))))
+    if len(ids) == conn.scalar(sa.select(sa.func.count()).select_from(dataset_table)):
         return []
-    return [(Stream.dataset_id + 0).in_(ids)]
+    return [(stream_table.c.dataset_id + 0).in_(ids)]
 
 
 _WRAP64 = 2**64
@@ -98,15 +109,24 @@ def _first(row: tuple) -> object:
     return row[0]
 
 
-def _raw_rows(session: Session, query: sa.Select) -> list[tuple]:
+def _raw_rows(conn: sa.Connection, query: sa.Select) -> list[tuple]:
     """Run ``query`` and fetch its rows straight from the DBAPI cursor: plain tuples, no
     SQLAlchemy Row objects and no column type processing (twice as fast on large reads).
     Only for columns whose raw driver values are what the caller wants (ints, strings)."""
-    result = session.connection().execute(query)
+    result = conn.execute(query)
     try:
         return result.cursor.fetchall()
     finally:
         result.close()
+
+
+def _volume_sums() -> sa.Select:
+    """Per stream id: count, first and last index, raw and stored bytes of its volumes."""
+    volume = volume_table.c
+    return (sa.select(volume.stream_id, sa.func.count(), sa.func.min(volume.index),
+                      sa.func.max(volume.index), sa.func.sum(volume.raw_bytes),
+                      sa.func.sum(volume.stored_bytes))
+            .group_by(volume.stream_id))
 
 
 def _parse_time(value: dt.datetime | str) -> dt.datetime:
@@ -131,34 +151,34 @@ class BulkReads(CatalogBase):
                 not ``tank/ab``).
             store: only streams in this store.
         """
-        columns = [getattr(Stream, f.name) for f in dataclasses.fields(StreamRow)
-                   if f.name not in ("host", "dataset")]
+        stream = stream_table.c
         query = (
-            sa.select(Dataset.host, Dataset.name, *columns)
-            .join(Stream, Stream.dataset_id == Dataset.id)
+            sa.select(*STREAM_COLUMNS)
+            .select_from(STREAMS_OF_DATASETS)
             .where(*scope_conditions(host, below, store))
-            .order_by(Dataset.host, Dataset.name, Stream.store, Stream.to_createtxg, Stream.id)
+            .order_by(dataset_table.c.host, dataset_table.c.name, stream.store, stream.to_createtxg,
+                      stream.id)
         )
-        names = ["host", "dataset"] + [c.key for c in columns]
-        with self._session("reading the streams in bulk") as session:
-            return [StreamRow(**dict(zip(names, row))) for row in session.execute(query)]
+        with self._transaction("reading the streams in bulk") as conn:
+            return [StreamRow(*row) for row in conn.execute(query)]
 
     def bulk_volumes(
         self, *, host: str | None = None, below: str | None = None, store: str | None = None
     ) -> dict[int, list[VolumeRow]]:
         """The volumes of every stream in a scope (see :meth:`bulk_streams`), by stream id,
         each list in index order; streams without volumes are absent."""
+        volume = volume_table.c
         query = (
-            sa.select(Volume.id, Volume.stream_id, Volume.index, Volume.key, Volume.raw_bytes,
-                      Volume.stored_bytes, Volume.sha256)
-            .join(Stream, Stream.id == Volume.stream_id)
-            .join(Dataset, Dataset.id == Stream.dataset_id)
+            sa.select(volume.id, volume.stream_id, volume.index, volume.key, volume.raw_bytes,
+                      volume.stored_bytes, volume.sha256)
+            .join(stream_table, stream_table.c.id == volume.stream_id)
+            .join(dataset_table, dataset_table.c.id == stream_table.c.dataset_id)
             .where(*scope_conditions(host, below, store))
-            .order_by(Volume.stream_id, Volume.index)
+            .order_by(volume.stream_id, volume.index)
         )
         found: dict[int, list[VolumeRow]] = {}
-        with self._session("reading the volumes in bulk") as session:
-            for row in session.execute(query):
+        with self._transaction("reading the volumes in bulk") as conn:
+            for row in conn.execute(query):
                 found.setdefault(row[1], []).append(VolumeRow(*row))
         return found
 
@@ -167,17 +187,17 @@ class BulkReads(CatalogBase):
     ) -> dict[int, list[CarriedSnapshot]]:
         """The snapshots every stream in a scope carries (see :meth:`bulk_streams`), by
         stream id, each list in createtxg order; streams recorded without them are absent."""
+        snap = stream_snapshot_table.c
         query = (
-            sa.select(StreamSnapshot.stream_id, StreamSnapshot.name, StreamSnapshot.guid,
-                      StreamSnapshot.createtxg)
-            .join(Stream, Stream.id == StreamSnapshot.stream_id)
-            .join(Dataset, Dataset.id == Stream.dataset_id)
+            sa.select(snap.stream_id, snap.name, snap.guid, snap.createtxg)
+            .join(stream_table, stream_table.c.id == snap.stream_id)
+            .join(dataset_table, dataset_table.c.id == stream_table.c.dataset_id)
             .where(*scope_conditions(host, below, store))
-            .order_by(StreamSnapshot.stream_id, StreamSnapshot.createtxg)
+            .order_by(snap.stream_id, snap.createtxg)
         )
         found: dict[int, list[CarriedSnapshot]] = {}
-        with self._session("reading the carried snapshots in bulk") as session:
-            for stream_id, name, guid, createtxg in session.execute(query):
+        with self._transaction("reading the carried snapshots in bulk") as conn:
+            for stream_id, name, guid, createtxg in conn.execute(query):
                 found.setdefault(stream_id, []).append(CarriedSnapshot(name, guid, createtxg))
         return found
 
@@ -187,18 +207,18 @@ class BulkReads(CatalogBase):
         """The chain facts of every stream in a scope (see :meth:`bulk_streams`), in no
         particular order: a lean :class:`StreamRow` for catalog-wide checks (no times,
         prefixes or classes, which cost more to read than the rest together)."""
-        datasets = sa.select(Dataset.id, Dataset.host, Dataset.name)
-        signed = sa.BigInteger()
+        datasets = sa.select(dataset_table.c.id, dataset_table.c.host, dataset_table.c.name)
+        signed, stream = sa.BigInteger(), stream_table.c
         query = sa.select(
-            Stream.id, Stream.dataset_id, Stream.store, Stream.kind, Stream.parent_id,
-            sa.type_coerce(Stream.from_guid, signed), sa.type_coerce(Stream.to_guid, signed),
-            Stream.from_name, Stream.to_name, Stream.to_createtxg, Stream.raw_bytes,
-            Stream.stored_bytes, Stream.state,
+            stream.id, stream.dataset_id, stream.store, stream.kind, stream.parent_id,
+            sa.type_coerce(stream.from_guid, signed), sa.type_coerce(stream.to_guid, signed),
+            stream.from_name, stream.to_name, stream.to_createtxg, stream.raw_bytes,
+            stream.stored_bytes, stream.state,
         )
         query = query.where(*_stream_scope(host, below, store))
-        with self._session("reading the stream chain links", read_only=True) as session:
-            names = {i: (h, n) for i, h, n in session.execute(datasets)}
-            rows = _raw_rows(session, query)
+        with self._transaction("reading the stream chain links", read_only=True) as conn:
+            names = {i: (h, n) for i, h, n in conn.execute(datasets)}
+            rows = _raw_rows(conn, query)
         wrap, links, new = _WRAP64, [], tuple.__new__
         for sid, dataset_id, store_, kind, parent, from_guid, to_guid, *rest in rows:
             if from_guid is not None and from_guid < 0:
@@ -215,18 +235,13 @@ class BulkReads(CatalogBase):
         """Per stream in a scope: ``(count, first index, last index, raw bytes, stored
         bytes)`` of its volume rows, summed by the database; streams without volumes are
         absent."""
-        query = (
-            sa.select(Volume.stream_id, sa.func.count(), sa.func.min(Volume.index),
-                      sa.func.max(Volume.index), sa.func.sum(Volume.raw_bytes),
-                      sa.func.sum(Volume.stored_bytes))
-            .group_by(Volume.stream_id)
-        )
+        query = _volume_sums()
         if host is not None or below is not None or store is not None:
-            query = query.where(Volume.stream_id.in_(
-                sa.select(Stream.id).where(*_stream_scope(host, below, store))))
-        with self._session("summing the volumes") as session:
+            query = query.where(volume_table.c.stream_id.in_(
+                sa.select(stream_table.c.id).where(*_stream_scope(host, below, store))))
+        with self._transaction("summing the volumes") as conn:
             return {r[0]: (r[1], r[2], r[3], int(r[4]), int(r[5]))
-                    for r in _raw_rows(session, query)}
+                    for r in _raw_rows(conn, query)}
 
     def carried_columns(
         self, *, host: str | None = None, below: str | None = None, store: str | None = None,
@@ -236,18 +251,18 @@ class BulkReads(CatalogBase):
         by stream id: ``(stream ids, guids, createtxgs, names)``. ``names=False`` leaves the
         names None (reading them doubles the cost on large catalogs)."""
         signed = sa.BigInteger()
-        columns = [StreamSnapshot.stream_id, sa.type_coerce(StreamSnapshot.guid, signed),
-                   StreamSnapshot.createtxg]
+        snap = stream_snapshot_table.c
+        columns = [snap.stream_id, sa.type_coerce(snap.guid, signed), snap.createtxg]
         if names:
-            columns.append(StreamSnapshot.name)
+            columns.append(snap.name)
         query = sa.select(*columns)
         if host is not None or below is not None or store is not None:
             # IN (subquery), not a join: SQLite then scans the index once (measured 0.12 s
             # against 0.19 s for 196,000 rows).
-            query = query.where(StreamSnapshot.stream_id.in_(
-                sa.select(Stream.id).where(*_stream_scope(host, below, store))))
-        with self._session("reading the carried snapshots") as session:
-            rows = _raw_rows(session, query)
+            query = query.where(snap.stream_id.in_(
+                sa.select(stream_table.c.id).where(*_stream_scope(host, below, store))))
+        with self._transaction("reading the carried snapshots") as conn:
+            rows = _raw_rows(conn, query)
         # Sorting here, not in SQL: rows are stored in stream order already (written stream
         # by stream), where Python's sort is linear and SQL's index-ordered scan is slower.
         rows.sort(key=_first)
@@ -274,10 +289,10 @@ class BulkReads(CatalogBase):
         These are the rules ``audit.graph`` checks in Python over loaded rows
         (``GraphInput.screened`` says which way a run went).
         """
-        with self._session("checking volumes and carried snapshots", read_only=True) as session:
-            scope = _stream_filter(session, host, below)
+        with self._transaction("checking volumes and carried snapshots", read_only=True) as conn:
+            scope = _stream_filter(conn, host, below)
             query = _screen_query(scope)
-            return {row[0] for row in _raw_rows(session, query)}
+            return {row[0] for row in _raw_rows(conn, query)}
 
     def volume_totals_of(
         self, stream_ids: Iterable[int]
@@ -286,17 +301,11 @@ class BulkReads(CatalogBase):
         absent)."""
         ids = sorted(set(stream_ids))
         found = {}
-        with self._session("summing the volumes of some streams") as session:
+        with self._transaction("summing the volumes of some streams") as conn:
             for chunk in chunks(ids):
-                query = (
-                    sa.select(Volume.stream_id, sa.func.count(), sa.func.min(Volume.index),
-                              sa.func.max(Volume.index), sa.func.sum(Volume.raw_bytes),
-                              sa.func.sum(Volume.stored_bytes))
-                    .where(Volume.stream_id.in_(chunk))
-                    .group_by(Volume.stream_id)
-                )
+                query = _volume_sums().where(volume_table.c.stream_id.in_(chunk))
                 found.update((r[0], (r[1], r[2], r[3], int(r[4]), int(r[5])))
-                             for r in _raw_rows(session, query))
+                             for r in _raw_rows(conn, query))
         return found
 
     def carrying(self, guids: Iterable[int]) -> list[tuple[int, CarriedSnapshot]]:
@@ -308,14 +317,14 @@ class BulkReads(CatalogBase):
         wanted = sorted({to_signed64(g) for g in guids})
         signed = sa.BigInteger()
         found = []
-        with self._session("finding the streams that carry snapshots") as session:
+        with self._transaction("finding the streams that carry snapshots") as conn:
             for chunk in chunks(wanted):
-                query = sa.select(StreamSnapshot.stream_id, StreamSnapshot.name,
-                                  sa.type_coerce(StreamSnapshot.guid, signed),
-                                  StreamSnapshot.createtxg).where(
-                    sa.type_coerce(StreamSnapshot.guid, signed).in_(chunk))
+                snap = stream_snapshot_table.c
+                signed_guid = sa.type_coerce(snap.guid, signed)
+                query = (sa.select(snap.stream_id, snap.name, signed_guid, snap.createtxg)
+                         .where(signed_guid.in_(chunk)))
                 found += [(sid, CarriedSnapshot(name, guid + _WRAP64 if guid < 0 else guid, txg))
-                          for sid, name, guid, txg in _raw_rows(session, query)]
+                          for sid, name, guid, txg in _raw_rows(conn, query)]
         found.sort(key=lambda r: (r[0], r[1].createtxg))
         return found
 
@@ -330,41 +339,42 @@ class BulkReads(CatalogBase):
         index-backed lookup per dataset inside a single query.
         """
         head = f"{store}:"
+        run, snap, ds = run_table.c, snapshot_table.c, dataset_table.c
         last = (
-            sa.select(Run.target.label("target"), sa.func.max(Run.started_at).label("last"))
-            .where(Run.job == job, Run.action == "archive", Run.result == "ok",
-                   Run.target.startswith(head, autoescape=True))
-            .group_by(Run.target)
+            sa.select(run.target.label("target"), sa.func.max(run.started_at).label("last"))
+            .where(run.job == job, run.action == "archive", run.result == "ok",
+                   run.target.startswith(head, autoescape=True))
+            .group_by(run.target)
             .subquery()
         )
         newest = (
-            sa.select(Snapshot.id)
-            .where(Snapshot.dataset_id == Dataset.id, Snapshot.destroyed_at.is_(None),
-                   Snapshot.creation < last.c.last)
-            .order_by(Snapshot.createtxg.desc())
+            sa.select(snap.id)
+            .where(snap.dataset_id == ds.id, snap.destroyed_at.is_(None),
+                   snap.creation < last.c.last)
+            .order_by(snap.createtxg.desc())
             .limit(1)
             .scalar_subquery()
         )
         # With a host, (host, name) is the datasets table's unique index: one lookup per run.
-        match = Dataset.name == sa.func.substr(last.c.target, len(head) + 1)
+        match = ds.name == sa.func.substr(last.c.target, len(head) + 1)
         if host is not None:
-            match = sa.and_(Dataset.host == host, match)
+            match = sa.and_(ds.host == host, match)
         query = (
-            sa.select(Dataset.host, Dataset.name, last.c.last, newest)
+            sa.select(ds.host, ds.name, last.c.last, newest)
             .select_from(last)
-            .join(Dataset, match)
+            .join(dataset_table, match)
             .where(*scope_conditions(host, below, None))
-            .order_by(Dataset.name)
+            .order_by(ds.name)
         )
-        with self._session(f"reading the archive runs of {job}") as session:
-            rows = session.execute(query).all()
+        with self._transaction(f"reading the archive runs of {job}") as conn:
+            rows = conn.execute(query).all()
             ids = [r[3] for r in rows if r[3] is not None]
             snaps = {}
             for chunk in chunks(ids):
-                query = (sa.select(Snapshot.id, *SNAPSHOT_COLUMNS)
-                         .join(Snapshot, Snapshot.dataset_id == Dataset.id)
-                         .where(Snapshot.id.in_(chunk)))
-                for snap_id, *row in session.execute(query):
+                query = (sa.select(snap.id, *SNAPSHOT_COLUMNS)
+                         .select_from(dataset_table.join(snapshot_table, snap.dataset_id == ds.id))
+                         .where(snap.id.in_(chunk)))
+                for snap_id, *row in conn.execute(query):
                     snaps[snap_id] = SnapshotRow(*row)
         return [(row_host, name, ensure_utc(_parse_time(when)), snaps.get(snap_id))
                 for row_host, name, when, snap_id in rows]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from zrepl_py.catalog.base import CatalogBase, require_aware, require_one_of
-from zrepl_py.catalog.models import Dataset, ReplicaCursor
+from zrepl_py.catalog.models import dataset_table, replica_cursor_table
 from zrepl_py.catalog.rows import REPLICATION_METHODS, CursorRow
 from zrepl_py.catalog.types import to_signed64
 
@@ -61,11 +61,13 @@ class Cursors(CatalogBase):
         doing = (f"moving the {first.job} cursor of {first.source_host}:{first.source_dataset} "
                  f"on {first.target}") if len(rows) == 1 else (
             f"moving {len(rows)} replica cursors of job {first.job}")
-        with self._session(doing) as session:
+        with self._transaction(doing) as conn:
             for row in rows:
-                self._upsert(session, row)
+                self._upsert(conn, row)
 
-    def _upsert(self, session, row: CursorRow) -> None:
+    def _upsert(self, conn: sa.Connection, row: CursorRow) -> None:
+        """Create or replace ``row``'s cursor inside ``conn``'s transaction; safe against a
+        concurrent insert of the same key."""
         values = {
             "target_location": row.target_location,
             "method": row.method,
@@ -74,44 +76,32 @@ class Cursors(CatalogBase):
             "createtxg": row.createtxg,
             "updated_at": row.updated_at,
         }
-        dataset_id = self._dataset_id(session, row.source_host, row.source_dataset)
-        key = (
-            ReplicaCursor.job == row.job,
-            ReplicaCursor.target == row.target,
-            ReplicaCursor.source_dataset_id == dataset_id,
-        )
-        updated = session.execute(sa.update(ReplicaCursor).where(*key).values(**values))
+        dataset_id = self._dataset_id(conn, row.source_host, row.source_dataset)
+        cursor = replica_cursor_table.c
+        key = (cursor.job == row.job, cursor.target == row.target,
+               cursor.source_dataset_id == dataset_id)
+        updated = conn.execute(sa.update(replica_cursor_table).where(*key).values(**values))
         if updated.rowcount:
             return
         try:
-            with session.begin_nested():
-                session.add(ReplicaCursor(job=row.job, target=row.target,
-                                          source_dataset_id=dataset_id, **values))
+            with conn.begin_nested():
+                conn.execute(sa.insert(replica_cursor_table).values(
+                    job=row.job, target=row.target, source_dataset_id=dataset_id, **values))
         except sa.exc.IntegrityError:
-            session.execute(sa.update(ReplicaCursor).where(*key).values(**values))
+            conn.execute(sa.update(replica_cursor_table).where(*key).values(**values))
 
     def cursors(self, job: str | None = None) -> list[CursorRow]:
         """Return every replica cursor (or one job's), ordered by job, target, source dataset."""
+        cursor, dataset = replica_cursor_table.c, dataset_table.c
         query = (
-            sa.select(ReplicaCursor, Dataset.host, Dataset.name)
-            .join(Dataset, Dataset.id == ReplicaCursor.source_dataset_id)
-            .order_by(ReplicaCursor.job, ReplicaCursor.target, Dataset.host, Dataset.name)
+            sa.select(cursor.job, cursor.target, dataset.host, dataset.name,
+                      cursor.target_location, cursor.method, cursor.snapshot_name, cursor.guid,
+                      cursor.createtxg, cursor.updated_at)  # CursorRow's fields, in order
+            .select_from(replica_cursor_table.join(dataset_table,
+                                                   dataset.id == cursor.source_dataset_id))
+            .order_by(cursor.job, cursor.target, dataset.host, dataset.name)
         )
         if job is not None:
-            query = query.where(ReplicaCursor.job == job)
-        with self._session("listing replica cursors") as session:
-            return [
-                CursorRow(
-                    job=cur.job,
-                    target=cur.target,
-                    source_host=host,
-                    source_dataset=name,
-                    target_location=cur.target_location,
-                    method=cur.method,
-                    snapshot_name=cur.snapshot_name,
-                    guid=cur.guid,
-                    createtxg=cur.createtxg,
-                    updated_at=cur.updated_at,
-                )
-                for cur, host, name in session.execute(query)
-            ]
+            query = query.where(cursor.job == job)
+        with self._transaction("listing replica cursors") as conn:
+            return [CursorRow(*row) for row in conn.execute(query)]

@@ -8,14 +8,14 @@ import datetime as dt
 import sqlalchemy as sa
 
 from zrepl_py.catalog.base import CatalogBase, require_aware, require_one_of, require_size
-from zrepl_py.catalog.models import Run
+from zrepl_py.catalog.models import run_table
 from zrepl_py.catalog.rows import RUN_ACTIONS, RUN_RESULTS, RunRow
 from zrepl_py.clock import ensure_utc
 from zrepl_py.errors import CatalogConflict, NotInCatalog
 
 
-def _run_row(run: Run) -> RunRow:
-    """Copy an ORM Run into a RunRow."""
+def _run_row(run: sa.Row) -> RunRow:
+    """Copy a row of the runs table into a RunRow."""
     return RunRow(
         id=run.id,
         job=run.job,
@@ -48,14 +48,12 @@ class Runs(CatalogBase):
         """
         require_one_of("run action", action, RUN_ACTIONS)
         require_aware("now", now)
-        with self._session(f"recording the start of {job} {action}") as session:
-            run = Run(
+        with self._transaction(f"recording the start of {job} {action}") as conn:
+            inserted = conn.execute(sa.insert(run_table).values(
                 job=job, action=action, target=target, started_at=now, result="running", bytes=0,
                 host=host, pid=pid, pid_start=pid_start,
-            )
-            session.add(run)
-            session.flush()
-            return run.id
+            ))
+            return inserted.inserted_primary_key[0]
 
     def finish_run(
         self,
@@ -77,15 +75,16 @@ class Runs(CatalogBase):
         require_one_of("run result", result, [r for r in RUN_RESULTS if r != "running"])
         require_aware("now", now)
         require_size("run bytes", bytes)
-        with self._session(f"recording the end of run {run_id}") as session:
-            run = session.get(Run, run_id)
+        with self._transaction(f"recording the end of run {run_id}") as conn:
+            run = self._row(conn, run_table, run_id)
             if run is None:
                 raise NotInCatalog(f"run {run_id} is not in the catalog; it cannot be finished")
             if run.result != "running":
                 raise CatalogConflict(
                     f"run {run_id} ({run.job} {run.action}) already ended with {run.result}"
                 )
-            run.result, run.ended_at, run.bytes, run.error = result, now, bytes, error
+            conn.execute(sa.update(run_table).where(run_table.c.id == run_id)
+                         .values(result=result, ended_at=now, bytes=bytes, error=error))
 
     def last_runs(self, job: str | None = None) -> list[RunRow]:
         """Return the latest run (by start time) of every (job, action, target), or of one job.
@@ -93,24 +92,26 @@ class Runs(CatalogBase):
         Ordered by job, action, target (no target first).
         """
         latest = sa.func.row_number().over(
-            partition_by=(Run.job, Run.action, Run.target),
-            order_by=(Run.started_at.desc(), Run.id.desc()),
+            partition_by=(run_table.c.job, run_table.c.action, run_table.c.target),
+            order_by=(run_table.c.started_at.desc(), run_table.c.id.desc()),
         )
-        ranked = sa.select(Run.id, latest.label("rank"))
+        ranked = sa.select(run_table.c.id, latest.label("rank"))
         if job is not None:
-            ranked = ranked.where(Run.job == job)
+            ranked = ranked.where(run_table.c.job == job)
         ranked = ranked.subquery()
-        query = sa.select(Run).join(ranked, ranked.c.id == Run.id).where(ranked.c.rank == 1)
-        with self._session("listing the last runs") as session:
-            rows = [_run_row(run) for run in session.scalars(query)]
+        query = (sa.select(run_table).join(ranked, ranked.c.id == run_table.c.id)
+                 .where(ranked.c.rank == 1))
+        with self._transaction("listing the last runs") as conn:
+            rows = [_run_row(run) for run in conn.execute(query)]
         return sorted(rows, key=lambda r: (r.job, r.action, r.target is not None, r.target or ""))
 
     def running_runs(self, host: str) -> list[RunRow]:
         """The runs still ``running`` that a process on ``host`` started (oldest first)."""
-        query = (sa.select(Run).where(Run.result == "running", Run.host == host)
-                 .order_by(Run.started_at, Run.id))
-        with self._session("listing the running runs") as session:
-            return [_run_row(run) for run in session.scalars(query)]
+        query = (sa.select(run_table)
+                 .where(run_table.c.result == "running", run_table.c.host == host)
+                 .order_by(run_table.c.started_at, run_table.c.id))
+        with self._transaction("listing the running runs") as conn:
+            return [_run_row(run) for run in conn.execute(query)]
 
     def interrupt_run(self, run_id: int, *, now: dt.datetime, error: str) -> bool:
         """End run ``run_id`` ``interrupted`` with ``error`` if it is still ``running``.
@@ -119,17 +120,18 @@ class Runs(CatalogBase):
         sweeping at once end it once).
         """
         require_aware("now", now)
-        query = (sa.update(Run).where(Run.id == run_id, Run.result == "running")
+        query = (sa.update(run_table)
+                 .where(run_table.c.id == run_id, run_table.c.result == "running")
                  .values(result="interrupted", ended_at=now, error=error))
-        with self._session(f"marking run {run_id} interrupted") as session:
-            return session.execute(query).rowcount == 1
+        with self._transaction(f"marking run {run_id} interrupted") as conn:
+            return conn.execute(query).rowcount == 1
 
     def newest_run_time(self) -> dt.datetime | None:
         """The latest start or end time of any run (aware UTC), None before the first run:
         the floor of the Context's ``MonotonicClock`` (RELIABILITY 32)."""
-        query = sa.select(sa.func.max(Run.started_at), sa.func.max(Run.ended_at))
-        with self._session("reading the newest run time") as session:
-            times = [t for t in session.execute(query).one() if t is not None]
+        query = sa.select(sa.func.max(run_table.c.started_at), sa.func.max(run_table.c.ended_at))
+        with self._transaction("reading the newest run time") as conn:
+            times = [t for t in conn.execute(query).one() if t is not None]
         return max(ensure_utc(t) for t in times) if times else None
 
     def last_success(self, job: str, action: str, target: str | None = None) -> RunRow | None:
@@ -137,11 +139,13 @@ class Runs(CatalogBase):
 
         ``target=None`` means runs recorded without a target (snapshot, prune of the source).
         """
-        query = sa.select(Run).where(Run.job == job, Run.action == action, Run.result == "ok")
-        query = query.where(Run.target.is_(None) if target is None else Run.target == target)
-        query = query.order_by(Run.started_at.desc(), Run.id.desc()).limit(1)
-        with self._session(f"reading the last success of {job} {action}") as session:
-            run = session.scalars(query).first()
+        column = run_table.c
+        query = sa.select(run_table).where(column.job == job, column.action == action,
+                                           column.result == "ok")
+        query = query.where(column.target.is_(None) if target is None else column.target == target)
+        query = query.order_by(column.started_at.desc(), column.id.desc()).limit(1)
+        with self._transaction(f"reading the last success of {job} {action}") as conn:
+            run = conn.execute(query).first()
             return None if run is None else _run_row(run)
 
     def last_successes(
@@ -154,14 +158,15 @@ class Runs(CatalogBase):
         """
         require_one_of("run action", action, RUN_ACTIONS)
         latest = sa.func.row_number().over(
-            partition_by=(Run.job, Run.target),
-            order_by=(Run.started_at.desc(), Run.id.desc()),
+            partition_by=(run_table.c.job, run_table.c.target),
+            order_by=(run_table.c.started_at.desc(), run_table.c.id.desc()),
         )
-        ranked = sa.select(Run.id, latest.label("rank")).where(
-            Run.action == action, Run.result == "ok")
+        ranked = sa.select(run_table.c.id, latest.label("rank")).where(
+            run_table.c.action == action, run_table.c.result == "ok")
         if job is not None:
-            ranked = ranked.where(Run.job == job)
+            ranked = ranked.where(run_table.c.job == job)
         ranked = ranked.subquery()
-        query = sa.select(Run).join(ranked, ranked.c.id == Run.id).where(ranked.c.rank == 1)
-        with self._session(f"reading the last successful {action} runs") as session:
-            return {(run.job, run.target): _run_row(run) for run in session.scalars(query)}
+        query = (sa.select(run_table).join(ranked, ranked.c.id == run_table.c.id)
+                 .where(ranked.c.rank == 1))
+        with self._transaction(f"reading the last successful {action} runs") as conn:
+            return {(run.job, run.target): _run_row(run) for run in conn.execute(query)}

@@ -16,7 +16,7 @@ from zrepl_py.catalog.base import (
     require_aware,
     scope_conditions,
 )
-from zrepl_py.catalog.models import Dataset, Snapshot
+from zrepl_py.catalog.models import dataset_table, snapshot_table
 from zrepl_py.catalog.rows import SnapshotFact, SnapshotRow, SyncResult
 from zrepl_py.catalog.types import to_signed64
 
@@ -43,13 +43,14 @@ class Snapshots(CatalogBase):
             to_signed64(fact.guid)
             require_aware(f"creation of snapshot {dataset}@{fact.name}", fact.creation)
             listed.setdefault(fact.guid, fact)
-        with self._session(f"syncing the snapshots of {host}:{dataset}") as session:
-            dataset_id = self._dataset_id(session, host, dataset)
+        snapshot = snapshot_table.c
+        with self._transaction(f"syncing the snapshots of {host}:{dataset}") as conn:
+            dataset_id = self._dataset_id(conn, host, dataset)
             existing = {
                 guid: (snap_id, name, destroyed_at)
-                for snap_id, guid, name, destroyed_at in session.execute(
-                    sa.select(Snapshot.id, Snapshot.guid, Snapshot.name, Snapshot.destroyed_at)
-                    .where(Snapshot.dataset_id == dataset_id)
+                for snap_id, guid, name, destroyed_at in conn.execute(
+                    sa.select(snapshot.id, snapshot.guid, snapshot.name, snapshot.destroyed_at)
+                    .where(snapshot.dataset_id == dataset_id)
                 )
             }
             new_rows = [
@@ -65,7 +66,7 @@ class Snapshots(CatalogBase):
                 if guid not in existing
             ]
             if new_rows:
-                session.execute(sa.insert(Snapshot), new_rows)
+                conn.execute(sa.insert(snapshot_table), new_rows)
             renamed = 0
             gone: list[int] = []
             for guid, (snap_id, name, destroyed_at) in existing.items():
@@ -74,15 +75,15 @@ class Snapshots(CatalogBase):
                 if guid not in listed:
                     gone.append(snap_id)
                 elif listed[guid].name != name:
-                    session.execute(
-                        sa.update(Snapshot)
-                        .where(Snapshot.id == snap_id)
+                    conn.execute(
+                        sa.update(snapshot_table)
+                        .where(snapshot.id == snap_id)
                         .values(name=listed[guid].name)
                     )
                     renamed += 1
             for chunk in chunks(gone):
-                session.execute(
-                    sa.update(Snapshot).where(Snapshot.id.in_(chunk)).values(destroyed_at=now)
+                conn.execute(
+                    sa.update(snapshot_table).where(snapshot.id.in_(chunk)).values(destroyed_at=now)
                 )
         return SyncResult(added=len(new_rows), gone=len(gone), renamed=renamed)
 
@@ -103,38 +104,27 @@ class Snapshots(CatalogBase):
                 ``tank/a/b``, not ``tank/ab``).
             include_destroyed: also list tombstoned snapshots.
         """
+        ds, snap = dataset_table.c, snapshot_table.c
         query = (
-            sa.select(Dataset.host, Dataset.name, Snapshot)
-            .join(Snapshot, Snapshot.dataset_id == Dataset.id)
-            .order_by(Dataset.host, Dataset.name, Snapshot.createtxg, Snapshot.id)
+            sa.select(*SNAPSHOT_COLUMNS)
+            .join(snapshot_table, snap.dataset_id == ds.id)
+            .order_by(ds.host, ds.name, snap.createtxg, snap.id)
         )
         if host is not None:
-            query = query.where(Dataset.host == host)
+            query = query.where(ds.host == host)
         if dataset is not None:
-            query = query.where(Dataset.name == dataset)
+            query = query.where(ds.name == dataset)
         if below is not None:
             query = query.where(
                 sa.or_(
-                    Dataset.name == below,
-                    Dataset.name.startswith(below.rstrip("/") + "/", autoescape=True),
+                    ds.name == below,
+                    ds.name.startswith(below.rstrip("/") + "/", autoescape=True),
                 )
             )
         if not include_destroyed:
-            query = query.where(Snapshot.destroyed_at.is_(None))
-        with self._session("listing snapshots") as session:
-            return [
-                SnapshotRow(
-                    host=row_host,
-                    dataset=row_name,
-                    name=snap.name,
-                    guid=snap.guid,
-                    createtxg=snap.createtxg,
-                    creation=snap.creation,
-                    first_seen=snap.first_seen,
-                    destroyed_at=snap.destroyed_at,
-                )
-                for row_host, row_name, snap in session.execute(query)
-            ]
+            query = query.where(snap.destroyed_at.is_(None))
+        with self._transaction("listing snapshots") as conn:
+            return [SnapshotRow(*row) for row in conn.execute(query)]
 
     def snapshots_by_guid(self, keys: Iterable[tuple[str, str, int]]) -> list[SnapshotRow]:
         """The catalogued snapshots (destroyed ones included) named by ``(host, dataset,
@@ -143,21 +133,21 @@ class Snapshots(CatalogBase):
         found: list[SnapshotRow] = []
         if not wanted:
             return found
-        with self._session("reading snapshots by guid") as session:
-            ids = {(h, n): i for i, h, n in session.execute(
-                sa.select(Dataset.id, Dataset.host, Dataset.name))}
+        with self._transaction("reading snapshots by guid") as conn:
+            ids = {(h, n): i for i, h, n in conn.execute(
+                sa.select(dataset_table.c.id, dataset_table.c.host, dataset_table.c.name))}
             # (dataset id, guid) pairs, the unique index's columns (guid alone has none), as
             # ORed equalities: SQLite answers a row-value IN list with a table scan.
             pairs = sorted({(ids[(h, n)], to_signed64(g)) for h, n, g in wanted
                             if (h, n) in ids})
-            signed = sa.type_coerce(Snapshot.guid, sa.BigInteger())
+            signed = sa.type_coerce(snapshot_table.c.guid, sa.BigInteger())
             for start in range(0, len(pairs), CHUNK // 2):
-                match = sa.or_(*(sa.and_(Snapshot.dataset_id == i, signed == g)
+                match = sa.or_(*(sa.and_(snapshot_table.c.dataset_id == i, signed == g)
                                  for i, g in pairs[start:start + CHUNK // 2]))
                 query = (sa.select(*SNAPSHOT_COLUMNS)
-                         .join(Snapshot, Snapshot.dataset_id == Dataset.id)
+                         .join(snapshot_table, snapshot_table.c.dataset_id == dataset_table.c.id)
                          .where(match))
-                found += [SnapshotRow(*row) for row in session.execute(query)]
+                found += [SnapshotRow(*row) for row in conn.execute(query)]
         return found
 
     def dataset_names(
@@ -165,7 +155,8 @@ class Snapshots(CatalogBase):
     ) -> list[tuple[str, str]]:
         """``(host, name)`` of every catalogued dataset in a scope (see :meth:`bulk_streams`),
         sorted."""
-        query = (sa.select(Dataset.host, Dataset.name).where(*scope_conditions(host, below, None))
-                 .order_by(Dataset.host, Dataset.name))
-        with self._session("listing datasets") as session:
-            return [(h, n) for h, n in session.execute(query)]
+        query = (sa.select(dataset_table.c.host, dataset_table.c.name)
+                 .where(*scope_conditions(host, below, None))
+                 .order_by(dataset_table.c.host, dataset_table.c.name))
+        with self._transaction("listing datasets") as conn:
+            return [(h, n) for h, n in conn.execute(query)]

@@ -9,10 +9,23 @@ import re
 from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
 
-from zrepl_py.catalog.base import CatalogBase, chunks, require_aware, require_one_of, require_size
-from zrepl_py.catalog.models import Dataset, Stream, StreamSnapshot, ThawRequest, Volume
+from zrepl_py.catalog.base import (
+    STREAM_COLUMNS,
+    STREAMS_OF_DATASETS,
+    CatalogBase,
+    chunks,
+    require_aware,
+    require_one_of,
+    require_size,
+)
+from zrepl_py.catalog.models import (
+    dataset_table,
+    stream_snapshot_table,
+    stream_table,
+    thaw_request_table,
+    volume_table,
+)
 from zrepl_py.catalog.rows import (
     STATE_TRANSITIONS,
     STREAM_KINDS,
@@ -45,20 +58,20 @@ def _check_volumes(volumes: Sequence[NewVolume], first: int) -> None:
             )
 
 
-def _children(session: Session, parent_ids: Sequence[int], *, living: bool = False) -> list[int]:
+def _children(conn: sa.Connection, parent_ids: Sequence[int], *, living: bool = False) -> list[int]:
     """Ids of streams whose parent is in ``parent_ids`` (only not-condemned ones if ``living``)."""
     found: list[int] = []
     for chunk in chunks(list(parent_ids)):
-        query = sa.select(Stream.id).where(Stream.parent_id.in_(chunk))
+        query = sa.select(stream_table.c.id).where(stream_table.c.parent_id.in_(chunk))
         if living:
-            query = query.where(Stream.state != "condemned")
-        found.extend(session.scalars(query))
+            query = query.where(stream_table.c.state != "condemned")
+        found.extend(conn.scalars(query))
     return sorted(found)
 
 
-def _refuse_living_children(session: Session, ids: Sequence[int]) -> None:
+def _refuse_living_children(conn: sa.Connection, ids: Sequence[int]) -> None:
     """Raise ChainBroken if a not-condemned stream outside ``ids`` applies on one of ``ids``."""
-    outside = sorted(set(_children(session, ids, living=True)) - set(ids))
+    outside = sorted(set(_children(conn, ids, living=True)) - set(ids))
     if outside:
         raise ChainBroken(
             f"streams {outside} still apply on streams being condemned; condemn the whole"
@@ -67,38 +80,15 @@ def _refuse_living_children(session: Session, ids: Sequence[int]) -> None:
 
 
 def _stream_query(*conditions) -> sa.Select:
-    """SELECT (host, dataset, Stream) with ``conditions``, in chain order."""
+    """SELECT the StreamRow columns of the streams matching ``conditions``, in chain order
+    (host, dataset, store, to_createtxg, id)."""
+    stream = stream_table.c
     return (
-        sa.select(Dataset.host, Dataset.name, Stream)
-        .join(Stream, Stream.dataset_id == Dataset.id)
+        sa.select(*STREAM_COLUMNS)
+        .select_from(STREAMS_OF_DATASETS)
         .where(*conditions)
-        .order_by(Dataset.host, Dataset.name, Stream.store, Stream.to_createtxg, Stream.id)
-    )
-
-
-def _stream_row(host: str, dataset: str, stream: Stream) -> StreamRow:
-    """Copy an ORM Stream plus its dataset's host and name into a StreamRow."""
-    return StreamRow(
-        id=stream.id,
-        host=host,
-        dataset=dataset,
-        store=stream.store,
-        kind=stream.kind,
-        parent_id=stream.parent_id,
-        from_guid=stream.from_guid,
-        to_guid=stream.to_guid,
-        from_name=stream.from_name,
-        to_name=stream.to_name,
-        to_createtxg=stream.to_createtxg,
-        raw_bytes=stream.raw_bytes,
-        stored_bytes=stream.stored_bytes,
-        object_prefix=stream.object_prefix,
-        storage_class=stream.storage_class,
-        compression=stream.compression,
-        state=stream.state,
-        created_at=stream.created_at,
-        uploaded_at=stream.uploaded_at,
-        verified_at=stream.verified_at,
+        .order_by(dataset_table.c.host, dataset_table.c.name, stream.store, stream.to_createtxg,
+                  stream.id)
     )
 
 
@@ -128,40 +118,40 @@ class Streams(CatalogBase):
         _check_volumes(volumes, 0)
         label = f"{stream.kind} stream {stream.host}:{stream.dataset}@{stream.to_name}"
         doing = f"adding {label} to store {stream.store}"
-        with self._session(doing, on_integrity=ChainBroken) as session:
-            dataset_id = self._dataset_id(session, stream.host, stream.dataset)
+        with self._transaction(doing, on_integrity=ChainBroken) as conn:
+            dataset_id = self._dataset_id(conn, stream.host, stream.dataset)
             if stream.kind == "incremental":
-                self._check_parent(session, stream, dataset_id, label)
+                self._check_parent(conn, stream, dataset_id, label)
             fields = {f.name: getattr(stream, f.name) for f in dataclasses.fields(stream)}
             del fields["host"], fields["dataset"]
-            row = Stream(dataset_id=dataset_id, **fields)
-            session.add(row)
-            session.flush()
-            session.add_all(
-                Volume(stream_id=row.id, **dataclasses.asdict(volume)) for volume in volumes
-            )
+            inserted = conn.execute(sa.insert(stream_table).values(dataset_id=dataset_id, **fields))
+            stream_id = inserted.inserted_primary_key[0]
+            if volumes:
+                conn.execute(sa.insert(volume_table), [
+                    {"stream_id": stream_id, **dataclasses.asdict(volume)} for volume in volumes])
             if carried and stream.to_guid not in {c.guid for c in carried}:
                 raise ValueError(f"{label}: the carried snapshots must include @{stream.to_name}")
-            session.add_all(
-                StreamSnapshot(stream_id=row.id, name=c.name, guid=c.guid, createtxg=c.createtxg)
-                for c in carried
-            )
-            return row.id
+            if carried:
+                conn.execute(sa.insert(stream_snapshot_table), [
+                    {"stream_id": stream_id, "name": c.name, "guid": c.guid,
+                     "createtxg": c.createtxg} for c in carried])
+            return stream_id
 
     def carried(self, stream_ids: Iterable[int]) -> dict[int, list[CarriedSnapshot]]:
         """Map each stream id to the snapshots it carries, in createtxg order (streams
         recorded without them map to an empty list)."""
         ids = sorted(set(stream_ids))
         found: dict[int, list[CarriedSnapshot]] = {i: [] for i in ids}
-        with self._session("listing the snapshots streams carry") as session:
+        with self._transaction("listing the snapshots streams carry") as conn:
+            carried_ = stream_snapshot_table.c
             for chunk in chunks(ids):
                 query = (
-                    sa.select(StreamSnapshot)
-                    .where(StreamSnapshot.stream_id.in_(chunk))
-                    .order_by(StreamSnapshot.stream_id, StreamSnapshot.createtxg)
+                    sa.select(carried_.stream_id, carried_.name, carried_.guid, carried_.createtxg)
+                    .where(carried_.stream_id.in_(chunk))
+                    .order_by(carried_.stream_id, carried_.createtxg)
                 )
-                for row in session.scalars(query):
-                    found[row.stream_id].append(CarriedSnapshot(row.name, row.guid, row.createtxg))
+                for stream_id, name, guid, createtxg in conn.execute(query):
+                    found[stream_id].append(CarriedSnapshot(name, guid, createtxg))
         return found
 
     @staticmethod
@@ -195,10 +185,10 @@ class Streams(CatalogBase):
                 f"incremental stream {where} starts and ends at guid {stream.to_guid}"
             )
 
-    @staticmethod
-    def _check_parent(session: Session, stream: NewStream, dataset_id: int, label: str) -> None:
+    def _check_parent(self, conn: sa.Connection, stream: NewStream, dataset_id: int,
+                      label: str) -> None:
         """The parent exists, is alive, and ends where ``stream`` starts (same dataset/store)."""
-        parent = session.get(Stream, stream.parent_id)
+        parent = self._row(conn, stream_table, stream.parent_id)
         fix = "archive a full stream to start a new chain"
         if parent is None:
             raise ChainBroken(f"{label}: parent stream {stream.parent_id} does not exist; {fix}")
@@ -229,21 +219,21 @@ class Streams(CatalogBase):
             ValueError: negative sizes or a malformed sha256.
         """
         _check_volumes([volume], volume.index)
-        with self._session(f"adding volume {volume.index} to stream {stream_id}") as session:
-            stream = session.get(Stream, stream_id)
+        with self._transaction(f"adding volume {volume.index} to stream {stream_id}") as conn:
+            stream = self._row(conn, stream_table, stream_id)
             if stream is None:
                 raise NotInCatalog(f"stream {stream_id} is not in the catalog")
             if stream.state != "uploading":
                 raise CatalogConflict(f"stream {stream_id} is {stream.state}, not uploading")
-            count = session.scalar(
-                sa.select(sa.func.count()).select_from(Volume).where(Volume.stream_id == stream_id)
-            )
+            count = conn.scalar(sa.select(sa.func.count()).select_from(volume_table)
+                                .where(volume_table.c.stream_id == stream_id))
             if volume.index != count:
                 raise CatalogConflict(
                     f"stream {stream_id} has {count} volumes; the next must have index {count},"
                     f" not {volume.index}"
                 )
-            session.add(Volume(stream_id=stream_id, **dataclasses.asdict(volume)))
+            conn.execute(sa.insert(volume_table).values(stream_id=stream_id,
+                                                        **dataclasses.asdict(volume)))
 
     def stream(self, stream_id: int) -> StreamRow:
         """Return stream ``stream_id``.
@@ -251,8 +241,9 @@ class Streams(CatalogBase):
         Raises:
             NotInCatalog: no such stream.
         """
-        with self._session(f"reading stream {stream_id}") as session:
-            rows = [_stream_row(*r) for r in session.execute(_stream_query(Stream.id == stream_id))]
+        with self._transaction(f"reading stream {stream_id}") as conn:
+            query = _stream_query(stream_table.c.id == stream_id)
+            rows = [StreamRow(*r) for r in conn.execute(query)]
         if not rows:
             raise NotInCatalog(f"stream {stream_id} is not in the catalog")
         return rows[0]
@@ -263,30 +254,22 @@ class Streams(CatalogBase):
         """List streams ordered by host, dataset, store, to_createtxg, id (chain order)."""
         conditions = []
         if host is not None:
-            conditions.append(Dataset.host == host)
+            conditions.append(dataset_table.c.host == host)
         if dataset is not None:
-            conditions.append(Dataset.name == dataset)
+            conditions.append(dataset_table.c.name == dataset)
         if store is not None:
-            conditions.append(Stream.store == store)
-        with self._session("listing streams") as session:
-            return [_stream_row(*r) for r in session.execute(_stream_query(*conditions))]
+            conditions.append(stream_table.c.store == store)
+        with self._transaction("listing streams") as conn:
+            return [StreamRow(*r) for r in conn.execute(_stream_query(*conditions))]
 
     def volumes(self, stream_id: int) -> list[VolumeRow]:
         """Return the volumes of stream ``stream_id`` by index (empty for an unknown stream)."""
-        query = sa.select(Volume).where(Volume.stream_id == stream_id).order_by(Volume.index)
-        with self._session(f"listing the volumes of stream {stream_id}") as session:
-            return [
-                VolumeRow(
-                    id=v.id,
-                    stream_id=v.stream_id,
-                    index=v.index,
-                    key=v.key,
-                    raw_bytes=v.raw_bytes,
-                    stored_bytes=v.stored_bytes,
-                    sha256=v.sha256,
-                )
-                for v in session.scalars(query)
-            ]
+        volume = volume_table.c
+        query = (sa.select(volume.id, volume.stream_id, volume.index, volume.key, volume.raw_bytes,
+                           volume.stored_bytes, volume.sha256)  # VolumeRow's fields, in order
+                 .where(volume.stream_id == stream_id).order_by(volume.index))
+        with self._transaction(f"listing the volumes of stream {stream_id}") as conn:
+            return [VolumeRow(*row) for row in conn.execute(query)]
 
     def set_stream_state(
         self,
@@ -311,10 +294,10 @@ class Streams(CatalogBase):
         """
         require_one_of("stream state", state, STREAM_STATES)
         require_aware("now", now)
-        with self._session(
+        with self._transaction(
             f"setting stream {stream_id} {state}", on_integrity=ChainBroken
-        ) as session:
-            stream = session.get(Stream, stream_id)
+        ) as conn:
+            stream = self._row(conn, stream_table, stream_id)
             if stream is None:
                 raise NotInCatalog(f"stream {stream_id} is not in the catalog")
             if state not in STATE_TRANSITIONS[stream.state]:
@@ -323,16 +306,18 @@ class Streams(CatalogBase):
                     f" {stream.state} to {state}"
                 )
             if state == "condemned":
-                _refuse_living_children(session, [stream_id])
+                _refuse_living_children(conn, [stream_id])
+            values: dict[str, object] = {"state": state}
             if state == "uploaded":
-                stream.uploaded_at = now
+                values["uploaded_at"] = now
             if state == "verified":
-                stream.verified_at = now
+                values["verified_at"] = now
             if raw_bytes is not None:
-                stream.raw_bytes = require_size("raw_bytes", raw_bytes)
+                values["raw_bytes"] = require_size("raw_bytes", raw_bytes)
             if stored_bytes is not None:
-                stream.stored_bytes = require_size("stored_bytes", stored_bytes)
-            stream.state = state
+                values["stored_bytes"] = require_size("stored_bytes", stored_bytes)
+            conn.execute(sa.update(stream_table).where(stream_table.c.id == stream_id)
+                         .values(**values))
 
     def condemn_streams(self, stream_ids: Iterable[int]) -> None:
         """Condemn a set of streams at once (a prune plan's chain): all or none.
@@ -342,17 +327,17 @@ class Streams(CatalogBase):
             ChainBroken: a stream outside the set, not condemned, depends on one in it.
         """
         ids = sorted(set(stream_ids))
-        with self._session(f"condemning streams {ids}", on_integrity=ChainBroken) as session:
+        with self._transaction(f"condemning streams {ids}", on_integrity=ChainBroken) as conn:
             for chunk in chunks(ids):
-                found = session.scalars(sa.select(Stream.id).where(Stream.id.in_(chunk))).all()
+                found = conn.scalars(sa.select(stream_table.c.id)
+                                     .where(stream_table.c.id.in_(chunk))).all()
                 missing = sorted(set(chunk) - set(found))
                 if missing:
                     raise NotInCatalog(f"streams {missing} are not in the catalog")
-            _refuse_living_children(session, ids)
+            _refuse_living_children(conn, ids)
             for chunk in chunks(ids):
-                session.execute(
-                    sa.update(Stream).where(Stream.id.in_(chunk)).values(state="condemned")
-                )
+                conn.execute(sa.update(stream_table).where(stream_table.c.id.in_(chunk))
+                             .values(state="condemned"))
 
     def delete_stream(self, stream_id: int) -> None:
         """Delete condemned stream ``stream_id`` and its volume rows (after its objects are gone).
@@ -363,11 +348,11 @@ class Streams(CatalogBase):
                 the row: house rule 10).
             NotInCatalog: no such stream.
         """
-        with self._session(f"deleting stream {stream_id}", on_integrity=ChainBroken) as session:
-            stream = session.get(Stream, stream_id)
+        with self._transaction(f"deleting stream {stream_id}", on_integrity=ChainBroken) as conn:
+            stream = self._row(conn, stream_table, stream_id)
             if stream is None:
                 raise NotInCatalog(f"stream {stream_id} is not in the catalog")
-            children = _children(session, [stream_id])
+            children = _children(conn, [stream_id])
             if children:
                 raise ChainBroken(
                     f"stream {stream_id} ({stream.to_name} in {stream.store}) cannot be deleted:"
@@ -378,6 +363,6 @@ class Streams(CatalogBase):
                     f"stream {stream_id} is {stream.state}: condemn it and delete its objects"
                     " before deleting its catalog row"
                 )
-            for table in (Volume, StreamSnapshot, ThawRequest):
-                session.execute(sa.delete(table).where(table.stream_id == stream_id))
-            session.execute(sa.delete(Stream).where(Stream.id == stream_id))
+            for table in (volume_table, stream_snapshot_table, thaw_request_table):
+                conn.execute(sa.delete(table).where(table.c.stream_id == stream_id))
+            conn.execute(sa.delete(stream_table).where(stream_table.c.id == stream_id))

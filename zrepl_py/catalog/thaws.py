@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import sqlalchemy as sa
 
 from zrepl_py.catalog.base import CatalogBase, chunks, require_aware
-from zrepl_py.catalog.models import Stream, ThawRequest
+from zrepl_py.catalog.models import stream_table, thaw_request_table
 from zrepl_py.catalog.rows import ThawRow
 from zrepl_py.errors import NotInCatalog
 
@@ -31,21 +31,24 @@ class Thaws(CatalogBase):
         require_aware("ready_by", ready_by)
         if days < 1:
             raise ValueError(f"thaw days must be >= 1, not {days}")
-        with self._session(f"recording a thaw of stream {stream_id}") as session:
-            if session.get(Stream, stream_id) is None:
+        with self._transaction(f"recording a thaw of stream {stream_id}") as conn:
+            if self._row(conn, stream_table, stream_id) is None:
                 raise NotInCatalog(f"stream {stream_id} is not in the catalog")
-            session.execute(sa.delete(ThawRequest).where(ThawRequest.stream_id == stream_id))
-            session.add(ThawRequest(stream_id=stream_id, tier=tier, days=days,
-                                    requested_at=requested_at, ready_by=ready_by))
+            conn.execute(sa.delete(thaw_request_table)
+                         .where(thaw_request_table.c.stream_id == stream_id))
+            conn.execute(sa.insert(thaw_request_table).values(
+                stream_id=stream_id, tier=tier, days=days, requested_at=requested_at,
+                ready_by=ready_by))
 
     def thaws(self, stream_ids: Iterable[int]) -> dict[int, ThawRow]:
         """The recorded thaw requests of the given streams, by stream id (absent: none)."""
         ids = sorted(set(stream_ids))
         found: dict[int, ThawRow] = {}
-        with self._session("listing thaw requests") as session:
+        with self._transaction("listing thaw requests") as conn:
             for chunk in chunks(ids):
-                query = sa.select(ThawRequest).where(ThawRequest.stream_id.in_(chunk))
-                for row in session.scalars(query):
+                query = (sa.select(thaw_request_table)
+                         .where(thaw_request_table.c.stream_id.in_(chunk)))
+                for row in conn.execute(query):
                     found[row.stream_id] = ThawRow(row.stream_id, row.tier, row.days,
                                                    row.requested_at, row.ready_by)
         return found

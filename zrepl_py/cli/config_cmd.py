@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
-from pydantic import BaseModel
 
 from zrepl_py.cli.common import Invocation, emit_json, json_option, pass_invocation
 from zrepl_py.config.extras import require_for_config
 from zrepl_py.config.reading import open_to_others
-from zrepl_py.config.schema import Config, SecretRef
 from zrepl_py.errors import ConfigError, ExitStatus, ExtraMissing
 from zrepl_py.runtime.logsetup import printable
+
+if TYPE_CHECKING:
+    from zrepl_py.config.schema import Config
 
 
 @click.group("config")
@@ -67,6 +70,11 @@ def check(inv: Invocation, as_json: bool) -> ExitStatus:
 
 def _secret_files(config: Config) -> list[str]:
     """Every ``{ file = ... }`` secret the config names."""
+    # imported here: `zbak --help` imports every command module, and pydantic costs 0.05 s
+    from pydantic import BaseModel  # noqa: PLC0415
+
+    from zrepl_py.config.schema import SecretRef  # noqa: PLC0415
+
     found: list[str] = []
 
     def walk(value: object) -> None:

@@ -13,6 +13,7 @@ import click
 from zrepl_py.cli.common import Invocation, pass_invocation
 from zrepl_py.config.extras import require_for_config
 from zrepl_py.errors import ExitStatus
+from zrepl_py.runtime.gcpause import end_startup
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ def command(inv: Invocation, log_format: str | None, once: bool) -> ExitStatus:
     env = {**os.environ, **inv.env}
     if inv.verbosity:  # -v/-q reach the runs too
         env["ZBAK_LOG_LEVEL"] = level
+    end_startup()  # the collector runs in a long-lived process (runtime.gcpause)
     if once:
         return _once(inv, config, path, env)
     daemon = Daemon(config, path, env=env, debug=inv.debug)

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import click
 
-from zrepl_py.catalog.db import make_engine, upgrade
-from zrepl_py.checks.preflight import run_checks
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
-from zrepl_py.config.extras import require_for_config
 from zrepl_py.errors import ExitStatus
-from zrepl_py.runtime.statedir import ensure_private_dir
-from zrepl_py.snapshots.inventory import selection_check
 
 
 @click.command("init")
@@ -19,6 +14,13 @@ from zrepl_py.snapshots.inventory import selection_check
 @pass_invocation
 def command(inv: Invocation, no_checks: bool, as_json: bool) -> ExitStatus:
     """Create or upgrade the catalog and check hosts, datasets and stores."""
+    # imported here (SQLAlchemy, the checks): `zbak --help` imports every command module
+    from zrepl_py.catalog.db import make_engine, upgrade  # noqa: PLC0415
+    from zrepl_py.checks.preflight import run_checks  # noqa: PLC0415
+    from zrepl_py.config.extras import require_for_config  # noqa: PLC0415
+    from zrepl_py.runtime.statedir import ensure_private_dir  # noqa: PLC0415
+    from zrepl_py.snapshots.inventory import selection_check  # noqa: PLC0415
+
     with inv.context() as ctx:
         require_for_config(ctx.config)
         ensure_private_dir(ctx.state_dir)

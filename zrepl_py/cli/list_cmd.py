@@ -8,9 +8,7 @@ import dataclasses
 import click
 
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
-from zrepl_py.config.schema import replica_datasets
 from zrepl_py.errors import ExitStatus
-from zrepl_py.snapshots.inventory import list_selection
 
 
 @click.group("list")
@@ -75,6 +73,10 @@ def streams(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> ExitStatus
 def datasets(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> ExitStatus:
     """List each job's source tree as ZFS shows it now: every dataset the job selects, and
     every one it leaves out with the reason (exclude, select property, a replica)."""
+    # imported here: `zbak list snapshots` and `zbak --help` need neither
+    from zrepl_py.config.schema import replica_datasets  # noqa: PLC0415
+    from zrepl_py.snapshots.inventory import list_selection  # noqa: PLC0415
+
     with inv.context() as ctx:
         rows = []
         for name, job in ctx.select_jobs(jobs):

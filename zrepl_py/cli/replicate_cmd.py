@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from zrepl_py.cli.common import (
@@ -13,7 +15,9 @@ from zrepl_py.cli.common import (
     pass_invocation,
 )
 from zrepl_py.errors import ExitStatus
-from zrepl_py.replication.job import ReplicateResult, replicate_job
+
+if TYPE_CHECKING:
+    from zrepl_py.replication.job import ReplicateResult
 
 
 def _step_text(step) -> str:
@@ -57,6 +61,9 @@ def _rows(result: ReplicateResult) -> list[dict]:
 def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, as_json: bool) -> ExitStatus:
     """Send new snapshots to every target: incremental from the newest common snapshot
     (by guid), resumable where both sides support it; never `zfs receive -F`."""
+    # imported here: `zbak --help` imports every command module
+    from zrepl_py.replication.job import replicate_job  # noqa: PLC0415
+
     with inv.context() as ctx:
         results, status = for_each_job(ctx.select_jobs(jobs),
                                        lambda n, j: replicate_job(ctx, n, j, dry_run=dry_run))

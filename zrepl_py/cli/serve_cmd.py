@@ -12,15 +12,15 @@ datasets inside the root, and otherwise exits 126 with the reason on stderr and 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from zrepl_py.cli.common import FilePath, Invocation, pass_invocation
 from zrepl_py.errors import InvalidName, InvalidProperty, UsageError
-from zrepl_py.serve.execute import audit_logger, exit_now, serve
-from zrepl_py.serve.policy import Policy
-from zrepl_py.zfs.names import DatasetName, check_short_name
-from zrepl_py.zfs.properties import DEFAULT_EXCLUDE, ReceiveProperties
+
+if TYPE_CHECKING:
+    from zrepl_py.zfs.properties import ReceiveProperties
 
 
 @click.command("serve")
@@ -54,6 +54,11 @@ def command(inv: Invocation, roots: tuple[str, ...], allow_destroy_own: bool,
             receive_exclude: tuple[str, ...], log_file: Path | None, zfs_path: str,
             zpool_path: str, zstd_path: str, mbuffer_path: str) -> None:
     """Run $SSH_ORIGINAL_COMMAND if zbak may (SSH forced command); exit 126 otherwise."""
+    # imported here: `zbak --help` imports every command module
+    from zrepl_py.serve.execute import audit_logger, exit_now, serve  # noqa: PLC0415
+    from zrepl_py.serve.policy import Policy  # noqa: PLC0415
+    from zrepl_py.zfs.names import DatasetName, check_short_name  # noqa: PLC0415
+
     try:
         policy = Policy(
             roots=tuple(DatasetName(root) for root in roots),
@@ -80,6 +85,8 @@ def _properties(assign: tuple[str, ...], exclude: tuple[str, ...]) -> ReceivePro
     Raises:
         InvalidProperty (an InvalidName): a malformed ``PROP=VALUE`` or a refused property.
     """
+    from zrepl_py.zfs.properties import DEFAULT_EXCLUDE, ReceiveProperties  # noqa: PLC0415
+
     pairs = {}
     for item in assign:
         name, sep, value = item.partition("=")

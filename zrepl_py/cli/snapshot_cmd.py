@@ -13,7 +13,6 @@ from zrepl_py.cli.common import (
     pass_invocation,
 )
 from zrepl_py.errors import ExitStatus
-from zrepl_py.snapshots.job import snapshot_job
 
 
 @click.command("snapshot")
@@ -24,6 +23,9 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> ExitStatus
     """Take a PREFIX_YYYYMMDDTHHMMSSZ snapshot of each job's datasets (all jobs by default);
     with min_change, datasets written less than that since the job's last snapshot are left
     as they are."""
+    # imported here, as in every command module: `zbak --help` imports them all
+    from zrepl_py.snapshots.job import snapshot_job  # noqa: PLC0415
+
     with inv.context() as ctx:
         results, status = for_each_job(ctx.select_jobs(jobs), lambda n, j: snapshot_job(ctx, n, j))
     if as_json:

@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainValidator,
@@ -27,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from zrepl_py.config.units import ByteSize, CronSchedule, Duration, parse_size
+from zrepl_py.config.units import parse_cron, parse_duration, parse_size
 from zrepl_py.errors import CommandFailed, InvalidEndpoint, InvalidName
 from zrepl_py.proc import mbuffer
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
@@ -40,6 +41,10 @@ from zrepl_py.zfs.names import (
 from zrepl_py.zfs.properties import ReceiveProperties
 from zrepl_py.zfs.properties import check_name as check_property
 from zrepl_py.zfs.properties import check_value as check_property_value
+
+Duration = Annotated[dt.timedelta, BeforeValidator(parse_duration)]
+ByteSize = Annotated[int, BeforeValidator(parse_size)]
+CronSchedule = Annotated[str, BeforeValidator(parse_cron)]
 
 _CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 LOCAL_HOST = "local"

@@ -8,16 +8,16 @@ Cron schedules are crontab(5) lines checked with the one parser (``config.cron``
 Upper bounds (issue 16 item 5: a 400-digit value must be a config error, not an
 OverflowError): a duration at most ``MAX_DURATION`` (100 years), a size at most ``MAX_SIZE``
 (1 EiB, far beyond any pool or S3 object: S3 caps an object at 5 TiB).
+
+Plain functions and constants, no pydantic: ``zbak audit`` takes its bounds from here without
+loading the schema. The schema wraps the parsers as pydantic types (``Duration``, ``ByteSize``,
+``CronSchedule``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Annotated
-
-from pydantic import BeforeValidator
-
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdwy])\s*$")
 _DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?B?|B)?\s*$", re.IGNORECASE)
@@ -101,8 +101,3 @@ def parse_cron(value: object) -> str:
     except ValueError as exc:
         raise ValueError(f"invalid cron schedule {value!r}: {exc}") from None
     return value
-
-
-Duration = Annotated[dt.timedelta, BeforeValidator(parse_duration)]
-ByteSize = Annotated[int, BeforeValidator(parse_size)]
-CronSchedule = Annotated[str, BeforeValidator(parse_cron)]

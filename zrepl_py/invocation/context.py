@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Hashable, Sequence, TypeVar
 from zrepl_py.clock import Clock, MonotonicClock, SystemClock
 from zrepl_py.config.schema import LOCAL_HOST, Config, JobConfig
 from zrepl_py.errors import UsageError
+from zrepl_py.runtime.gcpause import end_startup
 from zrepl_py.runtime.prefetch import Prefetch, Task
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ class Context:
             self._catalog = Catalog(self._engine)
             if isinstance(self.clock, MonotonicClock):  # a wall clock set back since the
                 self.clock.raise_floor(self._catalog.newest_run_time())  # last run (case 32)
+            end_startup()  # SQLAlchemy is the last big import a command makes (gcpause)
         return self._catalog
 
     def executors(self) -> ExecutorPool:

@@ -41,16 +41,10 @@ import re
 import threading
 from typing import TYPE_CHECKING, Callable
 
-from zrepl_py.clock import Clock
 from zrepl_py.catalog.rows import CursorRow
+from zrepl_py.clock import Clock
 from zrepl_py.config.schema import Endpoint, JobConfig, SnapshotFilter
-from zrepl_py.errors import (
-    DatasetNotFound,
-    Diverged,
-    PipelineFailed,
-    StreamUnsupported,
-    ZbakError,
-)
+from zrepl_py.errors import DatasetNotFound, Diverged, PipelineFailed, StreamUnsupported, ZbakError
 from zrepl_py.proc.mbuffer import without_buffer_noise
 from zrepl_py.proc.pipeline import PipelineResult, run_pipeline
 from zrepl_py.proc.ratelimit import SharedRate

@@ -65,8 +65,14 @@ from zrepl_py.proc import mbuffer
 from zrepl_py.serve.options import Parsed, parse
 from zrepl_py.serve.token import TokenTarget, read_token
 from zrepl_py.snapshots.naming import is_own
-from zrepl_py.zfs.client import check_property_name, parse_any_name
-from zrepl_py.zfs.names import BookmarkName, DatasetName, SnapshotName, check_hold_tag
+from zrepl_py.zfs.names import (
+    BookmarkName,
+    DatasetName,
+    SnapshotName,
+    check_hold_tag,
+    check_property_name,
+    parse_any_name,
+)
 from zrepl_py.zfs.properties import ReceiveProperties
 
 OWN_BOOKMARK_PREFIX = "zbak_"

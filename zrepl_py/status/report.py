@@ -30,14 +30,16 @@ import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
 
 from zrepl_py.catalog.chains import current_chain
-from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import CursorRow, RunRow, SnapshotRow, StreamRow
 from zrepl_py.config.schema import JobConfig
-from zrepl_py.daemon.crontab import crontab_trigger
 from zrepl_py.observe.runlog import sweep_interrupted
 from zrepl_py.observe.transfers import RunningTransfer, StaleTransfer, read_running
+
+if TYPE_CHECKING:
+    from zrepl_py.catalog.repository import Catalog
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +191,8 @@ def next_fire(schedule: str | None, now: dt.datetime) -> dt.datetime | None:
     for no schedule (see ``crontab_trigger``)."""
     if schedule is None:
         return None
+    from zrepl_py.daemon.crontab import crontab_trigger  # APScheduler: only for a schedule
+
     return crontab_trigger(schedule).get_next_fire_time(None, now)
 
 
@@ -422,18 +426,23 @@ def job_statuses(ctx, names: Sequence[str] = (), *, offline: bool = False) -> li
     with its transfers in progress (``transfers.read_running``: stale files are removed, logged
     as warnings and listed in ``stale_transfers``). Runs left ``running`` by processes of
     this host that are gone are ended ``interrupted`` first (``runlog.sweep_interrupted``).
+    A config without jobs has nothing to show: the catalog is not opened (issue 18: SQLAlchemy
+    alone costs about 0.2 s of CPU, paid by every monitoring probe of such a host), so its
+    schema is not checked and no run is swept.
 
     Raises:
         UsageError: an unknown job name.
         CatalogError: the catalog cannot be read.
     """
-    catalog, now = ctx.catalog(), ctx.clock.now()
     chosen = ctx.select_jobs(names)
-    sweep_interrupted(catalog, ctx.clock)
-    upcoming = scheduled_runs(ctx.config, now)
     transfers, stale = read_running(ctx.state_dir)
     for gone in stale:
         log.warning("dropped stale transfer file %s: %s", gone.path, gone.reason)
+    if not chosen:
+        return []
+    catalog, now = ctx.catalog(), ctx.clock.now()
+    sweep_interrupted(catalog, ctx.clock)
+    upcoming = scheduled_runs(ctx.config, now)
     found = []
     for name, job in chosen:
         held = None if offline else read_held(ctx, name, job)

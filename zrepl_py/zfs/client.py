@@ -44,7 +44,17 @@ from zrepl_py.zfs.model import (
     Tree,
     build_tree,
 )
-from zrepl_py.zfs.names import BookmarkName, DatasetName, SnapshotName, check_hold_tag
+
+# check_property_name and parse_any_name live in names, not here, so that zbak serve checks
+# names without loading the client:
+from zrepl_py.zfs.names import (
+    BookmarkName,
+    DatasetName,
+    SnapshotName,
+    check_hold_tag,
+    check_property_name,
+    parse_any_name,
+)
 
 TREE_PROPERTIES = ("type", "guid", "createtxg", "creation", "userrefs", "origin")
 """What ``Zfs.tree`` reads for every dataset and snapshot."""
@@ -55,21 +65,7 @@ command reaches the host's shell as one argument, which Linux bounds at MAX_ARG_
 (128 KiB, execve(2)); a quarter of that leaves room for the rest of the argv and quoting."""
 
 _NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
-_PROPERTY = re.compile(r"[A-Za-z0-9_.:@+][A-Za-z0-9_.:@+-]*")
 _STATE = re.compile(r"^\s*state:\s*(\S+)", re.MULTILINE)
-
-
-def check_property_name(prop: str) -> str:
-    """Validate a native or user property name (``compression``, ``com.example:tag``,
-    ``userquota@bob``) for use in argv and return it.
-
-    Raises:
-        InvalidName: empty, over 256 bytes (ZAP_MAXNAMELEN, zfsprops(7) "User Properties"),
-            a leading ``-``, or characters outside letters, digits and ``_.:@+-``.
-    """
-    if not isinstance(prop, str) or not _PROPERTY.fullmatch(prop) or len(prop) > 256:
-        raise InvalidName(f"property name {prop!r}: letters, digits and _.:@+- only")
-    return prop
 
 
 def check_property_value(prop: str, value: str) -> str:
@@ -84,19 +80,6 @@ def check_property_value(prop: str, value: str) -> str:
     if not isinstance(value, str) or any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise InvalidName(f"value of {prop}: {value!r} holds a control character")
     return value
-
-
-def parse_any_name(name: str) -> DatasetName | SnapshotName | BookmarkName:
-    """Parse ``name`` as a snapshot (has ``@``), bookmark (has ``#``) or dataset name.
-
-    Raises:
-        InvalidName: the name breaks the rules of its kind.
-    """
-    if isinstance(name, str) and "@" in name:
-        return SnapshotName(name)
-    if isinstance(name, str) and "#" in name:
-        return BookmarkName(name)
-    return DatasetName(name)
 
 
 def batches(names: Sequence[str], limit: int = NAMES_PER_COMMAND) -> list[list[str]]:

@@ -167,6 +167,35 @@ def check_hold_tag(value: str) -> str:
     return value
 
 
+def parse_any_name(name: str) -> DatasetName | SnapshotName | BookmarkName:
+    """Parse ``name`` as a snapshot (has ``@``), bookmark (has ``#``) or dataset name.
+
+    Raises:
+        InvalidName: the name breaks the rules of its kind.
+    """
+    if isinstance(name, str) and "@" in name:
+        return SnapshotName(name)
+    if isinstance(name, str) and "#" in name:
+        return BookmarkName(name)
+    return DatasetName(name)
+
+
+_PROPERTY = re.compile(r"[A-Za-z0-9_.:@+][A-Za-z0-9_.:@+-]*")
+
+
+def check_property_name(prop: str) -> str:
+    """Validate a native or user property name (``compression``, ``com.example:tag``,
+    ``userquota@bob``) for use in argv and return it.
+
+    Raises:
+        InvalidName: empty, over 256 bytes (ZAP_MAXNAMELEN, zfsprops(7) "User Properties"),
+            a leading ``-``, or characters outside letters, digits and ``_.:@+-``.
+    """
+    if not isinstance(prop, str) or not _PROPERTY.fullmatch(prop) or len(prop) > 256:
+        raise InvalidName(f"property name {prop!r}: letters, digits and _.:@+- only")
+    return prop
+
+
 _USER_PROPERTY = re.compile(r"[a-z0-9_.:-]+")
 MAX_PROPERTY_VALUE = 8192
 """Bytes a user property value may hold (zfsprops(7) "User Properties": 8192)."""
