@@ -81,14 +81,7 @@ sys.path.insert(0, str(REPO))
 
 from support import zfs as testbed_zfs  # noqa: E402
 from support.common import free_port  # noqa: E402
-from zfsbench import (  # noqa: E402 (script-local import)
-    destroy,
-    guid,
-    last_line,
-    private_zfs_fuse,
-    rotate,
-    sh,
-)
+from zfsbench import destroy, guid, last_line, private_zfs_fuse, rotate, sh  # noqa: E402 (script-local import)
 
 MIB = 1024 * 1024
 PYTHON = sys.executable

@@ -15,8 +15,14 @@ from support.postgres import migrated_engine
 from zrepl_py.audit.findings import Severity
 from zrepl_py.audit.graph import CarriedTable, GraphInput, audit_graph, volume_totals
 from zrepl_py.audit.load import load_graph_input
-from zrepl_py.catalog.models import (dataset_table, run_table, snapshot_table,
-                                     stream_snapshot_table, stream_table, volume_table)
+from zrepl_py.catalog.models import (
+    dataset_table,
+    run_table,
+    snapshot_table,
+    stream_snapshot_table,
+    stream_table,
+    volume_table,
+)
 from zrepl_py.catalog.repository import Catalog
 
 T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
