@@ -32,7 +32,8 @@ path``, the same pipe with zbak's data path (its ssh argv, which puts AES-GCM fi
 AES-NI CPU, and its 64 MiB mbuffer before ``zfs receive``; ``proc.openssh``,
 ``replication.stages``), which isolates zbak's fixed cost; zbak through its CLI (``python -m
 zrepl_py --config CFG replicate JOB`` as a subprocess, compression "none", ``concurrency``
-its default); syncoid 2.1.0 (Debian ``sanoid``) with ``--no-sync-snap
+its default, and each run logging in afresh: the ssh master an earlier run left, which
+stays 60 s, is ended first); syncoid 2.1.0 (Debian ``sanoid``) with ``--no-sync-snap
 --compress=none`` (same bytes as the others, no lzop on random data; its mbuffer and pv stay
 as it chooses them). Syncoid 2.1.0 on zfs-fuse can only replicate to a NEW target: it lists
 snapshots with ``zfs get -Hpd 1 -t snapshot``, zfs-fuse has no ``get -t``, and its fallback
@@ -52,7 +53,9 @@ syncoid+shim for the others). The load average (1/5/15 min) is printed before ea
 at the end. ``zbak (pipe only)`` is the sum of the pipeline times zbak logs ("received ... in
 X s"), to separate its fixed cost from the data path. Every received snapshot's guid is
 checked against the source's; a profile of one ``zbak --debug`` no-op cycle (commands run,
-by kind) is printed at the end.
+by kind) is printed at the end, and with ``--timeline`` one ``zbak --debug`` run of the
+incremental whose log lines carry the seconds since the interpreter started (where zbak's
+time goes around the pipeline).
 
 zbak runs as an installed package would: with compiled bytecode (``compileall`` into a
 private ``PYTHONPYCACHEPREFIX`` under the work directory, since this development venv's
@@ -81,7 +84,8 @@ zfs-fuse daemon (pools on sparse files in a temporary directory, about 3 x (size
 of real disk at most) and sshd on 127.0.0.1, all removed at the end. Usage::
 
     .venv/bin/python benchmarks/replication.py [--size-mb 512] [--incr-mb N] [--reps 3]
-        [--datasets 100] [--cases full,incremental,tree,nightly,noop] [--keep-bashrc] [--quick]
+        [--datasets 100] [--cases full,incremental,tree,nightly,noop] [--keep-bashrc]
+        [--timeline] [--quick]
 """
 
 from __future__ import annotations
@@ -360,6 +364,18 @@ class Bench:
             raise Failed(f"shell loop: {last_line(done.stderr)}")
         return seconds
 
+    def seed_incremental(self, target: str) -> None:
+        """``target`` made from the incremental's base, untimed, locally, with zbak's replica
+        properties (a nightly run repairs nothing): every tool starts from the same state."""
+        seed = subprocess.Popen(["zfs", "send", f"{self.src}/inc@base"], stdout=subprocess.PIPE)
+        received = subprocess.run(["zfs", "receive", "-u", target], stdin=seed.stdout,
+                                  capture_output=True, text=True)
+        seed.wait()
+        if received.returncode:
+            raise RuntimeError(f"seeding {target}: {received.stderr}")
+        for prop in REPLICA_PROPERTIES:
+            sh("zfs", "set", prop, target)
+
     def change_tree(self, snapshot: str) -> None:
         """16 KiB of new random data in every dataset of the tree, then ``zfs snapshot -r``."""
         for mount in sorted((self.work / self.src / "tree").glob("**/")):
@@ -402,10 +418,21 @@ class Bench:
                            capture_output=True, timeout=10)
         time.sleep(1.1)
 
+    def close_zbak_master(self) -> None:
+        """End the ssh master an earlier zbak run left behind: it stays 60 s after its last
+        session (``openssh.CONTROL_PERSIST``), and a timed run that found it would skip the
+        ssh login that a nightly run, hours after the last, pays. Only the sockets in this
+        benchmark's own state directory (``openssh.control_dir``)."""
+        sockets = self.state / "ssh"
+        for sock in sockets.iterdir() if sockets.is_dir() else ():
+            subprocess.run(["ssh", "-S", str(sock), "-O", "exit", "unused"], capture_output=True,
+                           timeout=10)
+
     def run_zbak(self, job: str, target: str, pipe_times: list[float]) -> float:
         targets = {"full": "unused-full", "inc": "unused-inc", "tree": "unused-tree"}
         targets[job] = target.split("/", 1)[1]
         self.write_config(targets)
+        self.close_zbak_master()
         seconds, stderr = self.zbak("replicate", "--json", job)
         pipe_times.append(sum(float(m.group(2)) for m in RECEIVED.finditer(stderr)))
         return seconds
@@ -499,15 +526,7 @@ def measure(bench: Bench, results: Results, reps: int, cases: set[str]
     def incremental(tool: str) -> Callable[[], float]:
         def run() -> float:
             target = bench.target("inc", tool)
-            # Seed the base, untimed, locally: every tool starts from the same state.
-            seed = subprocess.Popen(["zfs", "send", f"{src}/inc@base"], stdout=subprocess.PIPE)
-            sh_in = subprocess.run(["zfs", "receive", "-u", target], stdin=seed.stdout,
-                                   capture_output=True, text=True)
-            seed.wait()
-            if sh_in.returncode:
-                raise RuntimeError(f"seeding {target}: {sh_in.stderr}")
-            for prop in REPLICA_PROPERTIES:  # as zbak made it: a nightly run repairs nothing
-                sh("zfs", "set", prop, target)
+            bench.seed_incremental(target)
             try:
                 if tool in ("raw pipe", RAW_ZBAK_PATH):
                     seconds = bench.raw(["zfs", "send", "-I", f"{src}/inc@base",
@@ -678,6 +697,47 @@ def profile_noop(bench: Bench) -> str:
     return "\n".join(lines)
 
 
+TIMELINE = textwrap.dedent("""\
+    import logging, sys, time
+    T0 = time.time()
+    # Every log line stamped with the seconds since this interpreter ran its first line.
+    logging.Formatter.formatTime = lambda self, record, datefmt=None: f"{record.created - T0:6.3f}"
+    from zrepl_py.cli import entry_point
+    sys.argv[0] = "zbak"
+    entry_point()
+""")
+
+
+def timeline_incremental(bench: Bench) -> str:
+    """One ``zbak --debug replicate`` of the incremental to a freshly seeded target, each
+    log line stamped with the seconds since the interpreter started (``TIMELINE``): where
+    the time goes between the process start, the control commands, the pipeline and the
+    exit."""
+    target = bench.target("inc", "timeline")
+    bench.seed_incremental(target)
+    targets = {"full": "unused-full", "inc": target.split("/", 1)[1], "tree": "unused-tree"}
+    bench.write_config(targets)
+    argv = [PYTHON, "-c", TIMELINE, "--config", str(bench.config), "--debug", "replicate", "inc"]
+    bench.close_zbak_master()
+    started = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=bench.zbak_env())
+    seconds = time.monotonic() - started
+    destroy(f"{target}@incr", f"{target}@base", target)
+    lines = [f"zbak --debug replicate of the incremental ({bench.args.incr_mb} MiB), one run: "
+             f"{seconds:.2f} s wall, exit {done.returncode}; seconds since the interpreter "
+             "started, per log line:"]
+    for line in done.stderr.splitlines():
+        stamp, _, rest = line.lstrip().partition(" ")
+        try:
+            float(stamp)
+        except ValueError:
+            continue
+        rest = rest.replace(bench.src, "SRC").replace(bench.dst, "DST")
+        lines.append(f"  {stamp}  {rest[:150]}")
+    lines.append(f"  {seconds:6.3f}  (process ended, as the benchmark's parent saw it)")
+    return "\n".join(lines)
+
+
 def startup_seconds(bench: Bench, *args: str) -> float:
     """Median wall time of ``python -m zrepl_py ARGS`` (interpreter + imports), 5 runs."""
     times = []
@@ -703,6 +763,9 @@ def main() -> int:
                         help="leave root's ~/.bashrc in place for ssh sessions (see below)")
     parser.add_argument("--cases", default=",".join(CASES),
                         help=f"comma-separated, of {', '.join(CASES)} (default all)")
+    parser.add_argument("--timeline", action="store_true",
+                        help="also one zbak --debug run of the incremental, each log line "
+                             "stamped with the seconds since its start (where the time goes)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 64 MiB, 10 datasets, 2 reps (unless given)")
     args = parser.parse_args()
@@ -795,6 +858,9 @@ def main() -> int:
                       f"(zbak's fixed cost: {ours - theirs:+.2f} s)")
         print()
         print(profile)
+        if args.timeline and "incremental" in cases:
+            print()
+            print(timeline_incremental(bench))
         return 0
     finally:
         for server in bench.servers:
