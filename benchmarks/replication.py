@@ -55,7 +55,7 @@ X s"), to separate its fixed cost from the data path. Every received snapshot's 
 checked against the source's; a profile of one ``zbak --debug`` no-op cycle (commands run,
 by kind) is printed at the end, and with ``--timeline`` one ``zbak --debug`` run of the
 incremental whose log lines carry the seconds since the interpreter started (where zbak's
-time goes around the pipeline).
+time goes around the pipeline) and one of the tree initial, summed up the same way.
 
 zbak runs as an installed package would: with compiled bytecode (``compileall`` into a
 private ``PYTHONPYCACHEPREFIX`` under the work directory, since this development venv's
@@ -708,34 +708,71 @@ TIMELINE = textwrap.dedent("""\
 """)
 
 
-def timeline_incremental(bench: Bench) -> str:
-    """One ``zbak --debug replicate`` of the incremental to a freshly seeded target, each
-    log line stamped with the seconds since the interpreter started (``TIMELINE``): where
-    the time goes between the process start, the control commands, the pipeline and the
-    exit."""
-    target = bench.target("inc", "timeline")
-    bench.seed_incremental(target)
-    targets = {"full": "unused-full", "inc": target.split("/", 1)[1], "tree": "unused-tree"}
+def debug_run(bench: Bench, job: str, target: str) -> tuple[float, int, list[tuple[float, str]]]:
+    """One ``zbak --debug replicate JOB`` to ``target`` (from a cold ssh master), each log
+    line stamped with the seconds since the interpreter started (``TIMELINE``); returns
+    (wall seconds, exit status, [(stamp, rest of the line)])."""
+    targets = {"full": "unused-full", "inc": "unused-inc", "tree": "unused-tree"}
+    targets[job] = target.split("/", 1)[1]
     bench.write_config(targets)
-    argv = [PYTHON, "-c", TIMELINE, "--config", str(bench.config), "--debug", "replicate", "inc"]
+    argv = [PYTHON, "-c", TIMELINE, "--config", str(bench.config), "--debug", "replicate", job]
     bench.close_zbak_master()
     started = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=bench.zbak_env())
     seconds = time.monotonic() - started
-    destroy(f"{target}@incr", f"{target}@base", target)
-    lines = [f"zbak --debug replicate of the incremental ({bench.args.incr_mb} MiB), one run: "
-             f"{seconds:.2f} s wall, exit {done.returncode}; seconds since the interpreter "
-             "started, per log line:"]
+    lines = []
     for line in done.stderr.splitlines():
         stamp, _, rest = line.lstrip().partition(" ")
         try:
-            float(stamp)
+            lines.append((float(stamp), rest.replace(bench.src, "SRC").replace(bench.dst, "DST")))
         except ValueError:
             continue
-        rest = rest.replace(bench.src, "SRC").replace(bench.dst, "DST")
-        lines.append(f"  {stamp}  {rest[:150]}")
-    lines.append(f"  {seconds:6.3f}  (process ended, as the benchmark's parent saw it)")
-    return "\n".join(lines)
+    return seconds, done.returncode, lines
+
+
+def timeline_incremental(bench: Bench) -> str:
+    """One ``zbak --debug replicate`` of the incremental to a freshly seeded target, every
+    log line with its time: where the time goes between the process start, the control
+    commands, the pipeline and the exit."""
+    target = bench.target("inc", "timeline")
+    bench.seed_incremental(target)
+    seconds, status, lines = debug_run(bench, "inc", target)
+    destroy(f"{target}@incr", f"{target}@base", target)
+    out = [f"zbak --debug replicate of the incremental ({bench.args.incr_mb} MiB), one run: "
+           f"{seconds:.2f} s wall, exit {status}; seconds since the interpreter started, per "
+           "log line:"]
+    out += [f"  {stamp:6.3f}  {rest[:150]}" for stamp, rest in lines]
+    out.append(f"  {seconds:6.3f}  (process ended, as the benchmark's parent saw it)")
+    return "\n".join(out)
+
+
+def timeline_tree(bench: Bench) -> str:
+    """One ``zbak --debug replicate`` of the whole tree to a new target, summed up: the
+    start-up, the control commands before the first transfer, the transfers (how many, their
+    summed seconds, how many at once on average) and what follows the last one."""
+    target = bench.target("tree", "timeline")
+    seconds, status, lines = debug_run(bench, "tree", target)
+    commands = [stamp for stamp, rest in lines if re.search(r"run \[[^\]]+\]: ", rest)]
+    sends = [stamp for stamp, rest in lines if " sending " in f" {rest}"]
+    done = [(stamp, float(m.group(1))) for stamp, rest in lines
+            if (m := re.search(r"pipeline done: \d+ bytes in ([0-9.]+) s", rest))]
+    if not (commands and sends and done):
+        return f"zbak --debug replicate of the tree: exit {status}, nothing to sum up"
+    first, last = sends[0], done[-1][0]
+    piped = sum(secs for _, secs in done)
+    return "\n".join([
+        f"zbak --debug replicate of the tree ({bench.args.datasets + 1} datasets) to a new "
+        f"target, one run: {seconds:.2f} s wall, exit {status}",
+        f"  {commands[0]:6.3f} s  interpreter, imports, config until the first command",
+        f"  {first - commands[0]:6.3f} s  {sum(1 for c in commands if c < first)} control "
+        "commands (capabilities, health, both listings) until the first transfer",
+        f"  {last - first:6.3f} s  {len(done)} transfers, {piped:.2f} s of pipelines in all "
+        f"({piped / max(last - first, 1e-9):.1f} at once on average, "
+        f"{statistics.median(s for _, s in done):.3f} s median each); "
+        f"{sum(1 for c in commands if first <= c <= last)} control commands meanwhile",
+        f"  {seconds - last:6.3f} s  after the last transfer: "
+        f"{sum(1 for c in commands if c > last)} control commands, the last batch, exit",
+    ])
 
 
 def startup_seconds(bench: Bench, *args: str) -> float:
@@ -764,8 +801,9 @@ def main() -> int:
     parser.add_argument("--cases", default=",".join(CASES),
                         help=f"comma-separated, of {', '.join(CASES)} (default all)")
     parser.add_argument("--timeline", action="store_true",
-                        help="also one zbak --debug run of the incremental, each log line "
-                             "stamped with the seconds since its start (where the time goes)")
+                        help="also one zbak --debug run of the incremental (every log line "
+                             "with its time) and of the tree initial (summed up): where the "
+                             "time goes")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 64 MiB, 10 datasets, 2 reps (unless given)")
     args = parser.parse_args()
@@ -861,6 +899,9 @@ def main() -> int:
         if args.timeline and "incremental" in cases:
             print()
             print(timeline_incremental(bench))
+        if args.timeline and "tree" in cases:
+            print()
+            print(timeline_tree(bench))
         return 0
     finally:
         for server in bench.servers:
