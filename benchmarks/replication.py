@@ -176,6 +176,7 @@ class Bench:
         self.servers: list = []
         self.shim_sshd: subprocess.Popen | None = None
         self.kept_tree: str | None = None  # zbak's replica of the tree, for the profile
+        self.timelines: list[str] = []  # --timeline's, made during the cases
 
     # -- set-up ------------------------------------------------------------------
 
@@ -612,6 +613,8 @@ def tree_cases(bench: Bench, results: Results, reps: int, cases: set[str],
     for rep in range(reps if "tree" in cases else 1):
         for tool in rotate(tools, rep):
             results.record("tree initial", tool, initial(tool))
+    if bench.args.timeline:  # now, while the tree has its one snapshot
+        bench.timelines.append(timeline_tree(bench))
     replicas = {"zbak": kept.get("zbak"), "syncoid+shim": kept.get("syncoid"),
                 "syncoid": kept.get("syncoid"), "shell loop": kept.get("raw send -R")}
     snapshots = ["s1"]
@@ -674,6 +677,18 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+COMMAND = re.compile(r"run \[([^\]]+)\]: (\[.*\])$")
+"""A command in zbak's debug log: host and argv (a list repr)."""
+
+
+def command_kind(bench: Bench, found: re.Match) -> str:
+    """``[HOST] zfs get -Hp ...``: a command's first words, without dataset names."""
+    host, command = found.groups()
+    words = ast.literal_eval(command)
+    kind = " ".join(w for w in words[:4] if not w.startswith((bench.src, bench.dst, "SRC", "DST")))
+    return f"[{host}] {kind}"
+
+
 def profile_noop(bench: Bench) -> str:
     """One ``zbak --debug`` no-op cycle of the tree job: commands run, by host and kind."""
     trees = bench.kept_tree
@@ -681,15 +696,8 @@ def profile_noop(bench: Bench) -> str:
         return "(no zbak replica of the tree to profile a no-op cycle on)"
     bench.write_config({"full": "unused-full", "inc": "unused-inc", "tree": trees.split("/", 1)[1]})
     seconds, stderr = bench.zbak("--debug", "replicate", "tree")
-    kinds: collections.Counter[str] = collections.Counter()
-    for line in stderr.splitlines():
-        found = re.search(r"run \[([^\]]+)\]: (.*)$", line)
-        if not found:
-            continue
-        host, command = found.groups()
-        words = ast.literal_eval(command)  # the debug line shows the argv as a list repr
-        kind = " ".join(w for w in words[:4] if not w.startswith((bench.src, bench.dst)))
-        kinds[f"[{host}] {kind}"] += 1
+    kinds = collections.Counter(command_kind(bench, found) for line in stderr.splitlines()
+                                if (found := COMMAND.search(line)))
     total = sum(kinds.values())
     lines = [f"zbak --debug no-op cycle, {bench.args.datasets + 1} datasets: {seconds:.2f} s, "
              f"{total} commands ({total / (bench.args.datasets + 1):.1f} per dataset)"]
@@ -752,7 +760,8 @@ def timeline_tree(bench: Bench) -> str:
     summed seconds, how many at once on average) and what follows the last one."""
     target = bench.target("tree", "timeline")
     seconds, status, lines = debug_run(bench, "tree", target)
-    commands = [stamp for stamp, rest in lines if re.search(r"run \[[^\]]+\]: ", rest)]
+    runs = [(stamp, m) for stamp, rest in lines if (m := COMMAND.search(rest))]
+    commands = [stamp for stamp, _ in runs]
     sends = [stamp for stamp, rest in lines if " sending " in f" {rest}"]
     done = [(stamp, float(m.group(1))) for stamp, rest in lines
             if (m := re.search(r"pipeline done: \d+ bytes in ([0-9.]+) s", rest))]
@@ -760,6 +769,8 @@ def timeline_tree(bench: Bench) -> str:
         return f"zbak --debug replicate of the tree: exit {status}, nothing to sum up"
     first, last = sends[0], done[-1][0]
     piped = sum(secs for _, secs in done)
+    kinds = collections.Counter(command_kind(bench, m) for stamp, m in runs
+                                if first <= stamp <= last)
     return "\n".join([
         f"zbak --debug replicate of the tree ({bench.args.datasets + 1} datasets) to a new "
         f"target, one run: {seconds:.2f} s wall, exit {status}",
@@ -772,6 +783,8 @@ def timeline_tree(bench: Bench) -> str:
         f"{sum(1 for c in commands if first <= c <= last)} control commands meanwhile",
         f"  {seconds - last:6.3f} s  after the last transfer: "
         f"{sum(1 for c in commands if c > last)} control commands, the last batch, exit",
+        "  control commands during the transfers, by kind:",
+        *(f"  {count:8}  {kind}" for kind, count in kinds.most_common()),
     ])
 
 
@@ -899,9 +912,9 @@ def main() -> int:
         if args.timeline and "incremental" in cases:
             print()
             print(timeline_incremental(bench))
-        if args.timeline and "tree" in cases:
+        for timeline in bench.timelines:
             print()
-            print(timeline_tree(bench))
+            print(timeline)
         return 0
     finally:
         for server in bench.servers:
