@@ -5,7 +5,7 @@ Goals (issue 18, speed over trees), zbak timed as the user runs it (``zbak repli
 subprocess): the first replication of a tree of 100 datasets >= 3x faster than ``syncoid
 -r``; a nightly cycle over that tree with small changes faster than ``syncoid -r`` and than a
 shell loop of raw pipes; a 256 MiB incremental >= 0.97x the raw pipe; a no-op cycle < 2 s.
-Earlier (issue 12): a full send >= 0.97x the raw pipe.
+Earlier: a full send >= 0.97x the raw pipe.
 
 Cases (``--cases``, default all), on the same two pools and the same data, every tool
 through the same sshd on 127.0.0.1 (the ssh target path):
