@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from support.postgres import migrated_engine
 
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.catalog.rows import NewStream, NewVolume, SnapshotFact
+from zrepl_py.catalog.rows import CursorRow, NewStream, NewVolume, SnapshotFact
 from zrepl_py.catalog.types import to_signed64
 from zrepl_py.errors import CatalogConflict, ChainBroken, NotInCatalog
 
@@ -193,6 +193,21 @@ def test_set_cursor_creates_then_moves_one_cursor_per_job_target_and_source(cata
     ]
     assert rows[1].method == "rsync" and rows[1].source_dataset == "tank/a"
     assert catalog.cursors("other") == []
+
+
+def test_set_cursors_records_a_batch_in_one_transaction_all_or_none(catalog):
+    def row(source, short, guid, when=T0, method="zfs"):
+        return CursorRow("n", "b:pool/x", "local", source, f"pool/x/{source}", method, short,
+                         guid, guid * 10, when)
+
+    catalog.set_cursors([row("tank/a", "s1", 1), row("tank/b", "s1", 2)])
+    catalog.set_cursors([row("tank/a", "s2", 3, T0 + HOUR), row("tank/c", "s2", 4, T0 + HOUR)])
+    assert [(r.source_dataset, r.snapshot_name, r.guid) for r in catalog.cursors("n")] == [
+        ("tank/a", "s2", 3), ("tank/b", "s1", 2), ("tank/c", "s2", 4)]
+    with pytest.raises(ValueError):  # one bad row: none of the batch is recorded
+        catalog.set_cursors([row("tank/a", "s3", 5), row("tank/b", "s3", 6, method="ftp")])
+    assert [r.snapshot_name for r in catalog.cursors("n")] == ["s2", "s1", "s2"]
+    catalog.set_cursors([])
 
 
 # -- stream chains ------------------------------------------------------------------------

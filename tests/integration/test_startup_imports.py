@@ -7,6 +7,8 @@ it asserts what the command does NOT load, never how long anything takes.
 * ``--version`` and ``--help`` (which lists every command): click only;
 * ``serve``, the SSH forced command paid per remote command: no config, no catalog, no
   table output, no SSH or S3 library, not even the ZFS client (only the naming rules);
+* neither those nor ``serve`` loads what only a replication run uses (its planner, the
+  threads of several datasets at once, the shared bandwidth limit);
 * commands that need the config but no catalog (``config check``, ``status`` of a config
   without jobs): pydantic, but no SQLAlchemy;
 * commands that read or write the catalog (``status``, ``list snapshots``, ``snapshot``,
@@ -43,6 +45,10 @@ HEAVY = {"sqlalchemy", "alembic", "pydantic", "rich", "paramiko", "boto3", "boto
          "apscheduler", "psycopg", "prometheus_client", "zstandard"}
 """Libraries some command needs and most do not."""
 
+REPLICATION_RUN = ("zrepl_py.replication", "zrepl_py.runtime.fanout", "zrepl_py.proc.ratelimit")
+"""What only a replication run uses: the planner, the worker threads of several datasets at
+once, the shared bandwidth limit (issue 18)."""
+
 
 def _loaded(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
             expect: int = ExitStatus.OK) -> set[str]:
@@ -77,6 +83,7 @@ def test_version_and_help_load_click_and_none_of_the_libraries_the_commands_use(
     loaded = _loaded(tmp_path, *args)
     assert loaded & HEAVY == set()
     assert not {m for m in loaded if m.startswith(("zrepl_py.config.schema", "zrepl_py.catalog"))}
+    assert not {m for m in loaded if m.startswith(REPLICATION_RUN)}
 
 
 def test_the_forced_command_loads_no_config_schema_catalog_table_output_or_ssh(tmp_path):
@@ -85,6 +92,7 @@ def test_the_forced_command_loads_no_config_schema_catalog_table_output_or_ssh(t
                      expect=126)
     assert loaded & HEAVY == set()
     assert {"zrepl_py.config.schema", "zrepl_py.zfs.client"} & loaded == set()
+    assert not {m for m in loaded if m.startswith(REPLICATION_RUN)}
 
 
 @pytest.mark.parametrize("args", [["config", "check"], ["config", "check", "--json"],

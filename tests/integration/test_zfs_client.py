@@ -21,7 +21,7 @@ from zrepl_py.errors import (
 )
 from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.zfs.capabilities import Capabilities, detect
-from zrepl_py.zfs.client import TREE_PROPERTIES, Zfs, parse_get_output, parse_list_output
+from zrepl_py.zfs.client import TREE_PROPERTIES, Zfs, batches, parse_get_output, parse_list_output
 from zrepl_py.zfs.model import build_tree
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 
@@ -140,6 +140,43 @@ def test_a_held_snapshot_cannot_be_destroyed_until_its_hold_is_released(zfs, roo
         zfs.release(snap, "zbak:job:target")
     zfs.destroy_snapshot(snap)
     assert not zfs.exists(snap)
+
+
+def test_holds_releases_and_settings_of_many_names_take_one_command_and_go_on_past_a_failure(
+        zfs, root, monkeypatch):
+    datasets = [root.child(f"d{i}") for i in range(3)]
+    for ds in datasets:
+        zfs.create_filesystem(ds)
+    snaps = [SnapshotName.of(ds, "s") for ds in datasets]
+    zfs.snapshot(SnapshotName.of(root, "s"), recursive=True)
+    ran = []
+    run = zfs.executor.run
+    monkeypatch.setattr(zfs.executor, "run", lambda argv, **kw: ran.append(argv) or run(argv, **kw))
+
+    zfs.hold_many(snaps, "zbak:j:t")
+    zfs.set_property_many(datasets, "com.example:role", "replica")
+    assert [argv[1] for argv in ran] == ["hold", "set"], "one command each"
+    assert [int(zfs_get(s, "userrefs")) for s in snaps] == [1, 1, 1]
+    assert {zfs_get(ds, "com.example:role") for ds in datasets} == {"replica"}
+
+    zfs.release(snaps[1], "zbak:j:t")
+    with pytest.raises(HoldExists):  # snaps[0] and [2] had the tag: zfs still held snaps[1]
+        zfs.hold_many(snaps, "zbak:j:t")
+    assert int(zfs_get(snaps[1], "userrefs")) == 1
+    zfs.release(snaps[0], "zbak:j:t")
+    with pytest.raises(HoldNotFound):
+        zfs.release_many(snaps, "zbak:j:t")
+    assert [int(zfs_get(s, "userrefs")) for s in snaps] == [0, 0, 0]
+    zfs.hold_many([], "zbak:j:t")
+    zfs.release_many([], "zbak:j:t")
+
+
+def test_a_long_list_of_names_is_split_over_commands_each_within_the_bound():
+    names = [f"pool/data/d{i:05d}@zbak_20260101T000000Z" for i in range(3000)]
+    runs = batches(names, limit=32 * 1024)
+    assert [n for run in runs for n in run] == names
+    assert len(runs) > 1 and all(sum(len(n) + 1 for n in run) <= 32 * 1024 for run in runs)
+    assert batches([]) == [] and batches(["x" * 40], limit=10) == [["x" * 40]]
 
 
 def test_holds_lists_tags_where_zfs_can_and_raises_unsupported_where_it_cannot(zfs, root):

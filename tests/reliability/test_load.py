@@ -11,14 +11,17 @@ thousands). ``zbak`` runs as a subprocess (``python -m zrepl_py --debug``) watch
 /proc every 50 ms (``support.procwatch``); its debug log counts the commands it ran. Figures
 are printed (``pytest -s``).
 
-Process bound, from the design (DESIGN.md "Replication", ``replication.stages``): datasets
-are replicated one after the other, one pipeline at a time. A pipeline from a local source
-is at most ``zfs send | zstd | pv | ssh`` (4 processes; this job has compression and no
-bandwidth limit: 3), and a shared ssh forks its ControlPersist master (+1, a child of that
-ssh until the ssh exits). Control commands on the source are local processes run one at a
-time by the main thread, plus at most one at a time by the start-up prefetch thread
-(``zrepl_py.runtime.prefetch``: pool health) (+2); control commands on the target go through
-paramiko, in-process. So at most 4 + 1 + 2 = 7 live descendants, whatever the dataset count.
+Process bound, from the design (DESIGN.md "Replication", ``replication.stages``,
+``replication.zfs_target``): the job replicates ``CONCURRENCY`` datasets at once, one
+pipeline each. A pipeline from a local source is at most ``zfs send | zstd | pv | ssh`` (4
+processes; this job has compression and no bandwidth limit: 3). The shared ssh connection
+is opened once while the run starts (``ssh -N -f``, +1 until it has forked the master away,
+which then is no descendant). Control commands on the source are local processes run one at
+a time by the run's thread (the batched holds), plus at most one at a time by the start-up
+prefetch thread (``zrepl_py.runtime.prefetch``: pool health) (+2); the workers run none on
+zfs-fuse (their per-dataset probes, bookmarks and encryption, exist on OpenZFS only);
+control commands on the target go through paramiko, in-process. So at most 4 x 3 + 1 + 2 =
+15 live descendants, whatever the dataset count.
 Archive: ``zfs send`` (compression and upload are in-process) plus control commands: 3.
 """
 
@@ -47,14 +50,19 @@ snapshots a second and needs ~0.6 s per pipeline, so 200 x 50 takes ~40 minutes 
 ``ZBAK_LOAD_SCALE=200x50``). Read at import: the autouse fixture scrubs ``ZBAK_*``."""
 LARGE, SNAPSHOTS = (int(n) for n in SCALE.split("x"))
 SMALL = max(1, LARGE // 10)
-REPLICATE_PROCESSES = 7
+CONCURRENCY = 4
+"""The jobs' ``[replicate] concurrency``: datasets replicated at once."""
+REPLICATE_PROCESSES = CONCURRENCY * 3 + 1 + 2
 """Most live descendants of ``zbak replicate`` (derivation in the module doc)."""
 ARCHIVE_PROCESSES = 3
 """Most live descendants of ``zbak archive`` (derivation in the module doc)."""
 MAX_FDS = 64
 """Most descriptors ``zbak`` may hold open at once, whatever the dataset count."""
-FD_SLACK = 4
-"""How many more descriptors the 200-dataset run may peak at than the 20-dataset one."""
+FD_SLACK = 4 + 8
+"""How many more descriptors the large run may peak at than the small one: 4, plus one
+pipeline's 8 (three stages: a stderr pipe and a pidfd each, and a pipe between two stages
+while they start), since the small run may never be sampled with all ``CONCURRENCY``
+pipelines open. A leak of one per dataset would add at least ``LARGE - SMALL``."""
 MAX_RSS_KIB = 200 * 1024
 """Peak resident set (VmHWM) of one ``zbak`` run (about 80 MiB at 200 x 50)."""
 CONTROL_PER_DATASET, CONTROL_FIXED = 6, 20
@@ -134,6 +142,7 @@ class LoadRig:
             [jobs.{job}.replicate]
             targets = ["backup:{self.bak.name}/{job}"]
             compression = "zstd"
+            concurrency = {CONCURRENCY}
             [jobs.{job}.archive]
             store = "cold"
         """) for job in ("small", "load"))

@@ -29,9 +29,9 @@ def shares(stage) -> bool:
 # (case, source remote, target remote, send writes stream, compress, rate limit,
 #  expected meter, expected stage names, which stages share a connection)
 CASES = [
-    ("push from zfs-fuse: the target's ssh is counted, so it connects alone",
-     False, True, False, False, None, Meter.READ, ["zfs send", "ssh h: zfs receive"],
-     [False, False]),
+    ("push from zfs-fuse: a relay is counted, so the target's ssh shares",
+     False, True, False, False, None, Meter.READ, ["zfs send", "relay", "ssh h: zfs receive"],
+     [False, False, True]),
     ("push from OpenZFS: its zfs send is counted, the target's ssh shares",
      False, True, True, False, None, Meter.WRITTEN, ["zfs send", "ssh h: zfs receive"],
      [False, True]),
@@ -41,12 +41,15 @@ CASES = [
     ("push from zfs-fuse with zstd: zstd is counted, the target's ssh shares",
      False, True, False, True, None, Meter.READ, ["zfs send 0", "zfs send 1", "ssh h: zfs receive"],
      [False, False, True]),
-    ("pull: the source's ssh is counted and connects alone",
-     True, False, False, False, None, Meter.WRITTEN, ["ssh h: zfs send", "zfs receive"],
-     [False, False]),
-    ("remote to remote: the source's ssh alone, the target's shares",
-     True, True, True, False, None, Meter.WRITTEN, ["ssh h: zfs send", "ssh h: zfs receive"],
-     [False, True]),
+    ("pull: a relay is counted, so the source's ssh shares",
+     True, False, False, False, None, Meter.READ, ["ssh h: zfs send", "relay", "zfs receive"],
+     [True, False, False]),
+    ("pull through pv: pv is counted, the source's ssh shares",
+     True, False, False, False, 1000, Meter.READ, ["ssh h: zfs send", "rate limit", "zfs receive"],
+     [True, False, False]),
+    ("remote to remote: a relay between the two shared ssh is counted",
+     True, True, True, False, None, Meter.READ, ["ssh h: zfs send", "relay", "ssh h: zfs receive"],
+     [True, False, True]),
     ("local to local from zfs-fuse: the receive reads what is counted",
      False, False, False, False, None, Meter.READ, ["zfs send", "zfs receive"], [False, False]),
 ]  # fmt: skip
@@ -54,14 +57,29 @@ CASES = [
 
 @pytest.mark.parametrize(("case", "src_remote", "dst_remote", "writes", "compress", "limit",
                           "meter", "names", "shared"), CASES, ids=[c[0] for c in CASES])
-def test_the_counted_stage_never_shares_a_connection(case, src_remote, dst_remote, writes,
-                                                     compress, limit, meter, names, shared):
+def test_every_ssh_shares_its_connection_and_the_counted_stage_is_a_local_process(
+        case, src_remote, dst_remote, writes, compress, limit, meter, names, shared):
     stages, got = metered_transfer(SEND, RECEIVE, source=side(src_remote), target=side(dst_remote),
                                    compress=compress, bandwidth_limit=limit,
                                    send_writes_stream=writes)  # fmt: skip
     assert got is meter
     assert [s.name for s in stages] == names
     assert [shares(s) for s in stages] == shared
+    counted = stages[0 if meter is Meter.WRITTEN else 1]
+    assert not shares(counted)
+
+
+def test_without_sharing_the_ssh_is_counted_and_no_relay_is_added():
+    plain = Side("h", HOST, Path("/state/known_hosts"))
+    stages, meter = metered_transfer(SEND, RECEIVE, source=side(False), target=plain,
+                                     compress=False, bandwidth_limit=None,
+                                     send_writes_stream=False)  # fmt: skip
+    assert [s.name for s in stages] == ["zfs send", "ssh h: zfs receive"] and meter is Meter.READ
+    stages, meter = metered_transfer(SEND, RECEIVE, source=plain, target=side(False),
+                                     compress=False, bandwidth_limit=None,
+                                     send_writes_stream=False)  # fmt: skip
+    assert [s.name for s in stages] == ["ssh h: zfs send", "zfs receive"]
+    assert meter is Meter.WRITTEN
 
 
 def test_transfer_stages_never_shares_a_connection():
@@ -98,8 +116,8 @@ def test_a_pull_buffers_locally_between_the_sources_ssh_and_zfs_receive():
     stages, meter = metered_transfer(SEND, RECEIVE, source=side(True), target=side(False),
                                      compress=False, bandwidth_limit=None,
                                      send_writes_stream=False, receive_buffer=BUFFER)  # fmt: skip
-    assert [s.argv for s in stages[1:]] == [mbuffer_argv(BUFFER), tuple(RECEIVE)]
-    assert meter is Meter.WRITTEN  # still the source's ssh: the buffer adds no counted stage
+    assert [s.argv for s in stages[1:]] == [("cat",), mbuffer_argv(BUFFER), tuple(RECEIVE)]
+    assert meter is Meter.READ  # the relay: the buffer adds no counted stage
 
 
 def test_a_stream_that_stays_on_this_machine_gets_no_buffer():

@@ -4,6 +4,7 @@ complete on the replica."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 
@@ -39,32 +40,55 @@ class Cursors(CatalogBase):
         Raises:
             ValueError: unknown ``method``, naive ``now``, guid out of range.
         """
-        require_one_of("replication method", method, REPLICATION_METHODS)
-        require_aware("now", now)
-        to_signed64(guid)
-        values = {
-            "target_location": target_location,
-            "method": method,
-            "snapshot_name": snapshot_name,
-            "guid": guid,
-            "createtxg": createtxg,
-            "updated_at": now,
-        }
-        doing = f"moving the {job} cursor of {source_host}:{source_dataset} on {target}"
+        self.set_cursors([CursorRow(job, target, source_host, source_dataset, target_location,
+                                    method, snapshot_name, guid, createtxg, now)])
+
+    def set_cursors(self, rows: Sequence[CursorRow]) -> None:
+        """``set_cursor`` for each row (``updated_at`` is the time recorded) in ONE
+        transaction: all are recorded or none (a replication run records a batch of
+        datasets at once). Empty ``rows``: nothing is done.
+
+        Raises:
+            ValueError: as ``set_cursor``, for any row (then none is recorded).
+        """
+        for row in rows:
+            require_one_of("replication method", row.method, REPLICATION_METHODS)
+            require_aware("now", row.updated_at)
+            to_signed64(row.guid)
+        if not rows:
+            return
+        first = rows[0]
+        doing = (f"moving the {first.job} cursor of {first.source_host}:{first.source_dataset} "
+                 f"on {first.target}") if len(rows) == 1 else (
+            f"moving {len(rows)} replica cursors of job {first.job}")
         with self._transaction(doing) as conn:
-            dataset_id = self._dataset_id(conn, source_host, source_dataset)
-            cursor = replica_cursor_table.c
-            key = (cursor.job == job, cursor.target == target,
-                   cursor.source_dataset_id == dataset_id)
-            updated = conn.execute(sa.update(replica_cursor_table).where(*key).values(**values))
-            if updated.rowcount:
-                return
-            try:
-                with conn.begin_nested():
-                    conn.execute(sa.insert(replica_cursor_table).values(
-                        job=job, target=target, source_dataset_id=dataset_id, **values))
-            except sa.exc.IntegrityError:
-                conn.execute(sa.update(replica_cursor_table).where(*key).values(**values))
+            for row in rows:
+                self._upsert(conn, row)
+
+    def _upsert(self, conn: sa.Connection, row: CursorRow) -> None:
+        """Create or replace ``row``'s cursor inside ``conn``'s transaction; safe against a
+        concurrent insert of the same key."""
+        values = {
+            "target_location": row.target_location,
+            "method": row.method,
+            "snapshot_name": row.snapshot_name,
+            "guid": row.guid,
+            "createtxg": row.createtxg,
+            "updated_at": row.updated_at,
+        }
+        dataset_id = self._dataset_id(conn, row.source_host, row.source_dataset)
+        cursor = replica_cursor_table.c
+        key = (cursor.job == row.job, cursor.target == row.target,
+               cursor.source_dataset_id == dataset_id)
+        updated = conn.execute(sa.update(replica_cursor_table).where(*key).values(**values))
+        if updated.rowcount:
+            return
+        try:
+            with conn.begin_nested():
+                conn.execute(sa.insert(replica_cursor_table).values(
+                    job=row.job, target=row.target, source_dataset_id=dataset_id, **values))
+        except sa.exc.IntegrityError:
+            conn.execute(sa.update(replica_cursor_table).where(*key).values(**values))
 
     def cursors(self, job: str | None = None) -> list[CursorRow]:
         """Return every replica cursor (or one job's), ordered by job, target, source dataset."""

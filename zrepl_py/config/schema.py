@@ -449,7 +449,11 @@ class ReplicateConfig(_Model):
     method: Literal["auto", "zfs", "rsync"] = "auto"
     compression: Literal["none", "zstd"] = "none"
     bandwidth_limit: ByteSize | None = None
-    """Bytes per second on the wire; None for unlimited."""
+    """Bytes per second on the wire, shared by the transfers running at once; None for
+    unlimited."""
+    concurrency: int | None = Field(default=None, ge=1, le=64)
+    """Datasets replicated at once to each target; None: sized to this machine
+    (``replication.order.default_concurrency``)."""
     receive_buffer: ByteSize = 64 * 1024 * 1024
     """Bytes of an mbuffer(1) right before ``zfs receive`` on the receiving host, when the
     stream crosses ssh and that host has mbuffer (``replication.stages``); 0: none."""

@@ -7,6 +7,10 @@ progress bar on stderr; otherwise (daemon, cron, a pipe) it logs one INFO line e
 ``log_every`` seconds, e.g. ``tank/data@x -> backup: 1.2 GiB of 3.0 GiB, 85 MiB/s, ETA 0:00:21``.
 The arithmetic is pure functions; sizes are bytes, times seconds, units binary (KiB = 1024).
 
+One bar at a time: rich draws one live display per console, and a replication runs several
+transfers at once, so the first reporter that draws holds the terminal (``_TERMINAL``) until
+it closes and the others log lines as off a terminal.
+
 A reporter may also carry a ``sink`` (``zrepl_py.observe.transfers.Publisher``) that publishes each
 estimate to a file ``zbak status`` reads, and is closed (its file removed) with the reporter.
 ``Sampler`` and ``MeteredReader`` feed a reporter from code that moves the bytes itself
@@ -20,12 +24,14 @@ import dataclasses
 import datetime
 import logging
 import sys
+import threading
 import time
 from typing import Callable, Protocol, Sequence, TextIO
 
 log = logging.getLogger(__name__)
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+_TERMINAL = threading.Lock()  # held by the reporter drawing a bar (see the module doc)
 
 
 def format_size(size: float) -> str:
@@ -257,6 +263,9 @@ class ProgressReporter:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
         if self._bar is None:
+            if not _TERMINAL.acquire(blocking=False):  # another transfer's bar is up
+                self.tty = False
+                return
             self._bar = Progress(
                 TextColumn("{task.description}", markup=False),  # a name's "[...]" stays
                 BarColumn(),
@@ -289,6 +298,7 @@ class ProgressReporter:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+            _TERMINAL.release()
 
     def __enter__(self) -> ProgressReporter:
         return self

@@ -1,7 +1,9 @@
 """Running transfers published for ``zbak status``: one small JSON file per transfer.
 
 The process moving a stream (a replication to one target, an archive run to one store, a
-restore) writes ``<state_dir>/running/<kind>-<job>-<where>.json`` (``Slot.path``): what is sent
+restore) writes ``<state_dir>/running/<kind>-<job>-<where>.json`` (``Slot.path``; a
+replication moving several datasets to one target at once, one file per dataset,
+``<kind>-<job>-<where>-<dataset>.json``): what is sent
 (dataset, from/to snapshot), bytes so far, the expected bytes when known, rate (bytes/s), ETA
 (seconds), start time (aware UTC) and its PID. The file is replaced atomically (a temporary
 file renamed over it, rename(2)), at most once per ``Publisher.every`` seconds, and removed
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import functools
 import hashlib
 import json
 import logging
@@ -101,18 +102,23 @@ class Slot:
         job: the job's name (for a restore, the job whose source holds the dataset, or ``-``).
         where: the replication target string, the archive store's name, or (restore) the
             dataset created.
+        part: what tells apart the transfers one run makes at once to ``where`` (the
+            source dataset), or None.
     """
 
     state_dir: Path
     kind: str
     job: str
     where: str
+    part: str | None = None
 
     @property
     def path(self) -> Path:
         """The slot's file; characters other than letters, digits and ``@+=,._`` are
         %-encoded, and a name over 200 bytes is cut and suffixed with a hash."""
         name = f"{_quote(self.kind)}-{_quote(self.job)}-{_quote(self.where)}"
+        if self.part is not None:
+            name += f"-{_quote(self.part)}"
         if len(name) > _NAME_MAX:
             name = name[:_NAME_MAX - 17] + "~" + hashlib.sha256(name.encode()).hexdigest()[:16]
         return Path(self.state_dir) / DIRECTORY / f"{name}.json"
@@ -343,10 +349,17 @@ def progress_callback(label: str, total: int | None = None, *, dataset: str | No
 
 def reporting(state_dir: Path, kind: str, job: str, where: str
               ) -> Callable[..., ProgressReporter]:
-    """``progress_callback`` publishing to ``Slot(state_dir, kind, job, where)``:
-    the ``progress`` factory of ``replication.zfs_target.Transfer``, called as
-    ``factory(label, dataset=..., from_snap=..., to_snap=..., total=...)``."""
-    return functools.partial(progress_callback, publish=Slot(Path(state_dir), kind, job, where))
+    """``progress_callback`` publishing to ``Slot(state_dir, kind, job, where, dataset)``
+    (one file per dataset: a run replicates several at once): the ``progress`` factory of
+    ``replication.zfs_target.Transfer``, called as ``factory(label, dataset=...,
+    from_snap=..., to_snap=..., total=...)``."""
+
+    def factory(label: str, total: int | None = None, *, dataset: str | None = None,
+                **what: str | None) -> ProgressReporter:
+        slot = Slot(Path(state_dir), kind, job, where, dataset)
+        return progress_callback(label, total, dataset=dataset, publish=slot, **what)
+
+    return factory
 
 
 def job_of(config, host: str, dataset: str) -> str:

@@ -536,6 +536,7 @@ def run_pipeline(
     kill_grace: float = KILL_GRACE,
     pipe_size: int | None = None,
     stdin: int | None = None,
+    on_start: Callable[[tuple[int, ...]], None] | None = None,
 ) -> PipelineResult:
     """Run ``stages`` connected stdout to stdin by OS pipes and wait for all of them.
 
@@ -559,6 +560,9 @@ def run_pipeline(
         kill_grace: seconds between SIGTERM and SIGKILL when stopping.
         pipe_size: bytes to ask for each pipe's buffer (``F_SETPIPE_SZ``, fcntl(2)); None
             keeps the kernel default (64 KiB), as a shell does.
+        on_start: called once every stage has started, with their process ids in stage
+            order (setpriv execs the program, so each is the program's own); an exception
+            it raises stops the pipeline and propagates.
 
     Returns:
         ``PipelineResult`` when every stage exited 0.
@@ -576,14 +580,15 @@ def run_pipeline(
     log.debug("pipeline: %s", " | ".join(stage.name for stage in stages))
     try:
         return _run(stages, progress, interval, cancel, timeout, stdin, stdout, meter,
-                    kill_grace, pipe_size)  # fmt: skip
+                    kill_grace, pipe_size, on_start)  # fmt: skip
     finally:
         close = getattr(progress, "close", None)
         if callable(close):
             close()
 
 
-def _run(stages, progress, interval, cancel, timeout, stdin, stdout, meter, kill_grace, pipe_size):
+def _run(stages, progress, interval, cancel, timeout, stdin, stdout, meter, kill_grace, pipe_size,
+         on_start):
     """``run_pipeline`` after argument checks, without the progress close."""
     run = _Pipeline(stages, stdin, stdout, meter, pipe_size)
     reason = "failed"
@@ -591,6 +596,8 @@ def _run(stages, progress, interval, cancel, timeout, stdin, stdout, meter, kill
         if cancel is not None and cancel.is_set():
             reason = "cancelled"  # before anything started: start nothing
         elif run.start():
+            if on_start is not None:
+                on_start(tuple(c.popen.pid for c in run.children))
             reason = _watch(run, progress, interval, cancel, timeout)
         if reason != "done":
             run.stop(kill_grace)

@@ -1,7 +1,10 @@
 """``zbak replicate`` for one job: lock the source, list it once, bring every target up to date.
 
 Targets are independent: one that fails (unreachable, a broken transfer) is recorded as a
-failed run and the others still run. Within a target, a diverged dataset is skipped and the
+failed run and the others still run. Within a target, ``[replicate] concurrency`` datasets
+(default ``order.default_concurrency``: 2 per CPU, 2 to 8) are replicated at once
+(``zfs_target``), over one shared ssh connection per host opened while the run starts, and
+under one ``bandwidth_limit`` shared by them (``proc.ratelimit``). Within a target, a diverged dataset is skipped and the
 others are replicated; the run then ends ``partial`` (``failed`` when every dataset
 diverged), which raises the usual failure alert, and ``zbak replicate`` exits 1. Each
 target's bytes, duration and result go to the catalog's ``runs`` table; each dataset's
@@ -20,6 +23,8 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
+import os
+import threading
 
 from zrepl_py.checks.health import needs_size, source_warnings, target_warnings
 from zrepl_py.checks.source import source_errors
@@ -39,6 +44,8 @@ from zrepl_py.observe.runlog import RunSet
 from zrepl_py.observe.transfers import reporting
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
 from zrepl_py.proc.mbuffer import has_mbuffer
+from zrepl_py.proc.ratelimit import SharedRate
+from zrepl_py.replication.order import default_concurrency
 from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
 from zrepl_py.replication.stages import Side
 from zrepl_py.replication.zfs_target import (
@@ -208,15 +215,23 @@ def _tell_hooks(outcome: Outcome, inventory: Inventory, root: DatasetName,
 
 
 def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list:
-    """What the run will wait on, to start in the background (``zrepl_py.runtime.prefetch``): each
-    ZFS target's connection and capabilities, then the pool reads of the health checks."""
+    """What the run will wait on, to start in the background (``zrepl_py.runtime.prefetch``): the
+    shared ssh connections of the data path, each ZFS target's connection and capabilities,
+    the source's capabilities, then the pool reads of the health checks."""
     cfg = job.replicate
     assert cfg is not None
     tasks: dict = {}
     zfs_targets = [t for t in cfg.endpoints() if t.dataset is not None and cfg.method != "rsync"]
+    for host in [] if dry_run else [job.source.host, *(t.host for t in zfs_targets)]:
+        if host in ctx.config.hosts:
+            key, compute = _master_task(Side.of(ctx.config, host))
+            tasks.setdefault(key, compute)
     for target in zfs_targets:
         pool = target.dataset.pool
         tasks[("zfs", target.host, pool)] = lambda t=target, p=pool: ctx.zfs(t.host, p)
+    source = job.source  # its capabilities (a `zpool get all`) while the catalog opens
+    tasks.setdefault(("zfs", source.host, source.dataset.pool),
+                     lambda: ctx.zfs(source.host, source.dataset.pool))
     for target in [] if dry_run else zfs_targets:
         for key, compute in (_pool_task(ctx, job.source.host, job.source.dataset.pool),
                              _pool_task(ctx, target.host, target.dataset.pool,
@@ -226,6 +241,31 @@ def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list:
             key, compute = _mbuffer_task(ctx, target.host)
             tasks.setdefault(key, compute)
     return list(tasks.items())
+
+
+def _cpus() -> int | None:
+    """CPUs this process may run on (its affinity mask), or None when unknown."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
+def _master_task(side: Side) -> Task:
+    """The prefetch task starting ``side``'s shared ssh connection (``Side.connect``): it only
+    starts the process, so the handshake runs beside the rest of the start-up."""
+    return ("ssh master", side.host), side.connect
+
+
+def _wait_for_master(ctx: Context, side: Side) -> None:
+    """Wait until ``side``'s shared ssh connection is up (or failed: the first transfer then
+    says why), so the transfers that start at once ride on one connection instead of each
+    racing to open its own."""
+    if side.control_dir is None:
+        return
+    waiting = ctx.prefetched(*_master_task(side))
+    if waiting is not None:
+        waiting()
 
 
 def _pool_task(ctx: Context, host: str, pool: str, *, with_size: bool = False) -> Task:
@@ -308,11 +348,16 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
                 result.warnings.append(
                     f"no zfs on {target.host}: rsync fallback into {directory.directory}")
             else:
-                transfer = Transfer(source_side, target_side, cfg.compression == "zstd",
-                                    cfg.bandwidth_limit,
+                concurrency = cfg.concurrency or default_concurrency(_cpus())
+                rate = SharedRate(cfg.bandwidth_limit, concurrency) if cfg.bandwidth_limit else None
+                transfer = Transfer(source_side, target_side, cfg.compression == "zstd", rate,
                                     None if dry_run else _receive_buffer(ctx, job, target),
                                     cfg.on_divergence,
-                                    reporting(ctx.state_dir, "replicate", name, str(target)))
+                                    reporting(ctx.state_dir, "replicate", name, str(target)),
+                                    threading.Event())
+                if not dry_run:
+                    for side in (source_side, target_side):
+                        _wait_for_master(ctx, side)
                 fallback = None
                 if cfg.method == "auto":
                     fallback = _stream_fallback(ctx, name, job, target, inventory, src, dst,
@@ -320,7 +365,7 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
                 result.datasets = replicate_to_zfs_target(
                     job_name=name, job=job, target=target, inventory=inventory, src=src, dst=dst,
                     transfer=transfer, catalog=ctx.catalog(), clock=ctx.clock, dry_run=dry_run,
-                    fallback=fallback,
+                    fallback=fallback, concurrency=concurrency,
                 )
                 result.bytes = sum(d.bytes for d in result.datasets)
                 diverged = [d.diverged for d in result.datasets if d.diverged]

@@ -15,8 +15,10 @@ item 5).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
+from typing import Sequence
 
 from zrepl_py.errors import DatasetNotFound, HoldExists, HoldNotFound, ZfsError
 from zrepl_py.zfs.client import Zfs
@@ -33,6 +35,17 @@ def hold_tag(job: str, target: str) -> str:
 def bookmark_prefix(job: str, target: str) -> str:
     """Prefix of zbak's cursor bookmarks for (job, target); a hash keeps it a valid short name."""
     return "zbak_" + hashlib.sha256(f"{job}\0{target}".encode()).hexdigest()[:10] + "_"
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseMove:
+    """One dataset's replication base moving: hold ``dataset@new_short`` (guid ``new_guid``),
+    then release ``dataset@old_short`` (None on the first replication)."""
+
+    dataset: DatasetName
+    new_short: str
+    new_guid: int
+    old_short: str | None
 
 
 def move_protection(
@@ -57,33 +70,97 @@ def move_protection(
     Raises:
         ZfsError: the hold could not be placed (the old one is then kept).
     """
+    failed = move_protection_many(zfs, [BaseMove(dataset, new_short, new_guid, old_short)],
+                                  job=job, target=target)
+    if failed:
+        raise failed[dataset]
+
+
+def move_protection_many(zfs: Zfs, moves: Sequence[BaseMove], *, job: str, target: str
+                         ) -> dict[DatasetName, ZfsError]:
+    """``move_protection`` for several datasets of one source host, batched: one ``zfs hold``
+    of every new base, the bookmarks (one listing; ``zfs bookmark`` takes one snapshot, so
+    one per dataset), then one ``zfs release`` of the old bases. Every new hold is placed
+    before any old one is released.
+
+    zfs goes on past a snapshot it cannot hold or release and fails at the end
+    (``Zfs.hold_many``), so after a failed batch each snapshot is tried alone: an existing
+    hold counts as placed, a missing hold or snapshot as released.
+
+    Returns:
+        ``{dataset: error}`` for each dataset whose new base could not be held or bookmarked:
+        its old base keeps its hold (the caller must not move its cursor). Empty: all moved.
+    """
     tag = hold_tag(job, target)
-    new = SnapshotName.of(dataset, new_short)
-    try:
-        zfs.hold(new, tag)
-    except HoldExists:
-        pass
+    failed: dict[DatasetName, ZfsError] = {}
+    held = _hold_each(zfs, moves, tag, failed)
     caps = zfs.capabilities
-    if caps is not None and caps.bookmarks:
+    if caps is not None and caps.bookmarks and held:
         prefix = bookmark_prefix(job, target)
-        mark = BookmarkName(f"{dataset}#{prefix}{new_guid:016x}")
-        existing = {str(b.name): b.guid for b in zfs.bookmarks(dataset)}
-        if str(mark) in existing and existing[str(mark)] != new_guid:
-            log.warning("%s has the name of zbak's cursor for %s but was made from another "
-                        "snapshot (guid %d, not %d): replacing it with a bookmark of %s",
-                        mark, new, existing[str(mark)], new_guid, new)
-            zfs.destroy_bookmark(mark)
-            del existing[str(mark)]
-        if str(mark) not in existing:
-            zfs.bookmark(new, mark)
-        for name in existing:
-            if name.split("#", 1)[1].startswith(prefix) and name != str(mark):
-                _quietly(zfs.destroy_bookmark, BookmarkName(name))
-    if old_short and old_short != new_short:
         try:
-            zfs.release(SnapshotName.of(dataset, old_short), tag)
-        except (HoldNotFound, DatasetNotFound):
-            pass  # already released or destroyed: nothing left to protect
+            marks = zfs.bookmarks_of([m.dataset for m in held])
+        except ZfsError as exc:
+            failed.update((m.dataset, exc) for m in held)
+            held = []
+        else:
+            for move in list(held):
+                try:
+                    _bookmark(zfs, move, prefix, marks.get(move.dataset, []))
+                except ZfsError as exc:
+                    failed[move.dataset] = exc
+            held = [m for m in held if m.dataset not in failed]
+    olds = [SnapshotName.of(m.dataset, m.old_short) for m in held
+            if m.old_short and m.old_short != m.new_short]
+    try:
+        zfs.release_many(olds, tag)
+    except ZfsError:
+        for old in olds:
+            try:
+                zfs.release(old, tag)
+            except (HoldNotFound, DatasetNotFound):
+                pass  # already released or destroyed: nothing left to protect
+    return failed
+
+
+def _hold_each(zfs: Zfs, moves: Sequence[BaseMove], tag: str,
+               failed: dict[DatasetName, ZfsError]) -> list[BaseMove]:
+    """Hold every new base (one command; alone after a failure); return the moves held."""
+    news = [SnapshotName.of(m.dataset, m.new_short) for m in moves]
+    try:
+        zfs.hold_many(news, tag)
+        return list(moves)
+    except ZfsError:
+        pass
+    held = []
+    for move, new in zip(moves, news):
+        try:
+            zfs.hold(new, tag)
+        except HoldExists:
+            pass
+        except ZfsError as exc:
+            failed[move.dataset] = exc
+            continue
+        held.append(move)
+    return held
+
+
+def _bookmark(zfs: Zfs, move: BaseMove, prefix: str, marks: list) -> None:
+    """Bookmark the new base as zbak's cursor (by guid, see the module doc) and remove the
+    older cursor bookmarks of this (job, target)."""
+    new = SnapshotName.of(move.dataset, move.new_short)
+    mark = BookmarkName(f"{move.dataset}#{prefix}{move.new_guid:016x}")
+    existing = {str(b.name): b.guid for b in marks}
+    if str(mark) in existing and existing[str(mark)] != move.new_guid:
+        log.warning("%s has the name of zbak's cursor for %s but was made from another "
+                    "snapshot (guid %d, not %d): replacing it with a bookmark of %s",
+                    mark, new, existing[str(mark)], move.new_guid, new)
+        zfs.destroy_bookmark(mark)
+        del existing[str(mark)]
+    if str(mark) not in existing:
+        zfs.bookmark(new, mark)
+    for name in existing:
+        if name.split("#", 1)[1].startswith(prefix) and name != str(mark):
+            _quietly(zfs.destroy_bookmark, BookmarkName(name))
 
 
 def _quietly(action, name) -> None:

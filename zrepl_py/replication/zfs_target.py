@@ -1,11 +1,19 @@
 """Replicate a job's datasets to one ZFS target: list both sides, plan (pure), execute.
 
-Per target the order of work is: one listing of the target tree; then, parent datasets
-first, for each covered source dataset: plan, run each step's pipeline, check the target
-now has the snapshot's guid, move the source hold/bookmark, record the cursor. A diverged
-dataset is left untouched and reported in its outcome (``DatasetOutcome.diverged``) while
-the other datasets go on (issue 18 item 6: one diverged child must not leave the rest of
-the tree behind); a failed transfer stops the target and leaves the cursor where it was,
+Per target: one listing of the target tree; then the covered datasets are replicated
+``concurrency`` at a time (``runtime.fanout``), each in a worker thread that plans it (its
+listing, the pure planner) and runs its steps' pipelines in order, a dataset whose target
+does not exist yet only after the dataset above it (``replication.order``: its receive needs
+the parent). The run's own thread settles what the workers finished, in batches, while the
+next transfers go on (``replication.settle``): the target's guid of each received snapshot,
+the source's holds and bookmarks, the cursors. Two workers never touch one dataset: each
+dataset is one piece of work, and its target dataset is its alone.
+
+A diverged dataset is left untouched and reported in its outcome
+(``DatasetOutcome.diverged``) while the other datasets go on (issue 18 item 6: one diverged
+child must not leave the rest of the tree behind). A failed transfer stops the target: no
+dataset starts after it, those running finish and are settled (every snapshot received
+keeps its cursor), and the error is raised; the failed dataset's cursor stays where it was,
 so the next run re-plans from what the target really has.
 
 Replica properties (``[replicate] properties``, ``zfs.properties``): where the receiving zfs
@@ -14,7 +22,8 @@ receive sets and excludes the job's ones; after the last step the replica is rea
 the guid check and what zfs did not apply is repaired (``ReceiveProperties.fixes``: ``-x``
 misses, openzfs/zfs#17240). A target without them (zfs-fuse, pool v23) gets no properties
 from the stream (nothing could keep the source's mountpoint or shares off the backup host)
-and the set ones with ``zfs set`` right after the full receive that creates the replica.
+and the set ones with ``zfs set`` when the full receive that created the replica (``-u``:
+mounted nowhere) is settled.
 
 A stream the target's ZFS rejects as unsupported (``StreamUnsupported``: zfs-fuse receiving
 any OpenZFS 2.x stream, a pool without a feature the stream needs) is handed to the
@@ -26,33 +35,31 @@ ZFS stream first, so a target whose ZFS was upgraded goes back to receiving stre
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
+import threading
 from typing import TYPE_CHECKING, Callable
 
+from zrepl_py.catalog.rows import CursorRow
 from zrepl_py.clock import Clock
-from zrepl_py.config.schema import Endpoint, JobConfig
-from zrepl_py.errors import (
-    DatasetNotFound,
-    Diverged,
-    PipelineFailed,
-    ReplicaPropertiesFailed,
-    StreamUnsupported,
-    ZbakError,
-    ZfsError,
-)
+from zrepl_py.config.schema import Endpoint, JobConfig, SnapshotFilter
+from zrepl_py.errors import DatasetNotFound, Diverged, PipelineFailed, StreamUnsupported, ZbakError
 from zrepl_py.proc.mbuffer import without_buffer_noise
 from zrepl_py.proc.pipeline import PipelineResult, run_pipeline
+from zrepl_py.proc.ratelimit import SharedRate
+from zrepl_py.replication.order import prerequisites
 from zrepl_py.replication.planner import Plan, SourceState, TargetState, plan_replication
-from zrepl_py.replication.protect import move_protection
+from zrepl_py.replication.settle import Arrival, Settler
 from zrepl_py.replication.stages import Side, metered_transfer
+from zrepl_py.runtime.fanout import Finished, fan_out
 from zrepl_py.snapshots.inventory import Inventory
 from zrepl_py.snapshots.naming import is_own
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.errors import classify_receive
-from zrepl_py.zfs.model import Tree
+from zrepl_py.zfs.model import DatasetInfo, Tree
 from zrepl_py.zfs.names import DatasetName, SnapshotName
-from zrepl_py.zfs.properties import Fix, ReceiveProperties
+from zrepl_py.zfs.properties import ReceiveProperties
 from zrepl_py.zfs.resume import describe_token
 from zrepl_py.zfs.sendrecv import receive_argv, send_argv
 from zrepl_py.zfs.steps import (
@@ -118,7 +125,8 @@ class Transfer:
     source_side: Side
     target_side: Side
     compress: bool
-    bandwidth_limit: int | None
+    rate: SharedRate | None
+    """The job's ``bandwidth_limit``, shared by the transfers running at once; None: none."""
     receive_buffer: int | None
     """Bytes of mbuffer before ``zfs receive`` (``proc.mbuffer.mbuffer_argv``), None for none."""
     on_divergence: str
@@ -126,6 +134,8 @@ class Transfer:
     """Given a label and the keywords ``dataset``, ``from_snap``, ``to_snap`` (what is sent,
     as ``observe.transfers.progress_callback`` takes them), return a ``(bytes, seconds)``
     callback, or None for no progress."""
+    cancel: threading.Event | None = None
+    """Set when the run is interrupted: running pipelines stop (``run_pipeline``)."""
 
 
 def _target_tree(zfs: Zfs, root: DatasetName) -> Tree | None:
@@ -190,12 +200,15 @@ def replicate_to_zfs_target(
     clock: Clock,
     dry_run: bool,
     fallback: Fallback | None = None,
+    concurrency: int = 1,
 ) -> list[DatasetOutcome]:
     """Bring ``target`` up to date for every dataset the job covers.
 
     Args:
         fallback: called for a dataset whose stream the target rejects as unsupported
             (see the module doc); None: raise ``StreamUnsupported``.
+        concurrency: datasets replicated at once (``replication.order``: a dataset whose
+            target does not exist yet waits for the dataset above it).
 
     Returns:
         one outcome per covered dataset, parents first; a diverged target dataset (snapshots
@@ -205,149 +218,188 @@ def replicate_to_zfs_target(
     Raises:
         StreamUnsupported: the target's ZFS cannot receive the stream and there is no
             ``fallback``.
-        PipelineFailed, ZfsError, HostUnreachable: a transfer or command failed; datasets
-            finished before it keep their new cursor.
+        PipelineFailed, ZfsError, HostUnreachable: a transfer or command failed; no dataset
+            starts after it, those running finish, and every dataset that received a
+            snapshot has its new cursor. The first such error (in dataset order) is raised.
+        ReplicaPropertiesFailed: every dataset was replicated, but a replica's properties
+            could not be made the job's.
     """
     assert target.dataset is not None and job.replicate is not None
-    root = job.source.dataset
     wanted = job.replicate.properties
-    receive_props = wanted.receive()
     takes = dst.capabilities is not None and dst.capabilities.receive_properties
-    send_props = wanted.send and takes
     tree = _target_tree(dst, target.dataset)
-    # Datasets known to exist on the target: listed, or received earlier in this run (parents
-    # come first), so a new child's parent needs no `zfs get` over ssh of its own.
     present = {d.name for d in tree.datasets} if tree is not None else set()
-    outcomes: list[DatasetOutcome] = []
     cursors = {(c.target, c.source_dataset): c for c in catalog.cursors(job_name)}
-    admits = job.replicate.filter_for(target) if job.replicate is not None else None
-    for info in inventory.datasets:
-        dataset = info.name
-        target_ds = target.dataset.child(dataset.relative_to(root))
-        source_state = _source_state(src, inventory, dataset)
-        target_state = _target_state(src, dst, tree, target_ds, source_state, job.snapshot.prefix)
-        sendable = None if admits is None or not admits.active else frozenset(
-            s.guid for s in source_state.snapshots if admits.admits(s.name))
-        plan = plan_replication(source_state, target_state, on_divergence=transfer.on_divergence,
-                                sendable=sendable)
+    run = _TargetRun(
+        job_name=job_name, job=job, target=target, inventory=inventory, src=src, dst=dst,
+        transfer=transfer, tree=tree, present=present, dry_run=dry_run, fallback=fallback,
+        receive_props=wanted.receive(), takes=takes, send_props=wanted.send and takes,
+        cursors={source: row for (where, source), row in cursors.items() if where == str(target)},
+        admits=job.replicate.filter_for(target))
+    settler = Settler(job_name, target, job.source.host, src, dst, catalog, clock, takes)
+    infos = {info.name: info for info in inventory.datasets}
+    outcomes: dict[DatasetName, DatasetOutcome] = {}
+
+    def settle(batch: list[Finished[DatasetName, _Worked]]) -> bool:
+        for item in batch:
+            if item.error is not None:  # not a ZbakError: a bug, raised after the others
+                settler.settled.errors[item.key] = item.error
+                continue
+            outcomes[item.key] = item.result.outcome
+            if item.result.error is not None:
+                settler.settled.errors[item.key] = item.result.error
+        if dry_run:
+            return False
+        return settler.settle([i.result.arrival for i in batch
+                               if i.result is not None and i.result.arrival is not None])
+
+    def failed(item: Finished[DatasetName, _Worked]) -> bool:
+        return item.error is not None or item.result.error is not None
+
+    targets = {name: target.dataset.child(name.relative_to(job.source.dataset)) for name in infos}
+    fan_out(list(infos), run.replicate, concurrency=concurrency, settle=settle, stop=failed,
+            after=prerequisites(list(infos), {n for n, t in targets.items() if t in present}),
+            cancel=transfer.cancel, name=f"zbak-{target.host}")
+    errors = settler.settled.errors
+    if errors:
+        first = next(errors[name] for name in infos if name in errors)
+        raise first
+    if settler.settled.property_errors:
+        raise settler.settled.property_errors[0]
+    return [outcomes[name] for name in infos]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Worked:
+    """What a worker did for one dataset: its outcome, what to settle, the error that
+    stopped its steps (after ``arrival``'s snapshot was received, if any)."""
+
+    outcome: DatasetOutcome
+    arrival: Arrival | None = None
+    error: ZbakError | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _TargetRun:
+    """Everything a worker needs to replicate one dataset to the target (read-only but for
+    ``present``, guarded by ``lock``)."""
+
+    job_name: str
+    job: JobConfig
+    target: Endpoint
+    inventory: Inventory
+    src: Zfs
+    dst: Zfs
+    transfer: Transfer
+    tree: Tree | None
+    present: set[DatasetName]
+    """Datasets known to exist on the target: listed, or created in this run."""
+    dry_run: bool
+    fallback: Fallback | None
+    receive_props: ReceiveProperties
+    takes: bool
+    send_props: bool
+    cursors: dict[str, CursorRow]
+    admits: SnapshotFilter
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    @functools.cached_property
+    def infos(self) -> dict[DatasetName, DatasetInfo]:
+        """The covered datasets by name."""
+        return {info.name: info for info in self.inventory.datasets}
+
+    def replicate(self, dataset: DatasetName) -> _Worked:
+        """Plan and run the steps of one dataset (in a worker thread)."""
+        assert self.target.dataset is not None
+        target_ds = self.target.dataset.child(dataset.relative_to(self.job.source.dataset))
+        source_state = _source_state(self.src, self.inventory, dataset)
+        target_state = _target_state(self.src, self.dst, self.tree, target_ds, source_state,
+                                     self.job.snapshot.prefix)
+        sendable = None if not self.admits.active else frozenset(
+            s.guid for s in source_state.snapshots if self.admits.admits(s.name))
+        plan = plan_replication(source_state, target_state,
+                                on_divergence=self.transfer.on_divergence, sendable=sendable)
         outcome = DatasetOutcome(str(dataset), str(target_ds), plan)
-        outcomes.append(outcome)
-        props = receive_props.for_kind(info.kind)
         if plan.diverged:
-            outcome.diverged = f"{target}: {target_ds} diverged from {dataset}: {plan.diverged}"
-            continue
-        if dry_run or not plan.steps:
-            if plan.common is not None:
-                outcome.reached = plan.common.name
-            continue
+            outcome.diverged = f"{self.target}: {target_ds} diverged from {dataset}: {plan.diverged}"
+            return _Worked(outcome)
+        if self.dry_run or not plan.steps:
+            return self._nothing_to_send(outcome, source_state)
         if not target_state.exists:
-            _ensure_parent(dst, target_ds, present)
-        old = cursors.get((str(target), str(dataset)))
-        listed = {s.guid for s in target_state.snapshots}
+            self._ensure_parent(target_ds)
+        return self._send(dataset, target_ds, plan, outcome, source_state,
+                          {s.guid for s in target_state.snapshots})
+
+    def _nothing_to_send(self, outcome: DatasetOutcome, source: SourceState) -> _Worked:
+        """A dataset up to date (or a dry run): nothing to settle, unless its cursor lags
+        behind what the target has (a run killed between its receive and its batch): then
+        its hold and cursor move there."""
+        common = outcome.plan.common
+        if common is None:
+            return _Worked(outcome)
+        outcome.reached = common.name
+        base = next((s for s in source.snapshots if s.guid == common.guid), None)
+        old = self.cursors.get(outcome.source)
+        if self.dry_run or base is None or (old is not None and old.guid == base.guid):
+            return _Worked(outcome)
+        return _Worked(outcome, Arrival(DatasetName(outcome.source), DatasetName(outcome.target),
+                                        base, old_base=old.snapshot_name if old else None,
+                                        listed=True))
+
+    def _send(self, dataset: DatasetName, target_ds: DatasetName, plan: Plan,
+              outcome: DatasetOutcome, source: SourceState, listed: set[int]) -> _Worked:
+        """Run the plan's steps in order; what reached the target is settled even when a
+        later step failed (``_Worked.error``)."""
+        props = self.receive_props.for_kind(self.infos[dataset].kind)
+        old = self.cursors.get(str(dataset))
         lost = old.snapshot_name if old is not None and old.guid not in listed else None
         reached: SnapRef | None = None
+        created = False
+        error: ZbakError | None = None
         try:
             for step in plan.steps:
-                outcome.bytes += _execute(step, dataset, target_ds, source_state, src, dst,
-                                          transfer, props=props, send_props=send_props,
-                                          lost=lost)  # fmt: skip
-                if isinstance(step, Full) and not takes:
-                    _set_after_full(dst, target, target_ds, props)
+                outcome.bytes += _execute(step, dataset, target_ds, source, self.src, self.dst,
+                                          self.transfer, props=props,
+                                          send_props=self.send_props, lost=lost)
+                created = created or isinstance(step, Full)
                 if isinstance(step, (Full, Incremental, Resume)):
                     reached = step.to
         except StreamUnsupported as exc:
-            if fallback is None:
-                raise
-            log.warning("%s cannot receive %s: %s; falling back to rsync", target, dataset,
-                        exc.stderr)  # fmt: skip
-            done = fallback(dataset, target_ds, exc)
-            outcome.method, outcome.fallback = "rsync", done.where
-            outcome.bytes += done.bytes
-            outcome.reached = done.reached
-            continue
+            if self.fallback is None:
+                error = exc
+            else:
+                log.warning("%s cannot receive %s: %s; falling back to rsync", self.target,
+                            dataset, exc.stderr)  # fmt: skip
+                done = self.fallback(dataset, target_ds, exc)
+                outcome.method, outcome.fallback = "rsync", done.where
+                outcome.bytes += done.bytes
+                outcome.reached = done.reached
+                return _Worked(outcome)
         except Diverged as exc:  # the receiver refused it as modified: nothing was received
-            outcome.diverged = f"{target}: {exc}"
-            continue
+            outcome.diverged = f"{self.target}: {exc}"
+            return _Worked(outcome)
+        except ZbakError as exc:
+            error = exc
         if reached is None:
-            continue
+            return _Worked(outcome, None, error)
         outcome.reached = reached.name
-        checked = props if send_props else ReceiveProperties(props.assigned)
-        observed = _confirm(dst, target_ds, reached, checked.names)
-        present.add(target_ds)
-        move_protection(src, dataset, reached.name, reached.guid, old.snapshot_name if old else None,
-                        job=job_name, target=str(target))
-        catalog.set_cursor(job_name, str(target), job.source.host, str(dataset), str(target_ds),
-                           "zfs", reached.name, reached.guid, reached.createtxg, clock.now())
-        _repair(dst, target, target_ds, checked.fixes(observed))
-    return outcomes
+        with self.lock:
+            self.present.add(target_ds)
+        checked = props if self.send_props else ReceiveProperties(props.assigned)
+        return _Worked(outcome, Arrival(
+            dataset, target_ds, reached, created=created,
+            old_base=old.snapshot_name if old else None, props=props, checked=checked), error)
 
-
-def _ensure_parent(dst: Zfs, target_ds: DatasetName, present: set[DatasetName]) -> None:
-    parent = DatasetName(target_ds.rsplit("/", 1)[0]) if "/" in target_ds else None
-    if parent is not None and parent not in present and not dst.exists(str(parent)):
-        dst.create_filesystem(parent, parents=True)
-        present.add(parent)
-
-
-def _confirm(dst: Zfs, target_ds: DatasetName, reached: SnapRef,
-             props: tuple[str, ...]) -> dict[str, tuple[str, str]]:
-    """The receiver's word is not enough: the target must list the snapshot with its guid.
-
-    Returns:
-        ``{property: (value, source)}`` of ``props`` on ``target_ds``, read in the same
-        command.
-    """
-    snapshot = SnapshotName.of(target_ds, reached.name)
-    got = dst.property_sources([snapshot, target_ds], ["guid", *props])
-    guid = got.get(snapshot, {}).get("guid", ("-", "-"))[0]
-    if guid != str(reached.guid):
-        raise ZbakError(f"{target_ds}@{reached.name} has guid {guid} after receive, "
-                        f"expected {reached.guid}: the target is not a replica of this source")
-    return got.get(target_ds, {})
-
-
-def _set_after_full(dst: Zfs, target: Endpoint, target_ds: DatasetName,
-                    props: ReceiveProperties) -> None:
-    """Set the job's properties on a replica a full stream has just created, on a receiver
-    without ``zfs receive -o`` (received with ``-u`` and no properties, so it was mounted
-    nowhere in between)."""
-    fixes = [Fix(name, value, "is not set yet (this zfs receive has no -o)")
-             for name, value in props.assigned]
-    _repair(dst, target, target_ds, fixes, expected=True)
-
-
-def _repair(dst: Zfs, target: Endpoint, target_ds: DatasetName, fixes: list[Fix], *,
-            expected: bool = False) -> None:
-    """Apply ``ReceiveProperties.fixes``; log each (a warning unless ``expected``).
-
-    Raises:
-        ReplicaPropertiesFailed: zfs (or ``zbak serve``) refused one, e.g. a delegated user
-            without that property's permission; the others are still tried.
-    """
-    failed = []
-    for fix in fixes:
-        how = f"zfs set {fix.prop}={fix.value}" if fix.value is not None else (
-            f"zfs inherit {fix.prop}")
-        log.log(logging.INFO if expected else logging.WARNING,
-                "%s: %s of %s %s; running %s (replica properties)", target, fix.prop,
-                target_ds, fix.why, how)
-        try:
-            _fix(dst, target_ds, fix)
-        except ZfsError as exc:
-            failed.append(f"{how}: {exc}")
-    if failed:
-        raise ReplicaPropertiesFailed(
-            f"{target}: {target_ds} was received, but its properties could not be made the "
-            f"job's ({'; '.join(failed)}). Grant the target's ssh user those properties (zfs "
-            f"allow, see examples/zfs-allow.sh; zbak serve --receive-set), or run the "
-            f"commands there as root; every run that receives into it checks again")
-
-
-def _fix(dst: Zfs, target_ds: DatasetName, fix: Fix) -> None:
-    if fix.value is None:
-        dst.inherit_property(target_ds, fix.prop)
-    else:
-        dst.set_property(target_ds, fix.prop, fix.value)
+    def _ensure_parent(self, target_ds: DatasetName) -> None:
+        """Create the target's missing parents (``zfs create -p``) once, whichever worker
+        needs them first."""
+        parent = DatasetName(target_ds.rsplit("/", 1)[0]) if "/" in target_ds else None
+        if parent is None:
+            return
+        with self.lock:
+            if parent not in self.present and not self.dst.exists(str(parent)):
+                self.dst.create_filesystem(parent, parents=True)
+            self.present.add(parent)
 
 
 def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceState,
@@ -388,18 +440,31 @@ def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceS
     # Count the stream where it is really read or written (stages.metered_transfer): a remote
     # sender's ssh, a local OpenZFS `zfs send`, or what stage 1 reads from zfs-fuse's daemon.
     writes = src.capabilities is not None and src.capabilities.send_writes_stream
+    lease = transfer.rate.lease() if transfer.rate is not None else None
     stages, meter = metered_transfer(
         send, receive, source=transfer.source_side, target=transfer.target_side,
-        compress=transfer.compress, bandwidth_limit=transfer.bandwidth_limit,
+        compress=transfer.compress, bandwidth_limit=None,
+        limiter=lease.argv if lease is not None else None,
         send_writes_stream=writes, receive_buffer=transfer.receive_buffer,
     )  # fmt: skip
+    limiter = next((i for i, stage in enumerate(stages) if stage.name == "rate limit"), None)
+
+    def started(pids: tuple[int, ...]) -> None:
+        if lease is not None and limiter is not None:
+            lease.started(pids[limiter])
+
     label = f"{dataset}@{step.to.name} -> {target_ds}"
     log.info("sending %s (%s)", label, type(step).__name__.lower())
     try:
         base = getattr(step, "base", None)  # what zbak status shows (zrepl_py.observe.transfers)
         progress = transfer.progress(label, dataset=str(dataset), to_snap=step.to.name,
                                      from_snap=base.name if base is not None else None)
-        result: PipelineResult = run_pipeline(stages, progress=progress, meter=meter)
+        try:
+            result: PipelineResult = run_pipeline(stages, progress=progress, meter=meter,
+                                                  cancel=transfer.cancel, on_start=started)
+        finally:
+            if lease is not None:
+                lease.close()
     except PipelineFailed as exc:
         if not (isinstance(step, Incremental) and _modified(exc)):
             raise _rejected(exc, receive, dst) or exc

@@ -45,7 +45,8 @@ from zrepl_py.zfs.model import (
     build_tree,
 )
 
-# in names, not here, so that zbak serve checks names without loading the client:
+# check_property_name and parse_any_name live in names, not here, so that zbak serve checks
+# names without loading the client:
 from zrepl_py.zfs.names import (
     BookmarkName,
     DatasetName,
@@ -57,6 +58,11 @@ from zrepl_py.zfs.names import (
 
 TREE_PROPERTIES = ("type", "guid", "createtxg", "creation", "userrefs", "origin")
 """What ``Zfs.tree`` reads for every dataset and snapshot."""
+
+NAMES_PER_COMMAND = 32 * 1024
+"""Bytes of names one batched command takes; more are split over several commands. A remote
+command reaches the host's shell as one argument, which Linux bounds at MAX_ARG_STRLEN
+(128 KiB, execve(2)); a quarter of that leaves room for the rest of the argv and quoting."""
 
 _NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 _STATE = re.compile(r"^\s*state:\s*(\S+)", re.MULTILINE)
@@ -74,6 +80,22 @@ def check_property_value(prop: str, value: str) -> str:
     if not isinstance(value, str) or any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise InvalidName(f"value of {prop}: {value!r} holds a control character")
     return value
+
+
+def batches(names: Sequence[str], limit: int = NAMES_PER_COMMAND) -> list[list[str]]:
+    """Split ``names`` into runs of at most ``limit`` bytes (each name counted with one
+    separator), in order; an empty input gives no runs. A name longer than ``limit`` is a
+    run of its own."""
+    runs: list[list[str]] = []
+    size = limit + 1
+    for name in names:
+        length = len(name.encode()) + 1
+        if size + length > limit:
+            runs.append([])
+            size = 0
+        runs[-1].append(name)
+        size += length
+    return runs
 
 
 def parse_get_output(text: str) -> list[tuple[str, dict[str, str]]]:
@@ -319,7 +341,8 @@ class Zfs:
         self, names: Sequence[str], props: Sequence[str]
     ) -> dict[str, dict[str, tuple[str, str]]]:
         """Return ``{name: {property: (parsable value, source)}}`` for several objects in one
-        ``zfs get -Hp -o name,property,value,source P1,P2 NAME...``. Sources read as zfs
+        ``zfs get -Hp -o name,property,value,source P1,P2 NAME...`` (one per
+        ``NAMES_PER_COMMAND`` bytes of names). Sources read as zfs
         prints them: ``local``, ``received``, ``default``, ``inherited from DS``, ``-``;
         a property that does not apply to an object (``canmount`` of a snapshot) is
         ``("-", "-")``.
@@ -329,15 +352,16 @@ class Zfs:
             Unsupported: this ZFS does not know one of ``props``.
         """
         wanted = [check_property_name(p) for p in props]
-        argv = [self.zfs, "get", "-Hp", "-o", "name,property,value,source", ",".join(wanted),
-                *(parse_any_name(n) for n in names)]
         found: dict[str, dict[str, tuple[str, str]]] = {}
-        for line in self._run(argv).text.split("\n"):
-            if line:
-                fields = line.split("\t")
-                if len(fields) != 4:
-                    raise self._unexpected(argv, repr(line))
-                found.setdefault(fields[0], {})[fields[1]] = (fields[2], fields[3])
+        for run in batches([parse_any_name(n) for n in names]):
+            argv = [self.zfs, "get", "-Hp", "-o", "name,property,value,source",
+                    ",".join(wanted), *run]
+            for line in self._run(argv).text.split("\n"):
+                if line:
+                    fields = line.split("\t")
+                    if len(fields) != 4:
+                        raise self._unexpected(argv, repr(line))
+                    found.setdefault(fields[0], {})[fields[1]] = (fields[2], fields[3])
         return found
 
     def inherit_property(self, name: str, prop: str) -> None:
@@ -399,6 +423,23 @@ class Zfs:
         check_property_name(prop)
         check_property_value(prop, value)
         self._run([self.zfs, "set", f"{prop}={value}", parsed])
+
+    def set_property_many(self, names: Sequence[str], prop: str, value: str) -> None:
+        """Set one property on several objects: ``zfs set PROP=VALUE NAME...`` (one command
+        per ``NAMES_PER_COMMAND`` bytes of names; zfs-fuse and OpenZFS both take several
+        names, zfs-set(8)). zfs goes on past a name it cannot set and exits non-zero after
+        the last, so on an error some names may be set. Empty ``names``: nothing is run.
+
+        Raises:
+            DatasetNotFound: a name does not exist.
+            Unsupported: this ZFS does not know ``prop``.
+            ZfsError: the value is refused.
+        """
+        parsed = [parse_any_name(n) for n in names]
+        check_property_name(prop)
+        check_property_value(prop, value)
+        for run in batches(parsed):
+            self._run([self.zfs, "set", f"{prop}={value}", *run])
 
     # -- snapshots -------------------------------------------------------------------
 
@@ -496,6 +537,36 @@ class Zfs:
         snap = SnapshotName(snapshot)
         self._run([self.zfs, "release", check_hold_tag(tag), snap])
 
+    def hold_many(self, snapshots: Sequence[SnapshotName | str], tag: str) -> None:
+        """Put the user hold ``tag`` on several snapshots: ``zfs hold TAG SNAP...`` (one command
+        per ``NAMES_PER_COMMAND`` bytes of names). Not atomic: zfs holds each in turn, goes on
+        past one it cannot hold and exits non-zero after the last (zfs_main.c
+        ``zfs_do_hold_rele_impl``; the same in zfs-fuse 0.7), so on an error some may be held;
+        ``hold`` each to learn which. Empty ``snapshots``: nothing is run.
+
+        Raises:
+            HoldExists: one of them already has the tag.
+            DatasetNotFound: one of them does not exist.
+            InvalidName: bad tag (``names.check_hold_tag``).
+        """
+        snaps = [SnapshotName(s) for s in snapshots]
+        checked = check_hold_tag(tag)
+        for run in batches(snaps):
+            self._run([self.zfs, "hold", checked, *run])
+
+    def release_many(self, snapshots: Sequence[SnapshotName | str], tag: str) -> None:
+        """Remove the user hold ``tag`` from several snapshots: ``zfs release TAG SNAP...``
+        (not atomic, as ``hold_many``). Empty ``snapshots``: nothing is run.
+
+        Raises:
+            HoldNotFound: one of them has no hold with this tag.
+            DatasetNotFound: one of them does not exist.
+        """
+        snaps = [SnapshotName(s) for s in snapshots]
+        checked = check_hold_tag(tag)
+        for run in batches(snaps):
+            self._run([self.zfs, "release", checked, *run])
+
     def holds(self, snapshots: Sequence[SnapshotName | str]) -> dict[SnapshotName, list[str]]:
         """Return the hold tags of each snapshot (sorted; ``[]`` if none) from one
         ``zfs holds -H S1 S2 ...`` (lines ``NAME<tab>TAG<tab>TIMESTAMP``). Empty input: ``{}``.
@@ -541,23 +612,42 @@ class Zfs:
             DatasetNotFound: no such dataset.
         """
         ds = DatasetName(dataset)
+        return self.bookmarks_of([ds]).get(ds, [])
+
+    def bookmarks_of(
+        self, datasets: Sequence[DatasetName | str]
+    ) -> dict[DatasetName, list[BookmarkInfo]]:
+        """Return the bookmarks of each dataset (not of their children), oldest first, every
+        dataset a key (``[]`` for none). ``zfs list -Hp -t bookmark -o
+        name,guid,createtxg,creation -d 1 DATASET...``, one command per
+        ``NAMES_PER_COMMAND`` bytes of names. Empty ``datasets``: ``{}``, nothing run.
+
+        Raises:
+            Unsupported: ``capabilities.bookmarks`` is False (zfs-fuse); nothing is run.
+            DatasetNotFound: a dataset does not exist.
+        """
+        names = [DatasetName(d) for d in datasets]
         props = ("guid", "createtxg", "creation")
-        argv = [self.zfs, "list", "-Hp", "-t", "bookmark", "-o", ",".join(("name",) + props),
-                "-d", "1", ds]
-        self._require("bookmarks", argv, "bookmarks")
-        text = self._run(argv).text
-        found = []
-        try:
-            for name, values in parse_list_output(text, props):
-                found.append(BookmarkInfo(
-                    name=BookmarkName(name),
-                    guid=int(values["guid"]),
-                    createtxg=int(values["createtxg"]),
-                    creation=from_epoch(int(values["creation"])),
-                ))
-        except (ListingError, ValueError) as exc:
-            raise self._unexpected(argv, exc) from exc
-        return sorted(found, key=lambda b: (b.createtxg, b.name))
+        head = [self.zfs, "list", "-Hp", "-t", "bookmark", "-o", ",".join(("name",) + props),
+                "-d", "1"]
+        self._require("bookmarks", head + names, "bookmarks")
+        found: dict[DatasetName, list[BookmarkInfo]] = {ds: [] for ds in names}
+        for run in batches(names):
+            argv = head + run
+            text = self._run(argv).text
+            try:
+                for name, values in parse_list_output(text, props):
+                    mark = BookmarkInfo(
+                        name=BookmarkName(name),
+                        guid=int(values["guid"]),
+                        createtxg=int(values["createtxg"]),
+                        creation=from_epoch(int(values["creation"])),
+                    )
+                    found.setdefault(DatasetName(name.split("#", 1)[0]), []).append(mark)
+            except (ListingError, ValueError) as exc:
+                raise self._unexpected(argv, exc) from exc
+        return {ds: sorted(marks, key=lambda b: (b.createtxg, b.name))
+                for ds, marks in found.items()}
 
     def bookmark(self, snapshot: SnapshotName | str, bookmark: BookmarkName | str) -> None:
         """Bookmark ``snapshot`` as ``bookmark`` (``zfs bookmark SNAP DS#NAME``); the

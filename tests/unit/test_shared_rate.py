@@ -1,0 +1,110 @@
+"""One bandwidth limit shared by the pipelines running at once (``proc.ratelimit``)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from zrepl_py.proc.ratelimit import SharedRate, remote_control
+
+
+class Pvs:
+    """Fake pv processes: the rate each runs at, every message in order, the most they ever
+    ran at together; some never answer."""
+
+    def __init__(self, deaf=()):
+        self.rates: dict[int, int] = {}
+        self.told: list[tuple[int, int]] = []
+        self.deaf = set(deaf)
+        self.peak = 0
+
+    def start(self, shared: SharedRate, pid: int):
+        lease = shared.lease()
+        self.rates[pid] = int(lease.argv[-1])  # the pv starts
+        self.peak = max(self.peak, sum(self.rates.values()))
+        lease.started(pid)
+        return lease
+
+    def end(self, lease, pid: int) -> None:
+        del self.rates[pid]  # the pv is gone
+        lease.close()
+
+    def tell(self, pid: int, rate: int) -> bool:
+        self.told.append((pid, rate))
+        if pid in self.deaf or pid not in self.rates:
+            return False
+        self.rates[pid] = rate
+        self.peak = max(self.peak, sum(self.rates.values()))
+        return True
+
+
+def test_each_pipeline_starts_at_the_total_over_the_concurrency_and_gets_an_equal_share():
+    pvs = Pvs()
+    shared = SharedRate(1200, 4, tell=pvs.tell)
+    first = pvs.start(shared, 1)
+    assert first.argv == ("pv", "-q", "-C", "-L", "300")
+    assert pvs.rates == {1: 1200}, "alone, a pipeline gets the whole limit"
+    second = pvs.start(shared, 2)
+    pvs.start(shared, 3)
+    assert pvs.rates == {1: 400, 2: 400, 3: 400}
+    pvs.end(second, 2)
+    assert pvs.rates == {1: 600, 3: 600}
+    pvs.end(first, 1)
+    assert pvs.rates == {3: 1200}
+
+
+def test_the_running_pipelines_never_pass_the_limit_not_even_between_two_messages():
+    pvs = Pvs()
+    shared = SharedRate(1000, 4, tell=pvs.tell)
+    leases = {pid: pvs.start(shared, pid) for pid in (1, 2)}
+    assert pvs.told == [(1, 1000), (1, 500), (2, 500)], "the running one is lowered first"
+    leases.update({pid: pvs.start(shared, pid) for pid in (3, 4)})
+    for pid in (1, 3, 2):
+        pvs.end(leases[pid], pid)
+    assert pvs.rates == {4: 1000}
+    assert pvs.peak <= 1000
+
+
+def test_a_pipeline_that_misses_the_message_keeps_its_rate_and_nobody_is_raised_past_the_limit():
+    pvs = Pvs(deaf={1})
+    shared = SharedRate(1000, 2, tell=pvs.tell)
+    first = pvs.start(shared, 1)  # starts at 500 and is never raised: it does not answer
+    assert pvs.rates[1] == 500
+    pvs.start(shared, 2)
+    pvs.end(first, 1)
+    assert pvs.rates == {2: 1000} and pvs.peak <= 1000
+
+
+def test_a_pipeline_that_never_started_gives_its_part_back():
+    pvs = Pvs()
+    shared = SharedRate(1000, 2, tell=pvs.tell)
+    pvs.start(shared, 1)
+    unused = shared.lease()  # its pipeline failed to start
+    assert pvs.rates == {1: 500}
+    unused.close()
+    assert pvs.rates == {1: 1000}
+
+
+def test_a_limit_or_concurrency_that_cannot_be_shared_is_refused():
+    with pytest.raises(ValueError):
+        SharedRate(0, 2)
+    with pytest.raises(ValueError):
+        SharedRate(100, 0)
+
+
+@pytest.mark.skipif(shutil.which("pv") is None, reason="pv (Debian pv) is not installed")
+def test_a_running_pv_takes_a_new_rate_from_its_remote_control_and_another_process_does_not():
+    lease = SharedRate(1_000_000, 2).lease()
+    pv = subprocess.Popen(list(lease.argv), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        assert remote_control(pv.pid, 2000) is True, "pv -R waits until pv read the message"
+        assert remote_control(other.pid, 2000) is False
+    finally:
+        pv.stdin.close()
+        pv.wait(10)
+        other.kill()
+        other.wait()

@@ -1,0 +1,136 @@
+"""One bandwidth limit shared by the concurrent pipelines of a run (``[replicate]
+bandwidth_limit`` with ``concurrency``).
+
+Each pipeline limits its stream with a ``pv -L RATE`` stage (Debian ``pv``); started one
+per dataset, side by side, they would each take the whole limit. ``SharedRate`` keeps their
+sum within it: every pv starts at ``total / most`` (``most``: the run's concurrency), and
+whenever a pipeline is about to start or has ended, the limit is divided again equally
+among the pipelines, through pv's remote control (``pv -R PID -L RATE``, pv(1) "-R,
+--remote PID"). A pipeline about to start lowers the running ones first (``lease``), and
+after it started it is raised to its share, so the sum never passes the total on the way.
+
+``pv -R`` waits until the pv it controls has read the message (about a second at most)
+and fails otherwise (pv 1.6.20 and later, ``pv_remote_set``); where it fails (a pv built
+without remote control, one that has just ended), that pipeline keeps its rate and nobody
+is raised: the limit still holds, the link is just not filled until the next division.
+``-C``: no splice(2), so the byte meter can read pv's counters (``replication.stages``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from zrepl_py.proc import spawn
+
+log = logging.getLogger(__name__)
+
+_OPTIONS = ("-q", "-C")  # pv -R sends every display option too: the same ones each time
+_REMOTE_TIMEOUT = 5.0  # seconds a `pv -R` may take before it is given up
+
+
+class SharedRate:
+    """A limit of ``total`` bytes per second over at most ``most`` pipelines at once.
+
+    Each pipeline takes a ``lease`` before it starts (its pv stage is ``Lease.argv``), tells
+    it its pv's process id once started and closes it when done.
+
+    Args:
+        total: bytes per second, > 0.
+        most: the most pipelines that run at once (>= 1).
+        tell: ``tell(pid, rate)`` sets a running pv's rate and says whether it worked
+            (default ``remote_control``).
+
+    Thread-safe: pipelines start and end in several threads.
+    """
+
+    def __init__(self, total: int, most: int, *,
+                 tell: Callable[[int, int], bool] | None = None):
+        if total <= 0 or most < 1:
+            raise ValueError(f"a shared rate needs total > 0 and most >= 1, got {total}, {most}")
+        self.total = total
+        self.most = most
+        self._tell = tell or remote_control
+        self._lock = threading.Lock()
+        self._leases: dict[Lease, tuple[int, int] | None] = {}  # (pid, rate) once started
+
+    @property
+    def start_rate(self) -> int:
+        """Bytes per second every pv starts at: ``total / most``."""
+        return max(1, self.total // self.most)
+
+    def lease(self) -> Lease:
+        """A place for one more pipeline: the running ones are lowered to make room before
+        it starts."""
+        lease = Lease(self)
+        with self._lock:
+            self._leases[lease] = None
+            self._divide()
+        return lease
+
+    def _started(self, lease: Lease, pid: int) -> None:
+        with self._lock:
+            if lease in self._leases:
+                self._leases[lease] = (pid, self.start_rate)
+                self._divide()
+
+    def _ended(self, lease: Lease) -> None:
+        with self._lock:
+            if self._leases.pop(lease, ...) is not ...:
+                self._divide()
+
+    def _divide(self) -> None:
+        """Every running pv to ``total / leases``: those above it first; the others are
+        raised only when all of those were lowered (a pv that missed the message still runs
+        at its old rate). A pv not started yet will start at ``start_rate``, never more than
+        its share."""
+        if not self._leases:
+            return
+        share = max(1, self.total // len(self._leases))
+        running = [(lease, got) for lease, got in self._leases.items() if got is not None]
+        lowered = True
+        for lease, (pid, rate) in running:
+            if rate > share:
+                if self._tell(pid, share):
+                    self._leases[lease] = (pid, share)
+                else:
+                    lowered = False
+        if lowered:
+            for lease, (pid, rate) in running:
+                if rate < share and self._tell(pid, share):
+                    self._leases[lease] = (pid, share)
+
+
+class Lease:
+    """One pipeline's part of a ``SharedRate`` (see there); ``close`` it in every case."""
+
+    def __init__(self, shared: SharedRate):
+        self._shared = shared
+        self.argv: tuple[str, ...] = ("pv", *_OPTIONS, "-L", str(shared.start_rate))
+        """The pipeline's pv stage, at the start rate."""
+
+    def started(self, pid: int) -> None:
+        """The pipeline started, its pv as process ``pid``: raise it to its share."""
+        self._shared._started(self, pid)
+
+    def close(self) -> None:
+        """The pipeline ended (or never started): the others share its part."""
+        self._shared._ended(self)
+
+
+def remote_control(pid: int, rate: int) -> bool:
+    """Set the rate of the running pv ``pid`` (``pv -R PID ... -L RATE``); False when pv
+    says it could not (logged at debug: the pv keeps its rate)."""
+    argv = ["pv", "-R", str(pid), *_OPTIONS, "-L", str(rate)]
+    try:
+        done = spawn.run(argv, stdin=spawn.DEVNULL, capture_output=True, timeout=_REMOTE_TIMEOUT,
+                         check=False)
+    except (OSError, spawn.SubprocessError) as exc:
+        log.debug("pv -R %d: %s", pid, exc)
+        return False
+    if done.returncode != 0:
+        log.debug("pv -R %d -L %d: exit %d: %s", pid, rate, done.returncode,
+                  done.stderr.decode(errors="replace").strip())
+        return False
+    return True

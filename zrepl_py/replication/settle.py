@@ -1,0 +1,223 @@
+"""What follows a dataset's transfers to a ZFS target, for a batch of datasets at once.
+
+A replication run's workers (``replication.zfs_target``) move the streams; the run's own
+thread then settles every dataset that finished since it last looked, while the next
+transfers go on (``runtime.fanout``). For each batch, in this order:
+
+1. a replica a full stream created on a receiver without ``zfs receive -o`` (zfs-fuse) gets
+   the job's properties: one ``zfs set PROP=VALUE DS...`` per property (it arrived with
+   ``-u``, mounted nowhere in between);
+2. the receiver's word is not enough: ONE ``zfs get`` on the target reads each received
+   snapshot's guid, with the replica's properties, and a snapshot with another guid fails
+   its dataset (``Settled.errors``);
+3. the source's new bases are held before the old ones are released: one ``zfs hold``, one
+   ``zfs release`` (``protect.move_protection_many``);
+4. the cursors of every dataset whose base moved, in ONE catalog transaction;
+5. properties zfs did not apply (``ReceiveProperties.fixes``) are repaired, with a warning.
+
+Per dataset this is what the driver did one dataset at a time before (a ``zfs get``, a
+``zfs hold``, a ``zfs release`` and a transaction each); a failure in one batched command
+is retried one dataset at a time, so each dataset gets its own error. A crash between a
+receive and its batch loses nothing: the old base stays held and the cursor where it was,
+and the next run finds the target up to date and moves both (``Arrival.listed``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING
+
+from zrepl_py.catalog.rows import CursorRow
+from zrepl_py.clock import Clock
+from zrepl_py.config.schema import Endpoint
+from zrepl_py.errors import ReplicaPropertiesFailed, ZbakError, ZfsError
+from zrepl_py.replication.protect import BaseMove, move_protection_many
+from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.names import DatasetName, SnapshotName
+from zrepl_py.zfs.properties import Fix, ReceiveProperties
+from zrepl_py.zfs.steps import SnapRef
+
+if TYPE_CHECKING:  # SQLAlchemy loads with the catalog, while the run's SSH prefetch goes on
+    from zrepl_py.catalog.repository import Catalog
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Arrival:
+    """What one dataset's worker leaves to settle.
+
+    Attributes:
+        source: the source dataset; target_ds: its replica.
+        reached: the newest source snapshot now on the target (None: nothing to record).
+        created: a full stream created the replica in this run.
+        old_base: short name of the base the cursor names now (None on a first run).
+        props: the job's properties for this replica (``set`` and ``exclude``).
+        checked: the properties read back and repaired after the receive.
+        listed: ``reached`` was read from the target's listing, not received in this run
+            (a dataset up to date whose cursor lagged): no guid check or repair is needed.
+    """
+
+    source: DatasetName
+    target_ds: DatasetName
+    reached: SnapRef | None
+    created: bool = False
+    old_base: str | None = None
+    props: ReceiveProperties = ReceiveProperties()
+    checked: ReceiveProperties = ReceiveProperties()
+    listed: bool = False
+
+
+@dataclasses.dataclass
+class Settled:
+    """Errors of the datasets settled so far, by source dataset (a dataset with an error has
+    no new cursor from its batch); property repairs that failed are kept apart: they come
+    after the data and the cursor are safe."""
+
+    errors: dict[DatasetName, BaseException] = dataclasses.field(default_factory=dict)
+    property_errors: list[ReplicaPropertiesFailed] = dataclasses.field(default_factory=list)
+    refused: set[DatasetName] = dataclasses.field(default_factory=set)
+    """Replicas whose properties zfs refused to set (not asked again in the same run)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settler:
+    """Settles batches of arrivals for one (job, target); see the module doc."""
+
+    job: str
+    target: Endpoint
+    source_host: str
+    src: Zfs
+    dst: Zfs
+    catalog: Catalog
+    clock: Clock
+    takes_properties: bool
+    """The receiver takes ``zfs receive -o``/``-x`` (else step 1 sets them afterwards)."""
+    settled: Settled = dataclasses.field(default_factory=Settled)
+
+    def settle(self, arrivals: list[Arrival]) -> bool:
+        """Settle ``arrivals`` (steps 1-5 of the module doc); errors go to ``settled``.
+
+        Returns:
+            True when a dataset failed (a wrong guid, a hold zfs refused): the run should
+            start no other.
+
+        Raises:
+            CatalogError: the cursors could not be recorded (the holds are placed then).
+        """
+        before = len(self.settled.errors)
+        created = [a for a in arrivals if a.created and not self.takes_properties]
+        if created:
+            self._set_after_full(created)
+        received = [a for a in arrivals if a.reached is not None and not a.listed]
+        observed = self._confirm(received)
+        ready = [a for a in arrivals if a.reached is not None and a.source not in self.settled.errors]
+        moves = [BaseMove(a.source, a.reached.name, a.reached.guid, a.old_base) for a in ready]
+        failed = move_protection_many(self.src, moves, job=self.job, target=str(self.target))
+        for dataset, exc in failed.items():
+            self.settled.errors[dataset] = exc
+        moved = [a for a in ready if a.source not in failed]
+        now = self.clock.now()
+        self.catalog.set_cursors([
+            CursorRow(self.job, str(self.target), self.source_host, str(a.source),
+                      str(a.target_ds), "zfs", a.reached.name, a.reached.guid,
+                      a.reached.createtxg, now)
+            for a in moved])
+        for arrival in received:
+            if arrival.source in observed and arrival.target_ds not in self.settled.refused:
+                self._repair(arrival.target_ds, arrival.checked.fixes(observed[arrival.source]))
+        return len(self.settled.errors) > before
+
+    def _set_after_full(self, created: list[Arrival]) -> None:
+        """Set the job's properties on replicas a full stream has just created, on a
+        receiver without ``zfs receive -o``: one ``zfs set`` per property and value."""
+        by_setting: dict[tuple[str, str], list[Arrival]] = {}
+        for arrival in created:
+            for name, value in arrival.props.assigned:
+                log.info("%s: %s of %s is not set yet (this zfs receive has no -o); running "
+                         "zfs set %s=%s (replica properties)", self.target, name,
+                         arrival.target_ds, name, value)
+                by_setting.setdefault((name, value), []).append(arrival)
+        for (name, value), group in by_setting.items():
+            try:
+                self.dst.set_property_many([a.target_ds for a in group], name, value)
+            except ZfsError as exc:
+                if len(group) == 1:
+                    self._refused(group[0].target_ds, [f"zfs set {name}={value}: {exc}"])
+                    continue
+                for arrival in group:  # which one? alone, each gets its own error
+                    self._repair(arrival.target_ds, [Fix(name, value, "is not set yet")],
+                                 quiet=True)
+
+    def _confirm(self, received: list[Arrival]) -> dict[DatasetName, dict[str, tuple[str, str]]]:
+        """Read each received snapshot's guid and its replica's checked properties in one
+        ``zfs get`` (alone after a failure); a wrong or missing guid fails that dataset.
+
+        Returns:
+            ``{source dataset: {property: (value, source)}}`` of each confirmed replica.
+        """
+        if not received:
+            return {}
+        props = sorted({name for a in received for name in a.checked.names})
+        try:
+            got = self._read(received, props)
+        except ZfsError:
+            got = {}
+            for arrival in received:
+                try:
+                    got.update(self._read([arrival], props))
+                except ZfsError as exc:
+                    self.settled.errors[arrival.source] = exc
+        observed = {}
+        for arrival in received:
+            if arrival.source in self.settled.errors:
+                continue
+            snapshot = SnapshotName.of(arrival.target_ds, arrival.reached.name)
+            guid = got.get(snapshot, {}).get("guid", ("-", "-"))[0]
+            if guid != str(arrival.reached.guid):
+                self.settled.errors[arrival.source] = ZbakError(
+                    f"{snapshot} has guid {guid} after receive, expected "
+                    f"{arrival.reached.guid}: the target is not a replica of this source")
+                continue
+            observed[arrival.source] = got.get(arrival.target_ds, {})
+        return observed
+
+    def _read(self, arrivals: list[Arrival], props: list[str]
+              ) -> dict[str, dict[str, tuple[str, str]]]:
+        names = []
+        for arrival in arrivals:
+            names += [SnapshotName.of(arrival.target_ds, arrival.reached.name), arrival.target_ds]
+        return self.dst.property_sources(names, ["guid", *props])
+
+    def _repair(self, target_ds: DatasetName, fixes: list[Fix], *, quiet: bool = False) -> None:
+        """Apply ``fixes`` to ``target_ds``, logging each (a warning unless ``quiet``); what
+        zfs (or ``zbak serve``) refuses becomes a ``ReplicaPropertiesFailed`` in
+        ``settled``, the others are still tried."""
+        failed = []
+        for fix in fixes:
+            how = f"zfs set {fix.prop}={fix.value}" if fix.value is not None else (
+                f"zfs inherit {fix.prop}")
+            if not quiet:
+                log.warning("%s: %s of %s %s; running %s (replica properties)", self.target,
+                            fix.prop, target_ds, fix.why, how)
+            try:
+                if fix.value is None:
+                    self.dst.inherit_property(target_ds, fix.prop)
+                else:
+                    self.dst.set_property(target_ds, fix.prop, fix.value)
+            except ZfsError as exc:
+                failed.append(f"{how}: {exc}")
+        if failed:
+            self._refused(target_ds, failed)
+
+    def _refused(self, target_ds: DatasetName, failed: list[str]) -> None:
+        """Keep a ``ReplicaPropertiesFailed`` naming the commands zfs refused on
+        ``target_ds``."""
+        self.settled.refused.add(target_ds)
+        self.settled.property_errors.append(ReplicaPropertiesFailed(
+                f"{self.target}: {target_ds} was received, but its properties could not be "
+                f"made the job's ({'; '.join(failed)}). Grant the target's ssh user those "
+                f"properties (zfs allow, see examples/zfs-allow.sh; zbak serve "
+                f"--receive-set), or run the commands there as root; every run that "
+                f"receives into it checks again"))
