@@ -94,6 +94,8 @@ def result(name: str, code: int | None, stderr: str = "", pipe: bool = False, ki
         # nothing failed on its own: the most downstream failure
         ([result("send", -13, pipe=True), result("mid", 141, pipe=True), result("recv", 0)],
          "mid"),
+        # only stopped stages failed: the most downstream one
+        ([result("send", -15, killed=True), result("recv", -15, killed=True)], "recv"),
         # a stage that could not start is its own failure; later ones never ran
         ([result("send", -15, killed=True), result("zstd", 127), result("recv", None)], "zstd"),
         ([result("send", 0), result("recv", 0)], None),

@@ -74,6 +74,11 @@ KILL_GRACE = 2.0
 _TICK = 0.1  # longest sleep between checks of the cancel event and the timeout, seconds
 _DRAIN_WAIT = 2.0  # seconds to wait for a stderr pipe's EOF after its stage was reaped
 _GROUP_WAIT = 1.0  # seconds to wait for a stopped stage's process group to empty
+# Seconds the other stages get to end on their own after one failed, before zbak stops
+# them: a stage that closes its input and then exits (GNU head, zstd on a bad frame) lets
+# its writer die of SIGPIPE first, and stopping it in that moment would mark it as stopped
+# by zbak, when it ended by itself (its own exit status, so the culprit rule can see it).
+_FAILURE_SETTLE = 0.5
 _PDEATHSIG: dict[str, list[str]] = {}  # "prefix" -> the setpriv argv prefix, once probed
 
 
@@ -451,11 +456,13 @@ class _Pipeline:
 
     # --- stopping ---------------------------------------------------------------------------
 
-    def stop(self, grace: float) -> None:
-        """SIGTERM every stage's process group; after ``grace`` s (or once every stage has
-        exited) SIGKILL what is left of the groups; wait until every stage has exited."""
+    def stop(self, grace: float, *, settle: float = 0.0) -> None:
+        """After up to ``settle`` s for the stages to exit on their own, SIGTERM every
+        stage's process group; after ``grace`` s (or once every stage has exited) SIGKILL
+        what is left of the groups; wait until every stage has exited."""
         started = [c for c in self.children if c.popen is not None]
-        self.peek()  # a stage that already exited on its own is not one zbak stopped
+        # a stage that already exited on its own is not one zbak stopped
+        self._wait_exits(time.monotonic() + settle)
         for child in self.running():
             child.killed = True
         # Every leader is alive or an unreaped zombie until reap(), so its pid (= pgid) cannot
@@ -591,7 +598,7 @@ def _run(stages, progress, interval, cancel, timeout, stdin, stdout, meter, kill
          on_start):
     """``run_pipeline`` after argument checks, without the progress close."""
     run = _Pipeline(stages, stdin, stdout, meter, pipe_size)
-    reason = "failed"
+    reason, settle = "failed", 0.0
     try:
         if cancel is not None and cancel.is_set():
             reason = "cancelled"  # before anything started: start nothing
@@ -599,8 +606,9 @@ def _run(stages, progress, interval, cancel, timeout, stdin, stdout, meter, kill
             if on_start is not None:
                 on_start(tuple(c.popen.pid for c in run.children))
             reason = _watch(run, progress, interval, cancel, timeout)
+            settle = _FAILURE_SETTLE if reason == "failed" else 0.0
         if reason != "done":
-            run.stop(kill_grace)
+            run.stop(kill_grace, settle=settle)
     except BaseException:
         run.stop(kill_grace)
         run.reap(stopped=True)
