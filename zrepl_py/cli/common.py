@@ -193,12 +193,19 @@ def emit_json(data: Any) -> None:
     out.flush()
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+"""Types ``_listed`` passes through without a look inside: most values of a row, so the
+check is one set look-up (``zbak list streams --json`` of 100,000 streams: 2.2 million
+values, 1 s of CPU less, issue 20)."""
+
+
 def _listed(data: Any) -> Any:
     """``data`` with its iterators (at any depth of dicts and lists) made lists."""
     if isinstance(data, dict):
-        return {key: _listed(value) for key, value in data.items()}
+        return {key: value if type(value) in _PLAIN else _listed(value)
+                for key, value in data.items()}
     if isinstance(data, (list, tuple)) or _is_iterator(data):
-        return [_listed(value) for value in data]
+        return [value if type(value) in _PLAIN else _listed(value) for value in data]
     return data
 
 
