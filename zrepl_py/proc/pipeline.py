@@ -74,7 +74,7 @@ KILL_GRACE = 2.0
 _TICK = 0.1  # longest sleep between checks of the cancel event and the timeout, seconds
 _DRAIN_WAIT = 2.0  # seconds to wait for a stderr pipe's EOF after its stage was reaped
 _GROUP_WAIT = 1.0  # seconds to wait for a stopped stage's process group to empty
-# Seconds the other stages get to end on their own after one failed, before zbak stops
+# Seconds the stages downstream of a failed one get to end on their own before zbak stops
 # them: a stage that closes its input and then exits (GNU head, zstd on a bad frame) lets
 # its writer die of SIGPIPE first, and stopping it in that moment would mark it as stopped
 # by zbak, when it ended by itself (its own exit status, so the culprit rule can see it).
@@ -457,12 +457,22 @@ class _Pipeline:
     # --- stopping ---------------------------------------------------------------------------
 
     def stop(self, grace: float, *, settle: float = 0.0) -> None:
-        """After up to ``settle`` s for the stages to exit on their own, SIGTERM every
-        stage's process group; after ``grace`` s (or once every stage has exited) SIGKILL
-        what is left of the groups; wait until every stage has exited."""
+        """SIGTERM every stage's process group; after ``grace`` s (or once every stage has
+        exited) SIGKILL what is left of the groups; wait until every stage has exited.
+
+        ``settle``: when a stage has failed, the stages downstream of the most upstream
+        failed one get up to that many seconds to exit on their own first (those upstream
+        are stopped at once: they can only be failing because of it)."""
         started = [c for c in self.children if c.popen is not None]
-        # a stage that already exited on its own is not one zbak stopped
-        self._wait_exits(time.monotonic() + settle)
+        self.peek()  # a stage that already exited on its own is not one zbak stopped
+        failed = [i for i, c in enumerate(self.children)
+                  if c.start_error or (c.exited and c.status != 0)]
+        if settle > 0 and failed:
+            upstream = [c for c in self.children[:failed[0]] if c in self.running()]
+            for child in upstream:
+                child.killed = True
+                _signal_group(child.popen.pid, signal.SIGTERM)
+            self._wait_exits(time.monotonic() + settle)
         for child in self.running():
             child.killed = True
         # Every leader is alive or an unreaped zombie until reap(), so its pid (= pgid) cannot
