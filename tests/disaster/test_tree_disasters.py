@@ -19,6 +19,7 @@ from support.cli import zfs
 from support.tree import TreeRig, cursors, random_bytes, snapshot_guids, userrefs
 
 from zrepl_py.errors import ExitStatus
+from zrepl_py.replication.protect import hold_tag
 
 pytestmark = [pytest.mark.zfs, pytest.mark.ssh]
 
@@ -66,6 +67,17 @@ def test_a_transfer_failing_mid_tree_keeps_every_finished_base_and_the_next_run_
     assert status == ExitStatus.OK, out + err
     arrived, held, recorded = bookkeeping(rig, "s1")
     assert arrived == held == recorded == set(rig.datasets)
+
+
+def has_tag(snapshot: str, tag: str) -> bool:
+    """Whether ``snapshot`` carries the hold ``tag`` (zfs-fuse has no ``zfs holds``): a
+    second ``zfs hold`` of a tag fails, and a hold that was absent is taken back."""
+    done = subprocess.run(["zfs", "hold", tag, snapshot], capture_output=True, text=True)
+    if done.returncode == 0:
+        zfs("release", tag, snapshot)
+        return False
+    assert "tag already exists" in done.stderr, done.stderr
+    return True
 
 
 def live(pattern: str) -> list[str]:
@@ -119,7 +131,12 @@ def test_a_tree_killed_mid_run_leaves_no_transfer_and_the_next_run_moves_every_b
     arrived, held, recorded = bookkeeping(rig, "s2")
     assert arrived == held == recorded == set(rig.datasets)
     assert snapshot_guids(rig.replica) == snapshot_guids(rig.src)
-    assert sum(userrefs(rig.src).values()) == len(rig.datasets), "the @s1 holds were released"
+    # By zbak's tag, not by userrefs: zfs-fuse keeps the holds a killed zfs send placed on
+    # its from- and to-snapshot (seen: @s1 1 and @s2 2 on the 4 datasets in flight).
+    tag = hold_tag("t", f"backup:{rig.replica}")
+    for dataset in rig.datasets:
+        assert has_tag(f"{dataset}@s2", tag), dataset
+        assert not has_tag(f"{dataset}@s1", tag), f"{dataset}@s1 is still held"
 
 
 def test_datasets_received_but_not_settled_when_zbak_died_get_their_holds_and_cursors_next(
@@ -130,7 +147,6 @@ def test_datasets_received_but_not_settled_when_zbak_died_get_their_holds_and_cu
     from zrepl_py.catalog.db import make_engine
     from zrepl_py.catalog.repository import Catalog
     from zrepl_py.config.loading import load_config
-    from zrepl_py.replication.protect import hold_tag
 
     children = [f"c{i}" for i in range(5)]
     rig = TreeRig(make_pool, sshd, tmp_path, capsys, children, extra="concurrency = 3\n")
