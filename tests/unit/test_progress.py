@@ -132,10 +132,16 @@ def _drawn(label: str, level: int, caplog) -> tuple[bool, str]:
                 for second in range(1, 4):
                     rep(second * MiB, float(second))
                 rep.finish(4 * MiB, 4.0)
-        try:
-            return rep.tty, os.read(master, 65536).decode(errors="replace")
-        except OSError:  # nothing was written: EIO once the terminal's side is closed
-            return rep.tty, ""
+        chunks = []  # a pty may hand over what was written in several reads
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # all read: EIO (or EAGAIN) once the terminal's side is closed
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return rep.tty, b"".join(chunks).decode(errors="replace")
     finally:
         os.close(master)
 
