@@ -106,8 +106,10 @@ def read_streams(conn: sa.Connection, datasets: Sequence = (), streams: Sequence
     5 s through ORM objects (benchmarks/catalog.py).
     """
     ds = dataset_table.c
-    names = {i: (h, n) for i, h, n in conn.execute(
-        sa.select(ds.id, ds.host, ds.name).where(*datasets))}
+    named = sa.select(ds.id, ds.host, ds.name).where(*datasets)
+    if streams:  # only the datasets those streams belong to (one for a stream id)
+        named = named.where(ds.id.in_(sa.select(stream_table.c.dataset_id).where(*streams)))
+    names = {i: (h, n) for i, h, n in conn.execute(named)}
     if not names:
         return []
     query = sa.select(*_stream_columns()).where(*streams)
