@@ -80,7 +80,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
 from support.common import free_port  # noqa: E402
-from zfsbench import destroy, guid, last_line, private_zfs_fuse, rotate, sh  # noqa: E402 (script-local import)
+from zfsbench import destroy, guid, last_line, private_zfs_fuse, rotate, sh, timed, usage  # noqa: E402 (script-local import)
 
 MIB = 1024 * 1024
 PYTHON = sys.executable
@@ -116,22 +116,6 @@ def human(size: int) -> str:
         if size >= scale:
             return f"{size / scale:g} {unit}"
     return f"{size} B"
-
-
-def timed(argv: list[str], log: Path) -> list[str]:
-    """``argv`` run under GNU time, which writes ``%M %U %S`` (peak RSS KiB, user and
-    system CPU seconds of the process and the children it waited for) to ``log``.
-
-    Why not wait4(2) from here: Linux starts a child's ``ru_maxrss`` at its parent's RSS
-    at fork (exec records the old mm's high-water mark), so every child of this big
-    benchmark process would report this process's RSS; GNU time is a small parent."""
-    return ["/usr/bin/time", "-f", "%M %U %S", "-o", str(log), *argv]
-
-
-def usage(log: Path) -> tuple[int, float]:
-    """``(peak RSS bytes, CPU seconds)`` from a :func:`timed` log."""
-    rss, user, system = log.read_text().split("\n")[-2].split()
-    return int(rss) * 1024, float(user) + float(system)
 
 
 def run_pipe(argvs: list[list[str]], work: Path, *, stdout=None,

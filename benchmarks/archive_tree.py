@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from support.generated import archive_config  # noqa: E402
-from zfsbench import private_zfs_fuse, rotate, sh  # noqa: E402 (script-local import)
+from zfsbench import private_zfs_fuse, rotate, sh, timed, usage  # noqa: E402
 
 POOL = "ztree"
 PYTHON = sys.executable
@@ -88,15 +88,15 @@ class Tree:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ZBAK_", "AWS_"))}
         env["PYTHONPATH"] = str(self.repo)
         started = time.monotonic()
-        done = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(log), PYTHON, "-m",
-                               "zrepl_py", "--config", str(self.config), *args],
+        done = subprocess.run(timed([PYTHON, "-m", "zrepl_py", "--config", str(self.config),
+                                     *args], log),
                               capture_output=True, text=True, cwd=self.repo, env=env,
                               check=False)
         seconds = time.monotonic() - started
         if done.returncode != 0:
             raise RuntimeError(f"zbak {' '.join(args)} exit {done.returncode}:"
                                f" {done.stderr.strip()[-500:]}")
-        return seconds, int(log.read_text().split()[-1]) * 1024
+        return seconds, usage(log)[0]
 
     def archive(self) -> tuple[float, int]:
         return self.zbak("archive")

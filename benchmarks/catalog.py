@@ -65,7 +65,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 
 from support.generated import Generated, archive_config  # noqa: E402
-from zfsbench import private_zfs_fuse, sh  # noqa: E402 (script-local import)
+from zfsbench import load, private_zfs_fuse, rotate, sh, timed, usage  # noqa: E402
 
 from zrepl_py.catalog.db import make_engine, upgrade  # noqa: E402
 from zrepl_py.catalog.models import stream_table  # noqa: E402
@@ -160,18 +160,16 @@ class Timed:
 def zbak(scale: Scale, args: list[str], work: Path) -> Timed:
     """``python -m zrepl_py --config CFG ARGS`` under GNU time, stdout to a pipe."""
     log = work / "time.log"
-    argv = ["/usr/bin/time", "-f", "%M %U %S", "-o", str(log), PYTHON, "-m", "zrepl_py",
-            "--config", str(scale.config), *args]
+    argv = timed([PYTHON, "-m", "zrepl_py", "--config", str(scale.config), *args], log)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ZBAK_", "AWS_"))}
     started = time.monotonic()
     done = subprocess.run(argv, capture_output=True, cwd=REPO, env=env, check=False)
     seconds = time.monotonic() - started
-    rss, user, system = log.read_text().split("\n")[-2].split()
+    rss, cpu = usage(log)
     if done.returncode not in (0, 4):
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-3:]
         print(f"    zbak {' '.join(args)} exit {done.returncode}: {' | '.join(tail)}", flush=True)
-    return Timed(seconds, float(user) + float(system), int(rss) * 1024, done.returncode,
-                len(done.stdout))
+    return Timed(seconds, cpu, rss, done.returncode, len(done.stdout))
 
 
 def first_audit(scale: Scale, work: Path) -> Timed:
@@ -196,11 +194,6 @@ def forget_stamps(scale: Scale) -> None:
         engine.dispose()
 
 
-def load() -> str:
-    """``uptime``'s load averages (1, 5, 15 min)."""
-    return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
-
-
 def measure(scale: Scale, cases: list[str], reps: int, work: Path) -> dict[str, list[Timed]]:
     """Warm up, then ``reps`` interleaved rounds of every case, order rotated per round."""
     runs: dict[str, list[Timed]] = {case: [] for case in cases}
@@ -215,8 +208,7 @@ def measure(scale: Scale, cases: list[str], reps: int, work: Path) -> dict[str, 
     for case in cases:
         one(case)
     for rep in range(reps):
-        shift = rep % len(cases)
-        for case in cases[shift:] + cases[:shift]:
+        for case in rotate(cases, rep):
             runs[case].append(one(case))
     return runs
 
@@ -309,7 +301,7 @@ def run_scales(args: argparse.Namespace, cases: list[str], work: Path,
             for scale in scales:
                 profile(scale, args.profile, work)
             return
-        print(f"before: {load()} ({os.cpu_count()} cores)", flush=True)
+        print(f"before: load average {load()} ({os.cpu_count()} cores)", flush=True)
         results = []
         for scale in scales:
             runs = measure(scale, cases, args.reps, work)
@@ -318,7 +310,7 @@ def run_scales(args: argparse.Namespace, cases: list[str], work: Path,
                 times = [r.seconds for r in runs[case]]
                 print(f"  {scale.streams:>9,} {case:<24} {statistics.median(times):7.2f} s",
                       flush=True)
-        print(f"after: {load()}")
+        print(f"after: load average {load()}")
         print(f"\n{'streams':>9}  {'command':<24} {'median s':>8} {'spread':>7} {'CPU s':>6}"
               f" {'peak RSS':>9} {'output':>9}  exit")
         for scale, case, runs in results:

@@ -110,9 +110,9 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
 from support import sshd as testbed_sshd  # noqa: E402
-from support import zfs as testbed_zfs  # noqa: E402
 from support.common import free_port  # noqa: E402
-from zfsbench import destroy, guid, last_line, rotate, sh  # noqa: E402 (script-local import)
+from support.tree import snapshot_guids  # noqa: E402
+from zfsbench import destroy, guid, last_line, load, private_zfs_fuse, rotate, sh  # noqa: E402 (script-local import)
 
 from zrepl_py.config.schema import ReplicateConfig  # noqa: E402
 from zrepl_py.proc.openssh import remote_command, remote_pipeline, ssh_argv  # noqa: E402
@@ -150,18 +150,6 @@ SHIM = textwrap.dedent("""\
 
 class Failed(Exception):
     """A tool run that did not complete (its exit status and last stderr line)."""
-
-
-def tree_guids(root: str) -> dict[str, int]:
-    """``{name relative to root: guid}`` of every snapshot under ``root`` (a receive keeps
-    snapshot guids; filesystems get new ones)."""
-    out = sh("zfs", "get", "-Hp", "-r", "-o", "name,value", "guid", root)
-    found = {}
-    for line in out.splitlines():
-        name, value = line.split("\t")
-        if "@" in name:
-            found[name[len(root):]] = int(value)
-    return found
 
 
 class Bench:
@@ -589,7 +577,7 @@ def tree_cases(bench: Bench, results: Results, reps: int, cases: set[str],
     """
     src = bench.src
     n = bench.args.datasets
-    source = tree_guids(f"{src}/tree")
+    source = snapshot_guids(f"{src}/tree")
     kept: dict[str, str] = {}
 
     def initial(tool: str) -> Callable[[], float]:
@@ -602,7 +590,7 @@ def tree_cases(bench: Bench, results: Results, reps: int, cases: set[str],
                 seconds = bench.run_zbak("tree", target, pipe["tree"])
             else:
                 seconds = bench.syncoid(f"{src}/tree", target, shim=False, recursive=True)
-            if tree_guids(target) != source:
+            if snapshot_guids(target) != source:
                 raise RuntimeError(f"{target} is not a replica of {src}/tree")
             kept[tool] = target
             return seconds
@@ -632,7 +620,7 @@ def tree_cases(bench: Bench, results: Results, reps: int, cases: set[str],
             else:
                 seconds = bench.syncoid(f"{src}/tree", target, shim=tool == "syncoid+shim",
                                         recursive=True)
-            if tree_guids(target) != tree_guids(f"{src}/tree"):
+            if snapshot_guids(target) != snapshot_guids(f"{src}/tree"):
                 raise RuntimeError(f"{target} is not a replica of {src}/tree@{new}")
             return seconds
         return run
@@ -652,13 +640,13 @@ def tree_cases(bench: Bench, results: Results, reps: int, cases: set[str],
             target = replicas[tool]
             if target is None:
                 raise Failed("its first replication failed")
-            before = tree_guids(target)
+            before = snapshot_guids(target)
             if tool == "zbak":
                 seconds = bench.run_zbak("tree", target, pipe["no-op"])
             else:
                 seconds = bench.syncoid(f"{src}/tree", target, shim=tool == "syncoid+shim",
                                         recursive=True)
-            if tree_guids(target) != before:
+            if snapshot_guids(target) != before:
                 raise RuntimeError(f"{target} changed in a no-op cycle")
             return seconds
         return run
@@ -670,11 +658,6 @@ def tree_cases(bench: Bench, results: Results, reps: int, cases: set[str],
             for tool in rotate(tools, rep):
                 results.record("no-op cycle", tool, noop(tool))
     bench.kept_tree = replicas["zbak"]
-
-
-def load() -> str:
-    """The load averages (1, 5, 15 minutes), as uptime(1) shows them."""
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 COMMAND = re.compile(r"run \[([^\]]+)\]: (\[.*\])$")
@@ -833,18 +816,20 @@ def main() -> int:
     if not os.access(SYNCOID, os.X_OK):
         raise SystemExit(f"{SYNCOID} missing: apt-get install sanoid")
 
-    why_not = testbed_zfs._enter_private_namespace()
-    if why_not:
-        raise SystemExit(f"cannot get a private zfs-fuse: {why_not}")
-    bashrc = Path.home() / ".bashrc"
-    if not args.keep_bashrc and bashrc.exists():
-        # Only in this private mount namespace (made rprivate above): root's file is untouched.
-        sh("mount", "--bind", "/dev/null", str(bashrc))
     workdir = Path(tempfile.mkdtemp(prefix="zbak-bench-repl-", dir="/var/tmp"))
-    pidfile = workdir / "zfs-fuse.pid"
-    sh("/usr/sbin/zfs-fuse", "--no-kstat-mount", "--pidfile", str(pidfile))
-    testbed_zfs._wait_for_daemon("zpool")
-    bench = Bench(args, workdir)
+    try:
+        with private_zfs_fuse(workdir):
+            bashrc = Path.home() / ".bashrc"
+            if not args.keep_bashrc and bashrc.exists():
+                # Only in the private mount namespace: root's file is untouched.
+                sh("mount", "--bind", "/dev/null", str(bashrc))
+            return run(Bench(args, workdir), args, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(bench: Bench, args: argparse.Namespace, workdir: Path) -> int:
+    """Make the pools, data and sshds, time every case and print the table and the goals."""
     try:
         bench.make_pools()
         started = time.monotonic()
@@ -924,8 +909,6 @@ def main() -> int:
             bench.shim_sshd.wait(10)
         for pool in (bench.src, bench.dst):
             subprocess.run(["zpool", "destroy", "-f", pool], capture_output=True)
-        testbed_zfs._stop_private_daemon(pidfile)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

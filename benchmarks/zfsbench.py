@@ -8,6 +8,7 @@ its bare name from the benchmarks directory.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import subprocess
 import time
@@ -74,3 +75,24 @@ def private_zfs_fuse(work: Path) -> Iterator[Path]:
         yield pidfile
     finally:
         support_zfs._stop_private_daemon(pidfile)
+
+
+def load() -> str:
+    """The load averages (1, 5, 15 minutes), as uptime(1) shows them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def timed(argv: list[str], log: Path) -> list[str]:
+    """``argv`` run under GNU time, which writes ``%M %U %S`` (peak RSS KiB, user and
+    system CPU seconds of the process and the children it waited for) to ``log``.
+
+    Why not wait4(2) from here: Linux starts a child's ``ru_maxrss`` at its parent's RSS
+    at fork (exec records the old mm's high-water mark), so every child of this big
+    benchmark process would report this process's RSS; GNU time is a small parent."""
+    return ["/usr/bin/time", "-f", "%M %U %S", "-o", str(log), *argv]
+
+
+def usage(log: Path) -> tuple[int, float]:
+    """``(peak RSS bytes, CPU seconds)`` from a :func:`timed` log."""
+    rss, user, system = log.read_text().split("\n")[-2].split()
+    return int(rss) * 1024, float(user) + float(system)

@@ -9,9 +9,8 @@ import re
 import textwrap
 from pathlib import Path
 
-from support.cli import Zbak, zfs
+from support.cli import initialised, zfs
 from support.common import hosts_table
-from zrepl_py.errors import ExitStatus
 
 
 class TreeRig:
@@ -36,19 +35,16 @@ class TreeRig:
             zfs("create", f"{self.src}/{child}")
             (self.mount(child) / "f.txt").write_text(child)
         self.tmp = tmp_path
-        self.config = tmp_path / "zbak.toml"
-        self.config.write_text(f'state_dir = "{tmp_path / "state"}"\n'
-                               + hosts_table("backup", sshd.host_config(), connect_timeout=10)
-                               + textwrap.dedent(f"""
+        self.zbak = initialised(tmp_path, hosts_table("backup", sshd.host_config(),
+                                                      connect_timeout=10)
+                                + textwrap.dedent(f"""
             [jobs.t]
             dataset = "{self.src}"
             recursive = true
             [jobs.t.replicate]
             targets = ["backup:{self.replica}"]
-        """) + textwrap.dedent(extra))
-        self.zbak = Zbak(self.config, capsys)
-        status, out, err = self.zbak("init", "--no-checks")
-        assert status == ExitStatus.OK, out + err
+        """) + textwrap.dedent(extra), capsys)
+        self.config = self.zbak.config
 
     @property
     def datasets(self) -> list[str]:
@@ -67,27 +63,26 @@ class TreeRig:
         """``zfs snapshot -r`` of the whole tree."""
         zfs("snapshot", "-r", f"{self.src}@{short}")
 
-    def replica_of(self, source: str) -> str:
-        """The target dataset of a source dataset."""
-        return self.replica + source[len(self.src):]
+
+def _per_snapshot(root: str, prop: str) -> dict[str, int]:
+    """``{name relative to root: prop}`` of every snapshot under ``root`` (integers)."""
+    out = zfs("get", "-Hp", "-r", "-o", "name,value", prop, root)
+    rows = (line.split("\t") for line in out.splitlines())
+    return {name[len(root):]: int(value) for name, value in rows if "@" in name}
 
 
 def snapshot_guids(root: str) -> dict[str, int]:
     """``{name relative to root: guid}`` of every snapshot under ``root`` (none if missing)."""
     try:
-        out = zfs("get", "-Hp", "-r", "-o", "name,value", "guid", root)
+        return _per_snapshot(root, "guid")
     except Exception:  # noqa: BLE001 - the replica may not exist yet
         return {}
-    rows = (line.split("\t") for line in out.splitlines())
-    return {name[len(root):]: int(value) for name, value in rows if "@" in name}
 
 
 def userrefs(root: str) -> dict[str, int]:
     """``{name relative to root: holds}`` of every snapshot under ``root`` (zfs-fuse has no
-    ``zfs holds``; zbak's holds are the only ones in these tests)."""
-    out = zfs("get", "-Hp", "-r", "-o", "name,value", "userrefs", root)
-    rows = (line.split("\t") for line in out.splitlines())
-    return {name[len(root):]: int(value) for name, value in rows if "@" in name}
+    ``zfs holds``; a killed ``zfs send`` may leave its own holds there)."""
+    return _per_snapshot(root, "userrefs")
 
 
 def cursors(config: Path, job: str) -> dict[str, str]:
