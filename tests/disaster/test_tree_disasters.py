@@ -69,6 +69,28 @@ def test_a_transfer_failing_mid_tree_keeps_every_finished_base_and_the_next_run_
     assert arrived == held == recorded == set(rig.datasets)
 
 
+def test_a_full_received_before_its_incremental_failed_keeps_its_hold_and_cursor(
+        make_pool, sshd, tmp_path, capsys):
+    """A first run plans a full of @s1, then an incremental to @s2; the incremental fails
+    (the backup side over quota). @s1 reached the target, so it is held and recorded: the
+    next run sends from it, and no prune may take it."""
+    rig = TreeRig(make_pool, sshd, tmp_path, capsys, ["c00"], target="q/tree",
+                  extra='concurrency = 2\nmethod = "zfs"\n')
+    zfs("create", "-o", "quota=4M", f"{rig.bak_pool.name}/q")
+    rig.snapshot("s1")
+    rig.write("c00", "big.bin", random_bytes(8 * MIB))
+    rig.snapshot("s2")
+
+    status, out, err = rig.zbak("replicate")
+
+    assert status == ExitStatus.FAILED, out + err
+    c00 = f"{rig.src}/c00"
+    arrived, held, recorded = bookkeeping(rig, "s1")
+    assert c00 in arrived, "the full reached the target"
+    assert c00 in held and c00 in recorded, "the snapshot that arrived is held and recorded"
+    assert c00 not in bookkeeping(rig, "s2")[0]
+
+
 def has_tag(snapshot: str, tag: str) -> bool:
     """Whether ``snapshot`` carries the hold ``tag`` (zfs-fuse has no ``zfs holds``): a
     second ``zfs hold`` of a tag fails, and a hold that was absent is taken back."""

@@ -242,16 +242,19 @@ def replicate_to_zfs_target(
 
     def settle(batch: list[Finished[DatasetName, _Worked]]) -> bool:
         for item in batch:
+            if item.error is None:
+                outcomes[item.key] = item.result.outcome
+        # What reached the target is settled first, also for a dataset whose later step
+        # failed (a full received, its incremental refused): the snapshot that arrived gets
+        # its hold and cursor. The transfer's error is recorded after, so it wins.
+        stop = not dry_run and settler.settle(
+            [i.result.arrival for i in batch if i.result is not None and i.result.arrival])
+        for item in batch:
             if item.error is not None:  # not a ZbakError: a bug, raised after the others
                 settler.settled.errors[item.key] = item.error
-                continue
-            outcomes[item.key] = item.result.outcome
-            if item.result.error is not None:
+            elif item.result.error is not None:
                 settler.settled.errors[item.key] = item.result.error
-        if dry_run:
-            return False
-        return settler.settle([i.result.arrival for i in batch
-                               if i.result is not None and i.result.arrival is not None])
+        return stop
 
     def failed(item: Finished[DatasetName, _Worked]) -> bool:
         return item.error is not None or item.result.error is not None
