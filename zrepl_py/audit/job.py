@@ -346,7 +346,7 @@ def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, ro
     result.manifests_read += checked.read
     result.manifests_trusted += checked.trusted
     if checked.wrong:
-        catalog.forget_manifest_stamps(checked.wrong & stamps.keys())
+        catalog.forget_manifest_stamps(checked.wrong)  # --deep reads them without stamps
     if checked.seen:
         catalog.stamp_manifests(checked.seen, now)
     # A volume missing or of the wrong size makes its stream unrestorable: marked bad (issue
