@@ -39,6 +39,7 @@ from zrepl_py.audit.graph import TargetListing, audit_graph, sort_findings
 from zrepl_py.audit.load import load_graph_input
 from zrepl_py.audit.objects import audit_objects
 from zrepl_py.audit.restorable import Coverage, coverage, coverage_findings, stray, strays_of
+from zrepl_py.catalog.rows import VolumeRow
 from zrepl_py.config.schema import LOCAL_HOST, JobConfig, parse_endpoint, replica_datasets
 from zrepl_py.errors import (
     Locked,
@@ -297,6 +298,30 @@ def _audit_loaded(ctx: Context, name: str, job: JobConfig, host: str, root: str,
     return result
 
 
+def _drop_stale_volume_findings(backend, findings: list[Finding],
+                                volumes: dict[int, list[VolumeRow]]) -> list[Finding]:
+    """``findings`` without the errors of volumes the listing missed or showed another size
+    of, but which the store has now as catalogued (one ``stat`` each): the listing may be
+    older than the catalog read (an archive running beside the audit writes its objects
+    first and its row last), and a volume error marks its stream bad.
+
+    Raises:
+        StoreError: a ``stat`` failed other than by the object being absent.
+    """
+    sizes = {v.key: v.stored_bytes for rows in volumes.values() for v in rows}
+    kept = []
+    for finding in findings:
+        if (finding.severity is Severity.ERROR and finding.key in sizes
+                and volume_index(finding.key) is not None):
+            try:
+                if backend.stat(finding.key).size == sizes[finding.key]:
+                    continue
+            except ObjectNotFound:
+                pass
+        kept.append(finding)
+    return kept
+
+
 def _stray_manifest(backend, prefix: str, leaves: set[str]) -> Manifest | None:
     """The manifest of a stray stream directory (primary, else its copy), None when neither
     is there or readable (the stream is then unrestorable: nothing can describe it)."""
@@ -342,7 +367,7 @@ def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, ro
     checked = audit_objects(backend, mine, volumes, carried, listing, known_streams=every,
                             concurrency=ctx.config.stores[store].upload_concurrency,
                             stamps=stamps, now=now)
-    findings = checked.findings
+    findings = _drop_stale_volume_findings(backend, checked.findings, volumes)
     result.manifests_read += checked.read
     result.manifests_trusted += checked.trusted
     if checked.wrong:
