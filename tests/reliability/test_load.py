@@ -58,11 +58,14 @@ ARCHIVE_PROCESSES = 3
 """Most live descendants of ``zbak archive`` (derivation in the module doc)."""
 MAX_FDS = 64
 """Most descriptors ``zbak`` may hold open at once, whatever the dataset count."""
-FD_SLACK = 4 + 8
-"""How many more descriptors the large run may peak at than the small one: 4, plus one
-pipeline's 8 (three stages: a stderr pipe and a pidfd each, and a pipe between two stages
-while they start), since the small run may never be sampled with all ``CONCURRENCY``
-pipelines open. A leak of one per dataset would add at least ``LARGE - SMALL``."""
+FD_PER_PIPELINE = 8
+"""Descriptors one replication pipeline holds in ``zbak`` at most: three stages with a stderr
+pipe and a pidfd each, plus a pipe between two stages while they start."""
+FD_SLACK = (CONCURRENCY - 1) * FD_PER_PIPELINE
+"""How many more descriptors the large run may peak at than the small one: the small run
+(``SMALL`` datasets, a few seconds) is surely sampled with one pipeline open but may never be
+with all ``CONCURRENCY``, so up to ``CONCURRENCY - 1`` more pipelines' worth. A leak of one per
+dataset would add at least ``LARGE - SMALL`` (54 at the default scale), more than this."""
 MAX_RSS_KIB = 200 * 1024
 """Peak resident set (VmHWM) of one ``zbak`` run (about 80 MiB at 200 x 50)."""
 CONTROL_PER_DATASET, CONTROL_FIXED = 6, 20
