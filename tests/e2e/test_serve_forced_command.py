@@ -43,7 +43,7 @@ class Served:
     """A source pool, a backup pool whose ``replicas`` is served, and a config pushing to it."""
 
     def __init__(self, make_pool, sshd_factory, tmp_path, capsys, *, serve_options="",
-                 replicate_extra="", compression="zstd"):
+                 replicate_extra="", compression="zstd", job_extra=""):
         self.src, self.bak = make_pool(), make_pool()
         self.data = f"{self.src.name}/data"
         self.root = f"{self.bak.name}/replicas"
@@ -63,6 +63,7 @@ class Served:
         """) + hosts_table("backup", self.host, connect_timeout=5) + textwrap.dedent(f"""
             [jobs.j]
             dataset = "{self.data}"
+            {job_extra}
             [jobs.j.replicate]
             targets = ["backup:{self.replica}"]
             compression = "{compression}"
@@ -144,6 +145,30 @@ def test_a_replica_property_serve_was_not_started_with_is_refused_and_then_allow
             assert value.split() == ["-", "-"]
             (refused,) = served.log_lines("REFUSED")
             assert "com.example:role=replica" in refused
+
+
+def test_the_replicas_of_a_tree_get_their_properties_through_serve_in_batches(
+        make_pool, sshd_factory, tmp_path, capsys):
+    """Issue 18: on a receiver without ``zfs receive -o`` (zfs-fuse) zbak sets canmount and
+    readonly on every replica a batch of full streams created with one ``zfs set PROP=VALUE
+    DS...`` (``replication.settle`` step 1); zbak serve allows that form (it took one dataset
+    only, so a batch was refused and set again one replica at a time)."""
+    served = Served(make_pool, sshd_factory, tmp_path, capsys, job_extra="recursive = true",
+                    replicate_extra="concurrency = 4\n")
+    children = [f"c{i}" for i in range(6)]
+    for child in children:
+        zfs("create", f"{served.data}/{child}")
+    zfs("snapshot", "-r", f"{served.data}@zbak_20260101T000000Z")
+    assert served.zbak("init", "--no-checks")[0] == ExitStatus.OK
+    status, out, err = served.zbak("replicate", "--json")
+    assert status == ExitStatus.OK, out + err
+    for replica in [served.replica] + [f"{served.replica}/{c}" for c in children]:
+        got = zfs("get", "-H", "-o", "value", "canmount,readonly", replica).split()
+        assert got == ["noauto", "on"], replica
+    assert not served.log_lines("REFUSED"), served.log.read_text()
+    sets = [line for line in served.log_lines("ALLOWED") if "zfs set readonly=on" in line]
+    assert sum(line.count(f"{served.root}/") for line in sets) == 1 + len(children)
+    assert len(sets) < 1 + len(children), "at least one batch of several replicas"
 
 
 @pytest.mark.parametrize("compression, pipeline", [

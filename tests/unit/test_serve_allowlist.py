@@ -216,11 +216,17 @@ CLIENT_CALLS = {
     "guid and replica properties": lambda z, r: z.property_sources(
         [f"{ROOT}/tank@{OWN}", f"{ROOT}/tank"], ["guid", *ReceiveProperties.of().names]),
     "set a replica property": lambda z, r: z.set_property(f"{ROOT}/tank", "canmount", "noauto"),
+    "set a replica property on several (settle step 1)": lambda z, r: z.set_property_many(
+        [f"{ROOT}/a", f"{ROOT}/b", f"{ROOT}/a/c"], "readonly", "on"),
     "reset an excluded one": lambda z, r: z.set_property(f"{ROOT}/tank", "refreservation",
                                                          "none"),
     "inherit an excluded one": lambda z, r: z.inherit_property(f"{ROOT}/tank", "mountpoint"),
     "hold": lambda z, r: z.hold(f"{ROOT}/tank@{OWN}", "zbak:j:backup:x"),
     "release": lambda z, r: z.release(f"{ROOT}/tank@{OWN}", "zbak:j:backup:x"),
+    "hold many": lambda z, r: z.hold_many([f"{ROOT}/a@{OWN}", f"{ROOT}/b@{OWN}"],
+                                          "zbak:j:backup:x"),
+    "release many": lambda z, r: z.release_many([f"{ROOT}/a@{OWN}", f"{ROOT}/b@{OWN}"],
+                                                "zbak:j:backup:x"),
     "holds": lambda z, r: z.holds([f"{ROOT}/tank@{OWN}"]),
     "bookmarks": lambda z, r: z.bookmarks(f"{ROOT}/tank"),
     "bookmark": lambda z, r: z.bookmark(f"{ROOT}/tank@{OWN}", f"{ROOT}/tank#zbak_0123456789_1"),
@@ -292,6 +298,8 @@ def test_the_receive_properties_serve_allows_are_the_ones_it_was_started_with():
     default = receive_argv(ds, caps=OPENZFS, resumable=True, properties=ReceiveProperties.of())
     assert "-o 'readonly=on' is not allowed" in refused(request(default), policy)
     assert allowed(request(["zfs", "set", "compression=zstd", ds]), policy)
+    many = ["zfs", "set", "compression=zstd", ds, f"{ROOT}/other", f"{ROOT}/third"]
+    assert allowed(request(many), policy).argvs == (tuple(many),), "a batch (settle step 1)"
     assert "not allowed" in refused(request(["zfs", "set", "compression=zstd", ds]))
 
 
@@ -416,6 +424,9 @@ def test_a_configured_program_path_is_accepted_and_executed():
     (["zfs", "set", "canmount=noauto", "backup/other"], "outside the allowed root"),
     (["zfs", "set", "canmount=noauto", f"{ROOT}/tank@s"], "belong to snapshot"),
     (["zfs", "set", "canmount=noauto", "readonly=on", f"{ROOT}/tank"], "exactly one"),
+    (["zfs", "set", "canmount=noauto", f"{ROOT}/a", "backup/other"], "outside the allowed"),
+    (["zfs", "set", "canmount=noauto"], "exactly one property and one or more datasets"),
+    (["zfs", "inherit", "mountpoint", f"{ROOT}/a", f"{ROOT}/b"], "one dataset"),
     (["zfs", "set", "-u", "canmount=noauto", f"{ROOT}/tank"], "-u is not allowed"),
     (["zfs", "set", "refreservation=10G", f"{ROOT}/tank"], "is not allowed"),
     (["zfs", "inherit", "compression", f"{ROOT}/tank"], "'compression' is not allowed"),

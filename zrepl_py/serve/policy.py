@@ -28,7 +28,7 @@ Replication, inside a root:
   ``zfs receive -u [-s] [-o PROP=VALUE]... [-x PROP]... DS`` with only the configured replica
   properties (``Policy.properties``: each ``-o`` one of its set values exactly, each ``-x``
   one of its exclusions; ``-F`` only with ``allow_force_receive``), ``zfs receive -A DS``,
-  ``zfs set PROP=VALUE DS`` for the same set values (and a non-inheritable exclusion's reset
+  ``zfs set PROP=VALUE DS...`` for the same set values (and a non-inheritable exclusion's reset
   value, such as ``refreservation=none``), ``zfs inherit PROP DS`` for an inheritable
   exclusion (``replication/zfs_target.py`` repairs a replica with these after a receive),
   ``zfs create [-p] DS``, ``zfs hold TAG SNAP...``, ``zfs release TAG SNAP...``,
@@ -437,19 +437,25 @@ def _check_receive_properties(parsed: Parsed, policy: Policy, what: str) -> None
                                  f"exclusions: {shown}; see --receive-exclude)")
 
 
-def _repair(args: list[str], policy: Policy, what: str) -> str:
-    """Check ``zfs set|inherit WORD DS`` (no option, DS inside a root); return WORD."""
+def _repair(args: list[str], policy: Policy, what: str, *, many: bool = False) -> str:
+    """Check ``zfs set|inherit WORD DS...`` (no option, every DS a dataset inside a root;
+    several only when ``many``); return WORD."""
     parsed = parse(args, what=what)
     _no_options(parsed, what)
-    if len(parsed.operands) != 2:
-        raise CommandRefused(f"{what} takes exactly one property and one dataset")
-    _dataset(parsed.operands[1], policy, what)
-    return parsed.operands[0]
+    word, *names = parsed.operands or [""]
+    if not names or (len(names) > 1 and not many) or any("=" in n for n in names):
+        raise CommandRefused(f"{what} takes exactly one property and "
+                             f"{'one or more datasets' if many else 'one dataset'}")
+    for name in names:
+        _dataset(name, policy, what)
+    return word
 
 
 def _zfs_set(args: list[str], policy: Policy) -> None:
+    # Several datasets: zbak sets a property on every replica a batch created at once
+    # (replication.settle step 1; zfs-set(8) takes several names).
     what = "zfs set"
-    word = _repair(args, policy, what)
+    word = _repair(args, policy, what, many=True)
     name, sep, value = word.partition("=")
     if not sep or policy.properties.repairs()[0].get(name) != value:
         raise CommandRefused(f"{what} {word!r} is not allowed (only the configured replica "
