@@ -229,6 +229,13 @@ class HoldNotFound(ZfsError):
     """``zfs release`` failed: the snapshot carries no hold with this tag."""
 
 
+class HoldNotReleased(ZbakError):
+    """The new replication base (or archive tip) was held and the cursor moved, but zfs
+    refused to release the hold on the old one (``replication.protect``): nothing is lost,
+    but that snapshot cannot be destroyed until the hold goes (``zbak holds
+    release-stale``); the message names each snapshot, tag and zfs's answer."""
+
+
 class Diverged(ZbakError):
     """A replica target has snapshots or writes the source does not; nothing was changed on it.
 

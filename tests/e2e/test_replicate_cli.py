@@ -114,6 +114,46 @@ def test_first_run_is_full_then_incremental_with_equal_guids_and_a_moving_hold(r
     assert ("replicate", "ok") in runs
 
 
+def test_an_old_hold_zfs_will_not_release_fails_the_run_after_the_cursors_moved(
+        rig, tmp_path, monkeypatch):
+    """A ``zfs release`` of the old bases refused (a delegated user without ``release``, a
+    lost connection) leaves one hold too many, never one too few: the new bases are held
+    and the cursors moved (it aborted the settle, so no cursor of the batch moved and the
+    rest of the run stopped); the run fails naming ``zbak holds release-stale``, which then
+    releases it."""
+    write(rig.mount / "a.bin", 100_000, -1)
+    rig.snapshot("zbak_20260101T000000Z")
+    assert rig("replicate")[0] == ExitStatus.OK
+    rig.snapshot("zbak_20260102T000000Z")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "zfs").write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        if [ "$1" = release ]; then
+            echo "cannot release hold: permission denied" >&2; exit 1
+        fi
+        exec {shutil.which("zfs")} "$@"
+    """))
+    (bin_dir / "zfs").chmod(0o755)
+    path = os.environ["PATH"]
+    monkeypatch.setenv("PATH", f"{bin_dir}:{path}")
+    status, out, err = rig("replicate", "--json")
+    assert status == ExitStatus.FAILED, out + err
+    assert "zbak holds release-stale" in out + err and "permission denied" in out + err
+    assert guids(rig.replica) == guids(rig.data)
+    assert userrefs(f"{rig.data}@zbak_20260102T000000Z") == 1, "the new base is held"
+    assert userrefs(f"{rig.data}@zbak_20260101T000000Z") == 1, "the old hold stays"
+    status, out, _ = rig("status", "--json")
+    (target,) = json.loads(out)[0]["targets"]
+    assert target["cursor"] == "zbak_20260102T000000Z", "the cursor moved"
+
+    monkeypatch.setenv("PATH", path)
+    status, out, err = rig("holds", "release-stale")
+    assert status == ExitStatus.OK, out + err
+    assert userrefs(f"{rig.data}@zbak_20260101T000000Z") == 0
+    assert userrefs(f"{rig.data}@zbak_20260102T000000Z") == 1
+
+
 def test_a_recursive_job_replicates_a_child_created_after_the_first_run(make_pool, sshd, tmp_path, capsys):
     rig = Rig(make_pool, sshd, tmp_path, capsys, recursive=True)
     assert rig("init", "--no-checks")[0] == ExitStatus.OK

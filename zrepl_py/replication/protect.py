@@ -20,7 +20,7 @@ import hashlib
 import logging
 from typing import Sequence
 
-from zrepl_py.errors import DatasetNotFound, HoldExists, HoldNotFound, ZfsError
+from zrepl_py.errors import DatasetNotFound, HoldExists, HoldNotFound, HoldNotReleased, ZfsError
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import BookmarkName, DatasetName, SnapshotName, check_hold_tag
 
@@ -48,6 +48,21 @@ class BaseMove:
     old_short: str | None
 
 
+@dataclasses.dataclass
+class Moved:
+    """What ``move_protection_many`` did not do.
+
+    Attributes:
+        failed: ``{dataset: error}`` of each dataset whose new base could not be held or
+            bookmarked: its old base keeps its hold; the caller must not move its cursor.
+        unreleased: a ``HoldNotReleased`` naming the old bases whose hold zfs would not
+            release (their new bases are held: the cursors may move), or None.
+    """
+
+    failed: dict[DatasetName, ZfsError] = dataclasses.field(default_factory=dict)
+    unreleased: HoldNotReleased | None = None
+
+
 def move_protection(
     zfs: Zfs,
     dataset: DatasetName,
@@ -69,15 +84,18 @@ def move_protection(
 
     Raises:
         ZfsError: the hold could not be placed (the old one is then kept).
+        HoldNotReleased: the new base is held, the old one's hold stays (``Moved``).
     """
-    failed = move_protection_many(zfs, [BaseMove(dataset, new_short, new_guid, old_short)],
-                                  job=job, target=target)
-    if failed:
-        raise failed[dataset]
+    moved = move_protection_many(zfs, [BaseMove(dataset, new_short, new_guid, old_short)],
+                                 job=job, target=target)
+    if moved.failed:
+        raise moved.failed[dataset]
+    if moved.unreleased:
+        raise moved.unreleased
 
 
 def move_protection_many(zfs: Zfs, moves: Sequence[BaseMove], *, job: str, target: str
-                         ) -> dict[DatasetName, ZfsError]:
+                         ) -> Moved:
     """``move_protection`` for several datasets of one source host, batched: one ``zfs hold``
     of every new base, the bookmarks (one listing; ``zfs bookmark`` takes one snapshot, so
     one per dataset), then one ``zfs release`` of the old bases. Every new hold is placed
@@ -85,11 +103,12 @@ def move_protection_many(zfs: Zfs, moves: Sequence[BaseMove], *, job: str, targe
 
     zfs goes on past a snapshot it cannot hold or release and fails at the end
     (``Zfs.hold_many``), so after a failed batch each snapshot is tried alone: an existing
-    hold counts as placed, a missing hold or snapshot as released.
+    hold counts as placed, a missing hold or snapshot as released. A release zfs refuses
+    otherwise (permission, a lost connection) leaves one hold too many, never one too few:
+    it is reported (``Moved.unreleased``) and the other datasets go on.
 
     Returns:
-        ``{dataset: error}`` for each dataset whose new base could not be held or bookmarked:
-        its old base keeps its hold (the caller must not move its cursor). Empty: all moved.
+        What was not done (``Moved``); nothing raised for a single dataset.
     """
     tag = hold_tag(job, target)
     failed: dict[DatasetName, ZfsError] = {}
@@ -114,12 +133,27 @@ def move_protection_many(zfs: Zfs, moves: Sequence[BaseMove], *, job: str, targe
     try:
         zfs.release_many(olds, tag)
     except ZfsError:
-        for old in olds:
-            try:
-                zfs.release(old, tag)
-            except (HoldNotFound, DatasetNotFound):
-                pass  # already released or destroyed: nothing left to protect
-    return failed
+        return Moved(failed, _release_each(zfs, olds, tag))
+    return Moved(failed)
+
+
+def _release_each(zfs: Zfs, olds: Sequence[SnapshotName], tag: str) -> HoldNotReleased | None:
+    """Release ``tag`` on each of ``olds`` alone; the refusals, as one error (or None)."""
+    refused = []
+    for old in olds:
+        try:
+            zfs.release(old, tag)
+        except (HoldNotFound, DatasetNotFound):
+            pass  # already released or destroyed: nothing left to protect
+        except ZfsError as exc:
+            log.warning("could not release hold %s on %s, the old base: %s", tag, old, exc)
+            refused.append(f"{old}: {exc}")
+    if not refused:
+        return None
+    return HoldNotReleased(
+        f"hold {tag} stays on {len(refused)} old base snapshot(s) zfs would not release "
+        f"({'; '.join(refused)}); the new bases are held and the cursors moved. Until it "
+        f"goes, such a snapshot cannot be pruned: run zbak holds release-stale")
 
 
 def _hold_each(zfs: Zfs, moves: Sequence[BaseMove], tag: str,

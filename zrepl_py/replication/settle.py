@@ -11,7 +11,8 @@ transfers go on (``runtime.fanout``). For each batch, in this order:
    snapshot's guid, with the replica's properties, and a snapshot with another guid fails
    its dataset (``Settled.errors``);
 3. the source's new bases are held before the old ones are released: one ``zfs hold``, one
-   ``zfs release`` (``protect.move_protection_many``);
+   ``zfs release`` (``protect.move_protection_many``; an old hold zfs will not release is
+   reported at the end of the run and moves the cursor all the same: one hold too many);
 4. the cursors of every dataset whose base moved, in ONE catalog transaction;
 5. properties zfs did not apply (``ReceiveProperties.fixes``) are repaired, with a warning.
 
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING
 from zrepl_py.catalog.rows import CursorRow
 from zrepl_py.clock import Clock
 from zrepl_py.config.schema import Endpoint
-from zrepl_py.errors import ReplicaPropertiesFailed, ZbakError, ZfsError
+from zrepl_py.errors import HoldNotReleased, ReplicaPropertiesFailed, ZbakError, ZfsError
 from zrepl_py.replication.protect import BaseMove, move_protection_many
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName, SnapshotName
@@ -72,11 +73,12 @@ class Arrival:
 @dataclasses.dataclass
 class Settled:
     """Errors of the datasets settled so far, by source dataset (a dataset with an error has
-    no new cursor from its batch); property repairs that failed are kept apart: they come
-    after the data and the cursor are safe."""
+    no new cursor from its batch); property repairs and old holds that failed are kept
+    apart: they come after the data and the cursor are safe."""
 
     errors: dict[DatasetName, BaseException] = dataclasses.field(default_factory=dict)
     property_errors: list[ReplicaPropertiesFailed] = dataclasses.field(default_factory=list)
+    unreleased: list[HoldNotReleased] = dataclasses.field(default_factory=list)
     refused: set[DatasetName] = dataclasses.field(default_factory=set)
     """Replicas whose properties zfs refused to set (not asked again in the same run)."""
 
@@ -114,10 +116,12 @@ class Settler:
         observed = self._confirm(received)
         ready = [a for a in arrivals if a.reached is not None and a.source not in self.settled.errors]
         moves = [BaseMove(a.source, a.reached.name, a.reached.guid, a.old_base) for a in ready]
-        failed = move_protection_many(self.src, moves, job=self.job, target=str(self.target))
-        for dataset, exc in failed.items():
-            self.settled.errors[dataset] = exc
-        moved = [a for a in ready if a.source not in failed]
+        protected = move_protection_many(self.src, moves, job=self.job,
+                                         target=str(self.target))
+        self.settled.errors.update(protected.failed)
+        if protected.unreleased:
+            self.settled.unreleased.append(protected.unreleased)
+        moved = [a for a in ready if a.source not in protected.failed]
         now = self.clock.now()
         self.catalog.set_cursors([
             CursorRow(self.job, str(self.target), self.source_host, str(a.source),

@@ -223,6 +223,8 @@ def replicate_to_zfs_target(
             snapshot has its new cursor. The first such error (in dataset order) is raised.
         ReplicaPropertiesFailed: every dataset was replicated, but a replica's properties
             could not be made the job's.
+        HoldNotReleased: every dataset was replicated and its cursor moved, but an old
+            base's hold could not be released.
     """
     assert target.dataset is not None and job.replicate is not None
     wanted = job.replicate.properties
@@ -269,6 +271,8 @@ def replicate_to_zfs_target(
         raise first
     if settler.settled.property_errors:
         raise settler.settled.property_errors[0]
+    if settler.settled.unreleased:
+        raise settler.settled.unreleased[0]
     return [outcomes[name] for name in infos]
 
 
