@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -42,7 +43,7 @@ class Pvs:
 
 def test_each_pipeline_starts_at_the_total_over_the_concurrency_and_gets_an_equal_share():
     pvs = Pvs()
-    shared = SharedRate(1200, 4, tell=pvs.tell)
+    shared = SharedRate(1200, 4, tell=pvs.tell, raise_after=0)
     first = pvs.start(shared, 1)
     assert first.argv == ("pv", "-q", "-C", "-L", "300")
     assert pvs.rates == {1: 1200}, "alone, a pipeline gets the whole limit"
@@ -57,7 +58,7 @@ def test_each_pipeline_starts_at_the_total_over_the_concurrency_and_gets_an_equa
 
 def test_the_running_pipelines_never_pass_the_limit_not_even_between_two_messages():
     pvs = Pvs()
-    shared = SharedRate(1000, 4, tell=pvs.tell)
+    shared = SharedRate(1000, 4, tell=pvs.tell, raise_after=0)
     leases = {pid: pvs.start(shared, pid) for pid in (1, 2)}
     assert pvs.told == [(1, 1000), (1, 500), (2, 500)], "the running one is lowered first"
     leases.update({pid: pvs.start(shared, pid) for pid in (3, 4)})
@@ -69,7 +70,7 @@ def test_the_running_pipelines_never_pass_the_limit_not_even_between_two_message
 
 def test_a_pipeline_that_misses_the_message_keeps_its_rate_and_nobody_is_raised_past_the_limit():
     pvs = Pvs(deaf={1})
-    shared = SharedRate(1000, 2, tell=pvs.tell)
+    shared = SharedRate(1000, 2, tell=pvs.tell, raise_after=0)
     first = pvs.start(shared, 1)  # starts at 500 and is never raised: it does not answer
     assert pvs.rates[1] == 500
     pvs.start(shared, 2)
@@ -79,12 +80,41 @@ def test_a_pipeline_that_misses_the_message_keeps_its_rate_and_nobody_is_raised_
 
 def test_a_pipeline_that_never_started_gives_its_part_back():
     pvs = Pvs()
-    shared = SharedRate(1000, 2, tell=pvs.tell)
+    shared = SharedRate(1000, 2, tell=pvs.tell, raise_after=0)
     pvs.start(shared, 1)
     unused = shared.lease()  # its pipeline failed to start
     assert pvs.rates == {1: 500}
     unused.close()
     assert pvs.rates == {1: 1000}
+
+
+def test_a_pipeline_that_ends_as_the_next_one_starts_costs_no_message():
+    """A tree at full concurrency: each worker takes the next dataset's lease as soon as
+    its pipeline ended. The others are raised only a moment later, by then the share is
+    the same again: no message at all once the run is under way."""
+    pvs = Pvs()
+    shared = SharedRate(1000, 4, tell=pvs.tell, raise_after=60)
+    leases = {pid: pvs.start(shared, pid) for pid in (1, 2, 3, 4)}
+    before = len(pvs.told)
+    for pid in range(5, 105):  # the oldest pipeline ends, the next dataset starts
+        oldest = min(leases)
+        pvs.end(leases.pop(oldest), oldest)
+        leases[pid] = pvs.start(shared, pid)
+    assert pvs.told[before:] == [], "no pv was raised and lowered again per dataset"
+    assert set(pvs.rates.values()) == {250} and pvs.peak <= 1000
+
+
+def test_the_pipelines_left_are_raised_a_moment_after_one_ended():
+    pvs = Pvs()
+    shared = SharedRate(1000, 2, tell=pvs.tell, raise_after=0.05)
+    first, second = pvs.start(shared, 1), pvs.start(shared, 2)
+    pvs.end(second, 2)
+    assert pvs.rates == {1: 500}, "not at once"
+    deadline = time.monotonic() + 10
+    while pvs.rates[1] != 1000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pvs.rates == {1: 1000}
+    pvs.end(first, 1)
 
 
 def test_a_limit_or_concurrency_that_cannot_be_shared_is_refused():
