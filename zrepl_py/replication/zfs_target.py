@@ -448,25 +448,25 @@ def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceS
     # sender's ssh, a local OpenZFS `zfs send`, or what stage 1 reads from zfs-fuse's daemon.
     writes = src.capabilities is not None and src.capabilities.send_writes_stream
     lease = transfer.rate.lease() if transfer.rate is not None else None
-    stages, meter = metered_transfer(
-        send, receive, source=transfer.source_side, target=transfer.target_side,
-        compress=transfer.compress, bandwidth_limit=None,
-        limiter=lease.argv if lease is not None else None,
-        send_writes_stream=writes, receive_buffer=transfer.receive_buffer,
-    )  # fmt: skip
-    limiter = next((i for i, stage in enumerate(stages) if stage.name == "rate limit"), None)
-
-    def started(pids: tuple[int, ...]) -> None:
-        if lease is not None and limiter is not None:
-            lease.started(pids[limiter])
-
     label = f"{dataset}@{step.to.name} -> {target_ds}"
-    log.info("sending %s (%s)", label, type(step).__name__.lower())
     try:
-        base = getattr(step, "base", None)  # what zbak status shows (zrepl_py.observe.transfers)
-        progress = transfer.progress(label, dataset=str(dataset), to_snap=step.to.name,
-                                     from_snap=base.name if base is not None else None)
-        try:
+        try:  # the lease goes back whatever fails, also before the pipeline started
+            stages, meter = metered_transfer(
+                send, receive, source=transfer.source_side, target=transfer.target_side,
+                compress=transfer.compress, bandwidth_limit=None,
+                limiter=lease.argv if lease is not None else None,
+                send_writes_stream=writes, receive_buffer=transfer.receive_buffer,
+            )  # fmt: skip
+            limiter = next((i for i, s in enumerate(stages) if s.name == "rate limit"), None)
+
+            def started(pids: tuple[int, ...]) -> None:
+                if lease is not None and limiter is not None:
+                    lease.started(pids[limiter])
+
+            log.info("sending %s (%s)", label, type(step).__name__.lower())
+            base = getattr(step, "base", None)  # what zbak status shows (observe.transfers)
+            progress = transfer.progress(label, dataset=str(dataset), to_snap=step.to.name,
+                                         from_snap=base.name if base is not None else None)
             result: PipelineResult = run_pipeline(stages, progress=progress, meter=meter,
                                                   cancel=transfer.cancel, on_start=started)
         finally:
