@@ -18,12 +18,14 @@ snapshot, 256 KiB volumes so each incremental has volumes of its own). Once a vo
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import pytest
 from conftest import content_of, restored_content
 from support.cli import file_archive_config
 
+from zrepl_py.archive import job as archive_job
 from zrepl_py.errors import ExitStatus
 from zrepl_py.observe import events
 
@@ -117,6 +119,34 @@ def test_a_lost_volume_makes_the_next_archive_mark_the_stream_bad_and_start_a_ne
     assert [(r["stream"], r["reason"]) for r in rows] == [("full @11", "--full")]
     rows = json.loads(site.ok("archive", "--full", "--json"))["rows"]
     assert rows[0]["stream"] == "" and "already starts with a full of @11" in rows[0]["reason"]
+
+
+def test_a_volume_lost_after_a_long_runs_listing_is_found_before_its_chain_is_extended(
+        nightly, monkeypatch):
+    """An archive run lists the job's tree in the store once; a run that spent hours on a
+    large full of another dataset first would check this dataset's chain against a listing
+    that old. Once it is ``RELIST_AFTER`` old the dataset's prefix is listed again, so a
+    volume lost in between is found and the chain is not extended (the test ages the
+    listing to 0 and loses the volume right after the tree was listed)."""
+    site, store = nightly
+    lost = carrying(site, "8")
+    victim = volume_files(store, lost)[0]
+    read = archive_job._Tree.read
+
+    def read_then_lose(cls, *args, **kwargs):
+        tree = read(*args, **kwargs)
+        victim.unlink()
+        return tree
+
+    monkeypatch.setattr(archive_job._Tree, "read", classmethod(read_then_lose))
+    monkeypatch.setattr(archive_job, "RELIST_AFTER", dt.timedelta(0))
+    site.snapshot_steps(range(10, 11), 64 * 1024)
+    rows = json.loads(site.ok("archive", "--json"))["rows"]
+    assert [r["stream"] for r in rows] == ["full @10"], rows
+    assert f"stream {lost['id']} (@8)" in rows[0]["reason"] and victim.name in rows[0]["reason"]
+    by_name = {(s["kind"], s["to_name"]): s for s in streams(site)}
+    assert by_name[("incremental", "8")]["state"] == "bad"
+    assert ("incremental", "10") not in by_name, "the broken chain was extended"
 
 
 def test_audit_marks_a_stream_with_a_lost_volume_bad_and_deep_one_with_altered_bytes(

@@ -3,7 +3,8 @@
 Once per run for the job's whole tree (issue 20: a tree of 100 small datasets paid these
 per dataset): the snapshots (one ``zfs get``, catalog synced), the catalog's streams and
 volume rows of the tree in the store (one read each) and one listing of the tree in the
-store (``_Tree``). Per dataset: check the current chain's objects against that listing
+store (``_Tree``; a dataset's part is listed again once that is ``RELIST_AFTER`` old). Per
+dataset: check the current chain's objects against that listing
 (``archive.damage``; a stream that lost a volume is marked ``bad`` with an alert event,
 and the planner starts a new full), plan with ``archive.planner``, write each planned stream
 with ``archive.writer`` (which asks the store only for what the listing showed at the
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -143,22 +145,31 @@ class _ArchiveRun:
     dry_run: bool
 
 
-@dataclasses.dataclass(frozen=True)
+RELIST_AFTER = dt.timedelta(minutes=10)
+"""How old the tree's listing may be when a dataset's chain is checked against it; older
+(a run that spent hours on a large full first), the dataset's prefix is listed again, so a
+volume lost meanwhile is found before its chain is extended."""
+
+
+@dataclasses.dataclass
 class _Tree:
     """What the catalog and the store hold of the job's tree, read once per run under the
-    job's lock (nothing else writes there meanwhile).
+    job's lock (nothing else of zbak writes there meanwhile; a dataset's part of the listing
+    is read again when it is older than ``RELIST_AFTER``, see ``refresh``).
 
     Attributes:
         streams: the catalog's streams in the store by dataset, in chain order.
         volumes: their volume rows by stream id.
         listing: every object under the tree's prefix in the store, by key.
         leaves: the names listed at each directory (``prefix/`` -> names).
+        listed_at: when the whole tree was listed (UTC).
     """
 
     streams: dict[str, list[StreamRow]]
     volumes: Mapping[int, Sequence[VolumeRow]]
     listing: dict[str, ObjectInfo]
     leaves: dict[str, set[str]]
+    listed_at: dt.datetime
 
     @classmethod
     def read(cls, run: _ArchiveRun, host: str, root: str) -> _Tree:
@@ -166,13 +177,32 @@ class _Tree:
         streams: dict[str, list[StreamRow]] = {}
         for stream in run.catalog.bulk_streams(host=host, below=root, store=run.store):
             streams.setdefault(stream.dataset, []).append(stream)
+        listed_at = run.clock.now()
         listing = {info.key: info for info in run.backend.list(dataset_prefix(host, root))}
-        leaves: dict[str, set[str]] = {}
-        for key in listing:
-            head, _, leaf = key.rpartition("/")
-            leaves.setdefault(head + "/", set()).add(leaf)
         volumes = run.catalog.bulk_volumes(host=host, below=root, store=run.store)
-        return cls(streams, volumes, listing, leaves)
+        return cls(streams, volumes, listing, _leaves(listing), listed_at)
+
+    def refresh(self, run: _ArchiveRun, host: str, dataset: str) -> None:
+        """List the dataset's prefix (and so its descendants') again when the tree's listing
+        is ``RELIST_AFTER`` old (raises ``StoreError``)."""
+        if run.clock.now() - self.listed_at < RELIST_AFTER:
+            return
+        prefix = dataset_prefix(host, dataset)
+        log.debug("the store's listing is from %s: listing %s again", self.listed_at, prefix)
+        fresh = {info.key: info for info in run.backend.list(prefix)}
+        self.listing = {k: v for k, v in self.listing.items() if not k.startswith(prefix)}
+        self.listing.update(fresh)
+        self.leaves = {k: v for k, v in self.leaves.items() if not k.startswith(prefix)}
+        self.leaves.update(_leaves(fresh))
+
+
+def _leaves(listing: Mapping[str, ObjectInfo]) -> dict[str, set[str]]:
+    """The names listed at each directory of ``listing`` (``prefix/`` -> names)."""
+    leaves: dict[str, set[str]] = {}
+    for key in listing:
+        head, _, leaf = key.rpartition("/")
+        leaves.setdefault(head + "/", set()).add(leaf)
+    return leaves
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,6 +307,7 @@ def _archive_dataset(run: _ArchiveRun, source: _Source, dataset: DatasetName,
     snaps = [CarriedSnapshot(s.short, s.guid, s.createtxg) for s in snapshots]
     streams = tree.streams.get(name, [])
     try:
+        tree.refresh(run, source.host, name)
         streams, damaged = _check_chain(run, streams, tree, dataset=name)
     except ZbakError as exc:
         log.error("job %s: checking the chain of %s in store %s failed: %s",
