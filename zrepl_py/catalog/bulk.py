@@ -233,7 +233,7 @@ class BulkReads(CatalogBase):
         if host is not None or below is not None or store is not None:
             query = query.where(volume_table.c.stream_id.in_(
                 sa.select(stream_table.c.id).where(*stream_scope(host, below, store))))
-        with self._transaction("summing the volumes") as conn:
+        with self._transaction("summing the volumes", read_only=True) as conn:
             return {r[0]: (r[1], r[2], r[3], int(r[4]), int(r[5]))
                     for r in raw_rows(conn, query)}
 
@@ -255,7 +255,7 @@ class BulkReads(CatalogBase):
             # against 0.19 s for 196,000 rows).
             query = query.where(snap.stream_id.in_(
                 sa.select(stream_table.c.id).where(*stream_scope(host, below, store))))
-        with self._transaction("reading the carried snapshots") as conn:
+        with self._transaction("reading the carried snapshots", read_only=True) as conn:
             rows = raw_rows(conn, query)
         # Sorting here, not in SQL: rows are stored in stream order already (written stream
         # by stream), where Python's sort is linear and SQL's index-ordered scan is slower.
@@ -295,7 +295,7 @@ class BulkReads(CatalogBase):
         absent)."""
         ids = sorted(set(stream_ids))
         found = {}
-        with self._transaction("summing the volumes of some streams") as conn:
+        with self._transaction("summing the volumes of some streams", read_only=True) as conn:
             for chunk in chunks(ids):
                 query = _volume_sums().where(volume_table.c.stream_id.in_(chunk))
                 found.update((r[0], (r[1], r[2], r[3], int(r[4]), int(r[5])))
@@ -311,7 +311,7 @@ class BulkReads(CatalogBase):
         wanted = sorted({to_signed64(g) for g in guids})
         signed = sa.BigInteger()
         found = []
-        with self._transaction("finding the streams that carry snapshots") as conn:
+        with self._transaction("finding the streams that carry snapshots", read_only=True) as conn:
             for chunk in chunks(wanted):
                 snap = stream_snapshot_table.c
                 signed_guid = sa.type_coerce(snap.guid, signed)

@@ -103,5 +103,5 @@ class Cursors(CatalogBase):
         )
         if job is not None:
             query = query.where(cursor.job == job)
-        with self._transaction("listing replica cursors") as conn:
+        with self._transaction("listing replica cursors", read_only=True) as conn:
             return [CursorRow(*row) for row in conn.execute(query)]

@@ -101,7 +101,7 @@ class Runs(CatalogBase):
         ranked = ranked.subquery()
         query = (sa.select(run_table).join(ranked, ranked.c.id == run_table.c.id)
                  .where(ranked.c.rank == 1))
-        with self._transaction("listing the last runs") as conn:
+        with self._transaction("listing the last runs", read_only=True) as conn:
             rows = [_run_row(run) for run in conn.execute(query)]
         return sorted(rows, key=lambda r: (r.job, r.action, r.target is not None, r.target or ""))
 
@@ -110,7 +110,7 @@ class Runs(CatalogBase):
         query = (sa.select(run_table)
                  .where(run_table.c.result == "running", run_table.c.host == host)
                  .order_by(run_table.c.started_at, run_table.c.id))
-        with self._transaction("listing the running runs") as conn:
+        with self._transaction("listing the running runs", read_only=True) as conn:
             return [_run_row(run) for run in conn.execute(query)]
 
     def interrupt_run(self, run_id: int, *, now: dt.datetime, error: str) -> bool:
@@ -130,7 +130,7 @@ class Runs(CatalogBase):
         """The latest start or end time of any run (aware UTC), None before the first run:
         the floor of the Context's ``MonotonicClock`` (RELIABILITY 32)."""
         query = sa.select(sa.func.max(run_table.c.started_at), sa.func.max(run_table.c.ended_at))
-        with self._transaction("reading the newest run time") as conn:
+        with self._transaction("reading the newest run time", read_only=True) as conn:
             times = [t for t in conn.execute(query).one() if t is not None]
         return max(ensure_utc(t) for t in times) if times else None
 

@@ -145,7 +145,7 @@ class Snapshots(CatalogBase):
         found: list[SnapshotRow] = []
         if not wanted:
             return found
-        with self._transaction("reading snapshots by guid") as conn:
+        with self._transaction("reading snapshots by guid", read_only=True) as conn:
             ids = {(h, n): i for i, h, n in conn.execute(
                 sa.select(dataset_table.c.id, dataset_table.c.host, dataset_table.c.name))}
             # (dataset id, guid) pairs, the unique index's columns (guid alone has none), as
@@ -170,5 +170,5 @@ class Snapshots(CatalogBase):
         query = (sa.select(dataset_table.c.host, dataset_table.c.name)
                  .where(*scope_conditions(host, below, None))
                  .order_by(dataset_table.c.host, dataset_table.c.name))
-        with self._transaction("listing datasets") as conn:
+        with self._transaction("listing datasets", read_only=True) as conn:
             return [(h, n) for h, n in conn.execute(query)]

@@ -181,7 +181,7 @@ class Streams(CatalogBase):
         recorded without them map to an empty list)."""
         ids = sorted(set(stream_ids))
         found: dict[int, list[CarriedSnapshot]] = {i: [] for i in ids}
-        with self._transaction("listing the snapshots streams carry") as conn:
+        with self._transaction("listing the snapshots streams carry", read_only=True) as conn:
             carried_ = stream_snapshot_table.c
             for chunk in chunks(ids):
                 query = (

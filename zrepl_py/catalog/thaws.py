@@ -44,7 +44,7 @@ class Thaws(CatalogBase):
         """The recorded thaw requests of the given streams, by stream id (absent: none)."""
         ids = sorted(set(stream_ids))
         found: dict[int, ThawRow] = {}
-        with self._transaction("listing thaw requests") as conn:
+        with self._transaction("listing thaw requests", read_only=True) as conn:
             for chunk in chunks(ids):
                 query = (sa.select(thaw_request_table)
                          .where(thaw_request_table.c.stream_id.in_(chunk)))
