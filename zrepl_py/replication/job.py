@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
-import os
 import threading
 
 from zrepl_py.checks.health import needs_size, source_warnings, target_warnings
@@ -54,6 +53,7 @@ from zrepl_py.replication.zfs_target import (
     Transfer,
     replicate_to_zfs_target,
 )
+from zrepl_py.runtime.cpus import usable_cpus
 from zrepl_py.runtime.prefetch import Task
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
 from zrepl_py.zfs.names import DatasetName, SnapshotName
@@ -243,14 +243,6 @@ def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list:
     return list(tasks.items())
 
 
-def _cpus() -> int | None:
-    """CPUs this process may run on (its affinity mask), or None when unknown."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count()
-
-
 def _master_task(side: Side) -> Task:
     """The prefetch task starting ``side``'s shared ssh connection (``Side.connect``): it only
     starts the process, so the handshake runs beside the rest of the start-up."""
@@ -348,7 +340,7 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
                 result.warnings.append(
                     f"no zfs on {target.host}: rsync fallback into {directory.directory}")
             else:
-                concurrency = cfg.concurrency or default_concurrency(_cpus())
+                concurrency = cfg.concurrency or default_concurrency(usable_cpus())
                 rate = SharedRate(cfg.bandwidth_limit, concurrency) if cfg.bandwidth_limit else None
                 transfer = Transfer(source_side, target_side, cfg.compression == "zstd", rate,
                                     None if dry_run else _receive_buffer(ctx, job, target),

@@ -21,12 +21,12 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import hashlib
-import os
 from collections.abc import Callable, Iterable, Iterator
 
 import zstandard
 
 from zrepl_py.errors import StreamCorrupt
+from zrepl_py.runtime.cpus import usable_cpus
 
 _MAGIC = b"\x28\xb5\x2f\xfd"
 _MAX_BLOCK = 128 * 1024  # RFC 8878 3.1.1.2.3: Block_Maximum_Size <= 128 KiB
@@ -87,11 +87,7 @@ class Digest:
 def compress_threads() -> int:
     """zstd worker threads for :func:`compress_frame`: the CPUs this process may run on (as
     ``zstd -T0`` takes), at most ``MAX_COMPRESS_THREADS``, so memory stays bounded."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(MAX_COMPRESS_THREADS, cpus))
+    return max(1, min(MAX_COMPRESS_THREADS, usable_cpus() or 1))
 
 
 def compress_frame(raw: Iterable[bytes], level: int, digest: Digest, *,
