@@ -178,7 +178,7 @@ class FileBackend(Backend):
         except OSError as exc:
             raise self._os_error(exc, None, "listing") from exc
         every = rel.startswith(prefix)  # then each key below starts with it too
-        utc, stamp, regular = dt.timezone.utc, dt.datetime.fromtimestamp, statmod.S_ISREG
+        regular = statmod.S_ISREG
         for entry in entries:
             name = entry.name
             key = rel + name
@@ -197,10 +197,7 @@ class FileBackend(Backend):
             except OSError as exc:
                 raise self._os_error(exc, key, "reading the metadata of") from exc
             if regular(st.st_mode):
-                found.append(ObjectInfo(
-                    key, st.st_size, "STANDARD", stamp(st.st_mtime_ns / 1e9, tz=utc),
-                    Thaw.NOT_NEEDED, None, None,
-                    f"{st.st_ino}.{st.st_mtime_ns}.{st.st_ctime_ns}"))
+                found.append(_info(key, st))
 
     def delete(self, key: str) -> None:
         """Remove the file under ``key`` and fsync its directory; a missing key is fine.
@@ -337,7 +334,8 @@ class FileBackend(Backend):
 
 
 def _info(key: str, st: os.stat_result) -> ObjectInfo:
-    """What ``stat`` reports of a file (``_scan`` builds the same inline)."""
+    """What ``stat`` reports of a file. The etag (inode, mtime, ctime) changes whenever the
+    file is replaced or written: ``zbak audit`` trusts a manifest stamp while it stays."""
     return ObjectInfo(key, st.st_size, "STANDARD",
                       dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, tz=dt.timezone.utc),
                       Thaw.NOT_NEEDED, None, None,
