@@ -19,8 +19,8 @@ from zrepl_py.cli import main
 from zrepl_py.config.loading import load_config
 from zrepl_py.errors import ExitStatus
 from zrepl_py.invocation.context import Context
-from zrepl_py.objects.layout import EXPORT_PREFIX, MANIFEST
-from zrepl_py.pruning.archive import prune_dataset_chains
+from zrepl_py.objects.layout import EXPORT_PREFIX, MANIFEST, dataset_prefix
+from zrepl_py.pruning.archive import StoreCheck, prune_dataset_chains
 from zrepl_py.pruning.chain_plan import ChainRetention
 from zrepl_py.stores.file import FileBackend
 
@@ -160,8 +160,11 @@ def _copy(chains: dict, tag: str) -> tuple[Catalog, FileBackend, Path]:
 
 
 def _prune(catalog, backend, chains, now):
-    return prune_dataset_chains(backend, catalog, chains["data"], catalog.streams(dataset=chains["data"]),
-                                KEEP_ONE, now, dry_run=False)
+    data = chains["data"]
+    check = StoreCheck(backend, dataset_prefix("local", data),
+                       lambda: catalog.bulk_volumes(host="local", below=data, store="cold"))
+    return prune_dataset_chains(backend, catalog, data, catalog.streams(dataset=data),
+                                KEEP_ONE, now, dry_run=False, check=check)
 
 
 def test_a_crash_after_any_step_of_a_chain_prune_converges_on_rerun_without_losing_a_kept_snapshot(chains):

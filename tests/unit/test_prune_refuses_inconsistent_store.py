@@ -14,7 +14,7 @@ import pytest
 
 from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.errors import ObjectNotFound, StoreInconsistent
-from zrepl_py.pruning.archive import prune_dataset_chains
+from zrepl_py.pruning.archive import StoreCheck, prune_dataset_chains
 from zrepl_py.pruning.chain_delete import execute_chain_prune
 from zrepl_py.pruning.chain_plan import ChainRetention, plan_chain_retention
 from zrepl_py.stores.base import ObjectInfo, Thaw
@@ -69,6 +69,11 @@ class Store:
         return ObjectInfo(key, self.objects[key], "DEEP_ARCHIVE", NOW, Thaw.FROZEN)
 
 
+def check(store: Store, catalog: Catalog, streams) -> StoreCheck:
+    """What the job driver hands each dataset: one listing, the streams' volume rows."""
+    return StoreCheck(store, "", lambda: {s.id: catalog.volumes(s.id) for s in streams})
+
+
 class Catalog:
     """One volume per stream (``p{id}/vol-000000.zst``, 50 bytes); records every write."""
 
@@ -104,7 +109,7 @@ def test_a_consistent_store_lets_retention_delete_the_old_chains():
     the refusal below is caused by the missing object alone."""
     store, catalog = Store(full_store(STREAMS)), Catalog(STREAMS)
     result = prune_dataset_chains(store, catalog, "tank/d", STREAMS, ChainRetention(1), NOW,
-                                  dry_run=False)
+                                  dry_run=False, check=check(store, catalog, STREAMS))
     assert result.error is None and result.outcome.error is None
     assert sorted(result.outcome.deleted) == [1, 2, 3, 4]
 
@@ -120,7 +125,7 @@ def test_one_catalogued_object_missing_makes_prune_refuse_the_whole_dataset_and_
     del objects[missing]
     store, catalog = Store(objects), Catalog(streams)
     result = prune_dataset_chains(store, catalog, "tank/d", streams, ChainRetention(1), NOW,
-                                  dry_run=False)
+                                  dry_run=False, check=check(store, catalog, streams))
     assert result.error and "store is inconsistent" in result.error and "run zbak audit" in result.error
     assert result.outcome is None
     assert store.deleted == [] and catalog.writes == []

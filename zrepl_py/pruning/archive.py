@@ -26,7 +26,7 @@ from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.config.schema import ArchiveConfig, JobConfig
 from zrepl_py.errors import StoreInconsistent, UsageError, ZbakError
-from zrepl_py.objects.layout import common_prefix, dataset_prefix
+from zrepl_py.objects.layout import dataset_prefix
 from zrepl_py.pruning.chain_delete import (
     ChainPruneOutcome,
     execute_chain_prune,
@@ -138,14 +138,14 @@ def prune_dataset_chains(
     now: dt.datetime,
     *,
     dry_run: bool,
-    check: StoreCheck | None = None,
+    check: StoreCheck,
 ) -> DatasetChains:
     """Plan, check and (unless ``dry_run``) execute retention for one dataset's ``streams``
     (all of one store). Store and catalog errors are reported in the result.
 
     The plan is made first; only when it deletes or finishes something is the store
-    checked for damaged streams (``check``; None: a listing of the streams' common prefix
-    and their volume rows read here) and the plan made again with what is damaged: a
+    checked for damaged streams (``check``: the listing and volume rows it reads once for
+    the job's tree) and the plan made again with what is damaged: a
     damaged stream only ever keeps more, so a plan that deletes nothing needs no check
     (issue 20: a prune of 100,000 streams then lists nothing; ``zbak audit`` checks every
     object).
@@ -154,10 +154,6 @@ def prune_dataset_chains(
     try:
         result.plan = plan_chain_retention(streams, policy, now)
         if result.plan.to_delete or result.plan.unfinished:
-            if check is None:
-                living = [s.object_prefix for s in streams if s.state != "condemned"]
-                check = StoreCheck(backend, common_prefix(living),
-                                   lambda: {s.id: catalog.volumes(s.id) for s in streams})
             result.damaged = find_damaged(check.listing, check.volumes, streams)
             if result.damaged:
                 result.plan = plan_chain_retention(streams, policy, now, damaged=result.damaged)
