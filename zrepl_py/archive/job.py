@@ -170,6 +170,7 @@ class _Tree:
     listing: dict[str, ObjectInfo]
     leaves: dict[str, set[str]]
     listed_at: dt.datetime
+    _by_dataset: dict[str, dict[str, set[str]]] | None = None  # stream_dirs' index
 
     @classmethod
     def read(cls, run: _ArchiveRun, host: str, root: str) -> _Tree:
@@ -194,6 +195,20 @@ class _Tree:
         self.listing.update(fresh)
         self.leaves = {k: v for k, v in self.leaves.items() if not k.startswith(prefix)}
         self.leaves.update(_leaves(fresh))
+        self._by_dataset = None
+
+
+    def stream_dirs(self, prefix: str) -> dict[str, set[str]]:
+        """The stream folders directly under the dataset ``prefix`` (``stream prefix/`` ->
+        names listed there); one index of the tree, so a tree of many datasets does not
+        filter every folder for each dataset."""
+        if self._by_dataset is None:
+            self._by_dataset = {}
+            for stream, names in self.leaves.items():
+                if is_stream_prefix(stream):
+                    parent = stream[:stream.rstrip("/").rfind("/") + 1]
+                    self._by_dataset.setdefault(parent, {})[stream] = names
+        return self._by_dataset.get(prefix, {})
 
 
 def _leaves(listing: Mapping[str, ObjectInfo]) -> dict[str, set[str]]:
@@ -522,10 +537,7 @@ def _clean_stale_uploads(backend: Backend, tree: _Tree, prefix: str, keep: set[s
     while the store holds some (the catalog was lost or replaced). Those are named in a
     warning; ``zbak catalog rebuild STORE --merge`` adopts what it can.
     """
-    by_stream = {stream: leaves for stream, leaves in tree.leaves.items()
-                 if stream.startswith(prefix) and stream[len(prefix):].count("/") == 1
-                 and is_stream_prefix(stream)}
-    for stream, leaves in by_stream.items():
+    for stream, leaves in tree.stream_dirs(prefix).items():
         if stream in keep:
             continue
         if stream in catalogued:
