@@ -208,3 +208,13 @@ def test_the_planner_refuses_with_what_went_wrong_and_what_can_be_restored(case)
         plan_restore(given, to, from_)
     for word in words:
         assert word in str(caught.value), str(caught.value)
+
+
+def test_an_unknown_snapshot_names_the_dataset_with_its_host_when_it_is_not_local():
+    """``zbak restore oldhost:tank/data --to @x``: the catalog may know a host the config no
+    longer has (its archive), so the host is no error, but the message must say which."""
+    remote = dataclasses.replace(facts(), host="oldhost")
+    with pytest.raises(RestoreError, match="no snapshot @x of oldhost:tank/data is known"):
+        plan_restore(remote, "@x", None)
+    with pytest.raises(RestoreError, match="no snapshot @x of tank/data is known"):
+        plan_restore(facts(), "@x", None)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from zrepl_py.catalog.rows import VolumeRow
+from zrepl_py.catalog.rows import LOCAL_HOST, VolumeRow
 from zrepl_py.errors import RestoreError, UsageError
 from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.restore.gather import Listing, RestoreFacts, StoreFacts
@@ -151,7 +151,8 @@ def _resolve_snapshot(facts: RestoreFacts, name: str) -> CarriedSnapshot:
     if not found:
         names = [c.name for c in sorted(known.values(), key=lambda c: c.createtxg)]
         hint = ", ".join(names[-10:]) or "none"
-        raise RestoreError(f"no snapshot @{short} of {facts.dataset} is known locally, on a"
+        where = facts.dataset if facts.host == LOCAL_HOST else f"{facts.host}:{facts.dataset}"
+        raise RestoreError(f"no snapshot @{short} of {where} is known locally, on a"
                            f" replica or in the archive (known: {hint}){_newest_hint(facts)}")
     if len(found) > 1:
         listed = ", ".join(f"guid {g} (createtxg {c.createtxg})" for g, c in found.items())
