@@ -152,6 +152,15 @@ class CatalogConfig(_Model):
                              " (mode 0600) or PGPASSWORD, and write the URL without it")
         return value
 
+    @field_validator("url")
+    @classmethod
+    def _sqlite_or_postgresql(cls, value: str | None) -> str | None:
+        # The catalog's migrations and SQL are written for these two (DESIGN: [catalog]).
+        if value is not None and not re.match(r"^(sqlite|postgresql)(\+\w+)?://", value):
+            raise ValueError(f"{value.split('://', 1)[0]!r} is no catalog database zbak"
+                             " supports: use sqlite:////ABSOLUTE/PATH or postgresql://HOST/DB")
+        return value
+
 
 class HostConfig(_Model):
     """``[hosts.NAME]``: an SSH-reachable machine with ZFS (or a directory for rsync)."""
@@ -1037,6 +1046,16 @@ class Config(_Model):
     alerts: AlertsConfig = AlertsConfig()
     metrics: MetricsConfig = MetricsConfig()
     daemon: DaemonConfig = DaemonConfig()
+
+    @field_validator("state_dir")
+    @classmethod
+    def _absolute_state_dir(cls, value: Path) -> Path:
+        # Relative, it would follow the working directory: cron, systemd and a shell would
+        # each find another catalog, locks and known_hosts.
+        if not value.is_absolute():
+            raise ValueError(f"{str(value)!r} is relative: give an absolute path"
+                             f" (default {DEFAULT_STATE_DIR})")
+        return value
 
     @field_validator("hosts", "stores", "jobs")
     @classmethod
