@@ -36,6 +36,23 @@ def _key_path(loc: tuple) -> str:
     return path
 
 
+_EXPECTED = {"dict_type": "a table", "model_type": "a table", "list_type": "an array",
+             "string_type": "a string", "int_type": "an integer", "bool_type": "true or false",
+             "float_type": "a number"}
+"""What pydantic's type errors expected, in TOML's words ("Input should be a valid
+dictionary or instance of SelectConfig" says neither TOML nor what was found)."""
+
+_TOML_TYPES = {dict: "a table", list: "an array", str: "the string", bool: "the boolean",
+               int: "the integer", float: "the number"}
+
+
+def _type_message(expected: str, given: object) -> str:
+    """``expected a table, got the string 'x'`` (a table or array found is not shown)."""
+    found = _TOML_TYPES.get(type(given), type(given).__name__)
+    shown = "" if isinstance(given, (dict, list)) else f" {given!r}"
+    return f"expected {expected}, got {found}{shown}"
+
+
 def parse_config(data: dict, path: str) -> Config:
     """Validate an already-parsed TOML table.
 
@@ -52,6 +69,8 @@ def parse_config(data: dict, path: str) -> Config:
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = "unknown key"
+            elif err["type"] in _EXPECTED:
+                msg = _type_message(_EXPECTED[err["type"]], err.get("input"))
             problems.append((_key_path(loc), msg))
         raise ConfigError(path, problems) from None
     problems = config.reference_problems()
