@@ -25,8 +25,9 @@ import pytest
 import zstandard
 from support.archive_checks import catalog_of, catalogued, store_state
 from support.backend import FaultyBackend
-from support.cli import file_archive_config, prop, zfs
+from support.cli import file_archive_config, prop, snapshots, zfs
 from support.executor import cut_stage, fail_at_end_stage, flip_stage, garbage_stage, stderr_stage
+from support.procwatch import cmdline, descendants
 
 from zrepl_py.archive.planner import PlannedStream
 from zrepl_py.archive.writer import StreamSpec, write_stream
@@ -212,6 +213,103 @@ def test_a_bad_volume_found_while_the_first_stream_is_received_is_never_decoded_
     assert key in err and "SHA-256" in err and "nothing was received" in err
     assert receiving.is_set() and decoded, "the full was not being received meanwhile"
     assert not [what for what in decoded if what.endswith(key)], decoded
+
+
+@pytest.fixture
+def three_streams(zpool, tmp_path):
+    """``POOL/data`` archived one snapshot at a time: a full @0 (3 MiB) and incrementals
+    @0 -> @1 and @1 -> @2 (300 KiB each, less than the receive's 1 MiB pipe)."""
+    data = f"{zpool.name}/data"
+    zfs("create", data)
+    mount = Path(prop(data, "mountpoint"))
+    config, store = file_archive_config(tmp_path, data, volume_size="1MiB")
+    run = Zbak(config)
+    status, out, err = run("init", "--no-checks")
+    assert status == ExitStatus.OK, out + err
+    for step, size in enumerate((3 * MiB, 300 * KiB, 300 * KiB)):
+        (mount / f"f{step}.bin").write_bytes(os.urandom(size))
+        zfs("snapshot", f"{data}@{step}")
+        status, out, err = run("archive")
+        assert status == ExitStatus.OK, out + err
+    return run, zpool, data
+
+
+def _watch_receives(monkeypatch, after_finish=None) -> list:
+    """Record ``("start"|"finish"|"finished", n)`` for the n-th ``ReceiveWriter`` of the
+    restore; ``after_finish(n)`` runs once the n-th receive finished. Returns the writers
+    (events in ``Watched.events``)."""
+    writers: list = []
+
+    class Watched(restore_execute.ReceiveWriter):
+        events: list[tuple[str, int]] = []
+
+        def __init__(self, stages):
+            super().__init__(stages)
+            writers.append(self)
+            self.n = len(writers)
+
+        def start(self):
+            if self._thread.ident is None:
+                self.events.append(("start", self.n))
+            return super().start()
+
+        def finish(self):
+            self.events.append(("finish", self.n))
+            super().finish()
+            self.events.append(("finished", self.n))
+            if after_finish is not None:
+                after_finish(self.n)
+
+    monkeypatch.setattr(restore_execute, "ReceiveWriter", Watched)
+    return writers
+
+
+def test_each_stream_s_receive_starts_while_the_stream_before_it_commits(
+        three_streams, monkeypatch):
+    """Issue 20 P4: the receive of stream N+1 is started (its process waiting for its first
+    byte) before stream N's receive has finished, so its start-up is off the critical path;
+    every stream still lands in order and the restored snapshot has the source's guid, and
+    no receive process is left."""
+    run, pool, data = three_streams
+    writers = _watch_receives(monkeypatch)
+    into = f"{pool.name}/r"
+    status, out, err = run("restore", data, "--to", "@2", "--into", into, "--from", "cold",
+                           "--yes")
+    assert status == ExitStatus.OK, out + err
+    assert prop(f"{into}@2", "guid") == prop(f"{data}@2", "guid")
+    events = writers[0].events
+    assert len(writers) == 3, events
+    for n in (1, 2):
+        assert events.index(("start", n + 1)) < events.index(("finished", n)), events
+    assert not any(w._thread.is_alive() for w in writers)
+    assert not [pid for pid in descendants(os.getpid())
+                if "receive" in " ".join(cmdline(pid))]
+
+
+def test_a_receive_started_early_for_a_stream_that_never_comes_is_cancelled_having_received_nothing(
+        three_streams, monkeypatch):
+    """Issue 20 P4: stream 2 of 3 fails in ``zfs receive`` (its base @0, which stream 1
+    brought, is destroyed from the new dataset in between): the receive already started
+    for stream 3 is cancelled, no receive process is left, and the error names stream 2
+    and what stream 1 had received."""
+    run, pool, data = three_streams
+    into = f"{pool.name}/r"
+
+    def lose_the_base(n: int) -> None:
+        if n == 1:
+            zfs("destroy", f"{into}@0")
+
+    writers = _watch_receives(monkeypatch, after_finish=lose_the_base)
+    status, out, err = run("restore", data, "--to", "@2", "--into", into, "--from", "cold",
+                           "--yes")
+    assert status == ExitStatus.FAILED, out + err
+    assert "(@1)" in err and f"{into} holds the streams up to @0" in err, err
+    events = writers[0].events
+    assert ("start", 3) in events and ("finished", 2) not in events, events
+    assert not any(w._thread.is_alive() for w in writers)
+    assert not [pid for pid in descendants(os.getpid())
+                if "receive" in " ".join(cmdline(pid))]
+    assert snapshots(into) == []
 
 
 @pytest.mark.parametrize("garbage", [b"\0", b"trailing garbage" * 64,
