@@ -312,6 +312,30 @@ def test_a_receive_started_early_for_a_stream_that_never_comes_is_cancelled_havi
     assert snapshots(into) == []
 
 
+def test_a_downloaded_volume_is_read_once_and_a_torn_spool_file_from_an_earlier_run_is_fetched_again(
+        archived, tmp_path):
+    """Issue 20 P4: a remote volume is verified as it is written into the spool (one read of
+    the store, and the spool file holds exactly the verified bytes); a spool file an earlier
+    run left with the right size but other bytes (a crash before its pages reached the
+    disk) is verified again, refused, and downloaded anew."""
+    run, pool, data, store = archived
+    with catalog_of(run.config) as catalog:
+        volumes = [v for _, stream_volumes in catalogued(catalog, data) for v in stream_volumes]
+    spool = tmp_path / "spool"
+    faulty = FaultyBackend(FileBackend("cold", store))
+    files = fetch_verified(faulty, volumes, spool, 2)
+    for volume in volumes:
+        assert faulty.calls.count(("get", volume.key)) == 1
+        assert files[volume.id].read_bytes() == (store / volume.key).read_bytes()
+    torn = files[volumes[0].id]
+    torn.write_bytes(bytes(volumes[0].stored_bytes))
+    again = FaultyBackend(FileBackend("cold", store))
+    files = fetch_verified(again, volumes, spool, 2)
+    assert files[volumes[0].id].read_bytes() == (store / volumes[0].key).read_bytes()
+    assert again.calls.count(("get", volumes[0].key)) == 1
+    assert [v.key for v in volumes if ("get", v.key) in again.calls] == [volumes[0].key]
+
+
 @pytest.mark.parametrize("garbage", [b"\0", b"trailing garbage" * 64,
                                      zstandard.ZstdCompressor().compress(b"a second frame")],
                          ids=["one-byte", "text", "a-second-zstd-frame"])
