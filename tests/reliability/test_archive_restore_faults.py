@@ -38,7 +38,7 @@ from zrepl_py.objects.layout import MANIFEST, PROGRESS, stream_prefix
 from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.proc.pipeline import Stage
 from zrepl_py.restore import execute as restore_execute
-from zrepl_py.restore.fetch import fetch_verified
+from zrepl_py.restore.fetch import VolumeFetch, fetch_verified
 from zrepl_py.stores import open as store_open
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.streams.frames import decompress_frame
@@ -334,6 +334,58 @@ def test_a_downloaded_volume_is_read_once_and_a_torn_spool_file_from_an_earlier_
     assert files[volumes[0].id].read_bytes() == (store / volumes[0].key).read_bytes()
     assert again.calls.count(("get", volumes[0].key)) == 1
     assert [v.key for v in volumes if ("get", v.key) in again.calls] == [volumes[0].key]
+
+
+class _HeldFirst(FaultyBackend):
+    """A store whose first volume's ``get`` waits for ``release`` (set it, or it waits 60 s)
+    and records which volumes had been asked for by then in ``asked_meanwhile``."""
+
+    def __init__(self, inner, first: str):
+        super().__init__(inner)
+        self.first = first
+        self.release = threading.Event()
+        self.asked_meanwhile: list[str | None] = []
+
+    def get(self, key: str, *, chunk_size: int = 1 << 20):
+        if key == self.first:
+            self.release.wait(60)
+            self.asked_meanwhile = [k for op, k in self.calls if op == "get"]
+        return super().get(key, chunk_size=chunk_size)
+
+
+def _all_volumes(run, data: str) -> list:
+    with catalog_of(run.config) as catalog:
+        return [v for _, stream_volumes in catalogued(catalog, data) for v in stream_volumes]
+
+
+def test_the_volumes_after_the_first_are_read_only_once_the_first_verified(
+        three_streams, tmp_path):
+    """Issue 20 P4: nothing is received before the first volume verified, so it is read
+    alone (the read-ahead would only take CPU, disk or network from it): while its read
+    is held for 0.5 s no other volume is asked for, and afterwards every one verifies."""
+    run, pool, data = three_streams
+    volumes = _all_volumes(run, data)
+    assert len(volumes) >= 4
+    store = _HeldFirst(FileBackend("cold", tmp_path / "store"), volumes[0].key)
+    threading.Timer(0.5, store.release.set).start()
+    with VolumeFetch(store, volumes, tmp_path / "spool", 4) as fetch:
+        files = fetch.wait_all()
+    assert store.asked_meanwhile == [], store.asked_meanwhile
+    assert sorted(files) == sorted(v.id for v in volumes)
+    assert [k for op, k in store.calls if op == "get"][0] == volumes[0].key
+
+
+def test_a_restore_stopped_while_the_first_volume_is_read_reads_no_other_volume(
+        three_streams, tmp_path):
+    """Issue 20 P4: leaving ``VolumeFetch`` (an error, Ctrl-C) while the first volume is
+    still being read stops the checks waiting for it: no other volume is downloaded."""
+    run, pool, data = three_streams
+    volumes = _all_volumes(run, data)
+    store = _HeldFirst(FileBackend("cold", tmp_path / "store"), volumes[0].key)
+    fetch = VolumeFetch(store, volumes, tmp_path / "spool", 4)
+    threading.Timer(1.0, store.release.set).start()  # close() has begun long before
+    fetch.close()
+    assert [k for op, k in store.calls if op == "get"] == [volumes[0].key]
 
 
 @pytest.mark.parametrize("garbage", [b"\0", b"trailing garbage" * 64,

@@ -182,7 +182,8 @@ class VolumeFetch:
     The constructor checks every volume's presence and size first (one stat each, so a
     missing or truncated object stops the restore before anything is received) and the
     spool's room for the remote volumes, then starts the verifications in chain order:
-    while the receive takes volume N, volumes N+1 .. N+concurrency are read and checked.
+    the first volume alone (nothing is received before it verified), then, while the
+    receive takes volume N, volumes N+1 .. N+concurrency are read and checked.
     ``path(volume)`` hands out a volume only once it verified, so a bad volume never
     reaches ``zfs receive``; ``wait_all()`` returns once every volume verified, which the
     restore waits for before the first stream's END record goes out (restore/execute.py),
@@ -216,13 +217,26 @@ class VolumeFetch:
                                    f" restore needs {need}: set [restore] spool_dir to a larger"
                                    " file system")
         self._failed = threading.Event()
+        self._head = threading.Event()  # the first volume's check is over (or never runs)
+        self._closing = threading.Event()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="verify")
         # The pool takes work in submission order: the volumes the receive needs next first.
-        self._futures = {v.id: self._pool.submit(_fetch_one, backend, v, spool)
-                         for v in volumes}
+        # The first volume is checked alone: nothing is received until it verified, so the
+        # read-ahead waits for it rather than share the CPU, disk or network with it.
+        self._futures = {v.id: self._pool.submit(self._fetch, backend, v, spool, first=i == 0)
+                         for i, v in enumerate(volumes)}
         for future in self._futures.values():
             future.add_done_callback(self._note)
+        if volumes:
+            self._futures[volumes[0].id].add_done_callback(lambda _: self._head.set())
+
+    def _fetch(self, backend: Backend, volume: VolumeRow, spool: Path, *, first: bool) -> Path:
+        if not first:
+            self._head.wait()
+            if self._closing.is_set():
+                raise RestoreError(f"the restore stopped before volume {volume.key} was read")
+        return _fetch_one(backend, volume, spool)
 
     def _note(self, future: concurrent.futures.Future) -> None:
         if not future.cancelled() and future.exception() is not None:
@@ -256,7 +270,10 @@ class VolumeFetch:
 
     def close(self) -> None:
         """Stop the verifications not started yet; wait for the running ones."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._closing.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._head.set()  # the checks still waiting for the first one stop at once
+        self._pool.shutdown(wait=True)
 
 
 def fetch_verified(backend: Backend, volumes: Sequence[VolumeRow], spool: Path,
