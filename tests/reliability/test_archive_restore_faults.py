@@ -388,6 +388,22 @@ def test_a_restore_stopped_while_the_first_volume_is_read_reads_no_other_volume(
     assert [k for op, k in store.calls if op == "get"] == [volumes[0].key]
 
 
+def test_of_several_missing_or_short_volumes_the_first_in_chain_order_is_named_and_none_is_read(
+        three_streams, tmp_path):
+    """The presence check stats the volumes several at a time (on S3 each stat is a round
+    trip), yet names the first bad volume in chain order, and refuses before any is read."""
+    run, pool, data = three_streams
+    volumes = _all_volumes(run, data)
+    store_dir = tmp_path / "store"
+    (store_dir / volumes[1].key).write_bytes(b"short")
+    (store_dir / volumes[3].key).unlink()
+    store = FaultyBackend(FileBackend("cold", store_dir))
+    with pytest.raises(StreamCorrupt, match="truncated or replaced") as refused:
+        VolumeFetch(store, volumes, tmp_path / "spool", 4)
+    assert volumes[1].key in str(refused.value)
+    assert not [k for op, k in store.calls if op == "get"]
+
+
 @pytest.mark.parametrize("garbage", [b"\0", b"trailing garbage" * 64,
                                      zstandard.ZstdCompressor().compress(b"a second frame")],
                          ids=["one-byte", "text", "a-second-zstd-frame"])

@@ -60,24 +60,32 @@ def file_chunks(path: Path) -> Iterator[bytes]:
             yield chunk
 
 
-def check_present(backend: Backend, volumes: Sequence[VolumeRow]) -> None:
-    """Every volume exists with its recorded size.
+def check_present(backend: Backend, volumes: Sequence[VolumeRow], concurrency: int = 1) -> None:
+    """Every volume exists with its recorded size (one stat each, ``concurrency`` at once:
+    on S3 each is a round trip; a failure is reported for the first such volume in order).
 
     Raises:
         StreamCorrupt: a volume is missing or has another size (named, with what to do).
+        StoreError: a stat failed.
     """
-    for volume in volumes:
-        where = f"{backend.name}:{volume.key}"
+    def size_of(volume: VolumeRow) -> int | None:
         try:
-            size = backend.stat(volume.key).size
+            return backend.stat(volume.key).size
         except ObjectNotFound:
-            raise StreamCorrupt(f"volume {where} (stream {volume.stream_id}) is missing from the"
-                                " store; nothing was received. Run `zbak audit` and restore from"
-                                " another chain or source (--from)") from None
-        if size != volume.stored_bytes:
-            raise StreamCorrupt(f"volume {where} has {size} bytes, the catalog records"
-                                f" {volume.stored_bytes} (truncated or replaced); nothing was"
-                                " received. Run `zbak audit`")
+            return None
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, concurrency),
+                                               thread_name_prefix="stat") as pool:
+        for volume, size in zip(volumes, pool.map(size_of, volumes)):
+            where = f"{backend.name}:{volume.key}"
+            if size is None:
+                raise StreamCorrupt(f"volume {where} (stream {volume.stream_id}) is missing from"
+                                    " the store; nothing was received. Run `zbak audit` and"
+                                    " restore from another chain or source (--from)")
+            if size != volume.stored_bytes:
+                raise StreamCorrupt(f"volume {where} has {size} bytes, the catalog records"
+                                    f" {volume.stored_bytes} (truncated or replaced); nothing"
+                                    " was received. Run `zbak audit`")
 
 
 def _verify(chunks, volume: VolumeRow, where: str) -> None:
@@ -206,7 +214,7 @@ class VolumeFetch:
 
     def __init__(self, backend: Backend, volumes: Sequence[VolumeRow], spool: Path,
                  concurrency: int):
-        check_present(backend, volumes)
+        check_present(backend, volumes, concurrency)
         remote = [v for v in volumes if backend.local_path(v.key) is None]
         if remote:
             spool.mkdir(parents=True, exist_ok=True, mode=0o700)
