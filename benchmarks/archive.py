@@ -54,6 +54,7 @@ at the end. Usage::
 
     .venv/bin/python benchmarks/archive.py [--size 512MiB] [--rss-size 2GiB] [--reps 5]
         [--chain-full 128MiB] [--chain-step 8MiB] [--s3] [--quick] [--profile DIR]
+        [--only WORDS]
 """
 
 from __future__ import annotations
@@ -622,6 +623,8 @@ def measure(bench: Bench, results: Results, reps: int) -> tuple[dict[str, int], 
         "zbak restore --dry-run": lambda: bench.zbak(
             bench.chain["file"], "restore", f"{bench.src}/chain", "--to", "@30", "--into",
             f"{bench.dst}/never", "--from", "cold", "--dry-run")}))
+    cases = [c for c in cases if not bench.args.only or any(
+        word in c[0] for word in bench.args.only)]
     for case, job, tools in cases:
         run_case(bench, results, case, job, tools, reps, streams, baseline)
     if bench.args.rss_size:
@@ -676,6 +679,9 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--s3", action="store_true",
                         help="also archive to and restore from moto's S3 server")
+    parser.add_argument("--only", action="append", default=[], metavar="WORDS",
+                        help="run only the cases whose name contains WORDS (repeatable, e.g."
+                             " --only restore; the rss runs follow --rss-size)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 64MiB, chain 16MiB + 30 x 1MiB, rss-size 0, 1 rep")
     parser.add_argument("--profile", type=Path, default=None,

@@ -25,8 +25,9 @@ import pytest
 import zstandard
 from support.archive_checks import catalog_of, catalogued, store_state
 from support.backend import FaultyBackend
-from support.cli import file_archive_config, prop, zfs
+from support.cli import file_archive_config, prop, snapshots, zfs
 from support.executor import cut_stage, fail_at_end_stage, flip_stage, garbage_stage, stderr_stage
+from support.procwatch import cmdline, descendants
 
 from zrepl_py.archive.planner import PlannedStream
 from zrepl_py.archive.writer import StreamSpec, write_stream
@@ -37,7 +38,7 @@ from zrepl_py.objects.layout import MANIFEST, PROGRESS, stream_prefix
 from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.proc.pipeline import Stage
 from zrepl_py.restore import execute as restore_execute
-from zrepl_py.restore.fetch import fetch_verified
+from zrepl_py.restore.fetch import VolumeFetch, fetch_verified
 from zrepl_py.stores import open as store_open
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.streams.frames import decompress_frame
@@ -212,6 +213,195 @@ def test_a_bad_volume_found_while_the_first_stream_is_received_is_never_decoded_
     assert key in err and "SHA-256" in err and "nothing was received" in err
     assert receiving.is_set() and decoded, "the full was not being received meanwhile"
     assert not [what for what in decoded if what.endswith(key)], decoded
+
+
+@pytest.fixture
+def three_streams(zpool, tmp_path):
+    """``POOL/data`` archived one snapshot at a time: a full @0 (3 MiB) and incrementals
+    @0 -> @1 and @1 -> @2 (300 KiB each, less than the receive's 1 MiB pipe)."""
+    data = f"{zpool.name}/data"
+    zfs("create", data)
+    mount = Path(prop(data, "mountpoint"))
+    config, store = file_archive_config(tmp_path, data, volume_size="1MiB")
+    run = Zbak(config)
+    status, out, err = run("init", "--no-checks")
+    assert status == ExitStatus.OK, out + err
+    for step, size in enumerate((3 * MiB, 300 * KiB, 300 * KiB)):
+        (mount / f"f{step}.bin").write_bytes(os.urandom(size))
+        zfs("snapshot", f"{data}@{step}")
+        status, out, err = run("archive")
+        assert status == ExitStatus.OK, out + err
+    return run, zpool, data
+
+
+def _watch_receives(monkeypatch, after_finish=None) -> list:
+    """Record ``("start"|"finish"|"finished", n)`` for the n-th ``ReceiveWriter`` of the
+    restore; ``after_finish(n)`` runs once the n-th receive finished. Returns the writers
+    (events in ``Watched.events``)."""
+    writers: list = []
+
+    class Watched(restore_execute.ReceiveWriter):
+        events: list[tuple[str, int]] = []
+
+        def __init__(self, stages):
+            super().__init__(stages)
+            writers.append(self)
+            self.n = len(writers)
+
+        def start(self):
+            if self._thread.ident is None:
+                self.events.append(("start", self.n))
+            return super().start()
+
+        def finish(self):
+            self.events.append(("finish", self.n))
+            super().finish()
+            self.events.append(("finished", self.n))
+            if after_finish is not None:
+                after_finish(self.n)
+
+    monkeypatch.setattr(restore_execute, "ReceiveWriter", Watched)
+    return writers
+
+
+def test_each_stream_s_receive_starts_while_the_stream_before_it_commits(
+        three_streams, monkeypatch):
+    """Issue 20 P4: the receive of stream N+1 is started (its process waiting for its first
+    byte) before stream N's receive has finished, so its start-up is off the critical path;
+    every stream still lands in order and the restored snapshot has the source's guid, and
+    no receive process is left."""
+    run, pool, data = three_streams
+    writers = _watch_receives(monkeypatch)
+    into = f"{pool.name}/r"
+    status, out, err = run("restore", data, "--to", "@2", "--into", into, "--from", "cold",
+                           "--yes")
+    assert status == ExitStatus.OK, out + err
+    assert prop(f"{into}@2", "guid") == prop(f"{data}@2", "guid")
+    events = writers[0].events
+    assert len(writers) == 3, events
+    for n in (1, 2):
+        assert events.index(("start", n + 1)) < events.index(("finished", n)), events
+    assert not any(w._thread.is_alive() for w in writers)
+    assert not [pid for pid in descendants(os.getpid())
+                if "receive" in " ".join(cmdline(pid))]
+
+
+def test_a_receive_started_early_for_a_stream_that_never_comes_is_cancelled_having_received_nothing(
+        three_streams, monkeypatch):
+    """Issue 20 P4: stream 2 of 3 fails in ``zfs receive`` (its base @0, which stream 1
+    brought, is destroyed from the new dataset in between): the receive already started
+    for stream 3 is cancelled, no receive process is left, and the error names stream 2
+    and what stream 1 had received."""
+    run, pool, data = three_streams
+    into = f"{pool.name}/r"
+
+    def lose_the_base(n: int) -> None:
+        if n == 1:
+            zfs("destroy", f"{into}@0")
+
+    writers = _watch_receives(monkeypatch, after_finish=lose_the_base)
+    status, out, err = run("restore", data, "--to", "@2", "--into", into, "--from", "cold",
+                           "--yes")
+    assert status == ExitStatus.FAILED, out + err
+    assert "(@1)" in err and f"{into} holds the streams up to @0" in err, err
+    events = writers[0].events
+    assert ("start", 3) in events and ("finished", 2) not in events, events
+    assert not any(w._thread.is_alive() for w in writers)
+    assert not [pid for pid in descendants(os.getpid())
+                if "receive" in " ".join(cmdline(pid))]
+    assert snapshots(into) == []
+
+
+def test_a_downloaded_volume_is_read_once_and_a_torn_spool_file_from_an_earlier_run_is_fetched_again(
+        archived, tmp_path):
+    """Issue 20 P4: a remote volume is verified as it is written into the spool (one read of
+    the store, and the spool file holds exactly the verified bytes); a spool file an earlier
+    run left with the right size but other bytes (a crash before its pages reached the
+    disk) is verified again, refused, and downloaded anew."""
+    run, pool, data, store = archived
+    with catalog_of(run.config) as catalog:
+        volumes = [v for _, stream_volumes in catalogued(catalog, data) for v in stream_volumes]
+    spool = tmp_path / "spool"
+    faulty = FaultyBackend(FileBackend("cold", store))
+    files = fetch_verified(faulty, volumes, spool, 2)
+    for volume in volumes:
+        assert faulty.calls.count(("get", volume.key)) == 1
+        assert files[volume.id].read_bytes() == (store / volume.key).read_bytes()
+    torn = files[volumes[0].id]
+    torn.write_bytes(bytes(volumes[0].stored_bytes))
+    again = FaultyBackend(FileBackend("cold", store))
+    files = fetch_verified(again, volumes, spool, 2)
+    assert files[volumes[0].id].read_bytes() == (store / volumes[0].key).read_bytes()
+    assert again.calls.count(("get", volumes[0].key)) == 1
+    assert [v.key for v in volumes if ("get", v.key) in again.calls] == [volumes[0].key]
+
+
+class _HeldFirst(FaultyBackend):
+    """A store whose first volume's ``get`` waits for ``release`` (set it, or it waits 60 s)
+    and records which volumes had been asked for by then in ``asked_meanwhile``."""
+
+    def __init__(self, inner, first: str):
+        super().__init__(inner)
+        self.first = first
+        self.release = threading.Event()
+        self.asked_meanwhile: list[str | None] = []
+
+    def get(self, key: str, *, chunk_size: int = 1 << 20):
+        if key == self.first:
+            self.release.wait(60)
+            self.asked_meanwhile = [k for op, k in self.calls if op == "get"]
+        return super().get(key, chunk_size=chunk_size)
+
+
+def _all_volumes(run, data: str) -> list:
+    with catalog_of(run.config) as catalog:
+        return [v for _, stream_volumes in catalogued(catalog, data) for v in stream_volumes]
+
+
+def test_the_volumes_after_the_first_are_read_only_once_the_first_verified(
+        three_streams, tmp_path):
+    """Issue 20 P4: nothing is received before the first volume verified, so it is read
+    alone (the read-ahead would only take CPU, disk or network from it): while its read
+    is held for 0.5 s no other volume is asked for, and afterwards every one verifies."""
+    run, pool, data = three_streams
+    volumes = _all_volumes(run, data)
+    assert len(volumes) >= 4
+    store = _HeldFirst(FileBackend("cold", tmp_path / "store"), volumes[0].key)
+    threading.Timer(0.5, store.release.set).start()
+    with VolumeFetch(store, volumes, tmp_path / "spool", 4) as fetch:
+        files = fetch.wait_all()
+    assert store.asked_meanwhile == [], store.asked_meanwhile
+    assert sorted(files) == sorted(v.id for v in volumes)
+    assert [k for op, k in store.calls if op == "get"][0] == volumes[0].key
+
+
+def test_a_restore_stopped_while_the_first_volume_is_read_reads_no_other_volume(
+        three_streams, tmp_path):
+    """Issue 20 P4: leaving ``VolumeFetch`` (an error, Ctrl-C) while the first volume is
+    still being read stops the checks waiting for it: no other volume is downloaded."""
+    run, pool, data = three_streams
+    volumes = _all_volumes(run, data)
+    store = _HeldFirst(FileBackend("cold", tmp_path / "store"), volumes[0].key)
+    fetch = VolumeFetch(store, volumes, tmp_path / "spool", 4)
+    threading.Timer(1.0, store.release.set).start()  # close() has begun long before
+    fetch.close()
+    assert [k for op, k in store.calls if op == "get"] == [volumes[0].key]
+
+
+def test_of_several_missing_or_short_volumes_the_first_in_chain_order_is_named_and_none_is_read(
+        three_streams, tmp_path):
+    """The presence check stats the volumes several at a time (on S3 each stat is a round
+    trip), yet names the first bad volume in chain order, and refuses before any is read."""
+    run, pool, data = three_streams
+    volumes = _all_volumes(run, data)
+    store_dir = tmp_path / "store"
+    (store_dir / volumes[1].key).write_bytes(b"short")
+    (store_dir / volumes[3].key).unlink()
+    store = FaultyBackend(FileBackend("cold", store_dir))
+    with pytest.raises(StreamCorrupt, match="truncated or replaced") as refused:
+        VolumeFetch(store, volumes, tmp_path / "spool", 4)
+    assert volumes[1].key in str(refused.value)
+    assert not [k for op, k in store.calls if op == "get"]
 
 
 @pytest.mark.parametrize("garbage", [b"\0", b"trailing garbage" * 64,

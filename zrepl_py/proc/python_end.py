@@ -101,9 +101,15 @@ class ReceiveWriter(_PythonEnd):
         super().__init__(stages, "stdin", "zfs receive")
         self._finished = False
 
-    def __enter__(self) -> "ReceiveWriter":
-        self._thread.start()
+    def start(self) -> "ReceiveWriter":
+        """Start the pipeline now, before the ``with`` block (which then does not start it
+        again): a receive started early waits for its first byte. Returns ``self``."""
+        if self._thread.ident is None:
+            self._thread.start()
         return self
+
+    def __enter__(self) -> "ReceiveWriter":
+        return self.start()
 
     def write(self, data: bytes) -> None:
         """Write all of ``data`` to the receive.

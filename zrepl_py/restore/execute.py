@@ -6,9 +6,12 @@ readable); every volume is present with its size before the first byte is receiv
 each stream is decompressed into ``zfs receive -u INTO`` (never ``-F``), full first, each
 volume only once it verified (fetch.py, which checks the next volumes while one is
 received), and the first stream's END record only once every volume of the path verified,
-so a missing, truncated or altered volume still means nothing is received. When the target snapshot lies inside
-the last ``-I`` stream, the snapshots after it are destroyed from the NEW dataset (which this
-restore created) and the dataset is rolled back to the target.
+so a missing, truncated or altered volume still means nothing is received. Each stream's
+``zfs receive`` is started while the one before it commits (it waits for its first byte),
+so the process starts (an exec, zfs's set-up, over ssh a login) of a long chain are off
+its critical path. When the target snapshot lies inside the last ``-I`` stream, the
+snapshots after it are destroyed from the NEW dataset (which this restore created) and the
+dataset is rolled back to the target.
 Local and replica paths: ``zfs send`` of the first snapshot, then ``-I`` to the target, piped
 into ``zfs receive -u INTO`` (over ssh when the source is a replica host); raw (``-w``) when
 that dataset is encrypted, as replication sends it.
@@ -126,31 +129,46 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     with VolumeFetch(backend, every, spool, cfg.download_concurrency) as fetch:
         progress = _reporter(ctx, plan, label, total=sum(s.raw_bytes for s in path.streams))
         sampler = Sampler(progress)
-        for done, stream in enumerate(path.streams):
-            try:
-                with ReceiveWriter(side.wrap([receive], "zfs receive")) as writer:
-                    for chunk in _stream_bytes(fetch, path.store, plan.volumes[stream.id],
-                                               first=done == 0):
-                        writer.write(chunk)
-                        total += len(chunk)
-                        sampler.add(len(chunk))
-                    writer.finish()
-            except _Unverified as exc:
-                progress.close()
-                raise exc.error from None  # says "nothing was received" (see _stream_bytes)
-            except Exception as exc:
-                progress.close()  # a KeyboardInterrupt leaves the file: stale once we exit
-                got = (f"{plan.into} holds the streams up to @{path.streams[done - 1].to_name}"
-                       if done else "nothing was received")
-                if _stream_rejected(exc):
-                    _mark_bad(ctx, stream, f"zfs receive rejected its content: {exc}",
-                              job_of(ctx.config, plan.host, plan.dataset))
-                    raise StreamRejected(
-                        f"zfs receive rejected stream {stream.id} (@{stream.to_name}, store"
-                        f" {path.store}) although its volumes verified: {exc}; the stream is"
-                        f" marked bad in the catalog; {got}") from exc
-                raise RestoreError(f"receiving stream {stream.id} (@{stream.to_name}) into"
-                                   f" {plan.into_host}:{plan.into} failed: {exc}; {got}") from exc
+        stages = side.wrap([receive], "zfs receive")
+        upcoming: ReceiveWriter | None = ReceiveWriter(stages).start()
+        try:
+            for done, stream in enumerate(path.streams):
+                writer, upcoming = upcoming, None
+                try:
+                    with writer:
+                        for chunk in _stream_bytes(fetch, path.store, plan.volumes[stream.id],
+                                                   first=done == 0):
+                            writer.write(chunk)
+                            total += len(chunk)
+                            sampler.add(len(chunk))
+                        if done + 1 < len(path.streams):
+                            # The next receive starts (an exec, zfs's library set-up, over
+                            # ssh a login) while this one commits, not after it. It waits for
+                            # its first byte, written once this one finished; zfs receive
+                            # reads the BEGIN record before it looks at the target (the base
+                            # of an incremental must exist only then: zfs-receive(8)).
+                            upcoming = ReceiveWriter(stages).start()
+                        writer.finish()
+                except _Unverified as exc:
+                    progress.close()
+                    raise exc.error from None  # says "nothing was received" (see _stream_bytes)
+                except Exception as exc:
+                    progress.close()  # a KeyboardInterrupt leaves the file: stale once we exit
+                    got = (f"{plan.into} holds the streams up to @{path.streams[done - 1].to_name}"
+                           if done else "nothing was received")
+                    if _stream_rejected(exc):
+                        _mark_bad(ctx, stream, f"zfs receive rejected its content: {exc}",
+                                  job_of(ctx.config, plan.host, plan.dataset))
+                        raise StreamRejected(
+                            f"zfs receive rejected stream {stream.id} (@{stream.to_name}, store"
+                            f" {path.store}) although its volumes verified: {exc}; the stream is"
+                            f" marked bad in the catalog; {got}") from exc
+                    raise RestoreError(f"receiving stream {stream.id} (@{stream.to_name}) into"
+                                       f" {plan.into_host}:{plan.into} failed: {exc}; {got}"
+                                       ) from exc
+        finally:
+            if upcoming is not None:  # started for a stream that never came: received nothing
+                upcoming.__exit__(None, None, None)
         files = fetch.wait_all()
     progress.finish(total, time.monotonic() - sampler.started)
     _trim(ctx, plan, [c.name for c in path.later])
