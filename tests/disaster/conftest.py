@@ -77,7 +77,12 @@ class Site:
 @pytest.fixture
 def site(make_pool, tmp_path, capsys) -> Site:
     """A 1 GiB source pool with an empty dataset ``data`` and no config yet (see ``Site``)."""
-    handle = make_pool("1G")
+    return new_site(make_pool, tmp_path, capsys)
+
+
+def new_site(make_pool, tmp_path, capsys, size: str = "1G") -> Site:
+    """``site`` with a pool of ``size`` (a ``truncate -s`` size)."""
+    handle = make_pool(size)
     data = f"{handle.name}/data"
     zfs("create", data)
     config = tmp_path / "zbak.toml"

@@ -15,11 +15,12 @@ import json
 import shutil
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
-from disaster.conftest import MIB, Site, content_of, restored_content, snapshots
-from support.cli import prop
+from disaster.conftest import MIB, Site, content_of, new_site, restored_content, snapshots
+from support.cli import prop, zfs
 from support.common import hosts_table
 
 from zrepl_py.errors import ExitStatus
@@ -262,3 +263,45 @@ def test_the_source_host_unreachable_and_its_pool_destroyed_a_pull_job_restores_
     site.ok("restore", f"master:{site.data}", "--to", "@2", "--into", into, "--yes")
     assert snapshots(f"{other.name}/data") == ["0", "1", "2"]
     assert restored_content(f"{other.name}/data") == before
+
+
+_MAXRSS = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]);"
+           " print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(done.returncode)")
+"""Run a command as this fresh interpreter's only child; print its peak RSS (KiB)."""
+
+
+def test_a_dataset_of_zeros_is_restored_in_bounded_memory(make_pool, tmp_path, capsys):
+    """A zero-filled image on a dataset without compression (a VM disk, a preallocated
+    file) is sent as data and stored as RLE blocks: 384 MiB of zeros are a few KiB in one
+    volume, and the restore decoded the whole volume in one piece (and held it twice). The
+    restore, run as the command an admin types, now peaks well under the stream's size."""
+    site = new_site(make_pool, tmp_path, capsys, "2G")
+    zfs("set", "compression=off", site.data)
+    with open(site.mount / "disk.img", "wb") as image:
+        for _ in range(384):
+            image.write(bytes(MIB))
+    (site.mount / "notes.txt").write_text("not only zeros\n")
+    zfs("snapshot", f"{site.data}@0")
+    before = content_of(f"{site.data}@0", site.pool, "before")
+    site.write(f"""
+        [stores.cold]
+        url = "file://{tmp_path / 'store'}"
+        [jobs.data]
+        dataset = "{site.data}"
+        [jobs.data.archive]
+        store = "cold"
+    """)
+    (tmp_path / "store").mkdir()
+    site.ok("init")
+    site.ok("archive")
+    (stream,) = json.loads(site.ok("list", "streams", "--json"))
+    assert stream["stored_bytes"] < 4 * MIB
+    done = subprocess.run(
+        [sys.executable, "-c", _MAXRSS, sys.executable, "-m", "zrepl_py", "--config",
+         str(site.config), "restore", site.data, "--to", "@0", "--into", f"{site.pool}/back",
+         "--from", "cold", "--yes"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    peak_kib = int(done.stdout.strip().splitlines()[-1])
+    print(f"restore of 384 MiB of zeros peaked at {peak_kib // 1024} MiB")
+    assert peak_kib < 200 * 1024, f"restore peaked at {peak_kib // 1024} MiB for 384 MiB of zeros"
+    assert restored_content(f"{site.pool}/back") == before

@@ -102,6 +102,33 @@ def test_decoding_never_releases_the_last_piece_of_a_frame_that_fails_its_end_ch
     assert len(released) < len(raw) and raw.startswith(released)
 
 
+@pytest.mark.parametrize("frame_of", ["ours", "one shot"])
+def test_a_frame_of_zeros_decodes_in_bounded_pieces(frame_of):
+    """A zero-filled region (a VM image on a dataset without compression) is a run of RLE
+    blocks, 128 KiB from 4 stored bytes: 1 GiB of zeros is 32 KiB stored. Decoded in one
+    call per stored chunk it came out as one 1 GiB piece (and the restore held it twice);
+    each call now takes at most BLOCKS_PER_CALL blocks."""
+    raw_size = 1024 * MIB
+    zeros = bytes(MIB)
+    if frame_of == "ours":
+        frame = b"".join(compress_frame((zeros for _ in range(1024)), 3, Digest()))
+    else:
+        cobj = zstandard.ZstdCompressor(level=3, write_checksum=True).compressobj()
+        frame = b"".join([*(cobj.compress(zeros) for _ in range(1024)), cobj.flush()])
+    assert len(frame) < MIB, "one stored chunk holds the whole GiB"
+    digest = Digest()
+    sizes = [len(piece) for piece in decompress_frame([frame], "vol", digest,
+                                                      raw_bytes=raw_size)]
+    assert sum(sizes) == raw_size and max(sizes) <= 16 * MIB
+    assert digest.raw_sha256 == hashlib.sha256(bytes(raw_size)).hexdigest()
+    with pytest.raises(StreamCorrupt, match="truncated"):
+        for _ in decompress_frame([frame[:-1]], "vol"):
+            pass
+    with pytest.raises(StreamCorrupt, match="after the end"):
+        for _ in decompress_frame([frame + b"\0"], "vol"):
+            pass
+
+
 def test_compressing_fills_the_digest_and_can_leave_hashing_the_frame_to_the_store():
     raw = os.urandom(MIB) + text(2 * MIB)
     full, counted = Digest(), Digest(hash_stored=False)

@@ -141,13 +141,22 @@ def compress_frame(raw: Iterable[bytes], level: int, digest: Digest, *,
         yield out
 
 
+BLOCKS_PER_CALL = 64
+"""Blocks one decode call may take: at most 64 x 128 KiB (Block_Maximum_Size) come out of
+it, plus what zstd held back of the window (8 MiB at zbak's levels), so a decoded piece
+stays under about 16 MiB; ordinary data has 8-30 blocks per MiB stored, one call."""
+
+
 def decompress_frame(stored: Iterable[bytes], what: str, digest: Digest | None = None, *,
                      raw_bytes: int | None = None) -> Iterator[bytes]:
     """Yield the decompressed bytes of exactly one zstd frame read from ``stored``.
 
     The frame's content checksum is checked by zstd as it ends; after the input ends, the
     frame must have ended (``eof``) with nothing after it, and, when ``raw_bytes`` is given,
-    have decoded to that many bytes. The last decoded piece is held back until all of these
+    have decoded to that many bytes. Each call into zstd decodes at most
+    ``BLOCKS_PER_CALL`` blocks (``FrameWalk`` finds their headers), so what one piece holds
+    is bounded whatever the ratio: a frame of zeros decodes 128 KiB from 4 bytes (an RLE
+    block), and 2 GiB of zeros, 64 KiB stored, came out of one call as one 2 GiB piece. The last decoded piece is held back until all of these
     checks passed, so a consumer (``zfs receive``) never gets the end of a frame that fails
     them: a send stream's END record is in its last bytes, and a receive that never sees it
     discards the partial stream once cancelled.
@@ -163,6 +172,7 @@ def decompress_frame(stored: Iterable[bytes], what: str, digest: Digest | None =
             it, or another decoded size than ``raw_bytes``.
     """
     dobj = zstandard.ZstdDecompressor().decompressobj()
+    walk = FrameWalk(what)
     held = b""
     total = 0
     for chunk in stored:
@@ -170,17 +180,20 @@ def decompress_frame(stored: Iterable[bytes], what: str, digest: Digest | None =
             digest.add_stored(chunk)
         if dobj.eof:
             raise StreamCorrupt(f"{what}: bytes after the end of the zstd frame")
-        try:
-            out = dobj.decompress(chunk)
-        except zstandard.ZstdError as exc:
-            raise StreamCorrupt(f"{what}: not a valid zstd frame: {exc}") from None
-        if out:
-            total += len(out)
-            if digest is not None:
-                digest.add_raw(out)
-            if held:
-                yield held
-            held = out
+        headers = walk.feed(chunk)
+        cuts = [0, *headers[BLOCKS_PER_CALL::BLOCKS_PER_CALL], len(chunk)]
+        for start, stop in zip(cuts, cuts[1:]):
+            try:
+                out = dobj.decompress(chunk[start:stop] if len(cuts) > 2 else chunk)
+            except zstandard.ZstdError as exc:
+                raise StreamCorrupt(f"{what}: not a valid zstd frame: {exc}") from None
+            if out:
+                total += len(out)
+                if digest is not None:
+                    digest.add_raw(out)
+                if held:
+                    yield held
+                held = out
     if not dobj.eof:
         raise StreamCorrupt(f"{what}: the zstd frame is truncated (no frame end)")
     if dobj.unused_data:
@@ -215,14 +228,22 @@ class FrameWalk:
         self._after_skip: Callable[[], None] = self._expect_block
         self._ended = False
         self._checksum = False
+        self._headers: list[int] = []  # what feed() returns
+        self._at = 0  # offset in the chunk being fed just after the structure parsed
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes) -> list[int]:
         """Account for the next stored bytes.
+
+        Returns:
+            the offsets in ``chunk`` just after each block header it completed, in order
+            (``decompress_frame`` cuts its input there to bound what one call decodes).
 
         Raises:
             StreamCorrupt: the bytes so far cannot be (the start of) one whole frame.
         """
+        self._headers = []
         view = memoryview(chunk)
+        size = len(chunk)
         while view:
             if self._ended:
                 self._fail("bytes after the end of the zstd frame")
@@ -239,7 +260,9 @@ class FrameWalk:
             if len(self._pending) == self._need:
                 data = bytes(self._pending)
                 self._pending.clear()
+                self._at = size - len(view)
                 self._parse(data)
+        return self._headers
 
     def end(self) -> None:
         """The input is over: the frame must be complete.
@@ -285,6 +308,7 @@ class FrameWalk:
             self._fail("not a valid zstd frame (reserved block type)")
         if size > _MAX_BLOCK:
             self._fail(f"not a valid zstd frame (a block of {size} bytes)")
+        self._headers.append(self._at)
         self._skip = 1 if kind == 1 else size
         self._after_skip = self._expect_checksum if last else self._expect_block
         if not self._skip:
