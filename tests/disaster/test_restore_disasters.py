@@ -20,7 +20,7 @@ import time
 
 import pytest
 from disaster.conftest import MIB, Site, content_of, new_site, restored_content, snapshots
-from support.cli import prop, zfs
+from support.cli import file_archive_config, prop, zfs
 from support.common import hosts_table
 
 from zrepl_py.errors import ExitStatus
@@ -283,15 +283,7 @@ def test_a_dataset_of_zeros_is_restored_in_bounded_memory(make_pool, tmp_path, c
     (site.mount / "notes.txt").write_text("not only zeros\n")
     zfs("snapshot", f"{site.data}@0")
     before = content_of(f"{site.data}@0", site.pool, "before")
-    site.write(f"""
-        [stores.cold]
-        url = "file://{tmp_path / 'store'}"
-        [jobs.data]
-        dataset = "{site.data}"
-        [jobs.data.archive]
-        store = "cold"
-    """)
-    (tmp_path / "store").mkdir()
+    file_archive_config(site.tmp, site.data)
     site.ok("init")
     site.ok("archive")
     (stream,) = json.loads(site.ok("list", "streams", "--json"))
