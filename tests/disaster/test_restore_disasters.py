@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -297,3 +298,43 @@ def test_a_dataset_of_zeros_is_restored_in_bounded_memory(make_pool, tmp_path, c
     print(f"restore of 384 MiB of zeros peaked at {peak_kib // 1024} MiB")
     assert peak_kib < 200 * 1024, f"restore peaked at {peak_kib // 1024} MiB for 384 MiB of zeros"
     assert restored_content(f"{site.pool}/back") == before
+
+
+def test_a_restore_killed_mid_chain_is_continued_by_the_same_command(make_pool, tmp_path, capsys):
+    """A restore of a long chain killed after some streams arrived (the host rebooted, an
+    admin's ^C): the same command run again receives only the streams still missing onto
+    what arrived, instead of refusing the dataset it left (an admin had to destroy it and
+    read the whole chain again). A dataset zbak did not leave that way is still refused."""
+    site = new_site(make_pool, tmp_path, capsys, "2G")
+    file_archive_config(site.tmp, site.data)
+    site.ok("init")
+    for step in range(6):
+        site.snapshot_steps(range(step, step + 1), 24 * MIB)
+        site.ok("archive")
+    want = content_of(f"{site.data}@5", site.pool, "want")
+    back = f"{site.pool}/back"
+    cmd = [sys.executable, "-m", "zrepl_py", "--config", str(site.config), "restore", site.data,
+           "--to", "@5", "--into", back, "--from", "cold", "--yes"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (_exists(back) and "2" in snapshots(back)):
+        assert proc.poll() is None and time.monotonic() < deadline, "the restore ended first"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    left = snapshots(back)
+    assert 3 <= len(left) < 6 and prop(back, "zbak:restoring") == f"local:{site.data}"
+
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"holds the first {len(left)} stream(s) from an interrupted restore" in done.stdout
+    assert f"into {back}: {6 - len(left)} stream(s), " in done.stdout
+    assert restored_content(back) == want
+    assert prop(back, "zbak:restoring") == "-", "the mark goes once the restore finished"
+
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == ExitStatus.FAILED and "never overwrites" in again.stderr
+
+
+def _exists(dataset: str) -> bool:
+    return subprocess.run(["zfs", "list", dataset], capture_output=True).returncode == 0

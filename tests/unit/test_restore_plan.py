@@ -218,3 +218,45 @@ def test_an_unknown_snapshot_names_the_dataset_with_its_host_when_it_is_not_loca
         plan_restore(remote, "@x", None)
     with pytest.raises(RestoreError, match="no snapshot @x of tank/data is known"):
         plan_restore(facts(), "@x", None)
+
+
+def resuming(*held: int, mark: str = "local:tank/data") -> RestoreFacts:
+    """The chain @0 (full), -I @0 -> @4, -I @4 -> @9 in store cold; ``other/data`` exists
+    holding ``held`` with zbak's mark of an interrupted restore (``mark``)."""
+    return dataclasses.replace(facts(stores=[store("cold", *CHAIN)]), into=IntoFacts(
+        "local", "other/data", exists=True, snapshots=tuple(snap(n) for n in held),
+        restoring=mark))
+
+
+def test_an_interrupted_restore_is_continued_with_the_streams_it_lacks():
+    plan = plan_restore(resuming(0, 1, 2, 3, 4), "@9", None)
+    assert plan.resumed == 2 and [s.id for s in plan.chosen.path.streams] == [3]
+    assert set(plan.volumes) == {3}
+    assert "holds the first 2 stream(s) from an interrupted restore" in plan.reason
+    assert "5.0 MB in 1 stream(s)" in plan.reason, "the cost of what is left"
+    chosen = [o for o in plan.options if o is plan.chosen]
+    assert chosen, "the plan shows the streams left as the chosen option"
+    assert plan_restore(resuming(0), "@9", None).resumed == 1
+
+
+@pytest.mark.parametrize("facts_, words", [
+    (dataclasses.replace(resuming(0, 1), into=dataclasses.replace(
+        resuming(0, 1).into, restoring=None)), "exists; zbak restore never overwrites"),
+    (resuming(0, 1, 2, 3, 4, mark="local:tank/other"), "interrupted restore of local:tank/other"),
+    (resuming(0, 1, 2), "not the first streams of the chain"),
+    (resuming(0, 2, 3, 4, 5), "not the first streams of the chain"),
+    (resuming(*range(10)), "after its last stream was received"),
+])
+def test_a_dataset_that_is_not_an_interrupted_restore_of_the_chain_is_refused(facts_, words):
+    """Never overwritten: a dataset without zbak's mark (an admin's, a finished restore),
+    one a restore of another dataset left, one whose snapshots stop inside a stream or were
+    not all received from this chain, and one that holds the whole chain already."""
+    with pytest.raises(RestoreError, match=words):
+        plan_restore(facts_, "@9", None)
+
+
+def test_an_interrupted_restore_from_the_archive_is_not_continued_from_another_source():
+    local = dataclasses.replace(resuming(0, 1, 2, 3, 4), local=listing(*range(10)))
+    with pytest.raises(RestoreError, match="pass --from STORE to continue it"):
+        plan_restore(local, "@9", None)
+    assert plan_restore(local, "@9", "cold").resumed == 2

@@ -11,7 +11,9 @@ so a missing, truncated or altered volume still means nothing is received. Each 
 so the process starts (an exec, zfs's set-up, over ssh a login) of a long chain are off
 its critical path. When the target snapshot lies inside the last ``-I`` stream, the
 snapshots after it are destroyed from the NEW dataset (which this restore created) and the
-dataset is rolled back to the target.
+dataset is rolled back to the target. Once the first stream is received the new dataset is
+marked (``gather.RESTORING``) until the restore finished, so a restore killed or failed
+later is continued by the next run (``plan.plan_restore``: only the streams still missing).
 Local and replica paths: ``zfs send`` of the first snapshot, then ``-I`` to the target, piped
 into ``zfs receive -u INTO`` (over ssh when the source is a replica host); raw (``-w``) when
 that dataset is encrypted, as replication sends it.
@@ -44,6 +46,7 @@ from zrepl_py.errors import (
     StreamCorrupt,
     StreamRejected,
     ThawPending,
+    ZbakError,
 )
 from zrepl_py.invocation.context import Context
 from zrepl_py.observe.progress import ProgressReporter, Sampler
@@ -52,6 +55,7 @@ from zrepl_py.proc.pipeline import run_pipeline
 from zrepl_py.proc.python_end import ReceiveWriter
 from zrepl_py.replication.stages import Side, transfer_stages
 from zrepl_py.restore.fetch import VolumeFetch, file_chunks
+from zrepl_py.restore.gather import RESTORING
 from zrepl_py.restore.plan import RestorePlan
 from zrepl_py.restore.thaw import request_thaws
 from zrepl_py.streams.frames import decompress_frame
@@ -149,13 +153,16 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
                             # of an incremental must exist only then: zfs-receive(8)).
                             upcoming = ReceiveWriter(stages).start()
                         writer.finish()
+                    if done == 0 and not plan.resumed:
+                        _mark(zfs, plan, f"{plan.host}:{plan.dataset}")
                 except _Unverified as exc:
                     progress.close()
                     raise exc.error from None  # says "nothing was received" (see _stream_bytes)
                 except Exception as exc:
                     progress.close()  # a KeyboardInterrupt leaves the file: stale once we exit
                     got = (f"{plan.into} holds the streams up to @{path.streams[done - 1].to_name}"
-                           if done else "nothing was received")
+                           if done else f"{plan.into} holds what it held" if plan.resumed
+                           else "nothing was received")
                     if _stream_rejected(exc):
                         _mark_bad(ctx, stream, f"zfs receive rejected its content: {exc}",
                                   job_of(ctx.config, plan.host, plan.dataset))
@@ -173,10 +180,26 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     progress.finish(total, time.monotonic() - sampler.started)
     _trim(ctx, plan, [c.name for c in path.later])
     locked = _check_received(zfs, plan)
+    _mark(zfs, plan, None)
     for file in set(files.values()):
         if file.is_relative_to(spool):
             file.unlink(missing_ok=True)
     return RestoreOutcome(plan.into, len(path.streams), total, locked)
+
+
+def _mark(zfs: Zfs, plan: RestorePlan, value: str | None) -> None:
+    """Set (``value``) or clear (None) the ``RESTORING`` mark on the new dataset; a failure
+    is a warning (a delegated user or zbak serve without that property): the restore goes
+    on, but one interrupted later is not continued by the next run."""
+    try:
+        if value is None:
+            zfs.inherit_property(plan.into, RESTORING)
+        else:
+            zfs.set_property(plan.into, RESTORING, value)
+    except ZbakError as exc:
+        log.warning("could not %s %s on %s:%s (%s): a restore interrupted from here on is"
+                    " not continued by the next run", "clear" if value is None else "set",
+                    RESTORING, plan.into_host, plan.into, exc)
 
 
 class _Unverified(Exception):

@@ -73,12 +73,17 @@ class IntoFacts:
         exists: the dataset exists already.
         problem: why it cannot be created there (its parent or pool is missing, the host
             cannot be reached), else None.
+        snapshots: an existing dataset's snapshots, oldest first.
+        restoring: an existing dataset's ``RESTORING`` mark (``HOST:DATASET`` of the restore
+            that created it and did not finish), else None.
     """
 
     host: str
     dataset: str
     exists: bool = False
     problem: str | None = None
+    snapshots: tuple[CarriedSnapshot, ...] = ()
+    restoring: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +108,13 @@ class RestoreFacts:
     catalogued: tuple[CarriedSnapshot, ...]
     into: IntoFacts
     restore: RestoreConfig
+
+
+RESTORING = "zbak:restoring"
+"""User property a restore from the archive sets on the dataset it creates once the first
+stream is received (value ``HOST:DATASET`` restored) and clears when it finished: a dataset
+holding it is the unfinished work of a restore that was killed or failed, which the same
+restore continues (``plan.plan_restore``) instead of refusing the existing dataset."""
 
 
 def resolve_dataset(ctx: Context, dataset: str | None) -> tuple[str, str]:
@@ -199,7 +211,11 @@ def _into(ctx: Context, host: str, into: str) -> IntoFacts:
     try:
         zfs = ctx.zfs(host, name.pool)
         if zfs.exists(into):
-            return IntoFacts(host, into, exists=True)
+            mark = zfs.dataset_properties(into, [RESTORING], recursive=False).get(name, {})
+            value = mark.get(RESTORING)
+            return IntoFacts(host, into, exists=True, snapshots=_list(ctx, host, into).snapshots,
+                             restoring=value.value if value and value.source == "local"
+                             else None)
         parent = into.rsplit("/", 1)[0]
         if "/" in into and not zfs.exists(parent):
             return IntoFacts(host, into, problem=f"the parent {host}:{parent} of {into} does"

@@ -75,12 +75,14 @@ class RestorePlan:
         host / dataset: the dataset being restored (as catalogued).
         target: the snapshot wanted.
         into / into_host: the dataset to create and its host (the dataset's own host unless
-            ``--into HOST:POOL/NAME`` named another); it does not exist.
+            ``--into HOST:POOL/NAME`` named another); it does not exist, or holds the first
+            ``resumed`` streams of the chain from an interrupted restore (``gather.RESTORING``).
         chosen: the option used.
         options: every option considered (for the plan shown), cheapest first.
         reason: why ``chosen`` was picked over the others (one sentence).
         volumes: for archive, the volumes of each stream of the path, by stream id.
         thaw: for archive, what thawing cold volumes takes (None when nothing is cold).
+        resumed: streams of the chain ``into`` holds already; ``chosen.path`` is the rest.
     """
 
     host: str
@@ -93,6 +95,7 @@ class RestorePlan:
     reason: str
     volumes: Mapping[int, Sequence[VolumeRow]]
     thaw: ThawEstimate | None
+    resumed: int = 0
 
 
 def plan_restore(facts: RestoreFacts, to: str, from_: str | None) -> RestorePlan:
@@ -115,9 +118,17 @@ def plan_restore(facts: RestoreFacts, to: str, from_: str | None) -> RestorePlan
         options.sort(key=_order)
     chosen, reason = _choose(facts, options, from_, target)
     into = facts.into
+    resumed = 0
     if into.exists:
-        raise RestoreError(f"{into.host}:{into.dataset} exists; zbak restore never overwrites a"
-                           " dataset. Restore --into a new name (then rename), or remove it yourself")
+        resumed = _received_before(facts, chosen)
+        assert chosen.path is not None
+        rest = dataclasses.replace(chosen, path=dataclasses.replace(
+            chosen.path, streams=chosen.path.streams[resumed:]))
+        options = [rest if o is chosen else o for o in options]
+        chosen = rest
+        reason = _why(chosen, options, target, forced=from_ is not None)  # the rest's cost
+        reason += (f"; {into.host}:{into.dataset} holds the first {resumed} stream(s) from an"
+                   f" interrupted restore: continuing with the other {len(chosen.path.streams)}")
     if into.problem:
         raise RestoreError(f"cannot restore {facts.dataset}@{target.name} into"
                            f" {into.host}:{into.dataset}: {into.problem}")
@@ -126,7 +137,46 @@ def plan_restore(facts: RestoreFacts, to: str, from_: str | None) -> RestorePlan
         store = next(s for s in facts.stores if s.name == chosen.path.store)
         volumes = {s.id: store.volumes[s.id] for s in chosen.path.streams}
     return RestorePlan(facts.host, facts.dataset, target, into.dataset, into.host, chosen,
-                       tuple(options), reason, volumes, chosen.thaw)
+                       tuple(options), reason, volumes, chosen.thaw, resumed)
+
+
+def _received_before(facts: RestoreFacts, chosen: Option) -> int:
+    """How many streams of ``chosen``'s chain path the existing ``--into`` dataset holds
+    from an interrupted restore of this dataset (it carries the ``RESTORING`` mark, every
+    snapshot of it is one the path's first streams carry, and its newest is the last of
+    those streams' snapshot); a restore continues only such a dataset.
+
+    Raises:
+        RestoreError: any other existing dataset (zbak restore never overwrites one), or
+            one that holds the whole path (the interruption came after the last receive).
+    """
+    into = facts.into
+    where = f"{into.host}:{into.dataset}"
+    refuse = (f"{where} exists; zbak restore never overwrites a dataset. Restore --into a new"
+              " name (then rename), or remove it yourself")
+    if into.restoring is None:
+        raise RestoreError(refuse)
+    if into.restoring != f"{facts.host}:{facts.dataset}":
+        raise RestoreError(f"{refuse} (it is what is left of an interrupted restore of"
+                           f" {into.restoring})")
+    left = f"{refuse} (it is what is left of an interrupted restore of {facts.dataset}"
+    path = chosen.path
+    if path is None:
+        raise RestoreError(f"{left} from the archive: pass --from STORE to continue it)")
+    store = next(s for s in facts.stores if s.name == path.store)
+    have = {s.guid for s in into.snapshots}
+    carried: set[int] = set()
+    for done, stream in enumerate(path.streams, start=1):
+        carried.update(s.guid for s in store.carried.get(stream.id, ()))
+        carried.add(stream.to_guid)
+        if into.snapshots and into.snapshots[-1].guid == stream.to_guid and have <= carried:
+            if done == len(path.streams):
+                raise RestoreError(f"{left}, after its last stream was received: destroy its"
+                                   f" snapshots after @{path.target.name} and zfs rollback"
+                                   " to it, or remove it)")
+            return done
+    raise RestoreError(f"{left}, but its snapshots are not the first streams of the chain"
+                       f" chosen now (store {path.store}))")
 
 
 def _mb(size: int) -> str:
