@@ -338,3 +338,29 @@ def test_a_restore_killed_mid_chain_is_continued_by_the_same_command(make_pool, 
 
 def _exists(dataset: str) -> bool:
     return subprocess.run(["zfs", "list", dataset], capture_output=True).returncode == 0
+
+
+def test_a_local_restore_killed_in_its_incremental_keeps_the_full(make_pool, tmp_path, capsys):
+    """From the dataset's own snapshots a restore is a full of the first and one -I to the
+    target: killed during the -I, the rerun sends the -I again from what the full brought."""
+    site = new_site(make_pool, tmp_path, capsys, "2G")
+    file_archive_config(site.tmp, site.data)
+    site.ok("init")
+    site.snapshot_steps(range(0, 6), 24 * MIB)
+    want = content_of(f"{site.data}@5", site.pool, "want")
+    back = f"{site.pool}/back"
+    cmd = [sys.executable, "-m", "zrepl_py", "--config", str(site.config), "restore", site.data,
+           "--to", "@5", "--into", back, "--yes"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (_exists(back) and prop(back, "zbak:restoring") != "-"):
+        assert proc.poll() is None and time.monotonic() < deadline, "the restore ended first"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert snapshots(back) == ["0"]
+
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "holds @0 from an interrupted restore: continuing with -I @0 @5" in done.stdout
+    assert restored_content(back) == want and prop(back, "zbak:restoring") == "-"

@@ -255,8 +255,16 @@ def test_a_dataset_that_is_not_an_interrupted_restore_of_the_chain_is_refused(fa
         plan_restore(facts_, "@9", None)
 
 
-def test_an_interrupted_restore_from_the_archive_is_not_continued_from_another_source():
-    local = dataclasses.replace(resuming(0, 1, 2, 3, 4), local=listing(*range(10)))
-    with pytest.raises(RestoreError, match="pass --from STORE to continue it"):
-        plan_restore(local, "@9", None)
-    assert plan_restore(local, "@9", "cold").resumed == 2
+def test_an_interrupted_restore_continues_from_a_local_or_replica_source_with_one_incremental():
+    """A local or replica source sends a full and one -I: what the full brought (and any
+    first snapshots) stays, the -I goes from the newest snapshot held."""
+    local = dataclasses.replace(resuming(0), local=listing(*range(10)))
+    plan = plan_restore(local, "@9", None)
+    assert plan.chosen.source == "local" and plan.resumed == 1
+    assert [s.name for s in plan.chosen.snapshots] == [str(n) for n in range(10)]
+    assert "holds @0 from an interrupted restore: continuing with -I @0 @9" in plan.reason
+    assert plan_restore(local, "@9", "cold").resumed == 1, "or from the store: one stream done"
+    with pytest.raises(RestoreError, match="not the first of the ones local sends now"):
+        plan_restore(dataclasses.replace(resuming(0, 5), local=listing(*range(10))), "@9", None)
+    with pytest.raises(RestoreError, match="after its last snapshot was received"):
+        plan_restore(dataclasses.replace(resuming(0), local=listing(0)), "@0", None)

@@ -16,7 +16,8 @@ marked (``gather.RESTORING``) until the restore finished, so a restore killed or
 later is continued by the next run (``plan.plan_restore``: only the streams still missing).
 Local and replica paths: ``zfs send`` of the first snapshot, then ``-I`` to the target, piped
 into ``zfs receive -u INTO`` (over ssh when the source is a replica host); raw (``-w``) when
-that dataset is encrypted, as replication sends it.
+that dataset is encrypted, as replication sends it. The full is marked the same way, so an
+interrupted ``-I`` is sent again from the snapshot the full brought, not from scratch.
 
 Encrypted datasets (RELIABILITY 38): an archived raw stream (``zfs send -w``) is received
 as it is (``zfs receive`` needs no flag); the new dataset is encrypted, its key unloaded
@@ -338,7 +339,8 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     # dataset, and a replica (key not loaded there) can only be sent raw.
     raw = is_encrypted(src, chosen.dataset)
     refs = [SnapRef(s.name, s.guid, s.createtxg) for s in chosen.snapshots]
-    steps = [Full(refs[0])]
+    # Continuing an interrupted restore, ``refs`` starts at the newest snapshot INTO holds.
+    steps = [] if plan.resumed else [Full(refs[0])]
     if len(refs) > 1:
         steps.append(Incremental(refs[0], refs[-1], intermediates=True))
     source, target = Side.of(ctx.config, chosen.host), Side.of(ctx.config, plan.into_host)
@@ -355,7 +357,11 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
         total += run_pipeline(stages, progress=_reporter(
             ctx, plan, label, dataset=chosen.dataset, to_snap=step.to.name,
             from_snap=step.base.name if isinstance(step, Incremental) else None)).bytes
-    return RestoreOutcome(plan.into, len(steps), total, _check_received(dst, plan))
+        if isinstance(step, Full) and len(steps) > 1:
+            _mark(dst, plan, f"{plan.host}:{plan.dataset}")
+    locked = _check_received(dst, plan)
+    _mark(dst, plan, None)
+    return RestoreOutcome(plan.into, len(steps), total, locked)
 
 
 def _reporter(ctx: Context, plan: RestorePlan, label: str, **what) -> ProgressReporter:

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from zrepl_py.catalog.rows import LOCAL_HOST, VolumeRow
 from zrepl_py.errors import RestoreError, UsageError
 from zrepl_py.objects.manifest import CarriedSnapshot
-from zrepl_py.restore.gather import Listing, RestoreFacts, StoreFacts
+from zrepl_py.restore.gather import RESTORING, Listing, RestoreFacts, StoreFacts
 from zrepl_py.restore.paths import ChainPath, archive_paths, why_no_path
 from zrepl_py.restore.thaw import ThawEstimate, estimate
 
@@ -82,7 +82,8 @@ class RestorePlan:
         reason: why ``chosen`` was picked over the others (one sentence).
         volumes: for archive, the volumes of each stream of the path, by stream id.
         thaw: for archive, what thawing cold volumes takes (None when nothing is cold).
-        resumed: streams of the chain ``into`` holds already; ``chosen.path`` is the rest.
+        resumed: streams of the chain (local/replica: snapshots) ``into`` holds already;
+            ``chosen`` is what is left to send (local/replica: from the newest it holds).
     """
 
     host: str
@@ -121,14 +122,19 @@ def plan_restore(facts: RestoreFacts, to: str, from_: str | None) -> RestorePlan
     resumed = 0
     if into.exists:
         resumed = _received_before(facts, chosen)
-        assert chosen.path is not None
-        rest = dataclasses.replace(chosen, path=dataclasses.replace(
-            chosen.path, streams=chosen.path.streams[resumed:]))
+        if chosen.path is not None:
+            rest = dataclasses.replace(chosen, path=dataclasses.replace(
+                chosen.path, streams=chosen.path.streams[resumed:]))
+            more = (f"holds the first {resumed} stream(s) from an interrupted restore:"
+                    f" continuing with the other {len(rest.path.streams)}")
+        else:  # local/replica: the full arrived, the -I goes from the newest it holds
+            rest = dataclasses.replace(chosen, snapshots=chosen.snapshots[resumed - 1:])
+            more = (f"holds @{rest.snapshots[0].name} from an interrupted restore: continuing"
+                    f" with -I @{rest.snapshots[0].name} @{target.name}")
         options = [rest if o is chosen else o for o in options]
         chosen = rest
         reason = _why(chosen, options, target, forced=from_ is not None)  # the rest's cost
-        reason += (f"; {into.host}:{into.dataset} holds the first {resumed} stream(s) from an"
-                   f" interrupted restore: continuing with the other {len(chosen.path.streams)}")
+        reason += f"; {into.host}:{into.dataset} {more}"
     if into.problem:
         raise RestoreError(f"cannot restore {facts.dataset}@{target.name} into"
                            f" {into.host}:{into.dataset}: {into.problem}")
@@ -141,10 +147,12 @@ def plan_restore(facts: RestoreFacts, to: str, from_: str | None) -> RestorePlan
 
 
 def _received_before(facts: RestoreFacts, chosen: Option) -> int:
-    """How many streams of ``chosen``'s chain path the existing ``--into`` dataset holds
-    from an interrupted restore of this dataset (it carries the ``RESTORING`` mark, every
-    snapshot of it is one the path's first streams carry, and its newest is the last of
-    those streams' snapshot); a restore continues only such a dataset.
+    """How many streams of ``chosen``'s chain path (for a local or replica source: how many
+    of its snapshots) the existing ``--into`` dataset holds from an interrupted restore of
+    this dataset: it carries the ``RESTORING`` mark, every snapshot of it is one the path's
+    first streams carry and its newest is the last of those streams' snapshot (local or
+    replica: its snapshots are the first of the ones sent); a restore continues only such a
+    dataset.
 
     Raises:
         RestoreError: any other existing dataset (zbak restore never overwrites one), or
@@ -162,7 +170,14 @@ def _received_before(facts: RestoreFacts, chosen: Option) -> int:
     left = f"{refuse} (it is what is left of an interrupted restore of {facts.dataset}"
     path = chosen.path
     if path is None:
-        raise RestoreError(f"{left} from the archive: pass --from STORE to continue it)")
+        held = [s.guid for s in into.snapshots]
+        if held and held == [s.guid for s in chosen.snapshots[:len(held)]]:
+            if len(held) == len(chosen.snapshots):
+                raise RestoreError(f"{left}, after its last snapshot was received: zfs"
+                                   f" inherit {RESTORING} {into.dataset}, or remove it)")
+            return len(held)
+        raise RestoreError(f"{left}, but its snapshots are not the first of the ones"
+                           f" {chosen.label} sends now)")
     store = next(s for s in facts.stores if s.name == path.store)
     have = {s.guid for s in into.snapshots}
     carried: set[int] = set()
