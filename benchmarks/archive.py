@@ -34,7 +34,7 @@ baseline, on snapshots of zfs-fuse datasets:
   at several GB (run once with ``--rss-size 2GiB`` and once with ``8GiB``).
 
 zbak runs as its CLI (``python -m zrepl_py --config CFG ...``), so its times include the
-interpreter start and imports (the runs that move no data are printed: about 0.5 s here).
+interpreter start and imports (of modules compiled first, as an install has them) (the runs that move no data are printed: about 0.5 s here).
 Peak RSS is GNU time's ``%M`` of each process (for zbak: the Python process; for the pipe:
 the largest of its processes). After one untimed warm-up of each case, each case runs
 ``--reps`` times, tools alternated and their order rotated per repetition; the table gives
@@ -709,6 +709,11 @@ def main() -> int:
         if not shutil.which(tool):
             raise SystemExit(f"{tool} missing: apt-get install zstd time; pip install py-spy")
 
+    # As installed (pip compiles the modules), not as a fresh checkout that, with
+    # PYTHONDONTWRITEBYTECODE set, compiles every module again in every run (0.05-0.09 s of
+    # an archive's start-up in py-spy).
+    for tree in [REPO, *(tree for _, tree in args.compare)]:
+        subprocess.run([PYTHON, "-m", "compileall", "-q", str(tree / "zrepl_py")], check=True)
     workdir = Path(tempfile.mkdtemp(prefix="zbak-bench-archive-", dir="/var/tmp"))
     try:
         with private_zfs_fuse(workdir) as pidfile:
