@@ -34,7 +34,7 @@ baseline, on snapshots of zfs-fuse datasets:
   at several GB (run once with ``--rss-size 2GiB`` and once with ``8GiB``).
 
 zbak runs as its CLI (``python -m zrepl_py --config CFG ...``), so its times include the
-interpreter start and imports (the runs that move no data are printed: about 0.5 s here).
+interpreter start and imports (of modules compiled first, as an install has them) (the runs that move no data are printed: about 0.5 s here).
 Peak RSS is GNU time's ``%M`` of each process (for zbak: the Python process; for the pipe:
 the largest of its processes). After one untimed warm-up of each case, each case runs
 ``--reps`` times, tools alternated and their order rotated per repetition; the table gives
@@ -42,6 +42,10 @@ every run, the median, the spread (max - min), MB/s (10^6 bytes of the raw send 
 second), the ratio (pipe median / zbak median: >= 1 means zbak is as fast), CPU seconds and
 the peak RSS. Every received snapshot's guid is checked against the source's. The load
 average (``uptime``) is printed before and after.
+
+``--compare NAME=DIR`` adds, to each archive case, ``zbak archive`` run from another checkout
+(``DIR``, e.g. ``git archive COMMIT | tar -x -C DIR``) as one more tool, interleaved with the
+others: the old code beside the new in one run, on the same data and load.
 
 ``--profile DIR`` runs each zbak case once under py-spy (``pip install py-spy``; raw
 collapsed stacks of every thread, idle ones included, one file per run) instead of timing,
@@ -54,7 +58,7 @@ at the end. Usage::
 
     .venv/bin/python benchmarks/archive.py [--size 512MiB] [--rss-size 2GiB] [--reps 5]
         [--chain-full 128MiB] [--chain-step 8MiB] [--s3] [--quick] [--profile DIR]
-        [--only WORDS]
+        [--only WORDS] [--compare NAME=DIR]
 """
 
 from __future__ import annotations
@@ -366,9 +370,10 @@ class Bench:
                                         Key=store_prefix(config) + obj["Key"][len(source):])
         return config
 
-    def zbak(self, config: Path, *args: str) -> Run:
+    def zbak(self, config: Path, *args: str, tree: Path = REPO) -> Run:
         """Run ``python -m zrepl_py --config CFG ARGS`` with the shared capability cache
-        (a real state directory keeps it between runs: zrepl_py/zfs/capability_cache.py)."""
+        (a real state directory keeps it between runs: zrepl_py/zfs/capability_cache.py),
+        the code of the checkout ``tree`` (this one unless ``--compare``)."""
         state = Path(re.search(r'state_dir = "([^"]+)"', config.read_text()).group(1))
         if self.caps.is_dir():
             shutil.copytree(self.caps, state / "capabilities", dirs_exist_ok=True)
@@ -382,8 +387,8 @@ class Bench:
         argv = timed(command, log)
         with tempfile.TemporaryFile() as out:
             started = time.monotonic()
-            done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-                                  env=self.env, check=False)
+            done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tree,
+                                  env={**self.env, "PYTHONPATH": str(tree)}, check=False)
             seconds = time.monotonic() - started
             if done.returncode != 0:
                 out.seek(0)
@@ -396,12 +401,13 @@ class Bench:
 
     # -- the cases ---------------------------------------------------------------
 
-    def archive_zbak(self, job: str, store: str) -> Run:
+    def archive_zbak(self, job: str, store: str, tree: Path = REPO) -> Run:
         """``zbak archive JOB`` into a fresh store (for ``incr``, a copy of the chain
-        holding the full @a), which is dropped afterwards."""
+        holding the full @a), which is dropped afterwards; ``tree``: the checkout whose code
+        runs (``--compare``)."""
         config = self.zbak_setup(store, self.templates.get(store) if job == "incr" else None)
         try:
-            return self.zbak(config, "archive", job)
+            return self.zbak(config, "archive", job, tree=tree)
         finally:
             self.drop_store(config)
             shutil.rmtree(config.parent / "state", ignore_errors=True)
@@ -611,9 +617,13 @@ def measure(bench: Bench, results: Results, reps: int) -> tuple[dict[str, int], 
         if store not in bench.stores():
             continue
         for job, label in (("rand", "full random"), ("text", "full 50%"), ("incr", "incremental")):
-            cases.append((f"archive {label} {store}", job, {
+            tools = {
                 pipe: lambda job=job, store=store: bench.archive_pipe(job, store),
-                "zbak archive": lambda job=job, store=store: bench.archive_zbak(job, store)}))
+                "zbak archive": lambda job=job, store=store: bench.archive_zbak(job, store)}
+            for name, tree in bench.args.compare:
+                tools[f"zbak archive ({name})"] = (
+                    lambda job=job, store=store, tree=tree: bench.archive_zbak(job, store, tree))
+            cases.append((f"archive {label} {store}", job, tools))
     for store in bench.stores():
         cases.append((f"restore chain {store}", "chain", {
             PIPE_RESTORE: lambda: bench.restore_pipe(bench.chain["file"], "chain", "30"),
@@ -684,6 +694,9 @@ def main() -> int:
                              " --only restore; the rss runs follow --rss-size)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 64MiB, chain 16MiB + 30 x 1MiB, rss-size 0, 1 rep")
+    parser.add_argument("--compare", action="append", default=[], metavar="NAME=DIR",
+                        type=lambda text: (text.partition("=")[0], Path(text.partition("=")[2])),
+                        help="also run zbak archive from the checkout DIR, as tool NAME")
     parser.add_argument("--profile", type=Path, default=None,
                         help="run each zbak case once under py-spy, raw stacks into this dir")
     args = parser.parse_args()
@@ -696,6 +709,11 @@ def main() -> int:
         if not shutil.which(tool):
             raise SystemExit(f"{tool} missing: apt-get install zstd time; pip install py-spy")
 
+    # As installed (pip compiles the modules), not as a fresh checkout that, with
+    # PYTHONDONTWRITEBYTECODE set, compiles every module again in every run (0.05-0.09 s of
+    # an archive's start-up in py-spy).
+    for tree in [REPO, *(tree for _, tree in args.compare)]:
+        subprocess.run([PYTHON, "-m", "compileall", "-q", str(tree / "zrepl_py")], check=True)
     workdir = Path(tempfile.mkdtemp(prefix="zbak-bench-archive-", dir="/var/tmp"))
     try:
         with private_zfs_fuse(workdir) as pidfile:

@@ -238,6 +238,37 @@ class TestFileStore(StoreContract):
         with pytest.raises(ObjectNotFound):
             store.stat("a")
 
+    def test_a_large_object_written_and_hashed_in_helper_threads_round_trips(self, store):
+        """``put`` writes and hashes in two helper threads and starts the disk writes
+        every ``WRITEBACK_STEP`` bytes; the object and its SHA-256 are those of the chunks,
+        in order, however they are cut."""
+        data = payload(40 * MiB + 5, seed=3)
+        result = store.put("big", chunked(data, 3 * MiB + 1))
+        assert (result.size, result.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+        assert (store.root / "big").read_bytes() == data
+
+    def test_a_write_failing_in_the_writer_thread_leaves_the_old_object_and_no_temporary_file(
+            self, store):
+        """A real write error (the file-size limit, EFBIG, raised in ``put``'s writer
+        thread) is the store's permanent error naming the key; the temporary file is
+        removed and the object written before is untouched."""
+        import resource
+        import signal
+
+        store.put("k", [b"old"])
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+        handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20 * MiB, limit[1]))
+        try:
+            with pytest.raises(StorePermanent, match="'k'") as failed:
+                store.put("k", chunked(payload(40 * MiB)))
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+            signal.signal(signal.SIGXFSZ, handler)
+        assert failed.value.key == "k"
+        assert read_all(store, "k") == b"old"
+        assert sorted(p.name for p in store.root.iterdir()) == ["k"]
+
     def test_a_full_disk_is_reported_as_a_permanent_error_naming_the_store(self, store):
         # ENOSPC cannot be provoked without mounting a tiny filesystem; the mapping is pure.
         import errno

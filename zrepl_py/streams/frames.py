@@ -18,7 +18,6 @@ Block_Size bytes (1 byte for RLE); after the last block, the 4-byte content chec
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
@@ -26,12 +25,18 @@ from collections.abc import Callable, Iterable, Iterator
 import zstandard
 
 from zrepl_py.errors import StreamCorrupt
+from zrepl_py.runtime.behind import Behind
 from zrepl_py.runtime.cpus import usable_cpus
 
 _MAGIC = b"\x28\xb5\x2f\xfd"
 _MAX_BLOCK = 128 * 1024  # RFC 8878 3.1.1.2.3: Block_Maximum_Size <= 128 KiB
 JOB_SIZE = 2 << 20
 """Raw bytes per zstd job in multi-threaded compression (see :func:`compress_frame`)."""
+RAW_HASH_DEPTH = 3
+"""Chunks handed to the raw SHA-256 thread and not hashed yet before :func:`compress_frame`
+waits for it (3 MiB at 1 MiB chunks): on 2 busy CPUs the hasher falls behind for a moment
+now and then, and with one chunk of slack the compressing thread waited on it for 28 % of a
+50 % compressible archive (py-spy, benchmarks/archive.py)."""
 MAX_COMPRESS_THREADS = 2
 """Most zstd workers one frame uses. Each holds about 15 MiB at ``JOB_SIZE`` (more on
 incompressible data, whose output buffers fill): with two, ``zbak archive`` of random data to
@@ -96,8 +101,9 @@ def compress_frame(raw: Iterable[bytes], level: int, digest: Digest, *,
 
     zstd's own multi-threaded mode compresses (``threads`` workers, jobs of ``JOB_SIZE``
     raw bytes; python-zstandard releases the GIL inside libzstd), so this thread only hands
-    it each chunk while the raw SHA-256 runs in one helper thread, one chunk behind, and
-    the consumer stores what came out before. What each worker holds is bounded by the job
+    it each chunk while the raw SHA-256 runs in one helper thread (``runtime.behind``, up to
+    ``RAW_HASH_DEPTH`` chunks behind), and the consumer stores what came out before. What
+    each worker holds is bounded by the job
     size: measured with python-zstandard 0.25 (libzstd 1.5.7) at level 3, 2 MiB jobs add
     about 15 MiB of RSS per worker and make output 0.1 % larger than zstd's default jobs of
     4 x the window (8 MiB), which added 45 MiB per worker. The output does not depend on
@@ -118,24 +124,15 @@ def compress_frame(raw: Iterable[bytes], level: int, digest: Digest, *,
     params = zstandard.ZstdCompressionParameters.from_level(
         level, threads=threads or compress_threads(), job_size=JOB_SIZE, write_checksum=True)
     cobj = zstandard.ZstdCompressor(compression_params=params).compressobj()
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sha256") as hasher:
-        pending: concurrent.futures.Future[None] | None = None
-        try:
-            for chunk in raw:
-                if pending is not None:
-                    pending.result()  # in order, and at most one chunk held for hashing
-                pending = hasher.submit(digest.add_raw, chunk)
-                out = cobj.compress(chunk)
-                if out:
-                    digest.add_stored(out)
-                    yield out
-            out = cobj.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH)
-            if pending is not None:
-                pending.result()
-                pending = None
-        finally:
-            if pending is not None:
-                pending.cancel()  # the consumer stopped early: do not wait for the rest
+    with Behind("sha256-raw", depth=RAW_HASH_DEPTH) as hasher:
+        for chunk in raw:
+            hasher.submit(digest.add_raw, chunk)
+            out = cobj.compress(chunk)
+            if out:
+                digest.add_stored(out)
+                yield out
+        out = cobj.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH)
+        hasher.drain()
     if out:
         digest.add_stored(out)
         yield out
