@@ -85,7 +85,12 @@ of real disk at most) and sshd on 127.0.0.1, all removed at the end. Usage::
 
     .venv/bin/python benchmarks/replication.py [--size-mb 512] [--incr-mb N] [--reps 3]
         [--datasets 100] [--cases full,incremental,tree,nightly,noop] [--keep-bashrc]
-        [--timeline] [--quick]
+        [--timeline] [--quick] [--bandwidth-limit BYTES]
+
+``--bandwidth-limit`` gives zbak's jobs a ``bandwidth_limit`` (the other tools run without
+one): set high enough that the link never fills, the tree case shows what sharing one limit
+among concurrent pipelines costs (``proc.ratelimit``; measured 2026-11-26 with 1 GB/s, see
+the README's Performance).
 """
 
 from __future__ import annotations
@@ -282,6 +287,8 @@ class Bench:
                 targets = ["backup:{self.dst}/{targets[job]}"]
                 compression = "none"
             """)
+            if self.args.bandwidth_limit:
+                text += f"bandwidth_limit = {self.args.bandwidth_limit}\n"
         self.config.write_text(text)
 
     def zbak_env(self) -> dict[str, str]:
@@ -800,6 +807,10 @@ def main() -> int:
                         help="also one zbak --debug run of the incremental (every log line "
                              "with its time) and of the tree initial (summed up): where the "
                              "time goes")
+    parser.add_argument("--bandwidth-limit", type=int, default=0, metavar="BYTES",
+                        help="zbak's [replicate] bandwidth_limit in bytes/s (default none): "
+                             "with one the link cannot fill, what sharing it costs a tree "
+                             "(the other tools run unlimited)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 64 MiB, 10 datasets, 2 reps (unless given)")
     args = parser.parse_args()
