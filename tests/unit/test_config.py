@@ -164,17 +164,18 @@ def test_a_target_inside_its_source_tree_on_the_same_host_is_refused(dataset, ta
 
 @pytest.mark.parametrize("data, key, message", [
     ({"jobs": {"j": {"dataset": "p/d", "select": "x"}}}, "jobs.j.select",
-     "expected a table, got the string 'x'"),
-    ({"jobs": {"j": {"dataset": 5}}}, "jobs.j.dataset", "expected a string, got the integer 5"),
+     "expected a table, got a string"),
+    ({"jobs": {"j": {"dataset": 5}}}, "jobs.j.dataset", "expected a string, got an integer"),
     ({"jobs": {"j": {"dataset": "p/d", "recursive": "yes"}}}, "jobs.j.recursive",
-     "expected true or false, got the string 'yes'"),
+     "expected true or false, got a string"),
     ({"jobs": {"j": {"dataset": "p/d", "replicate": {"targets": "p/x"}}}},
-     "jobs.j.replicate.targets", "expected an array, got the string 'p/x'"),
+     "jobs.j.replicate.targets", "expected an array, got a string"),
     ({"jobs": []}, "jobs", "expected a table, got an array"),
 ])
 def test_a_value_of_the_wrong_type_is_named_in_tomls_words(data, key, message):
     """Issue 19 note: pydantic says 'Input should be a valid dictionary or instance of
-    SelectConfig'; an admin wrote TOML, so the message says table, array, string."""
+    SelectConfig'; an admin wrote TOML, so the message says table, array, string. The value
+    found is never shown: it may be a secret (test_alerts_apprise)."""
     with pytest.raises(ConfigError) as info:
         parse_config(data, "zbak.toml")
     assert info.value.problems == [(key, message)]

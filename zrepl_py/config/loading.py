@@ -42,15 +42,14 @@ _EXPECTED = {"dict_type": "a table", "model_type": "a table", "list_type": "an a
 """What pydantic's type errors expected, in TOML's words ("Input should be a valid
 dictionary or instance of SelectConfig" says neither TOML nor what was found)."""
 
-_TOML_TYPES = {dict: "a table", list: "an array", str: "the string", bool: "the boolean",
-               int: "the integer", float: "the number"}
+_TOML_TYPES = {dict: "a table", list: "an array", str: "a string", bool: "a boolean",
+               int: "an integer", float: "a number"}
 
 
 def _type_message(expected: str, given: object) -> str:
-    """``expected a table, got the string 'x'`` (a table or array found is not shown)."""
-    found = _TOML_TYPES.get(type(given), type(given).__name__)
-    shown = "" if isinstance(given, (dict, list)) else f" {given!r}"
-    return f"expected {expected}, got {found}{shown}"
+    """``expected a table, got a string``: what was found is named by its type only, never
+    its value, which may be a secret (a notification URL with its token, a password)."""
+    return f"expected {expected}, got {_TOML_TYPES.get(type(given), type(given).__name__)}"
 
 
 def parse_config(data: dict, path: str) -> Config:
