@@ -111,8 +111,9 @@ class RestoreFacts:
 
 
 RESTORING = "zbak:restoring"
-"""User property a restore from the archive sets on the dataset it creates once the first
-stream is received (value ``HOST:DATASET`` restored) and clears when it finished: a dataset
+"""User property a restore sets on the dataset it creates once the first stream (a chain's
+full, or a local or replica source's full) is received (value ``HOST:DATASET`` restored) and
+clears when it finished: a dataset
 holding it is the unfinished work of a restore that was killed or failed, which the same
 restore continues (``plan.plan_restore``) instead of refusing the existing dataset."""
 
