@@ -138,6 +138,17 @@ class StoreContract:
         info = next(iter(store.list("c")))
         assert info.size == 1 and info.thaw is Thaw.NOT_NEEDED and info.readable
 
+
+    def test_sizes_are_the_listed_objects_sizes_for_every_prefix(self, store):
+        """``sizes`` (prune's and restore's damage checks) sees exactly what ``list`` does:
+        the same keys for each prefix, with their stored bytes."""
+        for key in ["b/2", "a/10", "a/1", "a.b", "a/0/x", "c"]:
+            store.put(key, [key.encode() * 3])
+        for prefix in ("", "a/", "a/1", "a", "zzz/"):
+            assert store.sizes(prefix) == {i.key: i.size for i in store.list(prefix)}
+        assert store.sizes("a/1") == {"a/1": 9, "a/10": 12}
+        with pytest.raises(StorePermanent, match="invalid"):
+            store.sizes("/abs")
     def test_stat_reports_size_class_and_an_aware_utc_time(self, store):
         store.put("k", [b"12345"])
         info = store.stat("k")
@@ -191,7 +202,7 @@ class TestFileStore(StoreContract):
         with pytest.raises(RuntimeError):
             store.put("d/y", failing_after(payload(100), RuntimeError("boom")))
         assert sorted(os.listdir(store.root / "d")) == [".x.partial-abc123"]
-        assert list(store.list()) == []
+        assert list(store.list()) == [] and store.sizes() == {}
 
     def test_abort_stale_uploads_removes_only_temporary_files_older_than_the_age(self, store):
         """RELIABILITY 15 (file): a crashed put's temporary file older than the age is

@@ -57,6 +57,9 @@ class Store:
         return [types.SimpleNamespace(key=k, size=v) for k, v in sorted(self.objects.items())
                 if k.startswith(prefix)]
 
+    def sizes(self, prefix: str) -> dict[str, int]:
+        return {i.key: i.size for i in self.list(prefix)}
+
     def delete(self, key: str) -> None:
         self.deleted.append(key)
         self.objects.pop(key, None)

@@ -101,12 +101,13 @@ def find_damaged(listing: Mapping[str, int], volumes: Mapping[int, Sequence[Volu
 
 
 def listed_sizes(backend: Backend, prefix: str) -> dict[str, int]:
-    """``{key: stored bytes}`` of every object under ``prefix`` (one listing).
+    """``{key: stored bytes}`` of every object under ``prefix`` (one listing,
+    ``Backend.sizes``).
 
     Raises:
         StoreError: the listing failed.
     """
-    return {info.key: info.size for info in backend.list(prefix)}
+    return backend.sizes(prefix)
 
 
 def delete_stream(backend: Backend, catalog: Catalog, stream: StreamRow) -> int:

@@ -240,7 +240,7 @@ def _store_facts(ctx: Context, name: str, streams: tuple[StreamRow, ...],
         return StoreFacts(name, streams, carried, volumes)
     try:
         prefix = common_prefix([s.object_prefix for s in living])
-        listed = {info.key: info.size for info in ctx.store(name).list(prefix)}
+        listed = ctx.store(name).sizes(prefix)
     except ZbakError as exc:
         return StoreFacts(name, streams, carried, volumes, problem=f"cannot list store {name}: {exc}")
     damaged = {}

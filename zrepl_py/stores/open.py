@@ -116,6 +116,10 @@ class PruneCredentialBackend(Backend):
         """``writer.list``."""
         return self.writer.list(prefix)
 
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """``writer.sizes``."""
+        return self.writer.sizes(prefix)
+
     def delete(self, key: str) -> None:
         """``pruner.delete``: the only call made with the prune credential."""
         self.pruner.delete(key)
