@@ -106,9 +106,11 @@ def test_commands_without_a_catalog_to_read_load_no_sqlalchemy(tmp_path, args):
         "zrepl_py.catalog.rows", "zrepl_py.catalog.chains"}
 
 
-CATALOG_READERS = {"alembic", "sqlalchemy.orm", "paramiko", "boto3", "botocore", "psycopg"}
+CATALOG_READERS = {"alembic", "sqlalchemy.orm", "paramiko", "boto3", "botocore", "psycopg",
+                   "rich"}
 """What a local job's catalog command does not load: the ORM (the catalog is SQLAlchemy
-Core), Alembic (only ``zbak init`` migrates), SSH and S3 libraries, psycopg (SQLite)."""
+Core), Alembic (only ``zbak init`` migrates), SSH and S3 libraries, psycopg (SQLite), rich
+(its output goes to a pipe here, where tables are plain lines, ``cli.common.emit_table``)."""
 
 
 @pytest.mark.parametrize("args", [["status", "--offline"], ["status", "--check"],

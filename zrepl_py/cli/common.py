@@ -7,7 +7,6 @@ config loader (pydantic), the Context (catalog, hosts) and rich load when first 
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 import os
@@ -245,36 +244,33 @@ def _json_default(value: Any) -> Any:
 
 
 def emit_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Print a table with rich: boxed and fitted to the width on a terminal; off one (a pipe,
-    a file, cron mail) plain columns at their natural width, two spaces apart, with no
-    trailing blanks and no folded cells, so each row is one line for grep and awk.
+    """Print a table: on a terminal with rich, boxed and fitted to the width; off one (a
+    pipe, a file, cron mail) the title, then plain columns at their natural width, two
+    spaces apart (widths counted in characters), with no trailing blanks and no folded
+    cells, so each row is one line for grep and awk (``summary.emit_lines``; rich is not
+    imported there: 15 ms of every cron run's start-up, and it folded a title wider than
+    the table).
 
     Cells are ``None`` (shown empty) or anything ``str()`` turns into text. Title and cells are
     never read as rich markup (``[local]`` stays, ``[/x]`` cannot raise MarkupError), and
     their control characters are escaped (``printable``).
     """
+    if not sys.stdout.isatty():
+        from zrepl_py.cli.summary import emit_lines  # noqa: PLC0415 (it imports this module)
+
+        click.echo(printable(title))
+        emit_lines(columns, rows)
+        return
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    tty = sys.stdout.isatty()
-    plain = {} if tty else {"box": None, "pad_edge": False, "header_style": "", "title_style": ""}
-    table = Table(title=Text(printable(title)), title_justify="left", show_lines=False, **plain)
+    table = Table(title=Text(printable(title)), title_justify="left", show_lines=False)
     for column in columns:
-        table.add_column(Text(column), overflow="fold" if tty else "ignore", no_wrap=not tty)
+        table.add_column(Text(column), overflow="fold")
     for row in rows:
         table.add_row(*(Text("" if v is None else printable(str(v))) for v in row))
-    if tty:
-        Console().print(table)
-        return
-    buffer = io.StringIO()
-    Console(file=buffer, width=_UNFOLDED, color_system=None).print(table)
-    click.echo("\n".join(line.rstrip() for line in buffer.getvalue().splitlines()))
-
-
-_UNFOLDED = 1_000_000
-"""Console width off a terminal: wider than any row, so no cell is folded (rich lays a table
-out at its natural width unless the console is narrower)."""
+    Console().print(table)
 
 
 def for_each_job(jobs, action) -> tuple[list[Any], ExitStatus]:
