@@ -138,6 +138,17 @@ class StoreContract:
         info = next(iter(store.list("c")))
         assert info.size == 1 and info.thaw is Thaw.NOT_NEEDED and info.readable
 
+    def test_list_outside_leaves_out_the_objects_under_the_skipped_directories_only(self, store):
+        for key in ["h/t/1/v", "h/t/a/1/v", "h/t/a/b/1/v", "h/t/a b/1/v", "h/t/ab/v", "h/t/x",
+                    "h/u/v"]:
+            store.put(key, [key.encode()])
+        assert [i.key for i in store.list_outside("h/t/", {"h/t/a/"})] == [
+            "h/t/1/v", "h/t/a b/1/v", "h/t/ab/v", "h/t/x"]
+        assert [i.key for i in store.list_outside("h/t/a/", {"h/t/a/b/"})] == ["h/t/a/1/v"]
+        assert [i.key for i in store.list_outside("h/t/", set())] == [
+            i.key for i in store.list("h/t/")]
+        assert list(store.list_outside("h/t/a/", {"h/t/"})) == []
+
     def test_stat_reports_size_class_and_an_aware_utc_time(self, store):
         store.put("k", [b"12345"])
         info = store.stat("k")
