@@ -204,9 +204,14 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
     ok_ids = restorable_streams(streams)
     names: dict[int, str] = {}
     known = known or {}
+    # The sets hold the snapshots-table rows (also in ``others``) where they agree with
+    # what the streams carry, not copies: an audit keeps every dataset's coverage until it
+    # reports (issue 20).
+    rows: dict[int, CarriedSnapshot] = {}
     for snaps in known.values():
         for snap in snaps:
             names.setdefault(snap.guid, snap.name)
+            rows.setdefault(snap.guid, snap)
     for s in streams:
         if s.from_guid is not None and s.from_name:
             names.setdefault(s.from_guid, s.from_name)
@@ -228,8 +233,11 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
         bucket = groups.setdefault(key, {"ok": {}, "lost": {}, "merge": {}, "stray": {}})[which]
         for c in snaps:
             if c.guid not in bucket:
-                bucket[c.guid] = c if c.name else CarriedSnapshot(names.get(c.guid, ""), c.guid,
-                                                                  c.createtxg)
+                if not c.name:
+                    c = CarriedSnapshot(names.get(c.guid, ""), c.guid, c.createtxg)
+                row = rows.get(c.guid)
+                bucket[c.guid] = (row if row is not None and row.name == c.name
+                                  and row.createtxg == c.createtxg else c)
 
     for s in streams:
         if s.state in ("condemned", "uploading"):

@@ -5,6 +5,7 @@ conversion."""
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
@@ -207,11 +208,13 @@ class BulkReads(CatalogBase):
             names = {i: (h, n) for i, h, n in conn.execute(named)}
             rows = raw_rows(conn, query)
         found: dict[tuple[str, str], list[CarriedSnapshot]] = {}
-        wrap = WRAP64
+        wrap, intern = WRAP64, sys.intern
         rows.sort(key=_first_and_txg)
+        # Names interned: the datasets of a recursive job share their snapshots' names, and
+        # an audit keeps these rows for its report (issue 20).
         for dataset_id, name, guid, createtxg in rows:
             found.setdefault(names[dataset_id], []).append(
-                CarriedSnapshot(name, guid + wrap if guid < 0 else guid, createtxg))
+                CarriedSnapshot(intern(name), guid + wrap if guid < 0 else guid, createtxg))
         return found
 
     def stream_links(
