@@ -2,8 +2,8 @@
 the batch, not the catalog) and finds exactly what one batch over the whole job finds, in
 the same order: a missing volume, a volume of the wrong size, stray stream directories of a
 dataset the catalog knows, of one it does not know (also below a catalogued dataset), and
-a stray file at the job's root. Real SQLite catalog and ``file://`` store, generated as
-``zbak archive`` writes them (tests/support/generated.py); no ZFS is needed (the job
+a stray file at the job's root. Real SQLite catalog and ``file://`` or S3 (moto) store,
+generated as ``zbak archive`` writes them (tests/support/generated.py); no ZFS is needed (the job
 selects no property, so its source is never listed). How little memory a batch takes is
 the benchmark's matter (benchmarks/catalog.py), not a test's."""
 
@@ -26,10 +26,11 @@ from zrepl_py.objects.layout import stream_prefix
 ROOT = "tank/st"
 
 
-@pytest.fixture
-def damaged(tmp_path, capsys):
+@pytest.fixture(params=["file", "s3"])
+def damaged(request, tmp_path, capsys):
     """Five datasets of 2 chains x 5 streams, one more nested in the second, each defect
-    of the module docstring; the catalog file is saved so each audit starts from it."""
+    of the module docstring, in a ``file://`` store or copied to S3 (moto); the catalog
+    file is saved so each audit starts from it."""
     state, store = tmp_path / "state", tmp_path / "store"
     state.mkdir(mode=0o700)
     store.mkdir()
@@ -56,6 +57,17 @@ def damaged(tmp_path, capsys):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(b"x")
     (local / ROOT / "junk.txt").write_text("not zbak's\n")
+    if request.param == "s3":
+        server, bucket = (request.getfixturevalue(f) for f in ("s3_server", "s3_bucket"))
+        client = server.client()
+        for path in sorted(p for p in store.rglob("*") if p.is_file()):
+            client.put_object(Bucket=bucket, Key=f"zbak/{path.relative_to(store)}",
+                              Body=path.read_bytes())
+        text = config.read_text().replace(
+            f'url = "file://{store}"', f'url = "s3://{bucket}/zbak"\nendpoint ='
+            f' "{server.endpoint_url}"\nregion = "us-east-1"')
+        assert "s3://" in text
+        config.write_text(text)
     shutil.copy2(catalog, tmp_path / "catalog.saved")
     return Zbak(config, capsys), catalog, tmp_path / "catalog.saved"
 

@@ -356,6 +356,28 @@ class TestS3Store(StoreContract):
         assert raw.get_object(Bucket=store.bucket, Key="some/prefix/k")["Body"].read() == b"ours"
         assert [i.key for i in store.list()] == ["k"]
 
+    def test_list_outside_requests_no_key_of_a_skipped_directory(self, store, monkeypatch):
+        """An audit's last listing of a job's tree outside its datasets' directories (issue
+        20): one request for the level holding them, one for the run of keys after them,
+        however many objects the datasets hold."""
+        datasets = {f"r/d{i}/" for i in range(30)}
+        for key in [*(d + f"{n:020d}-full/vol" for d in datasets for n in range(3)), "r/junk",
+                    "r/zz/0-full/vol", "r/zz/0-full/manifest.json"]:
+            store.put(key, [b"x"])
+        requests = []
+        op = store._op
+        monkeypatch.setattr(store, "_op", lambda name, *a, **k: requests.append(
+            (name, k.get("Delimiter"), k.get("StartAfter"))) or op(name, *a, **k))
+        assert [i.key for i in store.list_outside("r/", datasets)] == [
+            "r/junk", "r/zz/0-full/manifest.json", "r/zz/0-full/vol"]
+        assert [name for name, *_ in requests] == ["list_objects_v2"] * 2
+        assert requests[0][1] == "/" and requests[1][2].startswith("some/prefix/r/d9/")
+        del requests[:]
+        assert [i.key for i in store.list_outside("r/", datasets - {"r/d5/"})] == [
+            f"r/d5/{n:020d}-full/vol" for n in range(3)] + ["r/junk", "r/zz/0-full/manifest.json",
+                                                           "r/zz/0-full/vol"]
+        assert len(requests) == 3
+
     def test_stat_reports_s3s_stored_sha256_of_a_one_request_object_only(self, store, s3_server):
         """Issue 15: HeadObject with ChecksumMode gives the whole object's SHA-256 for a
         PutObject; a multipart object's checksum is composite (of the parts): None."""
