@@ -169,9 +169,9 @@ class Backend(abc.ABC):
         ``skip`` (each ending in ``/``: directories, e.g. other datasets' ``HOST/DATASET/``),
         in key order; one audit batch lists its datasets' own objects with it (issue 20).
 
-        This default filters :meth:`list` (the skipped objects are still listed: on S3,
-        still requested, though never held); a store that can leave a whole directory
-        unread (``file://``) overrides it.
+        This default filters :meth:`list` (the skipped objects are still listed, though
+        never held); ``file://`` and S3 override it to leave the skipped directories
+        unread.
 
         Raises:
             as :meth:`list`.
