@@ -277,7 +277,8 @@ def plan_batches(datasets: Sequence[DatasetStreams], limit: int, *,
         max_datasets: datasets per batch (each is one bound parameter of the batch's reads).
 
     Returns:
-        the batches, each a non-empty list, together ``datasets`` in order.
+        the batches, each a non-empty list, together ``datasets`` in order (none for none).
+        Pure: raises nothing.
     """
     batches: list[list[DatasetStreams]] = []
     current: list[DatasetStreams] = []

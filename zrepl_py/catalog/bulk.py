@@ -254,7 +254,11 @@ class BulkReads(CatalogBase):
         """Every catalogued dataset in a scope (see :meth:`bulk_streams`), also those
         without streams, with its stream count per store, sorted by host and name (in
         Python: code-point order on every database). One grouped read of the streams'
-        index; no stream row is read."""
+        index; no stream row is read.
+
+        Raises:
+            CatalogError: the database failed.
+        """
         ds, stream = dataset_table.c, stream_table.c
         named = sa.select(ds.id, ds.host, ds.name).where(*scope_conditions(host, below, None))
         counts = (sa.select(stream.dataset_id, stream.store, sa.func.count())
