@@ -215,3 +215,31 @@ def test_the_audit_reads_take_no_write_lock_on_sqlite(tmp_path):
             assert s["gap"] in loaded.screened.failed and len(loaded.streams) == 20
             writer.execute("UPDATE streams SET verified_at = NULL")
             writer.execute("COMMIT")
+
+
+def test_reads_scoped_to_each_dataset_give_together_what_the_whole_scope_gives(engine, catalog):
+    """What ``audit.job`` reads per batch of datasets (``datasets=`` ids): the same rows and
+    the same graph findings, dataset by dataset, as one read of the scope."""
+    s = defective_catalog(engine)
+    counts = catalog.dataset_streams(host="local")
+    assert [(d.name, d.stores) for d in counts] == [("tank/bad", {"cold": 17}),
+                                                   ("tank/ok", {"cold": 3})]
+    assert catalog.dataset_streams(host="local", below="tank/ok")[0].streams == 3
+    whole = load_graph_input(catalog, host="local", archives=[("job", "cold")])
+    parts = [load_graph_input(catalog, host="local", archives=[("job", "cold")],
+                              datasets=[d.id]) for d in counts]
+    assert sorted(audit_graph(whole), key=repr) == sorted(
+        (f for part in parts for f in audit_graph(part)), key=repr)
+    assert set().union(*(p.screened.failed for p in parts)) == whole.screened.failed
+    assert sorted(link for p in parts for link in p.streams) == sorted(whole.streams)
+    for read in (catalog.bulk_streams, catalog.bulk_volumes, catalog.bulk_carried,
+                 catalog.manifest_stamps):
+        together = [read(host="local", datasets=[d.id]) for d in counts]
+        if isinstance(together[0], dict):
+            assert {k: v for t in together for k, v in t.items()} == read(host="local")
+        else:
+            assert [r for t in together for r in t] == read(host="local")
+    assert {k: v for d in counts for k, v in
+            catalog.known_snapshots(host="local", datasets=[d.id]).items()} == \
+        catalog.known_snapshots(host="local")
+    assert s["gap"] in parts[0].screened.failed

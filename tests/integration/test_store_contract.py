@@ -138,7 +138,6 @@ class StoreContract:
         info = next(iter(store.list("c")))
         assert info.size == 1 and info.thaw is Thaw.NOT_NEEDED and info.readable
 
-
     def test_sizes_are_the_listed_objects_sizes_for_every_prefix(self, store):
         """``sizes`` (prune's and restore's damage checks) sees exactly what ``list`` does:
         the same keys for each prefix, with their stored bytes."""
@@ -149,6 +148,18 @@ class StoreContract:
         assert store.sizes("a/1") == {"a/1": 9, "a/10": 12}
         with pytest.raises(StorePermanent, match="invalid"):
             store.sizes("/abs")
+
+    def test_list_outside_leaves_out_the_objects_under_the_skipped_directories_only(self, store):
+        for key in ["h/t/1/v", "h/t/a/1/v", "h/t/a/b/1/v", "h/t/a b/1/v", "h/t/ab/v", "h/t/x",
+                    "h/u/v"]:
+            store.put(key, [key.encode()])
+        assert [i.key for i in store.list_outside("h/t/", {"h/t/a/"})] == [
+            "h/t/1/v", "h/t/a b/1/v", "h/t/ab/v", "h/t/x"]
+        assert [i.key for i in store.list_outside("h/t/a/", {"h/t/a/b/"})] == ["h/t/a/1/v"]
+        assert [i.key for i in store.list_outside("h/t/", set())] == [
+            i.key for i in store.list("h/t/")]
+        assert list(store.list_outside("h/t/a/", {"h/t/"})) == []
+
     def test_stat_reports_size_class_and_an_aware_utc_time(self, store):
         store.put("k", [b"12345"])
         info = store.stat("k")
@@ -355,6 +366,28 @@ class TestS3Store(StoreContract):
         store.put("k", [b"ours"])
         assert raw.get_object(Bucket=store.bucket, Key="some/prefix/k")["Body"].read() == b"ours"
         assert [i.key for i in store.list()] == ["k"]
+
+    def test_list_outside_requests_no_key_of_a_skipped_directory(self, store, monkeypatch):
+        """An audit's last listing of a job's tree outside its datasets' directories (issue
+        20): one request for the level holding them, one for the run of keys after them,
+        however many objects the datasets hold."""
+        datasets = {f"r/d{i}/" for i in range(30)}
+        for key in [*(d + f"{n:020d}-full/vol" for d in datasets for n in range(3)), "r/junk",
+                    "r/zz/0-full/vol", "r/zz/0-full/manifest.json"]:
+            store.put(key, [b"x"])
+        requests = []
+        op = store._op
+        monkeypatch.setattr(store, "_op", lambda name, *a, **k: requests.append(
+            (name, k.get("Delimiter"), k.get("StartAfter"))) or op(name, *a, **k))
+        assert [i.key for i in store.list_outside("r/", datasets)] == [
+            "r/junk", "r/zz/0-full/manifest.json", "r/zz/0-full/vol"]
+        assert [name for name, *_ in requests] == ["list_objects_v2"] * 2
+        assert requests[0][1] == "/" and requests[1][2].startswith("some/prefix/r/d9/")
+        del requests[:]
+        assert [i.key for i in store.list_outside("r/", datasets - {"r/d5/"})] == [
+            f"r/d5/{n:020d}-full/vol" for n in range(3)] + ["r/junk", "r/zz/0-full/manifest.json",
+                                                           "r/zz/0-full/vol"]
+        assert len(requests) == 3
 
     def test_stat_reports_s3s_stored_sha256_of_a_one_request_object_only(self, store, s3_server):
         """Issue 15: HeadObject with ChecksumMode gives the whole object's SHA-256 for a

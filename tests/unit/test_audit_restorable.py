@@ -6,7 +6,15 @@ from __future__ import annotations
 import datetime as dt
 
 from zrepl_py.audit.findings import Severity
-from zrepl_py.audit.restorable import Stray, coverage, coverage_findings, ranges, stray, strays_of
+from zrepl_py.audit.restorable import (
+    Snapshots,
+    Stray,
+    coverage,
+    coverage_findings,
+    ranges,
+    stray,
+    strays_of,
+)
 from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.objects.layout import parse_stream_prefix, stream_prefix
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
@@ -128,3 +136,12 @@ def test_a_stray_without_manifest_nothing_applies_on_is_not_counted_while_an_arc
     assert cov.unrestorable == ()
     (cov,) = coverage(rows, carried(*rows), strays)
     assert names(cov.unrestorable) == ["guid 1000001"]
+
+
+def test_a_coverage_keeps_its_snapshots_as_columns_that_read_back_as_the_same_snapshots():
+    snaps = [CarriedSnapshot("a", 2**64 - 1, 10), CarriedSnapshot("", 7, 20)]
+    kept = Snapshots(snaps)
+    assert len(kept) == 2 and list(kept) == snaps and kept[1] == snaps[1]
+    assert kept == tuple(snaps) and kept[:1] == (snaps[0],) and kept != tuple(snaps[:1])
+    assert kept + Snapshots() == tuple(snaps) and () + kept == tuple(snaps)
+    assert hash(kept) == hash(Snapshots(snaps)) and Snapshots() == ()

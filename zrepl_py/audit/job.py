@@ -3,14 +3,34 @@
 1. graph: the catalog rows of the job's datasets (``audit.load``, one query per table), its
    replica cursors (each ZFS target dataset listed once, to see the cursor's snapshot is
    there) and, when the job has ``[archive]``, the archive's progress (``audit.graph``);
-2. objects: per store holding the job's streams, one listing of the job's dataset prefix
-   (the job's own store's made in a thread while the catalog is read), the manifests read
+2. objects: per store holding the job's streams, a listing of the datasets' prefixes (the
+   job's own store's made in a thread while the catalog is read), the manifests read
    and compared unless an earlier read of the same, unchanged object agreed
    (``audit.objects``, whose stamps ``catalog.stamps`` keeps); a stream with a volume
    missing or of the wrong size is marked ``bad`` (``archive.damage.mark_bad``, an alert
    event);
 3. with ``deep``: the chosen streams re-read and checked, verified or marked bad, and with
    ``receive_into`` their chains test-received (``audit.deep``).
+
+Batches (issue 20: reading a job of 100,000 streams at once peaked at 604 MiB, growing
+linearly): the job's datasets and their stream counts are read first
+(``Catalog.dataset_streams``), then grouped into batches of whole datasets of up to
+:data:`BATCH_STREAMS` streams (:func:`plan_batches`; a dataset is never split, so every
+chain is checked whole). Each batch is read, listed, checked (graph and objects levels,
+marks, stamps, coverage) and dropped before the next: its catalog reads are scoped to its
+datasets' ids, and its listing is one per dataset and store (``dataset_prefix``), leaving
+out the directories of catalogued datasets below it, which their own batch lists
+(``Backend.list_outside``; a ``file://`` store never reads them). After the batches, one
+listing per store of the job's prefix outside every catalogued dataset's directory (a
+``file://`` store reads just the directories above the datasets) finds what no batch saw:
+stray stream directories of datasets the catalog does not know, and stray files; and the
+replica cursors are checked once. The findings are those one batch over the whole job
+gives, in the same order (``sort_findings`` is stable, and the batches' findings are kept
+per level and store as one batch would give them). A job that fits in one batch, and
+every ``--deep`` audit (its sample and ``--max-duration`` are shared by the whole job), is
+read as one batch with one listing of the job's prefix per store, as before.
+Assumed, as ``zbak archive`` writes them: a stream's objects lie under its own dataset's
+prefix (``objects.layout``).
 
 A plain audit only reads the store (in the catalog it writes its run, the manifest stamps
 and the streams it marks bad), so it does not take the job's dataset lock: it runs beside
@@ -27,19 +47,21 @@ summary when a warning or error was found, ``partial`` when cold volumes are sti
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from zrepl_py.archive.damage import mark_bad
 from zrepl_py.audit.deep import Deadline, DeepAudit, DeepResult, ScratchPool, choose
 from zrepl_py.audit.findings import Finding, Severity
-from zrepl_py.audit.graph import TargetListing, audit_graph, sort_findings
+from zrepl_py.audit.graph import GraphInput, TargetListing, audit_graph, sort_findings
 from zrepl_py.audit.load import load_graph_input
 from zrepl_py.audit.objects import audit_objects
 from zrepl_py.audit.restorable import Coverage, coverage, coverage_findings, stray, strays_of
-from zrepl_py.catalog.rows import VolumeRow
+from zrepl_py.catalog.base import CHUNK
+from zrepl_py.catalog.rows import DatasetStreams, VolumeRow
 from zrepl_py.config.schema import LOCAL_HOST, JobConfig, parse_endpoint, replica_datasets
 from zrepl_py.errors import (
     Locked,
@@ -237,65 +259,189 @@ def _recorded_audit(ctx: Context, catalog, name: str, job: JobConfig, *, deep: b
     return result
 
 
+BATCH_STREAMS = 20_000
+"""Streams a plain audit reads at once: the job's datasets are audited in batches of whole
+datasets holding up to this many streams together (a larger dataset is a batch of its
+own), each read, listed, checked and dropped before the next, so the audit's memory
+follows the batch, not the catalog (issue 20: 604 MiB for 100,000 streams read at once)."""
+
+
+def plan_batches(datasets: Sequence[DatasetStreams], limit: int, *,
+                 max_datasets: int = CHUNK) -> list[list[DatasetStreams]]:
+    """Group ``datasets`` (in their order) into batches of whole datasets.
+
+    Args:
+        datasets: every dataset to audit (``Catalog.dataset_streams``).
+        limit: streams per batch (every store together); a dataset with more is a batch of
+            its own: one dataset is never split, its chains are checked together.
+        max_datasets: datasets per batch (each is one bound parameter of the batch's reads).
+
+    Returns:
+        the batches, each a non-empty list, together ``datasets`` in order (none for none).
+        Pure: raises nothing.
+    """
+    batches: list[list[DatasetStreams]] = []
+    current: list[DatasetStreams] = []
+    count = 0
+    for dataset in datasets:
+        streams = dataset.streams
+        if current and (count + streams > limit or len(current) >= max_datasets):
+            batches.append(current)
+            current, count = [], 0
+        current.append(dataset)
+        count += streams
+    if current:
+        batches.append(current)
+    return batches
+
+
 def _audit(ctx: Context, name: str, job: JobConfig, host: str, root: str, *, deep: bool,
            sample: float | None, receive_into: str | None, deadline: Deadline) -> AuditResult:
     catalog = ctx.catalog()
-    prefix = dataset_prefix(host, root)
-    # The job's store is listed in a thread while the catalog is read: the listing waits on
-    # the store (system calls or HTTP) most of the time (issue 20).
-    ahead = []
-    if job.archive is not None and job.archive.store in ctx.config.stores:
-        backend = ctx.store(job.archive.store)
-        ahead.append((job.archive.store, lambda: _listing(backend, prefix)))
-    listings = Prefetch(ahead)
-    try:
-        cursors = catalog.cursors(job=name)
-        archives = [(name, job.archive.store)] if job.archive is not None else []
-        data = load_graph_input(catalog, host=host, below=root, archives=archives,
-                                cursors=cursors, targets=_targets(ctx, cursors))
-        return _audit_loaded(ctx, name, job, host, root, data, listings, deep=deep,
-                             sample=sample, receive_into=receive_into, deadline=deadline)
-    finally:
-        listings.close()
-
-
-def _listing(backend, prefix: str) -> dict[str, ObjectInfo]:
-    """Every object under ``prefix`` in ``backend`` by key (one listing)."""
-    return {info.key: info for info in backend.list(prefix)}
-
-
-def _audit_loaded(ctx: Context, name: str, job: JobConfig, host: str, root: str, data,
-                  listings: Prefetch, *, deep: bool, sample: float | None,
-                  receive_into: str | None, deadline: Deadline) -> AuditResult:
-    prefix = dataset_prefix(host, root)
     left_out, notes = _left_out(ctx, job)
     mine = covers(job, left_out)
-    covered = [s for s in data.streams if mine(s.dataset)]
-    data = dataclasses.replace(
-        data, streams=covered,
-        archives=[a for a in data.archives if mine(a.dataset)])
-    findings = audit_graph(data) + notes
-    result = AuditResult(name, [], streams=len(covered))
-    stores = sorted({s.store for s in covered} | ({job.archive.store} if job.archive else set()))
-    for store in stores:
-        if store not in ctx.config.stores:
-            findings.append(Finding(
-                Severity.WARNING, "objects", f"store {store} holds streams of job {name} but is"
-                f" not under [stores] in {ctx.config_path}: its objects were not checked",
-                f"add [stores.{store}] back to the config", store=store))
-            continue
-        backend = ctx.store(store)
-        # Not kept here: _audit_store drops the listing once done with it (memory).
-        findings += _audit_store(ctx, backend, name, job, host, root, store, deep=deep,
-                                 sample=sample, receive_into=receive_into, result=result,
-                                 deadline=deadline, left_out=left_out,
-                                 listing=listings.take(store, lambda: _listing(backend, prefix)))
-    chain = _chain_heads(covered)
-    result.findings = sort_findings(
-        dataclasses.replace(f, job=name, chain=f.chain if f.chain is not None or f.stream is None
-                            else chain.get(f.stream))
-        for f in findings)
-    return result
+    datasets = catalog.dataset_streams(host=host, below=root)
+    stores = sorted({store for d in datasets if mine(d.name) for store in d.stores}
+                    | ({job.archive.store} if job.archive else set()))
+    run = _JobAudit(ctx, name, job, host, root, stores, mine, left_out, deep=deep,
+                    sample=sample, receive_into=receive_into, deadline=deadline)
+    cursors = catalog.cursors(job=name)
+    run.pinned = catalog.snapshots_by_guid(
+        (c.source_host, c.source_dataset, c.guid) for c in cursors)
+    # --deep chooses the streams to read (least recently verified first) over the whole
+    # job and shares one deadline among them: one batch.
+    batches = [datasets] if deep else plan_batches(datasets, BATCH_STREAMS)
+    if len(batches) <= 1:
+        run.batch(None, [dataset_prefix(host, root)])
+    else:
+        names = [d.name for d in datasets]
+        for batch in batches:
+            run.batch([d.id for d in batch], [dataset_prefix(host, d.name) for d in batch],
+                      names)
+        if root not in names:
+            run.uncatalogued(names)
+    # The replica cursors once, after every batch (as they came after the archives; their
+    # targets are listed here, once the store's listing is no longer waited for).
+    run.graph += audit_graph(GraphInput(streams=[], snapshots=run.pinned, cursors=cursors,
+                                        targets=_targets(ctx, cursors)))
+    return run.result(notes)
+
+
+class _JobAudit:
+    """One plain or deep audit of a job, batch by batch (``_audit``): what the batches
+    gather, kept in the order one batch over the whole job gives it."""
+
+    def __init__(self, ctx: Context, name: str, job: JobConfig, host: str, root: str,
+                 stores: list[str], mine, left_out: Collection[str], *, deep: bool,
+                 sample: float | None, receive_into: str | None, deadline: Deadline):
+        self.ctx, self.name, self.job, self.host, self.root = ctx, name, job, host, root
+        self.mine, self.left_out = mine, left_out
+        self.deep, self.sample, self.receive_into, self.deadline = (deep, sample, receive_into,
+                                                                    deadline)
+        self.totals = AuditResult(name, [])
+        self.pinned: list = []  # the snapshots the replica cursors name
+        self.graph: list[Finding] = []
+        self.found: dict[str, list[Finding]] = {store: [] for store in stores}
+        self.bad: dict[str, list[int]] = {store: [] for store in stores}
+        self.backends = {}
+        for store in stores:
+            if store not in ctx.config.stores:
+                self.found[store].append(Finding(
+                    Severity.WARNING, "objects", f"store {store} holds streams of job {name}"
+                    f" but is not under [stores] in {ctx.config_path}: its objects were not"
+                    " checked", f"add [stores.{store}] back to the config", store=store))
+            else:
+                self.backends[store] = ctx.store(store)
+
+    def _listing(self, backend, prefixes: Sequence[str],
+                 names: Sequence[str] | None) -> dict[str, ObjectInfo]:
+        """Every object under ``prefixes`` by key, one listing each; with ``names`` (every
+        catalogued dataset of the job, sorted), without the objects of the catalogued
+        datasets below each prefix (their own batch lists them)."""
+        listing: dict[str, ObjectInfo] = {}
+        for prefix in prefixes:
+            skip: set[str] = set()
+            if names is not None:
+                dataset = prefix[len(self.host) + 1:-1]
+                low = bisect.bisect_left(names, dataset + "/")
+                high = bisect.bisect_left(names, dataset + "0")  # "0" follows "/"
+                skip = {dataset_prefix(self.host, n) for n in names[low:high]}
+            for info in backend.list_outside(prefix, skip):
+                listing[info.key] = info
+        return listing
+
+    def batch(self, ids: list[int] | None, prefixes: Sequence[str],
+              names: Sequence[str] | None = None) -> None:
+        """Audit the datasets of ``ids`` (None: every dataset of the job) listed at
+        ``prefixes``; ``names`` as in :meth:`_listing`."""
+        ctx, job, mine = self.ctx, self.job, self.mine
+        catalog = ctx.catalog()
+        # The job's store is listed in a thread while the catalog is read: the listing waits
+        # on the store (system calls or HTTP) most of the time (issue 20).
+        ahead = []
+        own = job.archive.store if job.archive is not None else None
+        if own in self.backends:
+            backend = self.backends[own]
+            ahead.append((own, lambda: self._listing(backend, prefixes, names)))
+        listings = Prefetch(ahead)
+        try:
+            archives = [(self.name, own)] if own is not None else []
+            data = load_graph_input(catalog, host=self.host, below=self.root, archives=archives,
+                                    datasets=ids)
+            covered = [s for s in data.streams if mine(s.dataset)]
+            data = dataclasses.replace(
+                data, streams=covered, snapshots=[*data.snapshots, *self.pinned],
+                archives=[a for a in data.archives if mine(a.dataset)])
+            self.totals.streams += len(covered)
+            chain = _chain_heads(covered)
+            self.graph += _with_chains(audit_graph(data), chain)
+            del data, covered
+            for store, backend in self.backends.items():
+                # Not kept here: _audit_store drops the listing once done with it (memory).
+                found = _audit_store(
+                    ctx, backend, self.name, job, self.host, self.root, store, deep=self.deep,
+                    sample=self.sample, receive_into=self.receive_into, result=self.totals,
+                    deadline=self.deadline, left_out=self.left_out, datasets=ids,
+                    bad=self.bad[store], listing=listings.take(
+                        store, lambda: self._listing(backend, prefixes, names)))
+                self.found[store] += _with_chains(found, chain)
+        finally:
+            listings.close()
+
+    def uncatalogued(self, names: Sequence[str]) -> None:
+        """Audit what lies under the job's prefix outside every catalogued dataset's (stray
+        directories of datasets the catalog does not know, stray files): one listing per
+        store that leaves the catalogued datasets' directories unread (``file://``)."""
+        skip = {dataset_prefix(self.host, n) for n in names}
+        for store, backend in self.backends.items():
+            listing = {info.key: info for info in
+                       backend.list_outside(dataset_prefix(self.host, self.root), skip)}
+            self.found[store] += _audit_store(
+                self.ctx, backend, self.name, self.job, self.host, self.root, store,
+                deep=self.deep, sample=self.sample, receive_into=self.receive_into,
+                result=self.totals, deadline=self.deadline, left_out=self.left_out,
+                datasets=(), bad=self.bad[store], listing=listing)
+
+    def result(self, notes: list[Finding]) -> AuditResult:
+        """The job's result: every finding sorted (``sort_findings``, stable: in the order
+        one batch over the whole job gives them), coverage by store, host and dataset."""
+        result = self.totals
+        findings = self.graph + notes + [f for found in self.found.values() for f in found]
+        result.findings = sort_findings(dataclasses.replace(f, job=self.name) for f in findings)
+        result.bad = [sid for bad in self.bad.values() for sid in bad]
+        result.coverage.sort(key=_coverage_order)
+        return result
+
+
+def _coverage_order(cov: Coverage) -> tuple[str, str, str]:
+    return cov.store, cov.host, cov.dataset
+
+
+def _with_chains(findings: list[Finding], chain: dict[int, int]) -> list[Finding]:
+    """``findings`` naming a stream but no chain, given the id of the full their stream's
+    chain starts at (``_chain_heads``)."""
+    return [f if f.chain is not None or f.stream is None or f.stream not in chain
+            else dataclasses.replace(f, chain=chain[f.stream]) for f in findings]
 
 
 def _drop_stale_volume_findings(backend, findings: list[Finding],
@@ -354,15 +500,22 @@ def _chain_heads(streams) -> dict[int, int]:
 def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, root: str,
                  store: str, *, deep: bool, sample: float | None, receive_into: str | None,
                  result: AuditResult, deadline: Deadline, listing: dict[str, ObjectInfo],
-                 left_out: Collection[str]) -> list[Finding]:
+                 left_out: Collection[str], datasets: Sequence[int] | None,
+                 bad: list[int]) -> list[Finding]:
+    """The objects level (and with ``deep`` the deep level) of the job's streams in one
+    store: of the datasets of ids ``datasets`` (None: every dataset of the job; empty: no
+    catalogued dataset, only ``listing``'s strays), against ``listing``. Adds the streams
+    marked bad to ``bad``, the counts and coverage to ``result``; returns the findings."""
     catalog = ctx.catalog()
-    every = catalog.bulk_streams(host=host, below=root, store=store)
+    scope = dict(host=host, below=root, store=store, datasets=datasets)
+    reads = datasets is None or len(datasets) > 0
+    every = catalog.bulk_streams(**scope) if reads else []
     covered = covers(job, left_out)
     mine = [s for s in every if covered(s.dataset)]
-    volumes = catalog.bulk_volumes(host=host, below=root, store=store)
-    carried = catalog.bulk_carried(host=host, below=root, store=store)
+    volumes = catalog.bulk_volumes(**scope) if reads else {}
+    carried = catalog.bulk_carried(**scope) if reads else {}
     # --deep reads every manifest again, as it reads the volumes.
-    stamps = {} if deep else catalog.manifest_stamps(host=host, below=root, store=store)
+    stamps = catalog.manifest_stamps(**scope) if reads and not deep else {}
     now = ctx.clock.now()
     checked = audit_objects(backend, mine, volumes, carried, listing, known_streams=every,
                             concurrency=ctx.config.stores[store].upload_concurrency,
@@ -382,7 +535,7 @@ def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, ro
     marked = [stream_id for stream_id, problem in unreadable.items()
               if mark_bad(catalog, by_id[stream_id], problem, ctx.clock.now(), job=name,
                           action="audit")]
-    result.bad += marked
+    bad += marked
     mine = [dataclasses.replace(s, state="bad") if s.id in marked else s for s in mine]
     strays = [stray(host, dataset, store, prefix, leaves, _stray_manifest(backend, prefix, leaves))
               for prefix, (dataset, leaves) in strays_of(
@@ -390,8 +543,8 @@ def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, ro
               if covered(dataset)]
     del listing  # the largest structure of a large audit, no longer needed
     running = holder(ctx.state_dir, lock_key(job))
-    found = coverage(mine, carried, strays,
-                     catalog.known_snapshots(host=host, below=root),
+    known = catalog.known_snapshots(host=host, below=root, datasets=datasets) if reads else {}
+    found = coverage(mine, carried, strays, known,
                      archive_running=running is not None and running.action == "archive")
     result.coverage += found
     # A stray directory the coverage calls unrestorable is reported there, with advice that
@@ -408,7 +561,7 @@ def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, ro
                                     ctx.config.restore, deadline, job=name).run(chosen, mine,
                                                                                 scratch)
     result.verified += outcome.verified
-    result.bad += outcome.bad
+    bad += outcome.bad
     result.received += outcome.received
     result.waiting += outcome.waiting
     result.skipped += outcome.skipped

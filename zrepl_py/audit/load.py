@@ -35,6 +35,7 @@ def load_graph_input(
     archives: Sequence[tuple[str, str]] = (),
     cursors: Sequence[CursorRow] = (),
     targets: Mapping[tuple[str, str], TargetListing] | None = None,
+    datasets: Sequence[int] | None = None,
 ) -> GraphInput:
     """Load a :class:`GraphInput` for the streams of ``host`` at or below ``below``.
 
@@ -45,13 +46,15 @@ def load_graph_input(
             archive run of it to the store (None: never).
         cursors: the replica cursors to check (``Catalog.cursors``).
         targets: target listings gathered by the driver.
+        datasets: only the datasets of these ids as well (at most ``catalog.base.CHUNK``;
+            None: every dataset in scope): one batch of a large audit (``audit.job``).
 
     Raises:
         CatalogError: the database failed (also later, from ``audit_graph``, which reads
             the detail of the streams it describes through the returned ``screened``).
     """
-    failed = _screen_while(catalog, host, below)
-    streams = catalog.stream_links(host=host, below=below)
+    failed = _screen_while(catalog, host, below, datasets)
+    streams = catalog.stream_links(host=host, below=below, datasets=datasets)
     screened = Screened(
         failed=frozenset(failed()),
         volumes_of=catalog.volume_totals_of,
@@ -59,24 +62,25 @@ def load_graph_input(
         carrying=catalog.carrying,
     )
     expectations, snapshots = [], []
-    datasets = catalog.dataset_names(host=host, below=below) if archives else []
+    names = catalog.dataset_names(host=host, below=below, datasets=datasets) if archives else []
     for job, store in archives:
         seen = set()
-        for row_host, dataset, last, newest in catalog.archive_heads(job, store, host=host,
-                                                                     below=below):
+        for row_host, dataset, last, newest in catalog.archive_heads(
+                job, store, host=host, below=below, datasets=datasets):
             expectations.append(ArchiveExpectation(row_host, dataset, store, last))
             seen.add((row_host, dataset))
             if newest is not None:
                 snapshots.append(newest)
         expectations += [ArchiveExpectation(h, n, store, None)
-                         for h, n in datasets if (h, n) not in seen]
+                         for h, n in names if (h, n) not in seen]
     snapshots += catalog.snapshots_by_guid(
         (c.source_host, c.source_dataset, c.guid) for c in cursors)
     return GraphInput(streams=streams, snapshots=snapshots, cursors=cursors,
                       archives=expectations, targets=targets or {}, screened=screened)
 
 
-def _screen_while(catalog: Catalog, host: str | None, below: str | None) -> Callable[[], set[int]]:
+def _screen_while(catalog: Catalog, host: str | None, below: str | None,
+                  datasets: Sequence[int] | None = None) -> Callable[[], set[int]]:
     """Start ``Catalog.screen_streams`` in a thread and return what waits for its result.
 
     The screen is one query that the database answers with few rows: SQLite's C code runs
@@ -85,9 +89,9 @@ def _screen_while(catalog: Catalog, host: str | None, below: str | None) -> Call
     hidden behind the 0.37 s read). Sequential where the catalog cannot read concurrently.
     """
     if not catalog.reads_concurrently:
-        result = catalog.screen_streams(host=host, below=below)
+        result = catalog.screen_streams(host=host, below=below, datasets=datasets)
         return lambda: result
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zbak-screen")
-    future = pool.submit(catalog.screen_streams, host=host, below=below)
+    future = pool.submit(catalog.screen_streams, host=host, below=below, datasets=datasets)
     pool.shutdown(wait=False)
     return future.result

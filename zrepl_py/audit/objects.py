@@ -224,7 +224,8 @@ def audit_objects(
         volumes: their volume rows by stream id.
         carried: their carried snapshots by stream id.
         listing: key -> ObjectInfo of every object under the audited prefixes
-            (``layout.dataset_prefix`` of each audited tree), one listing of the store.
+            (``layout.dataset_prefix`` of each audited tree or dataset: ``audit.job``
+            audits a large job in batches of datasets).
         known_streams: every catalogued stream of the store under those prefixes (also
             other jobs'), so their objects are not leftovers; default ``streams``.
         concurrency: manifests read at once.

@@ -34,8 +34,10 @@ Pure: :func:`coverage` takes the rows and strays, the driver (``audit.job``) lis
 
 from __future__ import annotations
 
+import array
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.catalog.rows import StreamRow
@@ -80,10 +82,59 @@ class Stray:
     partial: bool
 
 
+class Snapshots(Sequence[CarriedSnapshot]):
+    """An immutable sequence of :class:`CarriedSnapshot` kept as three columns (the names
+    interned, guids and createtxgs in arrays of 8 bytes each): 24 bytes a snapshot instead
+    of about 130 as objects. An audit keeps every dataset's :class:`Coverage` until it
+    reports, 200,000 snapshots per 100,000 streams (issue 20). Compares equal to a tuple
+    or another ``Snapshots`` of the same snapshots; ``+`` gives a tuple.
+
+    Args:
+        snaps: the snapshots, in the order to keep (guids 0 .. 2**64-1).
+    """
+
+    __slots__ = ("_names", "_guids", "_txgs")
+
+    def __init__(self, snaps: Iterable[CarriedSnapshot] = ()):
+        snaps = list(snaps)
+        intern = sys.intern
+        self._names = tuple(intern(s.name) for s in snaps)
+        self._guids = array.array("Q", [s.guid for s in snaps])
+        self._txgs = array.array("q", [s.createtxg for s in snaps])
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        return CarriedSnapshot(self._names[index], self._guids[index], self._txgs[index])
+
+    def __iter__(self) -> Iterator[CarriedSnapshot]:
+        return map(CarriedSnapshot, self._names, self._guids, self._txgs)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Snapshots, tuple)):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __add__(self, other: Sequence[CarriedSnapshot]) -> tuple[CarriedSnapshot, ...]:
+        return tuple(self) + tuple(other)
+
+    def __radd__(self, other: Sequence[CarriedSnapshot]) -> tuple[CarriedSnapshot, ...]:
+        return tuple(other) + tuple(self)
+
+    def __repr__(self) -> str:
+        return f"Snapshots({list(self)!r})"
+
+
 @dataclasses.dataclass(frozen=True)
 class Coverage:
     """The snapshots of one dataset in one store, each set in createtxg order (see the
-    module doc). ``broken_at``: the to-snapshot of the oldest stray stream whose chain cannot
+    module doc; :func:`coverage` gives the sets as :class:`Snapshots`). ``broken_at``: the to-snapshot of the oldest stray stream whose chain cannot
     be completed, as text (``@4``), None when there is none, and ``broken_why`` why; ``dead``:
     the key prefixes of every stray directory whose chain cannot be completed (no restore
     can use them)."""
@@ -204,9 +255,14 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
     ok_ids = restorable_streams(streams)
     names: dict[int, str] = {}
     known = known or {}
+    # The sets hold the snapshots-table rows (also in ``others``) where they agree with
+    # what the streams carry, not copies: an audit keeps every dataset's coverage until it
+    # reports (issue 20).
+    rows: dict[int, CarriedSnapshot] = {}
     for snaps in known.values():
         for snap in snaps:
             names.setdefault(snap.guid, snap.name)
+            rows.setdefault(snap.guid, snap)
     for s in streams:
         if s.from_guid is not None and s.from_name:
             names.setdefault(s.from_guid, s.from_name)
@@ -228,8 +284,11 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
         bucket = groups.setdefault(key, {"ok": {}, "lost": {}, "merge": {}, "stray": {}})[which]
         for c in snaps:
             if c.guid not in bucket:
-                bucket[c.guid] = c if c.name else CarriedSnapshot(names.get(c.guid, ""), c.guid,
-                                                                  c.createtxg)
+                if not c.name:
+                    c = CarriedSnapshot(names.get(c.guid, ""), c.guid, c.createtxg)
+                row = rows.get(c.guid)
+                bucket[c.guid] = (row if row is not None and row.name == c.name
+                                  and row.createtxg == c.createtxg else c)
 
     for s in streams:
         if s.state in ("condemned", "uploading"):
@@ -282,14 +341,14 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
         lost = {g: c for g, c in bucket["lost"].items() if g not in ok and g not in merge}
         stray_only = {g: c for g, c in bucket["stray"].items() if g in lost}
         first = broken.get(key, [None])[0]
-        by_txg = lambda d: tuple(sorted(d.values(), key=lambda c: c.createtxg))  # noqa: E731
+        by_txg = lambda d: Snapshots(sorted(d.values(), key=lambda c: c.createtxg))  # noqa: E731
         found.append(Coverage(
             *key, restorable=by_txg(ok), unrestorable=by_txg(lost), not_catalogued=by_txg(merge),
             broken_at=_name(CarriedSnapshot(names.get(first.to_guid, ""), first.to_guid,
                                             first.to_createtxg)) if first else None,
             broken_why=_why(first, names) if first else None,
             dead=tuple(s.prefix for s in broken.get(key, ())),
-            stray_only=by_txg(stray_only), others=tuple(known.get(key[:2], ()))))
+            stray_only=by_txg(stray_only), others=Snapshots(known.get(key[:2], ()))))
     return found
 
 

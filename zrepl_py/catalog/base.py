@@ -48,9 +48,14 @@ def chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
         yield ids[start : start + CHUNK]
 
 
-def scope_conditions(host: str | None, below: str | None, store: str | None) -> list:
-    """WHERE conditions selecting streams (joined with their dataset) of a bulk read."""
+def scope_conditions(host: str | None, below: str | None, store: str | None,
+                     datasets: Sequence[int] | None = None) -> list:
+    """WHERE conditions selecting streams (joined with their dataset) of a bulk read;
+    ``datasets``: only these dataset ids as well (None: any; at most :data:`CHUNK` of
+    them, one bound parameter each)."""
     conditions = []
+    if datasets is not None:
+        conditions.append(dataset_table.c.id.in_(datasets))
     if host is not None:
         conditions.append(dataset_table.c.host == host)
     if below is not None:
@@ -63,10 +68,14 @@ def scope_conditions(host: str | None, below: str | None, store: str | None) -> 
     return conditions
 
 
-def stream_scope(host: str | None, below: str | None, store: str | None) -> list:
+def stream_scope(host: str | None, below: str | None, store: str | None,
+                 datasets: Sequence[int] | None = None) -> list:
     """WHERE conditions on streams alone (datasets through ``IN (subquery)``), for reads
-    that map dataset ids to names themselves instead of joining."""
+    that map dataset ids to names themselves instead of joining; ``datasets`` as in
+    :func:`scope_conditions`."""
     conditions = []
+    if datasets is not None:
+        conditions.append(stream_table.c.dataset_id.in_(datasets))
     if host is not None or below is not None:
         conditions.append(stream_table.c.dataset_id.in_(
             sa.select(dataset_table.c.id).where(*scope_conditions(host, below, None))))

@@ -227,6 +227,21 @@ class StreamLink(NamedTuple):
     state: str
 
 
+class DatasetStreams(NamedTuple):
+    """A catalogued dataset and how many streams it has per store
+    (:meth:`Catalog.dataset_streams`): what a large audit batches by."""
+
+    id: int
+    host: str
+    name: str
+    stores: dict[str, int]
+
+    @property
+    def streams(self) -> int:
+        """Its streams in every store together."""
+        return sum(self.stores.values())
+
+
 def manifest_rows(manifest: Manifest, *, store: str, prefix: str, parent_id: int | None,
                   uploaded_at: dt.datetime) -> tuple[NewStream, list[NewVolume]]:
     """The catalog rows of ``manifest``'s stream (state ``uploaded``), for

@@ -4,7 +4,7 @@ by dataset, by guid or as a list of dataset names."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 
@@ -163,12 +163,13 @@ class Snapshots(CatalogBase):
         return found
 
     def dataset_names(
-        self, *, host: str | None = None, below: str | None = None
+        self, *, host: str | None = None, below: str | None = None,
+        datasets: Sequence[int] | None = None,
     ) -> list[tuple[str, str]]:
         """``(host, name)`` of every catalogued dataset in a scope (see :meth:`bulk_streams`),
         sorted."""
         query = (sa.select(dataset_table.c.host, dataset_table.c.name)
-                 .where(*scope_conditions(host, below, None))
+                 .where(*scope_conditions(host, below, None, datasets))
                  .order_by(dataset_table.c.host, dataset_table.c.name))
         with self._transaction("listing datasets", read_only=True) as conn:
             return [(h, n) for h, n in conn.execute(query)]

@@ -13,7 +13,7 @@ a stamp stays true of the row until the object changes. Stamps live on the strea
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
@@ -29,13 +29,14 @@ class ManifestStamps(CatalogBase):
     """Manifest stamps (part of ``Catalog``)."""
 
     def manifest_stamps(
-        self, *, host: str | None = None, below: str | None = None, store: str | None = None
+        self, *, host: str | None = None, below: str | None = None, store: str | None = None,
+        datasets: Sequence[int] | None = None,
     ) -> dict[int, tuple[str, dt.datetime]]:
         """``{stream id: (identity, read at)}`` for the streams in a scope (see
         ``Catalog.bulk_streams``) that carry a stamp; times aware UTC."""
         stream = stream_table.c
         query = (sa.select(stream.id, stream.manifest_seen, stream.manifest_read_at)
-                 .where(stream.manifest_seen.is_not(None), *stream_scope(host, below, store)))
+                 .where(stream.manifest_seen.is_not(None), *stream_scope(host, below, store, datasets)))
         with self._transaction("reading the manifest stamps", read_only=True) as conn:
             rows = raw_rows(conn, query)
         times: dict[object, dt.datetime | None] = {}  # an audit stamps thousands at one time

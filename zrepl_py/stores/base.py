@@ -22,7 +22,7 @@ import abc
 import dataclasses
 import datetime as dt
 import enum
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -95,6 +95,17 @@ class PutResult:
     storage_class: str
 
 
+def under_any(key: str, prefixes: Collection[str]) -> bool:
+    """Whether ``key`` lies under one of ``prefixes`` (a set of directory prefixes, each
+    ending in ``/``): one lookup per ``/`` in the key."""
+    at = key.find("/")
+    while at >= 0:
+        if key[:at + 1] in prefixes:
+            return True
+        at = key.find("/", at + 1)
+    return False
+
+
 class Backend(abc.ABC):
     """One store: a bucket and prefix, or a directory.
 
@@ -152,6 +163,26 @@ class Backend(abc.ABC):
             StoreTransient, StorePermanent (also for a prefix starting with ``/`` or holding
             a ``..`` segment).
         """
+
+    def list_outside(self, prefix: str, skip: Collection[str]) -> Iterator[ObjectInfo]:
+        """:meth:`list` of ``prefix`` without the objects under any of the prefixes in
+        ``skip`` (each ending in ``/``: directories, e.g. other datasets' ``HOST/DATASET/``),
+        in key order; one audit batch lists its datasets' own objects with it (issue 20).
+
+        This default filters :meth:`list` (the skipped objects are still listed, though
+        never held); ``file://`` and S3 override it to leave the skipped directories
+        unread.
+
+        Raises:
+            as :meth:`list`.
+        """
+        if not skip:
+            yield from self.list(prefix)
+            return
+        skipped = frozenset(skip)
+        for info in self.list(prefix):
+            if not under_any(info.key, skipped):
+                yield info
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:

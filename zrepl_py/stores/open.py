@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -119,6 +120,10 @@ class PruneCredentialBackend(Backend):
     def sizes(self, prefix: str = "") -> dict[str, int]:
         """``writer.sizes``."""
         return self.writer.sizes(prefix)
+
+    def list_outside(self, prefix: str, skip: Collection[str]) -> Iterator[ObjectInfo]:
+        """``writer.list_outside``."""
+        return self.writer.list_outside(prefix, skip)
 
     def delete(self, key: str) -> None:
         """``pruner.delete``: the only call made with the prune credential."""

@@ -26,6 +26,7 @@ to ``StoreTransient`` / ``StorePermanent`` / ``ObjectNotFound`` / ``NeedsThaw`` 
 from __future__ import annotations
 
 import base64
+import bisect
 import concurrent.futures
 import datetime as dt
 import email.utils
@@ -35,7 +36,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 import boto3
@@ -51,7 +52,7 @@ from zrepl_py.errors import (
     StoreReadCorrupt,
     StoreTransient,
 )
-from zrepl_py.stores.base import COLD_CLASSES, Backend, ObjectInfo, PutResult, Thaw
+from zrepl_py.stores.base import COLD_CLASSES, Backend, ObjectInfo, PutResult, Thaw, under_any
 from zrepl_py.stores.keys import check_key, check_prefix
 from zrepl_py.stores.retry import RetryPolicy
 
@@ -269,11 +270,86 @@ class S3Backend(Backend):
             StoreTransient, StorePermanent (e.g. NoSuchBucket, AccessDenied).
         """
         check_prefix(prefix, store=self.name)
+        yield from self._range(prefix)
+
+    def list_outside(self, prefix: str, skip: Collection[str]) -> Iterator[ObjectInfo]:
+        """:meth:`list` without the objects under the directories ``skip`` names (key
+        prefixes ending in ``/``; ``Backend.list_outside``), whose keys are never requested.
+
+        The directories holding a skipped one are listed by level (``Delimiter="/"``: one
+        request per 1,000 entries); what lies between the skipped directories is listed as
+        by :meth:`list`, one run of keys (``StartAfter``) per gap that level shows holds
+        something. Listing a job's tree outside its 1,000 datasets' directories takes one
+        request instead of one per 1,000 objects of the tree (issue 20).
+
+        Raises:
+            StoreTransient, StorePermanent (e.g. NoSuchBucket, AccessDenied).
+        """
+        check_prefix(prefix, store=self.name)
+        skipped = frozenset(skip)
+        if under_any(prefix, skipped):
+            return
+        if (prefix and not prefix.endswith("/")) or not any(
+                s.startswith(prefix) for s in skipped):
+            yield from self._range(prefix, skipped=skipped)
+            return
+        above = {s[:at + 1] for s in skipped for at, c in enumerate(s) if c == "/"}
+        yield from self._walk(prefix, skipped, above)
+
+    def _walk(self, prefix: str, skipped: frozenset[str], above: set[str]
+              ) -> Iterator[ObjectInfo]:
+        """The objects under directory ``prefix`` outside ``skipped``, in key order: its
+        level listed once, then the runs of keys between the subdirectories that are skipped
+        (left out) or hold a skipped one (``above``: walked the same way)."""
+        files, dirs = self._level(prefix)
+        marks = [d for d in dirs if d in above]
+        rest = sorted(files + [d for d in dirs if d not in above])
+        after = None
+        for mark in [*marks, None]:
+            low = 0 if after is None else bisect.bisect_right(rest, after)
+            high = len(rest) if mark is None else bisect.bisect_left(rest, mark)
+            if low < high:
+                yield from self._range(prefix, after=after, before=mark, skipped=skipped)
+            if mark is None:
+                return
+            if mark not in skipped:
+                yield from self._walk(mark, skipped, above)
+            after = mark
+
+    def _level(self, prefix: str) -> tuple[list[str], list[str]]:
+        """The keys directly under directory ``prefix`` and its subdirectories (each ending
+        in ``/``), relative to the store prefix, each list in key order."""
+        params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix,
+                                  "Delimiter": "/"}
+        files: list[str] = []
+        dirs: list[str] = []
+        cut = len(self.prefix)
+        while True:
+            page = self._retry.call(self._op, "list_objects_v2", None, **params)
+            files += [item["Key"][cut:] for item in page.get("Contents", ())]
+            dirs += [item["Prefix"][cut:] for item in page.get("CommonPrefixes", ())]
+            if not page.get("IsTruncated"):
+                return files, dirs
+            params["ContinuationToken"] = page["NextContinuationToken"]
+
+    def _range(self, prefix: str, *, after: str | None = None, before: str | None = None,
+               skipped: frozenset[str] = frozenset()) -> Iterator[ObjectInfo]:
+        """The objects under ``prefix`` in key order, page by page: with ``after`` (a
+        directory) only the keys past those under it, up to ``before`` (excluded), and
+        none under ``skipped``."""
         params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
+        if after is not None:
+            # Past every key under AFTER: they all sort before AFTER + the last code point.
+            params["StartAfter"] = self.prefix + after + "\U0010ffff"
         while True:
             page = self._retry.call(self._op, "list_objects_v2", None, **params)
             for item in page.get("Contents", ()):
                 key = item["Key"][len(self.prefix):]
+                if before is not None and key >= before:
+                    return
+                if (after is not None and key.startswith(after)) or (
+                        skipped and under_any(key, skipped)):
+                    continue
                 try:
                     check_key(key, store=self.name)
                 except StorePermanent:
