@@ -134,10 +134,10 @@ class Snapshots(Sequence[CarriedSnapshot]):
 @dataclasses.dataclass(frozen=True)
 class Coverage:
     """The snapshots of one dataset in one store, each set in createtxg order (see the
-    module doc; :func:`coverage` gives the sets as :class:`Snapshots`). ``broken_at``: the to-snapshot of the oldest stray stream whose chain cannot
-    be completed, as text (``@4``), None when there is none, and ``broken_why`` why; ``dead``:
-    the key prefixes of every stray directory whose chain cannot be completed (no restore
-    can use them)."""
+    module doc; :func:`coverage` gives the sets as :class:`Snapshots`). ``broken_at``: the
+    to-snapshot of the oldest stray stream whose chain cannot be completed, as text
+    (``@4``), None when there is none, and ``broken_why`` why; ``dead``: the key prefixes of
+    every stray directory whose chain cannot be completed (no restore can use them)."""
 
     host: str
     dataset: str

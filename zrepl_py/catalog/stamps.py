@@ -36,7 +36,8 @@ class ManifestStamps(CatalogBase):
         ``Catalog.bulk_streams``) that carry a stamp; times aware UTC."""
         stream = stream_table.c
         query = (sa.select(stream.id, stream.manifest_seen, stream.manifest_read_at)
-                 .where(stream.manifest_seen.is_not(None), *stream_scope(host, below, store, datasets)))
+                 .where(stream.manifest_seen.is_not(None),
+                        *stream_scope(host, below, store, datasets)))
         with self._transaction("reading the manifest stamps", read_only=True) as conn:
             rows = raw_rows(conn, query)
         times: dict[object, dt.datetime | None] = {}  # an audit stamps thousands at one time

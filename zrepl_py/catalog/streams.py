@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
+import sys
 from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
@@ -117,9 +118,8 @@ def read_streams(conn: sa.Connection, datasets: Sequence = (), streams: Sequence
         query = query.where(stream_table.c.dataset_id.in_(sa.select(ds.id).where(*datasets)))
     found = []
     # The driver makes a new string per value: a few distinct values (store, kind, class,
-    # compression, state) repeated on every row are shared instead (27 MiB at 100,000).
-    common: dict[str, str] = {}
-    same = common.setdefault
+    # compression, state) repeated on every row are interned instead (27 MiB at 100,000).
+    same = sys.intern
     for batch in raw_batches(conn, query):
         for (sid, dataset_id, store, kind, parent, from_guid, to_guid, from_name, to_name, txg,
              raw, stored, prefix, storage_class, compression, state, created, uploaded,
@@ -128,10 +128,10 @@ def read_streams(conn: sa.Connection, datasets: Sequence = (), streams: Sequence
             if from_guid is not None and from_guid < 0:
                 from_guid += WRAP64
             found.append(StreamRow(
-                sid, host, name, same(store, store), same(kind, kind), parent, from_guid,
+                sid, host, name, same(store), same(kind), parent, from_guid,
                 to_guid + WRAP64 if to_guid < 0 else to_guid, from_name, to_name, txg, raw,
-                stored, prefix, same(storage_class, storage_class),
-                same(compression, compression), same(state, state), utc_of(created),
+                stored, prefix, same(storage_class),
+                same(compression), same(state), utc_of(created),
                 utc_of(uploaded), utc_of(verified)))
     found.sort(key=_chain_order)
     return found

@@ -27,12 +27,7 @@ from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.config.schema import ArchiveConfig, JobConfig
 from zrepl_py.errors import StoreInconsistent, UsageError, ZbakError
 from zrepl_py.objects.layout import dataset_prefix
-from zrepl_py.pruning.chain_delete import (
-    ChainPruneOutcome,
-    execute_chain_prune,
-    find_damaged,
-    listed_sizes,
-)
+from zrepl_py.pruning.chain_delete import ChainPruneOutcome, execute_chain_prune, find_damaged
 from zrepl_py.pruning.chain_plan import ChainPlan, ChainRetention, plan_chain_retention
 from zrepl_py.pruning.recheck import planned_objects
 from zrepl_py.snapshots.selection import covers
@@ -104,7 +99,7 @@ class StoreCheck:
     def __init__(self, backend: Backend, prefix: str,
                  read_volumes: Callable[[], Mapping[int, Sequence[VolumeRow]]]):
         self._reads: dict[str, Callable[[], object]] = {
-            "listing": lambda: listed_sizes(backend, prefix), "volumes": read_volumes}
+            "listing": lambda: backend.sizes(prefix), "volumes": read_volumes}
         self._done: dict[str, tuple[object, ZbakError | None]] = {}
 
     def _get(self, what: str):

@@ -75,7 +75,7 @@ def find_damaged(listing: Mapping[str, int], volumes: Mapping[int, Sequence[Volu
 
     Args:
         listing: ``{key: stored bytes}`` of a listing of the store covering the streams'
-            prefixes (:func:`listed_sizes`).
+            prefixes (``Backend.sizes``).
 
     Returns:
         ``{stream id: what is wrong}`` for each stream with a missing or resized object.
@@ -98,16 +98,6 @@ def find_damaged(listing: Mapping[str, int], volumes: Mapping[int, Sequence[Volu
             damaged[stream.id] = "; ".join(problems[:3]) + (
                 f"; {len(problems) - 3} more" if len(problems) > 3 else "")
     return damaged
-
-
-def listed_sizes(backend: Backend, prefix: str) -> dict[str, int]:
-    """``{key: stored bytes}`` of every object under ``prefix`` (one listing,
-    ``Backend.sizes``).
-
-    Raises:
-        StoreError: the listing failed.
-    """
-    return backend.sizes(prefix)
 
 
 def delete_stream(backend: Backend, catalog: Catalog, stream: StreamRow) -> int:

@@ -113,9 +113,9 @@ class RestoreFacts:
 RESTORING = "zbak:restoring"
 """User property a restore sets on the dataset it creates once the first stream (a chain's
 full, or a local or replica source's full) is received (value ``HOST:DATASET`` restored) and
-clears when it finished: a dataset
-holding it is the unfinished work of a restore that was killed or failed, which the same
-restore continues (``plan.plan_restore``) instead of refusing the existing dataset."""
+clears when it finished: a dataset holding it is the unfinished work of a restore that was
+killed or failed, which the same restore continues (``plan.plan_restore``) instead of
+refusing the existing dataset."""
 
 
 def resolve_dataset(ctx: Context, dataset: str | None) -> tuple[str, str]:

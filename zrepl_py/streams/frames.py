@@ -153,10 +153,11 @@ def decompress_frame(stored: Iterable[bytes], what: str, digest: Digest | None =
     have decoded to that many bytes. Each call into zstd decodes at most
     ``BLOCKS_PER_CALL`` blocks (``FrameWalk`` finds their headers), so what one piece holds
     is bounded whatever the ratio: a frame of zeros decodes 128 KiB from 4 bytes (an RLE
-    block), and 2 GiB of zeros, 64 KiB stored, came out of one call as one 2 GiB piece. The last decoded piece is held back until all of these
-    checks passed, so a consumer (``zfs receive``) never gets the end of a frame that fails
-    them: a send stream's END record is in its last bytes, and a receive that never sees it
-    discards the partial stream once cancelled.
+    block), and 2 GiB of zeros, 64 KiB stored, came out of one call as one 2 GiB piece.
+    The last decoded piece is held back until all of these checks passed, so a consumer
+    (``zfs receive``) never gets the end of a frame that fails them: a send stream's END
+    record is in its last bytes, and a receive that never sees it discards the partial
+    stream once cancelled.
 
     Args:
         stored: the stored bytes in chunks.
