@@ -14,7 +14,8 @@ it asserts what the command does NOT load, never how long anything takes.
 * commands that read or write the catalog (``status``, ``list snapshots``, ``snapshot``,
   ``archive`` to a ``file://`` store): SQLAlchemy Core, but not its ORM, not Alembic (only
   ``zbak init`` migrates), and no SSH or S3 library for a local job and store;
-* ``replicate`` before its prefetch thread starts: no SQLAlchemy yet (below).
+* ``replicate`` before its prefetch thread starts: no SQLAlchemy yet (below);
+* an SSH control connection: paramiko without invoke.
 """
 
 from __future__ import annotations
@@ -207,3 +208,19 @@ def test_the_daemon_runs_with_the_collector_on_though_it_opened_no_catalog(tmp_p
                           timeout=120)
     assert "run `zbak init`" in done.stderr
     assert done.stdout.split() == ["1", "True"], done.stderr
+
+
+def test_the_control_connection_loads_paramiko_without_invoke():
+    """paramiko 3 imports invoke (about 0.04 s here) only to run an ssh_config "Match exec",
+    which zbak never reads with paramiko; ``proc.ssh`` keeps it out, and paramiko still
+    builds its client pieces."""
+    script = textwrap.dedent("""
+        import sys
+        import zrepl_py.proc.ssh
+        import paramiko
+        paramiko.Transport, paramiko.Ed25519Key, paramiko.RejectPolicy
+        print(sys.modules.get("invoke", "absent"))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() in ("None", "absent")

@@ -262,9 +262,8 @@ def _wait_for_master(ctx: Context, side: Side) -> None:
 
 def _pool_task(ctx: Context, host: str, pool: str, *, with_size: bool = False) -> Task:
     """The prefetch task (``zrepl_py.runtime.prefetch``) of a pool's health report."""
-    zfs = ctx.zfs(host)
     return (("pool_report", host, pool, with_size),
-            lambda: pool_report(zfs, pool, with_size=with_size))
+            lambda: pool_report(ctx.zfs(host), pool, with_size=with_size))
 
 
 def _pool_report(ctx: Context, host: str, pool: str, *, with_size: bool = False) -> PoolReport:
