@@ -352,6 +352,35 @@ def test_a_push_goes_through_an_mbuffer_on_the_receiving_host_and_arrives_whole(
     assert guids(rig.replica) == guids(rig.data)
 
 
+def test_in_a_tree_only_a_dataset_storing_16_mib_or_more_is_received_through_the_buffer(
+        make_pool, sshd, tmp_path, capsys):
+    """A small dataset's stream goes straight into ``zfs receive`` (a shell and an mbuffer
+    fewer per dataset, zfs_target.SMALL_DATASET); a large one keeps the buffer; both arrive
+    whole, and the next run's incrementals follow the same rule."""
+    rig = Rig(make_pool, sshd, tmp_path, capsys, recursive=True)
+    assert rig("init", "--no-checks")[0] == ExitStatus.OK
+    for child in ("big", "small"):
+        zfs("create", f"{rig.data}/{child}")
+    write(rig.mount / "big" / "a.bin", 20 * 1024 * 1024, -1)
+    write(rig.mount / "small" / "a.bin", 100_000, -1)
+    for snapshot in ("s1", "s2"):
+        rig.snapshot(snapshot)
+        status, out, err = rig("--debug", "replicate")
+        assert status == ExitStatus.OK, out + err
+        receives = [line for line in err.splitlines() if "pipeline stage ssh backup" in line]
+        assert len(receives) == 3, receives
+        assert [line for line in receives if f"{rig.replica}/big" in line
+                and "mbuffer -q -v 1 -s 128k -m 65536k | zfs receive" in line]
+        assert [line for line in receives if f"{rig.replica}/small" in line
+                and "mbuffer" not in line]
+        assert [line for line in receives if f"{rig.replica}/" not in line
+                and "mbuffer" not in line]  # the parent, which stores a few KiB
+        for child in ("", "/big", "/small"):
+            assert guids(rig.replica + child) == guids(rig.data + child)
+        write(rig.mount / "small" / "b.bin", 100_000, -1)
+        write(rig.mount / "big" / "b.bin", 100_000, -1)
+
+
 def test_a_receiving_host_without_mbuffer_gets_the_stream_directly_with_a_note(
     make_pool, sshd_factory, tmp_path, capsys
 ):
