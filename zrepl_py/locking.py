@@ -13,7 +13,10 @@ another run sees, and for state directories shared between hosts, where another 
   holder whose record aged past the ttl can still refresh it as long as nobody took it;
 * when another process took the lock over (rewrote or removed the file), the holder's next
   refresh raises ``LockBroken`` and the holding process is interrupted: it stops rather
-  than go on unprotected.
+  than go on unprotected. The interruption is a SIGINT to the main thread; where SIGINT is
+  ignored (bash starts a script's ``zbak ... &`` with SIGINT ignored, and Python keeps an
+  ignored SIGINT), the lock installs, while it is held, a handler that raises for a broken
+  lock only, so other SIGINTs stay ignored.
 
 A clean release empties the record, so only a crash leaves one behind.
 """
@@ -177,6 +180,27 @@ def _heartbeat(lease: Lease, every: float, stop: threading.Event,
             log.warning("could not refresh the lock %s: %s", lease.path, exc)
 
 
+_HELD: list[Lease] = []
+"""The leases this process holds (the SIGINT handler of ``_interrupt_even_if_ignored``)."""
+
+
+def _interrupt_even_if_ignored() -> Callable[[], None]:
+    """Make ``_interrupt`` reach the main thread while SIGINT is ignored: install a handler
+    raising KeyboardInterrupt when one of the held leases is broken (another SIGINT is
+    ignored, as before); return what puts the old handler back. Nothing to do when SIGINT
+    is handled already, or off the main thread (where handlers cannot be set)."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN):
+        return lambda: None
+
+    def broken_only(_signum: int, _frame: object) -> None:
+        if any(lease.broken is not None for lease in _HELD):
+            raise KeyboardInterrupt("lock taken over")
+
+    signal.signal(signal.SIGINT, broken_only)
+    return lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _interrupt(_exc: LockBroken) -> None:
     # A real SIGINT, not _thread.interrupt_main(): that only sets a flag, which a main thread
     # blocked in sleep() or a read does not see until the call returns (signal(7): EINTR).
@@ -256,6 +280,8 @@ def dataset_lock(state_dir: Path, key: str, action: str, *, ttl: float = LOCK_TT
         record = LockRecord(here, os.getpid(), action, secrets.token_hex(8), now)
         _write(fd, record)
         lease = Lease(path, fd, record, clock)
+        _HELD.append(lease)
+        restore = _interrupt_even_if_ignored()
         every = ttl / 3 if heartbeat is None else heartbeat
         if every > 0:
             threading.Thread(target=_heartbeat, args=(lease, every, stop, on_broken),
@@ -266,10 +292,14 @@ def dataset_lock(state_dir: Path, key: str, action: str, *, ttl: float = LOCK_TT
             if lease.broken is not None:
                 raise lease.broken from None
             raise
+        finally:
+            restore()
         if lease.broken is not None:
             raise lease.broken
     finally:
         stop.set()
+        if lease is not None:
+            _HELD.remove(lease)
         if lease is not None and lease.still_mine():
             os.ftruncate(fd, 0)  # a clean release leaves no record behind
         os.close(fd)

@@ -246,6 +246,9 @@ def test_a_signal_during_the_retry_backoff_stops_the_retries_at_once():
         raise StoreTransient("503 SlowDown", store="s", key="k")
 
     patient = RetryPolicy(attempts=5, initial_wait=60, max_wait=60)
+    # Python's own SIGINT handler, whatever this test run started with (a shell running
+    # the suite in the background gives it SIGINT ignored, and the signal would be lost).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     # wait_random_exponential draws from [0, 60]: the first wait could be short, so retry
     # until one is long enough to be interrupted (each try costs at most 0.3 s).
     for _ in range(20):
@@ -258,8 +261,10 @@ def test_a_signal_during_the_retry_backoff_stops_the_retries_at_once():
                 patient.call(always_transient)
         finally:
             timer.cancel()
+            signal.signal(signal.SIGINT, previous)
         if len(calls) == 1:
             break
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     assert len(calls) == 1, "some backoff drawn was under 0.3 s every time"
     assert time.monotonic() - started < 2
 

@@ -148,20 +148,48 @@ def test_a_holder_whose_lock_was_broken_stops_with_lock_broken(tmp_path, how):
                 lease.refresh()
 
 
-def test_the_process_holding_a_broken_lock_aborts(tmp_path):
+@pytest.mark.parametrize("sigint", ["default_int_handler", "SIG_IGN"])
+def test_the_process_holding_a_broken_lock_aborts(tmp_path, sigint):
     """RELIABILITY 29: with the default handler the heartbeat interrupts the main thread: the
-    process stops with LockBroken instead of working on unprotected."""
+    process stops with LockBroken instead of working on unprotected. Also when it started
+    with SIGINT ignored (bash starts a script's `zbak replicate &` so, and Python keeps it):
+    that SIGINT was lost and the run went on; another SIGINT is still ignored then."""
     code = textwrap.dedent(f"""
-        import pathlib, time
+        import os, pathlib, signal, time
+        signal.signal(signal.SIGINT, signal.{sigint})
         from zrepl_py.locking import dataset_lock
         with dataset_lock(pathlib.Path({str(tmp_path)!r}), 'k', 'replicate', heartbeat=0.05):
+            if signal.{sigint} is signal.SIG_IGN:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)
+                print('an outside SIGINT is ignored', flush=True)
             print('held', flush=True)
             time.sleep(30)
         print('finished unprotected', flush=True)
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    if sigint == "SIG_IGN":
+        assert proc.stdout.readline().strip() == "an outside SIGINT is ignored"
     assert proc.stdout.readline().strip() == "held"
     lock_path(tmp_path, "k").write_bytes(LockRecord(THERE, 1, "prune", "theirs", T).dumps())
     out, err = proc.communicate(timeout=20)
     assert proc.returncode != 0 and "LockBroken" in err and "unprotected" not in out
+
+
+def test_a_lock_released_with_sigint_ignored_leaves_it_ignored(tmp_path):
+    """The handler a lock installs while SIGINT is ignored (see above) goes with the lock,
+    and a lock inside it installs none of its own."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with dataset_lock(tmp_path, "outer", "replicate", heartbeat=0):
+            during = signal.getsignal(signal.SIGINT)
+            assert callable(during)
+            with dataset_lock(tmp_path, "inner", "replicate", heartbeat=0):
+                assert signal.getsignal(signal.SIGINT) is during
+            assert signal.getsignal(signal.SIGINT) is during
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
