@@ -11,9 +11,11 @@ import os
 import socket
 import stat
 import subprocess
+import threading
 import time
 from pathlib import Path
 
+import paramiko
 import pytest
 from support.common import free_port
 
@@ -475,3 +477,48 @@ def test_the_data_path_negotiates_aes_gcm_on_an_aes_cpu_and_falls_back_where_ref
     strict = sshd_factory(extra_config=["Ciphers chacha20-poly1305@openssh.com,aes256-ctr"])
     argv = ssh_argv(strict.host_config(), known_hosts_default=tmp_path / "kh")
     assert negotiated_cipher(argv) == "chacha20-poly1305@openssh.com"
+
+
+
+def test_a_command_that_ends_before_its_stdin_eof_is_sent_keeps_the_connection(ssh, monkeypatch):
+    """paramiko's ``shutdown_write`` sends the EOF after letting go of the channel's lock, so
+    the server's CLOSE of a command that has already ended can be answered first, and sshd
+    drops the whole connection for the EOF that follows ("ieof packet referred to nonexistent
+    channel", paramiko issues #1115 and #1705; seen with 8 ``zfs set`` at once). The EOF is
+    held back here until the command has surely ended: the connection must survive."""
+    first = ssh.run(["sh", "-c", "echo $SSH_CONNECTION"]).stdout
+    transport = ssh._client.get_transport()
+    send = transport._send_user_message
+
+    def late_eof(message):
+        if message.asbytes()[:1] == paramiko.common.cMSG_CHANNEL_EOF:
+            time.sleep(0.5)  # `true` ends and the server closes its channel meanwhile
+        send(message)
+
+    monkeypatch.setattr(transport, "_send_user_message", late_eof)
+    assert ssh.run(["true"]).returncode == 0
+    time.sleep(0.5)  # what sshd does with a late EOF
+    assert ssh.connected
+    assert ssh.run(["sh", "-c", "echo $SSH_CONNECTION"]).stdout == first
+
+
+def test_many_short_commands_at_once_on_one_connection_all_complete(ssh):
+    """Eight threads running short commands on one connection, as a tree's batch runs its
+    ``zfs set`` commands: a command that ends before its stdin's EOF is sent must not make
+    that EOF arrive after the channel's CLOSE (sshd then drops the connection: "ieof packet
+    referred to nonexistent channel"; ``ssh._send_eof``)."""
+    failures = []
+
+    def worker():
+        for _ in range(15):
+            try:
+                ssh.run(["true"])
+            except Exception as exc:  # noqa: BLE001 - every failure is the finding
+                failures.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert failures == []

@@ -248,6 +248,11 @@ class SSHExecutor:
             ) from None
         try:
             stdout, stderr, status = self._communicate(channel, input, deadline)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self.close()
+            raise HostUnreachable(
+                f"[{self.host}] lost the connection to {self._where} while running "
+                f"{full[0]}: {exc or type(exc).__name__}") from None
         finally:
             channel.close()
         if status is None:
@@ -278,7 +283,7 @@ class SSHExecutor:
         if input:
             threads.append(threading.Thread(target=_feed, args=(channel, input), daemon=True))
         else:
-            channel.shutdown_write()
+            _send_eof(channel)
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -354,6 +359,29 @@ def _feed(channel: paramiko.Channel, data: bytes) -> None:
     try:
         for start in range(0, len(data), _CHUNK):
             channel.sendall(data[start : start + _CHUNK])
-        channel.shutdown_write()
+        _send_eof(channel)
     except (OSError, EOFError, paramiko.SSHException):
         pass  # the command exited without reading all of stdin, like BrokenPipe locally
+
+
+def _send_eof(channel: paramiko.Channel) -> None:
+    """``channel.shutdown_write()`` without its race: paramiko marks the EOF sent under the
+    channel's lock but sends it after releasing it, so its reader thread, answering the
+    server's CLOSE of a command that has ended meanwhile, may send our CLOSE first. sshd
+    then gets an EOF for a channel it has freed and drops the whole connection, with every
+    command running on it ("ieof packet referred to nonexistent channel", seen with 8
+    ``zfs set`` at once; paramiko issues #1115 and #1705, open in paramiko 3). Here the EOF
+    leaves while the lock is held, so a CLOSE the reader thread answers comes after it; none
+    is sent once the channel is closed.
+
+    Raises:
+        EOFError, OSError, paramiko.SSHException: the connection is gone.
+    """
+    with channel.lock:
+        if channel.closed or channel.eof_sent:
+            return
+        message = paramiko.Message()
+        message.add_byte(paramiko.common.cMSG_CHANNEL_EOF)
+        message.add_int(channel.remote_chanid)
+        channel.eof_sent = True
+        channel.transport._send_user_message(message)
