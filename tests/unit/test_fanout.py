@@ -168,8 +168,8 @@ def test_a_new_child_waits_for_its_nearest_covered_ancestor_unless_that_is_on_th
     assert prerequisites([D("tank/r"), D("tank/r/a")], {D("tank/r/a")})[D("tank/r/a")] is None
 
 
-def test_the_default_concurrency_is_two_per_cpu_between_two_and_the_ssh_session_bound():
-    assert default_concurrency(None) == 2
-    assert default_concurrency(1) == 2
-    assert default_concurrency(2) == 4
-    assert default_concurrency(64) == MOST_OVER_SSH == 8
+def test_the_default_concurrency_is_four_per_cpu_between_two_and_the_ssh_session_bound():
+    assert default_concurrency(None) == 4
+    assert default_concurrency(1) == 4
+    assert default_concurrency(2) == MOST_OVER_SSH == 8
+    assert default_concurrency(64) == 8

@@ -2,7 +2,7 @@
 
 Targets are independent: one that fails (unreachable, a broken transfer) is recorded as a
 failed run and the others still run. Within a target, ``[replicate] concurrency`` datasets
-(default ``order.default_concurrency``: 2 per CPU, 2 to 8) are replicated at once
+(default ``order.default_concurrency``: 4 per CPU, 2 to 8) are replicated at once
 (``zfs_target``), over one shared ssh connection per host opened while the run starts, and
 under one ``bandwidth_limit`` shared by them (``proc.ratelimit``). Within a target, a diverged dataset is skipped and the
 others are replicated; the run then ends ``partial`` (``failed`` when every dataset

@@ -20,10 +20,15 @@ from zrepl_py.zfs.names import DatasetName
 MOST_OVER_SSH = 8
 """The default never passes this: every transfer to a host is a session of one shared ssh
 connection, and sshd allows 10 sessions per connection (sshd_config(5) ``MaxSessions``)."""
-PER_CPU = 2
+PER_CPU = 4
 """Default transfers per CPU: a small dataset's pipeline mostly waits (on zfs, on ssh), so
-two per CPU keep the CPUs busy; 20 tiny datasets over ssh took 0.49 s one at a time, 0.39 s
-four at once and 0.50 s eight at once on 2 CPUs (zfs-fuse, sshd on 127.0.0.1)."""
+several per CPU keep the CPUs busy. On 2 CPUs (zfs-fuse, sshd on 127.0.0.1, medians of 5-6
+interleaved runs; benchmarks/replication.py's test bed), since small datasets go without the
+receive buffer (``zfs_target.SMALL_DATASET``): a tree of 101 datasets of 4 KiB took 2.49 s
+three at once, 2.37 s four, 2.24 s six and 2.23 s eight; its nightly cycle (16 KiB new in
+each) 3.66 s four at once and 3.30 s eight; 8 datasets of 32 MiB 1.50 s four at once and
+1.37 s eight. (With a receive buffer in every pipeline, 20 tiny datasets had taken 0.39 s
+four at once and 0.50 s eight.)"""
 
 
 def default_concurrency(cpus: int | None) -> int:
