@@ -94,6 +94,27 @@ def test_settle_runs_in_the_callers_thread_with_every_piece_finished_since_its_l
     assert all(batch == sorted(batch, key=keys.index) for batch in batches)
 
 
+
+def test_idle_is_set_for_the_batches_settled_once_no_piece_runs_any_more():
+    """The first piece's batch settles while the second still runs (idle unset); the
+    second's batch comes once nothing runs any more (idle set)."""
+    second_may_end = threading.Event()
+    idle = threading.Event()
+    seen = []
+
+    def work(key):
+        if key == "b":
+            second_may_end.wait(10)
+        return key
+
+    def settle(batch):
+        seen.append(([item.key for item in batch], idle.is_set()))
+        second_may_end.set()
+
+    fan_out(["a", "b"], work, after={}, concurrency=2, settle=settle, stop=lambda item: False,
+            idle=idle)
+    assert seen == [(["a"], False), (["b"], True)]
+
 def test_after_a_stop_nothing_new_starts_running_work_finishes_and_the_rest_is_returned():
     keys = [f"k{i}" for i in range(10)]
     work = Recorder(keys, fail={"k0"})

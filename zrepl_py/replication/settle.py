@@ -6,7 +6,8 @@ transfers go on (``runtime.fanout``). For each batch, in this order:
 
 1. a replica a full stream created on a receiver without ``zfs receive -o`` (zfs-fuse) gets
    the job's properties: one ``zfs set PROP=VALUE DS...`` per property (it arrived with
-   ``-u``, mounted nowhere in between);
+   ``-u``, mounted nowhere in between); once the transfers are over (``idle``), up to
+   ``SETS_AT_ONCE`` commands at once, each with a share of the datasets;
 2. the receiver's word is not enough: ONE ``zfs get`` on the target reads each received
    snapshot's guid, with the replica's properties, and a snapshot with another guid fails
    its dataset (``Settled.errors``);
@@ -25,8 +26,10 @@ and the next run finds the target up to date and moves both (``Arrival.listed``)
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
+import threading
 from typing import TYPE_CHECKING
 
 from zrepl_py.catalog.rows import CursorRow
@@ -43,6 +46,15 @@ if TYPE_CHECKING:  # SQLAlchemy loads with the catalog, while the run's SSH pref
     from zrepl_py.catalog.repository import Catalog
 
 log = logging.getLogger(__name__)
+
+SETS_AT_ONCE = 8
+"""``zfs set`` commands a batch runs at once once the transfers are over (step 1 of the
+module doc). zfs sets a property one dataset at a time, each in a transaction group of its
+own, and commands running together share them: 2 properties on 40 datasets of an idle
+zfs-fuse pool took 0.14-0.18 s as 2 commands and 0.07-0.10 s as 8 (4 per property). While
+the transfers run, the 2 CPUs are the limit and 8 commands (8 ssh sessions, shells and zfs
+processes) made a tree's first replication slower (2.82 s against 2.61 s), so until then a
+batch runs one command per property, one after the other."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +109,8 @@ class Settler:
     takes_properties: bool
     """The receiver takes ``zfs receive -o``/``-x`` (else step 1 sets them afterwards)."""
     settled: Settled = dataclasses.field(default_factory=Settled)
+    idle: threading.Event = dataclasses.field(default_factory=threading.Event)
+    """Set once the run's transfers are over (``runtime.fanout``)."""
 
     def settle(self, arrivals: list[Arrival]) -> bool:
         """Settle ``arrivals`` (steps 1-5 of the module doc); errors go to ``settled``.
@@ -143,16 +157,30 @@ class Settler:
                          "zfs set %s=%s (replica properties)", self.target, name,
                          arrival.target_ds, name, value)
                 by_setting.setdefault((name, value), []).append(arrival)
-        for (name, value), group in by_setting.items():
-            try:
-                self.dst.set_property_many([a.target_ds for a in group], name, value)
-            except ZfsError as exc:
-                if len(group) == 1:
-                    self._refused(group[0].target_ds, [f"zfs set {name}={value}: {exc}"])
-                    continue
-                for arrival in group:  # which one? alone, each gets its own error
-                    self._repair(arrival.target_ds, [Fix(name, value, "is not set yet")],
-                                 quiet=True)
+        if not self.idle.is_set():
+            for (name, value), group in by_setting.items():
+                self._set_many(name, value, group)
+            return
+        shares = max(1, SETS_AT_ONCE // max(1, len(by_setting)))
+        commands = [(name, value, group[start::shares])
+                    for (name, value), group in by_setting.items()
+                    for start in range(min(shares, len(group)))]
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(commands))) as pool:
+            for done in [pool.submit(self._set_many, *command) for command in commands]:
+                done.result()
+
+    def _set_many(self, name: str, value: str, group: list[Arrival]) -> None:
+        """One ``zfs set NAME=VALUE`` of ``group``'s replicas; when zfs refuses it, each
+        replica alone (``_repair``), so each gets its own error."""
+        try:
+            self.dst.set_property_many([a.target_ds for a in group], name, value)
+        except ZfsError as exc:
+            if len(group) == 1:
+                self._refused(group[0].target_ds, [f"zfs set {name}={value}: {exc}"])
+                return
+            for arrival in group:
+                self._repair(arrival.target_ds, [Fix(name, value, "is not set yet")],
+                             quiet=True)
 
     def _confirm(self, received: list[Arrival]) -> dict[DatasetName, dict[str, tuple[str, str]]]:
         """Read each received snapshot's guid and its replica's checked properties in one

@@ -287,7 +287,7 @@ def replicate_to_zfs_target(
     targets = {name: target.dataset.child(name.relative_to(job.source.dataset)) for name in infos}
     fan_out(list(infos), run.replicate, concurrency=concurrency, settle=settle, stop=failed,
             after=prerequisites(list(infos), {n for n, t in targets.items() if t in present}),
-            cancel=transfer.cancel, name=f"zbak-{target.host}")
+            cancel=transfer.cancel, name=f"zbak-{target.host}", idle=settler.idle)
     errors = settler.settled.errors
     if errors:
         first = next(errors[name] for name in infos if name in errors)

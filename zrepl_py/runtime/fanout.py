@@ -48,6 +48,7 @@ def fan_out(
     stop: Callable[[Finished[K, R]], bool],
     cancel: threading.Event | None = None,
     name: str = "zbak-work",
+    idle: threading.Event | None = None,
 ) -> list[K]:
     """Run ``work(key)`` for every key, at most ``concurrency`` at once.
 
@@ -67,6 +68,9 @@ def fan_out(
         stop: when true for a finished piece, start nothing more (called in a worker).
         cancel: set when the caller's thread is interrupted, for ``work`` to watch.
         name: prefix of the worker threads' names.
+        idle: set before a ``settle`` once no piece runs or will start any more (a worker
+            has ended with none running): that batch, and any after it, may use what the
+            workers were using (CPU, connections).
 
     Returns:
         the keys never started (after a ``stop``, or waiting on a key never started).
@@ -100,6 +104,8 @@ def fan_out(
                     break
             if batch:
                 batch.sort(key=lambda done: board.position[done.key])
+                if idle is not None and active < len(workers) and board.idle():
+                    idle.set()
                 if settle(batch):
                     board.halt()
     except BaseException:
@@ -139,6 +145,11 @@ class _Board:
         with self.changed:
             self.stopped = True
             self.changed.notify_all()
+
+    def idle(self) -> bool:
+        """True when no piece is running."""
+        with self.changed:
+            return self.running == 0
 
     def _next(self) -> K | None:
         """The next key to run (waiting while only running keys can free one); None: done."""
