@@ -117,6 +117,40 @@ def test_the_pipelines_left_are_raised_a_moment_after_one_ended():
     pvs.end(first, 1)
 
 
+
+def test_pipelines_that_end_within_a_moment_of_their_start_are_never_told_anything():
+    """A tree of small datasets at concurrency 8: each pipeline ends well before it would be
+    raised, so no ``pv -R`` is sent at all (one to a pv that is ending waits for it in vain,
+    under the lock every other pipeline needs)."""
+    pvs = Pvs()
+    shared = SharedRate(8000, 8, tell=pvs.tell, raise_after=60)
+    leases = {pid: pvs.start(shared, pid) for pid in range(1, 9)}
+    for pid in range(9, 109):
+        oldest = min(leases)
+        pvs.end(leases.pop(oldest), oldest)
+        leases[pid] = pvs.start(shared, pid)
+    for pid in list(leases):
+        pvs.end(leases.pop(pid), pid)
+    assert pvs.told == [] and pvs.peak <= 8000
+
+
+def test_a_pipeline_still_running_a_moment_after_its_start_is_raised_to_its_share():
+    pvs = Pvs()
+    shared = SharedRate(1000, 4, tell=pvs.tell, raise_after=0.05)
+    first = pvs.start(shared, 1)
+    assert pvs.rates == {1: 250}, "not at once"
+    deadline = time.monotonic() + 10
+    while pvs.rates[1] != 1000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pvs.rates == {1: 1000}
+    second = pvs.start(shared, 2)  # lowers the first before it starts
+    assert pvs.rates[1] == 500 and pvs.peak <= 1000
+    while pvs.rates[2] != 500 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pvs.rates == {1: 500, 2: 500}
+    pvs.end(first, 1)
+    pvs.end(second, 2)
+
 def test_a_limit_or_concurrency_that_cannot_be_shared_is_refused():
     with pytest.raises(ValueError):
         SharedRate(0, 2)
