@@ -96,9 +96,7 @@ class SharedRate:
             if self._raise_after <= 0:
                 self._divide()
                 return
-        timer = threading.Timer(self._raise_after, self._raise_one, (lease,))
-        timer.daemon = True
-        timer.start()
+        self._later(self._raise_one, lease)
 
     def _raise_one(self, lease: Lease) -> None:
         """Raise ``lease``'s pv to its share, if it still runs (its start's timer)."""
@@ -118,9 +116,14 @@ class SharedRate:
             if self._raise_after <= 0:
                 self._divide()
             elif self._timer is None:
-                self._timer = threading.Timer(self._raise_after, self._raise)
-                self._timer.daemon = True
-                self._timer.start()
+                self._timer = self._later(self._raise)
+
+    def _later(self, function: Callable[..., None], *args: object) -> threading.Timer:
+        """Run ``function(*args)`` ``raise_after`` seconds from now, in a daemon thread."""
+        timer = threading.Timer(self._raise_after, function, args)
+        timer.daemon = True
+        timer.start()
+        return timer
 
     def _raise(self) -> None:
         with self._lock:

@@ -157,15 +157,17 @@ class Settler:
                          "zfs set %s=%s (replica properties)", self.target, name,
                          arrival.target_ds, name, value)
                 by_setting.setdefault((name, value), []).append(arrival)
+        if not by_setting:
+            return
         if not self.idle.is_set():
             for (name, value), group in by_setting.items():
                 self._set_many(name, value, group)
             return
-        shares = max(1, SETS_AT_ONCE // max(1, len(by_setting)))
+        shares = max(1, SETS_AT_ONCE // len(by_setting))
         commands = [(name, value, group[start::shares])
                     for (name, value), group in by_setting.items()
                     for start in range(min(shares, len(group)))]
-        with concurrent.futures.ThreadPoolExecutor(max(1, len(commands))) as pool:
+        with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:
             for done in [pool.submit(self._set_many, *command) for command in commands]:
                 done.result()
 
