@@ -4,6 +4,7 @@ and never a hang or an unbounded read."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -94,6 +95,63 @@ def test_an_unexpected_exception_is_one_line_pointing_at_debug(monkeypatch, tmp_
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err
     assert lines[0].startswith("zbak: internal error: TypeError") and "--debug" in lines[0]
+
+
+@pytest.mark.parametrize("raised, expected", [
+    (EOFError("Server connection dropped"), "zbak: internal error: EOFError: Server connection"),
+    (KeyboardInterrupt("signal 15"), "zbak: interrupted"),
+], ids=["stray EOFError", "Ctrl-C or SIGTERM"])
+def test_what_click_turns_into_abort_is_named_for_what_it_was(raised, expected, monkeypatch,
+                                                               tmp_path, capsys):
+    """click's Command.main turns an EOFError or KeyboardInterrupt raised in a command into
+    Abort; zbak said "aborted" for both, as if the user had declined a prompt."""
+    def broken(*_args, **_kwargs):
+        raise raised
+
+    config = tmp_path / "zbak.toml"
+    config.write_text(f'state_dir = "{tmp_path}/state"\n')
+    monkeypatch.setattr("zrepl_py.cli.common.Invocation.context", broken)
+    status, _, err = run(["--config", str(config), "config", "check"], capsys)
+    assert status == ExitStatus.FAILED
+    assert err.strip().splitlines()[-1].startswith(expected), err
+    assert "aborted" not in err and "Traceback" not in err
+
+
+def test_sigterm_during_a_command_says_interrupted(tmp_path):
+    """The real signal path: SIGTERM -> ``_terminate`` -> KeyboardInterrupt inside the
+    command -> click's Abort -> "zbak: interrupted", exit 1."""
+    config = tmp_path / "zbak.toml"
+    config.write_text(f'state_dir = "{tmp_path}/state"\n')
+    code = ("import sys, time, zrepl_py.cli.common as c, zrepl_py.cli as cli\n"
+            "def slow(*a, **k):\n"
+            "    print('started', flush=True); time.sleep(60)\n"
+            "c.Invocation.context = slow\n"
+            f"sys.exit(int(cli.main(['--config', {str(config)!r}, 'status'])))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "started\n"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1
+    assert err.strip() == "zbak: interrupted", err
+
+
+def test_a_declined_prompt_still_says_aborted(monkeypatch, tmp_path, capsys):
+    import click  # noqa: PLC0415
+
+    def declined(*_args, **_kwargs):
+        raise click.Abort()  # what click.confirm raises on end of input (from None)
+
+    config = tmp_path / "zbak.toml"
+    config.write_text(f'state_dir = "{tmp_path}/state"\n')
+    monkeypatch.setattr("zrepl_py.cli.common.Invocation.context", declined)
+    status, _, err = run(["--config", str(config), "config", "check"], capsys)
+    assert status == ExitStatus.FAILED and err.strip() == "aborted"
 
 
 def test_with_debug_the_unexpected_exception_keeps_its_traceback(monkeypatch, tmp_path):

@@ -97,7 +97,14 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
     except click.ClickException as exc:
         exc.show()
         return ExitStatus.USAGE
-    except click.Abort:
+    except click.Abort as exc:
+        # click turns a KeyboardInterrupt or EOFError raised in a command into Abort "from"
+        # it (Command.main); its own prompts raise Abort from None.
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # Ctrl-C, or SIGTERM (_terminate)
+            click.echo("zbak: interrupted", err=True)
+            return ExitStatus.FAILED
+        if isinstance(exc.__cause__, EOFError):  # no prompt's: a defect, not the user's answer
+            return _internal_error(exc.__cause__, inv.debug)
         click.echo("aborted", err=True)
         return ExitStatus.FAILED
     except ZbakError as exc:
