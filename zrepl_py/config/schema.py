@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from zrepl_py.config.names import is_config_name
 from zrepl_py.config.units import parse_cron, parse_duration, parse_size
 from zrepl_py.errors import CommandFailed, InvalidEndpoint, InvalidName
 from zrepl_py.proc import mbuffer
@@ -47,15 +48,9 @@ Duration = Annotated[dt.timedelta, BeforeValidator(parse_duration)]
 ByteSize = Annotated[int, BeforeValidator(parse_size)]
 CronSchedule = Annotated[str, BeforeValidator(parse_cron)]
 
-_CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 LOCAL_HOST = "local"
 """Host name that means this machine; it needs no ``[hosts.local]`` section."""
 
-
-def is_config_name(value: str) -> bool:
-    """True when ``value`` can name a host, store or job in the config (1-64 of
-    ``A-Za-z0-9_.-``, a letter or digit first)."""
-    return _CONFIG_NAME.fullmatch(value) is not None
 
 DEFAULT_STATE_DIR = Path("/var/lib/zbak")
 S3_STORAGE_CLASSES = (
@@ -121,7 +116,7 @@ def parse_endpoint(value: object, *, allow_directory: bool) -> Endpoint:
     host, sep, rest = value.partition(":")
     if not sep or "/" in host:
         host, rest = LOCAL_HOST, value
-    if _CONFIG_NAME.fullmatch(host) is None:  # not match: '$' also matches before a '\n'
+    if not is_config_name(host):
         raise InvalidEndpoint(f"invalid host name {host!r}")
     if rest.startswith("/"):
         if not allow_directory:
@@ -1061,7 +1056,7 @@ class Config(_Model):
     @classmethod
     def _names(cls, value: dict) -> dict:
         for name in value:
-            if not _CONFIG_NAME.match(name):
+            if not is_config_name(name):
                 raise ValueError(f"name {name!r}: use letters, digits, '_', '.', '-' (max 64)")
         return value
 
