@@ -21,7 +21,7 @@ import time
 
 import pytest
 from disaster.conftest import MIB, Site, content_of, new_site, restored_content, snapshots
-from support.cli import file_archive_config, prop, zfs
+from support.cli import exists, file_archive_config, prop, settled_snapshots, zfs
 from support.common import hosts_table
 
 from zrepl_py.errors import ExitStatus
@@ -317,12 +317,12 @@ def test_a_restore_killed_mid_chain_is_continued_by_the_same_command(make_pool, 
            "--to", "@5", "--into", back, "--from", "cold", "--yes"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not (_exists(back) and "2" in snapshots(back)):
+    while not (exists(back) and "2" in snapshots(back)):
         assert proc.poll() is None and time.monotonic() < deadline, "the restore ended first"
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    left = _settled_snapshots(back)
+    left = settled_snapshots(back)
     assert 3 <= len(left) < 6 and prop(back, "zbak:restoring") == f"local:{site.data}"
 
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -334,25 +334,6 @@ def test_a_restore_killed_mid_chain_is_continued_by_the_same_command(make_pool, 
 
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert again.returncode == ExitStatus.FAILED and "never overwrites" in again.stderr
-
-
-def _exists(dataset: str) -> bool:
-    return subprocess.run(["zfs", "list", dataset], capture_output=True).returncode == 0
-
-
-def _settled_snapshots(dataset: str, *, quiet: float = 2.0, limit: float = 30.0) -> list[str]:
-    """The snapshots of ``dataset`` once they stopped changing for ``quiet`` seconds: zfs-fuse
-    receives in its daemon, which may still commit the snapshot in flight after the killed
-    zbak's ``zfs receive`` got its SIGTERM (the rerun must then go on from that one)."""
-    deadline = time.monotonic() + limit
-    seen, since = snapshots(dataset), time.monotonic()
-    while time.monotonic() - since < quiet:
-        assert time.monotonic() < deadline, f"{dataset} kept changing: {seen}"
-        time.sleep(0.2)
-        now = snapshots(dataset)
-        if now != seen:
-            seen, since = now, time.monotonic()
-    return seen
 
 
 def test_a_local_restore_killed_in_its_incremental_keeps_the_full(make_pool, tmp_path, capsys):
@@ -369,12 +350,12 @@ def test_a_local_restore_killed_in_its_incremental_keeps_the_full(make_pool, tmp
            "--to", "@5", "--into", back, "--yes"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not (_exists(back) and prop(back, "zbak:restoring") != "-"):
+    while not (exists(back) and prop(back, "zbak:restoring") != "-"):
         assert proc.poll() is None and time.monotonic() < deadline, "the restore ended first"
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    held = _settled_snapshots(back)
+    held = settled_snapshots(back)
     assert held == [str(i) for i in range(len(held))] and 1 <= len(held) < 6, held
     newest = held[-1]
 

@@ -13,18 +13,22 @@ failed.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
-from support.cli import zfs
+from support.cli import content_of, exists, prop, restored_content, settled_snapshots, zfs
 from support.common import hosts_table
 
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 from zrepl_py.proc.openssh import remote_command, ssh_argv
+from zrepl_py.restore.mark import RESTORING
 from zrepl_py.serve.token import make_token
 
 pytestmark = [pytest.mark.zfs, pytest.mark.ssh]
@@ -304,6 +308,46 @@ def test_rollback_on_divergence_needs_allow_destroy_own_and_then_destroys_only_z
     assert f"zfs destroy {first.replica}@zbak_20260105T000000Z" in allowed
     assert f"zfs rollback {first.replica}@zbak_20260101T000000Z" in allowed
 
+
+
+def test_a_restore_into_the_served_root_is_marked_and_a_killed_one_continues(
+        make_pool, sshd_factory, tmp_path, capsys):
+    """Restoring onto the backup host (``--into backup:ROOT/NAME``: the master's pool is lost,
+    or the admin restores beside the replicas) goes through serve like replication. The
+    restore's mark (``zbak:restoring``, set after the first stream, cleared at the end) must
+    pass: without it a restore killed half-way leaves a dataset that the rerun refuses and
+    that serve lets nobody destroy."""
+    served = Served(make_pool, sshd_factory, tmp_path, capsys)
+    data_dir = Path(prop(served.data, "mountpoint"))
+    for step in range(6):
+        (data_dir / f"f{step}.bin").write_bytes(os.urandom(16 * 1024 * 1024))
+        zfs("snapshot", f"{served.data}@{step}")
+    want = content_of(f"{served.data}@5", served.src.name, "want")
+    assert served.zbak("init", "--no-checks")[0] == ExitStatus.OK
+    back = f"{served.root}/back"
+    cmd = [sys.executable, "-m", "zrepl_py", "--config", str(served.config), "restore",
+           served.data, "--to", "@5", "--into", f"backup:{back}", "--from", "local", "--yes"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (exists(back) and prop(back, RESTORING) != "-"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("the restore ended (or stalled) before its mark was seen: "
+                        + "".join(proc.communicate()))
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    held = settled_snapshots(back)
+    assert held == [str(i) for i in range(len(held))] and 1 <= len(held) < 6, held
+
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "from an interrupted restore" in done.stdout, done.stdout
+    assert restored_content(back) == want and prop(back, RESTORING) == "-"
+    allowed = "\n".join(served.log_lines("ALLOWED"))
+    assert f"zfs set {RESTORING}=local:{served.data} {back}" in allowed
+    assert f"zfs inherit {RESTORING} {back}" in allowed
+    assert not served.log_lines("REFUSED"), served.log.read_text()
 
 
 def _allow_argv(*args: str) -> list[str]:

@@ -57,6 +57,26 @@ def snapshots(dataset: str) -> list[str]:
                                               if n.startswith(dataset + "@"))]
 
 
+def exists(dataset: str) -> bool:
+    """True when ``zfs list DATASET`` finds it."""
+    return subprocess.run(["zfs", "list", dataset], capture_output=True).returncode == 0
+
+
+def settled_snapshots(dataset: str, *, quiet: float = 2.0, limit: float = 30.0) -> list[str]:
+    """The snapshots of ``dataset`` once they stopped changing for ``quiet`` seconds: zfs-fuse
+    receives in its daemon, which may still commit the snapshot in flight after a killed
+    zbak's ``zfs receive`` got its SIGTERM (the rerun must then go on from that one)."""
+    deadline = time.monotonic() + limit
+    seen, since = snapshots(dataset), time.monotonic()
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, f"{dataset} kept changing: {seen}"
+        time.sleep(0.2)
+        now = snapshots(dataset)
+        if now != seen:
+            seen, since = now, time.monotonic()
+    return seen
+
+
 def tree_digest(root: Path) -> dict[str, str]:
     """``{relative path: sha256}`` of every file below ``root``."""
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()

@@ -23,6 +23,7 @@ from zrepl_py.proc.mbuffer import PROBE as MBUFFER_PROBE
 from zrepl_py.proc.mbuffer import mbuffer_argv
 from zrepl_py.proc.openssh import remote_command, remote_pipeline
 from zrepl_py.replication.stages import Side, transfer_stages
+from zrepl_py.restore.mark import RESTORING, mark_value
 from zrepl_py.serve.cmdline import split_command_line
 from zrepl_py.serve.options import parse
 from zrepl_py.serve.policy import Policy, check
@@ -221,6 +222,11 @@ CLIENT_CALLS = {
     "reset an excluded one": lambda z, r: z.set_property(f"{ROOT}/tank", "refreservation",
                                                          "none"),
     "inherit an excluded one": lambda z, r: z.inherit_property(f"{ROOT}/tank", "mountpoint"),
+    "mark a restore into the root": lambda z, r: z.set_property(
+        f"{ROOT}/restored", RESTORING, mark_value("local", "tank/data")),
+    "mark a restore of another host's dataset": lambda z, r: z.set_property(
+        f"{ROOT}/restored", RESTORING, mark_value("master-1", "tank/a b/c")),
+    "clear a restore's mark": lambda z, r: z.inherit_property(f"{ROOT}/restored", RESTORING),
     "hold": lambda z, r: z.hold(f"{ROOT}/tank@{OWN}", "zbak:j:backup:x"),
     "release": lambda z, r: z.release(f"{ROOT}/tank@{OWN}", "zbak:j:backup:x"),
     "hold many": lambda z, r: z.hold_many([f"{ROOT}/a@{OWN}", f"{ROOT}/b@{OWN}"],
@@ -435,6 +441,16 @@ def test_a_configured_program_path_is_accepted_and_executed():
     (["zfs", "inherit", "-r", "mountpoint", f"{ROOT}/tank"], "-r is not allowed"),
     (["zfs", "inherit", "-S", "mountpoint", f"{ROOT}/tank"], "-S is not allowed"),
     (["zfs", "inherit", "mountpoint", "backup"], "outside the allowed root"),
+    (["zfs", "set", "zbak:restoring=local:tank/data", "backup/other"], "outside the allowed"),
+    (["zfs", "set", "zbak:restoring=local:tank/data", f"{ROOT}/a", f"{ROOT}/b"],
+     "HOST:DATASET and one dataset"),
+    (["zfs", "set", "zbak:restoring=tank/data", f"{ROOT}/a"], "HOST:DATASET"),
+    (["zfs", "set", "zbak:restoring=-x:tank/data", f"{ROOT}/a"], "HOST:DATASET"),
+    (["zfs", "set", "zbak:restoring=local:tank/da@ta", f"{ROOT}/a"], "HOST:DATASET"),
+    (["zfs", "set", "zbak:restoring=local:", f"{ROOT}/a"], "HOST:DATASET"),
+    (["zfs", "set", "zbak:other=local:tank/data", f"{ROOT}/a"], "is not allowed"),
+    (["zfs", "inherit", "zbak:restoring", "backup/other"], "outside the allowed root"),
+    (["zfs", "inherit", "-r", "zbak:restoring", f"{ROOT}/a"], "-r is not allowed"),
     (["zfs", "allow", "nobody", "destroy", ROOT], "zfs allow is not allowed"),
     (["zfs", "clone", f"{ROOT}/tank@s", f"{ROOT}/c"], "zfs clone is not allowed"),
     (["zfs", "rename", f"{ROOT}/a", f"{ROOT}/b"], "zfs rename is not allowed"),

@@ -12,7 +12,7 @@ so the process starts (an exec, zfs's set-up, over ssh a login) of a long chain 
 its critical path. When the target snapshot lies inside the last ``-I`` stream, the
 snapshots after it are destroyed from the NEW dataset (which this restore created) and the
 dataset is rolled back to the target. Once the first stream is received the new dataset is
-marked (``gather.RESTORING``) until the restore finished, so a restore killed or failed
+marked (``mark.RESTORING``) until the restore finished, so a restore killed or failed
 later is continued by the next run (``plan.plan_restore``: only the streams still missing).
 Local and replica paths: ``zfs send`` of the first snapshot, then ``-I`` to the target, piped
 into ``zfs receive -u INTO`` (over ssh when the source is a replica host); raw (``-w``) when
@@ -56,7 +56,7 @@ from zrepl_py.proc.pipeline import run_pipeline
 from zrepl_py.proc.python_end import ReceiveWriter
 from zrepl_py.replication.stages import Side, transfer_stages
 from zrepl_py.restore.fetch import VolumeFetch, file_chunks
-from zrepl_py.restore.gather import RESTORING
+from zrepl_py.restore.mark import RESTORING, mark_value
 from zrepl_py.restore.plan import RestorePlan
 from zrepl_py.restore.thaw import request_thaws
 from zrepl_py.streams.frames import decompress_frame
@@ -155,7 +155,7 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
                             upcoming = ReceiveWriter(stages).start()
                         writer.finish()
                     if done == 0 and not plan.resumed:
-                        _mark(zfs, plan, f"{plan.host}:{plan.dataset}")
+                        _mark(zfs, plan, mark_value(plan.host, str(plan.dataset)))
                 except _Unverified as exc:
                     progress.close()
                     raise exc.error from None  # says "nothing was received" (see _stream_bytes)
@@ -190,7 +190,7 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
 
 def _mark(zfs: Zfs, plan: RestorePlan, value: str | None) -> None:
     """Set (``value``) or clear (None) the ``RESTORING`` mark on the new dataset; a failure
-    is a warning (a delegated user or zbak serve without that property): the restore goes
+    is a warning (a delegated user without the ``userprop`` permission): the restore goes
     on, but one interrupted later is not continued by the next run."""
     try:
         if value is None:
@@ -358,7 +358,7 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
             ctx, plan, label, dataset=chosen.dataset, to_snap=step.to.name,
             from_snap=step.base.name if isinstance(step, Incremental) else None)).bytes
         if isinstance(step, Full) and len(steps) > 1:
-            _mark(dst, plan, f"{plan.host}:{plan.dataset}")
+            _mark(dst, plan, mark_value(plan.host, str(plan.dataset)))
     locked = _check_received(dst, plan)
     _mark(dst, plan, None)
     return RestoreOutcome(plan.into, len(steps), total, locked)

@@ -24,6 +24,7 @@ from zrepl_py.errors import DatasetNotFound, UsageError, ZbakError
 from zrepl_py.invocation.context import Context
 from zrepl_py.objects.layout import common_prefix
 from zrepl_py.objects.manifest import CarriedSnapshot
+from zrepl_py.restore.mark import RESTORING
 from zrepl_py.zfs.names import DatasetName
 
 
@@ -108,14 +109,6 @@ class RestoreFacts:
     catalogued: tuple[CarriedSnapshot, ...]
     into: IntoFacts
     restore: RestoreConfig
-
-
-RESTORING = "zbak:restoring"
-"""User property a restore sets on the dataset it creates once the first stream (a chain's
-full, or a local or replica source's full) is received (value ``HOST:DATASET`` restored) and
-clears when it finished: a dataset holding it is the unfinished work of a restore that was
-killed or failed, which the same restore continues (``plan.plan_restore``) instead of
-refusing the existing dataset."""
 
 
 def resolve_dataset(ctx: Context, dataset: str | None) -> tuple[str, str]:

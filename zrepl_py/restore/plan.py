@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from zrepl_py.catalog.rows import LOCAL_HOST, VolumeRow
 from zrepl_py.errors import RestoreError, UsageError
 from zrepl_py.objects.manifest import CarriedSnapshot
-from zrepl_py.restore.gather import RESTORING, Listing, RestoreFacts, StoreFacts
+from zrepl_py.restore.gather import Listing, RestoreFacts, StoreFacts
+from zrepl_py.restore.mark import RESTORING, mark_value
 from zrepl_py.restore.paths import ChainPath, archive_paths, why_no_path
 from zrepl_py.restore.thaw import ThawEstimate, estimate
 
@@ -76,7 +77,7 @@ class RestorePlan:
         target: the snapshot wanted.
         into / into_host: the dataset to create and its host (the dataset's own host unless
             ``--into HOST:POOL/NAME`` named another); it does not exist, or holds the first
-            ``resumed`` streams of the chain from an interrupted restore (``gather.RESTORING``).
+            ``resumed`` streams of the chain from an interrupted restore (``mark.RESTORING``).
         chosen: the option used.
         options: every option considered (for the plan shown), cheapest first.
         reason: why ``chosen`` was picked over the others (one sentence).
@@ -164,7 +165,7 @@ def _received_before(facts: RestoreFacts, chosen: Option) -> int:
               " name (then rename), or remove it yourself")
     if into.restoring is None:
         raise RestoreError(refuse)
-    if into.restoring != f"{facts.host}:{facts.dataset}":
+    if into.restoring != mark_value(facts.host, str(facts.dataset)):
         raise RestoreError(f"{refuse} (it is what is left of an interrupted restore of"
                            f" {into.restoring})")
     left = f"{refuse} (it is what is left of an interrupted restore of {facts.dataset}"

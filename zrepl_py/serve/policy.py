@@ -31,6 +31,8 @@ Replication, inside a root:
   ``zfs set PROP=VALUE DS...`` for the same set values (and a non-inheritable exclusion's reset
   value, such as ``refreservation=none``), ``zfs inherit PROP DS`` for an inheritable
   exclusion (``replication/zfs_target.py`` repairs a replica with these after a receive),
+  ``zfs set zbak:restoring=HOST:DATASET DS`` and ``zfs inherit zbak:restoring DS`` (the mark
+  of a restore into a root, ``restore.mark``),
   ``zfs create [-p] DS``, ``zfs hold TAG SNAP...``, ``zfs release TAG SNAP...``,
   ``zfs snapshot [-r] DS@PREFIX_YYYYMMDDTHHMMSSZ...`` (zbak's own names only),
   ``zfs bookmark SNAP DS#NAME`` (same dataset),
@@ -62,6 +64,7 @@ from typing import Callable, Sequence
 
 from zrepl_py.errors import CommandRefused, InvalidName
 from zrepl_py.proc import mbuffer
+from zrepl_py.restore.mark import RESTORING, is_mark_value
 from zrepl_py.serve.options import Parsed, parse
 from zrepl_py.serve.token import TokenTarget, read_token
 from zrepl_py.snapshots.naming import is_own
@@ -457,6 +460,10 @@ def _zfs_set(args: list[str], policy: Policy) -> None:
     what = "zfs set"
     word = _repair(args, policy, what, many=True)
     name, sep, value = word.partition("=")
+    if sep and name == RESTORING:  # a restore into a root marks its new dataset (one)
+        if len(args) != 2 or not is_mark_value(value):
+            raise CommandRefused(f"{what} {RESTORING} takes HOST:DATASET and one dataset")
+        return
     if not sep or policy.properties.repairs()[0].get(name) != value:
         raise CommandRefused(f"{what} {word!r} is not allowed (only the configured replica "
                              "properties; see --receive-set)")
@@ -465,7 +472,7 @@ def _zfs_set(args: list[str], policy: Policy) -> None:
 def _zfs_inherit(args: list[str], policy: Policy) -> None:
     what = "zfs inherit"
     name = _repair(args, policy, what)
-    if name not in policy.properties.repairs()[1]:
+    if name != RESTORING and name not in policy.properties.repairs()[1]:
         raise CommandRefused(f"{what} {name!r} is not allowed (only the configured "
                              "exclusions that inherit; see --receive-exclude)")
 
