@@ -22,7 +22,7 @@ from zrepl_py.proc.mbuffer import MIN_BYTES as MBUFFER_MIN_BYTES
 from zrepl_py.proc.mbuffer import PROBE as MBUFFER_PROBE
 from zrepl_py.proc.mbuffer import mbuffer_argv
 from zrepl_py.proc.openssh import remote_command, remote_pipeline
-from zrepl_py.replication.stages import Side, transfer_stages
+from zrepl_py.replication.stages import Side, metered_transfer
 from zrepl_py.restore.mark import RESTORING, mark_value
 from zrepl_py.serve.cmdline import split_command_line
 from zrepl_py.serve.options import parse
@@ -324,8 +324,9 @@ def test_the_remote_end_of_a_push_pipeline_is_allowed_as_the_ssh_client_sends_it
     local = Side("local", None, tmp_path / "known_hosts")
     send = send_argv(Full(SnapRef("a", 1, 10)), source_dataset="tank/data", caps=OPENZFS, raw=False)
     receive = receive_argv(f"{ROOT}/tank/data", caps=OPENZFS, resumable=True)
-    stages = transfer_stages(send, receive, source=local, target=_remote_side(tmp_path),
-                             compress=compress, bandwidth_limit=None, receive_buffer=buffer)
+    stages, _ = metered_transfer(send, receive, source=local, target=_remote_side(tmp_path),
+                                 compress=compress, bandwidth_limit=None, receive_buffer=buffer,
+                                 send_writes_stream=True, share=False)
     remote = stages[-1].argv[-1]  # the command string after "ssh ... -- HOST"
     approved = allowed(remote)
     assert approved.argvs[-1] == tuple(receive)
@@ -367,8 +368,9 @@ def test_the_remote_end_of_a_pull_pipeline_is_allowed_as_the_ssh_client_sends_it
     send = send_argv(Incremental(SnapRef("a", 1, 10), SnapRef(OWN, 2, 20), True),
                      source_dataset=f"{ROOT}/data", caps=OPENZFS, raw=False)
     receive = receive_argv("tank/replica", caps=OPENZFS, resumable=False)
-    stages = transfer_stages(send, receive, source=_remote_side(tmp_path), target=local,
-                             compress=compress, bandwidth_limit=None)
+    stages, _ = metered_transfer(send, receive, source=_remote_side(tmp_path), target=local,
+                                 compress=compress, bandwidth_limit=None,
+                                 send_writes_stream=True, share=False)
     approved = allowed(stages[0].argv[-1])
     assert approved.argvs[0] == tuple(send)
 

@@ -9,7 +9,7 @@ import pytest
 from zrepl_py.config.schema import HostConfig
 from zrepl_py.proc.mbuffer import mbuffer_argv, without_buffer_noise
 from zrepl_py.proc.pipeline import Meter
-from zrepl_py.replication.stages import Side, metered_transfer, transfer_stages
+from zrepl_py.replication.stages import Side, metered_transfer
 
 SEND = ["zfs", "send", "tank/a@s1"]
 RECEIVE = ["zfs", "receive", "-u", "bak/a"]
@@ -50,8 +50,11 @@ CASES = [
     ("remote to remote: a relay between the two shared ssh is counted",
      True, True, True, False, None, Meter.READ, ["ssh h: zfs send", "relay", "ssh h: zfs receive"],
      [True, False, True]),
-    ("local to local from zfs-fuse: the receive reads what is counted",
-     False, False, False, False, None, Meter.READ, ["zfs send", "zfs receive"], [False, False]),
+    ("local to local from zfs-fuse: its zfs receive hands the stream on, so a relay is counted",
+     False, False, False, False, None, Meter.READ, ["zfs send", "relay", "zfs receive"],
+     [False, False, False]),
+    ("local to local on OpenZFS: its zfs send is counted",
+     False, False, True, False, None, Meter.WRITTEN, ["zfs send", "zfs receive"], [False, False]),
 ]  # fmt: skip
 
 
@@ -82,9 +85,10 @@ def test_without_sharing_the_ssh_is_counted_and_no_relay_is_added():
     assert meter is Meter.WRITTEN
 
 
-def test_transfer_stages_never_shares_a_connection():
-    stages = transfer_stages(SEND, RECEIVE, source=side(True), target=side(True), compress=True,
-                             bandwidth_limit=None)  # fmt: skip
+def test_without_share_no_ssh_shares_a_connection():
+    stages, _ = metered_transfer(SEND, RECEIVE, source=side(True), target=side(True),
+                                 compress=True, bandwidth_limit=None, send_writes_stream=False,
+                                 share=False)  # fmt: skip
     assert not any(shares(s) for s in stages)
 
 
@@ -122,7 +126,7 @@ def test_a_pull_buffers_locally_between_the_sources_ssh_and_zfs_receive():
 
 def test_a_stream_that_stays_on_this_machine_gets_no_buffer():
     stages, _ = metered_transfer(SEND, RECEIVE, source=side(False), target=side(False),
-                                 compress=False, bandwidth_limit=None, send_writes_stream=False,
+                                 compress=False, bandwidth_limit=None, send_writes_stream=True,
                                  receive_buffer=BUFFER)  # fmt: skip
     assert [s.argv for s in stages] == [tuple(SEND), tuple(RECEIVE)]
 

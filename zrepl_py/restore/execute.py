@@ -54,7 +54,7 @@ from zrepl_py.observe.progress import ProgressReporter, Sampler
 from zrepl_py.observe.transfers import job_of, reporting
 from zrepl_py.proc.pipeline import run_pipeline
 from zrepl_py.proc.python_end import ReceiveWriter
-from zrepl_py.replication.stages import Side, transfer_stages
+from zrepl_py.replication.stages import Side, metered_transfer
 from zrepl_py.restore.fetch import VolumeFetch, file_chunks
 from zrepl_py.restore.mark import RESTORING, mark_value
 from zrepl_py.restore.plan import RestorePlan
@@ -350,11 +350,14 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
         send = send_argv(step, source_dataset=chosen.dataset, caps=src.capabilities, raw=raw,
                          receiver=dst.capabilities, zfs=src.zfs)
         receive = receive_argv(plan.into, caps=dst.capabilities, resumable=False, zfs=dst.zfs)
-        stages = transfer_stages(send, receive, source=source, target=target,
-                                 compress=source.config is not None or target.config is not None,
-                                 bandwidth_limit=None)
+        # Counted where a process of the pipeline really moves the stream (zfs-fuse's daemon,
+        # not its zfs send, writes it: replication.stages.metered_transfer).
+        stages, meter = metered_transfer(
+            send, receive, source=source, target=target, bandwidth_limit=None,
+            compress=source.config is not None or target.config is not None,
+            send_writes_stream=src.capabilities.send_writes_stream, share=False)
         label = f"{chosen.dataset}@{step.to.name} -> {plan.into}"
-        total += run_pipeline(stages, progress=_reporter(
+        total += run_pipeline(stages, meter=meter, progress=_reporter(
             ctx, plan, label, dataset=chosen.dataset, to_snap=step.to.name,
             from_snap=step.base.name if isinstance(step, Incremental) else None)).bytes
         if isinstance(step, Full) and len(steps) > 1:
