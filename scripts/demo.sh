@@ -177,7 +177,8 @@ step "restore the docs from the archive into a new dataset and compare with the 
 docs_snap=$(zfs list -H -t snapshot -o name -s createtxg -r "$src/data/docs" | tail -1 | sed 's/^[^@]*@//')
 zbak restore "$src/data/docs" --to "@$docs_snap" --into "$src/restored-docs" --dry-run
 zbak restore "$src/data/docs" --to "@$docs_snap" --into "$src/restored-docs" --from cold --yes
-zfs list -t snapshot -o name,guid -r "$src/restored-docs"
+# guids in full: zfs-fuse has no `zfs list -p` (its `list -o guid` rounds: "12.4E") nor `get -t`
+zfs get -H -p -r -o name,value guid "$src/restored-docs" | grep @
 [[ "$(zfs get -Hp -o value guid "$src/restored-docs@$docs_snap")" == "$(zfs get -Hp -o value guid "$src/data/docs@$docs_snap")" ]] \
   || fail "restored @$docs_snap has another guid than the source's"
 echo "restored @$docs_snap has the source snapshot's guid"
