@@ -102,10 +102,10 @@ class SharedRate:
         """Raise ``lease``'s pv to its share, if it still runs (its start's timer)."""
         with self._lock:
             got = self._leases.get(lease)
-            if got is None or not self._leases:
+            if got is None:
                 return
             pid, rate, started = got
-            share = max(1, self.total // len(self._leases))
+            share = self._share()
             if rate < share and self._tell(pid, share):
                 self._leases[lease] = (pid, share, started)
 
@@ -130,6 +130,10 @@ class SharedRate:
             self._timer = None
             self._divide()
 
+    def _share(self) -> int:
+        """Bytes per second of each lease now: ``total / leases`` (called with leases held)."""
+        return max(1, self.total // len(self._leases))
+
     def _divide(self) -> None:
         """Every running pv to ``total / leases``: those above it first; the others are
         raised only when all of those were lowered (a pv that missed the message still runs
@@ -138,7 +142,7 @@ class SharedRate:
         than its share."""
         if not self._leases:
             return
-        share = max(1, self.total // len(self._leases))
+        share = self._share()
         running = [(lease, got) for lease, got in self._leases.items() if got is not None]
         lowered = True
         for lease, (pid, rate, started) in running:

@@ -188,8 +188,9 @@ def metered_transfer(
     if meter is Meter.READ and len(stages) == 1:
         if not local_source and not sharing_source:
             meter = Meter.WRITTEN  # the source's own ssh carries the stream out
-        elif not (local_source and target.config is not None and not sharing_target):
+        elif local_source and target.config is not None and not sharing_target:
+            pass  # the target's own ssh reads the stream from the pipe: counted there
+        else:  # a shared ssh or a local zfs-fuse receive would not see it (see above)
             stages.append(Stage("relay", RELAY))
-        # else: the target's own ssh reads the stream from the pipe, counted there
     stages += target.wrap([*receiving, receive], "zfs receive", share=sharing_target)
     return stages, meter

@@ -352,9 +352,9 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
         receive = receive_argv(plan.into, caps=dst.capabilities, resumable=False, zfs=dst.zfs)
         # Counted where a process of the pipeline really moves the stream (zfs-fuse's daemon,
         # not its zfs send, writes it: replication.stages.metered_transfer).
+        # compress: zstd on the wire, only where a side is remote (metered_transfer decides).
         stages, meter = metered_transfer(
-            send, receive, source=source, target=target, bandwidth_limit=None,
-            compress=source.config is not None or target.config is not None,
+            send, receive, source=source, target=target, bandwidth_limit=None, compress=True,
             send_writes_stream=src.capabilities.send_writes_stream, share=False)
         label = f"{chosen.dataset}@{step.to.name} -> {plan.into}"
         total += run_pipeline(stages, meter=meter, progress=_reporter(

@@ -440,9 +440,10 @@ def _check_receive_properties(parsed: Parsed, policy: Policy, what: str) -> None
                                  f"exclusions: {shown}; see --receive-exclude)")
 
 
-def _repair(args: list[str], policy: Policy, what: str, *, many: bool = False) -> str:
+def _repair(args: list[str], policy: Policy, what: str, *, many: bool = False
+            ) -> tuple[str, list[str]]:
     """Check ``zfs set|inherit WORD DS...`` (no option, every DS a dataset inside a root;
-    several only when ``many``); return WORD."""
+    several only when ``many``); return WORD and the datasets."""
     parsed = parse(args, what=what)
     _no_options(parsed, what)
     word, *names = parsed.operands or [""]
@@ -451,17 +452,17 @@ def _repair(args: list[str], policy: Policy, what: str, *, many: bool = False) -
                              f"{'one or more datasets' if many else 'one dataset'}")
     for name in names:
         _dataset(name, policy, what)
-    return word
+    return word, names
 
 
 def _zfs_set(args: list[str], policy: Policy) -> None:
     # Several datasets: zbak sets a property on every replica a batch created at once
     # (replication.settle step 1; zfs-set(8) takes several names).
     what = "zfs set"
-    word = _repair(args, policy, what, many=True)
+    word, datasets = _repair(args, policy, what, many=True)
     name, sep, value = word.partition("=")
     if sep and name == RESTORING:  # a restore into a root marks its new dataset (one)
-        if len(args) != 2 or not is_mark_value(value):
+        if len(datasets) != 1 or not is_mark_value(value):
             raise CommandRefused(f"{what} {RESTORING} takes HOST:DATASET and one dataset")
         return
     if not sep or policy.properties.repairs()[0].get(name) != value:
@@ -471,7 +472,7 @@ def _zfs_set(args: list[str], policy: Policy) -> None:
 
 def _zfs_inherit(args: list[str], policy: Policy) -> None:
     what = "zfs inherit"
-    name = _repair(args, policy, what)
+    name, _ = _repair(args, policy, what)
     if name != RESTORING and name not in policy.properties.repairs()[1]:
         raise CommandRefused(f"{what} {name!r} is not allowed (only the configured "
                              "exclusions that inherit; see --receive-exclude)")
