@@ -35,8 +35,8 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from zrepl_py.errors import LockBroken, Locked
 from zrepl_py.runtime.statedir import ensure_private_dir
@@ -77,7 +77,7 @@ class LockRecord:
         return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
 
     @classmethod
-    def loads(cls, data: bytes) -> "LockRecord | None":
+    def loads(cls, data: bytes) -> LockRecord | None:
         """Parse a file's content; None for an empty file, a pre-record file (``pid N
         (action)``) or anything unreadable."""
         try:

@@ -209,7 +209,7 @@ def test_a_verified_mark_older_than_reverify_after_releases_nothing_until_audit_
     (new,) = [s for s in catalog.streams(dataset=site.data) if s.to_name == "3"]
     # verified 31 days ago: past the default reverify_after of 30 days
     catalog.set_stream_state(new.id, "verified",
-                             dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=31))
+                             dt.datetime.now(dt.UTC) - dt.timedelta(days=31))
 
     plan = json.loads(site.ok("prune", "--json"))
     rows = {r["stream"]: r for r in plan["streams"]}

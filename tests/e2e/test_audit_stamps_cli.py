@@ -93,7 +93,7 @@ def test_a_read_older_than_its_share_of_thirty_days_is_read_again(store_and_run)
     _, run, db = store_and_run
     audit(run)
     engine = make_engine(f"sqlite:///{db}")
-    old = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=31)
+    old = dt.datetime.now(dt.UTC) - dt.timedelta(days=31)
     with engine.begin() as conn:
         conn.execute(sa.update(stream_table).where(stream_table.c.id.in_([2, 5, 9]))
                      .values(manifest_read_at=old))

@@ -25,7 +25,7 @@ from zrepl_py.daemon.store import scheduled_runs
 from zrepl_py.errors import ExitStatus
 from zrepl_py.locking import dataset_lock
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 NEVER = "0 0 1 1 *"  # keeps the cron schedules of actions a test does not drive out of the way
 
 

@@ -102,7 +102,7 @@ class Archived:
         catalog = self.run.catalog()
         (full,) = [s for s in catalog.streams(dataset=self.data)
                    if s.kind == "full" and s.to_name == day(snap)]
-        catalog.set_stream_state(full.id, "verified", dt.datetime.now(dt.timezone.utc))
+        catalog.set_stream_state(full.id, "verified", dt.datetime.now(dt.UTC))
 
 
 @pytest.fixture

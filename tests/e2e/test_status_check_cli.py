@@ -23,7 +23,7 @@ from zrepl_py.catalog.repository import Catalog
 from zrepl_py.errors import ExitStatus
 
 ZBAK = Path(sys.executable).with_name("zbak")
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def check(config: Path, *args: str) -> tuple[int, list[str]]:

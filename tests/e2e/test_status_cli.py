@@ -23,7 +23,7 @@ from zrepl_py.errors import ExitStatus
 from zrepl_py.observe.transfers import RunningTransfer, Slot
 
 pytestmark = pytest.mark.zfs
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def put(path, data: bytes) -> None:

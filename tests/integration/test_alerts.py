@@ -27,7 +27,7 @@ from zrepl_py.observe import events
 from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.replication.job import budget_warnings
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T0 = dt.datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
 TOKEN = "tok-3f9a1c77e2b4d0"
 PASSWORD = "pw-91c2e7aa0b"

@@ -22,7 +22,7 @@ from zrepl_py.observe import events
 from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.runtime.logsetup import pin_wire_loggers
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T0 = dt.datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
 TOKEN = "apprise-tok-5b1e9c0d7a"
 SEGMENT = "seg-8d2f4a61c3"

@@ -25,7 +25,7 @@ from zrepl_py.catalog.models import (
 )
 from zrepl_py.catalog.repository import Catalog
 
-T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 SHA = "ab" * 32
 
 

@@ -13,7 +13,7 @@ from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.zfs.capabilities import detect
 from zrepl_py.zfs.capability_cache import DEFAULT_TTL, cached_capabilities, entry_path
 
-NOW = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.UTC)
 
 
 class Recording:

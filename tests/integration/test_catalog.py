@@ -14,7 +14,7 @@ from zrepl_py.catalog.rows import CursorRow, NewStream, NewVolume, SnapshotFact
 from zrepl_py.catalog.types import to_signed64
 from zrepl_py.errors import CatalogConflict, ChainBroken, NotInCatalog
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 HOUR = dt.timedelta(hours=1)
 SHA = "ab" * 32

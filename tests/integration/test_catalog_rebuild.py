@@ -20,7 +20,7 @@ from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
 
-T0 = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
 
 
 def config_file(path: Path, state: Path, url: str, dataset: str, store: Path) -> Path:
@@ -114,7 +114,7 @@ def test_a_catalog_rebuilt_from_the_manifests_equals_the_original_and_audits_cle
     ok(capsys, original, "audit")            # the archive's runs and heads, on both backends
     catalog = catalog_of(original)
     tip = max(catalog.streams(dataset=data), key=lambda s: s.to_createtxg)
-    catalog.set_stream_state(tip.id, "bad", dt.datetime.now(dt.timezone.utc))
+    catalog.set_stream_state(tip.id, "bad", dt.datetime.now(dt.UTC))
     status, out, err = cli(capsys, original, "audit", "--json")
     assert status == ExitStatus.AUDIT_FINDINGS, out + err
     lag = [f for f in json.loads(out)["findings"] if "older than the last archive run" in f["problem"]]

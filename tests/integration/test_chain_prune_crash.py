@@ -143,7 +143,7 @@ def chains(zpool, tmp_path, capsys):
         assert [(s.kind, s.to_name) for s in streams] == [
             ("full", "0"), ("incremental", "2"), ("full", "4"), ("incremental", "5"),
             ("full", "6")]
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         for s in streams:
             if s.kind == "full" and s.to_name in ("4", "6"):
                 catalog.set_stream_state(s.id, "verified", now)
@@ -171,7 +171,7 @@ def test_a_crash_after_any_step_of_a_chain_prune_converges_on_rerun_without_losi
     """RELIABILITY 22: a crash after the k-th condemn/delete/row-delete, for every k: the catalog
     never references a deleted object, orphans exist only under a tombstone, and a rerun
     converges."""
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     survivor = {chains["survivor"]}
     catalog, backend, root = _copy(chains, "count")
     counter = Steps()

@@ -19,7 +19,7 @@ from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import NewStream
 from zrepl_py.errors import CatalogError, CatalogNotCurrent, CatalogUnavailable
 
-T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
 
 
 @pytest.fixture

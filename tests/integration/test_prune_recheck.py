@@ -19,7 +19,7 @@ from zrepl_py.pruning.recheck import recheck_chain
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.stores.s3 import S3Backend
 
-T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 PREFIX = "local/tank/data/full-1/"
 VOLUMES = [b"first volume " * 1000, b"second volume " * 1000]
 

@@ -19,7 +19,7 @@ from zrepl_py.observe.events import Event, register
 from zrepl_py.observe.runlog import RunSet, recorded_run, sweep_interrupted
 from zrepl_py.observe.transfers import process_start
 
-T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from support.openzfs import COMMAND_TIMEOUT as OPENZFS_TIMEOUT

@@ -158,7 +158,7 @@ def test_abort_stale_uploads_aborts_only_uploads_initiated_before_the_age(stubbe
     than a day ago are aborted (across a truncated listing page); one started an hour ago
     may belong to a running put and stays. An upload gone meanwhile is skipped."""
     stub = stubbed.stub
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
 
     def upload(key: str, uid: str, age: dt.timedelta) -> dict:
         return {"Key": f"zbak/{key}", "UploadId": uid, "Initiated": now - age}
@@ -209,7 +209,7 @@ def test_a_transient_s3_error_followed_by_success_is_invisible_to_the_caller(stu
     """RELIABILITY 16 (U): SlowDown then an answer: the call returns the answer."""
     stubbed.stub.add_client_error("head_object", "SlowDown", "reduce your rate", 503)
     stubbed.stub.add_response("head_object", {
-        "ContentLength": 3, "LastModified": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)})
+        "ContentLength": 3, "LastModified": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)})
     assert stubbed.stat("k").size == 3
     stubbed.stub.assert_no_pending_responses()
 

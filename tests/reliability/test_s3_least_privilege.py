@@ -205,7 +205,7 @@ def test_zbak_archives_with_the_writer_and_prunes_chains_only_with_the_prune_pro
     streams = catalog.streams(dataset=data)
     (newer,) = [s for s in streams if s.to_name == "zbak_20260102T000000Z"]
     (older,) = [s for s in streams if s.to_name == "zbak_20260101T000000Z"]
-    catalog.set_stream_state(newer.id, "verified", dt.datetime.now(dt.timezone.utc))
+    catalog.set_stream_state(newer.id, "verified", dt.datetime.now(dt.UTC))
     old_keys = {k for k in iam_s3.keys_in_bucket() if k.startswith("zbak/" + older.object_prefix)}
     assert old_keys
 

@@ -62,7 +62,7 @@ class Generated:
         self.engine, self.store, self.root = engine, store, root
         self.store_name, self.job = store_name, job
         self.chains, self.chain_length = chains, chain_length
-        self.now = now or dt.datetime.now(dt.timezone.utc)
+        self.now = now or dt.datetime.now(dt.UTC)
         self.rows: dict[sa.Table, list[dict]] = {m: [] for m in (dataset_table, snapshot_table,
                                                              stream_table, volume_table,
                                                              stream_snapshot_table, run_table)}

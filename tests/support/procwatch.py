@@ -20,7 +20,7 @@ import dataclasses
 import os
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def _parents() -> dict[int, int]:
@@ -131,7 +131,7 @@ class ProcessWatch:
         self._thread = threading.Thread(target=self._run, name=f"watch-{pid}", daemon=True)
         self._start = time.monotonic()
 
-    def start(self) -> "ProcessWatch":
+    def start(self) -> ProcessWatch:
         """Start sampling; returns self."""
         self._thread.start()
         return self

@@ -17,8 +17,8 @@ import os
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import pytest
 

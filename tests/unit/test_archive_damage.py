@@ -10,7 +10,7 @@ from zrepl_py.archive.damage import stream_damage
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.stores.base import ObjectInfo, Thaw
 
-NOW = dt.datetime(2026, 11, 25, 12, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 25, 12, tzinfo=dt.UTC)
 PREFIX = "local/tank/d/00000000000000000040-incr-00000000000003e8-00000000000003e9/"
 STREAM = StreamRow(
     id=7, host="local", dataset="tank/d", store="cold", kind="incremental", parent_id=6,

@@ -11,7 +11,7 @@ from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.objects.manifest import CarriedSnapshot
 
-NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.UTC)
 POLICY = ChainPolicy(full_every=dt.timedelta(days=30), max_chain_length=5, max_chain_bytes=None)
 
 

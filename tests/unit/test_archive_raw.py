@@ -49,7 +49,7 @@ DS = DatasetName("tank/secret data")
 A, B = CarriedSnapshot("a", 11, 10), CarriedSnapshot("b", 22, 20)
 FULL = PlannedStream("full", None, A, (A,), None, "no chain yet")
 INCR = PlannedStream("incremental", A, B, (B,), 7, "continues")
-NOW = dt.datetime(2026, 1, 10, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 1, 10, tzinfo=dt.UTC)
 
 
 # -- the send argv ------------------------------------------------------------------------

@@ -17,7 +17,7 @@ def test_the_stream_folders_of_a_dataset_are_its_own_and_not_its_childrens():
     keys = [parent + "vol-000000.zst", parent + "manifest.json", incr + "progress.json",
             child + "vol-000000.zst", "h/tank/data/notes/readme.txt"]
     listing = {key: None for key in keys}
-    tree = _Tree({}, {}, listing, _leaves(listing), dt.datetime.now(dt.timezone.utc))
+    tree = _Tree({}, {}, listing, _leaves(listing), dt.datetime.now(dt.UTC))
     assert tree.stream_dirs("h/tank/data/") == {
         parent: {"vol-000000.zst", "manifest.json"}, incr: {"progress.json"}}
     assert tree.stream_dirs("h/tank/data/child/") == {child: {"vol-000000.zst"}}

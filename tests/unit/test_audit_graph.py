@@ -20,7 +20,7 @@ from zrepl_py.audit.graph import (
 from zrepl_py.catalog.rows import CursorRow, SnapshotRow, StreamLink, StreamRow, VolumeRow
 from zrepl_py.objects.manifest import CarriedSnapshot
 
-T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 DS = "tank/data"
 
 

@@ -20,7 +20,7 @@ from zrepl_py.objects.layout import parse_stream_prefix, stream_prefix
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
 from zrepl_py.restore.paths import restorable_streams
 
-T0 = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 DS = "tank/data"
 
 

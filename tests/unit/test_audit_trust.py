@@ -11,7 +11,7 @@ import pytest
 from zrepl_py.audit.objects import TRUST_MANIFESTS_FOR, must_read
 from zrepl_py.stores.base import ObjectInfo
 
-NOW = dt.datetime(2026, 11, 25, 12, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 25, 12, tzinfo=dt.UTC)
 LISTED = ObjectInfo("p/manifest.json", 1622, "STANDARD", NOW, etag="e1")
 DAY = dt.timedelta(days=1)
 

@@ -11,7 +11,7 @@ import pytest
 from zrepl_py.zfs.capabilities import Capabilities
 from zrepl_py.zfs.capability_cache import DEFAULT_TTL, decode_entry, encode_entry, entry_path
 
-NOW = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.UTC)
 CAPS = Capabilities(parsable_list=True, resume_tokens=True, bookmarks=True, raw_send=True,
                     compressed_send=True, holds=True, multi_snapshot=True, pool_version=5000,
                     list_holds=True, receive_properties=True,

@@ -33,7 +33,7 @@ from zrepl_py.objects.manifest import CarriedSnapshot, Manifest, VolumeRecord
 from zrepl_py.objects.sealed import read_with_copy
 from zrepl_py.stores.file import FileBackend
 
-T0 = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.UTC)
 KEY = export_key("node1", "data")
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from zrepl_py.catalog.base import utc_of
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 NOON = dt.datetime(2026, 11, 25, 12, 0, 0, 123456, tzinfo=UTC)
 
 

@@ -12,7 +12,7 @@ from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.config.schema import ArchiveConfig
 from zrepl_py.pruning.chain_plan import ChainRetention, plan_chain_retention
 
-NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.UTC)
 S3_MIN = ArchiveConfig(store="s").min_storage_durations()
 FEE = "(early-delete fee): pass --accept-early-delete-fee"
 

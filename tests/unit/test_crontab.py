@@ -18,7 +18,7 @@ from zrepl_py.config.cron import first_at_or_after, parse_crontab
 from zrepl_py.config.units import parse_cron
 from zrepl_py.daemon.crontab import crontab_trigger
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def at(month: int, day: int, hour: int = 0, minute: int = 0, year: int = 2026) -> dt.datetime:

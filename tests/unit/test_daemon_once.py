@@ -12,7 +12,7 @@ from zrepl_py.catalog.rows import RunRow
 from zrepl_py.daemon.once import due_entries, last_starts
 from zrepl_py.daemon.plan import Entry
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 NOW = dt.datetime(2026, 12, 2, 10, 7, 30, tzinfo=UTC)
 HOURLY = Entry("db", "snapshot", cron="0 * * * *")
 NIGHTLY = Entry("db", "replicate", cron="30 1 * * *")

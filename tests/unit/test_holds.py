@@ -9,7 +9,7 @@ from zrepl_py.catalog.rows import CursorRow
 from zrepl_py.config.loading import parse_config
 from zrepl_py.pruning.holds import CURRENT, FOREIGN, STALE, UNKNOWN, Held, classify
 
-T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 DS = "tank/data"
 TAG_B = "zbak:j:b:pool/x"
 

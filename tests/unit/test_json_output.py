@@ -11,7 +11,7 @@ import pytest
 
 from zrepl_py.cli import common
 
-NOON = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.timezone.utc)
+NOON = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.UTC)
 EXPECTED = [{"job": "main", "id": 1, "host": None, "ratio": 0.5, "whole": True,
              "at": "2026-11-25T12:00:00+00:00", "keys": ["a", "b"],
              "nested": {"ids": [3, 4], "pairs": [[5, 6]]}}]

@@ -21,7 +21,7 @@ def manifest(**changes) -> Manifest:
         volumes=(VolumeRecord(0, "k/vol-000000.zst", 10, 4, "a" * 64, "b" * 64),
                  VolumeRecord(1, "k/vol-000001.zst", 3, 2, "c" * 64, "d" * 64)),
         compression="zstd", compression_level=3, send_flags=("-I",), storage_class="GLACIER",
-        tool="zbak 0.1.0", created_at=dt.datetime(2026, 11, 21, 1, 2, 3, tzinfo=dt.timezone.utc))
+        tool="zbak 0.1.0", created_at=dt.datetime(2026, 11, 21, 1, 2, 3, tzinfo=dt.UTC))
     fields.update(changes)
     return Manifest(**fields)
 

@@ -7,7 +7,7 @@ import datetime as dt
 from zrepl_py.config.schema import ProtectionBudget
 from zrepl_py.replication.job import budget_warnings
 
-NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.UTC)
 
 
 def held(days_old: float, used: int, name: str = "tank/a@s"):

@@ -19,7 +19,7 @@ from zrepl_py.pruning.chain_delete import execute_chain_prune
 from zrepl_py.pruning.chain_plan import ChainRetention, plan_chain_retention
 from zrepl_py.stores.base import ObjectInfo, Thaw
 
-NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.UTC)
 
 
 def row(id, txg, parent=None, *, state="verified", age=100.0) -> StreamRow:

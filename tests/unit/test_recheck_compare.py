@@ -14,7 +14,7 @@ from zrepl_py.stores.base import ObjectInfo
 SHA, OTHER = "a" * 64, "b" * 64
 VOLUME = VolumeRow(id=1, stream_id=3, index=0, key="k", raw_bytes=200, stored_bytes=100,
                    sha256=SHA)
-T = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+T = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 
 
 @pytest.mark.parametrize("size, sha256, expected", [

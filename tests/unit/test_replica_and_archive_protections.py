@@ -15,7 +15,7 @@ from zrepl_py.snapshots.inventory import Inventory
 from zrepl_py.zfs.model import build_tree
 from zrepl_py.zfs.names import DatasetName
 
-NOW = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 SHORTS = [f"zbak_2026010{i}T000000Z" for i in range(1, 7)]  # createtxg 2..7, guid 102..107
 
 

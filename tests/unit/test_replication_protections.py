@@ -11,7 +11,7 @@ from zrepl_py.snapshots.inventory import Inventory
 from zrepl_py.zfs.model import build_tree
 from zrepl_py.zfs.names import DatasetName
 
-T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 ROOT = DatasetName("tank/data")
 
 

@@ -142,7 +142,7 @@ def test_a_missing_rsync_is_recognised_from_the_shell_message_only(stderr, missi
 
 
 def _snaps(*shorts: str) -> list[SnapshotInfo]:
-    when = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    when = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     return [SnapshotInfo(SnapshotName(f"tank/d@{s}"), guid=100 + i, createtxg=10 * (i + 1),
                          creation=when, userrefs=0) for i, s in enumerate(shorts)]
 

@@ -21,7 +21,7 @@ from zrepl_py.observe.transfers import (
     read_running,
 )
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 

@@ -12,7 +12,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from zrepl_py.daemon.scheduler import job_defaults
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def scheduler() -> BackgroundScheduler:

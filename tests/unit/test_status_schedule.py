@@ -9,7 +9,7 @@ import pytest
 from zrepl_py.daemon.crontab import crontab_trigger
 from zrepl_py.status.report import next_fire
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 MONDAY = dt.datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # a Monday
 
 

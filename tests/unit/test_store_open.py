@@ -67,7 +67,7 @@ def test_an_unknown_scheme_is_a_permanent_error():
     ("GLACIER", None, Thaw.FROZEN, None),
     ("DEEP_ARCHIVE", 'ongoing-request="true"', Thaw.THAWING, None),
     ("GLACIER", 'ongoing-request="false", expiry-date="Fri, 21 Dec 2012 00:00:00 GMT"',
-     Thaw.THAWED, dt.datetime(2012, 12, 21, tzinfo=dt.timezone.utc)),
+     Thaw.THAWED, dt.datetime(2012, 12, 21, tzinfo=dt.UTC)),
 ])
 def test_the_restore_header_maps_to_a_thaw_state(storage_class, restore, thaw, expires):
     assert _thaw_state(storage_class, restore) == (thaw, expires)

@@ -139,7 +139,7 @@ def test_the_walker_keeps_no_payload_in_memory():
     assert len(walker._pending) == 0
 
 
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def stream_row(kind: str, to: int, frm: int | None) -> StreamRow:

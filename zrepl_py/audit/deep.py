@@ -57,7 +57,7 @@ from zrepl_py.zfs.sendrecv import receive_argv
 
 log = logging.getLogger(__name__)
 
-_NEVER = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+_NEVER = dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
 def choose(streams: Sequence[StreamRow], sample: float | None) -> list[StreamRow]:
@@ -198,7 +198,7 @@ class ScratchPool:
     parent: str
 
     @classmethod
-    def under(cls, zfs: Zfs, side: Side, pool: str) -> "ScratchPool":
+    def under(cls, zfs: Zfs, side: Side, pool: str) -> ScratchPool:
         """A new scratch name under ``pool`` (a pool or dataset name)."""
         return cls(zfs, side, str(DatasetName(pool).child(f"zbak-audit-{secrets.token_hex(4)}")))
 

@@ -86,7 +86,7 @@ class CarriedTable:
 
     @classmethod
     def from_columns(cls, ids: Sequence[int], guids: Sequence[int], createtxgs: Sequence[int],
-                     names: Sequence[str | None]) -> "CarriedTable":
+                     names: Sequence[str | None]) -> CarriedTable:
         """From parallel columns sorted by stream id (``Catalog.carried_columns``)."""
         spans: dict[int, tuple[int, int]] = {}
         if ids:
@@ -99,7 +99,7 @@ class CarriedTable:
         return cls(spans, ids, guids, createtxgs, names)
 
     @classmethod
-    def from_mapping(cls, carried: Mapping[int, Sequence[CarriedSnapshot]]) -> "CarriedTable":
+    def from_mapping(cls, carried: Mapping[int, Sequence[CarriedSnapshot]]) -> CarriedTable:
         """From ``Catalog.carried``/``bulk_carried``'s ``{stream id: [CarriedSnapshot]}``."""
         rows = [(sid, c.guid, c.createtxg, c.name) for sid in sorted(carried) for c in carried[sid]]
         return cls.from_columns([r[0] for r in rows], [r[1] for r in rows],

@@ -8,7 +8,7 @@ no chain.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from zrepl_py.catalog.rows import StreamRow
 

@@ -62,7 +62,7 @@ _ROW_FIELDS = ("prefix", "host", "dataset", "kind", "from_guid", "to_guid", "to_
 
 
 def _time_out(value: dt.datetime | None) -> str | None:
-    return None if value is None else value.astimezone(dt.timezone.utc).strftime(_TIME)
+    return None if value is None else value.astimezone(dt.UTC).strftime(_TIME)
 
 
 def parse_time(value: str) -> dt.datetime:
@@ -71,7 +71,7 @@ def parse_time(value: str) -> dt.datetime:
     Raises:
         ValueError: another format.
     """
-    return dt.datetime.strptime(value, _TIME).replace(tzinfo=dt.timezone.utc)
+    return dt.datetime.strptime(value, _TIME).replace(tzinfo=dt.UTC)
 
 
 def export_rows(streams: Sequence[StreamRow]) -> list[dict[str, Any]]:
@@ -107,7 +107,7 @@ class CatalogExport:
                           indent=1).encode()
 
     @classmethod
-    def from_json(cls, data: bytes, where: str) -> "CatalogExport":
+    def from_json(cls, data: bytes, where: str) -> CatalogExport:
         """Parse and check an export read from ``where`` (``STORE:KEY``, for messages).
 
         Raises:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 from urllib.parse import urlparse
 
 from zrepl_py.checks.source import missing_source, source_errors

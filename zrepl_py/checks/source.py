@@ -11,7 +11,7 @@ The check runs only after such a failure, so a run that works pays nothing for i
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from zrepl_py.config.schema import JobConfig
 from zrepl_py.errors import CommandFailed, DatasetNotFound, SourceMissing, ZbakError

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import click
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 NICKNAMES = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",

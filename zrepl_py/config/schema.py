@@ -246,7 +246,7 @@ class StoreConfig(_Model):
         raise ValueError("expected 's3://bucket[/prefix]' or 'file:///absolute/dir'")
 
     @model_validator(mode="after")
-    def _prune_profile(self) -> "StoreConfig":
+    def _prune_profile(self) -> StoreConfig:
         if self.prune_profile is not None and not self.url.startswith("s3://"):
             raise ValueError("prune_profile applies to s3:// stores only")
         return self
@@ -389,7 +389,7 @@ class ReplicaProperties(_Model):
         return names
 
     @model_validator(mode="after")
-    def _together(self) -> "ReplicaProperties":
+    def _together(self) -> ReplicaProperties:
         self.receive()  # a property both set and excluded; canmount=on with mountpoint
         return self
 
@@ -492,7 +492,7 @@ class ReplicateConfig(_Model):
         return values
 
     @model_validator(mode="after")
-    def _filters_name_targets(self) -> "ReplicateConfig":
+    def _filters_name_targets(self) -> ReplicateConfig:
         for key in self.snapshot_filter:
             if key not in self.targets:
                 raise ValueError(f"snapshot_filter.{key!r}: not one of targets "
@@ -686,7 +686,7 @@ class JobConfig(_Model):
         return data
 
     @model_validator(mode="after")
-    def _select_is_recursive(self) -> "JobConfig":
+    def _select_is_recursive(self) -> JobConfig:
         if self.select is not None and not self.recursive:
             raise ValueError("select looks at every dataset below dataset: recursive = false"
                              " contradicts it (leave recursive out)")
@@ -714,7 +714,7 @@ class JobConfig(_Model):
         return parse_endpoint(self.dataset, allow_directory=False)
 
 
-def replica_datasets(config: "Config", host: str) -> dict[DatasetName, str]:
+def replica_datasets(config: Config, host: str) -> dict[DatasetName, str]:
     """ZFS replica targets of every job on ``host`` (a config host name, ``local`` for this
     machine): ``{target dataset: "job J -> TARGET"}`` (pure). Whatever is received there is
     a replica, never a source a recursive walk may select (``snapshots.selection``)."""
@@ -801,7 +801,7 @@ class SecretRef(_Model):
     file: Path | None = None
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "SecretRef":
+    def _exactly_one(self) -> SecretRef:
         if (self.env is None) == (self.file is None):
             raise ValueError('give exactly one of env = "NAME" or file = "/path"')
         if self.env is not None:  # a secret's variable never reaches zfs/ssh/rsync children
@@ -890,7 +890,7 @@ class EmailConfig(_Model):
         return value
 
     @model_validator(mode="after")
-    def _consistent(self) -> "EmailConfig":
+    def _consistent(self) -> EmailConfig:
         if self.ssl and self.starttls:
             raise ValueError("ssl (SMTPS) and starttls exclude each other: set starttls = false")
         if (self.username is None) != (self.password is None):

@@ -39,7 +39,7 @@ class Secret:
         return hash(self._value)
 
     @classmethod
-    def from_env(cls, name: str) -> "Secret":
+    def from_env(cls, name: str) -> Secret:
         """Read the secret from environment variable ``name``.
 
         Raises:
@@ -48,7 +48,7 @@ class Secret:
         return cls(os.environ[name])
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "Secret":
+    def from_file(cls, path: str | Path) -> Secret:
         """Read the secret from a file (trailing newline stripped).
 
         Raises:

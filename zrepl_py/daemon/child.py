@@ -26,8 +26,8 @@ import shutil
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from zrepl_py.daemon.logs import run_logger
 from zrepl_py.errors import ExitStatus

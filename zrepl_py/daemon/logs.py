@@ -16,7 +16,7 @@ import time
 
 from zrepl_py.runtime.logsetup import setup_logging
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 _EXTRA_KEYS = ("scheduled",)
 
 

@@ -30,7 +30,7 @@ from zrepl_py.errors import ExitStatus
 from zrepl_py.proc import spawn
 
 log = logging.getLogger(__name__)
-UTC = dt.timezone.utc
+UTC = dt.UTC
 FINE = frozenset({ExitStatus.OK, ExitStatus.LOCKED, ExitStatus.THAW_PENDING})
 """Exit statuses of a run that do not make ``--once`` fail: done, skipped because a manual
 run held the lock (it runs again next time), waiting for a thaw (the next run goes on)."""

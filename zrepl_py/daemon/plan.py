@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Collection
+from collections.abc import Collection
 
 from zrepl_py.config.schema import DAEMON_ACTIONS, Config, JobConfig
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 INTERVAL_ORIGIN = dt.datetime(2000, 1, 1, tzinfo=UTC)
 """Interval runs fall on whole multiples of the interval from this instant, so a restart
 keeps their phase and the stored job still matches."""

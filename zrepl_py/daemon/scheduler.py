@@ -32,8 +32,8 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 from zrepl_py.config.schema import DAEMON_ACTIONS, Config
 from zrepl_py.daemon import child
@@ -45,13 +45,13 @@ from zrepl_py.invocation.context import lock_key
 from zrepl_py.proc import spawn
 
 log = logging.getLogger(__name__)
-UTC = dt.timezone.utc
+UTC = dt.UTC
 RUN_FUNCTION = "zrepl_py.daemon.scheduler:run_scheduled"
 """What the stored jobs call (a textual reference: the job store pickles it by name)."""
 TASK_PREFIX = "task:"
 HOOK_GRACE = 5.0
 """Seconds ``stop()`` waits past the children's exit for runs to finish reporting."""
-_current: "Daemon | None" = None
+_current: Daemon | None = None
 
 
 def run_scheduled(job: str, action: str) -> None:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 TABLE_PREFIX = "zbak_schedule"
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def table_name(config: DaemonConfig) -> str:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Hashable, Sequence, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from zrepl_py.clock import Clock, MonotonicClock, SystemClock
 from zrepl_py.config.schema import LOCAL_HOST, Config, JobConfig
@@ -54,7 +55,7 @@ class Context:
     _prefetch: Prefetch | None = None
     _stores: dict[str, Backend] = dataclasses.field(default_factory=dict)
 
-    def __enter__(self) -> "Context":
+    def __enter__(self) -> Context:
         return self
 
     def __exit__(self, *exc: object) -> None:

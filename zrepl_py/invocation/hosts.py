@@ -68,7 +68,7 @@ class ExecutorPool:
             if close is not None:
                 close()
 
-    def __enter__(self) -> "ExecutorPool":
+    def __enter__(self) -> ExecutorPool:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

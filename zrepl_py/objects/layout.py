@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 MANIFEST = "manifest.json"
 PROGRESS = "progress.json"

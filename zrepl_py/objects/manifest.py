@@ -125,13 +125,13 @@ class Manifest:
             "raw": self.raw,
             "storage_class": self.storage_class,
             "tool": self.tool,
-            "created_at": self.created_at.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "created_at": self.created_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         data["sha256"] = canonical_sha256(data)
         return json.dumps(data, indent=1).encode()
 
     @classmethod
-    def from_json(cls, data: bytes, where: str) -> "Manifest":
+    def from_json(cls, data: bytes, where: str) -> Manifest:
         """Parse and check a manifest read from ``where`` (store and key, for messages).
 
         Raises:
@@ -166,7 +166,7 @@ class Manifest:
                 storage_class=_str(obj["storage_class"]),
                 tool=_str(obj["tool"]),
                 created_at=dt.datetime.strptime(obj["created_at"], "%Y-%m-%dT%H:%M:%SZ").replace(
-                    tzinfo=dt.timezone.utc),
+                    tzinfo=dt.UTC),
             )
             if [v.index for v in volumes] != list(range(len(volumes))) or not volumes:
                 raise ValueError("volumes must be numbered 0, 1, ... and not empty")

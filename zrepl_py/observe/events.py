@@ -12,7 +12,8 @@ import dataclasses
 import datetime as dt
 import logging
 import threading
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
 
 log = logging.getLogger(__name__)
 

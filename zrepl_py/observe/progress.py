@@ -26,7 +26,8 @@ import logging
 import sys
 import threading
 import time
-from typing import Callable, Protocol, Sequence, TextIO
+from collections.abc import Callable, Sequence
+from typing import Protocol, TextIO
 
 log = logging.getLogger(__name__)
 

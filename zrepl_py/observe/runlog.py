@@ -17,7 +17,8 @@ import dataclasses
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from zrepl_py.clock import Clock
 from zrepl_py.errors import CatalogError, PipelineCancelled

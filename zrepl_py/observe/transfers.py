@@ -45,7 +45,7 @@ _NAME_MAX = 200  # bytes of a file name before it is shortened (NAME_MAX is 255 
 
 
 def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def _quote(text: str) -> str:

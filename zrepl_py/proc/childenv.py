@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import Mapping
+from collections.abc import Mapping
 
 _SECRET_WORDS = re.compile(
     r"SECRET|PASSWORD|PASSWD|PASSPHRASE|TOKEN|CREDENTIAL|PRIVATE_?KEY|API_?KEY|ACCESS_?KEY"

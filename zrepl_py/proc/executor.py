@@ -15,7 +15,8 @@ Contract for every implementation (LocalExecutor, SSHExecutor, test wrappers):
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 COMMAND_NOT_FOUND = 127
 """Exit status of a shell (and of LocalExecutor) for a missing command: e.g. no zfs on a host."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from zrepl_py.errors import CommandFailed
 from zrepl_py.proc import spawn

@@ -53,8 +53,9 @@ import os
 import shlex
 import stat
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from zrepl_py.runtime.statedir import ensure_private_dir
 

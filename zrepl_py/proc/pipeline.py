@@ -60,7 +60,8 @@ import shutil
 import signal
 import threading
 import time
-from typing import IO, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import IO
 
 from zrepl_py.errors import PipelineCancelled, PipelineFailed, PipelineTimedOut
 from zrepl_py.proc import spawn

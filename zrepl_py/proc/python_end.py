@@ -66,7 +66,7 @@ class SendReader(_PythonEnd):
         super().__init__(stages, "stdout", "zfs send")
         self._eof = False
 
-    def __enter__(self) -> "SendReader":
+    def __enter__(self) -> SendReader:
         self._thread.start()
         return self
 
@@ -101,14 +101,14 @@ class ReceiveWriter(_PythonEnd):
         super().__init__(stages, "stdin", "zfs receive")
         self._finished = False
 
-    def start(self) -> "ReceiveWriter":
+    def start(self) -> ReceiveWriter:
         """Start the pipeline now, before the ``with`` block (which then does not start it
         again): a receive started early waits for its first byte. Returns ``self``."""
         if self._thread.ident is None:
             self._thread.start()
         return self
 
-    def __enter__(self) -> "ReceiveWriter":
+    def __enter__(self) -> ReceiveWriter:
         return self.start()
 
     def write(self, data: bytes) -> None:

@@ -18,8 +18,8 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 # paramiko.config imports invoke (0.04 s here) only to run ssh_config(5) "Match exec";
 # zbak never reads an ssh_config with paramiko, so the import is refused up front.
@@ -196,7 +196,7 @@ class SSHExecutor:
                 f"[{self.host}] login to {self._where} refused ({exc}); check user, "
                 f"identity_file (no passphrase) and the host's authorized_keys"
             ) from None
-        except (socket.timeout, TimeoutError) as exc:
+        except TimeoutError as exc:
             raise HostUnreachable(
                 f"[{self.host}] no answer from {self._where} within {timeout:g} s ({exc}); "
                 f"check address, port, firewall and connect_timeout"
@@ -332,7 +332,7 @@ class SSHExecutor:
                 self._client.close()
                 self._client = None
 
-    def __enter__(self) -> "SSHExecutor":
+    def __enter__(self) -> SSHExecutor:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

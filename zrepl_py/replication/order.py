@@ -13,7 +13,7 @@ steps run in order in one worker.
 
 from __future__ import annotations
 
-from typing import Collection, Sequence
+from collections.abc import Collection, Sequence
 
 from zrepl_py.zfs.names import DatasetName
 

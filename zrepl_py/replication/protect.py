@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from zrepl_py.errors import DatasetNotFound, HoldExists, HoldNotFound, HoldNotReleased, ZfsError
 from zrepl_py.zfs.client import Zfs

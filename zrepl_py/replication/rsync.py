@@ -43,8 +43,9 @@ import dataclasses
 import logging
 import posixpath
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 from zrepl_py.config.schema import Endpoint, HostConfig
 from zrepl_py.errors import CommandFailed, DatasetNotFound, RsyncFailed, RsyncNotFound, UsageError

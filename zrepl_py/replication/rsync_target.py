@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from zrepl_py.config.schema import Endpoint, JobConfig
 from zrepl_py.errors import StreamUnsupported

@@ -32,7 +32,7 @@ import contextlib
 import logging
 import posixpath
 import secrets
-from typing import Iterator
+from collections.abc import Iterator
 
 from zrepl_py.errors import SnapshotViewError, ZbakError
 from zrepl_py.zfs.client import Zfs

@@ -28,8 +28,8 @@ zfs-fuse over sshd on 127.0.0.1, benchmarks/replication.py's test bed).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from zrepl_py.config.schema import Config, HostConfig
 from zrepl_py.proc import spawn
@@ -55,7 +55,7 @@ class Side:
     """Directory of shared ssh connections (``openssh.control_dir``); None: never share."""
 
     @classmethod
-    def of(cls, config: Config, host: str) -> "Side":
+    def of(cls, config: Config, host: str) -> Side:
         """The side for ``host``: its ``[hosts]`` entry (None for ``local``), known_hosts and
         shared ssh connections under the config's state directory."""
         host_cfg = config.hosts.get(host)

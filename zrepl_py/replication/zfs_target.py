@@ -48,7 +48,8 @@ import functools
 import logging
 import re
 import threading
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from zrepl_py.catalog.rows import CursorRow
 from zrepl_py.clock import Clock

@@ -250,7 +250,7 @@ class VolumeFetch:
         if not future.cancelled() and future.exception() is not None:
             self._failed.set()
 
-    def __enter__(self) -> "VolumeFetch":
+    def __enter__(self) -> VolumeFetch:
         return self
 
     def __exit__(self, *exc: object) -> None:

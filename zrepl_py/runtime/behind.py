@@ -56,7 +56,7 @@ class Behind:
         while self._pending:
             self._pending.popleft().result()
 
-    def __enter__(self) -> "Behind":
+    def __enter__(self) -> Behind:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -23,7 +23,8 @@ import dataclasses
 import heapq
 import queue
 import threading
-from typing import Callable, Generic, Hashable, Mapping, Sequence, TypeVar
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")

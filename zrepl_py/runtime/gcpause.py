@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import functools
 import gc
-from typing import Callable, ParamSpec, TypeVar
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 P = ParamSpec("P")
 R = TypeVar("R")

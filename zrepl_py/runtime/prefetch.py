@@ -19,7 +19,8 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-from typing import Callable, Hashable, Sequence, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
 

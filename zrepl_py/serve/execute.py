@@ -34,8 +34,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, NoReturn, Sequence, TextIO
+from typing import NoReturn, TextIO
 
 from zrepl_py.errors import CommandRefused, ZbakError
 from zrepl_py.proc import spawn

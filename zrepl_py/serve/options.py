@@ -13,7 +13,7 @@ neither, and after ``--`` getopt would take a ``-`` word as an operand.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from zrepl_py.errors import CommandRefused
 

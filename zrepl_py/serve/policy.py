@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from zrepl_py.errors import CommandRefused, InvalidName
 from zrepl_py.proc import mbuffer

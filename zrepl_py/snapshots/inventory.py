@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from zrepl_py.catalog.rows import SnapshotFact
 from zrepl_py.checks.preflight import Check

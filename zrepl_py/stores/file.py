@@ -391,7 +391,7 @@ def _info(key: str, st: os.stat_result) -> ObjectInfo:
     """What ``stat`` reports of a file. The etag (inode, mtime, ctime) changes whenever the
     file is replaced or written: ``zbak audit`` trusts a manifest stamp while it stays."""
     return ObjectInfo(key, st.st_size, "STANDARD",
-                      dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, tz=dt.timezone.utc),
+                      dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, tz=dt.UTC),
                       Thaw.NOT_NEEDED, None, None,
                       f"{st.st_ino}.{st.st_mtime_ns}.{st.st_ctime_ns}")
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from zrepl_py.config.extras import S3, require
 from zrepl_py.config.schema import StoreConfig

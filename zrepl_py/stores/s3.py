@@ -428,7 +428,7 @@ class S3Backend(Backend):
         if older_than < 0:
             raise StorePermanent(f"store {self.name}: older_than must be >= 0 seconds, not"
                                  f" {older_than}", store=self.name)
-        cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=older_than)
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=older_than)
         params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix}
         stale: list[tuple[str, str]] = []
         while True:
@@ -750,7 +750,7 @@ def _full_object_sha256(head: dict[str, Any]) -> str | None:
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
-    return value.astimezone(dt.timezone.utc)
+    return value.astimezone(dt.UTC)
 
 
 def _thaw_state(storage_class: str, restore: str | None) -> tuple[Thaw, dt.datetime | None]:

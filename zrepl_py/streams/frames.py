@@ -58,8 +58,8 @@ class Digest:
     raw_bytes: int = 0
     stored_bytes: int = 0
     hash_stored: bool = True
-    _raw: "hashlib._Hash" = dataclasses.field(default_factory=hashlib.sha256, repr=False)
-    _stored: "hashlib._Hash" = dataclasses.field(default_factory=hashlib.sha256, repr=False)
+    _raw: hashlib._Hash = dataclasses.field(default_factory=hashlib.sha256, repr=False)
+    _stored: hashlib._Hash = dataclasses.field(default_factory=hashlib.sha256, repr=False)
 
     def add_raw(self, data: bytes) -> None:
         """Account for uncompressed bytes."""

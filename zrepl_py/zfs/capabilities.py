@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from zrepl_py.errors import CommandFailed, InvalidName
 from zrepl_py.proc.executor import Completed, Executor
@@ -100,7 +101,7 @@ class Capabilities:
     typed_get: bool = False
     written: bool = False
 
-    NONE: ClassVar["Capabilities"]
+    NONE: ClassVar[Capabilities]
     """Assume nothing beyond what every supported ZFS has (the default before ``detect``)."""
 
     @property
@@ -126,7 +127,7 @@ class Capabilities:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Capabilities":
+    def from_json(cls, data: Mapping[str, Any]) -> Capabilities:
         """Rebuild Capabilities from ``to_json`` output, checking every field's type.
 
         Raises:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Mapping, Sequence
 
 from zrepl_py.clock import from_epoch
 from zrepl_py.errors import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from zrepl_py.clock import from_epoch
 from zrepl_py.zfs.names import BookmarkName, DatasetName, SnapshotName

@@ -43,7 +43,7 @@ class DatasetName(str):
 
     __slots__ = ()
 
-    def __new__(cls, value: str) -> "DatasetName":
+    def __new__(cls, value: str) -> DatasetName:
         if not isinstance(value, str):
             raise InvalidName(f"dataset name must be a string, got {type(value).__name__}")
         if not value:
@@ -66,11 +66,11 @@ class DatasetName(str):
         """The pool, i.e. the first component."""
         return self.split("/", 1)[0]
 
-    def child(self, relative: str) -> "DatasetName":
+    def child(self, relative: str) -> DatasetName:
         """Return ``self/relative`` (validated); ``relative`` may be ``""`` for self."""
         return DatasetName(f"{self}/{relative}" if relative else str(self))
 
-    def relative_to(self, root: "DatasetName") -> str:
+    def relative_to(self, root: DatasetName) -> str:
         """Return the path below ``root`` (``""`` for root itself).
 
         Raises:
@@ -109,7 +109,7 @@ class SnapshotName(str):
 
     __slots__ = ()
 
-    def __new__(cls, value: str) -> "SnapshotName":
+    def __new__(cls, value: str) -> SnapshotName:
         if not isinstance(value, str) or value.count("@") != 1:
             raise InvalidName(f"snapshot {value!r}: needs exactly one '@'")
         ds, short = value.split("@")
@@ -120,7 +120,7 @@ class SnapshotName(str):
         return super().__new__(cls, value)
 
     @classmethod
-    def of(cls, dataset: DatasetName | str, short: str) -> "SnapshotName":
+    def of(cls, dataset: DatasetName | str, short: str) -> SnapshotName:
         """Build ``dataset@short`` and validate it."""
         return cls(f"{dataset}@{short}")
 
@@ -140,7 +140,7 @@ class BookmarkName(str):
 
     __slots__ = ()
 
-    def __new__(cls, value: str) -> "BookmarkName":
+    def __new__(cls, value: str) -> BookmarkName:
         if not isinstance(value, str) or value.count("#") != 1 or "@" in value:
             raise InvalidName(f"bookmark {value!r}: needs exactly one '#' and no '@'")
         ds, short = value.split("#")

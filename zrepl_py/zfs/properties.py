@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from zrepl_py.errors import InvalidProperty
 
@@ -264,7 +264,7 @@ class ReceiveProperties:
 
     @classmethod
     def of(cls, assign: Mapping[str, str] | None = None,
-           exclude: Iterable[str] | None = None) -> "ReceiveProperties":
+           exclude: Iterable[str] | None = None) -> ReceiveProperties:
         """The effective properties of a config: ``assign`` over ``DEFAULT_SET`` (per
         property), and ``exclude`` instead of ``DEFAULT_EXCLUDE`` when given (the defaults
         leave out what ``assign`` sets, since ``-o`` already overrides the stream).
@@ -277,7 +277,7 @@ class ReceiveProperties:
             exclude = tuple(p for p in DEFAULT_EXCLUDE if p not in merged)
         return cls(tuple(merged.items()), tuple(exclude))
 
-    def for_kind(self, kind: str) -> "ReceiveProperties":
+    def for_kind(self, kind: str) -> ReceiveProperties:
         """Only the properties that apply to a dataset of ``kind`` (``"filesystem"`` or
         ``"volume"``); user properties apply to both."""
         def applies(name: str) -> bool:
