@@ -145,9 +145,12 @@ def rot_is_caught(site, webhook, rot) -> None:
     assert rows["full @10"]["state"] == "bad"
     assert "run zbak prune again" not in err
     assert f"mismatch in stream {bad_id}" in err and "nothing deleted" in err
-    after = {s["id"]: s["state"] for s in streams(site)}
+    rows_after = {s["id"]: s for s in streams(site)}
+    after = {i: s["state"] for i, s in rows_after.items()}
     assert set(after) == set(before), "no stream was deleted"
     assert after[bad_id] == "bad"
+    assert rows_after[bad_id]["bad_reason"].startswith(f"{key}: "), rows_after[bad_id]
+    assert "(found by zbak prune at " in rows_after[bad_id]["bad_reason"]
     assert all(state == "verified" for i, state in after.items() if i != bad_id)
     failures = [b for b in webhook.bodies if b["kind"] == "failure" and b["action"] == "prune"]
     assert failures and f"mismatch in stream {bad_id}" in failures[0]["message"], webhook.bodies
@@ -157,6 +160,7 @@ def rot_is_caught(site, webhook, rot) -> None:
     rows = {r["stream"]: r for r in json.loads(out)["streams"]}
     assert rows["full @0"]["action"] == "keep"
     assert rows["full @0"]["reasons"][0].startswith("bad: the newer full @10"), rows["full @0"]
+    assert f"is marked bad ({key}: " in rows["full @0"]["reasons"][0], rows["full @0"]
 
     into = f"{site.pool}/restored"
     site.ok("restore", site.data, "--to", "@9", "--into", into, "--from", "cold", "--yes")

@@ -171,7 +171,10 @@ def test_a_stream_whose_begin_record_carries_another_guid_is_found_by_deep(archi
     assert finding["stream"] == incremental.id and finding["chain"] == full.id
     assert "BEGIN record starts at guid 0" in finding["problem"]
     assert str(incremental.from_guid) in finding["problem"]
-    assert catalog.stream(incremental.id).state == "bad"
+    row = catalog.stream(incremental.id)
+    assert row.state == "bad"
+    assert "BEGIN record starts at guid 0" in row.bad_reason, row
+    assert f"stream {row.object_prefix} (found by zbak audit at " in row.bad_reason, row
 
 
 def test_a_sampled_deep_audit_reads_the_least_recently_verified_streams_and_resumes(archived):

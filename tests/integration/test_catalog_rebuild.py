@@ -114,7 +114,7 @@ def test_a_catalog_rebuilt_from_the_manifests_equals_the_original_and_audits_cle
     ok(capsys, original, "audit")            # the archive's runs and heads, on both backends
     catalog = catalog_of(original)
     tip = max(catalog.streams(dataset=data), key=lambda s: s.to_createtxg)
-    catalog.set_stream_state(tip.id, "bad", dt.datetime.now(dt.UTC))
+    catalog.set_stream_state(tip.id, "bad", dt.datetime.now(dt.UTC), reason="test: marked by hand")
     status, out, err = cli(capsys, original, "audit", "--json")
     assert status == ExitStatus.AUDIT_FINDINGS, out + err
     lag = [f for f in json.loads(out)["findings"] if "older than the last archive run" in f["problem"]]

@@ -278,3 +278,50 @@ def test_downgrading_0002_with_rows_present_keeps_the_chain_and_upgrading_again_
                   storage_class="GLACIER", compression="zstd", created_at=T0),
         carried=[CarriedSnapshot("d", 3, 40)])
     assert [c.name for c in catalog.carried([tip])[tip]] == ["d"]
+
+
+def test_0006_keeps_bad_streams_bad_across_a_downgrade_and_their_reason_reads_as_not_recorded(
+        engine):
+    """RELIABILITY 27 (rows present): streams marked bad with a reason at head; downgrading
+    to 0005 keeps every row and its state and drops only the reasons; upgrading back leaves
+    those reasons NULL, which readers state as not recorded, and new marks record theirs."""
+    db.upgrade(engine)
+    catalog = Catalog(engine)
+    full = _full(catalog, "a", 1, 10)
+    tip = catalog.add_stream(
+        NewStream(dataset="tank/data", store="cold", kind="incremental", parent_id=full,
+                  from_guid=1, from_name="a", to_guid=2, to_name="b", to_createtxg=20,
+                  object_prefix="tank/data/b", storage_class="STANDARD", compression="zstd",
+                  created_at=T0, state="uploaded", uploaded_at=T0))
+    catalog.set_stream_state(tip, "bad", T0, reason="volume 0 (tank/data/b/vol-000000.zst)"
+                             " is missing")
+    assert catalog.stream(tip).bad_reason.endswith("is missing")
+
+    db.downgrade(engine, "0005")
+    columns = {c["name"] for c in sa.inspect(engine).get_columns("streams")}
+    assert "bad_reason" not in columns
+    with engine.connect() as connection:
+        rows = connection.execute(sa.text("SELECT id, state FROM streams ORDER BY id"))
+        assert [tuple(r) for r in rows] == [(full, "uploading"), (tip, "bad")]
+
+    assert db.upgrade(engine) == ("0005", db.head_revision())
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        assert compare_metadata(context, metadata) == []
+    catalog = Catalog(engine)
+    old = catalog.stream(tip)
+    assert old.state == "bad" and old.bad_reason is None
+    assert "not recorded" in old.why_bad
+    catalog.set_stream_state(full, "bad", T0, reason="zfs receive rejected its content")
+    assert catalog.stream(full).bad_reason == "zfs receive rejected its content"
+
+
+def test_a_stream_is_marked_bad_only_with_a_reason_and_no_other_state_takes_one(engine):
+    db.upgrade(engine)
+    catalog = Catalog(engine)
+    full = _full(catalog, "a", 1, 10)
+    with pytest.raises(ValueError, match="reason"):
+        catalog.set_stream_state(full, "bad", T0)
+    with pytest.raises(ValueError, match="reason"):
+        catalog.set_stream_state(full, "uploaded", T0, reason="why")
+    assert catalog.stream(full).state == "uploading"

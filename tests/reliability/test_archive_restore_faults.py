@@ -560,12 +560,15 @@ def test_a_verified_stream_that_zfs_receive_rejects_is_marked_bad_and_nothing_is
     assert ("bad magic number" if content == "garbage" else "checksum mismatch") in err
     assert gone(into)
     with catalog_of(run.config) as catalog:
-        assert catalog.stream(written.stream_id).state == "bad"
+        row = catalog.stream(written.stream_id)
+    assert row.state == "bad"
+    assert row.bad_reason.startswith("zfs receive rejected its content (stream"
+                                     f" {row.object_prefix}, every volume verified)"), row
     status, out, err = run("restore", data, "--to", "@0", "--into", into, "--from", "cold",
                            "--yes")
     assert status != ExitStatus.OK, out + err
     assert (f"the chain carrying @0 in store cold is bad: stream {written.stream_id} (full @0)"
-            " is marked bad") in err, err
+            " is marked bad: zfs receive rejected its content") in err, err
     assert gone(into)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -145,6 +146,15 @@ def test_a_bad_stream_in_an_up_to_date_chain_starts_a_new_full_at_once():
     plan = plan_archive(s, chain, POLICY, NOW)
     assert kinds(plan) == [("full", None, "3")]
     assert "stream 3 (@2) of the current chain is bad" in plan.streams[0].reason
+
+
+def test_the_new_full_after_a_bad_stream_gives_the_reason_the_stream_was_marked_bad_for():
+    s, chain = up_to_date_chain(s2="bad")
+    chain = [dataclasses.replace(c, bad_reason="volume 0 (p3/vol-000000.zst) is missing")
+             if c.state == "bad" else c for c in chain]
+    plan = plan_archive(s, chain, POLICY, NOW)
+    assert plan.streams[0].reason.endswith(
+        "stream 3 (@2) of the current chain is bad: volume 0 (p3/vol-000000.zst) is missing")
 
 
 def test_a_stream_the_caller_found_damaged_starts_a_new_full_and_the_reason_says_what_is_missing():

@@ -30,7 +30,8 @@ def row(id, txg, parent: StreamRow | None = None, *, state="uploaded", age=10.0,
         to_guid=txg * 7, from_name=parent.to_name if parent else None, to_name=str(txg),
         to_createtxg=txg, raw_bytes=100, stored_bytes=50, object_prefix=f"p{id}/",
         storage_class=cls, compression="zstd", state=state,
-        created_at=NOW - dt.timedelta(days=age), uploaded_at=None, verified_at=verified_at)
+        created_at=NOW - dt.timedelta(days=age), uploaded_at=None, verified_at=verified_at,
+        bad_reason=f"volume 0 (p{id}/vol-000000.zst) is missing" if state == "bad" else None)
 
 
 def chain(first_id, txg, *, n=2, state="uploaded", full_state=None, age=100.0, step=10.0,
@@ -60,8 +61,8 @@ def released(txg, id):
 
 
 R3, R5 = released(30, 3), released(50, 5)
-BAD3 = ("bad: the newer full @30 (stream 3) is marked bad (its objects failed a check against"
-        " the catalog) and releases nothing: zbak audit tells what is wrong")
+BAD3 = ("bad: the newer full @30 (stream 3) is marked bad (volume 0 (p3/vol-000000.zst) is"
+        " missing) and releases nothing: zbak audit tells what is wrong")
 STALE3 = ("the newer full @30 (stream 3) was verified 31d ago, longer than reverify_after 30d:"
           " zbak audit --deep re-verifies it")
 STALE5 = STALE3.replace("@30 (stream 3) was verified 31d", "@50 (stream 5) was verified 45d")
@@ -136,15 +137,15 @@ CASES = [
      A + [B_VERIFIED[0], row(4, 40, B_VERIFIED[0], state="bad", age=50)], KEEP1, {},
      {1: keep("the newer full @30 (stream 3) has a damaged or bad stream in its chain"),
       2: keep("the newer full @30 (stream 3) has a damaged or bad stream in its chain"),
-      3: keep("chain has a bad stream @30->@40 (stream 4): prune refuses to touch it; run zbak"
-              " audit", *NEWEST),
-      4: keep("chain has a bad stream @30->@40 (stream 4): prune refuses to touch it; run zbak"
-              " audit", *NEWEST)}),
+      3: keep("chain has a bad stream @30->@40 (stream 4, volume 0 (p4/vol-000000.zst) is"
+              " missing): prune refuses to touch it; run zbak audit", *NEWEST),
+      4: keep("chain has a bad stream @30->@40 (stream 4, volume 0 (p4/vol-000000.zst) is"
+              " missing): prune refuses to touch it; run zbak audit", *NEWEST)}),
     ("a newer full marked bad keeps the old chain with the reason 'bad', not 'not verified'",
      A + [row(3, 30, age=1, state="bad")], KEEP1, {},
      {1: keep(BAD3), 2: keep(BAD3),
-      3: keep("chain has a bad stream @30 (stream 3): prune refuses to touch it; run zbak"
-              " audit", *NEWEST)}),
+      3: keep("chain has a bad stream @30 (stream 3, volume 0 (p3/vol-000000.zst) is"
+              " missing): prune refuses to touch it; run zbak audit", *NEWEST)}),
     ("a verified mark older than reverify_after (30 days by default) releases nothing",
      A + [row(3, 30, age=40, state="verified", verified_days_ago=31)], KEEP1, {},
      {1: keep(STALE3), 2: keep(STALE3), 3: keep(*NEWEST)}),

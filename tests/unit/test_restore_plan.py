@@ -46,6 +46,7 @@ class S:
     mb: float = 1
     cls: str = "STANDARD"
     state: str = "verified"
+    why: str | None = None  # the reason a bad one was marked with
 
 
 def store(name: str, *streams: S, damaged: dict[int, str] | None = None) -> StoreFacts:
@@ -58,7 +59,8 @@ def store(name: str, *streams: S, damaged: dict[int, str] | None = None) -> Stor
             from_name=None if s.base is None else str(s.base), to_name=str(s.to),
             to_createtxg=snap(s.to).createtxg, raw_bytes=int(s.mb * 2 * MB),
             stored_bytes=int(s.mb * MB), object_prefix=f"{name}/{s.id}/", storage_class=s.cls,
-            compression="zstd", state=s.state, created_at=T0, uploaded_at=T0, verified_at=T0))
+            compression="zstd", state=s.state, created_at=T0, uploaded_at=T0, verified_at=T0,
+            bad_reason=s.why))
         first = s.to if s.base is None else s.base + 1
         carried[s.id] = tuple(snap(n) for n in range(first, s.to + 1))
         volumes[s.id] = (VolumeRow(s.id * 10, s.id, 0, f"{name}/{s.id}/vol-0.zst",
@@ -178,6 +180,16 @@ REFUSALS = [
      facts(stores=[store("cold", S(1, 0), S(2, 4, base=0, parent=1, state="bad"))]), "@4", "cold",
      RestoreError, ["--from cold: the chain carrying @4 in store cold is bad: stream 2"
                     " (incremental @4) is marked bad", "newest snapshot that can be restored is @0"]),
+    ("a refusal for a bad stream states the reason it was marked bad for, with the key",
+     facts(stores=[store("cold", S(1, 0), S(2, 4, base=0, parent=1, state="bad",
+                                            why="volume 0 (cold/2/vol-0.zst) is missing (found"
+                                                " by zbak audit at 2026-01-02 03:04Z)"))]),
+     "@4", "cold", RestoreError,
+     ["stream 2 (incremental @4) is marked bad: volume 0 (cold/2/vol-0.zst) is missing (found by"
+      " zbak audit at 2026-01-02 03:04Z)"]),
+    ("a stream marked bad before reasons were kept says its reason was not recorded",
+     facts(stores=[store("cold", S(1, 0), S(2, 4, base=0, parent=1, state="bad"))]), "@4", "cold",
+     RestoreError, ["stream 2 (incremental @4) is marked bad: the reason was not recorded"]),
     ("--from naming no source lists the sources",
      facts(stores=[store("cold", S(1, 0), S(2, 4, base=0, parent=1))]),
      "@4", "nowhere", UsageError, ["--from nowhere: not a source of tank/data (sources: cold, local)"]),

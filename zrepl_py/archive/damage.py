@@ -25,7 +25,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, VolumeRow
+from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, VolumeRow, bad_reason, first_three
 from zrepl_py.errors import CatalogConflict
 from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY
 from zrepl_py.observe.events import Event, emit
@@ -41,14 +41,21 @@ class Damage:
 
     Attributes:
         stream: the stream.
-        problem: one sentence naming the objects (for logs, the plan and the event).
+        what: what the store lacks, naming each object's key (the reason a lost stream
+            is marked bad with).
         lost: True when a volume is missing or has another size (the stream cannot be
             restored: mark it bad); False when only the manifest and its copy are missing.
     """
 
     stream: StreamRow
-    problem: str
+    what: str
     lost: bool
+
+    @property
+    def problem(self) -> str:
+        """One sentence naming the stream, its store and the objects (for logs, the plan
+        and the event)."""
+        return f"stream {self.stream.id} (@{self.stream.to_name}) in store {self.stream.store}: {self.what}"
 
 
 def stream_damage(stream: StreamRow, volumes: Sequence[VolumeRow],
@@ -64,7 +71,6 @@ def stream_damage(stream: StreamRow, volumes: Sequence[VolumeRow],
         None when every volume is listed with its recorded size (bytes) and the manifest
         or its copy is listed; else the :class:`Damage`.
     """
-    where = f"stream {stream.id} (@{stream.to_name})"
     wrong = []
     for volume in volumes:
         info = listing.get(volume.key)
@@ -74,14 +80,11 @@ def stream_damage(stream: StreamRow, volumes: Sequence[VolumeRow],
             wrong.append(f"volume {volume.index} ({volume.key}) has {info.size} bytes, the"
                          f" catalog records {volume.stored_bytes}")
     if wrong:
-        more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
-        return Damage(stream, f"{where} in store {stream.store}: {'; '.join(wrong[:3])}{more}",
-                      lost=True)
+        return Damage(stream, first_three(wrong), lost=True)
     prefix = stream.object_prefix
     if prefix + MANIFEST not in listing and prefix + MANIFEST_COPY not in listing:
-        return Damage(stream, f"{where} in store {stream.store}: its {MANIFEST} and"
-                      f" {MANIFEST_COPY} are missing ({prefix}), so a lost catalog could not"
-                      " be rebuilt past it", lost=False)
+        return Damage(stream, f"its {MANIFEST} and {MANIFEST_COPY} are missing ({prefix}), so"
+                      " a lost catalog could not be rebuilt past it", lost=False)
     return None
 
 
@@ -96,16 +99,21 @@ def chain_damage(chain: Sequence[StreamRow], volumes: Mapping[int, Sequence[Volu
 
 def mark_bad(catalog: Catalog, stream: StreamRow, problem: str, now: dt.datetime, *,
              job: str | None, action: str) -> bool:
-    """Mark ``stream`` ``bad`` and emit a ``failure`` event naming it (an alert: a chain
-    lost restorable snapshots). A stream already bad (or condemned) is left alone, so
-    repeated audits raise one alert, not one per run.
+    """Mark ``stream`` ``bad`` with its reason (:func:`bad_reason`, which every refusal
+    to restore or extend it then states) and emit a ``failure`` event naming it (an
+    alert: a chain lost restorable snapshots). A stream already bad (or condemned) is
+    left alone, so repeated audits raise one alert, not one per run, and the first
+    reason stays.
 
     Args:
         catalog: where the state is written.
         stream: the stream (its state as last read).
-        problem: why, naming the objects (``Damage.problem`` or a deep audit's finding).
+        problem: what is wrong with the stream itself, naming each object's key
+            (``Damage.what``, an audit's finding, zfs receive's refusal); not the
+            stream's own id, which messages add.
         now: aware UTC.
-        job / action: who found it (``archive`` or ``audit``), for the event.
+        job / action: who found it (``archive``, ``audit``, ``restore``), for the reason
+            and the event.
 
     Returns:
         True when the stream was marked now; False when it was bad or condemned already
@@ -117,7 +125,7 @@ def mark_bad(catalog: Catalog, stream: StreamRow, problem: str, now: dt.datetime
     if stream.state not in MARKABLE_STATES:
         return False
     try:
-        catalog.set_stream_state(stream.id, "bad", now)
+        catalog.set_stream_state(stream.id, "bad", now, reason=bad_reason(problem, action, now))
     except CatalogConflict:
         return False
     message = (f"stream {stream.id} ({stream.kind} @{stream.to_name} of"

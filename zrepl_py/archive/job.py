@@ -374,7 +374,7 @@ def _check_chain(run: _ArchiveRun, streams: list[StreamRow], tree: _Tree, *,
     for found in damage:
         log.warning("job %s: %s", run.name, found.problem)
         if found.lost and not run.dry_run:
-            marked |= mark_bad(run.catalog, found.stream, found.problem, run.clock.now(),
+            marked |= mark_bad(run.catalog, found.stream, found.what, run.clock.now(),
                                job=run.name, action="archive")
     if marked:
         first = streams[0]

@@ -91,7 +91,7 @@ def _damaged(chain: Sequence[StreamRow], damaged: Mapping[int, str]) -> str | No
         if s.id in damaged:
             return f"the current chain cannot be extended: {damaged[s.id]}"
         if s.state == "bad":
-            return f"stream {s.id} (@{s.to_name}) of the current chain is bad"
+            return f"stream {s.id} (@{s.to_name}) of the current chain is bad: {s.why_bad}"
     return None
 
 

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from zrepl_py.archive.damage import mark_bad
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, VolumeRow
+from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, VolumeRow, first_three
 from zrepl_py.config.schema import RestoreConfig
 from zrepl_py.errors import NeedsThaw, ObjectNotFound, PipelineFailed, StreamCorrupt, ZbakError
 from zrepl_py.objects.manifest import CarriedSnapshot
@@ -408,8 +408,12 @@ class DeepAudit:
                 " newer chain is what restores", keys[0] if keys else None,
                 self.chain.get(stream.id)))
         if check.problems or check.missing:
-            what = "; ".join([p for p, _ in check.problems]
-                             + [f"volume {key} is missing" for key in check.missing])
+            # Each with its object: a volume's key, or the stream's prefix for what its
+            # records as a whole contradict (a BEGIN record's guids).
+            what = first_three([p if key and key in p else
+                                f"{p}: {key or 'stream ' + stream.object_prefix}"
+                                for p, key in check.problems]
+                               + [f"volume {key} is missing" for key in check.missing])
             if mark_bad(self.catalog, stream, what, self.now(), job=self.job, action="audit"):
                 self.result.bad.append(stream.id)
             return False

@@ -61,7 +61,7 @@ from zrepl_py.audit.load import load_graph_input
 from zrepl_py.audit.objects import audit_objects
 from zrepl_py.audit.restorable import Coverage, coverage, coverage_findings, stray, strays_of
 from zrepl_py.catalog.base import CHUNK
-from zrepl_py.catalog.rows import DatasetStreams, VolumeRow
+from zrepl_py.catalog.rows import DatasetStreams, VolumeRow, first_three
 from zrepl_py.config.schema import LOCAL_HOST, JobConfig, parse_endpoint, replica_datasets
 from zrepl_py.errors import (
     Locked,
@@ -527,14 +527,18 @@ def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, ro
         catalog.forget_manifest_stamps(checked.wrong)  # --deep reads them without stamps
     if checked.seen:
         catalog.stamp_manifests(checked.seen, now)
-    # A volume missing or of the wrong size makes its stream unrestorable: marked bad (issue
-    # 15), so restores stop before it and the next archive starts a new full.
-    unreadable = {f.stream: f.problem for f in findings if f.severity is Severity.ERROR
-                  and f.key is not None and volume_index(f.key) is not None}
+    # A volume missing or of the wrong size makes its stream unrestorable: marked bad, so
+    # restores stop before it and the next archive starts a new full; the reason names
+    # every such volume (up to three) with its key.
+    unreadable: dict[int, list[str]] = {}
+    for f in findings:
+        if (f.severity is Severity.ERROR and f.stream is not None and f.key is not None
+                and volume_index(f.key) is not None):
+            unreadable.setdefault(f.stream, []).append(f.problem)
     by_id = {s.id: s for s in mine}
-    marked = [stream_id for stream_id, problem in unreadable.items()
-              if mark_bad(catalog, by_id[stream_id], problem, ctx.clock.now(), job=name,
-                          action="audit")]
+    marked = [stream_id for stream_id, problems in unreadable.items()
+              if mark_bad(catalog, by_id[stream_id], first_three(problems), ctx.clock.now(),
+                          job=name, action="audit")]
     bad += marked
     mine = [dataclasses.replace(s, state="bad") if s.id in marked else s for s in mine]
     strays = [stray(host, dataset, store, prefix, leaves, _stray_manifest(backend, prefix, leaves))

@@ -75,8 +75,8 @@ def compare_volumes(stream: StreamRow, volumes: Sequence[VolumeRow],
                                   f" {stream.store}: {volume.key}", _LOST, volume.key))
         elif info.size != volume.stored_bytes:
             found.append(_finding(stream, Severity.ERROR, f"{where} has {info.size} bytes in the"
-                                  f" store, the catalog records {volume.stored_bytes}", _LOST,
-                                  volume.key))
+                                  f" store, the catalog records {volume.stored_bytes}:"
+                                  f" {volume.key}", _LOST, volume.key))
         elif info.storage_class != stream.storage_class:
             found.append(_finding(
                 stream, Severity.WARNING, f"{where} is in storage class {info.storage_class},"

@@ -31,7 +31,7 @@ from zrepl_py.errors import (
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 """The revision the models match: the single head of ``migrations/versions`` (a test keeps
 them equal, so a new migration cannot ship without moving this)."""
 VERSION_TABLE = "alembic_version"

@@ -144,6 +144,9 @@ stream_table = sa.Table(
     _column("manifest_seen", sa.String(KEY_LEN), nullable=True),
     # When that audit read it.
     _column("manifest_read_at", UtcDateTime, nullable=True),
+    # Why the stream is ``bad``, set with that state (``archive.damage.mark_bad``); None
+    # for every other state and for streams marked bad before revision 0006.
+    _column("bad_reason", sa.Text, nullable=True),
     sa.UniqueConstraint("id", "to_guid", "dataset_id", "store", name="uq_streams_chain_key"),
     sa.UniqueConstraint("store", "object_prefix"),
     sa.ForeignKeyConstraint(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -192,6 +193,35 @@ class StreamRow:
     created_at: dt.datetime
     uploaded_at: dt.datetime | None
     verified_at: dt.datetime | None
+    bad_reason: str | None = None
+    """Why the stream is ``bad`` (the marker's sentence: what is wrong, the object's key,
+    who found it when); None in every other state, and for a stream marked bad before
+    catalog revision 0006, which recorded no reason."""
+
+    @property
+    def why_bad(self) -> str:
+        """``bad_reason``, or a sentence saying it was not recorded (for messages)."""
+        return self.bad_reason or ("the reason was not recorded: it was marked bad before"
+                                   " zbak kept reasons (catalog revision 0006)")
+
+
+def first_three(problems: Sequence[str]) -> str:
+    """``problems`` joined with ``"; "``, those after the third counted (pure): a stream
+    that lost 500 volumes gets a reason naming three keys, not 500."""
+    more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+    return "; ".join(problems[:3]) + more
+
+
+def bad_reason(problem: str, action: str, now: dt.datetime) -> str:
+    """The reason a stream is marked ``bad`` with (``StreamRow.bad_reason``, pure):
+    ``problem`` (what is wrong, naming each object's key) and who found it when, e.g.
+    ``"volume 1 (KEY) is missing (found by zbak audit at 2026-11-28 06:00Z)"``.
+
+    Args:
+        problem: the sentence; action: the command that found it (``archive``, ``audit``,
+            ``restore``, ``prune``); now: aware, shown in UTC.
+    """
+    return f"{problem} (found by zbak {action} at {now.astimezone(dt.UTC):%Y-%m-%d %H:%M}Z)"
 
 
 @dataclasses.dataclass(frozen=True)

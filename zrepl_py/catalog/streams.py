@@ -89,7 +89,8 @@ def _stream_columns() -> tuple:
             sa.type_coerce(stream.from_guid, signed), sa.type_coerce(stream.to_guid, signed),
             stream.from_name, stream.to_name, stream.to_createtxg, stream.raw_bytes,
             stream.stored_bytes, stream.object_prefix, stream.storage_class, stream.compression,
-            stream.state, stream.created_at, stream.uploaded_at, stream.verified_at)
+            stream.state, stream.created_at, stream.uploaded_at, stream.verified_at,
+            stream.bad_reason)
 
 
 def _chain_order(row: StreamRow) -> tuple:
@@ -123,7 +124,7 @@ def read_streams(conn: sa.Connection, datasets: Sequence = (), streams: Sequence
     for batch in raw_batches(conn, query):
         for (sid, dataset_id, store, kind, parent, from_guid, to_guid, from_name, to_name, txg,
              raw, stored, prefix, storage_class, compression, state, created, uploaded,
-             verified) in batch:
+             verified, bad_reason) in batch:
             host, name = names[dataset_id]
             if from_guid is not None and from_guid < 0:
                 from_guid += WRAP64
@@ -132,7 +133,7 @@ def read_streams(conn: sa.Connection, datasets: Sequence = (), streams: Sequence
                 to_guid + WRAP64 if to_guid < 0 else to_guid, from_name, to_name, txg, raw,
                 stored, prefix, same(storage_class),
                 same(compression), same(state), utc_of(created),
-                utc_of(uploaded), utc_of(verified)))
+                utc_of(uploaded), utc_of(verified), bad_reason))
     found.sort(key=_chain_order)
     return found
 
@@ -322,21 +323,28 @@ class Streams(CatalogBase):
         *,
         raw_bytes: int | None = None,
         stored_bytes: int | None = None,
+        reason: str | None = None,
     ) -> None:
         """Move stream ``stream_id`` to ``state`` (see ``STATE_TRANSITIONS``) at ``now``.
 
         "uploaded" sets ``uploaded_at`` and may record the final sizes (bytes); "verified"
-        sets ``verified_at``. "condemned" (the tombstone written before the objects are
-        deleted) needs every child stream condemned first, or use :meth:`condemn_streams`.
+        sets ``verified_at``; "bad" records ``reason`` (required there, refused elsewhere:
+        every later refusal states it, ``StreamRow.bad_reason``). "condemned" (the
+        tombstone written before the objects are deleted) needs every child stream
+        condemned first, or use :meth:`condemn_streams`.
 
         Raises:
             NotInCatalog: no such stream.
             CatalogConflict: the transition is not allowed.
             ChainBroken: condemning a stream whose children are not condemned.
-            ValueError: unknown state, naive ``now``, negative size.
+            ValueError: unknown state, naive ``now``, negative size, "bad" without a
+                ``reason`` or another state with one.
         """
         require_one_of("stream state", state, STREAM_STATES)
         require_aware("now", now)
+        if (state == "bad") != bool(reason):
+            raise ValueError(f"setting stream {stream_id} {state}: a reason is required for"
+                             " 'bad' and only there")
         with self._transaction(
             f"setting stream {stream_id} {state}", on_integrity=ChainBroken
         ) as conn:
@@ -355,6 +363,8 @@ class Streams(CatalogBase):
                 values["uploaded_at"] = now
             if state == "verified":
                 values["verified_at"] = now
+            if state == "bad":
+                values["bad_reason"] = reason
             if raw_bytes is not None:
                 values["raw_bytes"] = require_size("raw_bytes", raw_bytes)
             if stored_bytes is not None:

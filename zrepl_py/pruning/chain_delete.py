@@ -31,7 +31,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.catalog.rows import StreamRow, VolumeRow
+from zrepl_py.catalog.rows import StreamRow, VolumeRow, bad_reason, first_three
 from zrepl_py.errors import CatalogConflict, ReleaserMismatch, StoreInconsistent, ZbakError
 from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, PROGRESS
 from zrepl_py.pruning.chain_plan import ChainPlan
@@ -144,7 +144,9 @@ def _recheck_releasers(plan: ChainPlan, backend: Backend, catalog: Catalog,
         if check.ok:
             continue
         for stream_id in check.bad_streams:
-            catalog.set_stream_state(stream_id, "bad", now)
+            catalog.set_stream_state(stream_id, "bad", now, reason=bad_reason(
+                first_three([f"{m.key}: {m.problem}" for m in check.mismatches
+                             if m.stream_id == stream_id]), "prune", now))
         raise ReleaserMismatch(
             f"the chain {check.full_name} (stream {check.full}) that"
             f" releases the older chain(s) no longer matches the catalog: {check.summary()};"

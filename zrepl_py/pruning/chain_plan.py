@@ -173,8 +173,8 @@ def _trouble(chain: Sequence[StreamRow], damaged: Mapping[int, str]) -> str | No
             return (f"chain has a damaged stream {_label(s)} (stream {s.id}){what}: prune refuses"
                     " to touch it; run zbak audit")
         if s.state == "bad":
-            return (f"chain has a bad stream {_label(s)} (stream {s.id}): prune refuses to touch"
-                    " it; run zbak audit")
+            return (f"chain has a bad stream {_label(s)} (stream {s.id}, {s.why_bad}): prune"
+                    " refuses to touch it; run zbak audit")
     return None
 
 
@@ -197,8 +197,8 @@ def _no_newer_verified(index: int, chains: Sequence[Sequence[StreamRow]],
     full = chains[-1][0]
     name = f"the newer full @{full.to_name} (stream {full.id})"
     if full.state == "bad":
-        return (f"bad: {name} is marked bad (its objects failed a check against the catalog)"
-                " and releases nothing: zbak audit tells what is wrong")
+        return (f"bad: {name} is marked bad ({full.why_bad}) and releases nothing: zbak"
+                " audit tells what is wrong")
     if full.state != "verified":
         return f"{name} is not verified yet: zbak audit --deep verifies it"
     if not _freshly_verified(full, policy, now):

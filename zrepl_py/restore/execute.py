@@ -165,7 +165,8 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
                            if done else f"{plan.into} holds what it held" if plan.resumed
                            else "nothing was received")
                     if _stream_rejected(exc):
-                        _mark_bad(ctx, stream, f"zfs receive rejected its content: {exc}",
+                        _mark_bad(ctx, stream, f"zfs receive rejected its content (stream"
+                                  f" {stream.object_prefix}, every volume verified): {exc}",
                                   job_of(ctx.config, plan.host, plan.dataset))
                         raise StreamRejected(
                             f"zfs receive rejected stream {stream.id} (@{stream.to_name}, store"

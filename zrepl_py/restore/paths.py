@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from zrepl_py.catalog.rows import LIVING_STATES, StreamRow
 from zrepl_py.objects.manifest import CarriedSnapshot
 
-# Why a stream in each non-living state cannot be received (catalog/models.py STREAM_STATES).
+# Why a stream in each non-living state cannot be received (catalog/models.py STREAM_STATES);
+# a bad stream's own reason follows (StreamRow.bad_reason).
 _STATE_WHY = {
-    "bad": ("bad", "is marked bad (zfs receive rejected its content)"),
+    "bad": ("bad", "is marked bad"),
     "condemned": ("being pruned", "is condemned by a prune"),
     "uploading": ("incomplete", "is still uploading"),
 }
@@ -129,8 +130,9 @@ def why_no_path(
     damaged: Mapping[int, str] | None = None,
 ) -> str:
     """Why no chain of ``store`` restores ``target`` (when ``archive_paths`` found none):
-    ``"the chain carrying @X in store S is bad: stream N (@Y) is marked bad ..."``, naming
-    the first broken stream from the full down, or that no stream carries ``target``."""
+    ``"the chain carrying @X in store S is bad: stream N (@Y) is marked bad: REASON"``,
+    naming the first broken stream from the full down (a bad one with the reason it was
+    marked for), or that no stream carries ``target``."""
     damaged = damaged or {}
     by_id = {s.id: s for s in streams}
     carriers = [s for s in streams if any(c.guid == target.guid for c in _carried(s, carried))]
@@ -151,7 +153,7 @@ def why_no_path(
             label = f"stream {s.id} ({s.kind} @{s.to_name})"
             if s.state in _STATE_WHY:
                 word, why = _STATE_WHY[s.state]
-                what = (word, f"{label} {why}")
+                what = (word, f"{label} {why}" + (f": {s.why_bad}" if s.state == "bad" else ""))
             elif s.id in damaged:
                 what = ("damaged", f"{label}: {damaged[s.id]}")
         if what is None:  # the catalog's constraints make a chain without a full impossible
