@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -72,6 +74,21 @@ class Site:
         status, out, err = self.run(*args)
         assert status == ExitStatus.OK, f"zbak {' '.join(args)} -> {status}: {out}{err}"
         return out
+
+    def argv(self, *args: str) -> list[str]:
+        """``zbak --config CONFIG ARGS`` as an admin types it (this environment's zbak)."""
+        return [str(Path(sys.executable).with_name("zbak")), "--config", str(self.config), *args]
+
+    def process(self, *args: str) -> subprocess.CompletedProcess:
+        """Run zbak ARGS as a process of its own (text output captured, 10 minutes at most)."""
+        return subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=600)
+
+    def process_ok(self, *args: str) -> str:
+        """:meth:`process`, asserting exit 0; return stdout."""
+        done = self.process(*args)
+        assert done.returncode == ExitStatus.OK, (
+            f"zbak {' '.join(args)} -> {done.returncode}: {done.stdout}{done.stderr}")
+        return done.stdout
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,34 +21,21 @@ from zrepl_py.errors import ExitStatus
 
 pytestmark = [pytest.mark.zfs, pytest.mark.slow]
 
-ZBAK = Path(sys.executable).with_name("zbak")
-
-
-def zbak(site, *args: str) -> subprocess.CompletedProcess:
-    """``zbak --config CONFIG ARGS`` as a process, as the admin types it."""
-    return subprocess.run([str(ZBAK), "--config", str(site.config), *args],
-                          capture_output=True, text=True, timeout=600)
-
-
-def ok(site, *args: str) -> str:
-    done = zbak(site, *args)
-    assert done.returncode == ExitStatus.OK, f"zbak {' '.join(args)}: {done.stdout}{done.stderr}"
-    return done.stdout
 
 
 @pytest.fixture
 def nightly(site):
     """@0..@9 archived one night at a time: full @0, then -I @n-1 -> @n for each n."""
     _, store = file_archive_config(site.tmp, site.data, volume_size="256KiB")
-    ok(site, "init", "--no-checks")
+    site.process_ok("init", "--no-checks")
     for step in range(10):
         site.snapshot_steps(range(step, step + 1), 600 * 1024)
-        ok(site, "archive")
+        site.process_ok("archive")
     return site, store
 
 
 def stream_rows(site) -> list[dict]:
-    return json.loads(ok(site, "list", "streams", "--json"))
+    return json.loads(site.process_ok("list", "streams", "--json"))
 
 
 def carrying(site, name: str) -> dict:
@@ -68,11 +54,11 @@ def test_a_restore_refused_after_audit_found_a_volume_missing_says_it_is_missing
     key = str(victim.relative_to(store))
     victim.unlink()
 
-    audit = zbak(site, "audit")
+    audit = site.process("audit")
     assert audit.returncode == ExitStatus.AUDIT_FINDINGS, audit.stdout + audit.stderr
 
     into = f"{site.pool}/back"
-    done = zbak(site, "restore", site.data, "--to", "@9", "--into", into, "--from", "cold",
+    done = site.process("restore", site.data, "--to", "@9", "--into", into, "--from", "cold",
                 "--yes")
     assert done.returncode != ExitStatus.OK, done.stdout + done.stderr
     said = done.stdout + done.stderr
@@ -95,8 +81,8 @@ def test_each_marker_records_its_own_reason_with_the_objects_key(nightly):
     body[len(body) // 2] ^= 0x01
     flipped.write_bytes(bytes(body))
 
-    assert zbak(site, "audit").returncode == ExitStatus.AUDIT_FINDINGS
-    assert zbak(site, "audit", "--deep").returncode == ExitStatus.AUDIT_FINDINGS
+    assert site.process("audit").returncode == ExitStatus.AUDIT_FINDINGS
+    assert site.process("audit", "--deep").returncode == ExitStatus.AUDIT_FINDINGS
     rows = {s["id"]: s for s in stream_rows(site)}
     size = rows[shrunk["id"]]
     assert size["state"] == "bad", size

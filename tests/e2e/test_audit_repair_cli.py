@@ -158,7 +158,10 @@ def test_repair_aborts_stale_uploads_and_finishes_an_interrupted_prune_then_audi
     status, doc, err = run.json("audit", "--repair", "--yes", "--stale-uploads-days", "7")
     # what remains is the truth after the prune: @2 is no longer archived
     assert status == ExitStatus.AUDIT_FINDINGS, (doc, err)
-    assert [f["problem"].split(" (")[0] for f in doc["findings"]] == [f"local:{data}@2"]
+    fresh_key = str(fresh.parent.relative_to(store) / "vol")
+    assert [(f["severity"], f["problem"].split(" (")[0]) for f in doc["findings"]] == [
+        ("warning", f"local:{data}@2"),
+        ("info", f"an unfinished upload of {fresh_key}")]  # the fresh one, reported
     (repair,) = doc["repair"]
     assert repair["finished_streams"] == [newest.id] and repair["errors"] == {}
     assert len(repair["aborted_uploads"]["cold"]) == 1

@@ -233,6 +233,46 @@ class TestFileStore(StoreContract):
         assert store.abort_stale_uploads(0) == ["top (temporary file .top.partial-new12345)"]
         assert sorted(p.name for p in store.root.rglob("*") if p.is_file()) == ["obj"]
 
+    def test_a_put_removes_what_an_interrupted_put_of_the_same_key_left_and_nothing_else(
+            self, store):
+        """A put killed mid-write leaves its temporary file; the next put of the same key
+        removes it once its object is written. A temporary file of another key, and one
+        of the same key written after this put began (a put running in another process),
+        stay (docs/decisions.md#leftover-uploads-of-interrupted-archives)."""
+        store.put("d/obj", [b"first"])
+        folder = store.root / "d"
+        a_minute_ago, in_a_minute = time.time() - 60, time.time() + 60
+        for name, when in ((".obj.partial-killed12", a_minute_ago),
+                           (".obj.partial-running1", in_a_minute),
+                           (".other.partial-killed12", a_minute_ago)):
+            (folder / name).write_bytes(b"half a volume")
+            os.utime(folder / name, (when, when))
+        store.put("d/obj", [b"second"])
+        assert sorted(os.listdir(folder)) == [".obj.partial-running1",
+                                              ".other.partial-killed12", "obj"]
+        assert read_all(store, "d/obj") == b"second"
+
+    def test_unfinished_uploads_name_each_temporary_file_with_its_key_size_and_mtime(
+            self, store):
+        store.put("d/e/kept", [b"object"])
+        (store.root / "d" / ".vol.partial-abc12345").write_bytes(b"x" * 1234)
+        (store.root / "d" / "e" / ".vol.partial-def12345").write_bytes(b"y" * 10)
+        (store.root / ".top.partial-ghi12345").write_bytes(b"z")
+        when = time.time() - 3600
+        os.utime(store.root / "d" / ".vol.partial-abc12345", (when, when))
+        found = store.unfinished_uploads("d/")
+        assert [(u.key, u.ident, u.what, u.size) for u in found] == [
+            ("d/e/vol", ".vol.partial-def12345", "temporary file .vol.partial-def12345", 10),
+            ("d/vol", ".vol.partial-abc12345", "temporary file .vol.partial-abc12345", 1234)]
+        assert abs(found[1].since.timestamp() - when) < 1
+        assert [u.key for u in store.unfinished_uploads()] == ["d/e/vol", "d/vol", "top"]
+        assert store.unfinished_uploads("d/e/v") == [found[0]]
+        assert store.abort_upload(found[1]) and not store.abort_upload(found[1])
+        assert [u.key for u in store.unfinished_uploads()] == ["d/e/vol", "top"]
+        with pytest.raises(StorePermanent, match="not a temporary file"):
+            store.abort_upload(found[0]._replace(ident="kept"))
+        assert read_all(store, "d/e/kept") == b"object"
+
     def test_a_key_shaped_like_a_temporary_file_is_rejected(self, store):
         with pytest.raises(StorePermanent):
             store.put("d/.x.partial-abc123", [b"x"])
@@ -433,6 +473,28 @@ class TestS3Store(StoreContract):
         assert open_uploads() == {theirs["UploadId"]}
         assert read_all(store, "kept") == b"object"
         assert store.abort_stale_uploads(0) == []
+
+    def test_unfinished_uploads_name_each_open_upload_with_its_key_and_parts_bytes(
+            self, store, s3_server):
+        raw = s3_server.client()
+        opened = {}
+        for key, parts in (("streams/a/v", [b"x" * 1000, b"y" * 24]), ("streams/b/v", []),
+                           ("other/v", [b"z"])):
+            upload = raw.create_multipart_upload(Bucket=store.bucket, Key=f"some/prefix/{key}")
+            opened[key] = upload["UploadId"]
+            for number, body in enumerate(parts, 1):
+                raw.upload_part(Bucket=store.bucket, Key=f"some/prefix/{key}",
+                                PartNumber=number, UploadId=upload["UploadId"], Body=body)
+        found = store.unfinished_uploads("streams/")
+        assert [(u.key, u.ident, u.what, u.size) for u in found] == [
+            ("streams/a/v", opened["streams/a/v"], f"multipart upload {opened['streams/a/v']}",
+             1024),
+            ("streams/b/v", opened["streams/b/v"], f"multipart upload {opened['streams/b/v']}",
+             0)]
+        assert all(u.since.tzinfo is not None for u in found)
+        assert [u.size for u in store.unfinished_uploads("streams/", sizes=False)] == [None, None]
+        assert store.abort_upload(found[0]) and not store.abort_upload(found[0])
+        assert [u.key for u in store.unfinished_uploads()] == ["other/v", "streams/b/v"]
 
     def test_more_parts_than_s3_allows_is_refused_before_the_limit_and_the_upload_aborted(
             self, store, s3_server, monkeypatch):

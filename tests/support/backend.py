@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from zrepl_py.errors import StoreError, StorePermanent, StoreTransient
-from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw
+from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw, Unfinished
 
 COUNTED = ("put", "delete")
 """The ops ``fail_after_calls`` and ``after_call`` count by default: those that change the store."""
@@ -241,6 +241,20 @@ class FaultyBackend(Backend):
         self._enter("abort_stale_uploads", None)
         removed = self.inner.abort_stale_uploads(older_than)
         self._done("abort_stale_uploads", None)
+        return removed
+
+    def unfinished_uploads(self, prefix: str = "", *, sizes: bool = True) -> list[Unfinished]:
+        """The inner ``unfinished_uploads``, after the call faults."""
+        self._enter("unfinished_uploads", prefix)
+        found = self.inner.unfinished_uploads(prefix, sizes=sizes)
+        self._done("unfinished_uploads", prefix)
+        return found
+
+    def abort_upload(self, upload: Unfinished) -> bool:
+        """The inner ``abort_upload``, after the call faults."""
+        self._enter("abort_upload", upload.key)
+        removed = self.inner.abort_upload(upload)
+        self._done("abort_upload", upload.key)
         return removed
 
     def local_path(self, key: str) -> Path | None:

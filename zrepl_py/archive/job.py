@@ -547,7 +547,7 @@ def _clean_stale_uploads(backend: Backend, tree: _Tree, prefix: str, keep: set[s
         unfinished = PROGRESS in leaves or not leaves & {MANIFEST, MANIFEST_COPY}
         if unfinished and catalogued:
             log.info("deleting %s, left by an interrupted run whose plan changed", stream)
-            delete_prefix(backend, stream)
+            delete_prefix(backend, stream, dt.datetime.now(dt.UTC))
         else:
             log.warning("%s is in the store but not in the catalog: kept (run `zbak catalog"
                         " rebuild STORE --merge` to adopt it, `zbak audit` to see what it holds)",

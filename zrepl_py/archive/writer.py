@@ -13,6 +13,12 @@ changed); between 2 and 3 the next run adopts the manifest (from its copy when t
 damaged, writing whichever of the two is missing or damaged) instead of sending again; after 3
 only a stale ``progress.json`` remains, removed by the next run. The catalog never names an
 object that was not written.
+
+A crash mid-put also leaves what the put had written so far, which is no object (a
+``file://`` temporary file, an S3 multipart upload): the store's next put of the same key
+removes a temporary file, and a run that resumes or deletes a partial upload removes the
+leftovers under that stream's prefix older than its own start (:func:`drop_unfinished`;
+``docs/decisions.md#leftover-uploads-of-interrupted-archives``).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from zrepl_py.archive.planner import PlannedStream
 from zrepl_py.archive.volumes import RestartNeeded, read_progress, write_volumes
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import manifest_rows
-from zrepl_py.errors import ObjectNotFound, StreamCorrupt
+from zrepl_py.errors import ObjectNotFound, StoreError, StreamCorrupt
 from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, PROGRESS, copy_key
 from zrepl_py.objects.manifest import Manifest, VolumeRecord
 from zrepl_py.objects.sealed import put_with_copy, read_object, read_with_copy
@@ -108,6 +114,9 @@ def write_stream(
         StreamCorrupt: a manifest already at the prefix contradicts the plan.
         ChainBroken, CatalogError: the catalog refused the row.
     """
+    # The store's clock, not the run's (an injected clock in tests): leftovers are told
+    # from running puts by the store's times (Backend.abort_uploads_before).
+    began = dt.datetime.now(dt.UTC)
     adopted = (_adopt(spec, backend) if listed is None or {MANIFEST, MANIFEST_COPY} & set(listed)
                else None)
     if adopted is not None:
@@ -122,7 +131,7 @@ def write_stream(
         if (interrupted.volume_size, interrupted.level) == (spec.volume_size, spec.level):
             done = interrupted.volumes
         else:
-            delete_prefix(backend, spec.prefix)
+            delete_prefix(backend, spec.prefix, began)
     counts = {"written": 0, "skipped": 0}
 
     def count(record: VolumeRecord, skipped: bool) -> None:
@@ -134,13 +143,15 @@ def write_stream(
         volumes, used_class = _send(spec, backend, done, count, progress)
     except RestartNeeded as exc:
         log.warning("%s; deleting the partial upload and sending %s again", exc, spec.prefix)
-        delete_prefix(backend, spec.prefix)
+        delete_prefix(backend, spec.prefix, began)
         counts.update(written=0, skipped=0)
         volumes, used_class = _send(spec, backend, (), count, progress)
     manifest = _manifest(spec, volumes, used_class, now())
     put_with_copy(backend, spec.prefix + MANIFEST, manifest.to_json())
     stream_id = _catalog(spec, manifest, catalog, now())
     backend.delete(spec.prefix + PROGRESS)
+    if interrupted is not None:
+        drop_unfinished(backend, spec.prefix, began)
     return WrittenStream(stream_id, manifest.raw_bytes, manifest.stored_bytes,
                          counts["written"], counts["skipped"])
 
@@ -153,12 +164,38 @@ def _send(spec: StreamSpec, backend: Backend, done, on_volume, progress=None):
                              on_volume=on_volume)
 
 
-def delete_prefix(backend: Backend, prefix: str) -> int:
-    """Delete every object under ``prefix``; return how many."""
+def delete_prefix(backend: Backend, prefix: str, before: dt.datetime) -> int:
+    """Delete every object under ``prefix`` (a partial upload given up) and what the
+    unfinished puts there left before ``before`` (:func:`drop_unfinished`); return how
+    many objects were deleted.
+
+    Raises:
+        StoreError: listing or deleting an object failed.
+    """
     keys = [info.key for info in backend.list(prefix)]
     for key in keys:
         backend.delete(key)
+    drop_unfinished(backend, prefix, before)
     return len(keys)
+
+
+def drop_unfinished(backend: Backend, prefix: str, before: dt.datetime) -> None:
+    """Remove what unfinished puts under the stream ``prefix`` left before ``before`` (aware
+    UTC, the store's clock): the temporary file or multipart upload of a put killed mid-way,
+    in a stream this run resumes or gives up. Only this stream's prefix, which the run's
+    dataset lock keeps to itself, and only what is older than the run's work on it: see
+    ``docs/decisions.md#leftover-uploads-of-interrupted-archives``. A failure (e.g. an S3
+    credential without s3:ListBucketMultipartUploads) is a warning: the stream itself is
+    written, and ``zbak audit`` reports what is left."""
+    try:
+        removed = backend.abort_uploads_before(before, prefix)
+    except StoreError as exc:
+        log.warning("could not remove what interrupted uploads left under %s in store %s: %s;"
+                    " `zbak audit` reports it, `zbak audit --repair` removes it", prefix,
+                    backend.name, exc)
+        return
+    for what in removed:
+        log.info("removed %s in store %s, left by an interrupted upload", what, backend.name)
 
 
 def _manifest(spec: StreamSpec, volumes, storage_class: str, now: dt.datetime) -> Manifest:

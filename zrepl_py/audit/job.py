@@ -58,7 +58,7 @@ from zrepl_py.audit.deep import Deadline, DeepAudit, DeepResult, ScratchPool, ch
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.audit.graph import GraphInput, TargetListing, audit_graph, sort_findings
 from zrepl_py.audit.load import load_graph_input
-from zrepl_py.audit.objects import audit_objects
+from zrepl_py.audit.objects import audit_objects, unfinished_findings
 from zrepl_py.audit.restorable import Coverage, coverage, coverage_findings, stray, strays_of
 from zrepl_py.catalog.base import CHUNK
 from zrepl_py.catalog.rows import DatasetStreams, VolumeRow, first_three
@@ -76,7 +76,13 @@ from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.locking import dataset_lock, holder
-from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, dataset_prefix, volume_index
+from zrepl_py.objects.layout import (
+    MANIFEST,
+    MANIFEST_COPY,
+    dataset_prefix,
+    stream_dataset,
+    volume_index,
+)
 from zrepl_py.objects.manifest import Manifest
 from zrepl_py.objects.sealed import read_with_copy
 from zrepl_py.observe.runlog import recorded_run
@@ -320,6 +326,7 @@ def _audit(ctx: Context, name: str, job: JobConfig, host: str, root: str, *, dee
                       names)
         if root not in names:
             run.uncatalogued(names)
+    run.unfinished()
     # The replica cursors once, after every batch (as they came after the archives; their
     # targets are listed here, once the store's listing is no longer waited for).
     run.graph += audit_graph(GraphInput(streams=[], snapshots=run.pinned, cursors=cursors,
@@ -421,6 +428,29 @@ class _JobAudit:
                 deep=self.deep, sample=self.sample, receive_into=self.receive_into,
                 result=self.totals, deadline=self.deadline, left_out=self.left_out,
                 datasets=(), bad=self.bad[store], listing=listing)
+
+    def unfinished(self) -> None:
+        """Report what unfinished puts left under the job's prefix in each store (one
+        listing of them per store, ``audit.objects.unfinished_findings``); a store that
+        cannot list them (an S3 credential without s3:ListBucketMultipartUploads) is a
+        warning, the rest of the audit stands."""
+        prefix = dataset_prefix(self.host, self.root)
+        now = self.ctx.clock.now()
+        for store, backend in self.backends.items():
+            try:
+                uploads = backend.unfinished_uploads(prefix)
+            except StoreError as exc:
+                self.found[store].append(Finding(
+                    Severity.WARNING, "objects", f"the unfinished uploads under {prefix} in"
+                    f" store {store} could not be listed: {exc}", "give the store's profile"
+                    " s3:ListBucketMultipartUploads and s3:ListMultipartUploadParts",
+                    store=store))
+                continue
+            self.found[store] += unfinished_findings(
+                [u for u in uploads
+                 if (dataset := stream_dataset(u.key, self.host)) is None or self.mine(dataset)],
+                host=self.host, store=store, now=now,
+                stale_after=dt.timedelta(days=STALE_UPLOAD_DAYS))
 
     def result(self, notes: list[Finding]) -> AuditResult:
         """The job's result: every finding sorted (``sort_findings``, stable: in the order

@@ -17,6 +17,9 @@ gone on purpose; the graph audit reports the unfinished prune):
   shows it unchanged (:func:`must_read`: the same size and etag, ``catalog.stamps``) and that
   read is younger than its share of ``TRUST_MANIFESTS_FOR``; a changed, new or long-unread
   manifest is read (issue 20: 100,000 manifest reads per audit);
+* what unfinished puts left under the job's prefix (a ``file://`` temporary file, an S3
+  multipart upload: no object, but stored bytes) is reported with its key and size
+  (:func:`unfinished_findings`), a warning once older than ``zbak audit --repair``'s age;
 * objects under the prefixes that no catalogued stream owns are leftovers, reported as
   information per stream directory: an uncatalogued stream with a manifest (``zbak catalog
   rebuild STORE --merge`` adds it), a partial upload of an interrupted archive run
@@ -39,10 +42,16 @@ from collections.abc import Mapping, Sequence
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.errors import NeedsThaw, ObjectNotFound, StoreError, StreamCorrupt
-from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, PROGRESS, is_stream_prefix
+from zrepl_py.objects.layout import (
+    MANIFEST,
+    MANIFEST_COPY,
+    PROGRESS,
+    is_stream_prefix,
+    stream_dataset,
+)
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
 from zrepl_py.objects.sealed import Loaded, read_with_copy
-from zrepl_py.stores.base import Backend, ObjectInfo
+from zrepl_py.stores.base import Backend, ObjectInfo, Unfinished
 
 MANIFEST_CLASS = "STANDARD"
 TRUST_MANIFESTS_FOR = dt.timedelta(days=30)
@@ -163,6 +172,32 @@ def leftovers(listing: Mapping[str, ObjectInfo], known: set[str],
                        f" {', '.join(leaves[:5])}")
             action = "check what wrote them; zbak does not use them"
         found.append(Finding(Severity.INFO, "objects", problem, action, store=store, key=head))
+    return found
+
+
+def unfinished_findings(uploads: Sequence[Unfinished], *, host: str, store: str,
+                        now: dt.datetime, stale_after: dt.timedelta) -> list[Finding]:
+    """A finding per leftover of an unfinished put (``Backend.unfinished_uploads``) under
+    a job's prefix (pure), naming its key and size: bytes the store keeps (S3 bills the
+    parts) that no listing shows. Information while it may be a put running now; a
+    warning once it is older than ``stale_after`` (what ``zbak audit --repair`` removes by
+    default). ``host``: the job's source host (keys start with it); ``now``: aware UTC.
+    See ``docs/decisions.md#leftover-uploads-of-interrupted-archives``."""
+    found = []
+    for upload in uploads:
+        dataset = stream_dataset(upload.key, host)
+        size = "an unknown number of" if upload.size is None else f"{upload.size:,}"
+        old = now - upload.since > stale_after
+        found.append(Finding(
+            Severity.WARNING if old else Severity.INFO, "objects",
+            f"an unfinished upload of {upload.key} ({upload.what}, {size} bytes, last"
+            f" written {upload.since:%Y-%m-%d %H:%M}Z) is kept in store {store}: a process"
+            " was killed while it wrote; it is no object and nothing reads it",
+            "none while an archive of this stream may run; the next `zbak archive` that"
+            " resumes or gives up the stream removes it, `zbak audit --repair` removes it once"
+            f" older than --stale-uploads-days ({stale_after.days} by default)",
+            host=host if dataset is not None else None, dataset=dataset, store=store,
+            key=upload.key))
     return found
 
 

@@ -42,6 +42,16 @@ def dataset_prefix(host: str, dataset: str) -> str:
     return f"{host}/{dataset}/"
 
 
+def stream_dataset(key: str, host: str) -> str | None:
+    """The dataset whose stream directory holds ``key`` (``HOST/DATASET/STREAM/LEAF``), or
+    None when ``key`` is no object of a stream of ``host``."""
+    prefix, _, _ = key.rpartition("/")
+    head = host + "/"
+    if not key.startswith(head) or not is_stream_prefix(prefix + "/"):
+        return None
+    return prefix[len(head):].rpartition("/")[0] or None
+
+
 def stream_prefix(host: str, dataset: str, *, to_createtxg: int, to_guid: int,
                   from_guid: int | None) -> str:
     """The key prefix (ending in ``/``) of one stream; ``from_guid`` None for a full."""

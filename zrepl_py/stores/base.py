@@ -22,9 +22,14 @@ import abc
 import dataclasses
 import datetime as dt
 import enum
+import logging
 from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
+
+from zrepl_py.errors import StorePermanent
+
+log = logging.getLogger(__name__)
 
 # S3 storage classes whose objects must be restored (thawed) before a GET; GLACIER_IR is read
 # directly (AWS S3 user guide, "Using Amazon S3 storage classes").
@@ -93,6 +98,28 @@ class PutResult:
     size: int
     sha256: str
     storage_class: str
+
+
+class Unfinished(NamedTuple):
+    """What an unfinished put left in the store: an S3 multipart upload never completed nor
+    aborted, or a ``file://`` temporary file (a process killed mid-put leaves one; neither
+    is an object, ``list`` never shows it).
+
+    Attributes:
+        key: the object key the put was for.
+        ident: the store's handle on it: the upload id, or the temporary file's name.
+        what: ``"multipart upload ID"`` or ``"temporary file NAME"``, for messages.
+        size: bytes it holds (the uploaded parts, the file's length); None when not
+            asked for (``sizes=False``) or unknown.
+        since: aware UTC: when the upload was initiated (S3 ``Initiated``), or when the
+            temporary file was last written (its mtime: a running put keeps it recent).
+    """
+
+    key: str
+    ident: str
+    what: str
+    size: int | None
+    since: dt.datetime
 
 
 def under_any(key: str, prefixes: Collection[str]) -> bool:
@@ -204,22 +231,71 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
+    def unfinished_uploads(self, prefix: str = "", *, sizes: bool = True) -> list[Unfinished]:
+        """What unfinished puts of keys starting with ``prefix`` left behind (see
+        :class:`Unfinished`), in key order. ``sizes``: also each one's bytes (S3: one
+        ListParts request per upload; free for ``file://``).
+
+        Raises:
+            StoreTransient, StorePermanent (AccessDenied on S3 without
+            s3:ListBucketMultipartUploads, or s3:ListMultipartUploadParts for the sizes).
+        """
+
+    @abc.abstractmethod
+    def abort_upload(self, upload: Unfinished) -> bool:
+        """Remove one leftover :meth:`unfinished_uploads` returned (AbortMultipartUpload,
+        or unlink the temporary file); False when it was gone already (completed, or
+        removed by someone else). Never touches an object.
+
+        Raises:
+            StoreTransient, StorePermanent.
+        """
+
+    def abort_uploads_before(self, before: dt.datetime, prefix: str = "") -> list[str]:
+        """Remove the leftovers of unfinished puts under ``prefix`` whose ``since`` is
+        before ``before`` (aware UTC, compared with the store's times: S3's clock, the
+        file system's mtimes). An upload running now is younger, on ``file://`` because
+        it writes its temporary file all the time; on S3 only its start is known, so
+        ``before`` must leave room for the longest put.
+
+        Returns:
+            ``"KEY (multipart upload ID)"`` or ``"KEY (temporary file NAME)"`` per
+            leftover removed, in key order.
+
+        Raises:
+            StoreTransient, StorePermanent.
+        """
+        removed = []
+        for upload in self.unfinished_uploads(prefix, sizes=False):
+            if upload.since < before and self.abort_upload(upload):
+                log.info("store %s: removed the %s of %r (unfinished since %s)", self.name,
+                         upload.what, upload.key, f"{upload.since:%Y-%m-%d %H:%M:%S}Z")
+                removed.append(f"{upload.key} ({upload.what})")
+        return removed
+
     def abort_stale_uploads(self, older_than: float) -> list[str]:
         """Remove what unfinished puts left behind that started more than ``older_than``
         seconds ago (>= 0): S3 multipart uploads never completed nor aborted (a process
         killed mid-put; their parts are billed and never visible), the ``file://`` store's
-        temporary files. Younger leftovers may be puts still running and are kept. Objects
-        are never touched. Used by ``zbak audit --repair`` (RELIABILITY 15; z3
-        ``s3_mp_cleanup.py``).
+        temporary files last written that long ago. Younger leftovers may be puts still
+        running and are kept. Objects are never touched. Used by ``zbak audit --repair``
+        (RELIABILITY 15; z3 ``s3_mp_cleanup.py``). The age is measured against this host's
+        clock, so keep ``older_than`` well above any clock skew and the longest put (days,
+        not minutes). A bucket lifecycle rule ``AbortIncompleteMultipartUpload`` does the
+        same on the server side.
 
         Returns:
-            one entry per leftover removed, in key order: the key it was meant for and what
-            was removed (``"KEY (multipart upload ID)"`` on S3, ``"KEY (temporary file
-            NAME)"`` for ``file://``).
+            as :meth:`abort_uploads_before`.
 
         Raises:
             StoreTransient, StorePermanent (also for a negative ``older_than``).
         """
+        if older_than < 0:
+            raise StorePermanent(f"store {self.name}: older_than must be >= 0 seconds, not"
+                                 f" {older_than}", store=self.name)
+        # <= the cutoff, not <: an age of 0 removes whatever is there now.
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=older_than)
+        return self.abort_uploads_before(cutoff + dt.timedelta(microseconds=1))
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
         """``{key: stored bytes}`` of every object :meth:`list` yields for ``prefix``; a

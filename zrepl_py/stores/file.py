@@ -4,8 +4,10 @@ Each key is a file under the root (``streams/a/b.zst`` is ``ROOT/streams/a/b.zst
 is written to a hidden temporary file next to its final name (``.NAME.partial-XXXXXXXX``),
 fsync'ed, renamed over the key with ``os.replace`` (atomic on POSIX: rename(2)) and the
 directory fsync'ed, so after a crash a key holds the old object or the new one, never a torn
-file; ``list`` never shows temporary files. Objects are created mode 0600 (``mkstemp``): backup
-streams are readable by the backing-up user only.
+file; ``list`` never shows temporary files. A process killed mid-put leaves its temporary
+file: the next put of the same key removes it, ``unfinished_uploads`` lists the others (``zbak
+audit`` reports them, ``zbak audit --repair`` removes the old ones). Objects are created mode
+0600 (``mkstemp``): backup streams are readable by the backing-up user only.
 
 Everything is ``STANDARD`` here: the storage class asked for is accepted and ignored, and no
 object ever needs a thaw. Every ``OSError`` is permanent (retrying a full disk or a permission
@@ -18,6 +20,7 @@ import contextlib
 import datetime as dt
 import errno
 import hashlib
+import logging
 import os
 import re
 import stat as statmod
@@ -29,10 +32,11 @@ from typing import BinaryIO, TypeVar
 
 from zrepl_py.errors import ObjectNotFound, StorePermanent
 from zrepl_py.runtime.behind import Behind
-from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw, under_any
+from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw, Unfinished, under_any
 from zrepl_py.stores.keys import check_key, check_prefix
 
 _T = TypeVar("_T")
+log = logging.getLogger(__name__)
 
 # ".NAME.partial-" + mkstemp's random part ([a-z0-9_], 8 characters in CPython).
 _TEMP_PREFIX = ".partial-"
@@ -97,6 +101,7 @@ class FileBackend(Backend):
         """
         path = self._path(key)
         self._require_root(key)
+        began = time.time_ns()
         try:
             self._makedirs(path.parent)
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{_TEMP_PREFIX}", dir=path.parent)
@@ -127,7 +132,30 @@ class FileBackend(Backend):
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+        self._drop_earlier_temporaries(path, began)
         return PutResult(size=size, sha256=digest.hexdigest(), storage_class="STANDARD")
+
+    def _drop_earlier_temporaries(self, path: Path, began: int) -> None:
+        """Remove the temporary files of earlier puts of the same key last written before
+        this put began (``began``: ``time.time_ns()``): a put killed mid-write left them,
+        and the key now holds a whole object. A put of the same key running in another
+        process writes its file all the time and is kept. The object is written already,
+        so a failure here is only logged: ``zbak audit`` reports what is left. See
+        ``docs/decisions.md#leftover-uploads-of-interrupted-archives``."""
+        lead = f".{path.name}{_TEMP_PREFIX}"
+        try:
+            with os.scandir(path.parent) as entries:
+                for entry in entries:
+                    if (entry.name.startswith(lead) and _TEMP_RE.match(entry.name)
+                            and entry.stat(follow_symlinks=False).st_mtime_ns < began):
+                        os.unlink(entry.path)
+                        log.info("store %s: removed %s, left by an interrupted put of the"
+                                 " same key", self.name, entry.path)
+        except FileNotFoundError:
+            pass  # removed meanwhile by another cleaner
+        except OSError as exc:
+            log.warning("store %s: could not remove what an interrupted put of %s left (%s);"
+                        " `zbak audit` reports it", self.name, path, exc)
 
     def get(self, key: str, *, chunk_size: int = 1 << 20) -> Iterator[bytes]:
         """Open the file now (so a missing key raises here, before any byte) and return an
@@ -201,11 +229,12 @@ class FileBackend(Backend):
         """
         return dict(self._walk(prefix, _size, frozenset()))
 
-    def _walk(self, prefix: str, make: Callable[[str, os.stat_result], _T],
-              skip: frozenset[str]) -> list[_T]:
+    def _walk(self, prefix: str, make: Callable[..., _T],
+              skip: frozenset[str], *, temporaries: bool = False) -> list[_T]:
         """``make(key, stat)`` of each regular file whose key starts with ``prefix`` and
         lies under no directory of ``skip``, in no particular order (``list_outside`` and
-        ``sizes``).
+        ``sizes``). With ``temporaries``, of each temporary file instead, ``make`` given
+        the file's name and the key it was meant for (``unfinished_uploads``).
 
         Raises:
             StorePermanent: invalid prefix; a directory cannot be read.
@@ -215,15 +244,16 @@ class FileBackend(Backend):
         found: list[_T] = []
         if not under_any(prefix, skip):
             self._scan(self.root / head if head else self.root, f"{head}/" if head else "",
-                       prefix, found, make, skip)
+                       prefix, found, make, skip, temporaries)
         return found
 
     def _scan(self, directory: Path | str, rel: str, prefix: str, found: list,
-              make: Callable[[str, os.stat_result], object], skip: frozenset[str]) -> None:
+              make: Callable[..., object], skip: frozenset[str], temporaries: bool) -> None:
         """Add ``make(key, stat)`` of the files under ``directory`` (key prefix ``rel``)
-        that start with ``prefix`` to ``found``; recurse into subdirectories the prefix can
-        reach and ``skip`` does not name. Written for speed: it runs once per object of a
-        store (issue 20)."""
+        that start with ``prefix`` to ``found`` (with ``temporaries``: ``make(name, key,
+        stat)`` of the temporary files whose key does); recurse into subdirectories the
+        prefix can reach and ``skip`` does not name. Written for speed: it runs once per
+        object of a store (issue 20); looking for temporary files stats no other file."""
         try:
             entries = list(os.scandir(directory))
         except (FileNotFoundError, NotADirectoryError):
@@ -240,10 +270,16 @@ class FileBackend(Backend):
                     sub = key + "/"
                     if (every or sub.startswith(prefix) or prefix.startswith(sub)) and (
                             sub not in skip):
-                        self._scan(entry.path, sub, prefix, found, make, skip)
+                        self._scan(entry.path, sub, prefix, found, make, skip, temporaries)
                     continue
-                if (not every and not key.startswith(prefix)) or (
-                        name[0] == "." and _TEMP_RE.match(name)):
+                temporary = name[0] == "." and _TEMP_PARTS_RE.match(name)
+                if temporaries:
+                    if temporary and (every or (rel + temporary["name"]).startswith(prefix)):
+                        st = entry.stat()
+                        if regular(st.st_mode):
+                            found.append(make(name, rel + temporary["name"], st))
+                    continue
+                if temporary or (not every and not key.startswith(prefix)):
                     continue
                 st = entry.stat()
             except FileNotFoundError:
@@ -279,50 +315,36 @@ class FileBackend(Backend):
         self.stat(key)
         return Thaw.NOT_NEEDED
 
-    def abort_stale_uploads(self, older_than: float) -> list[str]:
-        """Remove the temporary files of unfinished puts (``.NAME.partial-XXXXXXXX``, left by
-        a process killed mid-put) last modified more than ``older_than`` seconds ago. A
-        running put writes its temporary file all the time, so its mtime stays recent and it
-        is kept. Objects and directories are never touched; a file that vanished meanwhile
-        (its put finished or another cleaner was faster) is skipped.
-
-        Returns:
-            ``"KEY (temporary file NAME)"`` per removed file, in key order.
+    def unfinished_uploads(self, prefix: str = "", *, sizes: bool = True) -> list[Unfinished]:
+        """The temporary files of unfinished puts (``.NAME.partial-XXXXXXXX``, left by a
+        process killed mid-put) of keys starting with ``prefix``, each with its length and
+        mtime; only the directories ``prefix`` can reach are walked. ``sizes`` is ignored
+        (a ``stat`` gives both).
 
         Raises:
-            StorePermanent: negative ``older_than``; a directory cannot be read, or a
-                temporary file cannot be removed.
+            StorePermanent: invalid prefix; a directory cannot be read.
         """
-        if older_than < 0:
-            raise StorePermanent(f"store {self.name}: older_than must be >= 0 seconds, not"
-                                 f" {older_than}", store=self.name)
-        cutoff = time.time() - older_than
+        return sorted(self._walk(prefix, _unfinished, frozenset(), temporaries=True))
 
-        def failed(exc: OSError) -> None:
-            if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
-                raise self._os_error(exc, None, "listing") from exc
+    def abort_upload(self, upload: Unfinished) -> bool:
+        """Remove the temporary file ``upload.ident`` next to ``upload.key``; False when it
+        is gone already.
 
-        removed: list[tuple[str, str]] = []
-        for dirpath, _dirnames, filenames in os.walk(self.root, onerror=failed):
-            rel_dir = Path(dirpath).relative_to(self.root).as_posix()
-            for filename in filenames:
-                match = _TEMP_PARTS_RE.match(filename)
-                if not match:
-                    continue
-                path = os.path.join(dirpath, filename)
-                try:
-                    if os.stat(path).st_mtime >= cutoff:
-                        continue
-                    os.unlink(path)
-                except FileNotFoundError:
-                    continue
-                except OSError as exc:
-                    raise self._os_error(exc, None, f"removing the temporary file {path} in") \
-                        from exc
-                key = match["name"] if rel_dir == "." else f"{rel_dir}/{match['name']}"
-                removed.append((key, filename))
-        removed.sort()
-        return [f"{key} (temporary file {name})" for key, name in removed]
+        Raises:
+            StorePermanent: invalid key or name, permission denied.
+        """
+        match = _TEMP_PARTS_RE.match(upload.ident)
+        if match is None or match["name"] != upload.key.rpartition("/")[2]:
+            raise StorePermanent(f"store {self.name}: {upload.ident!r} is not a temporary file"
+                                 f" of {upload.key!r}", store=self.name, key=upload.key)
+        try:
+            os.unlink(self._path(upload.key).with_name(upload.ident))
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise self._os_error(exc, upload.key,
+                                 f"removing the temporary file {upload.ident} of") from exc
+        return True
 
     def local_path(self, key: str) -> Path:
         """The file of ``key`` (whether or not it exists).
@@ -390,10 +412,16 @@ class FileBackend(Backend):
 def _info(key: str, st: os.stat_result) -> ObjectInfo:
     """What ``stat`` reports of a file. The etag (inode, mtime, ctime) changes whenever the
     file is replaced or written: ``zbak audit`` trusts a manifest stamp while it stays."""
-    return ObjectInfo(key, st.st_size, "STANDARD",
-                      dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, tz=dt.UTC),
-                      Thaw.NOT_NEEDED, None, None,
+    return ObjectInfo(key, st.st_size, "STANDARD", _mtime(st), Thaw.NOT_NEEDED, None, None,
                       f"{st.st_ino}.{st.st_mtime_ns}.{st.st_ctime_ns}")
+
+
+def _mtime(st: os.stat_result) -> dt.datetime:
+    return dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, tz=dt.UTC)
+
+
+def _unfinished(name: str, key: str, st: os.stat_result) -> Unfinished:
+    return Unfinished(key, name, f"temporary file {name}", st.st_size, _mtime(st))
 
 
 def _size(key: str, st: os.stat_result) -> tuple[str, int]:

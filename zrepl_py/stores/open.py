@@ -9,7 +9,7 @@ from pathlib import Path
 from zrepl_py.config.extras import S3, require
 from zrepl_py.config.schema import StoreConfig
 from zrepl_py.errors import StorePermanent
-from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw
+from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw, Unfinished
 from zrepl_py.stores.retry import RetryPolicy
 
 MiB = 1 << 20
@@ -132,10 +132,14 @@ class PruneCredentialBackend(Backend):
         """``writer.request_thaw``."""
         return self.writer.request_thaw(key, days=days, tier=tier)
 
-    def abort_stale_uploads(self, older_than: float) -> list[str]:
-        """``writer.abort_stale_uploads``: aborting an upload is part of writing (the
-        writer's own failed puts abort theirs), and deletes no stored object."""
-        return self.writer.abort_stale_uploads(older_than)
+    def unfinished_uploads(self, prefix: str = "", *, sizes: bool = True) -> list[Unfinished]:
+        """``writer.unfinished_uploads``."""
+        return self.writer.unfinished_uploads(prefix, sizes=sizes)
+
+    def abort_upload(self, upload: Unfinished) -> bool:
+        """``writer.abort_upload``: aborting an upload is part of writing (the writer's own
+        failed puts abort theirs), and deletes no stored object."""
+        return self.writer.abort_upload(upload)
 
     def close(self) -> None:
         """Close both backends."""

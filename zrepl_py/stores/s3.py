@@ -52,7 +52,15 @@ from zrepl_py.errors import (
     StoreReadCorrupt,
     StoreTransient,
 )
-from zrepl_py.stores.base import COLD_CLASSES, Backend, ObjectInfo, PutResult, Thaw, under_any
+from zrepl_py.stores.base import (
+    COLD_CLASSES,
+    Backend,
+    ObjectInfo,
+    PutResult,
+    Thaw,
+    Unfinished,
+    under_any,
+)
 from zrepl_py.stores.keys import check_key, check_prefix
 from zrepl_py.stores.retry import RetryPolicy
 
@@ -99,6 +107,10 @@ _RESTORE_RE = re.compile(
 
 class _RestoreInProgress(StorePermanent):
     """RestoreObject answered RestoreAlreadyInProgress (HTTP 409); request_thaw catches it."""
+
+
+class _NoSuchUpload(StorePermanent):
+    """The multipart upload no longer exists: completed, or aborted by someone else."""
 
 
 class S3Backend(Backend):
@@ -408,59 +420,70 @@ class S3Backend(Backend):
         status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         return Thaw.THAWED if status == 200 else Thaw.THAWING
 
-    def abort_stale_uploads(self, older_than: float) -> list[str]:
-        """Abort every multipart upload under the store prefix initiated more than
-        ``older_than`` seconds ago (ListMultipartUploads, then AbortMultipartUpload each):
-        uploads of a process killed mid-put, whose parts are billed but never visible. The
-        age is measured against this host's clock (``Initiated`` is the server's, UTC), so
-        keep ``older_than`` well above any clock skew and the longest put (days, not
-        minutes). An upload that vanished meanwhile (NoSuchUpload: completed or aborted by
-        someone else) is skipped. A bucket lifecycle rule ``AbortIncompleteMultipartUpload``
-        does the same on the server side.
-
-        Returns:
-            ``"KEY (multipart upload ID)"`` per aborted upload, in key order.
+    def unfinished_uploads(self, prefix: str = "", *, sizes: bool = True) -> list[Unfinished]:
+        """The multipart uploads of keys starting with ``prefix`` never completed nor
+        aborted (ListMultipartUploads, 1,000 a request): uploads of a process killed
+        mid-put, whose parts are billed but never visible. ``sizes``: their parts' bytes
+        too (ListParts per upload; an upload gone meanwhile is left out).
 
         Raises:
-            StoreTransient, StorePermanent (also a negative ``older_than``; AccessDenied when
-            the credential lacks s3:ListBucketMultipartUploads or s3:AbortMultipartUpload).
+            StoreTransient, StorePermanent (AccessDenied without
+            s3:ListBucketMultipartUploads, or s3:ListMultipartUploadParts for ``sizes``).
         """
-        if older_than < 0:
-            raise StorePermanent(f"store {self.name}: older_than must be >= 0 seconds, not"
-                                 f" {older_than}", store=self.name)
-        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=older_than)
-        params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix}
-        stale: list[tuple[str, str]] = []
+        check_prefix(prefix, store=self.name)
+        params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._full(prefix)}
+        found: list[Unfinished] = []
         while True:
             page = self._retry.call(self._op, "list_multipart_uploads", None, **params)
             for upload in page.get("Uploads", ()):
-                if _utc(upload["Initiated"]) <= cutoff:
-                    stale.append((upload["Key"][len(self.prefix):], upload["UploadId"]))
+                key, ident = upload["Key"][len(self.prefix):], upload["UploadId"]
+                found.append(Unfinished(key, ident, f"multipart upload {ident}", None,
+                                        _utc(upload["Initiated"])))
             if not page.get("IsTruncated"):
                 break
             params["KeyMarker"] = page["NextKeyMarker"]
             params["UploadIdMarker"] = page["NextUploadIdMarker"]
-        aborted = []
-        for key, upload_id in sorted(stale):
-            if not self._retry.call(self._abort_if_open, key, upload_id):
-                continue
-            log.info("store %s: aborted the multipart upload %s of %r (initiated more than"
-                     " %.0f s ago)", self.name, upload_id, key, older_than)
-            aborted.append(f"{key} (multipart upload {upload_id})")
-        return aborted
+        if sizes:
+            found = [u._replace(size=size) for u in found
+                     if (size := self._retry.call(self._parts_size, u.key, u.ident)) is not None]
+        return sorted(found)
+
+    def _parts_size(self, key: str, upload_id: str) -> int | None:
+        """The bytes of an upload's parts (ListParts, every page); None when the upload no
+        longer exists (NoSuchUpload)."""
+        params: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full(key),
+                                  "UploadId": upload_id}
+        total = 0
+        while True:
+            page = self._upload_op("list_parts", key, **params)
+            if page is None:
+                return None
+            total += sum(part["Size"] for part in page.get("Parts", ()))
+            if not page.get("IsTruncated"):
+                return total
+            params["PartNumberMarker"] = page["NextPartNumberMarker"]
+
+    def abort_upload(self, upload: Unfinished) -> bool:
+        """AbortMultipartUpload of ``upload``; False when it no longer exists (completed or
+        aborted by someone else: NoSuchUpload).
+
+        Raises:
+            StoreTransient, StorePermanent (AccessDenied without s3:AbortMultipartUpload).
+        """
+        return bool(self._retry.call(self._abort_if_open, upload.key, upload.ident))
 
     def _abort_if_open(self, key: str, upload_id: str) -> bool:
         """AbortMultipartUpload; False when the upload no longer exists (NoSuchUpload)."""
+        return self._upload_op("abort_multipart_upload", key, Bucket=self.bucket,
+                               Key=self._full(key), UploadId=upload_id) is not None
+
+    def _upload_op(self, operation: str, key: str, **params: Any) -> dict[str, Any] | None:
+        """``_op`` on a multipart upload, None when it no longer exists (NoSuchUpload:
+        completed, or aborted by someone else)."""
         try:
-            self._client.abort_multipart_upload(Bucket=self.bucket, Key=self._full(key),
-                                                UploadId=upload_id)
-        except botocore.exceptions.ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "NoSuchUpload":
-                return False
-            raise self._map_client_error(exc, "abort_multipart_upload", key) from exc
-        except botocore.exceptions.BotoCoreError as exc:
-            raise self._map_botocore_error(exc, "abort_multipart_upload", key) from exc
-        return True
+            return self._op(operation, key, **params)
+        except _NoSuchUpload:
+            return None
 
     def close(self) -> None:
         """Close the client's connection pool when this backend built the client."""
@@ -678,6 +701,8 @@ class S3Backend(Backend):
         if code == "InvalidObjectState":
             return NeedsThaw(f"{where}: the object is in a cold storage class and not restored:"
                              " request a thaw and read it once it is ready", **kw)
+        if code == "NoSuchUpload":
+            return _NoSuchUpload(f"{where}: {detail}", **kw)
         if code == "RestoreAlreadyInProgress":
             return _RestoreInProgress(f"{where}: a restore is already in progress", **kw)
         if code in _TRANSIENT_CODES or status >= 500 or status == 429:
