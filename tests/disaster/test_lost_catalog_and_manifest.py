@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import MIB, content_of, restored_content
+from conftest import MIB, content_of, prop, restored_content, snapshots
 from support.cli import file_archive_config
 
 from zrepl_py.errors import ExitStatus
@@ -81,9 +81,11 @@ def test_a_lost_catalog_and_manifest_pair_is_an_audit_error_naming_the_restorabl
     status, out, err = site.run("audit")
     assert status == ExitStatus.OK, out + err
     assert "restorable: @0..@3, @9 (5)" in out
-    restored = site.ok("restore", "--to", "@9", "--into", f"{site.pool}/back", "--from", "cold",
-                       "--yes")
-    assert restored is not None
+    back = f"{site.pool}/back"
+    site.ok("restore", "--to", "@9", "--into", back, "--from", "cold", "--yes")
+    assert snapshots(back) == ["9"]                    # the new chain's full @9
+    assert prop(f"{back}@9", "guid") == prop(f"{site.data}@9", "guid")
+    assert restored_content(back) == content_of(f"{site.data}@9", site.pool, "nine")
     status, out, err = site.run("restore", "--to", "@5", "--into", f"{site.pool}/five",
                                 "--from", "cold", "--yes")
     assert status != ExitStatus.OK
