@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 
@@ -46,6 +46,34 @@ def last_line(text: str, width: int = 200) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     errors = [line for line in lines if re.search(r"CRITICAL|ERROR|error|cannot|failed", line)]
     return (errors or lines or [""])[-1][:width]
+
+
+def target_line(target: str, ours: float | None, reference: float | None, *,
+                ours_failed: Sequence[str], reference_failed: Sequence[str] = (),
+                peer: str = "", verdict: Callable[[float, float], str]) -> str:
+    """The line of one goal (pure): ``target TARGET: VERDICT`` with ``verdict(ours,
+    reference)`` when both were measured; when every zbak run failed (no ``ours``),
+    ``MISSED`` with the failures, since a goal zbak cannot run at all is not met; when the
+    peer's runs all failed, ``not measured`` with theirs; else ``not measured (not run)``.
+
+    Args:
+        ours / reference: zbak's figure and what it is held against (the peer's median,
+            or the goal's own bound), None when not measured.
+        ours_failed / reference_failed: the failure messages of zbak's and the peer's runs.
+        peer: the peer's name, for its failures.
+    """
+    if ours is not None and reference is not None:
+        return f"target {target}: {verdict(ours, reference)}"
+    if ours is None and ours_failed:
+        return f"target {target}: MISSED, every zbak run failed ({_failures(ours_failed)})"
+    if reference is None and reference_failed:
+        return (f"target {target}: not measured, every {peer} run failed"
+                f" ({_failures(reference_failed)})")
+    return f"target {target}: not measured (not run)"
+
+
+def _failures(messages: Sequence[str]) -> str:
+    return f"{len(messages)}x: {messages[0]}"
 
 
 def rotate(items: list, n: int) -> list:
