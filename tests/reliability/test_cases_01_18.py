@@ -27,8 +27,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
-import http.client
-import http.server
 import io
 import json
 import os
@@ -43,6 +41,7 @@ import boto3
 import botocore.config
 import pytest
 from botocore.stub import ANY, Stubber
+from support.s3proxy import S3Proxy
 
 from zrepl_py.catalog.rows import VolumeRow
 from zrepl_py.cli import main
@@ -269,73 +268,12 @@ def test_a_signal_during_the_retry_backoff_stops_the_retries_at_once():
     assert time.monotonic() - started < 2
 
 
-# -- a reverse proxy in front of moto that can rewrite one answer ---------------------------------
-
-
-class RewritingProxy:
-    """An HTTP reverse proxy on 127.0.0.1 in front of moto; ``rewrite(method, path, status,
-    body) -> (status, body)`` may change each answer (whole bodies: tests use small ones),
-    ``intercept(method, path) -> (status, body) | None`` may answer a request itself without
-    passing it on. ``requests`` lists ``(method, path)`` of every request received."""
-
-    def __init__(self, upstream: str, rewrite=None, intercept=None):
-        rewrite = rewrite or (lambda method, path, status, body: (status, body))
-        intercept = intercept or (lambda method, path: None)
-        host, port = upstream.removeprefix("http://").split(":")
-        proxy = self
-        self.requests: list[tuple[str, str]] = []
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                proxy.requests.append((self.command, self.path))
-                own = intercept(self.command, self.path)
-                if own is not None:
-                    self.send_response(own[0])
-                    self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(own[1])))
-                    self.end_headers()
-                    self.wfile.write(own[1])
-                    return
-                conn = http.client.HTTPConnection(host, int(port), timeout=60)
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
-                headers["Host"] = f"{host}:{port}"
-                conn.request(self.command, self.path, body=body, headers=headers)
-                answer = conn.getresponse()
-                data = answer.read()
-                status, data = rewrite(self.command, self.path, answer.status, data)
-                self.send_response(status)
-                for key, value in answer.getheaders():
-                    if key.lower() not in ("content-length", "transfer-encoding", "connection",
-                                           "date", "server"):
-                        self.send_header(key, value)
-                length = answer.getheader("Content-Length") if self.command == "HEAD" else None
-                self.send_header("Content-Length", length or str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-                conn.close()
-
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+# -- a reverse proxy in front of moto that can rewrite one answer (support.s3proxy) --------------
 
 
 @contextlib.contextmanager
 def proxied_backend(s3_server, bucket: str, rewrite=None, intercept=None):
-    proxy = RewritingProxy(s3_server.endpoint_url, rewrite, intercept)
+    proxy = S3Proxy(s3_server.endpoint_url, rewrite=rewrite, intercept=intercept)
     backend = S3Backend("proxied", bucket, "zbak", endpoint_url=proxy.url,
                         region=s3_server.region, part_size=PART, concurrency=1, retry=FAST)
     try:

@@ -7,14 +7,16 @@ declared" has no direct equivalent; its two real forms are a source that fails m
 process killed mid-upload. Both must leave no visible object.
 Case 14: the S3 store sends ``x-amz-checksum-sha256`` with every PutObject and UploadPart; S3
 rejects a mismatch (BadDigest) and stores nothing. moto 5.2.5 does not verify the header, so
-the server-side half is an expected failure here (strict: it starts passing, and failing the
-run, the day moto verifies); the client-side defence, the catalog's SHA-256 checked before any
-receive, is tested with bytes corrupted in transit.
+the S3 tests go through ``support.s3proxy.S3Proxy``, which emulates S3's check in front of
+moto (a control test shows moto alone storing the damaged bytes). A ``file://`` put has no
+transit to check: what is proven there is that the SHA-256 it returns is that of the file it
+leaves; the client-side defence, the catalog's SHA-256 checked before any receive, is tested
+with bytes corrupted in transit.
 """
 
 from __future__ import annotations
 
-import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -27,6 +29,7 @@ import time
 
 import pytest
 from support.backend import FaultyBackend
+from support.s3proxy import S3Proxy
 
 from zrepl_py.catalog.rows import VolumeRow
 from zrepl_py.errors import (
@@ -228,20 +231,98 @@ def _corrupting_client(server, *, operations=("PutObject", "UploadPart"),
     return client
 
 
+@pytest.fixture
+def verifying(s3_server):
+    """moto behind ``support.s3proxy.S3Proxy`` emulating S3's checksum check: the server
+    to give clients (``S3Server`` with the proxy's endpoint) and the proxy."""
+    proxy = S3Proxy(s3_server.endpoint_url, verify_checksums=True)
+    try:
+        yield dataclasses.replace(s3_server, endpoint_url=proxy.url), proxy
+    finally:
+        proxy.close()
+
+
+SIZES = pytest.mark.parametrize("size", [MiB, 11 * MiB], ids=["put-object", "multipart"])
+
+
 @pytest.mark.s3
-@pytest.mark.xfail(strict=True, reason="moto 5.2.5 accepts a PutObject/UploadPart whose body"
-                   " does not match x-amz-checksum-sha256 (it never verifies it); AWS S3"
-                   " answers BadDigest and stores nothing")
-@pytest.mark.parametrize("size", [MiB, 11 * MiB], ids=["put-object", "multipart"])
+@SIZES
 def test_an_upload_whose_bytes_do_not_match_their_checksum_is_refused_and_leaves_no_object(
-        s3_server, s3_bucket, size):
-    """RELIABILITY 14."""
-    backend = S3Backend("cold", s3_bucket, "zbak", client=_corrupting_client(s3_server),
+        s3_server, s3_bucket, verifying, size):
+    """RELIABILITY 14 (docs/reliability.md#r14-wrong-checksum): bytes damaged after zbak
+    computed their x-amz-checksum-sha256 are refused with BadDigest (as S3 does; moto does
+    not check, the proxy in front of it does): the put fails, nothing is stored, and the
+    multipart upload of the large object is aborted."""
+    server, proxy = verifying
+    backend = S3Backend("cold", s3_bucket, "zbak", client=_corrupting_client(server),
                         part_size=5 * MiB, retry=FAST)
-    with pytest.raises(StorePermanent):
+    with pytest.raises(StorePermanent, match="BadDigest"):
         backend.put("streams/obj", [payload(size)])
+    assert proxy.refused, "the proxy saw no damaged upload"
     with pytest.raises(ObjectNotFound):
         backend.stat("streams/obj")
+    direct = s3_server.client()
+    assert direct.list_objects_v2(Bucket=s3_bucket).get("KeyCount") == 0
+    assert direct.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
+
+
+@pytest.mark.s3
+def test_without_the_proxys_check_moto_stores_the_damaged_upload(s3_server, s3_bucket):
+    """The control of the test above: moto alone keeps bytes that do not match their
+    checksum header, so what refuses them there is the emulated S3 check. The day moto
+    checks, this fails and the proxy can go."""
+    proxy = S3Proxy(s3_server.endpoint_url)
+    try:
+        server = dataclasses.replace(s3_server, endpoint_url=proxy.url)
+        backend = S3Backend("cold", s3_bucket, "zbak", client=_corrupting_client(server),
+                            part_size=5 * MiB, retry=FAST)
+        data = payload(MiB)
+        backend.put("streams/obj", [data])
+    finally:
+        proxy.close()
+    (seen,) = [r for r in proxy.requests if r.uploads_bytes]
+    assert seen.checksum != seen.sha256
+    # Read without botocore's own check of the stored checksum, which would fail it.
+    reader = _corrupting_client(s3_server, operations=(), response_checksums="when_required")
+    stored = reader.get_object(Bucket=s3_bucket, Key="zbak/streams/obj")["Body"].read()
+    assert len(stored) == len(data) and stored != data
+
+
+@pytest.mark.s3
+@SIZES
+def test_every_put_object_and_upload_part_carries_the_sha256_of_its_body(
+        s3_bucket, verifying, size):
+    """RELIABILITY 14: what makes S3 refuse damaged bytes: each PutObject, and each part of
+    a multipart upload, carries x-amz-checksum-sha256 of its own body, as the proxy saw the
+    request on the wire (header or aws-chunked trailer), and the undamaged upload is
+    stored."""
+    server, proxy = verifying
+    backend = S3Backend("cold", s3_bucket, "zbak", endpoint_url=server.endpoint_url,
+                        region=server.region, part_size=5 * MiB, retry=FAST)
+    data = payload(size)
+    backend.put("streams/obj", [data[:MiB // 3], data[MiB // 3:]])
+    uploads = [r for r in proxy.requests if r.uploads_bytes]
+    assert len(uploads) == (1 if size <= 5 * MiB else 3), proxy.requests
+    assert all(r.checksum is not None and r.checksum == r.sha256 for r in uploads), uploads
+    assert ("uploadId=" in uploads[0].path) == (size > 5 * MiB)
+    assert b"".join(backend.get("streams/obj")) == data and not proxy.refused
+
+
+def test_a_file_store_stores_exactly_the_bytes_it_hashed(tmp_path):
+    """RELIABILITY 14 on ``file://``, where no transit exists to check: the put hashes the
+    chunks in the process that writes them, and the SHA-256 it returns, which the catalog
+    records and every restore checks (docs/reliability.md#r9-bit-flip-in-an-object), is
+    that of the file it leaves, here for 40 chunks of uneven sizes going through its writer
+    and hasher threads."""
+    root = tmp_path / "store"
+    root.mkdir()
+    store = FileBackend("cold", root)
+    chunks = [payload(size) for size in (1, 65_536, 3 * MiB, 7, 1_000_003) * 8]
+    result = store.put("streams/obj", chunks)
+    written = (root / "streams" / "obj").read_bytes()
+    assert written == b"".join(chunks)
+    assert result.sha256 == hashlib.sha256(written).hexdigest()
+    assert result.size == len(written)
 
 
 @pytest.mark.s3
@@ -293,31 +374,6 @@ def test_a_hanging_store_read_can_be_abandoned_by_its_caller(store):
     assert worker.is_alive() and not result
     worker.join(5)
     assert result == [b"data"]
-
-
-def test_the_checksum_header_s3_verifies_is_the_sha256_of_the_part(s3_server, s3_bucket):
-    """RELIABILITY 14: What makes case 14 hold on AWS: every PutObject carries x-amz-checksum-sha256 of its
-    body (recorded here from the real request, before it is sent)."""
-    import boto3
-
-    seen = []
-    client = boto3.client("s3", endpoint_url=s3_server.endpoint_url,
-                          region_name=s3_server.region,
-                          aws_access_key_id=s3_server.access_key,
-                          aws_secret_access_key=s3_server.secret_key)
-
-    def record(request, **_kwargs):
-        body = request.body
-        raw = body.read() if hasattr(body, "read") else bytes(body or b"")
-        if hasattr(body, "seek"):
-            body.seek(0)
-        seen.append((request.headers.get("x-amz-checksum-sha256"), raw))
-
-    client.meta.events.register("before-send.s3.PutObject", record)
-    S3Backend("cold", s3_bucket, "zbak", client=client, retry=FAST).put("k", [b"abc" * 1000])
-    header, body = seen[0]
-    expected = base64.b64encode(hashlib.sha256(body).digest())
-    assert header in (expected, expected.decode())
 
 
 # -- 11: flaky read at the store level ------------------------------------------------------------
