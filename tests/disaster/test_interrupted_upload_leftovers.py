@@ -3,7 +3,8 @@
 ``kill -9`` of ``zbak archive`` (a process, as cron runs it) while it uploads an 80 MiB full of
 random data in 4 MiB volumes, once four volumes are durable and the fifth is being written:
 the ``file://`` store keeps that put's temporary file (``.vol-000004.zst.partial-...``), S3
-an open multipart upload. What must hold (``docs/decisions.md#leftover-uploads-of-interrupted-archives``):
+an open multipart upload. What must hold
+(``docs/decisions.md#leftover-uploads-of-interrupted-archives``):
 
 * ``zbak audit`` reports the leftover before the rerun, with its key and size;
 * the rerun converges (exit 0, the stored volumes resumed) and leaves nothing of the

@@ -143,8 +143,8 @@ class S3Proxy:
                     if key.lower() not in ("content-length", "transfer-encoding", "connection",
                                            "date", "server"):
                         self.send_header(key, value)
-                length_header = answer.getheader("Content-Length") if self.command == "HEAD" else None
-                self.send_header("Content-Length", length_header or str(len(data)))
+                head = answer.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", head or str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

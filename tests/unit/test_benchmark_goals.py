@@ -42,7 +42,8 @@ def test_a_replication_goal_whose_zbak_runs_all_failed_is_missed_with_the_failur
         results.add("full", "raw pipe", seconds)
     results.failures[("full", "zbak")] += ["exit 1: cannot receive", "exit 1: again"]
     (full, *_) = replication.goal_lines(results)
-    assert full == "target full vs raw pipe: MISSED, every zbak run failed (2x: exit 1: cannot receive)"
+    assert full == ("target full vs raw pipe: MISSED, every zbak run failed"
+                    " (2x: exit 1: cannot receive)")
 
 
 def test_replication_goals_met_missed_not_measured_and_not_run(replication):
@@ -92,7 +93,8 @@ def test_archive_goals_missed_with_the_failures_when_every_zbak_run_failed(archi
     run = archive.Run(seconds=4.0, rss=50 * archive.MIB, cpu=3.0)
     streams = {"archive full random file": 10**9, "rss archive file": 10**9,
                "restore --dry-run": 10**6, "restore chain file": 10**9}
-    baseline = {"archive full random file": archive.PIPE_FILE, "rss archive file": archive.PIPE_FILE,
+    baseline = {"archive full random file": archive.PIPE_FILE,
+                "rss archive file": archive.PIPE_FILE,
                 "restore --dry-run": "zbak restore --dry-run",
                 "restore chain file": archive.PIPE_RESTORE}
     for case in ("archive full random file", "rss archive file"):

@@ -55,7 +55,8 @@ class Damage:
     def problem(self) -> str:
         """One sentence naming the stream, its store and the objects (for logs, the plan
         and the event)."""
-        return f"stream {self.stream.id} (@{self.stream.to_name}) in store {self.stream.store}: {self.what}"
+        stream = self.stream
+        return f"stream {stream.id} (@{stream.to_name}) in store {stream.store}: {self.what}"
 
 
 def stream_damage(stream: StreamRow, volumes: Sequence[VolumeRow],
