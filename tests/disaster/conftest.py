@@ -8,8 +8,8 @@ prune takes the last way back. Streams are at least 64 MiB where the size matter
 and samplers fire, volumes are many).
 
 Shared here: ``Site`` (a source pool with a dataset of snapshots @0..@N, a state dir, a
-config writer and the CLI runner); the helpers that read snapshots and their contents come
-from ``support.cli``.
+config writer, the in-process CLI runner and ``process``, which runs ``zbak`` as a process of
+its own); the helpers that read snapshots and their contents come from ``support.cli``.
 """
 
 from __future__ import annotations
