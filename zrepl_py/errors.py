@@ -174,6 +174,13 @@ class SnapshotHeld(ZfsError):
     """A snapshot cannot be destroyed because it carries user holds."""
 
 
+class KeptByFloor(ZfsError):
+    """``zbak serve`` on the other host refused to destroy a snapshot, or to roll back past
+    one, because its floor keeps it (``--keep-newer-than``/``--keep-last``: young by that
+    host's clock, or among the newest of its dataset). Prune reports it as kept, not as a
+    failure (``docs/design.md#security``)."""
+
+
 class HostUnreachable(ZbakError):
     """An SSH host could not be reached or refused the login."""
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from support.cli import content_of, exists, prop, restored_content, settled_snapshots, zfs
 from support.common import hosts_table
+from support.served import served_pools
 
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
@@ -49,12 +50,9 @@ class Served:
 
     def __init__(self, make_pool, sshd_factory, tmp_path, capsys, *, serve_options="",
                  replicate_extra="", compression="zstd", job_extra=""):
-        self.src, self.bak = make_pool(), make_pool()
-        self.data = f"{self.src.name}/data"
-        self.root = f"{self.bak.name}/replicas"
-        self.replica = f"{self.root}/data"
-        zfs("create", self.data)
-        zfs("create", self.root)
+        pools = served_pools(make_pool)
+        self.src, self.bak, self.data = pools.src, pools.bak, pools.data
+        self.root, self.replica = pools.root, pools.replica
         zfs("create", f"{self.bak.name}/other")
         self.log = tmp_path / "serve.log"
         self.canary = tmp_path / "canary"

@@ -216,20 +216,26 @@ def _print_tables(rows, replica, streams, outcomes, results, dry_run: bool,
                           {"datasets": lambda r: r["dataset"],
                            "chains": lambda r: (r["dataset"], r["chain"])})]))
     for job, outcome in outcomes.items():
-        click.echo(f"{job}: destroyed {len(outcome.destroyed)}, skipped {len(outcome.skipped)}, "
-                   f"failed {len(outcome.failed)}")
-        for name, why in outcome.skipped + outcome.failed:
-            click.echo(f"  kept {name}: {why}")
+        _print_outcome(job, outcome)
     for result in results:
         for target in result.replicas:
             if target.outcome is not None:
-                o = target.outcome
-                click.echo(f"{result.job} -> {target.target}: destroyed {len(o.destroyed)},"
-                           f" skipped {len(o.skipped)}, failed {len(o.failed)}")
-                for name, why in o.skipped + o.failed:
-                    click.echo(f"  kept {name}: {why}")
+                _print_outcome(f"{result.job} -> {target.target}", target.outcome)
         if result.archive is not None:
             _print_archive_lines(result.job, result.archive, show_all)
+
+
+def _print_outcome(where: str, o) -> None:
+    """What destroying did on the source or one target: the counts, then a line per
+    snapshot that stayed (skipped, failed, or kept by the floor of the host's zbak serve,
+    which is the host's choice and no failure)."""
+    floor = f", kept (floor) {len(o.kept_by_floor)}" if o.kept_by_floor else ""
+    click.echo(f"{where}: destroyed {len(o.destroyed)}{floor}, skipped {len(o.skipped)},"
+               f" failed {len(o.failed)}")
+    for name, why in o.kept_by_floor:
+        click.echo(f"  kept (floor) {name}: {why}")
+    for name, why in o.skipped + o.failed:
+        click.echo(f"  kept {name}: {why}")
 
 
 def _print_archive_lines(job: str, archive, show_all: bool) -> None:

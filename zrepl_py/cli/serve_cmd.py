@@ -7,10 +7,15 @@ Put in ``authorized_keys`` on the backup host (or a pull source), never run by h
 It reads ``$SSH_ORIGINAL_COMMAND``, runs it if it is one of the commands zbak issues on
 datasets inside the root, and otherwise exits 126 with the reason on stderr and in the log
 (``zrepl_py.serve``). It reads no config file.
+
+``--keep-newer-than DURATION [--keep-last N]`` gives the host a floor (``serve.floor``): what
+it keeps whatever the master asks (``docs/design.md#security``).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +25,7 @@ from zrepl_py.cli.common import FilePath, Invocation, pass_invocation
 from zrepl_py.errors import InvalidName, InvalidProperty, UsageError
 
 if TYPE_CHECKING:
+    from zrepl_py.serve.floor import Floor
     from zrepl_py.zfs.properties import ReceiveProperties
 
 
@@ -31,6 +37,15 @@ if TYPE_CHECKING:
                    "(on_divergence = rollback, replica retention, source prune).")
 @click.option("--allow-force-receive", is_flag=True,
               help="Allow zfs receive -F (zbak never asks for it).")
+@click.option("--keep-newer-than", "keep_newer_than", metavar="DURATION",
+              help="Refuse to destroy or roll back past a snapshot younger than this by "
+                   "this host's clock (e.g. 7d; s, m, h, d, w, y), whatever the master asks.")
+@click.option("--keep-last", "keep_last", type=click.IntRange(min=1), metavar="N",
+              help="Also refuse it for the newest N snapshots of each dataset (receive "
+                   "order); needs --keep-newer-than.")
+@click.option("--floor-journal", "floor_journal", type=FilePath(), metavar="FILE",
+              help="Where the floor records when this host saw each pool's snapshots "
+                   "[default: ~/.local/state/zbak/floor-journal.tsv].")
 @click.option("--prefix", default="zbak", show_default=True,
               help="Snapshot prefix marking zbak's own snapshots.")
 @click.option("--receive-set", "receive_set", multiple=True, metavar="PROP=VALUE",
@@ -50,7 +65,8 @@ if TYPE_CHECKING:
               help="mbuffer to execute (the receive buffer before zfs receive).")
 @pass_invocation
 def command(inv: Invocation, roots: tuple[str, ...], allow_destroy_own: bool,
-            allow_force_receive: bool, prefix: str, receive_set: tuple[str, ...],
+            allow_force_receive: bool, keep_newer_than: str | None, keep_last: int | None,
+            floor_journal: Path | None, prefix: str, receive_set: tuple[str, ...],
             receive_exclude: tuple[str, ...], log_file: Path | None, zfs_path: str,
             zpool_path: str, zstd_path: str, mbuffer_path: str) -> None:
     """Run $SSH_ORIGINAL_COMMAND if zbak may (SSH forced command); exit 126 otherwise."""
@@ -67,8 +83,9 @@ def command(inv: Invocation, roots: tuple[str, ...], allow_destroy_own: bool,
             prefix=check_short_name(prefix, "snapshot prefix"),
             properties=_properties(receive_set, receive_exclude),
             zfs=zfs_path, zpool=zpool_path, zstd=zstd_path, mbuffer=mbuffer_path,
+            floor=_floor(keep_newer_than, keep_last, floor_journal, inv.env),
         )  # fmt: skip
-    except InvalidName as exc:
+    except (InvalidName, ValueError) as exc:
         raise UsageError(f"zbak serve: {exc}") from None
     try:
         log = audit_logger(log_file)
@@ -95,3 +112,31 @@ def _properties(assign: tuple[str, ...], exclude: tuple[str, ...]) -> ReceivePro
         pairs[name] = value
     defaults = [p for p in DEFAULT_EXCLUDE if p not in pairs]
     return ReceiveProperties.of(pairs, (*defaults, *exclude))
+
+
+def _floor(keep_newer_than: str | None, keep_last: int | None, journal: Path | None,
+           env: Mapping[str, str]) -> Floor | None:
+    """The floor of ``--keep-newer-than``/``--keep-last``/``--floor-journal``, None without
+    ``--keep-newer-than``.
+
+    Raises:
+        ValueError: a bad duration, or ``--keep-last``/``--floor-journal`` alone: a count
+            alone is no floor, since the master can push junk snapshots until the real ones
+            are no longer the newest (``docs/decisions.md#the-serve-floor-trusts-the-replicas-own-witnesses``).
+    """
+    from zrepl_py.config.units import parse_duration  # noqa: PLC0415
+    from zrepl_py.serve.floor import Floor  # noqa: PLC0415
+    from zrepl_py.serve.journal import DEFAULT_JOURNAL  # noqa: PLC0415
+
+    if keep_newer_than is None:
+        if keep_last is not None or journal is not None:
+            raise ValueError("--keep-last and --floor-journal need --keep-newer-than: a "
+                             "count alone is no floor (the master can push junk snapshots "
+                             "until the real ones are no longer the newest)")
+        return None
+    try:
+        age = parse_duration(keep_newer_than)
+    except ValueError as exc:
+        raise ValueError(f"--keep-newer-than: {exc}") from None
+    home = Path(env.get("HOME") or os.path.expanduser("~"))
+    return Floor(age, keep_last or 0, journal or home / DEFAULT_JOURNAL, keep_newer_than)

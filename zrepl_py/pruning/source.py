@@ -16,11 +16,19 @@ from collections.abc import Sequence
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.rows import CursorRow, StreamRow
 from zrepl_py.config.schema import JobConfig
-from zrepl_py.errors import DatasetBusy, DatasetNotFound, SnapshotHasClones, SnapshotHeld, ZfsError
+from zrepl_py.errors import (
+    DatasetBusy,
+    DatasetNotFound,
+    KeptByFloor,
+    SnapshotHasClones,
+    SnapshotHeld,
+    ZfsError,
+)
 from zrepl_py.pruning.snapshot_plan import Candidate, PrunePlan, plan_prune
 from zrepl_py.snapshots.inventory import Inventory
 from zrepl_py.snapshots.naming import is_own
 from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.errors import floor_reasons
 from zrepl_py.zfs.names import SnapshotName
 
 log = logging.getLogger(__name__)
@@ -165,19 +173,22 @@ def plan_source_prune(
 
 @dataclasses.dataclass
 class PruneOutcome:
-    """What executing a plan did: destroyed names, skipped (name, why), failed (name, error)."""
+    """What executing a plan did: destroyed names, skipped (name, why), failed (name, error),
+    and kept by the floor of the host's ``zbak serve`` (name, its reasons)."""
 
     destroyed: list[str] = dataclasses.field(default_factory=list)
     skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     failed: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    kept_by_floor: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
 
 def execute_source_prune(zfs: Zfs, plans: dict[str, PrunePlan]) -> PruneOutcome:
     """Destroy every snapshot the plans condemn, oldest first, one plain destroy each.
 
     A snapshot ZFS refuses because it is held, cloned or busy is skipped with the reason;
-    one that vanished meanwhile counts as destroyed; other errors are collected as failures
-    and the rest still run.
+    one the floor of the host's ``zbak serve`` keeps is kept, with serve's reasons (the
+    host's choice, not a failure: ``docs/design.md#security``); one that vanished meanwhile
+    counts as destroyed; other errors are collected as failures and the rest still run.
     """
     outcome = PruneOutcome()
     for plan in plans.values():
@@ -187,6 +198,10 @@ def execute_source_prune(zfs: Zfs, plans: dict[str, PrunePlan]) -> PruneOutcome:
                 zfs.destroy_snapshot(SnapshotName(name))
             except DatasetNotFound:
                 outcome.destroyed.append(name)
+            except KeptByFloor as exc:
+                log.info("kept %s: the floor of the host's zbak serve keeps it: %s", name,
+                         floor_reasons(exc))
+                outcome.kept_by_floor.append((name, floor_reasons(exc)))
             except (SnapshotHeld, SnapshotHasClones, DatasetBusy) as exc:
                 log.warning("kept %s: ZFS refused to destroy it: %s", name, exc.stderr)
                 outcome.skipped.append((name, exc.stderr))

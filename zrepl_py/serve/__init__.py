@@ -19,7 +19,11 @@ FORMAT", ``command=``). zbak serve:
 3. runs what it approved without a shell (``execute``), or refuses with a logged reason and
    exit status ``REFUSED`` (126).
 
+With ``--keep-newer-than`` (and ``--keep-last``) serve has a floor: snapshots it keeps
+whatever the master asks (``floor``; docs/security.md).
+
 Modules: ``cmdline`` (request -> argvs), ``options`` (getopt as zfs parses it), ``token``
-(names inside a resume token), ``policy`` (the allow-list, pure), ``execute`` (exec, pipes,
-audit log).
+(names inside a resume token), ``policy`` (the allow-list, pure), ``floor`` (the floor's
+rules, pure), ``journal`` (the floor's witness file), ``guard`` (the floor around a request),
+``execute`` (exec, pipes, audit log).
 """

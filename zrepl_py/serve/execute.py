@@ -13,6 +13,9 @@
 - A real ``zfs send -t TOKEN``: before it runs, a snapshot with the token's ``toguid`` must
   exist at or below the token's dataset (``zfs get -Hp -r -o name,value guid DS``), because
   zfs picks the snapshot by guid (``serve.token``).
+- With a floor (``serve.floor``): a destroy or rollback is checked right before it runs and
+  a receive or snapshot is witnessed right after (``serve.guard``); such a command runs as a
+  child zbak serve waits for, not with exec, so the check's lock is held until zfs exits.
 
 Commands run with a scrubbed environment (``PATH``, ``HOME``, ``USER``, ``LOGNAME``,
 ``LANG``, ``LC_ALL``, nothing else), so variables a client might pass through sshd
@@ -28,6 +31,8 @@ messages zbak parses on the other end.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import logging.handlers
 import os
@@ -42,6 +47,8 @@ from zrepl_py.errors import CommandRefused, ZbakError
 from zrepl_py.proc import spawn
 from zrepl_py.runtime.statedir import ensure_private_dir
 from zrepl_py.serve.cmdline import split_command_line
+from zrepl_py.serve.floor import floor_action
+from zrepl_py.serve.guard import guarded
 from zrepl_py.serve.policy import Approved, Policy, check
 from zrepl_py.serve.token import TokenTarget
 
@@ -114,12 +121,18 @@ def clean_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def decide(request: str | None, policy: Policy) -> Approved:
-    """Split and check one request (``$SSH_ORIGINAL_COMMAND``).
+    """Split and check one request (``$SSH_ORIGINAL_COMMAND``); with a floor, say what the
+    floor does around it (``Approved.floor``).
 
     Raises:
-        CommandRefused: see ``cmdline.split_command_line`` and ``policy.check``.
+        CommandRefused: see ``cmdline.split_command_line``, ``policy.check`` and
+            ``floor.floor_action``.
     """
-    return check(split_command_line(request), policy)
+    commands = split_command_line(request)
+    approved = check(commands, policy)
+    if policy.floor is None or commands[-1][0] not in ("zfs", policy.zfs):
+        return approved
+    return dataclasses.replace(approved, floor=floor_action(commands[-1]))
 
 
 def serve(
@@ -146,10 +159,14 @@ def serve(
     """
     stderr = stderr or sys.stderr
     client = env.get("SSH_CLIENT", "local").split(" ")[0]
+    around = contextlib.ExitStack()
     try:
         approved = decide(request, policy)
         if approved.token is not None:
             check_token_guid(approved.token, policy, clean_env(env))
+        if approved.floor is not None and policy.floor is not None:
+            around.enter_context(guarded(approved.floor, policy.floor, policy.zfs,
+                                         clean_env(env), log))
     except CommandRefused as exc:
         # Printable ASCII only: a request may hold any byte (surrogate escapes), and a
         # message must not break the log line or its encoder.
@@ -158,10 +175,12 @@ def serve(
         log.warning("REFUSED from %s: %s; request: %r", client, reason, request)
         print(f"zbak serve: refused: {reason}", file=stderr, flush=True)
         return REFUSED
-    log.info("ALLOWED from %s: %r", client, request)
-    for handler in log.handlers:
-        handler.flush()
-    return run(approved.argvs, clean_env(env), stderr=stderr)
+    with around:
+        log.info("ALLOWED from %s: %r", client, request)
+        for handler in log.handlers:
+            handler.flush()
+        return run(approved.argvs, clean_env(env), stderr=stderr,
+                   replace=approved.floor is None)
 
 
 def check_token_guid(token: TokenTarget, policy: Policy, env: Mapping[str, str]) -> None:
@@ -188,9 +207,11 @@ def check_token_guid(token: TokenTarget, policy: Policy, env: Mapping[str, str])
                              f"{token.toname.dataset}")
 
 
-def run(argvs: Sequence[Sequence[str]], env: Mapping[str, str], *, stderr: TextIO) -> int:
-    """Execute one command (exec, never returns unless it cannot start) or a pipeline."""
-    if len(argvs) == 1:
+def run(argvs: Sequence[Sequence[str]], env: Mapping[str, str], *, stderr: TextIO,
+        replace: bool = True) -> int:
+    """Execute one command (exec, never returns unless it cannot start) or a pipeline; with
+    ``replace`` False a single command runs as a child too, and its status is returned."""
+    if len(argvs) == 1 and replace:
         argv = list(argvs[0])
         # Python ignores SIGPIPE and an ignored signal stays ignored across exec: give zfs
         # the default back, as a shell would (subprocess does the same, restore_signals).
@@ -205,7 +226,7 @@ def run(argvs: Sequence[Sequence[str]], env: Mapping[str, str], *, stderr: TextI
 
 
 def _pipeline(argvs: Sequence[Sequence[str]], env: Mapping[str, str], *, stderr: TextIO) -> int:
-    """Run ``argvs`` (two or more) as a pipeline without a shell; return its pipefail status
+    """Run ``argvs`` (one or more) as a pipeline without a shell; return its pipefail status
     (see the module doc), ``NOT_FOUND`` when a stage cannot start."""
     procs: list[spawn.Popen] = []
     previous = None

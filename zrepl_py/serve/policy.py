@@ -42,7 +42,8 @@ Replication, inside a root:
 With ``allow_destroy_own`` (``on_divergence = "rollback"``, replica retention, source prune):
   ``zfs destroy DS@PREFIX_YYYYMMDDTHHMMSSZ`` and ``zfs destroy DS#zbak_...`` (one name, no
   flags: never ``-r``/``-R``/``-f``), ``zfs rollback SNAP`` (no flags: zfs refuses while
-  newer snapshots exist).
+  newer snapshots exist). With a ``floor`` those are further checked when they run
+  (``serve.floor``, ``serve.guard``), and ``zfs release`` takes zbak's own tags only.
 Pipelines, exactly the data path's shapes (``replication/stages.py``):
   ``[zstd -q -d -c |] [mbuffer -q -v 1 -s 128k -m <N>k |] zfs receive ...`` (at least one of
   the two before ``zfs receive``, never ``receive -A``) and ``zfs send ... | zstd -q -T0 -3 -c``.
@@ -65,6 +66,7 @@ from collections.abc import Callable, Sequence
 from zrepl_py.errors import CommandRefused, InvalidName
 from zrepl_py.proc import mbuffer
 from zrepl_py.restore.mark import RESTORING, is_mark_value
+from zrepl_py.serve.floor import Floor, FloorAction
 from zrepl_py.serve.options import Parsed, parse
 from zrepl_py.serve.token import TokenTarget, read_token
 from zrepl_py.snapshots.naming import is_own
@@ -111,6 +113,9 @@ class Policy:
             without ``[replicate] properties`` uses them).
         zfs, zpool, zstd, mbuffer: the programs actually executed (``--zfs`` etc.); a
             request may name a program by its plain name or by exactly this path.
+        floor: what is kept whatever the master asks (``--keep-newer-than``,
+            ``--keep-last``; ``serve.floor``), None without one; ValueError together with
+            ``allow_force_receive`` (a forced receive destroys snapshots).
     """
 
     roots: tuple[DatasetName, ...]
@@ -122,10 +127,14 @@ class Policy:
     zpool: str = "zpool"
     zstd: str = "zstd"
     mbuffer: str = "mbuffer"
+    floor: Floor | None = None
 
     def __post_init__(self) -> None:
         if not self.roots:
             raise ValueError("zbak serve needs at least one --root")
+        if self.floor is not None and self.allow_force_receive:
+            raise ValueError("--allow-force-receive cannot be used with a floor "
+                             "(--keep-newer-than): zfs receive -F destroys snapshots")
         # Parse, don't validate: plain strings become DatasetName (InvalidName if bad).
         object.__setattr__(self, "roots", tuple(DatasetName(root) for root in self.roots))
 
@@ -153,10 +162,12 @@ class Approved:
         token: for a real ``zfs send -t`` (not ``-n``), the snapshot the token names; the
             executor must check a snapshot with ``token.toguid`` exists below
             ``token.toname``'s dataset before running it (see ``serve.token``).
+        floor: with a floor, what it does around this request (``serve.guard``).
     """
 
     argvs: tuple[tuple[str, ...], ...]
     token: TokenTarget | None = None
+    floor: FloorAction | None = None
 
 
 def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
@@ -177,7 +188,7 @@ def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
             return Approved(((policy.mbuffer, *mbuffer.PROBE[1:]),))
         token = _check_one(programs[0], commands[0], policy)
         return Approved((_resolved(programs[0], commands[0], policy),), token)
-    resolved = tuple(_resolved(p, c, policy) for p, c in zip(programs, commands))
+    resolved = tuple(_resolved(p, c, policy) for p, c in zip(programs, commands, strict=True))
     if tuple(programs) in _RECEIVE_PIPELINES:
         if programs[0] == "zstd":
             _check_zstd(commands[0], decompress=True)

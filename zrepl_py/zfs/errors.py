@@ -13,6 +13,8 @@ The table covers the wording of OpenZFS 2.x and of zfs-fuse 0.7 (pool v23); sour
   seen on OpenZFS 2.3.2 in shared/zfsvm/demo.log);
 - OpenZFS ``lib/libzfs/libzfs_dataset.c`` (``zfs_destroy_snaps_nvl``: "snapshot is cloned";
   ``zfs_create``/``check_parents``: "no such parent", "parent does not exist");
+- zbak serve (``serve.floor.refusal``): "... is kept by the floor of zbak serve: ..." when
+  its floor keeps a snapshot the request would destroy (exit 126);
 - zfs-fuse, observed: a held snapshot says only "dataset is busy" (the client tells it
   apart by reading ``userrefs``), ``zfs holds`` says "internal error:
   /usr/lib/zfs/pyzfs.py not found" (on stdout, exit 255: the client passes stdout when
@@ -44,6 +46,7 @@ from zrepl_py.errors import (
     DatasetNotFound,
     HoldExists,
     HoldNotFound,
+    KeptByFloor,
     PermissionDenied,
     SnapshotHasClones,
     SnapshotHeld,
@@ -52,12 +55,16 @@ from zrepl_py.errors import (
     ZfsError,
 )
 
+_FLOOR_MARK = "is kept by the floor of zbak serve: "
+"""The words of a floor refusal (``serve.floor.refusal``)."""
+
 # First match wins, so narrower wordings come before the generic ones they contain
 # ("tag already exists" before "already exists", "snapshot has dependent clones" before
 # anything mentioning "destroy").
 _TABLE: tuple[tuple[re.Pattern[str], type[ZfsError]], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), cls)
     for pattern, cls in (
+        (re.escape(_FLOOR_MARK.strip()), KeptByFloor),
         (r"it's being held|snapshot is held|has user holds", SnapshotHeld),
         (r"snapshot has dependent clones|snapshot is cloned", SnapshotHasClones),
         (r"tag already exists", HoldExists),
@@ -79,6 +86,13 @@ _TABLE: tuple[tuple[re.Pattern[str], type[ZfsError]], ...] = tuple(
         (r"\bbusy\b", DatasetBusy),
     )
 )
+
+
+def floor_reasons(exc: KeptByFloor) -> str:
+    """The reasons serve's floor gave for keeping the snapshot (its refusal after
+    ``_FLOOR_MARK``), or the whole message when it has another shape."""
+    text = exc.stderr.strip()
+    return text.partition(_FLOOR_MARK)[2] or text
 
 
 def classify(stderr: str) -> type[ZfsError]:
@@ -124,7 +138,8 @@ def map_error(exc: CommandFailed) -> ZfsError:
 
     Returns:
         an instance of DatasetNotFound, DatasetExists, DatasetBusy, PermissionDenied,
-        Unsupported, SnapshotHeld, SnapshotHasClones, HoldExists, HoldNotFound or ZfsError;
+        Unsupported, SnapshotHeld, SnapshotHasClones, HoldExists, HoldNotFound, KeptByFloor
+        or ZfsError;
         the caller raises it ``from exc``.
     """
     if isinstance(exc, ZfsError):
