@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from zrepl_py.errors import CommandFailed, CommandRefused, DatasetNotFound, KeptByFloor
+from zrepl_py.serve import journal as floor_journal
 from zrepl_py.serve.cmdline import split_command_line
 from zrepl_py.serve.execute import REFUSED, decide
 from zrepl_py.serve.floor import (
@@ -187,3 +188,37 @@ def test_a_floor_serve_cannot_start_with_is_one_line_and_exit_2(tmp_path, option
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 or "Usage:" in done.stderr
+
+
+def test_a_long_journal_is_rewritten_compacted_private_and_dating_nothing_earlier(tmp_path):
+    path = tmp_path / "state" / "floor-journal.tsv"
+    first = [Witness(days_ago(60) + dt.timedelta(minutes=10 * i), POOL, 10 + i, "b")
+             for i in range(floor_journal.COMPACT_AFTER)]
+    with floor_journal.locked(path):
+        for w in first[:10]:
+            floor_journal.add(path, w, floor_journal.read(path))
+        assert floor_journal.read(path) == first[:10], "appended one line each"
+        path.write_text("".join(w.line() for w in first))
+        last = Witness(NOW.replace(microsecond=0), POOL, 10**6, "b")
+        floor_journal.add(path, last, floor_journal.read(path))
+    kept = floor_journal.read(path)
+    assert kept[-1] == last and len(kept) < len(first) // 4, len(kept)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert oct(path.parent.stat().st_mode & 0o777) == "0o700"
+    for w in first[::97]:
+        assert first_seen(w.txg, POOL, kept) >= first_seen(w.txg, POOL, first)
+
+
+def test_the_journal_lock_excludes_another_process(tmp_path):
+    """Two floor checks never interleave: the second serve waits on the same flock."""
+    path = tmp_path / "floor-journal.tsv"
+    probe = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+             "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)")
+    lock = f"{path}.lock"
+    with floor_journal.locked(path):
+        busy = subprocess.run([sys.executable, "-c", probe, lock], capture_output=True,
+                              text=True, timeout=60)
+    free = subprocess.run([sys.executable, "-c", probe, lock], capture_output=True, text=True,
+                          timeout=60)
+    assert busy.returncode != 0 and "BlockingIOError" in busy.stderr
+    assert free.returncode == 0, free.stderr

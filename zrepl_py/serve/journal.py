@@ -27,8 +27,9 @@ DEFAULT_JOURNAL = Path(".local/state/zbak/floor-journal.tsv")
 """The journal, relative to the home directory (XDG Base Directory spec's state home)."""
 
 COMPACT_AFTER = 4096
-"""Lines beyond which a new witness rewrites the journal compacted (``floor.compacted``:
-about 750 lines a month of hourly witnesses plus one a day before, per pool)."""
+"""Lines per pool beyond which a new witness rewrites the journal compacted
+(``floor.compacted`` leaves about 750 lines for the last month of hourly witnesses plus one
+a day before, per pool)."""
 
 
 @contextlib.contextmanager
@@ -69,7 +70,7 @@ def add(journal: Path, witness: Witness, known: list[Witness]) -> None:
     """
     if not worth_recording(witness, known):
         return
-    if len(known) >= COMPACT_AFTER:
+    if len(known) >= COMPACT_AFTER * len({w.pool_guid for w in known}):
         kept = compacted([*known, witness], witness.at)
         write_private_file(journal, "".join(w.line() for w in kept).encode())
         return
