@@ -58,12 +58,14 @@ def hosts_table(name: str, host, **extra: object) -> str:
 
 
 def replication_config(state_dir, host: str, host_config, dataset: str, targets: list[str],
-                       *, connect_timeout: int, extra: str = "") -> str:
+                       *, connect_timeout: int, extra: str = "", recursive: bool = False) -> str:
     """A whole config: ``state_dir``, the ``[hosts.HOST]`` table of ``host_config``, and job
-    ``j`` replicating ``dataset`` to ``targets``; ``extra`` (dedented) is appended, so it may
-    add keys to ``[jobs.j.replicate]`` or tables after it."""
+    ``j`` replicating ``dataset`` (and its children with ``recursive``) to ``targets``;
+    ``extra`` (dedented) is appended, so it may add keys to ``[jobs.j.replicate]`` or tables
+    after it."""
     quoted = ", ".join(f'"{target}"' for target in targets)
+    tree = "recursive = true\n" if recursive else ""
     return (f'state_dir = "{state_dir}"\n'
             + hosts_table(host, host_config, connect_timeout=connect_timeout)
-            + f'[jobs.j]\ndataset = "{dataset}"\n[jobs.j.replicate]\ntargets = [{quoted}]\n'
-            + textwrap.dedent(extra))
+            + f'[jobs.j]\ndataset = "{dataset}"\n{tree}[jobs.j.replicate]\n'
+            + f"targets = [{quoted}]\n" + textwrap.dedent(extra))

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from zrepl_py.catalog.rows import CursorRow
 from zrepl_py.config.loading import parse_config
 from zrepl_py.pruning.holds import CURRENT, FOREIGN, STALE, UNKNOWN, Held, classify
+from zrepl_py.zfs.client import parse_holds_output
+from zrepl_py.zfs.model import ListingError
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 DS = "tank/data"
@@ -61,3 +65,24 @@ def test_without_a_hold_listing_candidates_are_named_and_the_rest_is_unknown():
     assert by[("b", TAG_B)] == (CURRENT, False)
     assert by[("b", "?")] == (UNKNOWN, False)
     assert by[("a", "?")] == (UNKNOWN, False)  # a candidate may or may not be its one hold
+
+
+def test_a_tag_zbak_cannot_have_made_is_foreign_even_when_it_starts_like_zbaks():
+    """Another program's ``zbak:go<tab>ne:...`` (no job can be named so) is never released:
+    judged stale, releasing it stopped ``release-stale`` with an invalid-name error."""
+    tags = ("zbak:go\tne:b:pool/y", "zbak:gone:b:pool/y\n", "zbak:-x:b:pool/y")
+    held = [Held(f"{DS}@b", 2, 3, tags)]
+    assert rows(held, jobs(), []) == {("b", tag): FOREIGN for tag in tags}
+
+
+def test_zfs_holds_records_are_read_whole_whatever_their_tags_hold():
+    """``zfs holds -Hp`` as OpenZFS 2.3 prints foreign tags with a tab, a trailing tab and a
+    newline (seen in the guest); several snapshots in one listing."""
+    text = ("p/d@a\tzbak:j:vm:x\t1795847954\np/d@a\tfor\teign\t1795847954\n"
+            "p/d@ab\tnew\nline\t1795847955\np/d@ab\ttail\t\t1795847955\n")
+    assert parse_holds_output(text, ["p/d@a", "p/d@ab", "p/d@c"]) == {
+        "p/d@a": ["zbak:j:vm:x", "for\teign"], "p/d@ab": ["new\nline", "tail\t"]}
+    assert parse_holds_output("", ["p/d@a"]) == {}
+    for bad in ("p/d@a\tx\n", "p/d@z\tx\t1\n", "p/d@a\tx\t1"):
+        with pytest.raises(ListingError):
+            parse_holds_output(bad, ["p/d@a"])

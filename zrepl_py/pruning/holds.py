@@ -30,11 +30,12 @@ from collections.abc import Mapping, Sequence
 
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.rows import CursorRow, StreamRow
+from zrepl_py.config.names import is_config_name
 from zrepl_py.config.schema import JobConfig
-from zrepl_py.errors import DatasetNotFound, HoldNotFound, Unsupported, ZfsError
+from zrepl_py.errors import DatasetNotFound, HoldNotFound, InvalidName, Unsupported, ZfsError
 from zrepl_py.snapshots.selection import is_excluded
 from zrepl_py.zfs.client import Zfs
-from zrepl_py.zfs.names import SnapshotName
+from zrepl_py.zfs.names import SnapshotName, check_hold_tag
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +96,15 @@ def _owners(job_name: str, jobs: Mapping[str, JobConfig]) -> tuple[set[str], str
 
 
 def _split(tag: str) -> tuple[str, str] | None:
-    """``zbak:<job>:<owner>`` -> (job, owner); None for another tag (job names hold no ``:``)."""
+    """``zbak:<job>:<owner>`` -> (job, owner); None for a tag zbak cannot have made: another
+    prefix, a job part that is no config name, or characters ``check_hold_tag`` refuses
+    (another program's ``zbak:go<tab>ne:x`` is foreign, never released)."""
     parts = tag.split(":", 2)
-    if len(parts) != 3 or parts[0] != "zbak" or not parts[1] or not parts[2]:
+    if len(parts) != 3 or parts[0] != "zbak" or not is_config_name(parts[1]) or not parts[2]:
+        return None
+    try:
+        check_hold_tag(tag)
+    except InvalidName:
         return None
     return parts[1], parts[2]
 
@@ -125,7 +132,7 @@ def current_bases(dataset: str, host: str, jobs: Mapping[str, JobConfig],
     for s in streams:
         if s.dataset == dataset and s.host == host:
             by_store.setdefault(s.store, []).append(s)
-    for name, job in jobs.items():
+    for name in jobs:
         _, store = _owners(name, jobs)
         chain = current_chain(by_store.get(store, [])) if store else []
         if chain and chain[-1].to_guid in guids:

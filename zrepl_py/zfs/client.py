@@ -117,6 +117,32 @@ def parse_get_output(text: str) -> list[tuple[str, dict[str, str]]]:
     return list(rows.items())
 
 
+def parse_holds_output(text: str, snapshots: Sequence[str]) -> dict[str, list[str]]:
+    """Read ``zfs holds -Hp SNAP...`` into ``{snapshot: [tag, ...]}`` (in output order; only
+    the snapshots that have holds are keys).
+
+    Each record is ``NAME<tab>TAG<tab>EPOCH<newline>`` (zfs_main.c ``print_holds``). OpenZFS
+    checks only a tag's length, so another program's tag may hold tabs and newlines (seen on
+    OpenZFS 2.3): a record is one of ``snapshots``, a tab, and the shortest tag after which a
+    tab, the decimal timestamp and a newline end the text or come before the next record's
+    snapshot and tab. A line-by-line reading failed the whole listing on a newline.
+
+    Raises:
+        ListingError: the text is not a run of such records.
+    """
+    names = "|".join(re.escape(s) for s in sorted(set(snapshots), key=len, reverse=True))
+    record = re.compile(rf"({names})\t(.*?)\t[0-9]+\n(?=(?:{names})\t|\Z)", re.DOTALL)
+    found: dict[str, list[str]] = {}
+    at = 0
+    while at < len(text):
+        match = record.match(text, at) if names else None
+        if match is None:
+            raise ListingError(f"unexpected zfs holds output at {text[at:at + 200]!r}")
+        found.setdefault(match[1], []).append(match[2])
+        at = match.end()
+    return found
+
+
 def parse_list_output(text: str, props: Sequence[str]) -> list[tuple[str, dict[str, str]]]:
     """Read ``zfs list -Hp -o name,PROPS`` lines into ``(name, {prop: value})``.
 
@@ -130,7 +156,7 @@ def parse_list_output(text: str, props: Sequence[str]) -> list[tuple[str, dict[s
         fields = line.split("\t")
         if len(fields) != 1 + len(props):
             raise ListingError(f"unexpected zfs list line {line!r}")
-        rows.append((fields[0], dict(zip(props, fields[1:]))))
+        rows.append((fields[0], dict(zip(props, fields[1:], strict=True))))
     return rows
 
 
@@ -568,8 +594,10 @@ class Zfs:
             self._run([self.zfs, "release", checked, *run])
 
     def holds(self, snapshots: Sequence[SnapshotName | str]) -> dict[SnapshotName, list[str]]:
-        """Return the hold tags of each snapshot (sorted; ``[]`` if none) from one
-        ``zfs holds -H S1 S2 ...`` (lines ``NAME<tab>TAG<tab>TIMESTAMP``). Empty input: ``{}``.
+        """Return the hold tags of each snapshot (sorted; ``[]`` if none) from ``zfs holds
+        -Hp S1 S2 ...``, one command per ``NAMES_PER_COMMAND`` bytes of names (records read
+        by ``parse_holds_output``: another program's tag may hold a tab or a newline).
+        Empty input: ``{}``, nothing run.
 
         Raises:
             Unsupported: this ZFS cannot list holds (zfs-fuse: "pyzfs.py not found"; use
@@ -577,18 +605,15 @@ class Zfs:
             DatasetNotFound: one of the snapshots does not exist.
         """
         snaps = [SnapshotName(s) for s in snapshots]
-        if not snaps:
-            return {}
-        argv = [self.zfs, "holds", "-H", *snaps]
         result: dict[SnapshotName, list[str]] = {s: [] for s in snaps}
-        for line in self._run(argv).text.split("\n"):
-            if not line:
-                continue
-            fields = line.split("\t")
-            if len(fields) < 3:
-                raise self._unexpected(argv, repr(line))
-            # A foreign tag may hold a tab; the name and the timestamp cannot.
-            result.setdefault(SnapshotName(fields[0]), []).append("\t".join(fields[1:-1]))
+        for run in batches(snaps):
+            argv = [self.zfs, "holds", "-Hp", *run]
+            try:
+                found = parse_holds_output(self._run(argv).text, run)
+            except ListingError as exc:
+                raise self._unexpected(argv, exc) from exc
+            for name, tags in found.items():
+                result[SnapshotName(name)] += tags
         return {snap: sorted(tags) for snap, tags in result.items()}
 
     # -- bookmarks -------------------------------------------------------------------
