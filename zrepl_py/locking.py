@@ -19,6 +19,11 @@ another run sees, and for state directories shared between hosts, where another 
   lock only, so other SIGINTs stay ignored.
 
 A clean release empties the record, so only a crash leaves one behind.
+
+Hosts that share a catalog but not a state directory (a fleet on PostgreSQL) see each other's
+runs through ``SharedLocks`` (``catalog.fleetlock``): ``dataset_lock`` takes the lock there
+too, after the file lock, and its heartbeat checks it is still held
+(docs/decisions.md#dataset-locks-across-hosts).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 from zrepl_py.errors import LockBroken, Locked
 from zrepl_py.runtime.statedir import ensure_private_dir
@@ -125,6 +131,32 @@ def is_stale(record: LockRecord, *, host: str, now: float, ttl: float,
     return record.host == host and not alive(record.pid)
 
 
+class SharedLease(Protocol):
+    """A lock held where other hosts see it (``SharedLocks.acquire``)."""
+
+    def check(self) -> None:
+        """Raise ``LockBroken`` when the lock is no longer held."""
+
+    def release(self) -> None:
+        """Give the lock back (never raises)."""
+
+
+class SharedLocks(Protocol):
+    """Locks other hosts see: those of a catalog the hosts share (``catalog.fleetlock``).
+
+    Attributes:
+        check_every: seconds between two checks of a held lock (the heartbeat's most).
+    """
+
+    check_every: float
+
+    def acquire(self, key: str, record: LockRecord) -> SharedLease:
+        """Take ``key``'s lock for ``record``'s holder at once; raise ``Locked`` if held."""
+
+    def holder(self, key: str, now: float) -> LockRecord | None:
+        """Who holds ``key``'s lock now (any host), or None."""
+
+
 class Lease:
     """A held lock: refresh it, or learn that it was broken.
 
@@ -132,11 +164,14 @@ class Lease:
         path: the lock file.
         record: this holder's current record.
         broken: the LockBroken a refresh raised, else None.
+        shared: the same lock where other hosts see it, or None.
     """
 
-    def __init__(self, path: Path, fd: int, record: LockRecord, clock: Callable[[], float]):
+    def __init__(self, path: Path, fd: int, record: LockRecord, clock: Callable[[], float],
+                 shared: SharedLease | None = None):
         self.path, self._fd, self.record, self._clock = path, fd, record, clock
         self.broken: LockBroken | None = None
+        self.shared = shared
 
     def still_mine(self) -> bool:
         """True when the file at ``path`` is the one locked and holds this holder's token."""
@@ -148,16 +183,24 @@ class Lease:
         return same and found is not None and found.token == self.record.token
 
     def refresh(self) -> None:
-        """Write a new refresh time into the record, even after it aged past the ttl.
+        """Write a new refresh time into the record, even after it aged past the ttl, and
+        check the shared lock.
 
         Raises:
-            LockBroken: the file was removed, replaced or rewritten by another holder.
+            LockBroken: the file was removed, replaced or rewritten by another holder, or
+                the shared lock was lost.
         """
         if not self.still_mine():
             self.broken = LockBroken(
                 f"the lock {self.path} held by {self.record.describe()} was taken over by"
                 " another process that judged it stale: stopping")
             raise self.broken
+        if self.shared is not None:
+            try:
+                self.shared.check()
+            except LockBroken as exc:
+                self.broken = exc
+                raise
         self.record = dataclasses.replace(self.record, refreshed=self._clock())
         _write(self._fd, self.record)
 
@@ -208,30 +251,37 @@ def _interrupt(_exc: LockBroken) -> None:
 
 
 def holder(state_dir: Path, key: str, *, ttl: float = LOCK_TTL,
-           clock: Callable[[], float] = time.time, host: str | None = None) -> LockRecord | None:
+           clock: Callable[[], float] = time.time, host: str | None = None,
+           shared: SharedLocks | None = None) -> LockRecord | None:
     """Who holds the lock for ``key`` now, without taking it (read-only readers that may
     run beside some holders, e.g. ``zbak audit`` beside ``zbak archive``).
 
+    Args:
+        shared: also ask there (another host's run) when no file record names a holder.
+
     Returns:
         The holder's record, or None when the lock is free: no file, an empty record (a clean
-        release) or a stale one (``is_stale``: a crashed holder). Taking the lock an instant
-        later may still fail or succeed: this is a look, not a promise.
+        release) or a stale one (``is_stale``: a crashed holder), and no holder in ``shared``.
+        Taking the lock an instant later may still fail or succeed: this is a look, not a
+        promise.
     """
     try:
-        data = lock_path(state_dir, key).read_bytes()
+        found = LockRecord.loads(lock_path(state_dir, key).read_bytes())
     except FileNotFoundError:
-        return None
-    found = LockRecord.loads(data)
-    if found is None or is_stale(found, host=host or socket.gethostname(), now=clock(), ttl=ttl):
-        return None
-    return found
+        found = None
+    now = clock()
+    if found is not None and not is_stale(found, host=host or socket.gethostname(), now=now,
+                                          ttl=ttl):
+        return found
+    return shared.holder(key, now) if shared is not None else None
 
 
 @contextlib.contextmanager
 def dataset_lock(state_dir: Path, key: str, action: str, *, ttl: float = LOCK_TTL,
                  heartbeat: float | None = None, clock: Callable[[], float] = time.time,
                  host: str | None = None,
-                 on_broken: Callable[[LockBroken], None] = _interrupt) -> Iterator[Lease]:
+                 on_broken: Callable[[LockBroken], None] = _interrupt,
+                 shared: SharedLocks | None = None) -> Iterator[Lease]:
     """Hold the exclusive lock for ``key`` while the block runs; yield its Lease.
 
     Args:
@@ -245,10 +295,13 @@ def dataset_lock(state_dir: Path, key: str, action: str, *, ttl: float = LOCK_TT
         on_broken: called from the heartbeat thread when the lock was taken over; the
             default sends SIGINT to the main thread (KeyboardInterrupt with Python's default
             handler, turned into LockBroken when it leaves this block).
+        shared: also take the lock there, after the file lock (hosts sharing a catalog);
+            the heartbeat then runs at least every ``shared.check_every`` seconds and
+            checks it too.
 
     Raises:
         Locked: at once (never waits) when another process holds it, or its record is not
-            stale (another host within its ttl).
+            stale (another host within its ttl), or ``shared`` has it held.
         LockBroken: the lock was taken over while the block ran.
     """
     here = host or socket.gethostname()
@@ -275,14 +328,17 @@ def dataset_lock(state_dir: Path, key: str, action: str, *, ttl: float = LOCK_TT
                 f"{key} is locked by {found.describe()} (lock file {path}, refreshed"
                 f" {now - found.refreshed:.0f} s ago; stale after {ttl:.0f} s); nothing done."
                 " Wait for that run to finish and try again.")
+        record = LockRecord(here, os.getpid(), action, secrets.token_hex(8), now)
+        taken = shared.acquire(key, record) if shared is not None else None
         if found is not None:
             log.warning("taking over the stale lock of %s held by %s", key, found.describe())
-        record = LockRecord(here, os.getpid(), action, secrets.token_hex(8), now)
         _write(fd, record)
-        lease = Lease(path, fd, record, clock)
+        lease = Lease(path, fd, record, clock, taken)
         _HELD.append(lease)
         restore = _interrupt_even_if_ignored()
         every = ttl / 3 if heartbeat is None else heartbeat
+        if heartbeat is None and shared is not None:
+            every = min(every, shared.check_every)
         if every > 0:
             threading.Thread(target=_heartbeat, args=(lease, every, stop, on_broken),
                              name=f"lock-heartbeat {key}", daemon=True).start()
@@ -300,6 +356,8 @@ def dataset_lock(state_dir: Path, key: str, action: str, *, ttl: float = LOCK_TT
         stop.set()
         if lease is not None:
             _HELD.remove(lease)
+            if lease.shared is not None:
+                lease.shared.release()
         if lease is not None and lease.still_mine():
             os.ftruncate(fd, 0)  # a clean release leaves no record behind
         os.close(fd)

@@ -61,7 +61,6 @@ from zrepl_py.errors import (
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts, Outcome
 from zrepl_py.invocation.context import Context, lock_key
-from zrepl_py.locking import dataset_lock
 from zrepl_py.objects.layout import (
     MANIFEST,
     MANIFEST_COPY,
@@ -263,7 +262,7 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
         level=cfg.compression_level, force_full=force_full, dry_run=dry_run)
     root_target = f"{cfg.store}:{source.dataset}"
     results: list[DatasetArchive] = []
-    with dataset_lock(run.state_dir, lock_key(job), "archive"), \
+    with ctx.lock(lock_key(job), "archive"), \
             contextlib.ExitStack() as stack:
         hooks = stack.enter_context(ActionHooks(
             job.hooks.get("archive"), run.catalog, run.clock,
@@ -407,7 +406,7 @@ def _write_plan(run: _ArchiveRun, source: _Source, dataset: DatasetName, plan: A
     # the old chain cannot be continued, so its tip needs no protection any more.
     old_tip = chain[-1].to_name if chain else None
     parent_id = plan.streams[0].parent_id
-    for planned, prefix, (argv, flags) in zip(plan.streams, prefixes, sends):
+    for planned, prefix, (argv, flags) in zip(plan.streams, prefixes, sends, strict=True):
         if planned.kind == "full":
             parent_id = None
         spec = StreamSpec(

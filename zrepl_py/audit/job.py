@@ -50,6 +50,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import datetime as dt
+import functools
 import logging
 from collections.abc import Collection, Sequence
 
@@ -75,7 +76,6 @@ from zrepl_py.errors import (
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts
 from zrepl_py.invocation.context import Context, lock_key
-from zrepl_py.locking import dataset_lock, holder
 from zrepl_py.objects.layout import (
     MANIFEST,
     MANIFEST_COPY,
@@ -225,7 +225,7 @@ def audit_job(ctx: Context, name: str, job: JobConfig, *, deep: bool = False,
     source = job.source
     facts = Facts("audit", name, source.host, str(source.dataset),
                   (job.archive.store,) if job.archive else ())
-    with dataset_lock(ctx.state_dir, f"audit {lock_key(job)}", "audit"):
+    with ctx.lock(f"audit {lock_key(job)}", "audit"):
         _refuse_beside_deleters(ctx, job)
         with ActionHooks(job.hooks.get("audit"), catalog, ctx.clock, facts) as hooks:
             result = _recorded_audit(ctx, catalog, name, job, deep=deep, sample=sample,
@@ -244,7 +244,7 @@ audit would report what they remove on purpose as missing."""
 
 def _refuse_beside_deleters(ctx: Context, job: JobConfig) -> None:
     """Raise ``Locked`` when a ``DELETERS`` run holds the job's dataset lock."""
-    found = holder(ctx.state_dir, lock_key(job))
+    found = ctx.lock_holder(lock_key(job))
     if found is not None and found.action in DELETERS:
         raise Locked(f"{lock_key(job)} is locked by {found.describe()}, which deletes what the"
                      " audit would read; nothing done. Run the audit again when it is finished.")
@@ -410,7 +410,7 @@ class _JobAudit:
                     sample=self.sample, receive_into=self.receive_into, result=self.totals,
                     deadline=self.deadline, left_out=self.left_out, datasets=ids,
                     bad=self.bad[store], listing=listings.take(
-                        store, lambda: self._listing(backend, prefixes, names)))
+                        store, functools.partial(self._listing, backend, prefixes, names)))
                 self.found[store] += _with_chains(found, chain)
         finally:
             listings.close()
@@ -576,7 +576,7 @@ def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, ro
                   listing, {s.object_prefix for s in every}, host, store).items()
               if covered(dataset)]
     del listing  # the largest structure of a large audit, no longer needed
-    running = holder(ctx.state_dir, lock_key(job))
+    running = ctx.lock_holder(lock_key(job))
     known = catalog.known_snapshots(host=host, below=root, datasets=datasets) if reads else {}
     found = coverage(mine, carried, strays, known,
                      archive_running=running is not None and running.action == "archive")
@@ -663,8 +663,8 @@ def repair_job(ctx: Context, name: str, job: JobConfig, *,
     source = job.source
     catalog = ctx.catalog()
     result = RepairResult(name)
-    with dataset_lock(ctx.state_dir, f"audit {lock_key(job)}", "audit --repair"), \
-            dataset_lock(ctx.state_dir, lock_key(job), "audit --repair"):
+    with ctx.lock(f"audit {lock_key(job)}", "audit --repair"), \
+            ctx.lock(lock_key(job), "audit --repair"):
         covered = covers(job)
         streams = [s for s in catalog.streams(host=source.host) if covered(s.dataset)]
         stores = sorted({s.store for s in streams} | ({job.archive.store} if job.archive else set()))

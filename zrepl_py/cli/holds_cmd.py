@@ -25,12 +25,11 @@ def command() -> None:
 def _rows(ctx, name, job):
     from zrepl_py.checks.source import source_errors  # noqa: PLC0415
     from zrepl_py.invocation.context import lock_key  # noqa: PLC0415
-    from zrepl_py.locking import dataset_lock  # noqa: PLC0415
     from zrepl_py.pruning.holds import classify, held_snapshots  # noqa: PLC0415
 
     source = job.source
     catalog = ctx.catalog()
-    with dataset_lock(ctx.state_dir, lock_key(job), "holds"), source_errors(ctx, name, job):
+    with ctx.lock(lock_key(job), "holds"), source_errors(ctx, name, job):
         zfs = ctx.zfs(source.host, source.dataset.pool)
         held, guids = held_snapshots(zfs, job)
         rows = classify(name, held, source.host, ctx.config.jobs, catalog.cursors(),

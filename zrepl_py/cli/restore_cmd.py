@@ -101,7 +101,6 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
     """Restore DATASET (default: the only job's dataset) to snapshot @SNAP from the cheapest
     source that has it: the local pool (with --into), a replica, or the archive chain.
     Never overwrites an existing dataset."""
-    from zrepl_py.locking import dataset_lock  # noqa: PLC0415 (boto3 only when restoring)
     from zrepl_py.observe.runlog import recorded_run  # noqa: PLC0415
     from zrepl_py.restore.execute import execute_restore  # noqa: PLC0415
     from zrepl_py.restore.gather import gather_restore  # noqa: PLC0415
@@ -136,7 +135,7 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
             if not click.confirm("Restore now?"):
                 return ExitStatus.FAILED
         job = _job(ctx)
-        with dataset_lock(ctx.state_dir, f"{plan.into_host}:{plan.into}", "restore"), \
+        with ctx.lock(f"{plan.into_host}:{plan.into}", "restore"), \
                 recorded_run(ctx.catalog(), ctx.clock, job, "restore", f"{plan.into_host}:{plan.into}") as record:
             outcome = execute_restore(ctx, plan)
             record.bytes = outcome.bytes

@@ -22,10 +22,14 @@ from zrepl_py.runtime.gcpause import end_startup
 from zrepl_py.runtime.prefetch import Prefetch, Task
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from sqlalchemy.engine import Engine
 
+    from zrepl_py.catalog.fleetlock import FleetLocks
     from zrepl_py.catalog.repository import Catalog
     from zrepl_py.invocation.hosts import ExecutorPool
+    from zrepl_py.locking import Lease, LockRecord
     from zrepl_py.stores.base import Backend
     from zrepl_py.zfs.capabilities import Capabilities
     from zrepl_py.zfs.client import Zfs
@@ -54,6 +58,7 @@ class Context:
         default_factory=dict)
     _prefetch: Prefetch | None = None
     _stores: dict[str, Backend] = dataclasses.field(default_factory=dict)
+    _fleet: FleetLocks | None | bool = False  # False: not looked at yet
 
     def __enter__(self) -> Context:
         return self
@@ -75,6 +80,9 @@ class Context:
         if self._engine is not None:
             self._engine.dispose()
             self._engine = self._catalog = None
+        if self._fleet:
+            self._fleet.close()
+        self._fleet = False
 
     @property
     def state_dir(self) -> Path:
@@ -98,6 +106,37 @@ class Context:
                 self.clock.raise_floor(self._catalog.newest_run_time())  # last run (case 32)
             end_startup()  # SQLAlchemy is the last big import a command makes (gcpause)
         return self._catalog
+
+    def fleet_locks(self) -> FleetLocks | None:
+        """The locks other hosts sharing the catalog see (``catalog.fleetlock``): where the
+        catalog is PostgreSQL; None for SQLite, one host's."""
+        if self._fleet is False:
+            from sqlalchemy import make_url
+
+            from zrepl_py.catalog.fleetlock import FleetLocks
+
+            shared = make_url(self.config.catalog_url).get_backend_name() == "postgresql"
+            self._fleet = FleetLocks(self.config.catalog_url) if shared else None
+        assert self._fleet is not True
+        return self._fleet
+
+    def lock(self, key: str, action: str) -> AbstractContextManager[Lease]:
+        """``locking.dataset_lock`` of ``key`` for ``action`` in the state directory, and in
+        the catalog where other hosts share it (exit 3 when either is held).
+
+        Raises:
+            Locked: another run holds it, on this host or another sharing the catalog.
+            LockBroken: the lock was taken over or lost while the block ran.
+        """
+        from zrepl_py.locking import dataset_lock
+
+        return dataset_lock(self.state_dir, key, action, shared=self.fleet_locks())
+
+    def lock_holder(self, key: str) -> LockRecord | None:
+        """Who holds ``key``'s lock now, on this host or another (``locking.holder``)."""
+        from zrepl_py.locking import holder
+
+        return holder(self.state_dir, key, shared=self.fleet_locks())
 
     def executors(self) -> ExecutorPool:
         """The pool of per-host executors (local and SSH), opened on first use."""

@@ -28,7 +28,6 @@ from zrepl_py.errors import CommandFailed, DatasetNotFound, HoldNotFound, ZbakEr
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts
 from zrepl_py.invocation.context import Context, lock_key
-from zrepl_py.locking import dataset_lock
 from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
 from zrepl_py.pruning.archive import ArchivePruneResult, job_streams, prune_archive
@@ -106,7 +105,7 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
     catalog = ctx.catalog()
     targets = tuple(str(t) for t in zfs_targets(job)) + ((job.archive.store,) if job.archive
                                                          else ())
-    with dataset_lock(ctx.state_dir, lock_key(job), "prune"), \
+    with ctx.lock(lock_key(job), "prune"), \
             ActionHooks(job.hooks.get("prune"), catalog, ctx.clock,
                         Facts("prune", name, source.host, str(source.dataset), targets),
                         dry_run=dry_run) as hooks, \
@@ -176,7 +175,7 @@ def _prune_target(ctx: Context, name: str, job: JobConfig, target: Endpoint,
     assert target.dataset is not None
     result = ReplicaPruneResult(str(target))
     try:
-        with dataset_lock(ctx.state_dir, f"target {target}", "prune"):
+        with ctx.lock(f"target {target}", "prune"):
             try:
                 dst = ctx.zfs(target.host, target.dataset.pool)
             except CommandFailed as exc:

@@ -38,7 +38,6 @@ from zrepl_py.errors import CommandFailed, UsageError, ZbakError
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts, Outcome
 from zrepl_py.invocation.context import Context, lock_key
-from zrepl_py.locking import dataset_lock
 from zrepl_py.observe.runlog import RunSet
 from zrepl_py.observe.transfers import reporting
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
@@ -152,7 +151,7 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
     cfg = job.replicate
     source = job.source
     results: list[TargetResult] = []
-    with dataset_lock(ctx.state_dir, lock_key(job), "replicate"), contextlib.ExitStack() as stack:
+    with ctx.lock(lock_key(job), "replicate"), contextlib.ExitStack() as stack:
         ctx.start_prefetch(_prefetch_tasks(ctx, job, dry_run=dry_run))  # background: no raise
         catalog = ctx.catalog()  # imports SQLAlchemy: CPU while the prefetch waits on hosts
         hooks = stack.enter_context(ActionHooks(
@@ -326,7 +325,7 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
     directory = target if result.method == "rsync" else None
     if directory is None:
         assert target.dataset is not None
-        with dataset_lock(ctx.state_dir, f"target {target}", "replicate"):
+        with ctx.lock(f"target {target}", "replicate"):
             try:
                 dst = ctx.zfs(target.host, target.dataset.pool)
             except CommandFailed as exc:

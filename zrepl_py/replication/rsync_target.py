@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from zrepl_py.config.schema import Endpoint, JobConfig
 from zrepl_py.errors import StreamUnsupported
-from zrepl_py.locking import dataset_lock
 from zrepl_py.observe.transfers import Slot
 from zrepl_py.replication.rsync import (
     CURRENT,
@@ -77,7 +76,7 @@ def replicate_to_directory(
     catalog = ctx.catalog()
     executor = ctx.executors().get(target.host)
     key = cursor_key or str(target)
-    with dataset_lock(ctx.state_dir, f"target {target}", "replicate"):
+    with ctx.lock(f"target {target}", "replicate"):
         present = set(last_synced(executor, target.directory))
         cursor = next((c for c in catalog.cursors(job_name)
                        if c.target == key and c.source_dataset == str(dataset)), None)

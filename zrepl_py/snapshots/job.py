@@ -15,7 +15,6 @@ from zrepl_py.errors import ZfsError
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts
 from zrepl_py.invocation.context import Context, lock_key
-from zrepl_py.locking import dataset_lock
 from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.snapshots.selection import replica_of
@@ -61,7 +60,7 @@ def snapshot_job(ctx: Context, name: str, job: JobConfig) -> SnapshotResult:
     catalog = ctx.catalog()
     replicas = replica_datasets(ctx.config, source.host)
     facts = Facts("snapshot", name, source.host, str(source.dataset))
-    with dataset_lock(ctx.state_dir, lock_key(job), "snapshot"), \
+    with ctx.lock(lock_key(job), "snapshot"), \
             ActionHooks(job.hooks.get("snapshot"), catalog, ctx.clock, facts) as hooks:
         with recorded_run(catalog, ctx.clock, name, "snapshot") as record, \
                 source_errors(ctx, name, job):
