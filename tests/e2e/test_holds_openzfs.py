@@ -114,10 +114,6 @@ def test_holds_are_read_from_zfs_holds_and_only_the_stale_ones_are_released(rig)
     assert len(out.splitlines()) == 2 + len(expected), f"one line per hold:\n{out}"
     assert "new\\nline" in out and "for\\teign" in out, "control characters shown escaped"
 
-    dry = rig.json("holds", "release-stale", "--dry-run")["released"]
-    assert {(r["snapshot"], r["tag"]) for r in dry} == {(s2, rig.tag), (c2, gone)}
-    assert rig.holds(*every) == set(expected), "a dry run releases nothing"
-
     done = rig.json("holds", "release-stale")["released"]
     assert {(r["snapshot"], r["tag"]) for r in done if r["released"]} == {(s2, rig.tag),
                                                                          (c2, gone)}
