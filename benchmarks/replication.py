@@ -133,7 +133,7 @@ from zfsbench import (  # noqa: E402 (script-local import)
 )
 
 from zrepl_py.config.loading import load_config  # noqa: E402
-from zrepl_py.config.schema import ReplicateConfig  # noqa: E402
+from zrepl_py.config.replicate import ReplicateConfig  # noqa: E402
 from zrepl_py.proc.openssh import remote_command, remote_pipeline, ssh_argv  # noqa: E402
 from zrepl_py.replication.stages import Side, mbuffer_argv  # noqa: E402
 

@@ -20,7 +20,8 @@ from support.receiver import Receiver
 from zrepl_py import alerts
 from zrepl_py.alerts.webhook import WebhookSink
 from zrepl_py.clock import FixedClock
-from zrepl_py.config.schema import Config, ProtectionBudget
+from zrepl_py.config.replicate import ProtectionBudget
+from zrepl_py.config.schema import Config
 from zrepl_py.config.secret import Secret
 from zrepl_py.errors import AlertDeliveryFailed, SecretUnavailable, ZbakError
 from zrepl_py.observe import events

@@ -14,7 +14,7 @@ from support.cli import zfs
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.cli import main
-from zrepl_py.config.schema import parse_free_floor
+from zrepl_py.config.replicate import parse_free_floor
 from zrepl_py.errors import ExitStatus
 from zrepl_py.observe import events
 from zrepl_py.proc.local import LocalExecutor

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from support.zfs import COMMAND_TIMEOUT
 
-from zrepl_py.config.schema import Endpoint
+from zrepl_py.config.hosts import Endpoint
 from zrepl_py.errors import DatasetNotFound, RsyncFailed, RsyncNotFound
 from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.proc.openssh import ssh_argv_without_address

@@ -24,7 +24,7 @@ from support.openzfs import COMMAND_TIMEOUT as OPENZFS_TIMEOUT
 from support.openzfs import OpenZfsPools
 from support.zfs import COMMAND_TIMEOUT
 
-from zrepl_py.config.schema import HostConfig
+from zrepl_py.config.hosts import HostConfig
 from zrepl_py.errors import (
     DatasetExists,
     DatasetNotFound,

@@ -388,7 +388,7 @@ def test_control_sockets_live_only_in_a_private_directory_of_ours(tmp_path):
 
 
 def _host(**changes):
-    from zrepl_py.config.schema import HostConfig
+    from zrepl_py.config.hosts import HostConfig
 
     return HostConfig(**{"address": "h.example", "port": 22, "user": "root",
                          "identity_file": "/k/id", **changes})

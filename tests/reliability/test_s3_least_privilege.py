@@ -33,7 +33,7 @@ from support.cli import Zbak, zfs
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.config.loading import load_config
-from zrepl_py.config.schema import StoreConfig
+from zrepl_py.config.stores import StoreConfig
 from zrepl_py.errors import ExitStatus, StorePermanent
 from zrepl_py.stores.open import PruneCredentialBackend, open_store
 

@@ -89,13 +89,13 @@ class OpenZfsGuest:
     boot_seconds: float | None
 
     def host_config(self, **overrides: object):
-        """Return a ``zrepl_py.config.schema.HostConfig`` for the guest, usable by
+        """Return a ``zrepl_py.config.hosts.HostConfig`` for the guest, usable by
         ``SSHExecutor`` and ``proc.openssh.ssh_argv``.
 
         Args:
             overrides: HostConfig fields to replace (e.g. ``known_hosts=...``).
         """
-        from zrepl_py.config.schema import HostConfig
+        from zrepl_py.config.hosts import HostConfig
 
         fields: dict[str, object] = {
             "address": self.host,

@@ -58,13 +58,13 @@ class SshServer:
         return self.host_key_file.with_name(self.host_key_file.name + ".pub")
 
     def host_config(self, **overrides: object):
-        """Return a ``zrepl_py.config.schema.HostConfig`` for this server.
+        """Return a ``zrepl_py.config.hosts.HostConfig`` for this server.
 
         Args:
             overrides: HostConfig fields to replace (e.g. ``known_hosts=...``,
                 ``trust_on_first_use=True``).
         """
-        from zrepl_py.config.schema import HostConfig
+        from zrepl_py.config.hosts import HostConfig
 
         fields: dict[str, object] = {
             "address": self.host,

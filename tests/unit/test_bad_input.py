@@ -57,7 +57,7 @@ def test_a_config_larger_than_the_limit_is_refused(tmp_path, capsys):
 
 
 def test_a_secret_file_that_is_a_fifo_is_a_secret_error_not_a_hang(tmp_path):
-    from zrepl_py.config.schema import SecretRef
+    from zrepl_py.config.alerts import SecretRef
     from zrepl_py.errors import SecretUnavailable
 
     fifo = tmp_path / "password"

@@ -9,7 +9,7 @@ import pytest
 
 from zrepl_py.catalog.chains import build_chains
 from zrepl_py.catalog.rows import StreamRow
-from zrepl_py.config.schema import ArchiveConfig
+from zrepl_py.config.archive import ArchiveConfig
 from zrepl_py.pruning.chain_plan import ChainRetention, plan_chain_retention
 
 NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.UTC)

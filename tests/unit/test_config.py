@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from zrepl_py.cli import main
+from zrepl_py.config.hosts import LOCAL_HOST, parse_endpoint
 from zrepl_py.config.loading import config_path, load_config, parse_config
-from zrepl_py.config.schema import LOCAL_HOST, parse_endpoint
-from zrepl_py.config.units import parse_duration, parse_size
 from zrepl_py.errors import ConfigError, ExitStatus
+from zrepl_py.values.units import parse_duration, parse_size
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))

@@ -14,9 +14,9 @@ import datetime as dt
 
 import pytest
 
-from zrepl_py.config.cron import first_at_or_after, parse_crontab
-from zrepl_py.config.units import parse_cron
 from zrepl_py.daemon.crontab import crontab_trigger
+from zrepl_py.values.cron import first_at_or_after, parse_crontab
+from zrepl_py.values.units import parse_cron
 
 UTC = dt.UTC
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from zrepl_py.config.schema import ProtectionBudget
+from zrepl_py.config.replicate import ProtectionBudget
 from zrepl_py.replication.job import budget_warnings
 
 NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.UTC)

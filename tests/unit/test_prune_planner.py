@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from zrepl_py.clock import UTC
-from zrepl_py.config.schema import Retention
+from zrepl_py.config.retention import Retention
 from zrepl_py.pruning.snapshot_plan import Candidate, Decision, PrunePlan, plan_prune
 from zrepl_py.snapshots.naming import format_short_name, is_own
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import datetime as dt
 
 from zrepl_py.catalog.rows import CursorRow, StreamRow
+from zrepl_py.config.hosts import parse_endpoint
 from zrepl_py.config.loading import parse_config
-from zrepl_py.config.schema import Retention, parse_endpoint
+from zrepl_py.config.retention import Retention
 from zrepl_py.pruning.replica import NEWEST_COMMON, plan_replica_prune, zfs_targets
 from zrepl_py.pruning.source import archive_protections, stale_archive_tips
 from zrepl_py.snapshots.inventory import Inventory

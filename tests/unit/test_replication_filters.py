@@ -5,7 +5,7 @@ excluded ones (syncoid ``--exclude-snaps``). Pure; the CLI runs the same on real
 
 from __future__ import annotations
 
-from zrepl_py.config.schema import ReplicateConfig, SnapshotFilter
+from zrepl_py.config.replicate import ReplicateConfig, SnapshotFilter
 from zrepl_py.replication.planner import (
     NOTHING_ADMITTED,
     ResumeToken,

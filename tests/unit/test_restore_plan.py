@@ -14,7 +14,7 @@ import pytest
 
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.clock import UTC
-from zrepl_py.config.schema import RestoreConfig
+from zrepl_py.config.restore import RestoreConfig
 from zrepl_py.errors import RestoreError, UsageError
 from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.restore.gather import IntoFacts, Listing, RestoreFacts, StoreFacts

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from zrepl_py.clock import UTC, FixedClock
-from zrepl_py.config.schema import Retention
+from zrepl_py.config.retention import Retention
 from zrepl_py.pruning.rules import Dated, rank_newest_first, select_retained
 from zrepl_py.snapshots.naming import format_short_name, parse_short_name
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from zrepl_py.config.schema import HostConfig
+from zrepl_py.config.hosts import HostConfig
 from zrepl_py.proc.openssh import ssh_argv, ssh_argv_without_address
 from zrepl_py.replication.rsync import (
     Location,

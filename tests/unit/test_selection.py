@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from zrepl_py.config.schema import SelectConfig
+from zrepl_py.config.jobs import SelectConfig
 from zrepl_py.snapshots.selection import effective_source, replica_of, select_datasets
 from zrepl_py.zfs.model import PropertyValue
 from zrepl_py.zfs.names import DatasetName

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from zrepl_py.config.schema import HostConfig, ReplicateConfig
+from zrepl_py.config.hosts import HostConfig
+from zrepl_py.config.replicate import ReplicateConfig
 from zrepl_py.errors import CommandRefused, ZbakError
 from zrepl_py.proc.executor import Completed
 from zrepl_py.proc.mbuffer import MAX_BYTES as MBUFFER_MAX_BYTES

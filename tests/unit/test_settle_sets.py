@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from zrepl_py.config.schema import Endpoint
+from zrepl_py.config.hosts import Endpoint
 from zrepl_py.errors import ZfsError
 from zrepl_py.replication.settle import SETS_AT_ONCE, Arrival, Settler
 from zrepl_py.zfs.names import DatasetName

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from zrepl_py.config.schema import HostConfig
+from zrepl_py.config.hosts import HostConfig
 from zrepl_py.proc import openssh
 from zrepl_py.proc.openssh import AES_GCM_FIRST, cpu_has_aes, data_ciphers, ssh_argv
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zrepl_py.config.schema import StoreConfig
+from zrepl_py.config.stores import StoreConfig
 from zrepl_py.errors import StorePermanent
 from zrepl_py.stores.base import Thaw
 from zrepl_py.stores.file import FileBackend

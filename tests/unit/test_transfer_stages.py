@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from zrepl_py.config.schema import HostConfig
+from zrepl_py.config.hosts import HostConfig
 from zrepl_py.proc.mbuffer import mbuffer_argv, without_buffer_noise
 from zrepl_py.proc.pipeline import Meter
 from zrepl_py.replication.stages import Side, metered_transfer

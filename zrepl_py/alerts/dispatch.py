@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 
 from zrepl_py.alerts.message import scrub
-from zrepl_py.config.schema import AlertsConfig
+from zrepl_py.config.alerts import AlertsConfig
 from zrepl_py.observe.events import Event
 
 log = logging.getLogger(__name__)

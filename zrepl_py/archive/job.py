@@ -49,7 +49,9 @@ from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.checks.health import source_warnings
 from zrepl_py.checks.source import source_errors
-from zrepl_py.config.schema import JobConfig, StorageClasses, replica_datasets
+from zrepl_py.config.jobs import JobConfig
+from zrepl_py.config.schema import replica_datasets
+from zrepl_py.config.stores import StorageClasses
 from zrepl_py.errors import (
     ObjectNotFound,
     RawSendUnavailable,

@@ -42,7 +42,7 @@ from zrepl_py.archive.damage import mark_bad
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, VolumeRow, first_three
-from zrepl_py.config.schema import RestoreConfig
+from zrepl_py.config.restore import RestoreConfig
 from zrepl_py.errors import NeedsThaw, ObjectNotFound, PipelineFailed, StreamCorrupt, ZbakError
 from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.proc.python_end import ReceiveWriter

@@ -63,7 +63,9 @@ from zrepl_py.audit.objects import audit_objects, unfinished_findings
 from zrepl_py.audit.restorable import Coverage, coverage, coverage_findings, stray, strays_of
 from zrepl_py.catalog.base import CHUNK
 from zrepl_py.catalog.rows import DatasetStreams, VolumeRow, first_three
-from zrepl_py.config.schema import LOCAL_HOST, JobConfig, parse_endpoint, replica_datasets
+from zrepl_py.config.hosts import LOCAL_HOST, parse_endpoint
+from zrepl_py.config.jobs import JobConfig
+from zrepl_py.config.schema import replica_datasets
 from zrepl_py.errors import (
     Locked,
     NeedsThaw,

@@ -30,7 +30,7 @@ from zrepl_py.errors import InsufficientSpace
 from zrepl_py.observe import events
 
 if TYPE_CHECKING:
-    from zrepl_py.config.schema import FreeSpaceFloor
+    from zrepl_py.config.replicate import FreeSpaceFloor
     from zrepl_py.zfs.pool_status import PoolReport
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,9 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from zrepl_py.checks.source import missing_source, source_errors
-from zrepl_py.config.schema import Endpoint, JobConfig, StoreConfig, no_zfs_fallback
+from zrepl_py.config.hosts import Endpoint
+from zrepl_py.config.jobs import JobConfig, no_zfs_fallback
+from zrepl_py.config.stores import StoreConfig
 from zrepl_py.errors import CommandFailed, ZbakError
 from zrepl_py.invocation.context import Context
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from zrepl_py.config.schema import JobConfig
+from zrepl_py.config.jobs import JobConfig
 from zrepl_py.errors import CommandFailed, DatasetNotFound, SourceMissing, ZbakError
 from zrepl_py.invocation.context import Context
 from zrepl_py.zfs.errors import map_error

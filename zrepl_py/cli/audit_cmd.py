@@ -21,8 +21,8 @@ from zrepl_py.cli.common import (
     pass_invocation,
 )
 from zrepl_py.cli.summary import LIMIT, all_option, count_by, names_or_count, reason_kind
-from zrepl_py.config.units import MAX_DURATION
 from zrepl_py.errors import ExitStatus, UsageError
+from zrepl_py.values.units import MAX_DURATION
 
 _COLOURS = {"error": "red", "warning": "yellow", "info": "cyan"}
 

@@ -73,7 +73,7 @@ def _secret_files(config: Config) -> list[str]:
     # imported here: `zbak --help` imports every command module, and pydantic costs 0.05 s
     from pydantic import BaseModel  # noqa: PLC0415
 
-    from zrepl_py.config.schema import SecretRef  # noqa: PLC0415
+    from zrepl_py.config.alerts import SecretRef  # noqa: PLC0415
 
     found: list[str] = []
 

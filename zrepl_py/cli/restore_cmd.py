@@ -52,8 +52,8 @@ def _check_arguments(dataset: str | None, to: str, into: str | None, from_: str 
         InvalidName: DATASET or --into is not ``[HOST:]POOL/NAME``, --to not a snapshot name.
         UsageError: --from is not a host or store name (or ``local``).
     """
-    from zrepl_py.config.names import is_config_name  # noqa: PLC0415
-    from zrepl_py.config.schema import parse_endpoint  # noqa: PLC0415
+    from zrepl_py.config.hosts import parse_endpoint  # noqa: PLC0415
+    from zrepl_py.values.names import is_config_name  # noqa: PLC0415
     from zrepl_py.zfs.names import check_short_name  # noqa: PLC0415
 
     for value in (dataset, into):

@@ -1,5 +1,5 @@
 """The daemon's trigger for crontab(5) schedules: APScheduler 3 fires a job when cron(8) would
-(the schedule's meaning is ``config.cron``'s, the one parser of validation, daemon and status).
+(the schedule's meaning is ``values.cron``'s, the one parser of validation, daemon and status).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import datetime as dt
 
 from apscheduler.triggers.base import BaseTrigger
 
-from zrepl_py.config.cron import first_at_or_after, parse_crontab
+from zrepl_py.values.cron import first_at_or_after, parse_crontab
 
 
 class CrontabTrigger(BaseTrigger):

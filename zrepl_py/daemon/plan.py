@@ -14,7 +14,9 @@ import dataclasses
 import datetime as dt
 from collections.abc import Collection
 
-from zrepl_py.config.schema import DAEMON_ACTIONS, Config, JobConfig
+from zrepl_py.config.daemon import DAEMON_ACTIONS
+from zrepl_py.config.jobs import JobConfig
+from zrepl_py.config.schema import Config
 
 UTC = dt.UTC
 INTERVAL_ORIGIN = dt.datetime(2000, 1, 1, tzinfo=UTC)

@@ -35,7 +35,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from zrepl_py.config.schema import DAEMON_ACTIONS, Config
+from zrepl_py.config.daemon import DAEMON_ACTIONS
+from zrepl_py.config.schema import Config
 from zrepl_py.daemon import child
 from zrepl_py.daemon.gate import Gate
 from zrepl_py.daemon.logs import run_logger

@@ -15,7 +15,7 @@ import dataclasses
 import datetime as dt
 from typing import TYPE_CHECKING
 
-from zrepl_py.config.schema import DaemonConfig
+from zrepl_py.config.daemon import DaemonConfig
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine

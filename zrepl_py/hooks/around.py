@@ -26,7 +26,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from zrepl_py.clock import Clock
-from zrepl_py.config.schema import HookConfig
+from zrepl_py.config.jobs import HookConfig
 from zrepl_py.errors import CatalogError, HookFailed, PipelineCancelled
 from zrepl_py.hooks.command import run_command
 from zrepl_py.hooks.environment import Facts, Outcome, variables

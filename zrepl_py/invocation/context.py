@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from zrepl_py.clock import Clock, MonotonicClock, SystemClock
-from zrepl_py.config.schema import LOCAL_HOST, Config, JobConfig
+from zrepl_py.config.hosts import LOCAL_HOST
+from zrepl_py.config.jobs import JobConfig
+from zrepl_py.config.schema import Config
 from zrepl_py.errors import UsageError
 from zrepl_py.runtime.gcpause import end_startup
 from zrepl_py.runtime.prefetch import Prefetch, Task

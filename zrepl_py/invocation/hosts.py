@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from zrepl_py.config.schema import LOCAL_HOST, Config
+from zrepl_py.config.hosts import LOCAL_HOST
+from zrepl_py.config.schema import Config
 from zrepl_py.errors import UsageError
 from zrepl_py.proc.executor import Executor
 from zrepl_py.proc.local import LocalExecutor

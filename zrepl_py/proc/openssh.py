@@ -61,7 +61,7 @@ from zrepl_py.runtime.statedir import ensure_private_dir
 
 
 class SshHost(Protocol):
-    """What zbak's SSH code needs to know of a remote host: ``config.schema.HostConfig`` is
+    """What zbak's SSH code needs to know of a remote host: ``config.hosts.HostConfig`` is
     one. Taken by shape, so the process layer does not depend on the config package."""
 
     address: str

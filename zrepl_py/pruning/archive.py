@@ -24,7 +24,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
-from zrepl_py.config.schema import ArchiveConfig, JobConfig
+from zrepl_py.config.archive import ArchiveConfig
+from zrepl_py.config.jobs import JobConfig
 from zrepl_py.errors import StoreInconsistent, UsageError, ZbakError
 from zrepl_py.objects.layout import dataset_prefix
 from zrepl_py.pruning.chain_delete import ChainPruneOutcome, execute_chain_prune, find_damaged

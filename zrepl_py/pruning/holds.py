@@ -30,10 +30,10 @@ from collections.abc import Mapping, Sequence
 
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.rows import CursorRow, StreamRow
-from zrepl_py.config.names import is_config_name
-from zrepl_py.config.schema import JobConfig
+from zrepl_py.config.jobs import JobConfig
 from zrepl_py.errors import DatasetNotFound, HoldNotFound, InvalidName, Unsupported, ZfsError
 from zrepl_py.snapshots.selection import is_excluded
+from zrepl_py.values.names import is_config_name
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import SnapshotName, check_hold_tag
 

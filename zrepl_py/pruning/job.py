@@ -23,7 +23,9 @@ import logging
 
 from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.checks.source import source_errors
-from zrepl_py.config.schema import Endpoint, JobConfig, replica_datasets
+from zrepl_py.config.hosts import Endpoint
+from zrepl_py.config.jobs import JobConfig
+from zrepl_py.config.schema import replica_datasets
 from zrepl_py.errors import CommandFailed, DatasetNotFound, HoldNotFound, ZbakError, ZfsError
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts

@@ -23,7 +23,9 @@ import datetime as dt
 from collections.abc import Sequence
 
 from zrepl_py.catalog.rows import CursorRow
-from zrepl_py.config.schema import Endpoint, JobConfig, Retention, parse_endpoint
+from zrepl_py.config.hosts import Endpoint, parse_endpoint
+from zrepl_py.config.jobs import JobConfig
+from zrepl_py.config.retention import Retention
 from zrepl_py.pruning.snapshot_plan import Candidate, PrunePlan, plan_prune
 from zrepl_py.pruning.source import PruneOutcome
 from zrepl_py.snapshots.inventory import Inventory

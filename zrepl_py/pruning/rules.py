@@ -25,7 +25,7 @@ import zoneinfo
 from collections.abc import Callable, Hashable, Sequence
 
 from zrepl_py.clock import UTC
-from zrepl_py.config.schema import Retention
+from zrepl_py.config.retention import Retention
 
 
 @dataclasses.dataclass(frozen=True)

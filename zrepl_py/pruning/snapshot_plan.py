@@ -23,7 +23,7 @@ import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
-from zrepl_py.config.schema import Retention
+from zrepl_py.config.retention import Retention
 from zrepl_py.pruning.rules import Dated, select_retained
 
 NOT_OURS = "not a zbak snapshot (never pruned)"

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.rows import CursorRow, StreamRow
-from zrepl_py.config.schema import JobConfig
+from zrepl_py.config.jobs import JobConfig
 from zrepl_py.errors import (
     DatasetBusy,
     DatasetNotFound,

@@ -27,13 +27,10 @@ import threading
 
 from zrepl_py.checks.health import needs_size, source_warnings, target_warnings
 from zrepl_py.checks.source import source_errors
-from zrepl_py.config.schema import (
-    Endpoint,
-    JobConfig,
-    ProtectionBudget,
-    no_zfs_fallback,
-    replica_datasets,
-)
+from zrepl_py.config.hosts import Endpoint
+from zrepl_py.config.jobs import JobConfig, no_zfs_fallback
+from zrepl_py.config.replicate import ProtectionBudget
+from zrepl_py.config.schema import replica_datasets
 from zrepl_py.errors import CommandFailed, UsageError, ZbakError
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts, Outcome

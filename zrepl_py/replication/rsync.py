@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from zrepl_py.config.schema import Endpoint, HostConfig
+from zrepl_py.config.hosts import Endpoint, HostConfig
 from zrepl_py.errors import CommandFailed, DatasetNotFound, RsyncFailed, RsyncNotFound, UsageError
 from zrepl_py.proc.executor import Completed, Executor
 from zrepl_py.proc.openssh import remote_command, ssh_argv_without_address

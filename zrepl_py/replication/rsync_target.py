@@ -19,7 +19,8 @@ import posixpath
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from zrepl_py.config.schema import Endpoint, JobConfig
+from zrepl_py.config.hosts import Endpoint
+from zrepl_py.config.jobs import JobConfig
 from zrepl_py.errors import StreamUnsupported
 from zrepl_py.observe.transfers import Slot
 from zrepl_py.replication.rsync import (

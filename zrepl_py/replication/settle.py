@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from zrepl_py.catalog.rows import CursorRow
 from zrepl_py.clock import Clock
-from zrepl_py.config.schema import Endpoint
+from zrepl_py.config.hosts import Endpoint
 from zrepl_py.errors import HoldNotReleased, ReplicaPropertiesFailed, ZbakError, ZfsError
 from zrepl_py.replication.protect import BaseMove, move_protection_many
 from zrepl_py.zfs.client import Zfs

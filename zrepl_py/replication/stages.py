@@ -31,7 +31,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from zrepl_py.config.schema import Config, HostConfig
+from zrepl_py.config.hosts import HostConfig
+from zrepl_py.config.schema import Config
 from zrepl_py.proc import spawn
 from zrepl_py.proc.mbuffer import mbuffer_argv
 from zrepl_py.proc.openssh import control_dir, remote_command, remote_pipeline, ssh_argv

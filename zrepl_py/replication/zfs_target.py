@@ -53,7 +53,9 @@ from typing import TYPE_CHECKING
 
 from zrepl_py.catalog.rows import CursorRow
 from zrepl_py.clock import Clock
-from zrepl_py.config.schema import Endpoint, JobConfig, SnapshotFilter
+from zrepl_py.config.hosts import Endpoint
+from zrepl_py.config.jobs import JobConfig
+from zrepl_py.config.replicate import SnapshotFilter
 from zrepl_py.errors import (
     DatasetNotFound,
     Diverged,

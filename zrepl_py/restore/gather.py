@@ -19,7 +19,8 @@ import dataclasses
 from collections.abc import Mapping
 
 from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, VolumeRow
-from zrepl_py.config.schema import LOCAL_HOST, RestoreConfig, parse_endpoint
+from zrepl_py.config.hosts import LOCAL_HOST, parse_endpoint
+from zrepl_py.config.restore import RestoreConfig
 from zrepl_py.errors import DatasetNotFound, UsageError, ZbakError
 from zrepl_py.invocation.context import Context
 from zrepl_py.objects.layout import common_prefix

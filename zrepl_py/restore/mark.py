@@ -9,8 +9,8 @@ restore continues (``plan.plan_restore``) instead of refusing the existing datas
 
 from __future__ import annotations
 
-from zrepl_py.config.names import is_config_name
 from zrepl_py.errors import InvalidName
+from zrepl_py.values.names import is_config_name
 from zrepl_py.zfs.names import DatasetName
 
 RESTORING = "zbak:restoring"

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
-from zrepl_py.config.schema import RestoreConfig
+from zrepl_py.config.restore import RestoreConfig
 from zrepl_py.stores.base import COLD_CLASSES, Backend, Thaw
 
 if TYPE_CHECKING:  # the estimate is pure; only request_thaws writes the catalog

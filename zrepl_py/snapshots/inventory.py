@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from zrepl_py.catalog.rows import SnapshotFact
 from zrepl_py.checks.preflight import Check
-from zrepl_py.config.schema import JobConfig, replica_datasets
+from zrepl_py.config.jobs import JobConfig
+from zrepl_py.config.schema import replica_datasets
 from zrepl_py.snapshots.selection import Selection, select_datasets
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.model import DatasetInfo, PropertyValue, Tree

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from zrepl_py.checks.source import source_errors
-from zrepl_py.config.schema import JobConfig, replica_datasets
+from zrepl_py.config.jobs import JobConfig
+from zrepl_py.config.schema import replica_datasets
 from zrepl_py.errors import ZfsError
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from zrepl_py.config.schema import JobConfig, SelectConfig
+from zrepl_py.config.jobs import JobConfig, SelectConfig
 from zrepl_py.zfs.model import PropertyValue
 from zrepl_py.zfs.names import DatasetName
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.rows import CursorRow, RunRow, SnapshotRow, StreamRow
-from zrepl_py.config.schema import JobConfig
+from zrepl_py.config.jobs import JobConfig
 from zrepl_py.observe.runlog import sweep_interrupted
 from zrepl_py.observe.transfers import RunningTransfer, StaleTransfer, read_running
 

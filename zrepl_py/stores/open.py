@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
 from zrepl_py.config.extras import S3, require
-from zrepl_py.config.schema import StoreConfig
+from zrepl_py.config.stores import StoreConfig
 from zrepl_py.errors import StorePermanent
 from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw, Unfinished
 from zrepl_py.stores.retry import RetryPolicy

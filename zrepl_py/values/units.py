@@ -3,7 +3,7 @@
 Durations take seconds (int) or ``<number><unit>`` with units s, m, h, d, w, y
 (``90m``, ``36h``, ``30d``); a year is 365 days. Sizes take bytes (int) or
 ``<number><unit>`` with SI (K, M, G, T = 1000^n) or IEC (KiB, MiB, GiB, TiB = 1024^n) units.
-Cron schedules are crontab(5) lines checked with the one parser (``config.cron``) the daemon and status use.
+Cron schedules are crontab(5) lines checked with the one parser (``values.cron``) the daemon and status use.
 
 Upper bounds (issue 16 item 5: a 400-digit value must be a config error, not an
 OverflowError): a duration at most ``MAX_DURATION`` (100 years), a size at most ``MAX_SIZE``
@@ -91,9 +91,9 @@ def parse_cron(value: object) -> str:
     unchanged: five fields (0 and 7 are Sunday) or a nickname such as ``@daily``.
 
     Raises:
-        ValueError: when ``config.cron.parse_crontab`` rejects it.
+        ValueError: when ``values.cron.parse_crontab`` rejects it.
     """
-    from zrepl_py.config.cron import parse_crontab
+    from zrepl_py.values.cron import parse_crontab
 
     if not isinstance(value, str):
         raise ValueError("expected a crontab line like '0 2 * * *' or '@daily'")

@@ -62,7 +62,7 @@ def parse_crontab(line: str) -> str:
     if len(fields) != 5:
         raise ValueError(f"expected 5 fields (minute hour day-of-month month day-of-week) "
                          f"or a nickname such as @daily, got {len(fields)}")
-    for name, field in zip(_FIELDS, fields):
+    for name, field in zip(_FIELDS, fields, strict=True):
         if not all(_ITEM.fullmatch(item) for item in field.split(",")):
             raise ValueError(f"bad {name} field {field!r}")
     try:
