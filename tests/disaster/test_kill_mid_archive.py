@@ -38,7 +38,7 @@ from support.cli import zfs
 from zrepl_py.archive import writer
 from zrepl_py.config.loading import load_config
 from zrepl_py.objects.layout import PROGRESS
-from zrepl_py.stores.open import open_store
+from zrepl_py.stores.registry import open_store
 
 pytestmark = [pytest.mark.zfs, pytest.mark.slow]
 

@@ -16,7 +16,7 @@ from zrepl_py.catalog.export import MARKS_DIR, load_export
 from zrepl_py.config.loading import load_config
 from zrepl_py.errors import ExitStatus
 from zrepl_py.objects.layout import EXPORT_PREFIX, MANIFEST, copy_key
-from zrepl_py.stores.open import open_store
+from zrepl_py.stores.registry import open_store
 
 pytestmark = pytest.mark.zfs
 

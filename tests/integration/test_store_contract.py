@@ -1,9 +1,12 @@
-"""One contract suite for every object store (house style 6, restic's backend test suite).
+"""One contract suite for every object store (docs/style.md#habits-worth-copying, item 6;
+restic's backend test suite).
 
-``StoreContract`` holds the behaviour the ``Backend`` docstrings promise; ``TestFileStore`` runs it
-on a temporary directory, ``TestS3Store`` against moto's S3 server over real HTTP (the ``s3``
-marker comes from the ``s3_bucket`` fixture). Backend-specific guarantees (temporary files,
-multipart uploads, storage classes, resumed GETs, memory bound) follow in each class.
+``TestStoreContract`` holds the behaviour the ``Backend`` docstrings promise and runs it on
+every scheme the store registry lists (``stores.registry.SCHEMES``), each on its test bed
+(``CONTRACT_BEDS``): ``file`` on a temporary directory, ``s3`` against moto's S3 server over
+real HTTP. A registered scheme without a test bed fails the suite. Backend-specific guarantees
+(temporary files, multipart uploads, storage classes, resumed GETs, memory bound) follow in
+``TestFileStore`` and ``TestS3Store``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from zrepl_py.errors import NeedsThaw, ObjectNotFound, StorePermanent, StoreTran
 from zrepl_py.stores import s3 as s3_module
 from zrepl_py.stores.base import Thaw
 from zrepl_py.stores.file import FileBackend
+from zrepl_py.stores.registry import SCHEMES
 from zrepl_py.stores.retry import RetryPolicy
 from zrepl_py.stores.s3 import S3Backend
 
@@ -53,8 +57,55 @@ def read_all(store, key: str, chunk_size: int = 1 << 20) -> bytes:
     return b"".join(store.get(key, chunk_size=chunk_size))
 
 
-class StoreContract:
-    """What every backend guarantees; subclasses provide the ``store`` fixture."""
+@pytest.fixture
+def file_store(tmp_path):
+    """The ``file`` test bed: a store on an empty temporary directory."""
+    root = tmp_path / "store"
+    root.mkdir()
+    return FileBackend("files", root)
+
+
+@pytest.fixture
+def s3_store(s3_server, s3_bucket):
+    """The ``s3`` test bed: a store under a prefix of a fresh bucket of moto's server, with
+    S3's smallest part size (so a few MiB make a multipart upload) and quick retries."""
+    backend = S3Backend("bucket", s3_bucket, "some/prefix", endpoint_url=s3_server.endpoint_url,
+                        region=s3_server.region, part_size=PART, concurrency=2, retry=FAST)
+    yield backend
+    backend.close()
+
+
+CONTRACT_BEDS = {
+    "file": ("file_store", ()),
+    "s3": ("s3_store", (pytest.mark.s3,)),
+}
+"""Each registered scheme's test bed: the fixture that gives a fresh, empty store of it, and
+the marks of the real components it needs. A new scheme adds its own line here."""
+
+
+def test_every_registered_scheme_has_a_contract_test_bed():
+    """A scheme cannot escape the contract suite: the registry's schemes are the beds'."""
+    assert [s.name for s in SCHEMES if s.name not in CONTRACT_BEDS] == []
+
+
+def _beds() -> list:
+    return [pytest.param(s.name, marks=CONTRACT_BEDS.get(s.name, ("", ()))[1], id=s.name)
+            for s in SCHEMES]
+
+
+class TestStoreContract:
+    """What every backend guarantees, run on each registered scheme's test bed."""
+
+    @pytest.fixture(params=_beds())
+    def store(self, request):
+        fixture, _marks = CONTRACT_BEDS[request.param]  # KeyError: a scheme without a bed
+        return request.getfixturevalue(fixture)
+
+    def test_probe_of_a_usable_store_says_what_it_found_and_changes_no_object(self, store):
+        """``zbak init`` asks each store to probe itself (``Backend.probe``)."""
+        store.put("k", [b"x"])
+        assert store.probe().strip()
+        assert [(i.key, read_all(store, i.key)) for i in store.list()] == [("k", b"x")]
 
     @pytest.mark.parametrize("size", [0, 1000, PART, 2 * PART + 123],
                              ids=["empty", "small", "exactly-one-part", "multi-part"])
@@ -200,12 +251,10 @@ class StoreContract:
             store.abort_stale_uploads(-1)
 
 
-class TestFileStore(StoreContract):
+class TestFileStore:
     @pytest.fixture
-    def store(self, tmp_path):
-        root = tmp_path / "store"
-        root.mkdir()
-        return FileBackend("files", root)
+    def store(self, file_store):
+        return file_store
 
     def test_temporary_files_are_hidden_from_list_and_removed_after_a_failed_put(self, store):
         (store.root / "d").mkdir()
@@ -292,6 +341,26 @@ class TestFileStore(StoreContract):
         with pytest.raises(StorePermanent, match="does not exist"):
             store.put("k", [b"x"])
         assert not (tmp_path / "unmounted").exists()
+
+    def test_probe_creates_a_missing_root_and_its_parents_private(self, tmp_path):
+        """``zbak init`` sets the store up: the one call that creates the root."""
+        store = FileBackend("files", tmp_path / "new" / "store")
+        assert store.probe() == f"directory {tmp_path / 'new' / 'store'} writable"
+        for path in (tmp_path / "new", tmp_path / "new" / "store"):
+            assert path.stat().st_mode & 0o777 == 0o700
+
+    def test_probe_refuses_a_root_shared_with_other_users_and_leaves_its_mode(self, tmp_path):
+        root = tmp_path / "shared"
+        root.mkdir(mode=0o777)
+        root.chmod(0o777)
+        with pytest.raises(StorePermanent, match="store files: .*shared"):
+            FileBackend("files", root).probe()
+        assert root.stat().st_mode & 0o777 == 0o777
+
+    def test_probe_names_a_root_it_cannot_create(self, tmp_path):
+        (tmp_path / "file").write_bytes(b"")  # a file where a parent directory should be
+        with pytest.raises(StorePermanent, match="cannot create directory"):
+            FileBackend("files", tmp_path / "file" / "store").probe()
 
     def test_a_key_clashing_with_a_directory_is_a_permanent_error_not_a_missing_object(self, store):
         store.put("a/b", [b"x"])
@@ -391,13 +460,10 @@ class CuttingProxy:
         self.server.close()
 
 
-class TestS3Store(StoreContract):
+class TestS3Store:
     @pytest.fixture
-    def store(self, s3_server, s3_bucket):
-        backend = S3Backend("bucket", s3_bucket, "some/prefix", endpoint_url=s3_server.endpoint_url,
-                            region=s3_server.region, part_size=PART, concurrency=2, retry=FAST)
-        yield backend
-        backend.close()
+    def store(self, s3_store):
+        return s3_store
 
     def test_objects_live_under_the_store_prefix_and_others_are_not_listed(self, store, s3_server):
         raw = s3_server.client()
@@ -545,6 +611,22 @@ class TestS3Store(StoreContract):
             store.put("k", [b"x"])
         with pytest.raises(StorePermanent, match="does not exist"):
             list(store.list())
+        with pytest.raises(StorePermanent, match="bucket 'no-such-bucket-zbak' does not exist"):
+            store.probe()
+
+    def test_probe_is_refused_for_a_credential_the_endpoint_does_not_know(
+            self, store, monkeypatch):
+        """moto's server checks no signature, so this runs against an S3Backend whose
+        client signs with nothing: botocore refuses to send the request (no credentials)."""
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            monkeypatch.delenv(name)
+        bare = S3Backend("bare", store.bucket, "", endpoint_url=store._client.meta.endpoint_url,
+                         region="us-east-1", profile=None, retry=FAST)
+        try:
+            with pytest.raises(StorePermanent, match="credentials"):
+                bare.probe()
+        finally:
+            bare.close()
 
     def test_an_unreachable_endpoint_is_a_transient_error_after_the_retries(self, s3_bucket):
         """RELIABILITY 16."""
@@ -554,6 +636,8 @@ class TestS3Store(StoreContract):
                           region="us-east-1", retry=FAST)
         with pytest.raises(StoreTransient, match="gave up after 3 attempts"):
             store.stat("k")
+        with pytest.raises(StoreTransient, match="head_bucket"):
+            store.probe()
         with pytest.raises(StoreTransient):
             store.put("k", [b"x"])
 

@@ -4,7 +4,7 @@
 wrappers around the real ``zfs send``.
 
 How the faulty store reaches ``zbak restore``: every store is opened by
-``zrepl_py.stores.open.open_store`` (through ``Context.store``); the ``faulty_store`` fixture
+``zrepl_py.stores.registry.open_store`` (through ``Context.store``); the ``faulty_store`` fixture
 swaps that factory for one that wraps the real backend it returns (the store, the CLI and the restore code are unchanged).
 A ``FaultyBackend`` has no ``local_path``, so the volumes are downloaded through ``get`` into
 the spool and verified there, as from S3.
@@ -40,7 +40,7 @@ from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.proc.pipeline import Stage
 from zrepl_py.restore import execute as restore_execute
 from zrepl_py.restore.fetch import VolumeFetch, fetch_verified
-from zrepl_py.stores import open as store_open
+from zrepl_py.stores import registry as store_registry
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.streams.frames import decompress_frame
 
@@ -112,7 +112,7 @@ def faulty_store(monkeypatch):
     """Call with FaultyBackend keyword arguments: every store the restore opens is wrapped in
     a FaultyBackend with them; returns the list the wrappers are appended to."""
     made: list[FaultyBackend] = []
-    real = store_open.open_store
+    real = store_registry.open_store
 
     def install(**faults):
         def open_store(*args, **kwargs):
@@ -474,7 +474,7 @@ def test_a_volume_corrupt_on_every_read_is_read_twice_then_refused(archived, fau
 def _audit_reads_through(monkeypatch, **faults) -> list[FaultyBackend]:
     """Wrap every store ``zbak audit`` opens in a FaultyBackend with ``faults``."""
     made: list[FaultyBackend] = []
-    real = store_open.open_store
+    real = store_registry.open_store
 
     def open_store(*args, **kwargs):
         made.append(FaultyBackend(real(*args, **kwargs), **faults))

@@ -32,10 +32,11 @@ from support.cli import Zbak, zfs
 
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.config.loading import load_config
-from zrepl_py.config.stores import StoreConfig
-from zrepl_py.errors import ExitStatus, StorePermanent
-from zrepl_py.stores.open import PruneCredentialBackend, open_store
+from zrepl_py.config.loading import load_config, parse_config
+from zrepl_py.errors import ConfigError, ExitStatus, StorePermanent
+from zrepl_py.stores.prune_credential import PruneCredentialBackend
+from zrepl_py.stores.registry import open_store
+from zrepl_py.stores.schemes.s3 import S3StoreConfig
 
 pytestmark = [pytest.mark.s3]
 
@@ -115,8 +116,8 @@ def iam_s3(tmp_path):
         server.stop()
 
 
-def store(server: IamS3, **extra) -> StoreConfig:
-    return StoreConfig(url=f"s3://{BUCKET}/zbak", endpoint=server.url, region="us-east-1",
+def store(server: IamS3, **extra) -> S3StoreConfig:
+    return S3StoreConfig(url=f"s3://{BUCKET}/zbak", endpoint=server.url, region="us-east-1",
                        profile="writer", **extra)
 
 
@@ -155,10 +156,14 @@ def test_with_a_prune_profile_deletes_use_it_and_everything_else_the_writer(iam_
     assert iam_s3.keys_in_bucket() == set()
 
 
-def test_prune_profile_is_refused_for_a_file_store():
-    """RELIABILITY 42 (U): the key only makes sense for S3 and is refused elsewhere."""
-    with pytest.raises(ValueError, match="s3:// stores only"):
-        StoreConfig(url="file:///srv/zbak", prune_profile="pruner")
+def test_prune_profile_is_refused_for_a_file_store_naming_the_key():
+    """RELIABILITY 42 (U): the key only makes sense for S3 and is refused elsewhere, at its
+    own key path."""
+    with pytest.raises(ConfigError) as info:
+        parse_config({"stores": {"local": {"url": "file:///srv/zbak", "prune_profile": "p"}}},
+                     "zbak.toml")
+    assert info.value.problems == [("stores.local.prune_profile",
+                                    "prune_profile applies to s3:// stores only")]
 
 
 @pytest.mark.zfs

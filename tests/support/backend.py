@@ -235,6 +235,13 @@ class FaultyBackend(Backend):
         self._done("request_thaw", key)
         return state
 
+    def probe(self) -> str:
+        """The inner ``probe``, after the call faults (op ``probe``, key None)."""
+        self._enter("probe", None)
+        found = self.inner.probe()
+        self._done("probe", None)
+        return found
+
     def abort_stale_uploads(self, older_than: float) -> list[str]:
         """The inner ``abort_stale_uploads``, after the call faults (op ``abort_stale_uploads``,
         key None)."""

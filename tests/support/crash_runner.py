@@ -13,7 +13,7 @@ Usage: ``python tests/support/crash_runner.py [ZBAK ARGS...]`` with the environm
 A step is a call that changes durable state: ``put`` and ``delete`` on a store (every store
 is opened through ``support.backend.FaultyBackend`` around the real backend) and the catalog
 writes of an archive or prune (``Catalog.add_stream``, ``set_stream_state``,
-``condemn_streams``, ``delete_stream``). The factory ``stores.open.open_store`` is replaced (every
+``condemn_streams``, ``delete_stream``). The factory ``stores.registry.open_store`` is replaced (every
 store is opened through it, by ``Context.store``); the code under test is otherwise unchanged.
 """
 
@@ -54,16 +54,16 @@ class Steps:
 def install(steps: Steps) -> None:
     """Route every store and the catalog writes through ``steps``."""
     from zrepl_py.catalog import repository
-    from zrepl_py.stores import open as store_open
+    from zrepl_py.stores import registry as store_registry
 
-    original = store_open.open_store
+    original = store_registry.open_store
 
     @functools.wraps(original)
     def open_store(*args, **kwargs):
         return FaultyBackend(original(*args, **kwargs),
                              after_call=lambda _n, op, key: steps.step(op, key))
 
-    store_open.open_store = open_store
+    store_registry.open_store = open_store
 
     for method in CATALOG_STEPS:
         real = getattr(repository.Catalog, method, None)

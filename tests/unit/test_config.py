@@ -13,6 +13,9 @@ from zrepl_py.cli import main
 from zrepl_py.config.hosts import LOCAL_HOST, parse_endpoint
 from zrepl_py.config.loading import config_path, load_config, parse_config
 from zrepl_py.errors import ConfigError, ExitStatus
+from zrepl_py.stores.schemes.file import FileStoreConfig
+from zrepl_py.stores.schemes.s3 import S3StoreConfig
+from zrepl_py.stores.settings import StoreConfig
 from zrepl_py.values.units import parse_duration, parse_size
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,3 +182,51 @@ def test_a_value_of_the_wrong_type_is_named_in_tomls_words(data, key, message):
     with pytest.raises(ConfigError) as info:
         parse_config(data, "zbak.toml")
     assert info.value.problems == [(key, message)]
+
+
+S3_ONLY = sorted(set(S3StoreConfig.model_fields) - set(StoreConfig.model_fields))
+"""The keys of ``[stores.NAME]`` only an ``s3://`` store takes."""
+
+
+@pytest.mark.parametrize("key", S3_ONLY)
+def test_an_s3_key_on_a_file_store_is_refused_naming_the_key_and_the_scheme_it_belongs_to(key):
+    """Each scheme's table takes its own keys (stores.registry): an S3 setting on a
+    ``file://`` store would silently do nothing (``encryption`` that encrypts nothing), so
+    it is an error at its own key path."""
+    value = {"sse": "AES256"} if key == "encryption" else "x"
+    with pytest.raises(ConfigError) as info:
+        parse_config({"stores": {"local": {"url": "file:///srv/zbak", key: value}}}, "zbak.toml")
+    assert info.value.problems == [(f"stores.local.{key}", f"{key} applies to s3:// stores only")]
+
+
+@pytest.mark.parametrize("store, problems", [
+    ({"url": "s3://my-bucket/x", "bogus": 1}, [("stores.s.bogus", "unknown key")]),
+    ({"url": "file:///srv/zbak", "bogus": 1}, [("stores.s.bogus", "unknown key")]),
+    ({"url": "s3://my-bucket/x", "upload_concurrency": 0},
+     [("stores.s.upload_concurrency", "Input should be greater than or equal to 1")]),
+    ({"url": "ftp://example.net/x", "endpoint": "http://h", "bogus": 1},
+     [("stores.s.url", "expected 's3://bucket[/prefix]' or 'file:///absolute/dir'"),
+      ("stores.s.bogus", "unknown key")]),
+    ({"endpoint": "http://h"}, [("stores.s.url", "Field required")]),
+    ({"url": 5}, [("stores.s.url", "expected a string, got an integer")]),
+    ("file:///srv/zbak", [("stores.s", "expected a table, got a string")]),
+])
+def test_a_store_tables_problems_name_the_key_as_written_whatever_its_scheme(store, problems):
+    """A store's table is validated as its scheme's settings; the key paths are the ones
+    the admin wrote (no scheme in between), an unrecognised URL is the one problem besides
+    the keys no scheme takes."""
+    with pytest.raises(ConfigError) as info:
+        parse_config({"stores": {"s": store}}, "zbak.toml")
+    assert info.value.problems == problems
+
+
+def test_each_store_table_becomes_its_schemes_settings():
+    config = parse_config({"stores": {
+        "cold": {"url": "s3://my-bucket/zbak", "region": "eu-central-1", "volume_size": "2GiB"},
+        "local": {"url": "file:///srv/zbak", "storage_class": {"full": "GLACIER"}},
+    }}, "zbak.toml")
+    cold, local = config.stores["cold"], config.stores["local"]
+    assert isinstance(cold, S3StoreConfig) and isinstance(local, FileStoreConfig)
+    assert (cold.bucket, cold.prefix, cold.region, cold.volume_size) == (
+        "my-bucket", "zbak", "eu-central-1", 2 * 1024**3)
+    assert (local.directory, local.storage_class.full) == (Path("/srv/zbak"), "GLACIER")

@@ -1,31 +1,35 @@
-"""open_store: config URLs to backends; S3 restore headers to thaw states (pure parts)."""
+"""The store registry: config tables to scheme settings and backends; S3 restore headers to
+thaw states (pure parts)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 
 import pytest
 
-from zrepl_py.config.stores import StoreConfig
 from zrepl_py.errors import StorePermanent
 from zrepl_py.stores.base import Thaw
 from zrepl_py.stores.file import FileBackend
-from zrepl_py.stores.open import open_store
+from zrepl_py.stores.prune_credential import PruneCredentialBackend
+from zrepl_py.stores.registry import SCHEMES, open_store, scheme_for_url, scheme_of
 from zrepl_py.stores.s3 import DEFAULT_PART_SIZE, MAX_PARTS, S3Backend, _thaw_state
+from zrepl_py.stores.schemes.file import FileStoreConfig
+from zrepl_py.stores.schemes.s3 import S3StoreConfig
 
 MiB = 1 << 20
 
 
 def test_a_file_url_opens_a_directory_store_on_its_absolute_path():
-    store = open_store("local", StoreConfig(url="file:///srv/backup/zbak"))
+    store = open_store("local", FileStoreConfig(url="file:///srv/backup/zbak"))
     assert isinstance(store, FileBackend)
     assert store.root == Path("/srv/backup/zbak") and store.name == "local"
 
 
 def test_an_s3_url_opens_a_bucket_store_with_the_prefix_and_the_config_settings():
-    cfg = StoreConfig(url="s3://my-bucket/zbak/host1", region="eu-central-1",
-                      endpoint="http://127.0.0.1:9", upload_concurrency=7)
+    cfg = S3StoreConfig(url="s3://my-bucket/zbak/host1", region="eu-central-1",
+                        endpoint="http://127.0.0.1:9", upload_concurrency=7)
     store = open_store("cold", cfg)
     try:
         assert isinstance(store, S3Backend)
@@ -37,28 +41,66 @@ def test_an_s3_url_opens_a_bucket_store_with_the_prefix_and_the_config_settings(
 
 
 def test_an_s3_url_without_a_prefix_uses_the_whole_bucket():
-    store = open_store("b", StoreConfig(url="s3://my-bucket", region="us-east-1"))
+    store = open_store("b", S3StoreConfig(url="s3://my-bucket", region="us-east-1"))
     assert (store.bucket, store.prefix) == ("my-bucket", "")
     store.close()
 
 
+def test_a_prune_profile_opens_a_store_whose_deletes_use_it():
+    aws = Path(os.environ["HOME"]) / ".aws"  # HOME is the test's own (conftest)
+    aws.mkdir()
+    (aws / "config").write_text("[profile pruner]\nregion = us-east-1\n")
+    store = open_store("b", S3StoreConfig(url="s3://my-bucket", region="us-east-1",
+                                          prune_profile="pruner"))
+    try:
+        assert isinstance(store, PruneCredentialBackend)
+        assert store.pruner.concurrency == 1 and store.writer.concurrency == 4
+    finally:
+        store.close()
+
+
 def test_the_part_size_grows_so_a_large_volume_fits_in_s3s_10000_parts():
-    store = open_store("b", StoreConfig(url="s3://my-bucket", region="us-east-1",
-                                        volume_size=500 * 1024**3))
+    store = open_store("b", S3StoreConfig(url="s3://my-bucket", region="us-east-1",
+                                          volume_size=500 * 1024**3))
     assert store.part_size % MiB == 0
     assert store.part_size * MAX_PARTS >= 500 * 1024**3 > (store.part_size - MiB) * MAX_PARTS
     store.close()
 
 
+def test_a_volume_larger_than_an_s3_object_may_be_is_a_permanent_error():
+    with pytest.raises(StorePermanent, match="5 TiB"):
+        open_store("b", S3StoreConfig(url="s3://my-bucket", volume_size=6 * 1024**4))
+
+
 def test_an_unknown_aws_profile_is_a_permanent_error():
     with pytest.raises(StorePermanent):
-        open_store("b", StoreConfig(url="s3://my-bucket", profile="no-such-profile-zbak"))
+        open_store("b", S3StoreConfig(url="s3://my-bucket", profile="no-such-profile-zbak"))
 
 
-def test_an_unknown_scheme_is_a_permanent_error():
-    cfg = StoreConfig.model_construct(url="ftp://example.org/x")  # bypasses the url validator
-    with pytest.raises(StorePermanent, match="unsupported url"):
-        open_store("x", cfg)
+@pytest.mark.parametrize("url, scheme", [
+    ("file:///srv/zbak", "file"), ("s3://my-bucket", "s3"), ("s3://my-bucket/a/b", "s3"),
+    ("file://relative", None), ("s3://B_AD", None), ("s3://ab", None), ("ftp://x/y", None),
+    ("s3://my-bucket/x\n", None), ("", None),
+])
+def test_a_url_belongs_to_the_scheme_that_parses_it_or_to_none(url, scheme):
+    found = scheme_for_url(url)
+    assert (found.name if found else None) == scheme
+
+
+def test_each_scheme_declares_its_url_form_settings_and_extra_and_is_found_by_its_settings():
+    assert [s.name for s in SCHEMES] == ["s3", "file"]
+    for scheme in SCHEMES:
+        assert scheme.form.startswith(f"{scheme.name}://")
+        assert scheme_for_url(scheme.form.replace("[/prefix]", "")) is scheme
+    assert scheme_of(FileStoreConfig(url="file:///x")).extra is None
+    assert scheme_of(S3StoreConfig(url="s3://abc")).extra.module == "boto3"
+
+
+def test_a_settings_class_refuses_a_url_of_another_scheme():
+    with pytest.raises(ValueError, match="s3://bucket"):
+        S3StoreConfig(url="file:///srv/zbak")
+    with pytest.raises(ValueError, match="file:///absolute/dir"):
+        FileStoreConfig(url="s3://my-bucket")
 
 
 @pytest.mark.parametrize("storage_class, restore, thaw, expires", [

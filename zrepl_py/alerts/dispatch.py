@@ -171,7 +171,8 @@ def channels_from_config(alerts: AlertsConfig, *, host: str | None = None) -> li
         ))
     if alerts.apprise is not None:
         from zrepl_py.alerts.apprise_sink import AppriseSink
-        from zrepl_py.config.extras import APPRISE, APPRISE_USER, require
+        from zrepl_py.config.extras import APPRISE, APPRISE_USER
+        from zrepl_py.runtime.extras import require
 
         require(APPRISE, APPRISE_USER)
         channels += [AppriseSink(ref.load(), machine, index=i)

@@ -51,7 +51,6 @@ from zrepl_py.checks.health import source_warnings
 from zrepl_py.checks.source import source_errors
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.config.schema import replica_datasets
-from zrepl_py.config.stores import StorageClasses
 from zrepl_py.errors import (
     ObjectNotFound,
     RawSendUnavailable,
@@ -80,6 +79,7 @@ from zrepl_py.replication.protect import move_protection
 from zrepl_py.replication.stages import Side
 from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.stores.base import Backend, ObjectInfo
+from zrepl_py.stores.settings import StorageClasses
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION, Capabilities
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.model import SnapshotInfo

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
-from zrepl_py.config.extras import CATALOG, for_catalog, require
+from zrepl_py.config.extras import CATALOG, for_catalog
 from zrepl_py.errors import (
     CatalogConflict,
     CatalogError,
@@ -27,6 +27,7 @@ from zrepl_py.errors import (
     CatalogUnavailable,
     ZbakError,
 )
+from zrepl_py.runtime.extras import require
 
 if TYPE_CHECKING:
     from alembic.config import Config

@@ -4,25 +4,22 @@ Each check yields one ``Check`` row; a failing check never stops the others, so 
 ``zbak init`` lists every problem at once. A target is checked for the method the job will
 really use: ZFS targets by probing the pool; directory targets, and ZFS targets on a host
 without zfs that method ``auto`` replicates with rsync (``rsync_target.no_zfs_fallback``),
-by running ``rsync --version`` there (issue 18 item 8: no ``zpool get`` on an rsync host).
+by running ``rsync --version`` there (no ``zpool get`` on an rsync host). Each store
+probes itself (``Backend.probe``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
-from urllib.parse import urlparse
 
 from zrepl_py.checks.source import missing_source, source_errors
 from zrepl_py.config.hosts import Endpoint
 from zrepl_py.config.jobs import JobConfig, no_zfs_fallback
-from zrepl_py.config.stores import StoreConfig
 from zrepl_py.errors import CommandFailed, ZbakError
 from zrepl_py.invocation.context import Context
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
-from zrepl_py.runtime.statedir import ensure_private_dir
+from zrepl_py.zfs.capabilities import Capabilities
 from zrepl_py.zfs.client import Zfs
 
 
@@ -35,37 +32,10 @@ class Check:
     detail: str
 
 
-def _capabilities_text(caps) -> str:
+def _capabilities_text(caps: Capabilities) -> str:
     flags = [f.name for f in dataclasses.fields(caps) if getattr(caps, f.name) is True]
     version = f"pool v{caps.pool_version}, " if caps.pool_version else ""
     return version + ("features: " + ", ".join(flags) if flags else "no optional features")
-
-
-def check_store(store: StoreConfig) -> str:
-    """Check one store answers; return a detail line.
-
-    ``file://`` stores are created (mode 0700) if missing and must be writable; ``s3://``
-    stores must answer HEAD on the bucket with the standard AWS credential chain.
-
-    Raises:
-        ZbakError: the store cannot be used.
-    """
-    url = urlparse(store.url)
-    if url.scheme == "file":
-        path = ensure_private_dir(Path(url.path))
-        if not os.access(path, os.W_OK):
-            raise ZbakError(f"store directory {path} is not writable")
-        return f"directory {path} writable"
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    session = boto3.session.Session(profile_name=store.profile, region_name=store.region)
-    client = session.client("s3", endpoint_url=store.endpoint)
-    try:
-        client.head_bucket(Bucket=url.netloc)
-    except (ClientError, BotoCoreError) as exc:
-        raise ZbakError(f"bucket {url.netloc!r} does not answer: {exc}") from None
-    return f"bucket {url.netloc} reachable"
 
 
 def _check_target(ctx: Context, job: JobConfig, target: Endpoint) -> str:
@@ -109,6 +79,7 @@ def run_checks(ctx: Context, *, source_checks: Sequence[SourceCheck] = ()) -> It
     which lives above this package."""
     for name, job in ctx.config.jobs.items():
         source = job.source
+        assert source.dataset is not None  # parse_endpoint(allow_directory=False)
         subject = f"job {name}: source {source}"
         try:
             with source_errors(ctx, name, job):
@@ -131,8 +102,8 @@ def run_checks(ctx: Context, *, source_checks: Sequence[SourceCheck] = ()) -> It
                 yield Check(subject, True, _check_target(ctx, job, target))
             except ZbakError as exc:
                 yield Check(subject, False, str(exc))
-    for name, store in ctx.config.stores.items():
-        try:
-            yield Check(f"store {name}", True, check_store(store))
+    for name in ctx.config.stores:
+        try:  # the store probes itself (Backend.probe): ExtraMissing, StoreError
+            yield Check(f"store {name}", True, ctx.store(name).probe())
         except ZbakError as exc:
             yield Check(f"store {name}", False, str(exc))

@@ -7,7 +7,7 @@ from typing import cast
 
 from pydantic import Field
 
-from zrepl_py.config.stores import S3_STORAGE_CLASSES, StorageClass, StorageClasses
+from zrepl_py.stores.settings import S3_STORAGE_CLASSES, StorageClass, StorageClasses
 from zrepl_py.values.fields import ByteSize, CronSchedule, Duration, Table
 
 # Minimum storage duration per S3 storage class: an object deleted (or overwritten) earlier

@@ -6,18 +6,21 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from zrepl_py.config.reading import CONFIG_LIMIT, read_regular
 from zrepl_py.config.schema import Config
 from zrepl_py.errors import ConfigError
+from zrepl_py.stores.registry import foreign_key
 
 DEFAULT_CONFIG_PATH = Path("/etc/zbak/zbak.toml")
 CONFIG_ENV = "ZBAK_CONFIG"
 
 
-def config_path(explicit: str | os.PathLike | None, env: Mapping[str, str]) -> Path:
+def config_path(explicit: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Path:
     """Resolve the config file: ``--config``, then ``$ZBAK_CONFIG``, then /etc/zbak/zbak.toml."""
     if explicit:
         return Path(explicit)
@@ -26,7 +29,7 @@ def config_path(explicit: str | os.PathLike | None, env: Mapping[str, str]) -> P
     return DEFAULT_CONFIG_PATH
 
 
-def _key_path(loc: tuple) -> str:
+def _key_path(loc: tuple[int | str, ...]) -> str:
     path = ""
     for part in loc:
         if isinstance(part, int):
@@ -52,7 +55,26 @@ def _type_message(expected: str, given: object) -> str:
     return f"expected {expected}, got {_TOML_TYPES.get(type(given), type(given).__name__)}"
 
 
-def parse_config(data: dict, path: str) -> Config:
+def _problem(err: ErrorDetails) -> tuple[str, str]:
+    """``(key path, message)`` of one pydantic error, in the config's words."""
+    # Drop pydantic's internal wrapper names (function-after[...], etc.).
+    loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
+    scheme = None
+    if loc[:1] == ("stores",) and len(loc) > 2:
+        # A store's table is its scheme's settings, a tagged union: pydantic puts the tag
+        # (the scheme's name) after the store's name (stores.registry.AnyStoreConfig).
+        scheme, loc = str(loc[2]), loc[:2] + loc[3:]
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+        if scheme is not None and len(loc) == 3:
+            msg = foreign_key(scheme, str(loc[2])) or msg
+    elif err["type"] in _EXPECTED:
+        msg = _type_message(_EXPECTED[err["type"]], err.get("input"))
+    return _key_path(loc), msg
+
+
+def parse_config(data: dict[str, Any], path: str) -> Config:
     """Validate an already-parsed TOML table.
 
     Raises:
@@ -61,24 +83,14 @@ def parse_config(data: dict, path: str) -> Config:
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            # Drop pydantic's internal wrapper names (function-after[...], etc.).
-            loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = "unknown key"
-            elif err["type"] in _EXPECTED:
-                msg = _type_message(_EXPECTED[err["type"]], err.get("input"))
-            problems.append((_key_path(loc), msg))
-        raise ConfigError(path, problems) from None
+        raise ConfigError(path, [_problem(err) for err in exc.errors()]) from None
     problems = config.reference_problems()
     if problems:
         raise ConfigError(path, problems)
     return config
 
 
-def load_config(path: str | os.PathLike) -> Config:
+def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and validate the TOML file at ``path``.
 
     Raises:

@@ -23,7 +23,7 @@ from zrepl_py.config.daemon import DaemonConfig
 from zrepl_py.config.hosts import LOCAL_HOST, Endpoint, HostConfig
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.config.restore import RestoreConfig
-from zrepl_py.config.stores import StoreConfig
+from zrepl_py.stores.registry import AnyStoreConfig
 from zrepl_py.values.fields import Table
 from zrepl_py.values.names import is_config_name
 from zrepl_py.zfs.names import DatasetName
@@ -39,7 +39,7 @@ class Config(Table):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     catalog: CatalogConfig = CatalogConfig()
     hosts: dict[str, HostConfig] = {}
-    stores: dict[str, StoreConfig] = {}
+    stores: dict[str, AnyStoreConfig] = {}
     jobs: dict[str, JobConfig] = {}
     restore: RestoreConfig = RestoreConfig()
     alerts: AlertsConfig = AlertsConfig()

@@ -182,11 +182,12 @@ class Context:
 
     def store(self, name: str) -> Backend:
         """The backend of ``[stores.NAME]``, opened on first use and kept until ``close``
-        (``stores.open.open_store``: its S3 calls retry by ``stores.retry``'s one policy).
+        (``stores.registry.open_store``: its S3 calls retry by ``stores.retry``'s one policy).
         Nothing is contacted here.
 
         Raises:
             UsageError: ``name`` is not under ``[stores]`` in the config.
+            ExtraMissing: the store's pip extra is not installed.
             StorePermanent: the store's URL or settings cannot be used.
         """
         if name not in self._stores:
@@ -195,7 +196,7 @@ class Context:
                 known = ", ".join(self.config.stores) or "none"
                 raise UsageError(f"store {name!r} is not under [stores] in {self.config_path}"
                                  f" (stores: {known})")
-            from zrepl_py.stores.open import open_store  # boto3 only when a store is used
+            from zrepl_py.stores.registry import open_store  # boto3 only when a store is used
 
             self._stores[name] = open_store(name, cfg)
         return self._stores[name]

@@ -273,6 +273,21 @@ class Backend(abc.ABC):
                 removed.append(f"{upload.key} ({upload.what})")
         return removed
 
+    @abc.abstractmethod
+    def probe(self) -> str:
+        """Check that the store can be used now, for ``zbak init``; return one line saying
+        what was found (``bucket B reachable``, ``directory D writable``).
+
+        A store may prepare itself here where that is the admin's set-up step (``file://``
+        creates its directory); no other call does (a missing directory is usually an
+        unmounted disk).
+
+        Raises:
+            StorePermanent: what the admin must fix (no such bucket, access denied, a
+                directory that cannot be created or written).
+            StoreTransient: the store did not answer within the retries.
+        """
+
     def abort_stale_uploads(self, older_than: float) -> list[str]:
         """Remove what unfinished puts left behind that started more than ``older_than``
         seconds ago (>= 0): S3 multipart uploads never completed nor aborted (a process
@@ -311,5 +326,5 @@ class Backend(abc.ABC):
         """The object's file when the store is a local directory (reads skip a copy), else None."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a no-op unless the store holds connections)
         """Release connections; the backend is not used afterwards."""

@@ -30,8 +30,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
-from zrepl_py.errors import ObjectNotFound, StorePermanent
+from zrepl_py.errors import ObjectNotFound, StorePermanent, UnsafeDirectory
 from zrepl_py.runtime.behind import Behind
+from zrepl_py.runtime.statedir import ensure_private_dir
 from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw, Unfinished, under_any
 from zrepl_py.stores.keys import check_key, check_prefix
 
@@ -314,6 +315,29 @@ class FileBackend(Backend):
         """
         self.stat(key)
         return Thaw.NOT_NEEDED
+
+    def probe(self) -> str:
+        """Create the root and its missing parents (mode 0700) unless it exists, and check
+        it is writable: ``zbak init`` is where the admin sets the store up, the one call
+        that creates the root (``runtime.statedir.ensure_private_dir``).
+
+        Raises:
+            StorePermanent: the root cannot be created, is shared (writable by others or
+                owned by another user: it is never chmod-ed then), or is not writable.
+        """
+        try:
+            ensure_private_dir(self.root)
+        except UnsafeDirectory:
+            raise StorePermanent(
+                f"store {self.name}: directory {self.root} is shared (writable by group or"
+                " others, or owned by another user): zbak will not change its mode; give the"
+                " store a directory of its own", store=self.name) from None
+        except OSError as exc:
+            raise StorePermanent(f"store {self.name}: cannot create directory {self.root}:"
+                                 f" {exc.strerror}", store=self.name) from None
+        if not os.access(self.root, os.W_OK):
+            raise StorePermanent(f"store directory {self.root} is not writable", store=self.name)
+        return f"directory {self.root} writable"
 
     def unfinished_uploads(self, prefix: str = "", *, sizes: bool = True) -> list[Unfinished]:
         """The temporary files of unfinished puts (``.NAME.partial-XXXXXXXX``, left by a

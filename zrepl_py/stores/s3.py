@@ -485,6 +485,18 @@ class S3Backend(Backend):
         except _NoSuchUpload:
             return None
 
+    def probe(self) -> str:
+        """HeadBucket with this backend's credential: S3 answers 200 when the bucket
+        exists and the credential may list it, 404 or 403 otherwise (AWS S3 API reference,
+        HeadBucket). Retried as every call is.
+
+        Raises:
+            StorePermanent: no such bucket (check url, endpoint, region), access denied.
+            StoreTransient: the endpoint did not answer within the retries.
+        """
+        self._retry.call(self._op, "head_bucket", None, Bucket=self.bucket)
+        return f"bucket {self.bucket} reachable"
+
     def close(self) -> None:
         """Close the client's connection pool when this backend built the client."""
         if self._own_client:
@@ -692,7 +704,7 @@ class S3Backend(Backend):
         detail = f"{operation}: {code or status}: {error.get('Message') or exc}"
         where = self._where(key)
         kw = {"store": self.name, "key": key}
-        if code == "NoSuchBucket":
+        if code == "NoSuchBucket" or (operation == "head_bucket" and status == 404):
             return StorePermanent(f"{where}: bucket {self.bucket!r} does not exist (check the"
                                   f" store url, endpoint and region) [{detail}]", **kw)
         if key is not None and (code in ("NoSuchKey", "NotFound", "404") or (
