@@ -119,7 +119,7 @@ def faulty_store(monkeypatch):
             made.append(FaultyBackend(real(*args, **kwargs), **faults))
             return made[-1]
 
-        monkeypatch.setattr(store_open, "open_store", open_store)
+        monkeypatch.setattr(store_registry, "open_store", open_store)
         return made
 
     return install
@@ -480,7 +480,7 @@ def _audit_reads_through(monkeypatch, **faults) -> list[FaultyBackend]:
         made.append(FaultyBackend(real(*args, **kwargs), **faults))
         return made[-1]
 
-    monkeypatch.setattr(store_open, "open_store", open_store)
+    monkeypatch.setattr(store_registry, "open_store", open_store)
     return made
 
 
