@@ -121,3 +121,36 @@ def test_the_packages_of_zrepl_py_import_each_other_without_a_cycle():
 def test_only_the_foundations_stay_at_the_top_level():
     loose = {p.name for p in PACKAGE.glob("*.py")}
     assert loose == TOP_LEVEL
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """``{module: zrepl_py modules it imports}`` at file level: an import of a name from a
+    module counts as an import of that module, ``from PACKAGE import MODULE`` as one of the
+    submodule (the package's ``__init__`` runs first anyway, so that edge is left out)."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = set()
+        for target in _imports(path):
+            if target in modules:
+                found.add(target)
+            elif target.rpartition(".")[0] in modules:
+                found.add(target.rpartition(".")[0])  # a name defined in that module
+        graph[name] = {m for m in found if m != name
+                       and not (modules[m].name == "__init__.py" and name.startswith(m + "."))}
+    return graph
+
+
+def _package_of(module: str) -> str:
+    path = PACKAGE.parent / (module.replace(".", "/") + "/__init__.py")
+    return module if path.exists() else module.rpartition(".")[0]
+
+
+def test_the_modules_of_one_package_import_each_other_without_a_cycle():
+    """A lazy import that breaks a circle at run time still ties the two files together:
+    neither can be read, tested or moved alone (docs/style.md#rules-a-tool-checks)."""
+    graph = _module_graph()
+    inside = {m: {t for t in targets if _package_of(t) == _package_of(m)}
+              for m, targets in graph.items()}
+    assert _cycle(inside) is None, " -> ".join(_cycle(inside) or [])
+

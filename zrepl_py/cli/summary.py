@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from zrepl_py.runtime.logsetup import printable
+from zrepl_py.cli.common import emit_lines, emit_table
 
 LIMIT = 100
 """Rows a table shows in full; past it, the summary (unless ``--all``)."""
@@ -71,31 +71,12 @@ def _sortable(key: Hashable) -> tuple:
     return tuple("" if p is None else str(p) for p in parts)
 
 
-def emit_lines(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Every row on one line, columns separated by two spaces and padded to the widest
-    value (``--all``: rich needs minutes for 100,000 rows; these lines are also what grep
-    and sort want). Values are printed with control characters escaped."""
-    text = [[printable("" if v is None else str(v)) for v in row] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in text]) for i, c in enumerate(columns)]
-    last = len(columns) - 1
-
-    def line(values: Sequence[str]) -> str:
-        return "  ".join(v if i == last else v.ljust(widths[i])
-                         for i, v in enumerate(values)).rstrip()
-
-    click.echo(line(list(columns)))
-    if text:
-        click.echo("\n".join(line(r) for r in text))
-
-
 def emit_long(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *,
               show_all: bool, what: str,
               summary: Callable[[], tuple[Sequence[str], Sequence[Sequence[Any]]]]) -> None:
     """``rows`` as a table while they fit :data:`LIMIT`; past it, with ``show_all`` every
     row as aligned lines, else the table ``summary()`` returns (``(columns, rows)``) under
     a title saying how many ``what`` it counts and how to see them all."""
-    from zrepl_py.cli.common import emit_table  # noqa: PLC0415 (rich loads with it)
-
     if len(rows) <= LIMIT:
         emit_table(title, columns, rows)
         return
