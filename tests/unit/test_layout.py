@@ -154,3 +154,51 @@ def test_the_modules_of_one_package_import_each_other_without_a_cycle():
               for m, targets in graph.items()}
     assert _cycle(inside) is None, " -> ".join(_cycle(inside) or [])
 
+
+IO_LIBRARIES = ("subprocess", "socket", "smtplib", "http.client", "urllib.request", "fcntl",
+                "tempfile", "shutil", "sqlalchemy", "alembic", "boto3", "botocore", "paramiko",
+                "psycopg", "apprise")
+"""Libraries that reach outside the process: processes, sockets, locks and temporary files,
+databases, object stores, mail and web hooks."""
+
+IO_MODULES = (
+    "zrepl_py.invocation",  # the run's context: config files, the catalog, hosts, stores
+    "zrepl_py.zfs.client",  # runs zfs and zpool on a host
+    "zrepl_py.zfs.capabilities",  # probes a host's zfs
+    "zrepl_py.stores.open",  # opens the configured stores
+    "zrepl_py.restore.gather",  # reads the catalog, the hosts and the stores for a restore
+)
+"""Modules that do I/O through the handles they hold or open, without importing an
+``IO_LIBRARIES`` library themselves."""
+
+
+def _io_modules() -> set[str]:
+    """The zrepl_py modules that do I/O: those in ``IO_MODULES`` (or below them) and those
+    that import an ``IO_LIBRARIES`` library (read with ``ast``, lazy imports too)."""
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        name = _module_name(path)
+        if any(name == m or name.startswith(m + ".") for m in IO_MODULES):
+            found.add(name)
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [])
+            if any(n == lib or n.startswith(lib + ".") for n in names for lib in IO_LIBRARIES):
+                found.add(name)
+    return found
+
+
+@pytest.mark.parametrize("module", PLANNERS)
+def test_a_planner_loads_no_module_that_does_io(module):
+    """Not the invocation context, not a driver, not a module that starts processes or opens
+    sockets, files or databases: a planner is tested with plain data alone
+    (docs/style.md#habits-worth-copying, 5)."""
+    script = (f"import sys, {module}\n"
+              "print('\\n'.join(m for m in sys.modules if m.startswith('zrepl_py.')))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+    loaded = set(done.stdout.split())
+    assert sorted(loaded & _io_modules()) == [], f"{module} loads I/O modules"
+

@@ -17,7 +17,7 @@ from zrepl_py.clock import UTC
 from zrepl_py.config.restore import RestoreConfig
 from zrepl_py.errors import RestoreError, UsageError
 from zrepl_py.objects.manifest import CarriedSnapshot
-from zrepl_py.restore.gather import IntoFacts, Listing, RestoreFacts, StoreFacts
+from zrepl_py.restore.facts import IntoFacts, Listing, RestoreFacts, StoreFacts
 from zrepl_py.restore.plan import plan_restore
 
 DATA = "tank/data"

@@ -1,4 +1,4 @@
-"""Plan ``zbak restore`` (PURE, house rule 5): facts in (``gather.RestoreFacts``), a plan out.
+"""Plan ``zbak restore`` (PURE, house rule 5): facts in (``facts.RestoreFacts``), a plan out.
 
 Sources (DESIGN.md "The four jobs", 2), in this order:
 
@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from zrepl_py.catalog.rows import LOCAL_HOST, VolumeRow
 from zrepl_py.errors import RestoreError, UsageError
 from zrepl_py.objects.manifest import CarriedSnapshot
-from zrepl_py.restore.gather import Listing, RestoreFacts, StoreFacts
+from zrepl_py.restore.facts import Listing, RestoreFacts, StoreFacts
 from zrepl_py.restore.mark import RESTORING, mark_value
 from zrepl_py.restore.paths import ChainPath, archive_paths, why_no_path
 from zrepl_py.restore.thaw import ThawEstimate, estimate
