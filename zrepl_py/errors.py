@@ -333,6 +333,12 @@ class NewerSnapshotsExist(ZfsError):
     """
 
 
+class ResumeTokenRefused(ZfsError):
+    """``zfs send -t`` refused a resume token as corrupt or invalid ("resume token is corrupt
+    (invalid format)", "(incorrect checksum)": OpenZFS 2.3.2). ``zfs.resume.describe_token``
+    turns it into ``ResumeTokenInvalid``."""
+
+
 class RsyncFailed(CommandFailed):
     """rsync exited with a failure: any exit status but 0 and 24 (rsync(1) "EXIT VALUES";
     23 "partial transfer due to error" is a failure), or it was killed or timed out
@@ -410,6 +416,19 @@ class StreamUnsupported(Unsupported):
     2.x stream, whose SA_SPILL flag it lacks), or a pool too old for them ("pool must be
     upgraded to receive this stream"). Nothing was received. Method ``auto`` falls back to
     rsync for that dataset; method ``zfs`` reports this."""
+
+
+class TargetModified(ZfsError):
+    """``zfs receive`` refused an incremental: its target was written to since its newest
+    snapshot (libzfs ``zfs_receive_one``: "destination %s has been modified since most recent
+    snapshot", the same words in zfs-fuse 0.7 and OpenZFS 2.x). Nothing was received;
+    replication reports the target as diverged, or rolls it back when the job opted in."""
+
+
+class StreamInvalid(ZfsError):
+    """``zfs receive`` called the stream's own bytes invalid: the stream's fault, not the
+    receiver's limit (that is ``StreamUnsupported``). A restore marks such an archived stream
+    bad (``StreamRejected``)."""
 
 
 class SecretUnavailable(UsageError):

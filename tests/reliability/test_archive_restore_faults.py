@@ -577,18 +577,15 @@ def test_a_stream_rejected_as_unsupported_by_the_receiver_is_not_marked_bad():
     limit (zfs-fuse receiving an OpenZFS 2.x stream) and leaves the stream living."""
     from zrepl_py.proc.pipeline import StageResult
 
-    def failed(stderr: str) -> PipelineFailed:
+    def rejected(stderr: str) -> bool:
         result = StageResult("zfs receive", ("zfs", "receive"), 1, stderr, False)
-        return PipelineFailed((result,), result)
+        return restore_execute._stream_rejected(PipelineFailed((result,), result),
+                                                ["zfs", "receive", "p/x"], "local")
 
-    assert restore_execute._stream_rejected(failed("cannot receive: invalid stream (bad magic"
-                                                    " number)"))
-    assert restore_execute._stream_rejected(failed("cannot receive new filesystem stream:"
-                                                    " invalid backup stream"))
-    assert not restore_execute._stream_rejected(failed(
-        "cannot receive: stream has unsupported feature, feature flags = 4"))
-    assert not restore_execute._stream_rejected(failed(
-        "cannot receive new filesystem stream: destination 'p/x' exists"))
+    assert rejected("cannot receive: invalid stream (bad magic number)")
+    assert rejected("cannot receive new filesystem stream: invalid backup stream")
+    assert not rejected("cannot receive: stream has unsupported feature, feature flags = 4")
+    assert not rejected("cannot receive new filesystem stream: destination 'p/x' exists")
 
 
 # -- 7: a failing stage of send | compress+hash | upload ----------------------------------------

@@ -202,3 +202,57 @@ def test_a_planner_loads_no_module_that_does_io(module):
     loaded = set(done.stdout.split())
     assert sorted(loaded & _io_modules()) == [], f"{module} loads I/O modules"
 
+
+STDERR_READERS = {
+    "zrepl_py/zfs/errors.py": "the one place that reads zfs's words",
+    "zrepl_py/replication/rsync.py": "rsync's own stderr (its statistics and errors)",
+    "zrepl_py/proc/pipeline.py": "any stage's 'Broken pipe' (the culprit rule)",
+}
+"""The modules that may read a command's stderr text, and whose stderr it is."""
+
+_MATCHERS = {"search", "match", "fullmatch", "findall", "finditer", "sub", "subn", "split",
+             "startswith", "endswith", "find", "index", "count"}
+
+
+def _reads_stderr(node: ast.AST, tainted: set[str]) -> bool:
+    """True when ``node`` mentions a command's stderr: ``.stderr``, ``.error_text``, a name
+    ``stderr``, or a local name assigned from one of those."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and sub.attr in ("stderr", "error_text"):
+            return True
+        if isinstance(sub, ast.Name) and (sub.id == "stderr" or sub.id in tainted):
+            return True
+    return False
+
+
+def _stderr_matches(path: Path) -> list[str]:
+    """Lines of ``path`` that match a regex against stderr text or test it for words."""
+    found = []
+    for func in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        tainted: set[str] = set()
+        for node in ast.walk(func):
+            if isinstance(node, ast.Assign) and _reads_stderr(node.value, tainted):
+                tainted.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for node in ast.walk(func):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in _MATCHERS \
+                    and any(_reads_stderr(a, tainted) for a in [node.func.value, *node.args]):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+            elif isinstance(node, ast.Compare) \
+                    and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) \
+                    and any(_reads_stderr(c, tainted) for c in node.comparators):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    return sorted(set(found))
+
+
+def test_zfs_stderr_is_read_only_in_zfs_errors():
+    """Callers catch the types ``zfs/errors.py`` raises, never match zfs's words themselves
+    (docs/style.md#habits-worth-copying, 3): one table to extend when OpenZFS words a refusal
+    anew."""
+    assert _stderr_matches(PACKAGE / "zfs" / "errors.py"), "the check no longer sees a match"
+    found = [line for path in sorted(PACKAGE.rglob("*.py"))
+             if str(path.relative_to(PACKAGE.parent)) not in STDERR_READERS
+             for line in _stderr_matches(path)]
+    assert found == [], "stderr matched outside zfs/errors.py at " + ", ".join(found)

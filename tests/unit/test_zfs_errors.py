@@ -11,14 +11,29 @@ from zrepl_py.errors import (
     DatasetNotFound,
     HoldExists,
     HoldNotFound,
+    NewerSnapshotsExist,
     PermissionDenied,
+    PipelineCancelled,
+    PipelineFailed,
+    ResumeTokenRefused,
     SnapshotHasClones,
     SnapshotHeld,
+    StreamInvalid,
     StreamUnsupported,
+    TargetModified,
     Unsupported,
     ZfsError,
 )
-from zrepl_py.zfs.errors import classify, classify_receive, map_error
+from zrepl_py.proc.pipeline import StageResult
+from zrepl_py.zfs.errors import (
+    classify,
+    classify_receive,
+    map_error,
+    parsed_names,
+    receive_refusal,
+    refused_option,
+    wants_snapshot,
+)
 
 # (where the wording comes from, stderr, expected class)
 CASES = [
@@ -71,6 +86,16 @@ CASES = [
     ("openzfs receive exists", "cannot receive new filesystem stream: destination 'p/b' exists\n"
      "must specify -F to overwrite it", DatasetExists),
     ("openzfs no space", "cannot create snapshot 'p/a@s': out of space", ZfsError),
+    ("openzfs rollback", "cannot rollback to 'p/a@s': more recent snapshots or bookmarks exist\n"
+     "use '-r' to force deletion of the following snapshots and bookmarks:\np/a@t",
+     NewerSnapshotsExist),
+    ("fuse rollback", "cannot rollback to 'p/a@s': more recent snapshots exist",
+     NewerSnapshotsExist),
+    ("openzfs bookmark twice", "cannot create bookmark 'p/a#b': bookmark exists", DatasetExists),
+    ("openzfs corrupt token", "cannot resume send: resume token is corrupt (invalid format)",
+     ResumeTokenRefused),
+    ("openzfs token checksum", "cannot resume send: resume token is corrupt (incorrect"
+     " checksum)", ResumeTokenRefused),
     ("unknown", "something went wrong", ZfsError),
 ]
 
@@ -126,19 +151,83 @@ RECEIVE_CASES = [
      "support this operation. A reboot may be required to enable this operation.",
      StreamUnsupported),
     ("openzfs badversion", "cannot receive: unsupported version or feature", StreamUnsupported),
-    # not the stream's fault: the usual classes
+    # the target was written to: libzfs zfs_receive_one, zfs-fuse 0.7 and OpenZFS 2.x
+    ("receive modified", "cannot receive incremental stream: destination p/b has been modified\n"
+     "since most recent snapshot", TargetModified),
+    # the stream's own bytes: zfs-fuse 0.7 observed, OpenZFS libzfs_sendrecv.c
+    ("fuse bad magic", "cannot receive: invalid stream (bad magic number)", StreamInvalid),
+    ("fuse checksum", "cannot receive incremental stream: invalid stream (checksum mismatch)",
+     StreamInvalid),
+    ("fuse invalid backup", "cannot receive new filesystem stream: invalid backup stream",
+     StreamInvalid),
+    ("openzfs incomplete", "cannot receive: checksum mismatch or incomplete stream",
+     StreamInvalid),
+    # none of those: the usual classes
     ("receive exists", "cannot receive new filesystem stream: destination 'p/b' exists\n"
      "must specify -F to overwrite it", DatasetExists),
-    ("receive modified", "cannot receive incremental stream: destination p/b has been modified\n"
-     "since most recent snapshot", ZfsError),
 ]
 
 
 @pytest.mark.parametrize(("source", "stderr", "expected"), RECEIVE_CASES,
                          ids=[c[0] for c in RECEIVE_CASES])
-def test_a_receive_that_rejects_the_stream_maps_to_stream_unsupported(source, stderr, expected):
+def test_a_receive_that_refuses_the_stream_maps_to_the_class_of_its_reason(source, stderr,
+                                                                          expected):
     assert classify_receive(stderr) is expected
 
 
 def test_stream_unsupported_is_caught_as_unsupported_and_as_zfs_error():
     assert issubclass(StreamUnsupported, Unsupported) and issubclass(StreamUnsupported, ZfsError)
+
+
+def _failed(*stages: tuple[str, int, str], cls: type[PipelineFailed] = PipelineFailed):
+    results = tuple(StageResult(name, (name,), code, stderr, broken_pipe=False)
+                    for name, code, stderr in stages)
+    return cls(results, results[0])
+
+
+def test_the_receives_refusal_is_read_from_the_last_stage_even_when_the_sender_is_blamed():
+    failed = _failed(("zfs send", 255, ""), ("zfs receive", 1, "cannot receive: stream has"
+                     " unsupported feature, feature flags = 4\nmbuffer: error: outputThread:"
+                     " error writing to <stdout> at offset 0x0: Broken pipe"))
+    refusal = receive_refusal(failed, ["zfs", "receive", "p/b"], "backup1")
+    assert type(refusal) is StreamUnsupported
+    assert (refusal.argv, refusal.returncode, refusal.host) == (["zfs", "receive", "p/b"], 1,
+                                                                "backup1")
+    assert refusal.stderr == "cannot receive: stream has unsupported feature, feature flags = 4"
+
+
+@pytest.mark.parametrize(("stderr", "expected"), [
+    ("cannot receive incremental stream: destination p/b has been modified\nsince most recent"
+     " snapshot", TargetModified),
+    ("cannot receive: invalid stream (bad magic number)", StreamInvalid),
+    ("cannot receive new filesystem stream: destination 'p/b' exists", None),
+    ("", None),
+])
+def test_only_a_refusal_of_the_stream_or_its_target_is_a_receive_refusal(stderr, expected):
+    refusal = receive_refusal(_failed(("zfs send", 0, ""), ("zfs receive", 1, stderr)),
+                              ["zfs", "receive"], "local")
+    assert type(refusal) is (expected or type(None))
+
+
+def test_a_stopped_pipeline_or_a_receive_that_succeeded_is_no_refusal():
+    words = "cannot receive: invalid stream (bad magic number)"
+    assert receive_refusal(_failed(("zfs receive", 1, words), cls=PipelineCancelled),
+                           ["zfs"], "local") is None
+    assert receive_refusal(_failed(("zfs send", 1, words), ("zfs receive", 0, words)),
+                           ["zfs"], "local") is None
+
+
+@pytest.mark.parametrize(("stderr", "option"), [
+    ("invalid option 'c'\nusage:\n\tsend [-DnPpRvLec] ...", "c"),  # zfs-fuse 0.7
+    ("invalid option 'w'\nusage:", "w"),  # OpenZFS 0.7
+    ("missing snapshot argument\nusage:", None),  # OpenZFS 2.x: every option parsed
+])
+def test_the_option_zfs_refused_is_named(stderr, option):
+    assert refused_option(stderr) == option
+
+
+def test_the_probe_answers_of_multi_snapshot_and_receive_options_are_told_apart():
+    assert parsed_names("cannot create snapshot 'p@zbak%probe1': invalid character '%' in name")
+    assert not parsed_names("too many arguments\nusage:")  # zfs-fuse
+    assert wants_snapshot("missing snapshot argument\nusage:")
+    assert not wants_snapshot("invalid option 'x'\nusage:")  # zfs-fuse

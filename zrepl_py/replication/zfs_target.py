@@ -46,7 +46,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import re
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -61,10 +60,10 @@ from zrepl_py.errors import (
     Diverged,
     PipelineFailed,
     StreamUnsupported,
+    TargetModified,
     ZbakError,
     ZfsError,
 )
-from zrepl_py.proc.mbuffer import without_buffer_noise
 from zrepl_py.proc.pipeline import PipelineResult, run_pipeline
 from zrepl_py.proc.ratelimit import SharedRate
 from zrepl_py.replication.order import prerequisites
@@ -75,7 +74,7 @@ from zrepl_py.runtime.fanout import Finished, fan_out
 from zrepl_py.snapshots.inventory import Inventory
 from zrepl_py.snapshots.naming import is_own
 from zrepl_py.zfs.client import Zfs
-from zrepl_py.zfs.errors import classify_receive
+from zrepl_py.zfs.errors import receive_refusal
 from zrepl_py.zfs.model import DatasetInfo, Tree
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.properties import ReceiveProperties
@@ -96,10 +95,6 @@ if TYPE_CHECKING:  # SQLAlchemy loads with the catalog, while the run's SSH pref
 
 log = logging.getLogger(__name__)
 
-_MODIFIED = re.compile(r"has been modified\s+since most recent snapshot", re.IGNORECASE)
-"""libzfs's refusal of an incremental into a target written since its newest snapshot
-(``zfs_receive_one``: "destination %s has been modified since most recent snapshot"; the
-same words in zfs-fuse 0.7 and OpenZFS 2.x)."""
 
 
 SMALL_DATASET = 16 * 1024 * 1024
@@ -523,8 +518,11 @@ def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceS
             if lease is not None:
                 lease.close()
     except PipelineFailed as exc:
-        if not (isinstance(step, Incremental) and _modified(exc)):
-            raise _rejected(exc, receive, dst) or exc
+        refusal = receive_refusal(exc, receive, dst.executor.host)
+        if isinstance(refusal, StreamUnsupported):
+            raise refusal from exc
+        if not (isinstance(step, Incremental) and isinstance(refusal, TargetModified)):
+            raise
         base = SnapshotName.of(target_ds, step.base.name)
         if transfer.on_divergence != "rollback" and lost is not None:
             # Destroying the newest snapshot leaves its data in the dataset, which zfs then
@@ -550,25 +548,3 @@ def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceS
                         send_props=send_props, lost=lost, rolled_back=True)
     log.info("received %s: %d bytes in %.1f s", label, result.bytes, result.seconds)
     return result.bytes
-
-
-def _modified(exc: PipelineFailed) -> bool:
-    """True when the receiver refused an incremental because its target was written to."""
-    last = exc.stages[-1] if exc.stages else None
-    return last is not None and last.failed and bool(_MODIFIED.search(last.stderr))
-
-
-def _rejected(exc: PipelineFailed, receive: list[str], dst: Zfs) -> StreamUnsupported | None:
-    """The receiver's refusal of the stream itself, whichever stage the pipeline blamed.
-
-    The receive is the last stage. When it rejects the stream the sender dies of the closed
-    pipe, sometimes (an ssh exiting 255 without a word) before zbak stops it, so the culprit
-    may be the sender; the receiver's own words decide.
-    """
-    last = exc.stages[-1] if exc.stages else None
-    if last is None or not last.failed or classify_receive(last.stderr) is not StreamUnsupported:
-        return None
-    words = without_buffer_noise(last.stderr).strip()
-    rejected = StreamUnsupported(receive, last.returncode, words, dst.executor.host)
-    rejected.__cause__ = exc
-    return rejected

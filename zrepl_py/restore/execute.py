@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import time
 from collections.abc import Iterator
 
@@ -41,10 +40,10 @@ from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.errors import (
     CatalogError,
-    PipelineCancelled,
     PipelineFailed,
     RestoreError,
     StreamCorrupt,
+    StreamInvalid,
     StreamRejected,
     ThawPending,
     ZbakError,
@@ -62,19 +61,12 @@ from zrepl_py.restore.thaw import request_thaws
 from zrepl_py.streams.frames import decompress_frame
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION
 from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.errors import receive_refusal
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.sendrecv import receive_argv, send_argv
 from zrepl_py.zfs.steps import Full, Incremental, SnapRef
 
 log = logging.getLogger(__name__)
-
-# What ``zfs receive`` says about a stream whose content is invalid (seen on zfs-fuse 0.7:
-# "invalid stream (bad magic number)", "invalid stream (checksum mismatch)", "invalid backup
-# stream"; OpenZFS libzfs_sendrecv.c adds "checksum mismatch or incomplete stream"). Not
-# "unsupported feature": that is the receiver's limit, not the stream's fault.
-_INVALID_STREAM = re.compile(
-    r"invalid (?:backup )?stream|checksum mismatch|bad magic number|incomplete stream",
-    re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +156,7 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
                     got = (f"{plan.into} holds the streams up to @{path.streams[done - 1].to_name}"
                            if done else f"{plan.into} holds what it held" if plan.resumed
                            else "nothing was received")
-                    if _stream_rejected(exc):
+                    if _stream_rejected(exc, receive, plan.into_host):
                         _mark_bad(ctx, stream, f"zfs receive rejected its content (stream"
                                   f" {stream.object_prefix}, every volume verified): {exc}",
                                   job_of(ctx.config, plan.host, plan.dataset))
@@ -254,13 +246,13 @@ def _wait_verified(fetch: VolumeFetch) -> None:
         raise _Unverified(exc) from exc
 
 
-def _stream_rejected(exc: BaseException) -> bool:
+def _stream_rejected(exc: BaseException, receive: list[str], host: str) -> bool:
     """True when a receive failed because of the stream's own bytes (RELIABILITY 12): zfs
     receive called it invalid, or its zstd frame failed while decoding for the receive."""
     if isinstance(exc, StreamCorrupt):
         return True
-    return (isinstance(exc, PipelineFailed) and not isinstance(exc, PipelineCancelled)
-            and bool(_INVALID_STREAM.search(exc.culprit.stderr or "")))
+    return (isinstance(exc, PipelineFailed)
+            and isinstance(receive_refusal(exc, receive, host), StreamInvalid))
 
 
 def _mark_bad(ctx: Context, stream: StreamRow, problem: str, job: str | None) -> None:

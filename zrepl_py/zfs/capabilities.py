@@ -47,9 +47,9 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from zrepl_py.errors import CommandFailed, InvalidName
+from zrepl_py.errors import CommandFailed, DatasetNotFound, InvalidName, Unsupported, ZfsError
 from zrepl_py.proc.executor import Completed, Executor
-from zrepl_py.zfs.errors import map_error
+from zrepl_py.zfs.errors import map_error, parsed_names, refused_option, wants_snapshot
 from zrepl_py.zfs.names import DatasetName
 
 FEATURE_FLAGS_VERSION = 5000
@@ -184,8 +184,8 @@ def _pool_properties(
             props[prop] = value
         return props
     # zfs-fuse takes the flags for property names: "bad property list: invalid property '-Hp'".
-    if "invalid property '-" not in done.error_text and "invalid option" not in done.error_text:
-        raise _failure(done, executor)
+    if not isinstance(failure := _failure(done, executor), Unsupported):
+        raise failure
     argv = [zpool, "get", "version", pool]
     done = executor.run(argv, check=False, timeout=timeout)
     if done.returncode != 0:
@@ -198,7 +198,7 @@ def _pool_properties(
     return props
 
 
-def _failure(done: Completed, executor: Executor) -> Exception:
+def _failure(done: Completed, executor: Executor) -> ZfsError:
     message = done.error_text or done.text.strip()
     return map_error(CommandFailed(list(done.argv), done.returncode, message, executor.host))
 
@@ -301,19 +301,19 @@ def detect(
     typed = probe("get", "-H", "-t", "filesystem", "-o", "value", "type", pool)
     written = probe("get", "-H", "-o", "value", "written", pool)
 
-    send_err = send.error_text
-    compressed = "invalid option 'c'" not in send_err and "unrecognized option" not in send_err
+    refused = refused_option(send.error_text)
+    compressed = refused in (None, "w")
     return Capabilities(
         parsable_list=listing.returncode == 0,
         resume_tokens=token.returncode == 0 and _feature(props, "extensible_dataset"),
         bookmarks=_feature(props, "bookmarks"),
-        raw_send=compressed and "invalid option 'w'" not in send_err,
+        raw_send=refused is None,
         compressed_send=compressed,
         holds=version is not None and version >= HOLDS_VERSION,
-        multi_snapshot="invalid character" in multi.error_text,
+        multi_snapshot=parsed_names(multi.error_text),
         pool_version=version,
-        list_holds="does not exist" in holds.error_text or holds.returncode == 0,
-        receive_properties="missing snapshot argument" in receive.error_text,
+        list_holds=holds.returncode == 0 or isinstance(_failure(holds, executor), DatasetNotFound),
+        receive_properties=wants_snapshot(receive.error_text),
         features=_features(props),
         typed_get=typed.returncode == 0,
         written=written.returncode == 0,

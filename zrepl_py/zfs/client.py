@@ -24,10 +24,8 @@ from zrepl_py.clock import from_epoch
 from zrepl_py.errors import (
     CommandFailed,
     DatasetBusy,
-    DatasetExists,
     DatasetNotFound,
     InvalidName,
-    NewerSnapshotsExist,
     SnapshotHeld,
     Unsupported,
     ZfsError,
@@ -691,14 +689,7 @@ class Zfs:
             raise ValueError(f"bookmark {mark} must be in the dataset of {snap}")
         argv = [self.zfs, "bookmark", snap, mark]
         self._require("bookmarks", argv, "bookmarks")
-        try:
-            self._run(argv)
-        except ZfsError as exc:
-            # OpenZFS 2.3: "cannot create bookmark 'DS#NAME': bookmark exists" (seen in the
-            # zfsvm guest); not in zfs/errors.py's table yet.
-            if type(exc) is ZfsError and "bookmark exists" in exc.stderr:
-                raise DatasetExists(exc.argv, exc.returncode, exc.stderr, exc.host) from exc
-            raise
+        self._run(argv)
 
     def destroy_bookmark(self, name: BookmarkName | str) -> None:
         """Destroy one bookmark: ``zfs destroy DS#NAME`` (no snapshot or data is touched).
@@ -758,15 +749,7 @@ class Zfs:
             DatasetBusy: the dataset is in use.
         """
         snap = SnapshotName(snapshot)
-        try:
-            self._run([self.zfs, "rollback", snap])
-        except ZfsError as exc:
-            # OpenZFS 2.3.2 (zfsvm guest): "cannot rollback to 'DS@S': more recent snapshots
-            # or bookmarks exist"; zfs-fuse: "... more recent snapshots exist" (strings of
-            # /usr/sbin/zfs). Kept here until zfs/errors.py's table knows the wording.
-            if type(exc) is ZfsError and "more recent snapshots" in exc.stderr:
-                raise NewerSnapshotsExist(exc.argv, exc.returncode, exc.stderr, exc.host) from exc
-            raise
+        self._run([self.zfs, "rollback", snap])
 
     # -- filesystems -----------------------------------------------------------------
 

@@ -32,7 +32,21 @@ not support this operation" (``libzfs_util.c``, ``ZFS_ERR_UNKNOWN_SEND_STREAM_FE
 EZFS_BADVERSION without detail prints "unsupported version" (zfs-fuse) or "unsupported
 version or feature" (OpenZFS). zfs-fuse 0.7, observed receiving an OpenZFS 2.3.2 stream:
 "cannot receive: stream has unsupported feature, feature flags = 4" (plain send; 420004 with
-``-c``, 30004 with ``-e``, 430004 with ``-w``), exit 1.
+``-c``, 30004 with ``-e``, 430004 with ``-w``), exit 1. Two more refusals of a receive:
+``TargetModified`` (libzfs ``zfs_receive_one``: "destination %s has been modified since most
+recent snapshot", the same in zfs-fuse 0.7 and OpenZFS 2.x) and ``StreamInvalid``, the
+stream's own bytes (zfs-fuse 0.7, seen: "invalid stream (bad magic number)", "invalid stream
+(checksum mismatch)", "invalid backup stream"; OpenZFS ``libzfs_sendrecv.c`` adds "checksum
+mismatch or incomplete stream"); not "unsupported feature": that is the receiver's limit.
+
+Other words read here: ``zfs rollback``'s "more recent snapshots or bookmarks exist" (OpenZFS
+2.3.2, seen in the zfsvm guest; zfs-fuse "more recent snapshots exist", in the strings of
+/usr/sbin/zfs), ``zfs bookmark``'s "bookmark exists" (OpenZFS 2.3, zfsvm guest), ``zfs send
+-t``'s "resume token is corrupt (invalid format)" / "(incorrect checksum)" (OpenZFS 2.3.2,
+tests/data/resume/), and the answers the capability probes (``zfs.capabilities``) read:
+"invalid option 'c'" (``zfs_main.c`` ``usage``), "invalid character '%' in name"
+(``zfs_name_valid``: the names were parsed one by one) and "missing snapshot argument" (the
+options were accepted).
 """
 
 from __future__ import annotations
@@ -47,13 +61,21 @@ from zrepl_py.errors import (
     HoldExists,
     HoldNotFound,
     KeptByFloor,
+    NewerSnapshotsExist,
     PermissionDenied,
+    PipelineCancelled,
+    PipelineFailed,
+    PipelineTimedOut,
+    ResumeTokenRefused,
     SnapshotHasClones,
     SnapshotHeld,
+    StreamInvalid,
     StreamUnsupported,
+    TargetModified,
     Unsupported,
     ZfsError,
 )
+from zrepl_py.proc.mbuffer import without_buffer_noise
 
 _FLOOR_MARK = "is kept by the floor of zbak serve: "
 """The words of a floor refusal (``serve.floor.refusal``)."""
@@ -65,6 +87,9 @@ _TABLE: tuple[tuple[re.Pattern[str], type[ZfsError]], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), cls)
     for pattern, cls in (
         (re.escape(_FLOOR_MARK.strip()), KeptByFloor),
+        (r"resume token is corrupt|invalid resume token|token.*(?:invalid|corrupt)",
+         ResumeTokenRefused),
+        (r"more recent snapshots", NewerSnapshotsExist),
         (r"it's being held|snapshot is held|has user holds", SnapshotHeld),
         (r"snapshot has dependent clones|snapshot is cloned", SnapshotHasClones),
         (r"tag already exists", HoldExists),
@@ -82,7 +107,7 @@ _TABLE: tuple[tuple[re.Pattern[str], type[ZfsError]], ...] = tuple(
             r"|could not find any snapshots",
             DatasetNotFound,
         ),
-        (r"already exists|destination '.*' exists", DatasetExists),
+        (r"already exists|destination '.*' exists|bookmark exists", DatasetExists),
         (r"\bbusy\b", DatasetBusy),
     )
 )
@@ -107,25 +132,83 @@ def classify(stderr: str) -> type[ZfsError]:
     return ZfsError
 
 
-_RECEIVE_REJECTED = re.compile(
-    r"stream has unsupported feature|pool must be upgraded to receive"
-    r"|module does not support this operation|unsupported version",
-    re.IGNORECASE,
+_RECEIVE_TABLE: tuple[tuple[re.Pattern[str], type[ZfsError]], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), cls)
+    for pattern, cls in (
+        (r"has been modified\s+since most recent snapshot", TargetModified),
+        (
+            r"stream has unsupported feature|pool must be upgraded to receive"
+            r"|module does not support this operation|unsupported version",
+            StreamUnsupported,
+        ),
+        (r"invalid (?:backup )?stream|checksum mismatch|bad magic number|incomplete stream",
+         StreamInvalid),
+    )
 )
 
 
 def classify_receive(stderr: str) -> type[ZfsError]:
     """Return the ZfsError subclass for the stderr of a failed ``zfs receive``.
 
-    ``StreamUnsupported`` when the receiver rejected the stream itself as unsupported (see
-    the module doc for the wordings), else what ``classify`` says.
+    ``TargetModified``, ``StreamUnsupported`` or ``StreamInvalid`` when the receiver refused
+    the stream (see the module doc for the wordings), else what ``classify`` says.
 
     Args:
         stderr: the receive's standard error (any case, several lines).
     """
-    if _RECEIVE_REJECTED.search(stderr):
-        return StreamUnsupported
+    for pattern, cls in _RECEIVE_TABLE:
+        if pattern.search(stderr):
+            return cls
     return classify(stderr)
+
+
+def receive_refusal(failed: PipelineFailed, argv: list[str], host: str) -> ZfsError | None:
+    """The refusal of the ``zfs receive`` that ends ``failed``'s pipeline, as a typed error.
+
+    The receive is the last stage; when it refuses the stream the sender dies of the closed
+    pipe, sometimes (an ssh exiting 255 without a word) before zbak stops it, so the stage the
+    pipeline blamed may be the sender: the receiver's own words decide.
+
+    Args:
+        failed: what ``run_pipeline`` raised.
+        argv: the receive's argv, for the error.
+        host: where the receive ran.
+
+    Returns:
+        a ``TargetModified``, ``StreamUnsupported`` or ``StreamInvalid`` carrying ``argv``,
+        the receive's exit status and its stderr without mbuffer's noise (the caller raises
+        it ``from failed``); None when the pipeline was cancelled or timed out, the receive
+        did not fail, or it failed for another reason.
+    """
+    last = failed.stages[-1] if failed.stages else None
+    if isinstance(failed, (PipelineCancelled, PipelineTimedOut)) or last is None or not last.failed:
+        return None
+    cls = classify_receive(last.stderr)
+    if cls not in (TargetModified, StreamUnsupported, StreamInvalid):
+        return None
+    return cls(argv, last.returncode, without_buffer_noise(last.stderr).strip(), host)
+
+
+def refused_option(stderr: str) -> str | None:
+    """The option zfs refused as unknown: ``"c"`` for "invalid option 'c'", the whole word
+    for "unrecognized option '--x'"; None when it refused none."""
+    found = _REFUSED_OPTION.search(stderr)
+    return None if found is None else found.group(1) or found.group(2)
+
+
+_REFUSED_OPTION = re.compile(r"invalid option '(.)'|unrecognized option '?([^'\s]*)")
+
+
+def parsed_names(stderr: str) -> bool:
+    """True when zfs refused a name for a character in it ("invalid character '%' in
+    name"): it took each of several names on one command line as a name."""
+    return "invalid character" in stderr
+
+
+def wants_snapshot(stderr: str) -> bool:
+    """True when ``zfs receive`` stopped at "missing snapshot argument": it accepted every
+    option before it."""
+    return "missing snapshot argument" in stderr
 
 
 def map_error(exc: CommandFailed) -> ZfsError:
