@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import zfs
-
-from zrepl_py.streams.records import walk_records
+from support.records import walk
 
 pytestmark = pytest.mark.zfs
 
@@ -64,7 +63,7 @@ def test_real_streams_walk_to_zstreamdumps_record_count_with_the_snapshots_guids
     args = [*argv[:-1], dataset + argv[-1]]  # the base stays short (@s0), as zfs-send(8) allows
     path = tmp_path / "stream"
     data = send(args, path)
-    summary = walk_records([data[i:i + 65536] for i in range(0, len(data), 65536)], "real")
+    summary = walk([data[i:i + 65536] for i in range(0, len(data), 65536)], "real")
     assert summary.bytes == len(data) and summary.compound == compound
     expected = [(0 if f is None else guid(f"{dataset}@{f}"), guid(f"{dataset}@{t}")) for f, t in subs]
     assert [(b.fromguid, b.toguid) for b in summary.substreams] == expected
@@ -100,7 +99,7 @@ def test_real_openzfs_streams_walk_to_zstream_dumps_record_count(openzfs_vm, ope
     dump = subprocess.run(openzfs_vm.ssh_prefix() + [remote_command(["zstream", "dump"], sudo=False)],
                           input=stream, capture_output=True, check=True,
                           timeout=COMMAND_TIMEOUT).stdout.decode()
-    summary = walk_records([stream[i:i + 65536] for i in range(0, len(stream), 65536)], "openzfs")
+    summary = walk([stream[i:i + 65536] for i in range(0, len(stream), 65536)], "openzfs")
     assert summary.records == int(re.search(r"Total records = (\d+)", dump).group(1))
     assert summary.compound == compound
     guids = {line.split("\t")[0]: int(line.split("\t")[1]) for line in run(

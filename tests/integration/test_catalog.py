@@ -273,8 +273,11 @@ def test_deleting_a_parent_with_children_is_refused_by_the_repository_and_the_da
 
 
 def test_a_condemned_chain_is_deleted_leaf_first_with_its_volumes(catalog):
-    full, inc1, inc2 = chain(catalog)
-    catalog.add_volume(inc2, NewVolume(0, "c/0", 10, 5, SHA))
+    full = catalog.add_stream(stream("a", 1, 10))
+    inc1 = catalog.add_stream(stream("b", 2, 20, parent=full, from_guid=1))
+    inc2 = catalog.add_stream(stream("c", 3, 30, parent=inc1, from_guid=2),
+                              [NewVolume(0, "c/0", 10, 5, SHA)])
+    assert len(catalog.volumes(inc2)) == 1
     with pytest.raises(ChainBroken, match="condemn the whole chain"):
         catalog.set_stream_state(full, "condemned", T0)
     with pytest.raises(CatalogConflict, match="condemn it"):
@@ -296,16 +299,18 @@ def test_stream_states_follow_upload_then_verify_and_record_when(catalog):
         catalog.set_stream_state(full, "uploading", T0)
 
 
-def test_volumes_are_appended_in_order_only_while_the_stream_uploads(catalog):
-    full = catalog.add_stream(stream("a", 1, 10))
-    catalog.add_volume(full, NewVolume(0, "a/0", 10, 5, SHA))
-    with pytest.raises(CatalogConflict, match="index 1"):
-        catalog.add_volume(full, NewVolume(2, "a/2", 10, 5, SHA))
-    catalog.set_stream_state(full, "uploaded", T0)
-    with pytest.raises(CatalogConflict, match="not uploading"):
-        catalog.add_volume(full, NewVolume(1, "a/1", 10, 5, SHA))
+def test_a_streams_volumes_are_numbered_from_0_without_gaps_and_carry_a_sha256(catalog):
+    with pytest.raises(ValueError, match="without gaps; got 2 at position 1"):
+        catalog.add_stream(stream("a", 1, 10), [NewVolume(0, "a/0", 10, 5, SHA),
+                                                NewVolume(2, "a/2", 10, 5, SHA)])
+    with pytest.raises(ValueError, match="without gaps; got 1 at position 0"):
+        catalog.add_stream(stream("a", 1, 10), [NewVolume(1, "a/1", 10, 5, SHA)])
     with pytest.raises(ValueError, match="sha256"):
         catalog.add_stream(stream("b", 2, 20, prefix="p"), [NewVolume(0, "b/0", 1, 1, "XYZ")])
+    assert catalog.streams() == []
+    full = catalog.add_stream(stream("a", 1, 10), [NewVolume(0, "a/0", 10, 5, SHA),
+                                                   NewVolume(1, "a/1", 10, 5, SHA)])
+    assert [v.index for v in catalog.volumes(full)] == [0, 1]
 
 
 def test_two_streams_cannot_share_an_object_prefix_in_one_store(catalog):

@@ -265,8 +265,9 @@ def ssh_control(openzfs_vm, tmp_path_factory) -> Iterator[Path]:
 @pytest.fixture
 def guest(openzfs_vm, openzfs_executor, openzfs_pools, ssh_control) -> Guest:
     """The shared guest (tests/support/openzfs.py) with this test's two fresh pools."""
-    zfs = Zfs(openzfs_executor, timeout=OPENZFS_TIMEOUT)
-    zfs.detect_capabilities(openzfs_pools.source)
+    zfs = Zfs(openzfs_executor, timeout=OPENZFS_TIMEOUT,
+              capabilities=detect(openzfs_executor, openzfs_pools.source,
+                                  timeout=OPENZFS_TIMEOUT))
     return Guest(openzfs_vm.host_config(), openzfs_vm.known_hosts, openzfs_executor, zfs,
                  ssh_control, openzfs_pools)
 

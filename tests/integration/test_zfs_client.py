@@ -22,7 +22,7 @@ from zrepl_py.errors import (
 from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.zfs.capabilities import Capabilities, detect
 from zrepl_py.zfs.client import TREE_PROPERTIES, Zfs, batches, parse_get_output, parse_list_output
-from zrepl_py.zfs.model import build_tree
+from zrepl_py.zfs.model import SnapshotInfo, Tree, build_tree
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 
 
@@ -31,6 +31,11 @@ def zfs_get(name: str, prop: str) -> str:
     done = subprocess.run(["zfs", "get", "-Hp", "-o", "value", prop, name],
                           capture_output=True, text=True, check=True)
     return done.stdout.strip()
+
+
+def every_snapshot(tree: Tree) -> list[SnapshotInfo]:
+    """Every snapshot of the listing, dataset by dataset, each dataset's oldest first."""
+    return [snap for info in tree.datasets for snap in tree.snapshots(info.name)]
 
 
 @pytest.fixture
@@ -61,7 +66,7 @@ def test_tree_reports_the_guid_createtxg_and_creation_that_zfs_get_reports(zfs, 
         assert info.guid == int(zfs_get(info.name, "guid"))
         assert info.createtxg == int(zfs_get(info.name, "createtxg"))
         assert info.kind == "filesystem" and info.origin is None
-    snaps = tree.all_snapshots()
+    snaps = every_snapshot(tree)
     assert sorted(s.name for s in snaps) == sorted(
         [f"{root}@first", f"{odd}@first", f"{odd}@s 1:x", f"{odd}/kid@first",
          f"{root}/data@first"])
@@ -82,7 +87,7 @@ def test_tree_without_recursion_lists_only_the_root_and_its_snapshots(zfs, root)
     tree = zfs.tree(root, recursive=False)
 
     assert [d.name for d in tree.datasets] == [root]
-    assert [s.name for s in tree.all_snapshots()] == [f"{root}@s"]
+    assert [s.name for s in every_snapshot(tree)] == [f"{root}@s"]
     with pytest.raises(KeyError):
         tree.snapshots(root.child("child"))
 
@@ -102,7 +107,7 @@ def test_a_recursive_snapshot_covers_every_descendant_in_one_transaction_group(z
 
     zfs.snapshot(SnapshotName.of(root, "r"), recursive=True)
 
-    snaps = zfs.tree(root, recursive=True).all_snapshots()
+    snaps = every_snapshot(zfs.tree(root, recursive=True))
     assert [s.name for s in snaps] == [f"{root}@r", f"{root}/a@r", f"{root}/a/b@r"]
     assert len({s.createtxg for s in snaps}) == 1
 
@@ -192,16 +197,14 @@ def test_holds_lists_tags_where_zfs_can_and_raises_unsupported_where_it_cannot(z
     assert zfs.holds([]) == {}
 
 
-def test_a_clone_blocks_destroying_its_origin_and_is_found_by_clones_of(zfs, root):
+def test_a_clone_blocks_destroying_its_origin_and_is_found_by_the_pool_wide_clones(zfs, root):
     snap = SnapshotName.of(root, "origin")
     clone = root.child("restore tmp")
     zfs.snapshot(snap)
     zfs.clone(snap, clone, {"mountpoint": "none"})
 
-    tree = zfs.tree(root, recursive=True)
-    assert tree.clones_of(snap) == [clone]
-    assert tree.dataset(clone).origin == snap
-    assert tree.clones_of(SnapshotName.of(root, "other")) == []
+    assert zfs.clones(root.pool).get(snap) == [clone]
+    assert zfs.tree(root, recursive=True).dataset(clone).origin == snap
     with pytest.raises(SnapshotHasClones):
         zfs.destroy_snapshot(snap)
 
@@ -256,7 +259,7 @@ def test_snapshot_many_raises_unsupported_on_zfs_fuse_and_creates_nothing(zfs, r
     with pytest.raises(Unsupported):
         claimed.snapshot_many(names)
 
-    assert zfs.tree(root, recursive=True).all_snapshots() == []
+    assert every_snapshot(zfs.tree(root, recursive=True)) == []
 
 
 def test_snapshot_many_refuses_two_snapshots_of_one_dataset(zfs, root):
@@ -334,7 +337,7 @@ def test_two_pools_from_make_pool_are_independent(make_pool):
     assert first.name != second.name
     zfs = Zfs(LocalExecutor(), timeout=COMMAND_TIMEOUT)
     zfs.snapshot(SnapshotName.of(first.name, "only-here"))
-    assert zfs.tree(DatasetName(second.name), recursive=True).all_snapshots() == []
+    assert every_snapshot(zfs.tree(DatasetName(second.name), recursive=True)) == []
 
 
 # -- pure parsing: both listing commands give the same Tree ------------------------------
@@ -373,7 +376,7 @@ def test_zfs_get_and_zfs_list_outputs_build_the_same_tree():
     assert [s.short for s in from_get.snapshots(root)] == ["a", "b"]
     assert from_get.snapshots(root)[1].guid == 2**64 - 1
     assert from_get.snapshots(root)[1].userrefs == 2
-    assert from_get.clones_of(SnapshotName("p@a")) == [DatasetName("p/c l:o")]
+    assert from_get.dataset("p/c l:o").origin == SnapshotName("p@a")
     assert [d.name for d in from_get.datasets] == ["p", "p/c l:o"]
 
 

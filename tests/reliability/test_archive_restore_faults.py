@@ -39,7 +39,7 @@ from zrepl_py.objects.layout import MANIFEST, PROGRESS, stream_prefix
 from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.proc.pipeline import Stage
 from zrepl_py.restore import execute as restore_execute
-from zrepl_py.restore.fetch import VolumeFetch, fetch_verified
+from zrepl_py.restore.fetch import VolumeFetch
 from zrepl_py.stores import registry as store_registry
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.streams.frames import decompress_frame
@@ -337,14 +337,16 @@ def test_a_downloaded_volume_is_read_once_and_a_torn_spool_file_from_an_earlier_
         volumes = [v for _, stream_volumes in catalogued(catalog, data) for v in stream_volumes]
     spool = tmp_path / "spool"
     faulty = FaultyBackend(FileBackend("cold", store))
-    files = fetch_verified(faulty, volumes, spool, 2)
+    with VolumeFetch(faulty, volumes, spool, 2) as fetch:
+        files = fetch.wait_all()
     for volume in volumes:
         assert faulty.calls.count(("get", volume.key)) == 1
         assert files[volume.id].read_bytes() == (store / volume.key).read_bytes()
     torn = files[volumes[0].id]
     torn.write_bytes(bytes(volumes[0].stored_bytes))
     again = FaultyBackend(FileBackend("cold", store))
-    files = fetch_verified(again, volumes, spool, 2)
+    with VolumeFetch(again, volumes, spool, 2) as fetch:
+        files = fetch.wait_all()
     assert files[volumes[0].id].read_bytes() == (store / volumes[0].key).read_bytes()
     assert again.calls.count(("get", volumes[0].key)) == 1
     assert [v.key for v in volumes if ("get", v.key) in again.calls] == [volumes[0].key]
@@ -663,7 +665,8 @@ def test_a_zero_length_stream_round_trips_through_store_catalog_and_verification
         volumes = catalog.volumes(written.stream_id)
     assert written.raw_bytes == 0 and len(volumes) == 1 and volumes[0].raw_bytes == 0
     assert backend.stat(volumes[0].key).size == volumes[0].stored_bytes > 0
-    files = fetch_verified(FaultyBackend(backend), volumes, tmp_path / "spool", 2)
+    with VolumeFetch(FaultyBackend(backend), volumes, tmp_path / "spool", 2) as fetch:
+        files = fetch.wait_all()
     assert b"".join(decompress_frame([files[volumes[0].id].read_bytes()], "vol",
                                      raw_bytes=0)) == b""
     assert not [k for k in store_state(backend).objects if k.endswith(PROGRESS)]

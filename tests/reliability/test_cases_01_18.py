@@ -54,7 +54,7 @@ from zrepl_py.errors import (
     StoreTransient,
     StreamCorrupt,
 )
-from zrepl_py.restore.fetch import fetch_verified
+from zrepl_py.restore.fetch import VolumeFetch
 from zrepl_py.stores.retry import RetryPolicy
 from zrepl_py.stores.s3 import S3Backend
 from zrepl_py.streams.frames import Digest, compress_frame
@@ -335,8 +335,9 @@ def test_an_s3_read_damaged_in_transit_once_is_read_again_verified_and_reported(
 
     with proxied_backend(s3_server, s3_bucket, flip_first_get) as (backend, proxy):
         volume = _stored_volume(backend, "s/vol-000000.zst")
-        with caplog.at_level("WARNING", logger="zrepl_py.restore.fetch"):
-            files = fetch_verified(backend, [volume], tmp_path / "spool", 1)
+        with caplog.at_level("WARNING", logger="zrepl_py.restore.fetch"), \
+                VolumeFetch(backend, [volume], tmp_path / "spool", 1) as fetch:
+            files = fetch.wait_all()
         gets = [r for r in proxy.requests if r[0] == "GET" and "vol-" in r[1]]
     assert flips and len(gets) == 2
     assert hashlib.sha256(files[1].read_bytes()).hexdigest() == volume.sha256

@@ -39,7 +39,7 @@ from zrepl_py.errors import (
     StoreTransient,
     StreamCorrupt,
 )
-from zrepl_py.restore.fetch import fetch_verified
+from zrepl_py.restore.fetch import VolumeFetch
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.stores.retry import RetryPolicy
 from zrepl_py.stores.s3 import S3Backend
@@ -342,8 +342,9 @@ def test_a_volume_corrupted_in_transit_on_upload_is_refused_before_any_receive(
                        sha256=digest.sha256)
     expected = ((StoreReadCorrupt, "did not match calculated checksum")
                 if response_checksums == "when_supported" else (StreamCorrupt, "SHA-256"))
-    with pytest.raises(expected[0], match=expected[1]):
-        fetch_verified(backend, [volume], tmp_path / "spool", 1)
+    with pytest.raises(expected[0], match=expected[1]), \
+            VolumeFetch(backend, [volume], tmp_path / "spool", 1) as fetch:
+        fetch.wait_all()
 
 
 # -- 18: zero-length object ---------------------------------------------------------------------
@@ -394,8 +395,9 @@ def test_a_volume_bad_on_the_first_read_only_verifies_on_the_second_and_is_repor
     warning names the volume and says the first read failed."""
     volume = _stored_volume(store)
     faulty = FaultyBackend(store, faulty_reads=1, **fault)
-    with caplog.at_level("WARNING", logger="zrepl_py.restore.fetch"):
-        files = fetch_verified(faulty, [volume], tmp_path / "spool", 1)
+    with caplog.at_level("WARNING", logger="zrepl_py.restore.fetch"), \
+            VolumeFetch(faulty, [volume], tmp_path / "spool", 1) as fetch:
+        files = fetch.wait_all()
     assert hashlib.sha256(files[1].read_bytes()).hexdigest() == volume.sha256
     assert faulty.calls.count(("get", volume.key)) == 2
     warned = [r.getMessage() for r in caplog.records if volume.key in r.getMessage()]

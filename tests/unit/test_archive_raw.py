@@ -16,6 +16,7 @@ import json
 import struct
 
 import pytest
+from support.records import walk
 
 from zrepl_py.archive.job import archive_send, encrypted_datasets
 from zrepl_py.archive.planner import ChainPolicy, PlannedStream, plan_archive
@@ -32,7 +33,6 @@ from zrepl_py.streams.records import (
     DRR_OBJECT_RANGE,
     DRR_WRITE,
     RECORD_SIZE,
-    walk_records,
 )
 from zrepl_py.zfs.capabilities import Capabilities
 from zrepl_py.zfs.client import Zfs
@@ -192,7 +192,7 @@ def raw_substream(toguid: int, fromguid: int, raw: bool = True) -> bytes:
 
 def test_a_raw_stream_walks_with_object_ranges_and_encrypted_write_payloads():
     stream = raw_substream(22, 0)
-    summary = walk_records([stream[i:i + 1000] for i in range(0, len(stream), 1000)], "raw")
+    summary = walk([stream[i:i + 1000] for i in range(0, len(stream), 1000)], "raw")
     assert summary.raw and summary.bytes == len(stream)
     assert [(b.toguid, b.fromguid, b.raw) for b in summary.substreams] == [(22, 0, True)]
 
@@ -200,7 +200,7 @@ def test_a_raw_stream_walks_with_object_ranges_and_encrypted_write_payloads():
 def test_a_raw_dash_capital_i_stream_is_raw_although_its_compound_header_has_no_features():
     stream = (begin(0, 0, raw=True, hdrtype=2) + record(DRR_END)
               + raw_substream(22, 11) + raw_substream(33, 22) + record(DRR_END))
-    summary = walk_records([stream], "raw -I")
+    summary = walk([stream], "raw -I")
     assert summary.compound and summary.raw
     assert [b.toguid for b in summary.substreams] == [22, 33]
 
@@ -209,4 +209,4 @@ def test_a_stream_mixing_raw_and_non_raw_substreams_is_corrupt():
     stream = (begin(0, 0, raw=True, hdrtype=2) + record(DRR_END)
               + raw_substream(22, 11) + raw_substream(33, 22, raw=False) + record(DRR_END))
     with pytest.raises(StreamCorrupt, match="is not raw but the one before it is raw"):
-        walk_records([stream], "mixed")
+        walk([stream], "mixed")

@@ -9,6 +9,7 @@ import datetime as dt
 import struct
 
 import pytest
+from support.records import walk
 
 from zrepl_py.audit.deep import begin_problems
 from zrepl_py.catalog.rows import StreamRow
@@ -25,7 +26,6 @@ from zrepl_py.streams.records import (
     DRR_WRITE_EMBEDDED,
     RECORD_SIZE,
     RecordWalker,
-    walk_records,
 )
 
 
@@ -87,27 +87,27 @@ COMPOUND = begin(0, 0, "tank/a@13", hdrtype=2) + end() + substream(12, 11) + sub
 
 @pytest.mark.parametrize("size", [1, 7, 311, 312, 313, 4096, 1 << 20])
 def test_a_full_stream_is_walked_whatever_the_chunk_size(size):
-    summary = walk_records(chunks(FULL, size), "s")
+    summary = walk(chunks(FULL, size), "s")
     assert [(b.fromguid, b.toguid, b.toname, b.substream) for b in summary.begins] == [
         (0, 11, "tank/a@11", True)]
     assert summary.records == 8 and summary.bytes == len(FULL) and not summary.compound
 
 
 def test_a_compound_stream_lists_every_substream_in_order():
-    summary = walk_records(chunks(COMPOUND, 1000), "s")
+    summary = walk(chunks(COMPOUND, 1000), "s")
     assert summary.compound
     assert [(b.fromguid, b.toguid) for b in summary.substreams] == [(11, 12), (12, 13)]
     assert [b.header_type for b in summary.begins] == [2, 1, 1]
 
 
 def test_a_big_endian_stream_is_read_in_its_own_byte_order():
-    summary = walk_records([substream(11, 0, order=">")], "s")
+    summary = walk([substream(11, 0, order=">")], "s")
     assert [(b.fromguid, b.toguid) for b in summary.substreams] == [(0, 11)]
 
 
 def test_a_begin_payload_is_skipped():
     data = begin(0, 0, "tank/a@13", hdrtype=2, payload=b"\x01" * 1000) + end() + substream(13, 0) + end()
-    assert [b.toguid for b in walk_records([data], "s").substreams] == [13]
+    assert [b.toguid for b in walk([data], "s").substreams] == [13]
 
 
 @pytest.mark.parametrize("data, words", [
@@ -125,7 +125,7 @@ def test_a_begin_payload_is_skipped():
 ])
 def test_malformed_streams_are_refused_naming_the_byte(data, words):
     with pytest.raises(StreamCorrupt, match="not a valid zfs send stream at byte") as info:
-        walk_records(chunks(data, 500), "stream 7")
+        walk(chunks(data, 500), "stream 7")
     assert words in str(info.value) and "stream 7" in str(info.value)
 
 
@@ -165,7 +165,7 @@ def carried(*guids: int) -> list[CarriedSnapshot]:
      stream_row("incremental", 13, 11), [], ["starts at guid 99, not at the previous substream's 12"]),
 ])
 def test_begin_records_are_compared_with_the_catalogs_guids(data, row, snaps, words):
-    found = begin_problems(walk_records([data], "s"), row, snaps)
+    found = begin_problems(walk([data], "s"), row, snaps)
     assert len(found) == len(words)
     for problem, word in zip(found, words):
         assert word in problem

@@ -44,12 +44,12 @@ from zrepl_py.objects.manifest import CarriedSnapshot
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
-def _check_volumes(volumes: Sequence[NewVolume], first: int) -> None:
-    """Volumes must be numbered ``first, first+1, ...`` with sizes and a lowercase hex sha256."""
+def _check_volumes(volumes: Sequence[NewVolume]) -> None:
+    """Volumes must be numbered ``0, 1, ...`` with sizes and a lowercase hex sha256."""
     for offset, volume in enumerate(volumes):
-        if volume.index != first + offset:
+        if volume.index != offset:
             raise ValueError(
-                f"volume indexes must run {first}, {first + 1}, ... without gaps;"
+                f"volume indexes must run 0, 1, ... without gaps;"
                 f" got {volume.index} at position {offset}"
             )
         require_size("volume raw_bytes", volume.raw_bytes)
@@ -161,7 +161,7 @@ class Streams(CatalogBase):
             ValueError: unknown kind or state, naive time, negative size, bad volume list.
         """
         self._check_new_stream(stream)
-        _check_volumes(volumes, 0)
+        _check_volumes(volumes)
         label = f"{stream.kind} stream {stream.host}:{stream.dataset}@{stream.to_name}"
         doing = f"adding {label} to store {stream.store}"
         with self._transaction(doing, on_integrity=ChainBroken) as conn:
@@ -255,31 +255,6 @@ class Streams(CatalogBase):
                 f"{label} ends at createtxg {stream.to_createtxg}, not after its parent's"
                 f" {parent.to_createtxg}; {fix}"
             )
-
-    def add_volume(self, stream_id: int, volume: NewVolume) -> None:
-        """Append ``volume`` to a stream still uploading; its index must be the next one.
-
-        Raises:
-            NotInCatalog: no stream ``stream_id``.
-            CatalogConflict: the stream is no longer uploading, or the index is not the next.
-            ValueError: negative sizes or a malformed sha256.
-        """
-        _check_volumes([volume], volume.index)
-        with self._transaction(f"adding volume {volume.index} to stream {stream_id}") as conn:
-            stream = self._row(conn, stream_table, stream_id)
-            if stream is None:
-                raise NotInCatalog(f"stream {stream_id} is not in the catalog")
-            if stream.state != "uploading":
-                raise CatalogConflict(f"stream {stream_id} is {stream.state}, not uploading")
-            count = conn.scalar(sa.select(sa.func.count()).select_from(volume_table)
-                                .where(volume_table.c.stream_id == stream_id))
-            if volume.index != count:
-                raise CatalogConflict(
-                    f"stream {stream_id} has {count} volumes; the next must have index {count},"
-                    f" not {volume.index}"
-                )
-            conn.execute(sa.insert(volume_table).values(stream_id=stream_id,
-                                                        **dataclasses.asdict(volume)))
 
     def stream(self, stream_id: int) -> StreamRow:
         """Return stream ``stream_id``.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import importlib.util
 import logging
 import os
 import signal
@@ -53,18 +52,13 @@ class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use (click's LazyGroup recipe)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name in COMMANDS if _module_exists(COMMANDS[name])]
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module = COMMANDS.get(cmd_name)
-        if module is None or not _module_exists(module):
+        if module is None:
             return None
         return add_global_options(importlib.import_module(f"zrepl_py.cli.{module}").command)
-
-
-def _module_exists(module: str) -> bool:
-    # Commands of later issues are listed before their module lands.
-    return importlib.util.find_spec(f"zrepl_py.cli.{module}") is not None
 
 
 @add_global_options

@@ -282,13 +282,3 @@ class VolumeFetch:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._head.set()  # the checks still waiting for the first one stop at once
         self._pool.shutdown(wait=True)
-
-
-def fetch_verified(backend: Backend, volumes: Sequence[VolumeRow], spool: Path,
-                   concurrency: int) -> dict[int, Path]:
-    """Verify every volume (downloading remote ones into ``spool``); map volume id -> file.
-
-    Args and errors: as :class:`VolumeFetch`, whose ``wait_all`` this is.
-    """
-    with VolumeFetch(backend, volumes, spool, concurrency) as fetch:
-        return fetch.wait_all()

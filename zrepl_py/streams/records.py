@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Iterable
 
 from zrepl_py.errors import StreamCorrupt
 
@@ -288,15 +287,3 @@ class RecordWalker:
             (psize,) = struct.unpack_from(order + "I", rec, 52)
             return (psize + 7) & ~7
         return 0
-
-
-def walk_records(chunks: Iterable[bytes], what: str) -> StreamSummary:
-    """Walk a whole raw stream given as chunks (see :class:`RecordWalker`).
-
-    Raises:
-        StreamCorrupt: the stream is not a complete, well-formed send stream.
-    """
-    walker = RecordWalker(what)
-    for chunk in chunks:
-        walker.feed(chunk)
-    return walker.finish()

@@ -31,7 +31,6 @@ from zrepl_py.errors import (
     ZfsError,
 )
 from zrepl_py.proc.executor import Completed, Executor
-from zrepl_py.zfs import capabilities as _capabilities
 from zrepl_py.zfs.capabilities import Capabilities
 from zrepl_py.zfs.errors import map_error
 from zrepl_py.zfs.model import (
@@ -53,6 +52,7 @@ from zrepl_py.zfs.names import (
     check_property_name,
     parse_any_name,
 )
+from zrepl_py.zfs.sendrecv import abort_argv
 
 TREE_PROPERTIES = ("type", "guid", "createtxg", "creation", "userrefs", "origin")
 """What ``Zfs.tree`` reads for every dataset and snapshot."""
@@ -232,17 +232,6 @@ class Zfs:
 
     def _unexpected(self, argv: list[str], problem: object) -> ZfsError:
         return ZfsError(argv, 0, f"unexpected output: {problem}", self.host)
-
-    def detect_capabilities(self, pool: str) -> Capabilities:
-        """Probe the host with ``capabilities.detect`` on ``pool``, keep and return the result.
-
-        Raises:
-            DatasetNotFound: no such pool.
-        """
-        self.capabilities = _capabilities.detect(
-            self.executor, _pool_name(pool), zfs=self.zfs, zpool=self.zpool, timeout=self.timeout
-        )
-        return self.capabilities
 
     # -- listing ---------------------------------------------------------------------
 
@@ -733,8 +722,7 @@ class Zfs:
                 receive state to abort").
             DatasetNotFound: no such dataset.
         """
-        ds = DatasetName(dataset)
-        argv = [self.zfs, "receive", "-A", ds]
+        argv = abort_argv(dataset, zfs=self.zfs)
         self._require("resume_tokens", argv, "resumable receive")
         self._run(argv)
 

@@ -101,18 +101,6 @@ class Tree:
             raise KeyError(f"{dataset} is not in the listing of {self.root}")
         return list(self._snapshots[dataset])
 
-    def all_snapshots(self) -> list[SnapshotInfo]:
-        """Return every listed snapshot, dataset by dataset (order of ``datasets``), each
-        dataset's oldest first."""
-        return [snap for info in self.datasets for snap in self._snapshots[info.name]]
-
-    def clones_of(self, snapshot: SnapshotName | str) -> list[DatasetName]:
-        """Return the listed datasets whose ``origin`` is ``snapshot``, in name order.
-
-        Only clones inside the listing are seen; a clone elsewhere in the pool is not.
-        """
-        return sorted(info.name for info in self.datasets if info.origin == snapshot)
-
 
 @dataclasses.dataclass(frozen=True)
 class BookmarkInfo:
