@@ -84,8 +84,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from support.common import free_port  # noqa: E402
-from zfsbench import (  # noqa: E402 (script-local import)
+from support.common import free_port
+from zfsbench import (
     destroy,
     guid,
     last_line,
@@ -159,7 +159,8 @@ def run_pipe(argvs: list[list[str]], work: Path, *, stdout=None,
     codes = [proc.wait() for proc in procs]
     seconds = time.monotonic() - started
     # The culprit is the first stage that failed on its own, not of a reader's SIGPIPE.
-    failed = [(code, err, argv) for code, err, argv in zip(codes, errs, argvs) if code != 0]
+    failed = [(code, err, argv) for code, err, argv in zip(codes, errs, argvs, strict=True)
+              if code != 0]
     for code, err, argv in sorted(failed, key=lambda f: f[0] in (141, -signal.SIGPIPE)):
         err.seek(0)
         raise Failed(f"{argv[0]} exit {code}: {last_line(err.read().decode(errors='replace'))}")
@@ -313,7 +314,7 @@ class Bench:
         self.moto = subprocess.Popen([PYTHON, "-m", "moto.server", "-H", "127.0.0.1", "-p",
                                       str(port)], stdin=subprocess.DEVNULL, stdout=log,
                                      stderr=log, env=self.env)
-        import boto3  # noqa: PLC0415 (only with --s3)
+        import boto3  # only with --s3
 
         self.s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
                                aws_access_key_id=S3_KEYS["AWS_ACCESS_KEY_ID"],
@@ -323,9 +324,10 @@ class Bench:
             try:
                 self.s3.create_bucket(Bucket=BUCKET)
                 return
-            except Exception:  # noqa: BLE001 - not listening yet
+            except Exception as exc:  # not listening yet
                 if time.monotonic() > deadline or self.moto.poll() is not None:
-                    raise RuntimeError(f"moto server did not start; see {self.work}/moto.log")
+                    raise RuntimeError(
+                        f"moto server did not start; see {self.work}/moto.log") from exc
                 time.sleep(0.3)
 
     def s3_empty(self, prefix: str) -> None:

@@ -42,8 +42,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from support.generated import archive_config  # noqa: E402
-from zfsbench import private_zfs_fuse, rotate, sh, timed, usage  # noqa: E402
+from support.generated import archive_config
+from zfsbench import private_zfs_fuse, rotate, sh, timed, usage
 
 POOL = "ztree"
 PYTHON = sys.executable
@@ -110,7 +110,7 @@ class Tree:
         subprocess.run([PYTHON, "-m", "cProfile", "-o", str(out), "-m", "zrepl_py", "--config",
                         str(self.config), "archive"], cwd=self.repo, env=env, check=True,
                        capture_output=True)
-        import pstats  # noqa: PLC0415
+        import pstats
 
         pstats.Stats(str(out)).sort_stats("cumulative").print_stats(45)
 

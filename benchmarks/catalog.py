@@ -64,11 +64,11 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 
-from support.generated import Generated, archive_config  # noqa: E402
-from zfsbench import load, private_zfs_fuse, rotate, sh, timed, usage  # noqa: E402
+from support.generated import Generated, archive_config
+from zfsbench import load, private_zfs_fuse, rotate, sh, timed, usage
 
-from zrepl_py.catalog.db import make_engine, upgrade  # noqa: E402
-from zrepl_py.catalog.models import stream_table  # noqa: E402
+from zrepl_py.catalog.db import make_engine, upgrade
+from zrepl_py.catalog.models import stream_table
 
 POOL = "zbench"
 STORE, JOB = "cold", "bench"
@@ -235,7 +235,7 @@ def profile(scale: Scale, case: str, work: Path) -> None:
                    stdout=subprocess.DEVNULL, cwd=REPO, check=False)
     if case == FIRST_AUDIT:
         os.replace(work / "catalog.before-audit", scale.catalog)
-    import pstats  # noqa: PLC0415
+    import pstats
 
     print(f"--- {case} at {scale.streams:,} streams (CPU seconds)")
     for order in ("tottime", "cumulative"):

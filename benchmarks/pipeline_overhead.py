@@ -36,11 +36,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from support import sshd as testbed_sshd  # noqa: E402
-from support import zfs as testbed_zfs  # noqa: E402
+from support import sshd as testbed_sshd
+from support import zfs as testbed_zfs
 
-from zrepl_py.proc.openssh import remote_command, remote_pipeline, ssh_argv  # noqa: E402
-from zrepl_py.proc.pipeline import Meter, Stage, run_pipeline  # noqa: E402
+from zrepl_py.proc.openssh import remote_command, remote_pipeline, ssh_argv
+from zrepl_py.proc.pipeline import Meter, Stage, run_pipeline
 
 MB = 1024 * 1024
 

@@ -118,10 +118,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from support import sshd as testbed_sshd  # noqa: E402
-from support.common import free_port  # noqa: E402
-from support.tree import snapshot_guids  # noqa: E402
-from zfsbench import (  # noqa: E402 (script-local import)
+from support import sshd as testbed_sshd
+from support.common import free_port
+from support.tree import snapshot_guids
+from zfsbench import (
     destroy,
     guid,
     last_line,
@@ -132,10 +132,10 @@ from zfsbench import (  # noqa: E402 (script-local import)
     target_line,
 )
 
-from zrepl_py.config.loading import load_config  # noqa: E402
-from zrepl_py.config.replicate import ReplicateConfig  # noqa: E402
-from zrepl_py.proc.openssh import remote_command, remote_pipeline, ssh_argv  # noqa: E402
-from zrepl_py.replication.stages import Side, mbuffer_argv  # noqa: E402
+from zrepl_py.config.loading import load_config
+from zrepl_py.config.replicate import ReplicateConfig
+from zrepl_py.proc.openssh import remote_command, remote_pipeline, ssh_argv
+from zrepl_py.replication.stages import Side, mbuffer_argv
 
 MIB = 1024 * 1024
 RECEIVE_BUFFER = ReplicateConfig.model_fields["receive_buffer"].default  # zbak's default

@@ -58,7 +58,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from zfsbench import private_zfs_fuse, rotate, sh  # noqa: E402 (script-local import)
+from zfsbench import private_zfs_fuse, rotate, sh
 
 CASES = ("zfs snapshot", "--version", "--help", "config check", "status (no jobs)", "snapshot",
          "status", "status --check", "list snapshots", "replicate --dry-run",

@@ -91,7 +91,7 @@ def private_zfs_fuse(work: Path) -> Iterator[Path]:
     Raises:
         SystemExit: the namespace cannot be made.
     """
-    from support import zfs as support_zfs  # noqa: PLC0415 (tests/ is on the path by now)
+    from support import zfs as support_zfs  # tests/ is on the path by now
 
     why_not = support_zfs._enter_private_namespace()
     if why_not:

@@ -87,8 +87,8 @@ def main(argv: list[str]) -> int:
               " pip install 'zbak[docs]'", file=sys.stderr)
         return 2
     scripts = write_completions(args.outdir / "completion")
-    print(f"make-docs: {len(pages)} man pages in {args.outdir / 'man1'}, completion for"
-          f" {', '.join(COMPLETION_FILES)} in {args.outdir / 'completion'}")
+    print(f"make-docs: {len(pages)} man pages in {args.outdir / 'man1'}, completion scripts"
+          f" {', '.join(p.name for p in scripts)} in {args.outdir / 'completion'}")
     return 0
 
 

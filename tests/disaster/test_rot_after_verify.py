@@ -35,7 +35,7 @@ class Webhook:
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
+            def do_POST(self):  # http.server's naming
                 hook.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
                 self.send_response(204)
                 self.end_headers()

@@ -49,7 +49,7 @@ class MailSink:
         sink = self
 
         class Handler:
-            async def handle_DATA(self, server, session, envelope):  # noqa: N802
+            async def handle_DATA(self, server, session, envelope):
                 sink._mails.append(email.message_from_bytes(envelope.content,
                                                            policy=email.policy.default))
                 return "250 OK"

@@ -155,11 +155,11 @@ def test_concurrent_writers_on_one_sqlite_file_wait_for_each_other_instead_of_fa
         engine = db.make_engine(url)
         catalog = Catalog(engine)
         try:
-            for i in range(15):
+            for _ in range(15):
                 run = catalog.start_run(job, "snapshot", None, T0)
                 catalog.sync_snapshots("local", f"tank/{job}", [], T0)  # read, then write
                 catalog.finish_run(run, result="ok", now=T0)
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as exc:  # reported by the assertion below
             errors.append(exc)
         finally:
             engine.dispose()

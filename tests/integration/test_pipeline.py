@@ -317,7 +317,7 @@ def test_megabytes_of_stderr_from_every_stage_neither_deadlock_nor_grow_the_tail
     receiver = flood.format("recv") + "sys.stdout.buffer.write(sys.stdin.buffer.read())"
     done = run_pipeline([py_stage("send", sender), py_stage("receive", receiver)], timeout=60)
     assert done.bytes >= 1 << 20  # wchar of the sender includes its stderr too
-    for stage, marker in zip(done.stages, ("END-send", "END-recv")):
+    for stage, marker in zip(done.stages, ("END-send", "END-recv"), strict=True):
         assert len(stage.stderr) == STDERR_TAIL
         assert stage.stderr.endswith(marker)
 

@@ -154,7 +154,7 @@ def test_every_exit_status_is_returned_by_a_real_command_run_as_python_m_zrepl_p
     zfs("destroy", "-r", f"{zpool.name}/replica")  # test-owned replica, gone behind zbak's back
     done = zbak("audit", "j")
     assert done.returncode == ExitStatus.AUDIT_FINDINGS, done.stdout + done.stderr
-    from zrepl_py.locking import lock_path  # noqa: PLC0415
+    from zrepl_py.locking import lock_path
 
     path = lock_path(tmp_path / "state", f"local:{data}")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -224,7 +224,7 @@ def _arrive_intact(run, names: list[str]) -> int:
         got = run(["printf", "%s\\0", *batch]).split(b"\0")[:-1]
         sent = [n.encode() for n in batch]
         if got != sent:
-            first = next(i for i, (a, b) in enumerate(zip(got, sent)) if a != b) \
+            first = next(i for i, (a, b) in enumerate(zip(got, sent, strict=True)) if a != b) \
                 if len(got) == len(sent) else min(len(got), len(sent))
             pytest.fail(f"name {batch[first]!r} changed in transit (got"
                         f" {got[first] if first < len(got) else None!r})")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ``import support``
 
-from support.backend import FaultyBackend  # noqa: E402
+from support.backend import FaultyBackend
 
 CATALOG_STEPS = ("add_stream", "set_stream_state", "condemn_streams", "delete_stream")
 
@@ -38,7 +38,7 @@ class Steps:
     def __init__(self, kill_after: int | None, log_path: str | None):
         self.kill_after = kill_after
         self.count = 0
-        self.log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
+        self.log = open(log_path, "a", encoding="utf-8") if log_path else None
 
     def step(self, op: str, key: object) -> None:
         """Record one completed step; SIGKILL the process when it is the k-th."""

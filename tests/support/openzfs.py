@@ -360,7 +360,7 @@ def openzfs_pools(openzfs_executor) -> Iterator[OpenZfsPools]:
     made: list[str] = []
     try:
         run(["truncate", "-s", POOL_SIZE, *images], timeout=COMMAND_TIMEOUT)
-        for name, image in zip(names, images):
+        for name, image in zip(names, images, strict=True):
             made.append(name)
             run(["zpool", "create", "-o", "ashift=12", name, image], timeout=COMMAND_TIMEOUT)
         yield OpenZfsPools(source=names[0], target=names[1])

@@ -72,7 +72,7 @@ def pg_cluster():
         if not (PG_BIN / tool).is_file():
             unavailable("postgresql", f"{PG_BIN / tool} not found (apt-get install postgresql)")
     try:
-        import psycopg  # noqa: F401
+        import psycopg  # noqa: F401 - only to see that it is installed
     except ImportError as exc:
         unavailable("postgresql", f"psycopg not installed: {exc}")
     if os.geteuid() == 0:

@@ -27,7 +27,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
+            def do_POST(self):  # http.server's naming
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 time.sleep(receiver.delay)
                 if receiver.fail_first > 0:

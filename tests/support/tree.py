@@ -75,7 +75,7 @@ def snapshot_guids(root: str) -> dict[str, int]:
     """``{name relative to root: guid}`` of every snapshot under ``root`` (none if missing)."""
     try:
         return _per_snapshot(root, "guid")
-    except Exception:  # noqa: BLE001 - the replica may not exist yet
+    except Exception:  # the replica may not exist yet
         return {}
 
 

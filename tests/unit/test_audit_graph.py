@@ -225,8 +225,9 @@ def test_a_replica_cursor_must_exist_on_the_source_and_on_the_target(snaps, list
                            None if listing is not None else "host unreachable")
     found = audit_graph(graph_input(*CHAIN, snapshots=snaps, cursors=[cursor(9)],
                                     targets={("backup:pool/bak", "pool/bak/data"): target}))
-    assert [(f.severity, w) for f, (_, w) in zip(found, expected) if w in f.problem] == expected
-    assert len(found) == len(expected)
+    assert len(found) == len(expected), [f.problem for f in found]
+    assert [(f.severity, w) for f, (_, w) in zip(found, expected, strict=True)
+            if w in f.problem] == expected
     assert all(f.target == "backup:pool/bak" and f.job == "job" for f in found)
 
 

@@ -142,7 +142,7 @@ def test_sigterm_during_a_command_says_interrupted(tmp_path):
 
 
 def test_a_declined_prompt_still_says_aborted(monkeypatch, tmp_path, capsys):
-    import click  # noqa: PLC0415
+    import click
 
     def declined(*_args, **_kwargs):
         raise click.Abort()  # what click.confirm raises on end of input (from None)

@@ -64,8 +64,8 @@ def test_lock_files_are_0600_in_a_0700_directory_whatever_the_umask(tmp_path):
 
 # --- RELIABILITY 29: stale locks (restic lock_file.go stale(); borg test_refresh_stale_lock) ---
 
-from zrepl_py.errors import LockBroken  # noqa: E402
-from zrepl_py.locking import LockRecord, is_stale  # noqa: E402
+from zrepl_py.errors import LockBroken
+from zrepl_py.locking import LockRecord, is_stale
 
 HERE, THERE = "backup-a", "backup-b"
 T = 1_800_000_000.0

@@ -167,5 +167,5 @@ def carried(*guids: int) -> list[CarriedSnapshot]:
 def test_begin_records_are_compared_with_the_catalogs_guids(data, row, snaps, words):
     found = begin_problems(walk([data], "s"), row, snaps)
     assert len(found) == len(words)
-    for problem, word in zip(found, words):
+    for problem, word in zip(found, words, strict=True):
         assert word in problem

@@ -128,7 +128,7 @@ class AppriseSink:
         source.addHandler(collector)
         try:
             sent = service.notify(body=body, title=title, notify_type=kind)
-        except Exception as exc:  # noqa: BLE001 - a plugin's own error: retried like a refusal
+        except Exception as exc:  # a plugin's own error: retried like a refusal
             collector.lines.append(f"{type(exc).__name__}: {exc}")
             sent = False
         finally:

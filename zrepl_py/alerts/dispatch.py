@@ -99,7 +99,7 @@ class Dispatcher:
         for channel in self.channels:
             try:
                 channel(event)
-            except Exception as exc:  # noqa: BLE001 - one channel down must not silence the rest
+            except Exception as exc:  # one channel down must not silence the rest
                 log.error("alert %s not delivered: %s", event.kind, exc)
 
     def _run(self) -> None:

@@ -29,7 +29,7 @@ RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102, PLR0913
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
         return None  # urllib then raises HTTPError with the 3xx status
 
 

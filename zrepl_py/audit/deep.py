@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 import logging
 import math
 import secrets
@@ -92,7 +93,7 @@ def begin_problems(summary: StreamSummary, stream: StreamRow,
     if subs[0].fromguid != expected_from:
         problems.append(f"its first BEGIN record starts at guid {subs[0].fromguid}"
                         f" ({subs[0].toname}), the catalog says {expected_from}")
-    for before, after in zip(subs, subs[1:]):
+    for before, after in itertools.pairwise(subs):
         if after.fromguid != before.toguid:
             problems.append(f"the BEGIN record of {after.toname} starts at guid {after.fromguid},"
                             f" not at the previous substream's {before.toguid}")

@@ -6,7 +6,7 @@ import dataclasses
 import enum
 
 
-class Severity(str, enum.Enum):
+class Severity(enum.StrEnum):
     """How bad a finding is. ``error``: a retained snapshot is (or may be) unrestorable or the
     catalog contradicts the store; ``warning``: something needs attention soon (an unfinished
     prune, a lagging archive); ``info``: worth knowing, nothing wrong (leftover objects).

@@ -266,7 +266,7 @@ class _Audit:
         data, by_id = self.data, self.by_id
         vols, table = data.volumes, data.carried
         spans, txgs = table.spans, table.createtxgs
-        pairs = set(zip(table.ids, table.guids))
+        pairs = set(zip(table.ids, table.guids, strict=True))
         failed = set()
         for s in self.streams:
             sid, kind, parent_id, to_guid, to_txg, raw, stored, state = \

@@ -390,8 +390,10 @@ class _JobAudit:
         ahead = []
         own = job.archive.store if job.archive is not None else None
         if own in self.backends:
-            backend = self.backends[own]
-            ahead.append((own, lambda: self._listing(backend, prefixes, names)))
+            # partial binds the backend now: the loop below rebinds the name ``backend``
+            # while the prefetch thread may not have started yet.
+            ahead.append((own, functools.partial(self._listing, self.backends[own], prefixes,
+                                                 names)))
         listings = Prefetch(ahead)
         try:
             archives = [(self.name, own)] if own is not None else []
@@ -660,7 +662,7 @@ def repair_job(ctx: Context, name: str, job: JobConfig, *,
         Locked: another run holds the job's dataset lock (exit 3).
         CatalogError: listing the catalog's streams failed (store failures go in the result).
     """
-    from zrepl_py.pruning.chain_delete import delete_stream  # noqa: PLC0415
+    from zrepl_py.pruning.chain_delete import delete_stream
 
     source = job.source
     catalog = ctx.catalog()

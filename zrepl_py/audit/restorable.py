@@ -182,6 +182,11 @@ class Coverage:
                 "summary": self.line()}
 
 
+def _by_txg(found: Mapping[int, CarriedSnapshot]) -> Snapshots:
+    """The snapshots of ``found`` (guid -> snapshot) in createtxg order."""
+    return Snapshots(sorted(found.values(), key=lambda c: c.createtxg))
+
+
 def _name(snap: CarriedSnapshot) -> str:
     return f"@{snap.name}" if snap.name else f"guid {snap.guid}"
 
@@ -341,14 +346,14 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
         lost = {g: c for g, c in bucket["lost"].items() if g not in ok and g not in merge}
         stray_only = {g: c for g, c in bucket["stray"].items() if g in lost}
         first = broken.get(key, [None])[0]
-        by_txg = lambda d: Snapshots(sorted(d.values(), key=lambda c: c.createtxg))  # noqa: E731
         found.append(Coverage(
-            *key, restorable=by_txg(ok), unrestorable=by_txg(lost), not_catalogued=by_txg(merge),
+            *key, restorable=_by_txg(ok), unrestorable=_by_txg(lost),
+            not_catalogued=_by_txg(merge),
             broken_at=_name(CarriedSnapshot(names.get(first.to_guid, ""), first.to_guid,
                                             first.to_createtxg)) if first else None,
             broken_why=_why(first, names) if first else None,
             dead=tuple(s.prefix for s in broken.get(key, ())),
-            stray_only=by_txg(stray_only), others=Snapshots(known.get(key[:2], ()))))
+            stray_only=_by_txg(stray_only), others=Snapshots(known.get(key[:2], ()))))
     return found
 
 

@@ -183,7 +183,7 @@ class BulkReads(CatalogBase):
         ids, guids, txgs, names = self.carried_columns(host=host, below=below, store=store,
                                                        datasets=datasets)
         found: dict[int, list[CarriedSnapshot]] = {}
-        rows = sorted(zip(ids, txgs, guids, names), key=_first_two)
+        rows = sorted(zip(ids, txgs, guids, names, strict=True), key=_first_two)
         for stream_id, createtxg, guid, name in rows:
             found.setdefault(stream_id, []).append(CarriedSnapshot(name, guid, createtxg))
         return found

@@ -61,7 +61,7 @@ class Runs(CatalogBase):
         *,
         result: str,
         now: dt.datetime,
-        bytes: int = 0,  # noqa: A002 - the column's name in the design
+        bytes: int = 0,  # the column's name in the design
         error: str | None = None,
     ) -> None:
         """Record the end of run ``run_id``: ``result`` ok/failed/partial/interrupted,

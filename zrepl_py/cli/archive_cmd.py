@@ -50,7 +50,7 @@ def command(inv: Invocation, jobs: tuple[str, ...], force_full: bool, dry_run: b
     """Write the next zstd-compressed send stream(s) of each job's chain to its store:
     a full when the chain policy (full_every, max_chain_length, max_chain_bytes) or --full
     asks, else an incremental (zfs send -I) from the chain's last snapshot."""
-    from zrepl_py.archive.job import archive_job  # noqa: PLC0415 (boto3 only when archiving)
+    from zrepl_py.archive.job import archive_job  # boto3 only when archiving
 
     with inv.context() as ctx:
         archived = [(n, j) for n, j in ctx.select_jobs(jobs) if j.archive is not None or jobs]

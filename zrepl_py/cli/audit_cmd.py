@@ -88,8 +88,8 @@ def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | 
     Past 100 datasets or findings, the fully restorable datasets and the findings are
     counted (--all: each). Exits 4 when a warning or error is found, 75 when only cold
     volumes are still thawing."""
-    from zrepl_py.audit.deep import Deadline  # noqa: PLC0415 (boto3 only when auditing)
-    from zrepl_py.audit.job import audit_job, repair_job  # noqa: PLC0415
+    from zrepl_py.audit.deep import Deadline  # boto3 only when auditing
+    from zrepl_py.audit.job import audit_job, repair_job
 
     deep = deep or sample is not None or receive_into is not None or max_duration is not None
     if repair and not yes:

@@ -23,7 +23,7 @@ def rebuild(inv: Invocation, store: str, merge: bool, as_json: bool) -> ExitStat
     """Re-create the streams, volumes and carried snapshots of STORE from the manifests in it
     (after the catalog was lost; run `zbak init` first on an empty database). Rebuilt streams
     are unverified: run `zbak audit --deep` afterwards."""
-    from zrepl_py.catalog.rebuild import rebuild_store  # noqa: PLC0415 (boto3 only here)
+    from zrepl_py.catalog.rebuild import rebuild_store  # boto3 only here
     with inv.context() as ctx:
         backend = ctx.store(store)
         result = rebuild_store(ctx.catalog(), backend, store, merge=merge,

@@ -71,9 +71,9 @@ def check(inv: Invocation, as_json: bool) -> ExitStatus:
 def _secret_files(config: Config) -> list[str]:
     """Every ``{ file = ... }`` secret the config names."""
     # imported here: `zbak --help` imports every command module, and pydantic costs 0.05 s
-    from pydantic import BaseModel  # noqa: PLC0415
+    from pydantic import BaseModel
 
-    from zrepl_py.config.alerts import SecretRef  # noqa: PLC0415
+    from zrepl_py.config.alerts import SecretRef
 
     found: list[str] = []
 

@@ -23,9 +23,9 @@ def command() -> None:
 
 
 def _rows(ctx, name, job):
-    from zrepl_py.checks.source import source_errors  # noqa: PLC0415
-    from zrepl_py.invocation.context import lock_key  # noqa: PLC0415
-    from zrepl_py.pruning.holds import classify, held_snapshots  # noqa: PLC0415
+    from zrepl_py.checks.source import source_errors
+    from zrepl_py.invocation.context import lock_key
+    from zrepl_py.pruning.holds import classify, held_snapshots
 
     source = job.source
     catalog = ctx.catalog()
@@ -66,7 +66,7 @@ def list_holds(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> ExitSta
 def release(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, as_json: bool) -> ExitStatus:
     """Release each job's stale holds: those of a job, target or store no longer configured,
     and those not on the owner's current base. A current base is never released."""
-    from zrepl_py.pruning.holds import release_stale  # noqa: PLC0415
+    from zrepl_py.pruning.holds import release_stale
 
     def one(ctx, name, job):
         zfs, rows = _rows(ctx, name, job)

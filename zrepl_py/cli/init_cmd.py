@@ -15,11 +15,11 @@ from zrepl_py.errors import ExitStatus
 def command(inv: Invocation, no_checks: bool, as_json: bool) -> ExitStatus:
     """Create or upgrade the catalog and check hosts, datasets and stores."""
     # imported here (SQLAlchemy, the checks): `zbak --help` imports every command module
-    from zrepl_py.catalog.db import make_engine, upgrade  # noqa: PLC0415
-    from zrepl_py.checks.preflight import run_checks  # noqa: PLC0415
-    from zrepl_py.config.extras import require_for_config  # noqa: PLC0415
-    from zrepl_py.runtime.statedir import ensure_private_dir  # noqa: PLC0415
-    from zrepl_py.snapshots.inventory import selection_check  # noqa: PLC0415
+    from zrepl_py.catalog.db import make_engine, upgrade
+    from zrepl_py.checks.preflight import run_checks
+    from zrepl_py.config.extras import require_for_config
+    from zrepl_py.runtime.statedir import ensure_private_dir
+    from zrepl_py.snapshots.inventory import selection_check
 
     with inv.context() as ctx:
         require_for_config(ctx.config)

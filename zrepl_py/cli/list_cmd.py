@@ -48,7 +48,7 @@ def snapshots(inv: Invocation, jobs: tuple[str, ...], include_destroyed: bool, a
 def streams(inv: Invocation, jobs: tuple[str, ...], show_all: bool, as_json: bool) -> ExitStatus:
     """List archived streams of each job's datasets, chain by chain. More than 100 streams
     are counted per store, kind and state on a terminal (--all: every stream)."""
-    from zrepl_py.snapshots.selection import covers  # noqa: PLC0415 (loaded when run)
+    from zrepl_py.snapshots.selection import covers  # loaded when run
 
     with inv.context() as ctx:
         catalog = ctx.catalog()
@@ -71,7 +71,7 @@ def streams(inv: Invocation, jobs: tuple[str, ...], show_all: bool, as_json: boo
 
 def _stream_counts(rows: list) -> tuple[list[str], list[tuple]]:
     """Per job, store, kind and state: the streams, the datasets and the stored bytes."""
-    from zrepl_py.observe.progress import format_size  # noqa: PLC0415
+    from zrepl_py.observe.progress import format_size
 
     stored: dict[tuple, int] = {}
     for job, s in rows:
@@ -93,8 +93,8 @@ def datasets(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> ExitStatu
     """List each job's source tree as ZFS shows it now: every dataset the job selects, and
     every one it leaves out with the reason (exclude, select property, a replica)."""
     # imported here: `zbak list snapshots` and `zbak --help` need neither
-    from zrepl_py.config.schema import replica_datasets  # noqa: PLC0415
-    from zrepl_py.snapshots.inventory import list_selection  # noqa: PLC0415
+    from zrepl_py.config.schema import replica_datasets
+    from zrepl_py.snapshots.inventory import list_selection
 
     with inv.context() as ctx:
         rows = []

@@ -100,7 +100,7 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, accept_early_
     is re-checked against the catalog right before; never a damaged chain). Plans of more
     than 100 snapshots or streams are shown as counts per action and reason (--all: every
     row)."""
-    from zrepl_py.pruning.job import prune_job  # noqa: PLC0415 (command modules load lazily)
+    from zrepl_py.pruning.job import prune_job  # command modules load lazily
 
     with inv.context() as ctx:
         results, status = for_each_job(

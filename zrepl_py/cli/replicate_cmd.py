@@ -62,7 +62,7 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, as_json: bool
     """Send new snapshots to every target: incremental from the newest common snapshot
     (by guid), resumable where both sides support it; never `zfs receive -F`."""
     # imported here: `zbak --help` imports every command module
-    from zrepl_py.replication.job import replicate_job  # noqa: PLC0415
+    from zrepl_py.replication.job import replicate_job
 
     with inv.context() as ctx:
         results, status = for_each_job(ctx.select_jobs(jobs),

@@ -52,9 +52,9 @@ def _check_arguments(dataset: str | None, to: str, into: str | None, from_: str 
         InvalidName: DATASET or --into is not ``[HOST:]POOL/NAME``, --to not a snapshot name.
         UsageError: --from is not a host or store name (or ``local``).
     """
-    from zrepl_py.config.hosts import parse_endpoint  # noqa: PLC0415
-    from zrepl_py.values.names import is_config_name  # noqa: PLC0415
-    from zrepl_py.zfs.names import check_short_name  # noqa: PLC0415
+    from zrepl_py.config.hosts import parse_endpoint
+    from zrepl_py.values.names import is_config_name
+    from zrepl_py.zfs.names import check_short_name
 
     for value in (dataset, into):
         if value is not None:
@@ -74,8 +74,8 @@ def _record_failure(ctx, dataset: str | None, into: str | None, exc: ZbakError) 
     item 7: every failure of an action is recorded), under the target a successful restore
     would record (``HOST:INTO``). A usage error is the typist's, shown at once, not recorded;
     a catalog that cannot record is what failed, already reported."""
-    from zrepl_py.observe.runlog import recorded_run  # noqa: PLC0415
-    from zrepl_py.restore.gather import resolve_dataset, resolve_into  # noqa: PLC0415
+    from zrepl_py.observe.runlog import recorded_run
+    from zrepl_py.restore.gather import resolve_dataset, resolve_into
 
     if exc.exit_status == ExitStatus.USAGE:
         return
@@ -101,10 +101,10 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
     """Restore DATASET (default: the only job's dataset) to snapshot @SNAP from the cheapest
     source that has it: the local pool (with --into), a replica, or the archive chain.
     Never overwrites an existing dataset."""
-    from zrepl_py.observe.runlog import recorded_run  # noqa: PLC0415
-    from zrepl_py.restore.execute import execute_restore  # noqa: PLC0415
-    from zrepl_py.restore.gather import gather_restore  # noqa: PLC0415
-    from zrepl_py.restore.plan import plan_restore  # noqa: PLC0415
+    from zrepl_py.observe.runlog import recorded_run
+    from zrepl_py.restore.execute import execute_restore
+    from zrepl_py.restore.gather import gather_restore
+    from zrepl_py.restore.plan import plan_restore
 
     _check_arguments(dataset, to, into, from_)
     with inv.context() as ctx:

@@ -71,9 +71,9 @@ def command(inv: Invocation, roots: tuple[str, ...], allow_destroy_own: bool,
             zpool_path: str, zstd_path: str, mbuffer_path: str) -> None:
     """Run $SSH_ORIGINAL_COMMAND if zbak may (SSH forced command); exit 126 otherwise."""
     # imported here: `zbak --help` imports every command module
-    from zrepl_py.serve.execute import audit_logger, exit_now, serve  # noqa: PLC0415
-    from zrepl_py.serve.policy import Policy  # noqa: PLC0415
-    from zrepl_py.zfs.names import DatasetName, check_short_name  # noqa: PLC0415
+    from zrepl_py.serve.execute import audit_logger, exit_now, serve
+    from zrepl_py.serve.policy import Policy
+    from zrepl_py.zfs.names import DatasetName, check_short_name
 
     try:
         policy = Policy(
@@ -102,7 +102,7 @@ def _properties(assign: tuple[str, ...], exclude: tuple[str, ...]) -> ReceivePro
     Raises:
         InvalidProperty (an InvalidName): a malformed ``PROP=VALUE`` or a refused property.
     """
-    from zrepl_py.zfs.properties import DEFAULT_EXCLUDE, ReceiveProperties  # noqa: PLC0415
+    from zrepl_py.zfs.properties import DEFAULT_EXCLUDE, ReceiveProperties
 
     pairs = {}
     for item in assign:

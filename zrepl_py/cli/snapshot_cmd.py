@@ -24,7 +24,7 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> ExitStatus
     with min_change, datasets written less than that since the job's last snapshot are left
     as they are."""
     # imported here, as in every command module: `zbak --help` imports them all
-    from zrepl_py.snapshots.job import snapshot_job  # noqa: PLC0415
+    from zrepl_py.snapshots.job import snapshot_job
 
     with inv.context() as ctx:
         results, status = for_each_job(ctx.select_jobs(jobs), lambda n, j: snapshot_job(ctx, n, j))

@@ -323,7 +323,7 @@ class Daemon:
         for callback in self._after_run:
             try:
                 callback(job, action, code)
-            except Exception:  # noqa: BLE001 - a hook's failure must not stop the daemon
+            except Exception:  # a hook's failure must not stop the daemon
                 logger.exception("after-run hook %r failed", callback)
 
     def _report(self, job_id: str, logger, code: int, seconds: float, messages: list[str],
@@ -366,7 +366,7 @@ def _guarded(task_id: str, func: Callable[[], None]) -> Callable[[], None]:
     def call() -> None:
         try:
             func()
-        except Exception:  # noqa: BLE001 - a task's failure must not stop the daemon
+        except Exception:  # a task's failure must not stop the daemon
             log.exception("daemon task %s failed", task_id)
 
     return call

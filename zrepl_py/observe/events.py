@@ -90,6 +90,6 @@ def emit(event: Event, *, reported: bool = False) -> None:
     for sink in sinks:
         try:
             sink(event)
-        except Exception as exc:  # noqa: BLE001 - a sink must never break the emitter
+        except Exception as exc:  # a sink must never break the emitter
             log.error("alert sink %s failed for %s event: %s",
                       getattr(sink, "__name__", type(sink).__name__), event.kind, exc)

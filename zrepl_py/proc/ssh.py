@@ -24,7 +24,7 @@ from pathlib import Path
 # paramiko.config imports invoke (0.04 s here) only to run ssh_config(5) "Match exec";
 # zbak never reads an ssh_config with paramiko, so the import is refused up front.
 sys.modules.setdefault("invoke", None)
-import paramiko  # noqa: E402
+import paramiko
 
 from zrepl_py.errors import CommandFailed, HostKeyMismatch, HostKeyUnknown, HostUnreachable
 from zrepl_py.proc.executor import Completed

@@ -262,7 +262,7 @@ def plan_chain_retention(
     chains, orphans = build_chains(streams)
     trouble = [_trouble(c, damaged) for c in chains]
     usable = [_freshly_verified(c[0], policy, now) and t is None
-              for c, t in zip(chains, trouble)]
+              for c, t in zip(chains, trouble, strict=True)]
     usable_after = [False] * len(chains)  # one pass from the newest: linear in the chains
     for i in range(len(chains) - 2, -1, -1):
         usable_after[i] = usable_after[i + 1] or usable[i + 1]

@@ -166,7 +166,7 @@ def _hold_each(zfs: Zfs, moves: Sequence[BaseMove], tag: str,
     except ZfsError:
         pass
     held = []
-    for move, new in zip(moves, news):
+    for move, new in zip(moves, news, strict=True):
         try:
             zfs.hold(new, tag)
         except HoldExists:

@@ -76,7 +76,7 @@ def check_present(backend: Backend, volumes: Sequence[VolumeRow], concurrency: i
 
     with concurrent.futures.ThreadPoolExecutor(max(1, concurrency),
                                                thread_name_prefix="stat") as pool:
-        for volume, size in zip(volumes, pool.map(size_of, volumes)):
+        for volume, size in zip(volumes, pool.map(size_of, volumes), strict=True):
             where = f"{backend.name}:{volume.key}"
             if size is None:
                 raise StreamCorrupt(f"volume {where} (stream {volume.stream_id}) is missing from"

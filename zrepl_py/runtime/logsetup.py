@@ -31,7 +31,7 @@ class _PrintableFormatter(logging.Formatter):
     """Formats the message part through ``printable``; a traceback (``--debug``) keeps its
     own lines."""
 
-    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+    def formatMessage(self, record: logging.LogRecord) -> str:  # logging's name
         record.message = printable(record.message)
         return super().formatMessage(record)
 

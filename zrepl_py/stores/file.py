@@ -168,7 +168,7 @@ class FileBackend(Backend):
         """
         path = self._path(key)
         try:
-            handle = open(path, "rb")  # noqa: SIM115 - closed by _read
+            handle = open(path, "rb")  # closed by _read
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
             raise self._not_found(key) from exc
         except OSError as exc:
@@ -469,7 +469,7 @@ class _Writer:
     """
 
     def __init__(self, fd: int, mapped: Callable[[OSError], Exception]):
-        self._file = open(fd, "wb", buffering=0)  # noqa: SIM115 - closed by close()
+        self._file = open(fd, "wb", buffering=0)  # closed by close()
         self._mapped = mapped
         self._written = 0
         self._started = 0  # bytes whose writeback was started

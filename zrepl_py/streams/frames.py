@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 
 import zstandard
@@ -180,7 +181,7 @@ def decompress_frame(stored: Iterable[bytes], what: str, digest: Digest | None =
             raise StreamCorrupt(f"{what}: bytes after the end of the zstd frame")
         headers = walk.feed(chunk)
         cuts = [0, *headers[BLOCKS_PER_CALL::BLOCKS_PER_CALL], len(chunk)]
-        for start, stop in zip(cuts, cuts[1:]):
+        for start, stop in itertools.pairwise(cuts):
             try:
                 out = dobj.decompress(chunk[start:stop] if len(cuts) > 2 else chunk)
             except zstandard.ZstdError as exc:

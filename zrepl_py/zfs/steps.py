@@ -8,7 +8,6 @@ decides what is common by guid, never by name (DESIGN.md "Replication").
 from __future__ import annotations
 
 import dataclasses
-from typing import Union
 
 from zrepl_py.zfs.resume import ResumeToken
 
@@ -96,4 +95,4 @@ class Rollback:
     destroy: tuple[str, ...]
 
 
-Step = Union[AbortResume, Resume, Full, Incremental, Rollback]
+Step = AbortResume | Resume | Full | Incremental | Rollback
