@@ -8,6 +8,8 @@ what was being done, on which dataset/host/object, and what to do next.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
+from typing import Protocol
 
 
 class ExitStatus(enum.IntEnum):
@@ -258,6 +260,24 @@ class ReplicaPropertiesFailed(ZbakError):
     command and zfs's answer (a delegated user without that property's permission)."""
 
 
+class StageEnd(Protocol):
+    """How one pipeline stage ended, as ``PipelineFailed`` reads it
+    (``proc.pipeline.StageResult``, which imports this module)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def argv(self) -> tuple[str, ...]: ...
+    @property
+    def returncode(self) -> int | None: ...
+    @property
+    def stderr(self) -> str: ...
+    @property
+    def failed(self) -> bool: ...
+    @property
+    def status(self) -> str: ...
+
+
 class PipelineFailed(ZbakError):
     """A process pipeline (``zfs send | zstd | ssh HOST 'zfs receive ...'``) did not finish.
 
@@ -272,7 +292,8 @@ class PipelineFailed(ZbakError):
         seconds: how long the pipeline ran.
     """
 
-    def __init__(self, stages: tuple, culprit, *, bytes: int = 0, seconds: float = 0.0):
+    def __init__(self, stages: Sequence[StageEnd], culprit: StageEnd, *, bytes: int = 0,
+                 seconds: float = 0.0):
         self.stages = tuple(stages)
         self.culprit = culprit
         self.bytes = bytes
@@ -291,7 +312,7 @@ class PipelineFailed(ZbakError):
         super().__init__(message)
 
 
-def _shown_argv(argv) -> str:
+def _shown_argv(argv: Sequence[str]) -> str:
     """A failed stage's argv as an admin wants to read it: for ssh, ``ssh HOST REMOTE
     COMMAND`` without its ~20 ``-o`` options (issue 16: zfs's own words, not a 500-character
     argv); ``proc.openssh.ssh_argv`` ends with ``-- ADDRESS REMOTE_COMMAND``."""

@@ -241,13 +241,19 @@ def _interrupt_even_if_ignored() -> Callable[[], None]:
             raise KeyboardInterrupt("lock taken over")
 
     signal.signal(signal.SIGINT, broken_only)
-    return lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    return restore
 
 
 def _interrupt(_exc: LockBroken) -> None:
     # A real SIGINT, not _thread.interrupt_main(): that only sets a flag, which a main thread
     # blocked in sleep() or a read does not see until the call returns (signal(7): EINTR).
-    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    main = threading.main_thread().ident
+    if main is not None:  # None only before the main thread started
+        signal.pthread_kill(main, signal.SIGINT)
 
 
 def holder(state_dir: Path, key: str, *, ttl: float = LOCK_TTL,
