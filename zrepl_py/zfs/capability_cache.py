@@ -102,8 +102,11 @@ def decode_entry(
         return None, "detected in the future (clock stepped back)"
     if age > ttl.total_seconds():
         return None, "expired"
+    found = entry.get("capabilities")
+    if not isinstance(found, dict):
+        return None, "corrupt: no capabilities"
     try:
-        return Capabilities.from_json(entry.get("capabilities")), "fresh"
+        return Capabilities.from_json(found), "fresh"
     except (TypeError, ValueError) as exc:
         return None, f"corrupt: {exc}"
 

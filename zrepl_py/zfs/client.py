@@ -642,7 +642,7 @@ class Zfs:
         props = ("guid", "createtxg", "creation")
         head = [self.zfs, "list", "-Hp", "-t", "bookmark", "-o", ",".join(("name",) + props),
                 "-d", "1"]
-        self._require("bookmarks", head + names, "bookmarks")
+        self._require("bookmarks", [*head, *names], "bookmarks")
         found: dict[DatasetName, list[BookmarkInfo]] = {ds: [] for ds in names}
         for run in batches(names):
             argv = head + run

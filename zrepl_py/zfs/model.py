@@ -78,7 +78,7 @@ class Tree:
 
     root: DatasetName
     datasets: list[DatasetInfo]
-    _snapshots: dict[DatasetName, list[SnapshotInfo]] = dataclasses.field(repr=False)
+    _snapshots: dict[str, list[SnapshotInfo]] = dataclasses.field(repr=False)
 
     def dataset(self, name: DatasetName | str) -> DatasetInfo:
         """Return the listed dataset ``name``.
@@ -248,7 +248,7 @@ def build_tree(
     stray = sorted(set(snapshots) - known)
     if stray:
         raise ListingError(f"snapshots of unlisted datasets: {', '.join(stray)}")
-    ordered = {
+    ordered: dict[str, list[SnapshotInfo]] = {
         info.name: sorted(snapshots.get(info.name, []), key=lambda s: (s.createtxg, s.guid))
         for info in datasets
     }

@@ -157,17 +157,18 @@ def parse_token_description(text: str, token: str) -> ResumeToken:
     fields = _contents(text)
     if fields is None:
         raise ResumeTokenInvalid(f"no {HEADER!r} in the zfs send -nvt output: {text[-300:]!r}")
-    if fields.get("toguid") is None or fields.get("toname") is None:
+    toguid, named = fields.get("toguid"), fields.get("toname")
+    if toguid is None or named is None:
         raise ResumeTokenInvalid(f"resume token without toguid/toname: {sorted(fields)}")
     try:
-        toname = SnapshotName(fields["toname"])
+        toname = SnapshotName(named)
     except InvalidName as exc:
         raise ResumeTokenInvalid(f"resume token toname: {exc}") from None
     fromguid = fields.get("fromguid")
     size = fields.get("bytes")
     return ResumeToken(
         token=token,
-        toguid=_number("toguid", fields["toguid"]),
+        toguid=_number("toguid", toguid),
         toname=str(toname),
         fromguid=None if fromguid is None else _number("fromguid", fromguid),
         raw=_flag(fields, "rawok"),
