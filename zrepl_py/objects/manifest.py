@@ -215,4 +215,4 @@ def _str(value: Any) -> str:
 def _kind(value: Any) -> str:
     if value not in ("full", "incremental"):
         raise ValueError(f"kind {value!r} is neither 'full' nor 'incremental'")
-    return value
+    return str(value)

@@ -270,20 +270,25 @@ class RecordWalker:
         from the record's start: 8 (``drr_type``, ``drr_payloadlen``) plus the field's
         offset in its struct of zfs_ioctl.h, e.g. ``drr_write.drr_compressed_size`` at 88
         (after a 40-byte ``ddt_key_t``) -> 96."""
+        # struct.unpack_from returns tuple[Any, ...]: the declared ints type what it unpacks.
+        bonuslen: int
+        raw_bonuslen: int
+        size: int
+        length: int
         if kind == DRR_OBJECT:
             bonuslen, raw_bonuslen = struct.unpack_from(order + "I4xI", rec, 28)
             return raw_bonuslen or (bonuslen + 7) & ~7
         if kind == DRR_WRITE:
-            (logical,) = struct.unpack_from(order + "Q", rec, 32)
             if rec[50]:  # drr_compressiontype
-                (compressed,) = struct.unpack_from(order + "Q", rec, 96)
-                return compressed
-            return logical
+                (size,) = struct.unpack_from(order + "Q", rec, 96)  # drr_compressed_size
+                return size
+            (size,) = struct.unpack_from(order + "Q", rec, 32)  # drr_logical_size
+            return size
         if kind == DRR_SPILL:
             (length,) = struct.unpack_from(order + "Q", rec, 16)
-            (compressed,) = struct.unpack_from(order + "Q", rec, 40)
-            return compressed or length
+            (size,) = struct.unpack_from(order + "Q", rec, 40)  # drr_compressed_size
+            return size or length
         if kind == DRR_WRITE_EMBEDDED:
-            (psize,) = struct.unpack_from(order + "I", rec, 52)
-            return (psize + 7) & ~7
+            (size,) = struct.unpack_from(order + "I", rec, 52)  # drr_psize
+            return (size + 7) & ~7
         return 0
