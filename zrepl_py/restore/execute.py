@@ -33,11 +33,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from zrepl_py.archive.damage import mark_bad
 from zrepl_py.catalog.export import StoreGuard
-from zrepl_py.catalog.rows import StreamRow
+from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.errors import (
     CatalogError,
     PipelineFailed,
@@ -131,6 +132,7 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
         try:
             for done, stream in enumerate(path.streams):
                 writer, upcoming = upcoming, None
+                assert writer is not None  # started before the loop and for each next stream
                 try:
                     with writer:
                         for chunk in _stream_bytes(fetch, path.store, plan.volumes[stream.id],
@@ -205,7 +207,8 @@ class _Unverified(Exception):
         self.error = error
 
 
-def _stream_bytes(fetch: VolumeFetch, store: str, volumes, *, first: bool) -> Iterator[bytes]:
+def _stream_bytes(fetch: VolumeFetch, store: str, volumes: Sequence[VolumeRow], *,
+                  first: bool) -> Iterator[bytes]:
     """The raw send stream of one archived stream: its volumes, each taken from ``fetch``
     once verified and decoded with every frame check (``decompress_frame``).
 
@@ -333,7 +336,7 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     raw = is_encrypted(src, chosen.dataset)
     refs = [SnapRef(s.name, s.guid, s.createtxg) for s in chosen.snapshots]
     # Continuing an interrupted restore, ``refs`` starts at the newest snapshot INTO holds.
-    steps = [] if plan.resumed else [Full(refs[0])]
+    steps: list[Full | Incremental] = [] if plan.resumed else [Full(refs[0])]
     if len(refs) > 1:
         steps.append(Incremental(refs[0], refs[-1], intermediates=True))
     source, target = Side.of(ctx.config, chosen.host), Side.of(ctx.config, plan.into_host)
@@ -360,7 +363,7 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     return RestoreOutcome(plan.into, len(steps), total, locked)
 
 
-def _reporter(ctx: Context, plan: RestorePlan, label: str, **what) -> ProgressReporter:
+def _reporter(ctx: Context, plan: RestorePlan, label: str, **what: Any) -> ProgressReporter:
     """A progress reporter (bar or log lines) that also publishes the restore for
     ``zbak status`` (``zrepl_py.observe.transfers``, kind ``restore``, keyed by the new dataset)."""
     what.setdefault("dataset", plan.dataset)

@@ -40,7 +40,7 @@ import hashlib
 import logging
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from zrepl_py.catalog.rows import VolumeRow
@@ -88,7 +88,7 @@ def check_present(backend: Backend, volumes: Sequence[VolumeRow], concurrency: i
                                     " was received. Run `zbak audit`")
 
 
-def _verify(chunks, volume: VolumeRow, where: str) -> None:
+def _verify(chunks: Iterable[bytes], volume: VolumeRow, where: str) -> None:
     """Size, SHA-256 and frame structure of one volume's bytes (see the module docstring).
 
     Raises:
@@ -246,7 +246,7 @@ class VolumeFetch:
                 raise RestoreError(f"the restore stopped before volume {volume.key} was read")
         return _fetch_one(backend, volume, spool)
 
-    def _note(self, future: concurrent.futures.Future) -> None:
+    def _note(self, future: concurrent.futures.Future[Path]) -> None:
         if not future.cancelled() and future.exception() is not None:
             self._failed.set()
 

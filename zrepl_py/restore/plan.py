@@ -30,6 +30,8 @@ from zrepl_py.restore.thaw import ThawEstimate, estimate
 
 _SOURCE_RANK = {"local": 0, "replica": 1, "archive": 2}
 
+_Rank = tuple[int, bool, float, float, int, int, str]
+
 
 @dataclasses.dataclass(frozen=True)
 class Option:
@@ -124,10 +126,10 @@ def plan_restore(facts: RestoreFacts, to: str, from_: str | None) -> RestorePlan
     if into.exists:
         resumed = _received_before(facts, chosen)
         if chosen.path is not None:
-            rest = dataclasses.replace(chosen, path=dataclasses.replace(
-                chosen.path, streams=chosen.path.streams[resumed:]))
+            path = dataclasses.replace(chosen.path, streams=chosen.path.streams[resumed:])
+            rest = dataclasses.replace(chosen, path=path)
             more = (f"holds the first {resumed} stream(s) from an interrupted restore:"
-                    f" continuing with the other {len(rest.path.streams)}")
+                    f" continuing with the other {len(path.streams)}")
         else:  # local/replica: the full arrived, the -I goes from the newest it holds
             rest = dataclasses.replace(chosen, snapshots=chosen.snapshots[resumed - 1:])
             more = (f"holds @{rest.snapshots[0].name} from an interrupted restore: continuing"
@@ -272,12 +274,12 @@ def _options(facts: RestoreFacts, target: CarriedSnapshot) -> list[Option]:
     return sorted(options, key=_order)
 
 
-def _order(option: Option) -> tuple:
+def _order(option: Option) -> tuple[bool, _Rank]:
     """Sort key of the plan's options: usable ones first, each group by ``_rank``."""
     return (option.problem is not None, _rank(option))
 
 
-def _rank(option: Option) -> tuple:
+def _rank(option: Option) -> _Rank:
     """Sort key: local, replicas, then stores by (needs a thaw, thaw cost, thaw hours, bytes
     to read, streams); the label last so the order never depends on the config's order."""
     thaw, path = option.thaw, option.path

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
@@ -47,7 +47,7 @@ def effective_tier(storage_class: str, tier: str) -> str:
     return tier if (storage_class, tier) in THAW_HOURS else "Standard"
 
 
-def estimate(streams: Sequence[StreamRow], volumes: dict[int, list[VolumeRow]],
+def estimate(streams: Sequence[StreamRow], volumes: Mapping[int, Sequence[VolumeRow]],
              cfg: RestoreConfig) -> ThawEstimate:
     """Estimate thawing every volume of ``streams`` in a cold class (pure)."""
     objects = size = 0
@@ -68,7 +68,7 @@ def estimate(streams: Sequence[StreamRow], volumes: dict[int, list[VolumeRow]],
 
 
 def request_thaws(backend: Backend, catalog: Catalog, streams: Sequence[StreamRow],
-                  volumes: dict[int, list[VolumeRow]], cfg: RestoreConfig,
+                  volumes: Mapping[int, Sequence[VolumeRow]], cfg: RestoreConfig,
                   now: dt.datetime) -> tuple[int, dt.datetime | None]:
     """Ask for every frozen volume of ``streams`` to be thawed, in one pass.
 
