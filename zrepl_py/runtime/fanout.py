@@ -82,7 +82,7 @@ def fan_out(
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    board = _Board(keys, after, stop)
+    board: _Board[K, R] = _Board(keys, after, stop)
     finished: queue.SimpleQueue[Finished[K, R] | None] = queue.SimpleQueue()
     workers = [threading.Thread(target=board.serve, args=(work, finished), daemon=True,
                                 name=f"{name}-{i}")
@@ -120,11 +120,11 @@ def fan_out(
     return [key for key in keys if key not in board.started]
 
 
-class _Board:
+class _Board(Generic[K, R]):
     """What the workers share: the keys free to start, those waiting, whether to stop."""
 
     def __init__(self, keys: Sequence[K], after: Mapping[K, K | None],
-                 stop: Callable[[Finished], bool]):
+                 stop: Callable[[Finished[K, R]], bool]):
         self.keys = keys
         self.position = {key: i for i, key in enumerate(keys)}
         self.stop = stop
@@ -164,7 +164,7 @@ class _Board:
             self.running += 1
             return key
 
-    def _done(self, item: Finished) -> None:
+    def _done(self, item: Finished[K, R]) -> None:
         with self.changed:
             self.running -= 1
             for later in self.waiting.pop(item.key, []):
@@ -173,7 +173,8 @@ class _Board:
                 self.stopped = True
             self.changed.notify_all()
 
-    def serve(self, work: Callable[[K], R], finished: queue.SimpleQueue) -> None:
+    def serve(self, work: Callable[[K], R],
+              finished: queue.SimpleQueue[Finished[K, R] | None]) -> None:
         """A worker: run keys until none is left to start, then say so (None)."""
         try:
             while (key := self._next()) is not None:

@@ -20,7 +20,7 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable, Hashable, Sequence
-from typing import TypeVar
+from typing import TypeVar, cast
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,9 @@ class Prefetch:
     """
 
     def __init__(self, tasks: Sequence[Task]):
-        work = [(key, compute, concurrent.futures.Future()) for key, compute in tasks]
-        self._futures: dict[Hashable, concurrent.futures.Future] = {
+        work: list[tuple[Hashable, Callable[[], object], concurrent.futures.Future[object]]] = [
+            (key, compute, concurrent.futures.Future()) for key, compute in tasks]
+        self._futures: dict[Hashable, concurrent.futures.Future[object]] = {
             key: future for key, _, future in work}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -48,8 +49,8 @@ class Prefetch:
             threading.Thread(target=self._work, args=(work,), name="zbak-prefetch",
                              daemon=True).start()
 
-    def _work(self, work: list[tuple[Hashable, Callable[[], object], concurrent.futures.Future]]
-              ) -> None:
+    def _work(self, work: list[tuple[Hashable, Callable[[], object],
+                                     concurrent.futures.Future[object]]]) -> None:
         for key, compute, future in work:
             if self._stopped.is_set() or not future.set_running_or_notify_cancel():
                 continue
@@ -71,7 +72,8 @@ class Prefetch:
             future = self._futures.pop(key, None)
         if future is None or future.cancel():
             return compute()
-        return future.result()
+        # The task prefetched for ``key`` computes what ``compute`` would: the caller's word.
+        return cast(T, future.result())
 
     def close(self) -> None:
         """Skip the tasks not started yet; a running one finishes on its own (not awaited)."""
