@@ -228,7 +228,7 @@ def run(argvs: Sequence[Sequence[str]], env: Mapping[str, str], *, stderr: TextI
 def _pipeline(argvs: Sequence[Sequence[str]], env: Mapping[str, str], *, stderr: TextIO) -> int:
     """Run ``argvs`` (one or more) as a pipeline without a shell; return its pipefail status
     (see the module doc), ``NOT_FOUND`` when a stage cannot start."""
-    procs: list[spawn.Popen] = []
+    procs: list[spawn.Popen[bytes]] = []
     previous = None
     try:
         for index, argv in enumerate(argvs):

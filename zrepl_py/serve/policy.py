@@ -62,6 +62,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from zrepl_py.errors import CommandRefused, InvalidName
 from zrepl_py.proc import mbuffer
@@ -79,6 +80,8 @@ from zrepl_py.zfs.names import (
     parse_any_name,
 )
 from zrepl_py.zfs.properties import ReceiveProperties
+
+N = TypeVar("N", DatasetName, SnapshotName)
 
 OWN_BOOKMARK_PREFIX = "zbak_"
 """Start of zbak's cursor bookmarks (``replication.protect.bookmark_prefix``)."""
@@ -343,7 +346,7 @@ def _check_list(value: str, allowed: frozenset[str] | None, what: str) -> list[s
     return items
 
 
-def _named(kind, text: str, policy: Policy, what: str):
+def _named(kind: Callable[[str], N], text: str, policy: Policy, what: str) -> N:
     """``kind(text)`` (DatasetName or SnapshotName), refused unless valid and inside the root."""
     try:
         name = kind(text)

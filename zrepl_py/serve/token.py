@@ -47,7 +47,8 @@ class TokenTarget:
 
 def _fletcher4_first_word(data: bytes) -> int:
     words = len(data) // 4
-    return sum(struct.unpack(f"<{words}I", data[: words * 4])) % (1 << 64)
+    total: int = sum(struct.unpack(f"<{words}I", data[: words * 4]))
+    return total % (1 << 64)
 
 
 def read_token(token: str) -> TokenTarget:
