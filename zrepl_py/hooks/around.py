@@ -23,6 +23,7 @@ its failure is then alerted directly. Dry runs run no hook.
 from __future__ import annotations
 
 import logging
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 from zrepl_py.clock import Clock
@@ -91,14 +92,15 @@ class ActionHooks:
                               " (on_pre_failure = continue)")
         return self
 
-    def __exit__(self, _type, exc: BaseException | None, _tb) -> bool:
+    def __exit__(self, _type: type[BaseException] | None, exc: BaseException | None,
+                 _tb: TracebackType | None) -> None:
         """Run ``post``; raise ``HookFailed`` for a hook failure after a good action.
 
         Raises:
             HookFailed: see the module doc (never over the action's own exception).
         """
         if self.config is None:
-            return False
+            return
         if exc is not None:
             self.outcome.result = ("interrupted" if isinstance(exc, (KeyboardInterrupt,
                                                                      PipelineCancelled))
@@ -107,7 +109,6 @@ class ActionHooks:
         self._post()
         if exc is None and self._problems:
             raise HookFailed("; ".join(self._problems))
-        return False
 
     def _timeout(self) -> float:
         assert self.config is not None

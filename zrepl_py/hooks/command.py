@@ -21,7 +21,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from zrepl_py.proc import spawn
 from zrepl_py.proc.pipeline import pdeathsig_prefix
@@ -54,7 +54,7 @@ class CommandOutcome:
     problem: str | None = None
 
 
-def _relay(stream, label: str, tail: collections.deque[str]) -> None:
+def _relay(stream: Iterable[str], label: str, tail: collections.deque[str]) -> None:
     logged = 0
     for raw in stream:
         line = raw.rstrip("\n")[:LINE_CHARS]
@@ -68,7 +68,7 @@ def _relay(stream, label: str, tail: collections.deque[str]) -> None:
             log.info("%s: more output than %d lines: the rest is not logged", label, LOG_LINES)
 
 
-def _stop_group(popen: spawn.Popen) -> None:
+def _stop_group(popen: spawn.Popen[str]) -> None:
     """SIGTERM the command's process group, SIGKILL it after ``KILL_GRACE``, reap it."""
     for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, None)):
         try:
@@ -104,9 +104,8 @@ def run_command(argv: Sequence[str], variables: Mapping[str, str], *, timeout: f
             stopped first; see the module doc).
     """
     if not os.access(argv[0], os.X_OK):
-        problem = f"cannot start {argv[0]}: " + ("not executable" if os.path.exists(argv[0])
-                                                 else "no such file")
-        return CommandOutcome(False, problem)
+        why = "not executable" if os.path.exists(argv[0]) else "no such file"
+        return CommandOutcome(False, f"cannot start {argv[0]}: {why}")
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     log.info("%s: running %s (timeout %gs)", label, " ".join(argv), timeout)
     try:
