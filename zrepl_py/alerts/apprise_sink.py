@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
+from typing import TYPE_CHECKING
 
 import tenacity
 
@@ -27,6 +28,9 @@ from zrepl_py.alerts.retrying import Transient, deliver
 from zrepl_py.config.secret import Secret
 from zrepl_py.errors import AlertDeliveryFailed
 from zrepl_py.observe.events import Event
+
+if TYPE_CHECKING:  # imported when the first alert is sent (_service)
+    import apprise
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +87,13 @@ class AppriseSink:
         scheme = urllib.parse.urlsplit(url.reveal()).scheme or "?"
         self.name = f"apprise url {index} ({scheme}://)"
         """How logs and errors name this sink: never more of the URL than its scheme."""
-        self._apprise = None
+        self._apprise: apprise.Apprise | None = None
 
     def secrets(self) -> list[str]:
         """The URL and its parts (so messages can be scrubbed of them)."""
         return url_parts(self._url.reveal())
 
-    def _service(self):
+    def _service(self) -> apprise.Apprise:
         """The apprise object holding this URL (created on first use: the import and the
         plugin look-up cost only when an alert is sent)."""
         if self._apprise is None:
@@ -122,12 +126,13 @@ class AppriseSink:
                 wait=self._wait, what=self.name)
         log.info("alert %s sent to %s", event.kind, self.name)
 
-    def _send(self, service, title: str, body: str, kind: str, attempt: int) -> None:
+    def _send(self, service: apprise.Apprise, title: str, body: str, kind: str,
+              attempt: int) -> None:
         collector = _Collector()
         source = logging.getLogger(APPRISE_LOGGER)
         source.addHandler(collector)
         try:
-            sent = service.notify(body=body, title=title, notify_type=kind)
+            sent = bool(service.notify(body=body, title=title, notify_type=kind))
         except Exception as exc:  # a plugin's own error: retried like a refusal
             collector.lines.append(f"{type(exc).__name__}: {exc}")
             sent = False

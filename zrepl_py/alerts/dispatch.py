@@ -53,7 +53,8 @@ class Dispatcher:
         self.kinds = frozenset(kinds)
         self.repeat_after = repeat_after
         self.background = background
-        self._sent: dict[tuple, dt.datetime] = {}
+        # (kind, job, action, target) -> when it was last sent
+        self._sent: dict[tuple[str, str | None, str | None, str | None], dt.datetime] = {}
         self._lock = threading.Lock()
         self._queue: collections.deque[Event] = collections.deque()
         self._pending = 0

@@ -89,6 +89,7 @@ class EmailSink:
     def _send(self, mail: email.message.EmailMessage, attempt: int) -> None:
         context = ssl.create_default_context()
         try:
+            smtp: smtplib.SMTP
             if self._ssl:
                 smtp = smtplib.SMTP_SSL(self._host, self._port, timeout=self._timeout, context=context)
             else:

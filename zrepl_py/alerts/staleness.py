@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING
 
-from zrepl_py.config.schema import Config
+from zrepl_py.config.schema import Config, JobConfig
 from zrepl_py.observe.events import Event, emit
 
 if TYPE_CHECKING:  # annotations only: the alerts package loads before the catalog's SQLAlchemy
@@ -56,7 +56,7 @@ def stale_events(catalog: Catalog, config: Config, now: dt.datetime, *,
     found: list[Event] = []
     limits = config.alerts.stale_after
     scheduled = {(e.job, e.action) for e in plan_entries(config)}
-    successes: dict[str, dict] = {}
+    successes: dict[str, dict[tuple[str, str | None], RunRow]] = {}
     for name, job in config.jobs.items():
         for action, limit in limits.items():
             if (name, action) not in scheduled:
@@ -71,13 +71,16 @@ def stale_events(catalog: Catalog, config: Config, now: dt.datetime, *,
     return found
 
 
-def _last_by_key(job, action: str, runs: dict[str | None, RunRow]) -> dict[str | None, dt.datetime | None]:
-    if action == "replicate":
+def _last_by_key(job: JobConfig, action: str, runs: dict[str | None, RunRow]
+                 ) -> dict[str | None, dt.datetime | None]:
+    # A scheduled replicate or archive action means the job has that section.
+    if action == "replicate" and job.replicate is not None:
         return {t: (_when(runs[t]) if t in runs else None) for t in job.replicate.targets}
-    if action == "archive":
-        head = f"{job.archive.store}:"
-        times = [_when(r) for t, r in runs.items() if t == job.archive.store or (t or "").startswith(head)]
-        return {job.archive.store: max(times, default=None)}
+    if action == "archive" and job.archive is not None:
+        store = job.archive.store
+        times = [_when(r) for t, r in runs.items()
+                 if t == store or (t or "").startswith(f"{store}:")]
+        return {store: max(times, default=None)}
     return {None: max((_when(r) for r in runs.values()), default=None)}
 
 

@@ -14,6 +14,7 @@ import logging
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import IO
 
 import tenacity
 
@@ -29,7 +30,8 @@ RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                         headers: http.client.HTTPMessage, newurl: str) -> None:
         return None  # urllib then raises HTTPError with the 3xx status
 
 
