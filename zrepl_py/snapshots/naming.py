@@ -63,7 +63,8 @@ def parse_short_name(prefix: str, short: str) -> dt.datetime | None:
     if match is None:
         return None
     try:
-        return dt.datetime(*(int(g) for g in match.groups()), tzinfo=UTC)
+        year, month, day, hour, minute, second = (int(g) for g in match.groups())
+        return dt.datetime(year, month, day, hour, minute, second, tzinfo=UTC)
     except ValueError:
         return None
 

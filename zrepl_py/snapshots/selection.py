@@ -25,6 +25,7 @@ non-recursive job's tree is its root alone).
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from zrepl_py.config.jobs import JobConfig, SelectConfig
@@ -110,7 +111,7 @@ def effective_source(value: PropertyValue, values: Mapping[DatasetName, Property
     origin = value.inherited_from
     if origin is None:
         return value.source
-    found = values.get(origin)  # type: ignore[call-overload]  # DatasetName is a str
+    found = values.get(cast(DatasetName, origin))  # a str finds the DatasetName (a str) key
     if found is not None and found.inherited_from is None:
         return found.source
     return setpoints.get(origin, "-")
