@@ -460,11 +460,14 @@ def archive_send(planned: PlannedStream, dataset: DatasetName, caps: Capabilitie
             " to archive it decrypted. Upgrade that host's ZFS to OpenZFS 0.8 or later"
             " (`zbak init` shows the features found)")
     to = SnapRef(planned.to_snap.name, planned.to_snap.guid, planned.to_snap.createtxg)
+    step: Full | Incremental
+    flags: tuple[str, ...]
     if planned.kind == "full":
         step, flags = Full(to), ()
     else:
-        base = SnapRef(planned.from_snap.name, planned.from_snap.guid,
-                       planned.from_snap.createtxg)
+        start = planned.from_snap
+        assert start is not None  # the planner gives every incremental its base
+        base = SnapRef(start.name, start.guid, start.createtxg)
         step, flags = Incremental(base, to, intermediates=True), ("-I",)
     plain = dataclasses.replace(caps, compressed_send=False)
     argv = send_argv(step, source_dataset=str(dataset), caps=plain, raw=encrypted, zfs=zfs)
@@ -497,7 +500,8 @@ def encrypted_datasets(zfs: Zfs, datasets: Sequence[DatasetName]) -> frozenset[D
     return frozenset(found)
 
 
-def _decrypted_chain(backend: Backend, dataset: DatasetName, streams) -> str | None:
+def _decrypted_chain(backend: Backend, dataset: DatasetName, streams: Sequence[StreamRow]
+                     ) -> str | None:
     """Why an encrypted dataset's current chain must not be continued, or None: its tip was
     archived without ``-w`` (before RELIABILITY 38), and a raw incremental cannot be received
     on a dataset received from a non-raw stream (zfs-receive(8)), or the tip's manifest

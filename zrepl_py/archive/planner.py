@@ -142,16 +142,17 @@ def plan_archive(
         reason = new_chain
     if reason is None and force_full:
         reason = "--full"
-    if reason is None:
+    if reason is None and tip_snap is not None:  # (no reason yet means the tip is listed)
         if tip_snap is newest:
             return ArchivePlan((), f"up to date: the chain ends at @{tip.to_name}")
         reason = _full_due(chain, policy, now)
-    if reason is None:
-        carried = tuple(s for s in snaps if s.createtxg > tip_snap.createtxg)
-        return ArchivePlan(
-            (PlannedStream("incremental", tip_snap, newest, carried, tip.id,
-                           f"continues the chain from @{tip_snap.name}"),),
-            f"chain of {len(chain)} stream(s)")
+        if reason is None:
+            carried = tuple(s for s in snaps if s.createtxg > tip_snap.createtxg)
+            return ArchivePlan(
+                (PlannedStream("incremental", tip_snap, newest, carried, tip.id,
+                               f"continues the chain from @{tip_snap.name}"),),
+                f"chain of {len(chain)} stream(s)")
+    assert reason is not None  # every way here set one
     taken = next((s for s in streams if s.kind == "full" and s.to_guid == newest.guid), None)
     if taken is not None:
         if taken is chain[0] and broken is None:

@@ -19,11 +19,11 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from typing import BinaryIO
 
 from zrepl_py.errors import ObjectNotFound, StorePermanent
 from zrepl_py.objects.layout import PROGRESS, volume_key
 from zrepl_py.objects.manifest import VolumeRecord
+from zrepl_py.observe.progress import ByteReader
 from zrepl_py.stores.base import Backend
 from zrepl_py.streams.frames import Digest, compress_frame
 
@@ -68,7 +68,7 @@ def read_progress(backend: Backend, prefix: str) -> Progress | None:
         return None
 
 
-def _raw_volume(source: BinaryIO, first: bytes, limit: int) -> Iterator[bytes]:
+def _raw_volume(source: ByteReader, first: bytes, limit: int) -> Iterator[bytes]:
     """Yield ``first`` then up to ``limit - len(first)`` more bytes of ``source``."""
     yield first
     left = limit - len(first)
@@ -81,7 +81,7 @@ def _raw_volume(source: BinaryIO, first: bytes, limit: int) -> Iterator[bytes]:
 
 
 def write_volumes(
-    source: BinaryIO,
+    source: ByteReader,
     backend: Backend,
     prefix: str,
     *,

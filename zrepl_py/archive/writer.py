@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
 from zrepl_py import __version__
 from zrepl_py.archive.planner import PlannedStream
@@ -126,7 +126,7 @@ def write_stream(
     # Not named ``progress``: that is the rate callback the resumed send reports to.
     interrupted = (read_progress(backend, spec.prefix) if listed is None or PROGRESS in listed
                    else None)
-    done = ()
+    done: tuple[VolumeRecord, ...] = ()
     if interrupted is not None:
         if (interrupted.volume_size, interrupted.level) == (spec.volume_size, spec.level):
             done = interrupted.volumes
@@ -156,7 +156,10 @@ def write_stream(
                          counts["written"], counts["skipped"])
 
 
-def _send(spec: StreamSpec, backend: Backend, done, on_volume, progress=None):
+def _send(spec: StreamSpec, backend: Backend, done: Sequence[VolumeRecord],
+          on_volume: Callable[[VolumeRecord, bool], None],
+          progress: Callable[[int, float], None] | None = None
+          ) -> tuple[list[VolumeRecord], str]:
     with SendReader(spec.send_stages) as reader:
         return write_volumes(MeteredReader(reader, progress), backend, spec.prefix,
                              volume_size=spec.volume_size,
@@ -198,7 +201,8 @@ def drop_unfinished(backend: Backend, prefix: str, before: dt.datetime) -> None:
         log.info("removed %s in store %s, left by an interrupted upload", what, backend.name)
 
 
-def _manifest(spec: StreamSpec, volumes, storage_class: str, now: dt.datetime) -> Manifest:
+def _manifest(spec: StreamSpec, volumes: Sequence[VolumeRecord], storage_class: str,
+              now: dt.datetime) -> Manifest:
     planned = spec.planned
     return Manifest(
         host=spec.host, dataset=spec.dataset, kind=planned.kind,
