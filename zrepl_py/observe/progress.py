@@ -27,7 +27,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
+
+if TYPE_CHECKING:  # rich loads when a bar is first drawn
+    from rich.progress import Progress, TaskID
 
 log = logging.getLogger(__name__)
 
@@ -192,10 +195,17 @@ class Sampler:
             self.progress(self.bytes, now - self.started)
 
 
+class ByteReader(Protocol):
+    """Anything read in chunks: ``read(size)`` returns at most ``size`` bytes, ``b""`` at
+    the end (a binary file, ``proc.python_end.SendReader``, ``MeteredReader``)."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
 class MeteredReader:
     """Wraps a reader (``read(size) -> bytes``) and samples the bytes read (``Sampler``)."""
 
-    def __init__(self, reader, progress: Callable[[int, float], None] | None,
+    def __init__(self, reader: ByteReader, progress: Callable[[int, float], None] | None,
                  interval: float = 1.0):
         self.reader = reader
         self.sampler = Sampler(progress, interval)
@@ -241,8 +251,7 @@ class ProgressReporter:
         self.log_every = log_every
         self.logger = logger or log
         self._last_logged = 0.0
-        self._bar = None
-        self._task = None
+        self._bar: tuple[Progress, TaskID] | None = None  # rich's bar and its one task
         try:  # a bar is progress at INFO: none under zbak -q
             self.tty = self.stream.isatty() and self.logger.isEnabledFor(logging.INFO)
         except (AttributeError, ValueError):
@@ -267,7 +276,7 @@ class ProgressReporter:
             if not _TERMINAL.acquire(blocking=False):  # another transfer's bar is up
                 self.tty = False
                 return
-            self._bar = Progress(
+            bar = Progress(
                 TextColumn("{task.description}", markup=False),  # a name's "[...]" stays
                 BarColumn(),
                 DownloadColumn(binary_units=True),
@@ -275,13 +284,14 @@ class ProgressReporter:
                 console=Console(file=self.stream),
                 auto_refresh=False,  # redrawn on each sample: no refresh thread
             )
-            self._bar.start()
-            self._task = self._bar.add_task(self.label, total=estimate.total, info="")
+            bar.start()
+            self._bar = bar, bar.add_task(self.label, total=estimate.total, info="")
+        bar, task = self._bar
         info = format_rate(estimate.rate)
         if estimate.total is not None:
             info += f"  ETA {format_eta(estimate.eta)}"
-        self._bar.update(self._task, completed=estimate.bytes, info=info)
-        self._bar.refresh()
+        bar.update(task, completed=estimate.bytes, info=info)
+        bar.refresh()
 
     def finish(self, done: int, seconds: float) -> None:
         """Close the bar and log the summary: ``LABEL: 1.2 GiB in 0:00:14, 85 MiB/s``."""
@@ -297,7 +307,7 @@ class ProgressReporter:
         if self.sink is not None:
             self.sink.close()
         if self._bar is not None:
-            self._bar.stop()
+            self._bar[0].stop()
             self._bar = None
             _TERMINAL.release()
 

@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 from collections.abc import Iterator, Sequence
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 from zrepl_py.clock import Clock
@@ -73,10 +74,10 @@ def _what(job: str, action: str, target: str | None) -> str:
     return f"{action} of job {job} " + ("to " if action == "replicate" else "for ") + target
 
 
-def _process() -> dict:
-    """This process, as a run row records it (``host``, ``pid``, ``pid_start``)."""
+def _process() -> tuple[str, int, int | None]:
+    """This process, as a run row records it: ``(host, pid, pid_start)``."""
     pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "pid_start": process_start(pid)}
+    return socket.gethostname(), pid, process_start(pid)
 
 
 def _finish(catalog: Catalog, clock: Clock, run_id: int, job: str, action: str,
@@ -126,11 +127,12 @@ class RunSet:
         self.records: dict[str | None, RunRecord] = {}
         self._open: dict[str | None, tuple[int, str | None]] = {}
         sweep_interrupted(catalog, clock)
-        process = _process()
+        host, pid, pid_start = _process()
         try:
             for target in dict.fromkeys(targets):
                 previous = _previous_result(catalog, job, action, target)
-                run_id = catalog.start_run(job, action, target, clock.now(), **process)
+                run_id = catalog.start_run(job, action, target, clock.now(), host=host, pid=pid,
+                                           pid_start=pid_start)
                 self._open[target] = (run_id, previous)
                 self.records[target] = RunRecord()
         except BaseException as exc:
@@ -153,7 +155,8 @@ class RunSet:
     def __enter__(self) -> RunSet:
         return self
 
-    def __exit__(self, _type, exc: BaseException | None, _tb) -> None:
+    def __exit__(self, _type: type[BaseException] | None, exc: BaseException | None,
+                 _tb: TracebackType | None) -> None:
         self.close(exc)
 
 

@@ -19,6 +19,7 @@ file, so a live match is a zbak process (without /proc, only ``kill(pid, 0)`` is
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import datetime as dt
 import hashlib
@@ -29,9 +30,13 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from zrepl_py.observe.progress import Estimate, ProgressReporter
 from zrepl_py.runtime.statedir import ensure_private_dir
+
+if TYPE_CHECKING:  # the config (pydantic) loads only where a transfer is published
+    from zrepl_py.config.schema import Config
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +128,7 @@ class Slot:
             name = name[:_NAME_MAX - 17] + "~" + hashlib.sha256(name.encode()).hexdigest()[:16]
         return Path(self.state_dir) / DIRECTORY / f"{name}.json"
 
-    def publisher(self, **what) -> Publisher:
+    def publisher(self, **what: Any) -> Publisher:
         """A ``Publisher`` on this slot; ``what`` as ``Publisher``'s keyword arguments."""
         return Publisher(self, **what)
 
@@ -160,7 +165,7 @@ class RunningTransfer:
     pid: int
     pid_start: int | None
 
-    def to_json(self) -> bytes:
+    def to_json(self) -> builtins.bytes:
         """Serialize (datetimes as ISO 8601 UTC)."""
         obj = dataclasses.asdict(self)
         obj["started_at"] = self.started_at.isoformat()
@@ -168,7 +173,7 @@ class RunningTransfer:
         return json.dumps(obj, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> RunningTransfer:
+    def from_json(cls, data: builtins.bytes) -> RunningTransfer:
         """Parse ``to_json`` output.
 
         Raises:
@@ -362,7 +367,7 @@ def reporting(state_dir: Path, kind: str, job: str, where: str
     return factory
 
 
-def job_of(config, host: str, dataset: str) -> str:
+def job_of(config: Config, host: str, dataset: str) -> str:
     """The name of the first job whose source is ``dataset`` on ``host`` or an ancestor of it
     (a restore's owner in ``zbak status``); ``-`` when none is."""
     for name, job in config.jobs.items():
