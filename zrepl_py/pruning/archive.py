@@ -21,6 +21,7 @@ import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Generic, TypeVar, cast
 
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
@@ -33,6 +34,8 @@ from zrepl_py.pruning.chain_plan import ChainPlan, ChainRetention, plan_chain_re
 from zrepl_py.pruning.recheck import planned_objects
 from zrepl_py.snapshots.selection import covers
 from zrepl_py.stores.base import Backend
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +54,14 @@ class DatasetChains:
     error: str | None = None
 
     @property
+    def problem(self) -> str | None:
+        """The error planning or executing stopped on, else None."""
+        return self.error or (self.outcome.error if self.outcome is not None else None)
+
+    @property
     def failed(self) -> bool:
         """True when planning or executing stopped on an error."""
-        return bool(self.error or (self.outcome and self.outcome.error))
+        return bool(self.problem)
 
 
 @dataclasses.dataclass
@@ -99,30 +107,39 @@ class StoreCheck:
 
     def __init__(self, backend: Backend, prefix: str,
                  read_volumes: Callable[[], Mapping[int, Sequence[VolumeRow]]]):
-        self._reads: dict[str, Callable[[], object]] = {
-            "listing": lambda: backend.sizes(prefix), "volumes": read_volumes}
-        self._done: dict[str, tuple[object, ZbakError | None]] = {}
-
-    def _get(self, what: str):
-        if what not in self._done:
-            try:
-                self._done[what] = (self._reads[what](), None)
-            except ZbakError as exc:
-                self._done[what] = (None, exc)
-        value, error = self._done[what]
-        if error is not None:
-            raise error
-        return value
+        self._listing = _Once(lambda: backend.sizes(prefix))
+        self._volumes = _Once(read_volumes)
 
     @property
     def listing(self) -> Mapping[str, int]:
         """The listing (raises ``StoreError``)."""
-        return self._get("listing")
+        return self._listing.get()
 
     @property
     def volumes(self) -> Mapping[int, Sequence[VolumeRow]]:
         """The volume rows (raises ``CatalogError``)."""
-        return self._get("volumes")
+        return self._volumes.get()
+
+
+class _Once(Generic[T]):
+    """``read()`` on the first ``get`` only; later calls return its value or raise its
+    ZbakError again."""
+
+    def __init__(self, read: Callable[[], T]):
+        self._read: Callable[[], T] | None = read
+        self._value: T | None = None
+        self._error: ZbakError | None = None
+
+    def get(self) -> T:
+        if self._read is not None:
+            try:
+                self._value = self._read()
+            except ZbakError as exc:
+                self._error = exc
+            self._read = None  # (another exception leaves it to be tried again)
+        if self._error is not None:
+            raise self._error
+        return cast(T, self._value)  # set by the read that raised no error
 
 
 def prune_dataset_chains(

@@ -272,8 +272,9 @@ def plan_chain_retention(
         newest_created = max(s.created_at for s in chain)
         expired = policy.max_age is not None and now - newest_created > policy.max_age
         reasons: list[str] = []
-        if trouble[index]:
-            reasons.append(trouble[index])
+        problem = trouble[index]
+        if problem:
+            reasons.append(problem)
         elif refused:
             reasons.append(refused)
         if rank == 1:
@@ -294,7 +295,7 @@ def plan_chain_retention(
                 for s in chain), False))
             continue
         why = (f"beyond keep_chains = {policy.keep_chains} (chain {rank} from the newest)"
-               if rank > policy.keep_chains else
+               if rank > policy.keep_chains or policy.max_age is None else
                f"its newest stream is older than max_age {_span(policy.max_age)}")
         deleting = []
         for s in chain:

@@ -194,7 +194,7 @@ def classify(job_name: str, held: Sequence[Held], host: str, jobs: Mapping[str, 
                                 guids.get(snap.dataset, {}))
         here = {tag for tag, where in current.items() if where == snap.snapshot}
         listed = snap.tags is not None
-        tags = snap.tags if listed else sorted(
+        tags = snap.tags if snap.tags is not None else sorted(
             here | candidate_tags(job_name, snap.dataset, host, jobs, cursors, streams))
         named = 0
         for tag in tags:
@@ -242,7 +242,7 @@ def held_snapshots(zfs: Zfs, job: JobConfig) -> tuple[list[Held], dict[str, dict
         guids[str(info.name)] = {s.guid: str(s.name) for s in mine}
         snaps += [s for s in mine if s.userrefs > 0]
     try:
-        tags: dict | None = zfs.holds([s.name for s in snaps])
+        tags: dict[SnapshotName, list[str]] | None = zfs.holds([s.name for s in snaps])
     except Unsupported:
         tags = None
     held = [Held(str(s.name), s.guid, s.userrefs,

@@ -22,6 +22,7 @@ import dataclasses
 import logging
 
 from zrepl_py.catalog.export import StoreGuard
+from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.checks.source import source_errors
 from zrepl_py.config.hosts import Endpoint
 from zrepl_py.config.jobs import JobConfig
@@ -79,7 +80,7 @@ class PruneResult:
         if self.archive is not None:
             if self.archive.error:
                 found.append(f"store {self.archive.store}: {self.archive.error}")
-            found += [f"store {self.archive.store}: {d.dataset}: {d.error or d.outcome.error}"
+            found += [f"store {self.archive.store}: {d.dataset}: {d.problem}"
                       for d in self.archive.datasets if d.failed]
         return found
 
@@ -152,7 +153,7 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
 
 
 def _release_stale_archive_holds(zfs: Zfs, name: str, inventory: Inventory,
-                                 streams: list) -> int:
+                                 streams: list[StreamRow]) -> int:
     """Release this job's archive hold on tips of chains a newer full has closed; return how
     many were released (``pruning.source.stale_archive_tips``)."""
     released = 0
@@ -206,7 +207,8 @@ def _prune_target(ctx: Context, name: str, job: JobConfig, target: Endpoint,
     return result
 
 
-def _prune_archive(ctx: Context, name: str, job: JobConfig, streams: list, *, dry_run: bool,
+def _prune_archive(ctx: Context, name: str, job: JobConfig, streams: list[StreamRow], *,
+                   dry_run: bool,
                    accept_early_delete_fee: bool, left_out: tuple[str, ...]) -> ArchivePruneResult:
     """Open the job's store and apply archive retention to the job's datasets but those
     its selection ``left_out`` (``pruning.archive.job_streams``), over ``streams`` (the
@@ -233,7 +235,7 @@ def _prune_archive(ctx: Context, name: str, job: JobConfig, streams: list, *, dr
                                    dry_run=False,
                                    accept_early_delete_fee=accept_early_delete_fee,
                                    left_out=left_out)
-            errors = [f"{d.dataset}: {d.error or d.outcome.error}" for d in result.datasets
+            errors = [f"{d.dataset}: {d.problem}" for d in result.datasets
                       if d.failed]
             if errors:
                 record.result, record.error = "partial", "; ".join(errors)

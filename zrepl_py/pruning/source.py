@@ -62,9 +62,9 @@ def replication_protections(
     targets = [(str(e), job.replicate.filter_for(e)) for e in job.replicate.endpoints()]
     for dataset in inventory.datasets:
         for target, admits in targets:
-            cursor = mine.get((target, str(dataset.name)))
-            floor = cursor.createtxg if cursor else -1
-            why = f"not yet replicated to {target}" + ("" if cursor else " (never replicated)")
+            last = mine.get((target, str(dataset.name)))
+            floor = last.createtxg if last else -1
+            why = f"not yet replicated to {target}" + ("" if last else " (never replicated)")
             for snap in inventory.tree.snapshots(dataset.name):
                 if snap.createtxg > floor and admits.admits(snap.short):
                     protections.setdefault(str(snap.name), []).append(why)
