@@ -104,7 +104,6 @@ def _once(inv: Invocation, config, path, env: dict[str, str]) -> ExitStatus:
     from zrepl_py.alerts import check_staleness, install
     from zrepl_py.daemon.once import due_entries, last_starts, run_entries
     from zrepl_py.daemon.plan import plan_entries
-    from zrepl_py.daemon.scheduler import available_actions
     from zrepl_py.invocation.context import Context
     from zrepl_py.status import metrics
 
@@ -112,7 +111,7 @@ def _once(inv: Invocation, config, path, env: dict[str, str]) -> ExitStatus:
     try:
         with Context(config=config, config_path=path) as ctx:
             catalog = ctx.catalog()
-            due = due_entries(plan_entries(config, available_actions()),
+            due = due_entries(plan_entries(config),
                               last_starts(catalog.last_runs()), ctx.clock.now(),
                               config.daemon.misfire_grace_time)
             log.info("daemon --once: %d run(s) due: %s", len(due),

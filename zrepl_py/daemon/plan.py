@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Collection
 
 from zrepl_py.config.daemon import DAEMON_ACTIONS
 from zrepl_py.config.jobs import JobConfig
@@ -81,18 +80,16 @@ def _has_section(job: JobConfig, action: str) -> bool:
     return True
 
 
-def plan_entries(config: Config, available: Collection[str] = DAEMON_ACTIONS) -> list[Entry]:
+def plan_entries(config: Config) -> list[Entry]:
     """Every (job, action) the daemon schedules, in config order, actions in DAEMON_ACTIONS order.
 
     Args:
         config: the validated config.
-        available: the actions this installation can run (``audit`` is left out where the
-            ``zbak audit`` command is not installed).
     """
     entries = []
     for name, job in config.jobs.items():
         for action in DAEMON_ACTIONS:
-            if action not in available or not _has_section(job, action):
+            if not _has_section(job, action):
                 continue
             cron = _cron(config, job, action)
             if cron is None:

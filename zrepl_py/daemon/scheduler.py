@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import importlib.util
 import logging
 import os
 import threading
@@ -64,12 +63,6 @@ def run_scheduled(job: str, action: str) -> None:
     daemon.run_action(job, action)
 
 
-def available_actions() -> tuple[str, ...]:
-    """The actions this installation can run: ``audit`` only where ``zbak audit`` exists."""
-    have_audit = importlib.util.find_spec("zrepl_py.cli.audit_cmd") is not None
-    return tuple(a for a in DAEMON_ACTIONS if a != "audit" or have_audit)
-
-
 def job_defaults(grace: int | None) -> dict:
     """APScheduler job defaults (RELIABILITY 30): one instance per job (``max_instances=1``:
     a run longer than its interval does not start a second), missed fire times coalesced into
@@ -102,7 +95,7 @@ class Daemon:
         self.debug = debug
         self.env = dict(os.environ if env is None else env)
         self.env.setdefault("ZBAK_LOG_LEVEL", "DEBUG" if debug else config.log_level)
-        self.entries = plan_entries(config, available_actions())
+        self.entries = plan_entries(config)
         self._gates = {lock_key(job): Gate() for job in config.jobs.values()}
         self._tasks: list[tuple[str, float, Callable[[], None]]] = []
         self._after_run: list[Callable[[str, str, int], None]] = []
