@@ -29,7 +29,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from zrepl_py.daemon.logs import run_logger
+from zrepl_py.daemon.logs import RunLogger, run_logger
 from zrepl_py.errors import ExitStatus
 from zrepl_py.proc import spawn
 
@@ -55,7 +55,7 @@ def action_argv(config_path: Path, action: str, job: str, *, debug: bool = False
             action, job]
 
 
-def start(argv: list[str], env: Mapping[str, str]) -> spawn.Popen:
+def start(argv: list[str], env: Mapping[str, str]) -> spawn.Popen[str]:
     """Start the child with stdout and stderr on one pipe (read with ``relay``).
 
     Raises:
@@ -66,7 +66,7 @@ def start(argv: list[str], env: Mapping[str, str]) -> spawn.Popen:
                             text=True, errors="replace", bufsize=1)  # fmt: skip
 
 
-def relay(popen: spawn.Popen, job: str, action: str, messages: list[str]) -> None:
+def relay(popen: spawn.Popen[str], job: str, action: str, messages: list[str]) -> None:
     """Log every line the child prints until its output closes; append its ``zbak:``
     message lines (the errors it reported) to ``messages``, for the run's summary."""
     assert popen.stdout is not None
@@ -77,7 +77,8 @@ def relay(popen: spawn.Popen, job: str, action: str, messages: list[str]) -> Non
         match = _LINE.match(line)
         if match:
             logger = run_logger(logging.getLogger(match["logger"]), job, action)
-            logger.log(logging.getLevelName(match["level"]), "%s", match["message"])
+            level = logging.getLevelNamesMapping().get(match["level"], logging.INFO)
+            logger.log(level, "%s", match["message"])
         elif line.startswith("zbak:"):
             messages.append(line)
             run_logger(output_log, job, action).warning("%s", line)
@@ -85,7 +86,7 @@ def relay(popen: spawn.Popen, job: str, action: str, messages: list[str]) -> Non
             run_logger(output_log, job, action).debug("%s", line)
 
 
-def wait(popen: spawn.Popen, job: str, action: str) -> tuple[int, list[str]]:
+def wait(popen: spawn.Popen[str], job: str, action: str) -> tuple[int, list[str]]:
     """Relay the child's output (``relay``, in a thread) until it exits; return its exit
     status and its ``zbak:`` messages. Waits at most ``RELAY_GRACE`` seconds for the output
     to close after the exit: a stray grandchild still holding the pipe must not hold up the
@@ -99,7 +100,7 @@ def wait(popen: spawn.Popen, job: str, action: str) -> tuple[int, list[str]]:
     return code, list(messages)
 
 
-def terminate(popen: spawn.Popen) -> None:
+def terminate(popen: spawn.Popen[str]) -> None:
     """Send SIGTERM to the child (it stops its transfer and exits); no-op once it exited."""
     if popen.poll() is None:
         try:
@@ -108,7 +109,7 @@ def terminate(popen: spawn.Popen) -> None:
             pass
 
 
-def kill(popen: spawn.Popen) -> None:
+def kill(popen: spawn.Popen[str]) -> None:
     """SIGKILL the child's whole session (its pipeline stages die by their pdeathsig)."""
     if popen.poll() is None:
         try:
@@ -117,7 +118,8 @@ def kill(popen: spawn.Popen) -> None:
             pass
 
 
-def log_exit(logger, job: str, code: int, seconds: float, messages: list[str]) -> None:
+def log_exit(logger: RunLogger, job: str, code: int, seconds: float,
+             messages: list[str]) -> None:
     """Log how a run of ``job`` ended (exit ``code`` after ``seconds``; ``messages`` from
     ``wait``) on ``logger`` (``logs.run_logger``): done, skipped for a lock (exit 3), audit
     findings (4), waiting for a thaw (75), or failed."""

@@ -11,7 +11,7 @@ from apscheduler.triggers.base import BaseTrigger
 from zrepl_py.values.cron import first_at_or_after, parse_crontab
 
 
-class CrontabTrigger(BaseTrigger):
+class CrontabTrigger(BaseTrigger):  # type: ignore[misc]  # APScheduler 3 has no types: Any
     """An APScheduler 3 trigger that fires when crontab(5) would run ``line`` (UTC).
 
     Pickled into the daemon's job store (``daemon.store``) as the line alone.
@@ -27,7 +27,8 @@ class CrontabTrigger(BaseTrigger):
         self.line = line
         parse_crontab(line)
 
-    def get_next_fire_time(self, previous_fire_time, now):
+    def get_next_fire_time(self, previous_fire_time: dt.datetime | None,
+                           now: dt.datetime) -> dt.datetime | None:
         """The first fire time after ``previous_fire_time``, or at or after ``now`` when
         there was none; APScheduler 3's ``CronTrigger`` rule, so a clock set back does not
         skip a run."""
@@ -38,10 +39,10 @@ class CrontabTrigger(BaseTrigger):
             start += dt.timedelta(microseconds=1)
         return first_at_or_after(self.line, start)
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, str]:
         return {"line": self.line}
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, str]) -> None:
         self.line = state["line"]
 
     def __str__(self) -> str:

@@ -13,6 +13,8 @@ import json
 import logging
 import sys
 import time
+from collections.abc import MutableMapping
+from typing import Any
 
 from zrepl_py.runtime.logsetup import setup_logging
 
@@ -48,7 +50,7 @@ class JsonLinesFormatter(logging.Formatter):
 class HumanFormatter(logging.Formatter):
     """``2026-01-02T03:04:05Z INFO zrepl_py.daemon: [job action] message`` (UTC)."""
 
-    converter = time.gmtime
+    converter = staticmethod(time.gmtime)
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -82,15 +84,20 @@ def configure(log_format: str, level: str) -> None:
     logging.getLogger("apscheduler").setLevel(logging.DEBUG if level == "DEBUG" else logging.ERROR)
 
 
-class _RunAdapter(logging.LoggerAdapter):
+RunLogger = logging.LoggerAdapter[logging.Logger]
+"""A logger that adds a run's job and action to each record (``run_logger``)."""
+
+
+class _RunAdapter(RunLogger):
     """Adds job/action and keeps a call's own ``extra`` (3.11's adapter drops it)."""
 
-    def process(self, msg, kwargs):
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]
+                ) -> tuple[Any, MutableMapping[str, Any]]:
         kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
         return msg, kwargs
 
 
-def run_logger(logger: logging.Logger, job: str | None, action: str | None) -> logging.LoggerAdapter:
+def run_logger(logger: logging.Logger, job: str | None, action: str | None) -> RunLogger:
     """``logger`` with ``job`` and ``action`` attached to every record (a call may add
     ``extra={"scheduled": ...}``)."""
     return _RunAdapter(logger, {"job": job, "action": action})

@@ -12,10 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import Protocol
 
 from zrepl_py.config.daemon import DAEMON_ACTIONS
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.config.schema import Config
+
+
+class Trigger(Protocol):
+    """What zbak asks of an APScheduler 3 trigger (``CrontabTrigger``, ``IntervalTrigger``)."""
+
+    def get_next_fire_time(self, previous_fire_time: dt.datetime | None,
+                           now: dt.datetime) -> dt.datetime | None: ...
 
 UTC = dt.UTC
 INTERVAL_ORIGIN = dt.datetime(2000, 1, 1, tzinfo=UTC)
@@ -102,7 +110,7 @@ def plan_entries(config: Config) -> list[Entry]:
     return entries
 
 
-def make_trigger(entry: Entry):
+def make_trigger(entry: Entry) -> Trigger:
     """The APScheduler trigger of ``entry``: a crontab line with crontab(5)'s meaning
     (``daemon.crontab``, UTC) or an ``IntervalTrigger`` anchored at ``INTERVAL_ORIGIN``."""
     if entry.cron is not None:
@@ -113,12 +121,15 @@ def make_trigger(entry: Entry):
     from apscheduler.triggers.interval import IntervalTrigger
 
     assert entry.every is not None
-    return IntervalTrigger(seconds=entry.every, start_date=INTERVAL_ORIGIN, timezone=UTC)
+    trigger: Trigger = IntervalTrigger(seconds=entry.every, start_date=INTERVAL_ORIGIN,
+                                       timezone=UTC)
+    return trigger
 
 
-def missed_runs(trigger, since: dt.datetime, now: dt.datetime, limit: int = 1000) -> int:
+def missed_runs(trigger: Trigger, since: dt.datetime, now: dt.datetime, limit: int = 1000) -> int:
     """How many fire times of ``trigger`` lie in ``[since, now]`` (at most ``limit``)."""
-    count, fire = 0, since
+    count = 0
+    fire: dt.datetime | None = since
     while fire is not None and fire <= now and count < limit:
         count += 1
         # (previous, now): both APScheduler 3 triggers answer the first fire time after it.

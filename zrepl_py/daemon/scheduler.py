@@ -33,16 +33,21 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zrepl_py.config.daemon import DAEMON_ACTIONS
 from zrepl_py.config.schema import Config
 from zrepl_py.daemon import child
 from zrepl_py.daemon.gate import Gate
-from zrepl_py.daemon.logs import run_logger
+from zrepl_py.daemon.logs import RunLogger, run_logger
 from zrepl_py.daemon.plan import make_trigger, missed_runs, plan_entries
 from zrepl_py.errors import ExitStatus
 from zrepl_py.invocation.context import lock_key
 from zrepl_py.proc import spawn
+
+if TYPE_CHECKING:  # APScheduler 3 has no type information: these are Any to mypy
+    from apscheduler.events import JobEvent
+    from apscheduler.schedulers.base import BaseScheduler
 
 log = logging.getLogger(__name__)
 UTC = dt.UTC
@@ -63,7 +68,7 @@ def run_scheduled(job: str, action: str) -> None:
     daemon.run_action(job, action)
 
 
-def job_defaults(grace: int | None) -> dict:
+def job_defaults(grace: int | None) -> dict[str, object]:
     """APScheduler job defaults (RELIABILITY 30): one instance per job (``max_instances=1``:
     a run longer than its interval does not start a second), missed fire times coalesced into
     one run (``coalesce=True``), and a late run still runs unless ``grace`` seconds late
@@ -73,7 +78,7 @@ def job_defaults(grace: int | None) -> dict:
 
 @dataclasses.dataclass
 class _Running:
-    popen: spawn.Popen
+    popen: spawn.Popen[str]
     started: dt.datetime
 
 
@@ -206,7 +211,7 @@ class Daemon:
         grace = self.config.daemon.misfire_grace_time
         return None if grace is None else max(1, int(grace.total_seconds()))
 
-    def _reconcile(self, scheduler) -> None:
+    def _reconcile(self, scheduler: BaseScheduler) -> None:
         """Make the stored jobs match ``self.entries`` (see the module doc)."""
         now = dt.datetime.now(UTC)
         stored = {job.id: job for job in scheduler.get_jobs(jobstore="default")}
@@ -237,7 +242,7 @@ class Daemon:
             log.info("%s is no longer in the config: removed from the schedule", job_id)
             scheduler.remove_job(job_id, jobstore="default")
 
-    def _on_event(self, event) -> None:
+    def _on_event(self, event: JobEvent) -> None:
         from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, EVENT_JOB_SUBMITTED
 
         if event.job_id.startswith(TASK_PREFIX) and event.code != EVENT_JOB_ERROR:
@@ -274,7 +279,7 @@ class Daemon:
                 self._inside -= 1
                 self._idle.notify_all()
 
-    def _not_started(self, job_id: str, logger) -> None:
+    def _not_started(self, job_id: str, logger: RunLogger) -> None:
         with self._lock:
             due = self._due.get(job_id) or dt.datetime.now(UTC)
             self._interrupted.setdefault(job_id, due)
@@ -319,7 +324,7 @@ class Daemon:
             except Exception:  # a hook's failure must not stop the daemon
                 logger.exception("after-run hook %r failed", callback)
 
-    def _report(self, job_id: str, logger, code: int, seconds: float, messages: list[str],
+    def _report(self, job_id: str, logger: RunLogger, code: int, seconds: float, messages: list[str],
                 started: dt.datetime) -> None:
         if code != ExitStatus.OK and self._stopping.is_set():
             with self._lock:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from zrepl_py.config.daemon import DaemonConfig
 
 if TYPE_CHECKING:
+    from apscheduler.jobstores.base import BaseJobStore
     from sqlalchemy.engine import Engine
 
 TABLE_PREFIX = "zbak_schedule"
@@ -29,7 +30,8 @@ def table_name(config: DaemonConfig) -> str:
     return TABLE_PREFIX if config.name is None else f"{TABLE_PREFIX}_{config.name}"
 
 
-def include_object(obj, name, type_, reflected, compare_to) -> bool:
+def include_object(obj: object, name: str | None, type_: str, reflected: bool,
+                   compare_to: object) -> bool:
     """Alembic ``include_object`` hook (``migrations/env.py``): False for the daemon's schedule
     tables and their indexes, which APScheduler owns, so autogenerate neither drops them
     nor compares them with the catalog's models."""
@@ -37,7 +39,7 @@ def include_object(obj, name, type_, reflected, compare_to) -> bool:
     return not (table or "").startswith(TABLE_PREFIX)
 
 
-def job_store(engine: Engine, config: DaemonConfig):
+def job_store(engine: Engine, config: DaemonConfig) -> BaseJobStore:
     """An APScheduler ``SQLAlchemyJobStore`` on ``engine`` (the catalog's) and our table."""
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 
