@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zrepl_py.catalog.rows import RunRow
 from zrepl_py.observe.events import Event
@@ -120,7 +120,7 @@ def check(catalog: Catalog, config: Config, clock: Clock, jobs: Sequence[str]) -
     return judge(runs, stale)
 
 
-def as_dict(problems: Sequence[Problem], jobs: int) -> dict:
+def as_dict(problems: Sequence[Problem], jobs: int) -> dict[str, Any]:
     """The check as JSON: ``status`` (name), ``code``, ``summary`` and the ``problems``."""
     health = overall(problems)
     return {"status": health.name, "code": int(health), "summary": summary(problems, jobs),
@@ -128,7 +128,7 @@ def as_dict(problems: Sequence[Problem], jobs: int) -> dict:
                           "target": p.target, "message": p.message} for p in problems]}
 
 
-def unknown(reason: str) -> dict:
+def unknown(reason: str) -> dict[str, Any]:
     """The check as JSON (``as_dict``'s shape) when it cannot be made, ``reason`` saying why."""
     return {"status": Health.UNKNOWN.name, "code": int(Health.UNKNOWN),
             "summary": f"ZBAK UNKNOWN - {reason}", "problems": []}

@@ -34,10 +34,12 @@ A never-replicated target has no lag sample (absent, not zero); alert on
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -45,13 +47,18 @@ from prometheus_client.registry import Collector
 
 from zrepl_py.status.report import Held, JobStatus, job_status, read_held
 
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from zrepl_py.invocation.context import Context
+
 log = logging.getLogger(__name__)
 
 _RUN = ["job", "action", "target"]
 _OK = {"ok": 1.0, "failed": 0.0, "partial": 0.0}
 
 
-def _ts(value) -> float:
+def _ts(value: dt.datetime) -> float:
     return value.timestamp()
 
 
@@ -128,7 +135,7 @@ class StatusCollector(Collector):
         ctx: a ``zrepl_py.invocation.context.Context`` kept open by the caller (the daemon's).
     """
 
-    def __init__(self, ctx):
+    def __init__(self, ctx: Context):
         self._ctx = ctx
         self._held: dict[str, Held] = {}
         self._lock = threading.Lock()
@@ -171,7 +178,7 @@ class _Fixed(Collector):
         return families(self._states)
 
 
-def registry_for(ctx) -> tuple[CollectorRegistry, StatusCollector]:
+def registry_for(ctx: Context) -> tuple[CollectorRegistry, StatusCollector]:
     """A fresh registry holding one StatusCollector for ``ctx`` (no process metrics)."""
     registry = CollectorRegistry(auto_describe=False)
     collector = StatusCollector(ctx)
@@ -179,7 +186,7 @@ def registry_for(ctx) -> tuple[CollectorRegistry, StatusCollector]:
     return registry, collector
 
 
-def serve(registry: CollectorRegistry, listen: tuple[str, int]):
+def serve(registry: CollectorRegistry, listen: tuple[str, int]) -> WSGIServer:
     """Serve ``registry`` at ``http://HOST:PORT/metrics`` from a daemon thread.
 
     Args:
@@ -197,7 +204,7 @@ def serve(registry: CollectorRegistry, listen: tuple[str, int]):
     return server
 
 
-def write_textfile(ctx, path: Path | str, *, states: Sequence[JobStatus] | None = None,
+def write_textfile(ctx: Context, path: Path | str, *, states: Sequence[JobStatus] | None = None,
                    registry: CollectorRegistry | None = None) -> None:
     """Write the metrics to ``path`` for node_exporter's textfile collector, atomically.
 

@@ -30,16 +30,23 @@ import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.rows import CursorRow, RunRow, SnapshotRow, StreamRow
 from zrepl_py.config.jobs import JobConfig
+from zrepl_py.config.schema import Config
 from zrepl_py.observe.runlog import sweep_interrupted
 from zrepl_py.observe.transfers import RunningTransfer, StaleTransfer, read_running
 
 if TYPE_CHECKING:
     from zrepl_py.catalog.repository import Catalog
+    from zrepl_py.invocation.context import Context
+
+N = TypeVar("N", int, float)
+
+Chains = dict[str, tuple[list[StreamRow], list[StreamRow]]]
+"""Per dataset: its current chain (full first) and all its streams in the job's store."""
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +203,7 @@ def next_fire(schedule: str | None, now: dt.datetime) -> dt.datetime | None:
     return crontab_trigger(schedule).get_next_fire_time(None, now)
 
 
-def scheduled_runs(config, now: dt.datetime) -> dict[str, dict[str, dt.datetime | None]]:
+def scheduled_runs(config: Config, now: dt.datetime) -> dict[str, dict[str, dt.datetime | None]]:
     """Per job, per action the daemon schedules (``daemon.plan.plan_entries``: job schedules,
     ``[daemon] prune_schedule``/``audit_schedule``, ``every``), the next fire time (UTC)."""
     from zrepl_py.daemon.plan import make_trigger, plan_entries
@@ -222,7 +229,7 @@ def _lag(dataset: str, cursor: CursorRow | None, snaps: list[SnapshotRow],
                       len(newer))
 
 
-def _worst(values: Sequence[float | int | None]):
+def _worst(values: Sequence[N | None]) -> N | None:
     known = [v for v in values if v is not None]
     return max(known) if known else None
 
@@ -255,8 +262,7 @@ def _target_status(target: str, root: str, cursors: list[CursorRow],
     )
 
 
-def current_chains(catalog: Catalog, job: JobConfig
-                   ) -> dict[str, tuple[list[StreamRow], list[StreamRow]]]:
+def current_chains(catalog: Catalog, job: JobConfig) -> Chains:
     """Per dataset at or below the job's dataset with streams in the job's store: its
     current chain (``catalog.chains.current_chain``, full first) and all its streams there
     (one bulk read); empty without ``[archive]``."""
@@ -270,7 +276,7 @@ def current_chains(catalog: Catalog, job: JobConfig
     return {dataset: (current_chain(rows), rows) for dataset, rows in by_dataset.items()}
 
 
-def _chains(found: dict, store: str) -> list[ChainStatus]:
+def _chains(found: Chains, store: str) -> list[ChainStatus]:
     chains = []
     for dataset, (chain, rows) in sorted(found.items()):
         if not chain:
@@ -292,7 +298,7 @@ def _below(dataset: str, root: str) -> bool:
 def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
                held: Held | None = None,
                next_runs: dict[str, dt.datetime | None] | None = None,
-               left_out: Collection[str] = (), chains: dict | None = None) -> JobStatus:
+               left_out: Collection[str] = (), chains: Chains | None = None) -> JobStatus:
     """Summarise one job from the catalog (no host is dialled); ``now`` is aware UTC.
 
     ``held`` comes from ``read_held`` (None: left out, e.g. ``zbak status --offline``);
@@ -356,7 +362,7 @@ def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
 
 
 def held_guids(catalog: Catalog, name: str, job: JobConfig,
-               chains: dict | None = None) -> set[tuple[str, int]]:
+               chains: Chains | None = None) -> set[tuple[str, int]]:
     """``(dataset, guid)`` of every source snapshot zbak holds for ``job``: the replication
     cursors' snapshots and the last snapshot of each current archive chain (``chains``
     from ``current_chains``; None: read here)."""
@@ -371,7 +377,7 @@ def held_guids(catalog: Catalog, name: str, job: JobConfig,
     return found
 
 
-def read_held(ctx, name: str, job: JobConfig, chains: dict | None = None) -> Held:
+def read_held(ctx: Context, name: str, job: JobConfig, chains: Chains | None = None) -> Held:
     """Read the bytes zbak's holds pin on ``job``'s source (see module doc).
 
     One ``zfs get -Hp -r|-d 1 -o name,property,value guid,userrefs,used ROOT`` on the source
@@ -413,7 +419,7 @@ def read_held(ctx, name: str, job: JobConfig, chains: dict | None = None) -> Hel
     return Held(total, names)
 
 
-def _left_out(ctx, name: str, job: JobConfig) -> tuple[str, ...]:
+def _left_out(ctx: Context, name: str, job: JobConfig) -> tuple[str, ...]:
     """What the selection of a job with ``[select]`` leaves out now (one listing of the
     source); () for other jobs, and when the source does not answer (then logged)."""
     from zrepl_py.config.schema import replica_datasets
@@ -432,7 +438,7 @@ def _left_out(ctx, name: str, job: JobConfig) -> tuple[str, ...]:
         return ()
 
 
-def job_statuses(ctx, names: Sequence[str] = (), *, offline: bool = False) -> list[JobStatus]:
+def job_statuses(ctx: Context, names: Sequence[str] = (), *, offline: bool = False) -> list[JobStatus]:
     """``job_status`` of each named job (all when empty), held bytes read unless ``offline``,
     with its transfers in progress (``transfers.read_running``: stale files are removed, logged
     as warnings and listed in ``stale_transfers``). Runs left ``running`` by processes of
