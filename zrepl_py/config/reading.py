@@ -18,7 +18,7 @@ SECRET_LIMIT = 64 * 1024
 """Bytes a secret file may have (64 KiB: a password, token or URL)."""
 
 
-def open_to_others(path: str | os.PathLike) -> int | None:
+def open_to_others(path: str | os.PathLike[str]) -> int | None:
     """The permission bits of ``path`` when every user may read it (``o+r``), else None
     (also when it cannot be stat-ed: reading it reports that)."""
     try:
@@ -32,7 +32,7 @@ class NotReadable(OSError):
     """The path is not a regular file, or is larger than allowed; ``strerror`` says which."""
 
 
-def read_regular(path: str | os.PathLike, limit: int) -> bytes:
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
     """Return the bytes of the regular file at ``path`` (at most ``limit`` bytes).
 
     Raises:
