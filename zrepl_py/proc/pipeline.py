@@ -257,13 +257,19 @@ class _StderrTail(threading.Thread):
 @dataclasses.dataclass
 class _Child:
     stage: Stage
-    popen: spawn.Popen | None = None
+    popen: spawn.Popen[bytes] | None = None
     start_error: tuple[int, str] | None = None  # (returncode, message) when Popen failed
     tail: _StderrTail | None = None
     pidfd: int | None = None
     exited: bool = False  # seen exited (peeked with WNOWAIT, not yet reaped)
     status: int | None = None  # exit status once exited, subprocess's convention
     killed: bool = False
+
+    @property
+    def pid(self) -> int:
+        """The started stage's process id, which is also its process group's."""
+        assert self.popen is not None, f"stage {self.stage.name} was not started"
+        return self.popen.pid
 
 
 def _io_counter(pid: int, field: str) -> int | None:
@@ -322,8 +328,8 @@ def _signal_group(pgid: int, sig: int) -> None:
 class _Pipeline:
     """One run of ``run_pipeline``; see there."""
 
-    def __init__(self, stages: Sequence[Stage], stdin: int | None, stdout, meter: Meter,
-                 pipe_size: int | None):
+    def __init__(self, stages: Sequence[Stage], stdin: int | None,
+                 stdout: int | IO[bytes] | None, meter: Meter, pipe_size: int | None):
         self.children = [_Child(stage) for stage in stages]
         self.stdin = stdin
         self.stdout = stdout
@@ -345,6 +351,8 @@ class _Pipeline:
             read_end = os.dup(self.stdin)
         last = len(self.children) - 1
         devnull_out = None
+        out: int | IO[bytes]
+        next_read: int | None
         try:
             for index, child in enumerate(self.children):
                 if index == last:
@@ -366,7 +374,7 @@ class _Pipeline:
                     # copy of the write end is closed, a writer EPIPE only for every read end.
                     os.close(err_write)
                     os.close(read_end)
-                    if next_read is not None:
+                    if next_read is not None and isinstance(out, int):  # our pipe's write end
                         os.close(out)
                     read_end = next_read if next_read is not None else -1
                 if child.popen is None:
@@ -382,7 +390,7 @@ class _Pipeline:
             if devnull_out is not None:
                 os.close(devnull_out)
 
-    def _spawn(self, child: _Child, stdin: int, stdout, stderr: int) -> None:
+    def _spawn(self, child: _Child, stdin: int, stdout: int | IO[bytes], stderr: int) -> None:
         argv = list(child.stage.argv)
         log.debug("pipeline stage %s: %s", child.stage.name, argv)
         if shutil.which(argv[0]) is None:  # say so ourselves, not through setpriv's exec
@@ -407,7 +415,7 @@ class _Pipeline:
             child.start_error = (126, f"cannot start {argv[0]}: {exc.strerror}")
             return
         try:
-            child.pidfd = os.pidfd_open(child.popen.pid)
+            child.pidfd = os.pidfd_open(child.pid)
             self.poller.register(child.pidfd, select.POLLIN)
         except (AttributeError, OSError):  # no pidfd (old kernel): the tick loop still works
             child.pidfd = None
@@ -420,7 +428,7 @@ class _Pipeline:
     def peek(self) -> None:
         """Record every stage that exited since the last look, leaving it unreaped."""
         for child in self.running():
-            status = _peek_exit(child.popen.pid)
+            status = _peek_exit(child.pid)
             if status is None:
                 continue
             if child is self.meter_child:
@@ -443,10 +451,11 @@ class _Pipeline:
         child = self.meter_child
         if child.popen is None:
             return 0
-        return _io_counter(child.popen.pid, self.meter_field)
+        return _io_counter(child.pid, self.meter_field)
 
     def bytes(self) -> int:
         """The byte count now (monotonic: an unreadable sample repeats the last one)."""
+        value: int | None
         if self.final_bytes is not None:
             value = self.final_bytes
         else:
@@ -472,17 +481,17 @@ class _Pipeline:
             upstream = [c for c in self.children[:failed[0]] if c in self.running()]
             for child in upstream:
                 child.killed = True
-                _signal_group(child.popen.pid, signal.SIGTERM)
+                _signal_group(child.pid, signal.SIGTERM)
             self._wait_exits(time.monotonic() + settle)
         for child in self.running():
             child.killed = True
         # Every leader is alive or an unreaped zombie until reap(), so its pid (= pgid) cannot
         # have been reused: each signal reaches that stage's own group only.
         for child in started:
-            _signal_group(child.popen.pid, signal.SIGTERM)
+            _signal_group(child.pid, signal.SIGTERM)
         self._wait_exits(time.monotonic() + grace)
         for child in started:  # children of a stage that outlived it, or ignore SIGTERM
-            _signal_group(child.popen.pid, signal.SIGKILL)
+            _signal_group(child.pid, signal.SIGKILL)
         self._wait_exits(time.monotonic() + 10)
 
     def _wait_exits(self, deadline: float) -> None:
@@ -517,7 +526,7 @@ class _Pipeline:
 
     def _wait_groups_empty(self) -> None:
         """Give the SIGKILLed members of stopped stages' groups (orphans now) a moment to go."""
-        pgids = {c.popen.pid for c in self.children if c.popen is not None}
+        pgids = {c.pid for c in self.children if c.popen is not None}
         deadline = time.monotonic() + _GROUP_WAIT
         while live_group_members(pgids) and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -538,7 +547,7 @@ class _Pipeline:
             stderr,
             broken_pipe=is_broken_pipe(code, stderr),
             killed=child.killed and code != 0,
-            pid=child.popen.pid,
+            pid=child.pid,
         )
 
 
@@ -605,8 +614,11 @@ def run_pipeline(
             close()
 
 
-def _run(stages, progress, interval, cancel, timeout, stdin, stdout, meter, kill_grace, pipe_size,
-         on_start):
+def _run(stages: Sequence[Stage], progress: Callable[[int, float], None] | None,
+         interval: float, cancel: threading.Event | None, timeout: float | None,
+         stdin: int | None, stdout: int | IO[bytes] | None, meter: Meter, kill_grace: float,
+         pipe_size: int | None, on_start: Callable[[tuple[int, ...]], None] | None
+         ) -> PipelineResult:
     """``run_pipeline`` after argument checks, without the progress close."""
     run = _Pipeline(stages, stdin, stdout, meter, pipe_size)
     reason, settle = "failed", 0.0
@@ -615,7 +627,7 @@ def _run(stages, progress, interval, cancel, timeout, stdin, stdout, meter, kill
             reason = "cancelled"  # before anything started: start nothing
         elif run.start():
             if on_start is not None:
-                on_start(tuple(c.popen.pid for c in run.children))
+                on_start(tuple(c.pid for c in run.children))
             reason = _watch(run, progress, interval, cancel, timeout)
             settle = _FAILURE_SETTLE if reason == "failed" else 0.0
         if reason != "done":

@@ -38,7 +38,10 @@ class _PythonEnd:
 
     def _run(self) -> None:
         try:
-            run_pipeline(self._stages, cancel=self._cancel, **{self._end: self._pipeline_fd})
+            if self._end == "stdout":
+                run_pipeline(self._stages, cancel=self._cancel, stdout=self._pipeline_fd)
+            else:
+                run_pipeline(self._stages, cancel=self._cancel, stdin=self._pipeline_fd)
         except BaseException as exc:  # handed to the caller's thread
             self._error = exc
         finally:

@@ -33,7 +33,7 @@ __all__ = ["DEVNULL", "PIPE", "STDOUT", "CompletedProcess", "Popen", "Subprocess
 
 
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-        **kwargs: Any) -> CompletedProcess:
+        **kwargs: Any) -> CompletedProcess[Any]:
     """``subprocess.run(argv, ...)`` with ``env`` (default ``os.environ``) minus its secrets.
 
     Args:
@@ -48,7 +48,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
 
 
 def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-          **kwargs: Any) -> Popen:
+          **kwargs: Any) -> Popen[Any]:
     """``subprocess.Popen(argv, ...)`` with ``env`` (default ``os.environ``) minus its secrets.
 
     Raises:
@@ -57,7 +57,7 @@ def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
     return subprocess.Popen(list(argv), env=child_env(env), **_checked(kwargs))
 
 
-def popen_zbak(argv: Sequence[str], env: Mapping[str, str], **kwargs: Any) -> Popen:
+def popen_zbak(argv: Sequence[str], env: Mapping[str, str], **kwargs: Any) -> Popen[Any]:
     """Start zbak itself (the daemon's action child) with ``env`` unfiltered: it needs the
     store credentials and alert secrets the daemon was given.
 

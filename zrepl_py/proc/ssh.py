@@ -20,10 +20,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 # paramiko.config imports invoke (0.04 s here) only to run ssh_config(5) "Match exec";
 # zbak never reads an ssh_config with paramiko, so the import is refused up front.
-sys.modules.setdefault("invoke", None)
+sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]  # None: the import fails
 import paramiko
 
 from zrepl_py.errors import CommandFailed, HostKeyMismatch, HostKeyUnknown, HostUnreachable
@@ -56,7 +57,8 @@ class _RejectUnknown(paramiko.RejectPolicy):
         self.label = label
         self.known_hosts = known_hosts
 
-    def missing_host_key(self, client, hostname, key):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
+                         key: paramiko.PKey) -> NoReturn:
         raise HostKeyUnknown(
             f"[{self.label}] host key of {hostname} is not in {self.known_hosts} "
             f"(offered {key.get_name()} {fingerprint(key)}); refusing to connect, nothing sent. "
@@ -72,7 +74,8 @@ class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
         self.label = label
         self.known_hosts = known_hosts
 
-    def missing_host_key(self, client, hostname, key):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
+                         key: paramiko.PKey) -> None:
         line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
         self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self.known_hosts, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -150,8 +153,11 @@ class SSHExecutor:
             except BaseException:
                 client.close()
                 raise
-            self._client = client
             transport = client.get_transport()
+            if transport is None:  # connect() returned without a transport: never seen
+                client.close()
+                raise HostUnreachable(f"[{self.host}] no SSH transport to {self._where}")
+            self._client = client
             transport.set_keepalive(_KEEPALIVE)
             return transport
 
@@ -162,15 +168,14 @@ class SSHExecutor:
         policy = _TrustOnFirstUse if cfg.trust_on_first_use else _RejectUnknown
         client.set_missing_host_key_policy(policy(self.host, self.known_hosts))
         timeout = cfg.connect_timeout.total_seconds()
-        keys: dict[str, object] = {}
+        identity = None  # paramiko's defaults: the agent and ~/.ssh/id_* keys
         if cfg.identity_file is not None:
             if not os.access(cfg.identity_file, os.R_OK):
                 raise HostUnreachable(
                     f"[{self.host}] cannot read identity_file {cfg.identity_file} "
                     f"for {self._where}; check hosts.{self.host}.identity_file"
                 )
-            keys = {"key_filename": str(cfg.identity_file), "look_for_keys": False,
-                    "allow_agent": False}  # fmt: skip
+            identity = str(cfg.identity_file)
         log.debug("[%s] connecting to %s", self.host, self._where)
         try:
             client.connect(
@@ -181,7 +186,9 @@ class SSHExecutor:
                 timeout=timeout,
                 banner_timeout=timeout,
                 auth_timeout=timeout,
-                **keys,
+                key_filename=identity,
+                look_for_keys=identity is None,
+                allow_agent=identity is None,
             )
         except paramiko.BadHostKeyException as exc:
             raise HostKeyMismatch(
@@ -314,7 +321,7 @@ class SSHExecutor:
             message.add_string("signal")
             message.add_boolean(False)
             message.add_string("KILL")
-            channel.transport._send_user_message(message)
+            _send_user_message(channel, message)
         except (AttributeError, OSError, EOFError, paramiko.SSHException) as exc:
             log.debug("[%s] could not send a KILL signal request: %s", self.host, exc)
 
@@ -384,4 +391,16 @@ def _send_eof(channel: paramiko.Channel) -> None:
         message.add_byte(paramiko.common.cMSG_CHANNEL_EOF)
         message.add_int(channel.remote_chanid)
         channel.eof_sent = True
-        channel.transport._send_user_message(message)
+        _send_user_message(channel, message)
+
+
+def _send_user_message(channel: paramiko.Channel, message: paramiko.Message) -> None:
+    """Send ``message`` on ``channel``'s transport with paramiko's own private call: it has
+    no public one for a "signal" request or for an EOF sent under the channel's lock.
+
+    Raises:
+        AttributeError: a paramiko without that call; EOFError, OSError,
+            paramiko.SSHException: the connection is gone.
+    """
+    transport: Any = channel.transport  # the private call is not in paramiko's types
+    transport._send_user_message(message)
