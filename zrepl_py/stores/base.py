@@ -19,6 +19,7 @@ starting with ``/`` and never containing ``..`` segments. Sizes are bytes, times
 from __future__ import annotations
 
 import abc
+import builtins
 import dataclasses
 import datetime as dt
 import enum
@@ -231,7 +232,7 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    def unfinished_uploads(self, prefix: str = "", *, sizes: bool = True) -> list[Unfinished]:
+    def unfinished_uploads(self, prefix: str = "", *, sizes: bool = True) -> builtins.list[Unfinished]:
         """What unfinished puts of keys starting with ``prefix`` left behind (see
         :class:`Unfinished`), in key order. ``sizes``: also each one's bytes (S3: one
         ListParts request per upload; free for ``file://``).
@@ -251,7 +252,7 @@ class Backend(abc.ABC):
             StoreTransient, StorePermanent.
         """
 
-    def abort_uploads_before(self, before: dt.datetime, prefix: str = "") -> list[str]:
+    def abort_uploads_before(self, before: dt.datetime, prefix: str = "") -> builtins.list[str]:
         """Remove the leftovers of unfinished puts under ``prefix`` whose ``since`` is
         before ``before`` (aware UTC, compared with the store's times: S3's clock, the
         file system's mtimes). An upload running now is younger, on ``file://`` because
@@ -288,7 +289,7 @@ class Backend(abc.ABC):
             StoreTransient: the store did not answer within the retries.
         """
 
-    def abort_stale_uploads(self, older_than: float) -> list[str]:
+    def abort_stale_uploads(self, older_than: float) -> builtins.list[str]:
         """Remove what unfinished puts left behind that started more than ``older_than``
         seconds ago (>= 0): S3 multipart uploads never completed nor aborted (a process
         killed mid-put; their parts are billed and never visible), the ``file://`` store's

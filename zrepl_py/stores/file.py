@@ -16,6 +16,7 @@ problem does not help); the message says what to fix.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import datetime as dt
 import errno
@@ -231,7 +232,7 @@ class FileBackend(Backend):
         return dict(self._walk(prefix, _size, frozenset()))
 
     def _walk(self, prefix: str, make: Callable[..., _T],
-              skip: frozenset[str], *, temporaries: bool = False) -> list[_T]:
+              skip: frozenset[str], *, temporaries: bool = False) -> builtins.list[_T]:
         """``make(key, stat)`` of each regular file whose key starts with ``prefix`` and
         lies under no directory of ``skip``, in no particular order (``list_outside`` and
         ``sizes``). With ``temporaries``, of each temporary file instead, ``make`` given
@@ -248,7 +249,7 @@ class FileBackend(Backend):
                        prefix, found, make, skip, temporaries)
         return found
 
-    def _scan(self, directory: Path | str, rel: str, prefix: str, found: list,
+    def _scan(self, directory: Path | str, rel: str, prefix: str, found: builtins.list,
               make: Callable[..., object], skip: frozenset[str], temporaries: bool) -> None:
         """Add ``make(key, stat)`` of the files under ``directory`` (key prefix ``rel``)
         that start with ``prefix`` to ``found`` (with ``temporaries``: ``make(name, key,
@@ -339,7 +340,7 @@ class FileBackend(Backend):
             raise StorePermanent(f"store directory {self.root} is not writable", store=self.name)
         return f"directory {self.root} writable"
 
-    def unfinished_uploads(self, prefix: str = "", *, sizes: bool = True) -> list[Unfinished]:
+    def unfinished_uploads(self, prefix: str = "", *, sizes: bool = True) -> builtins.list[Unfinished]:
         """The temporary files of unfinished puts (``.NAME.partial-XXXXXXXX``, left by a
         process killed mid-put) of keys starting with ``prefix``, each with its length and
         mtime; only the directories ``prefix`` can reach are walked. ``sizes`` is ignored

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import builtins
 import concurrent.futures
 import datetime as dt
 import email.utils
@@ -37,7 +38,7 @@ import re
 import threading
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import boto3
 import botocore.config
@@ -63,6 +64,9 @@ from zrepl_py.stores.base import (
 )
 from zrepl_py.stores.keys import check_key, check_prefix
 from zrepl_py.stores.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +180,8 @@ class S3Backend(Backend):
     def __repr__(self) -> str:
         return f"S3Backend({self.name!r}, {self.url!r})"
 
-    def _make_client(self, endpoint_url: str | None, region: str | None, profile: str | None):
+    def _make_client(self, endpoint_url: str | None, region: str | None,
+                     profile: str | None) -> S3Client:
         config = botocore.config.Config(
             # botocore retries off: RetryPolicy is the only retry policy (see module docstring).
             retries={"total_max_attempts": 1, "mode": "standard"},
@@ -328,7 +333,7 @@ class S3Backend(Backend):
                 yield from self._walk(mark, skipped, above)
             after = mark
 
-    def _level(self, prefix: str) -> tuple[list[str], list[str]]:
+    def _level(self, prefix: str) -> tuple[builtins.list[str], builtins.list[str]]:
         """The keys directly under directory ``prefix`` and its subdirectories (each ending
         in ``/``), relative to the store prefix, each list in key order."""
         params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix,
@@ -420,7 +425,7 @@ class S3Backend(Backend):
         status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         return Thaw.THAWED if status == 200 else Thaw.THAWING
 
-    def unfinished_uploads(self, prefix: str = "", *, sizes: bool = True) -> list[Unfinished]:
+    def unfinished_uploads(self, prefix: str = "", *, sizes: bool = True) -> builtins.list[Unfinished]:
         """The multipart uploads of keys starting with ``prefix`` never completed nor
         aborted (ListMultipartUploads, 1,000 a request): uploads of a process killed
         mid-put, whose parts are billed but never visible. ``sizes``: their parts' bytes
@@ -504,8 +509,8 @@ class S3Backend(Backend):
 
     # -- put helpers --------------------------------------------------------------------------
 
-    def _parts(self, chunks: Iterable[bytes], key: str, digest,
-               counter: list[int]) -> Iterator[bytearray]:
+    def _parts(self, chunks: Iterable[bytes], key: str, digest: hashlib._Hash,
+               counter: builtins.list[int]) -> Iterator[bytearray]:
         """Cut ``chunks`` into parts of exactly ``part_size`` bytes, the last one shorter
         (possibly empty); hash and count the bytes as they pass. A fresh buffer per part, so
         a part handed to an upload thread is never written again."""
@@ -532,7 +537,7 @@ class S3Backend(Backend):
         del buf[fill:]
         yield buf
 
-    def _multipart(self, key: str, storage_class: str, head: list[bytearray],
+    def _multipart(self, key: str, storage_class: str, head: builtins.list[bytearray],
                    rest: Iterator[bytearray]) -> None:
         created = self._retry.call(
             self._op, "create_multipart_upload", key, Bucket=self.bucket, Key=self._full(key),
@@ -550,7 +555,7 @@ class S3Backend(Backend):
         # One slot per part in flight: the reader blocks when all are taken, which bounds
         # memory to part_size * (concurrency + 1).
         slots = threading.BoundedSemaphore(self.concurrency)
-        futures: list[concurrent.futures.Future] = []
+        futures: list[concurrent.futures.Future[dict[str, Any]]] = []
         try:
             try:
                 number = 0
@@ -581,7 +586,7 @@ class S3Backend(Backend):
             self._abort(key, upload_id)
             raise
 
-    def _complete(self, key: str, upload_id: str, parts: list[dict[str, Any]]) -> None:
+    def _complete(self, key: str, upload_id: str, parts: builtins.list[dict[str, Any]]) -> None:
         """CompleteMultipartUpload, and check its answer: S3 may answer HTTP 200 and still
         fail, with an ``<Error>`` in the body ("a 200 OK response can contain either a
         success or an error", AWS S3 API reference, CompleteMultipartUpload; pgBackRest
@@ -600,9 +605,9 @@ class S3Backend(Backend):
         error = response.get("Error")
         if error or not response.get("ETag"):
             raise self._map_client_error(botocore.exceptions.ClientError(
-                {"Error": error or {"Code": "InternalError",
+                cast(Any, {"Error": error or {"Code": "InternalError",
                                     "Message": "the answer names no ETag of the new object"},
-                 "ResponseMetadata": response.get("ResponseMetadata", {})},
+                 "ResponseMetadata": response.get("ResponseMetadata", {})}),
                 "CompleteMultipartUpload"), "complete_multipart_upload (HTTP 200)", key)
 
     def _upload_part(self, key: str, upload_id: str, number: int,
@@ -686,7 +691,8 @@ class S3Backend(Backend):
     def _op(self, operation: str, key: str | None, **params: Any) -> dict[str, Any]:
         """Call client.``operation``(**params); map every botocore error to a StoreError."""
         try:
-            return getattr(self._client, operation)(**params)
+            answer: dict[str, Any] = getattr(self._client, operation)(**params)
+            return answer
         except botocore.exceptions.ClientError as exc:
             raise self._map_client_error(exc, operation, key) from exc
         except botocore.exceptions.BotoCoreError as exc:
@@ -703,7 +709,7 @@ class S3Backend(Backend):
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
         detail = f"{operation}: {code or status}: {error.get('Message') or exc}"
         where = self._where(key)
-        kw = {"store": self.name, "key": key}
+        kw: dict[str, Any] = {"store": self.name, "key": key}
         if code == "NoSuchBucket" or (operation == "head_bucket" and status == 404):
             return StorePermanent(f"{where}: bucket {self.bucket!r} does not exist (check the"
                                   f" store url, endpoint and region) [{detail}]", **kw)
@@ -731,7 +737,7 @@ class S3Backend(Backend):
     def _map_botocore_error(self, exc: botocore.exceptions.BotoCoreError, operation: str,
                             key: str | None) -> StoreError:
         where = self._where(key)
-        kw = {"store": self.name, "key": key}
+        kw: dict[str, Any] = {"store": self.name, "key": key}
         if isinstance(exc, (botocore.exceptions.NoCredentialsError,
                             botocore.exceptions.PartialCredentialsError,
                             botocore.exceptions.CredentialRetrievalError,
@@ -749,10 +755,10 @@ class S3Backend(Backend):
         return StorePermanent(f"{where}: {operation}: {exc}", **kw)
 
 
-def _raise_first_failure(futures: list[concurrent.futures.Future]) -> None:
+def _raise_first_failure(futures: list[concurrent.futures.Future[Any]]) -> None:
     for future in futures:
-        if future.done() and not future.cancelled() and future.exception() is not None:
-            raise future.exception()
+        if future.done() and not future.cancelled() and (failed := future.exception()) is not None:
+            raise failed
 
 
 def _b64sha256(data: bytes | bytearray) -> str:
