@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 Task = tuple[Hashable, Callable[[], object]]
+
+TaskOf = tuple[Hashable, Callable[[], T]]
+"""A task whose compute returns ``T``: what ``take`` (``Context.prefetched``) is given."""
 """``(key, compute)``: ``take(key, ...)`` returns ``compute()``'s result or raises its error."""
 
 
