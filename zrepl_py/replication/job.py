@@ -22,8 +22,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import threading
+from collections.abc import Callable, Hashable
 
 from zrepl_py.checks.health import needs_size, source_warnings, target_warnings
 from zrepl_py.checks.source import source_errors
@@ -31,7 +33,7 @@ from zrepl_py.config.hosts import Endpoint
 from zrepl_py.config.jobs import JobConfig, no_zfs_fallback
 from zrepl_py.config.replicate import ProtectionBudget
 from zrepl_py.config.schema import replica_datasets
-from zrepl_py.errors import CommandFailed, UsageError, ZbakError
+from zrepl_py.errors import CommandFailed, StreamUnsupported, UsageError, ZbakError
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts, Outcome
 from zrepl_py.invocation.context import Context, lock_key
@@ -45,13 +47,15 @@ from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_d
 from zrepl_py.replication.stages import Side
 from zrepl_py.replication.zfs_target import (
     DatasetOutcome,
+    Fallback,
     FallbackResult,
     Transfer,
     replicate_to_zfs_target,
 )
 from zrepl_py.runtime.cpus import usable_cpus
-from zrepl_py.runtime.prefetch import Task
+from zrepl_py.runtime.prefetch import Task, TaskOf
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
+from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.pool_status import PoolReport, pool_report
 
@@ -108,8 +112,8 @@ def budget_warnings(budget: ProtectionBudget, held: list[tuple[str, dt.datetime,
     return warnings
 
 
-def _held_bases(ctx: Context, job_name: str, target: Endpoint, inventory: Inventory, src,
-                budget: ProtectionBudget) -> list:
+def _held_bases(ctx: Context, job_name: str, target: Endpoint, inventory: Inventory, src: Zfs,
+                budget: ProtectionBudget) -> list[tuple[str, dt.datetime, int]]:
     # `used` costs one zfs command per base (0.6 s for a 101-dataset tree on zfs-fuse,
     # benchmarks/replication.py), so it is read only when the budget has a byte limit.
     if budget.max_age is None and budget.max_bytes is None:
@@ -210,36 +214,34 @@ def _tell_hooks(outcome: Outcome, inventory: Inventory, root: DatasetName,
     outcome.error = "; ".join(problems) or None
 
 
-def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list:
+def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list[Task]:
     """What the run will wait on, to start in the background (``zrepl_py.runtime.prefetch``): the
     shared ssh connections of the data path, each ZFS target's connection and capabilities,
     the source's capabilities, then the pool reads of the health checks."""
     cfg = job.replicate
     assert cfg is not None
-    tasks: dict = {}
+    tasks: dict[Hashable, Callable[[], object]] = {}
     zfs_targets = [t for t in cfg.endpoints() if t.dataset is not None and cfg.method != "rsync"]
     for host in [] if dry_run else [job.source.host, *(t.host for t in zfs_targets)]:
         if host in ctx.config.hosts:
-            key, compute = _master_task(Side.of(ctx.config, host))
-            tasks.setdefault(key, compute)
+            tasks.setdefault(*_master_task(Side.of(ctx.config, host)))
     for target in zfs_targets:
         pool = target.dataset.pool
-        tasks[("zfs", target.host, pool)] = lambda t=target, p=pool: ctx.zfs(t.host, p)
+        tasks[("zfs", target.host, pool)] = functools.partial(ctx.zfs, target.host, pool)
     source = job.source  # its capabilities (a `zpool get all`) while the catalog opens
     tasks.setdefault(("zfs", source.host, source.dataset.pool),
                      lambda: ctx.zfs(source.host, source.dataset.pool))
     for target in [] if dry_run else zfs_targets:
-        for key, compute in (_pool_task(ctx, job.source.host, job.source.dataset.pool),
-                             _pool_task(ctx, target.host, target.dataset.pool,
-                                        with_size=needs_size(cfg.min_free))):
-            tasks.setdefault(key, compute)
+        for task in (_pool_task(ctx, job.source.host, job.source.dataset.pool),
+                     _pool_task(ctx, target.host, target.dataset.pool,
+                                with_size=needs_size(cfg.min_free))):
+            tasks.setdefault(*task)
         if _crosses_ssh(ctx, job, target) and cfg.receive_buffer:
-            key, compute = _mbuffer_task(ctx, target.host)
-            tasks.setdefault(key, compute)
+            tasks.setdefault(*_mbuffer_task(ctx, target.host))
     return list(tasks.items())
 
 
-def _master_task(side: Side) -> Task:
+def _master_task(side: Side) -> TaskOf[Callable[[], None] | None]:
     """The prefetch task starting ``side``'s shared ssh connection (``Side.connect``): it only
     starts the process, so the handshake runs beside the rest of the start-up."""
     return ("ssh master", side.host), side.connect
@@ -256,7 +258,8 @@ def _wait_for_master(ctx: Context, side: Side) -> None:
         waiting()
 
 
-def _pool_task(ctx: Context, host: str, pool: str, *, with_size: bool = False) -> Task:
+def _pool_task(ctx: Context, host: str, pool: str, *,
+               with_size: bool = False) -> TaskOf[PoolReport]:
     """The prefetch task (``zrepl_py.runtime.prefetch``) of a pool's health report."""
     return (("pool_report", host, pool, with_size),
             lambda: pool_report(ctx.zfs(host), pool, with_size=with_size))
@@ -295,7 +298,7 @@ def _crosses_ssh(ctx: Context, job: JobConfig, target: Endpoint) -> bool:
     return any(host in ctx.config.hosts for host in (job.source.host, target.host))
 
 
-def _mbuffer_task(ctx: Context, host: str) -> tuple:
+def _mbuffer_task(ctx: Context, host: str) -> TaskOf[bool]:
     return ("mbuffer", host), lambda: has_mbuffer(ctx.executors().get(host))
 
 
@@ -313,7 +316,7 @@ def _receive_buffer(ctx: Context, job: JobConfig, target: Endpoint) -> int | Non
 
 
 def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inventory: Inventory,
-                src, result: TargetResult, *, dry_run: bool) -> None:
+                src: Zfs, result: TargetResult, *, dry_run: bool) -> None:
     cfg = job.replicate
     assert cfg is not None
     if not dry_run:
@@ -370,12 +373,14 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
 
 
 def _stream_fallback(ctx: Context, name: str, job: JobConfig, target: Endpoint,
-                     inventory: Inventory, src, dst, target_side: Side, result: TargetResult):
+                     inventory: Inventory, src: Zfs, dst: Zfs, target_side: Side,
+                     result: TargetResult) -> Fallback:
     """The method-``auto`` fallback for a dataset whose stream ``target`` rejected: rsync its
     snapshots into ``rsync_target.fallback_directory`` (cursor keyed by the configured
     target) and add a warning naming the receiver's reason to ``result``."""
 
-    def fallback(dataset: DatasetName, target_ds: DatasetName, error) -> FallbackResult:
+    def fallback(dataset: DatasetName, target_ds: DatasetName,
+                 error: StreamUnsupported) -> FallbackResult:
         """Copy ``dataset`` with rsync where ``target_ds`` would be mounted."""
         directory = fallback_directory(dst, target_ds, (), error)
         reason = error.stderr.strip().splitlines()[-1] if error.stderr.strip() else str(error)

@@ -53,7 +53,8 @@ listings; ``zfs receive`` (without ``-F``) refuses such a target and the driver 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from collections.abc import Iterable
+from typing import Literal, Protocol, TypeVar
 
 from zrepl_py.zfs.resume import ResumeToken
 from zrepl_py.zfs.steps import (
@@ -144,11 +145,21 @@ class Plan:
     note: str | None = None
 
 
-def _by_txg(refs):
+class _Ordered(Protocol):
+    @property
+    def createtxg(self) -> int: ...
+    @property
+    def guid(self) -> int: ...
+
+
+_R = TypeVar("_R", bound=_Ordered)
+
+
+def _by_txg(refs: Iterable[_R]) -> tuple[_R, ...]:
     return tuple(sorted(refs, key=lambda ref: (ref.createtxg, ref.guid)))
 
 
-def _names(refs) -> str:
+def _names(refs: Iterable[SnapRef]) -> str:
     return ", ".join(f"@{ref.name}" for ref in refs)
 
 
@@ -271,7 +282,7 @@ def plan_replication(
                f"(zfs rename {target.dataset} {target.dataset}.old) or destroy it, or point "
                f"the job at a new target dataset")  # fmt: skip
         return Plan((), up_to_date=False, diverged=why, common=None)
-    if newer:
+    if newer and common is not None:  # (newer snapshots are newer than a common one)
         why = (f"{target.dataset} has snapshots newer than the last common snapshot "
                f"@{common.name}: {_names(newer)}{_recreated(newer, source_by_name)}")  # fmt: skip
         foreign = [t for t in newer if t.name in target.foreign]
@@ -286,7 +297,7 @@ def plan_replication(
         steps.append(Rollback(common, destroy=tuple(t.name for t in reversed(newer))))
 
     admitted = [s for s in snaps if sendable is None or s.guid in sendable]
-    if resuming:
+    if resuming and token is not None:
         to = source_snaps[token.toguid]
         steps.append(Resume(token, to))
         steps.extend(_sends_from(to, snaps, sendable))
@@ -297,6 +308,7 @@ def plan_replication(
         steps.append(Full(admitted[0]))
         steps.extend(_sends_from(admitted[0], snaps, sendable))
     else:
+        assert common is not None  # an existing target without one returned above
         base = source_snaps.get(common.guid) or source_marks[common.guid]
         steps.extend(_sends_from(base, snaps, sendable))
     kept = {t.name: t for t in target_snaps if t not in newer}  # newer: rolled back

@@ -18,10 +18,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from zrepl_py.errors import DatasetNotFound, HoldExists, HoldNotFound, HoldNotReleased, ZfsError
 from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.model import BookmarkInfo
 from zrepl_py.zfs.names import BookmarkName, DatasetName, SnapshotName, check_hold_tag
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,7 @@ def _hold_each(zfs: Zfs, moves: Sequence[BaseMove], tag: str,
     return held
 
 
-def _bookmark(zfs: Zfs, move: BaseMove, prefix: str, marks: list) -> None:
+def _bookmark(zfs: Zfs, move: BaseMove, prefix: str, marks: list[BookmarkInfo]) -> None:
     """Bookmark the new base as zbak's cursor (by guid, see the module doc) and remove the
     older cursor bookmarks of this (job, target)."""
     new = SnapshotName.of(move.dataset, move.new_short)
@@ -197,7 +198,7 @@ def _bookmark(zfs: Zfs, move: BaseMove, prefix: str, marks: list) -> None:
             _quietly(zfs.destroy_bookmark, BookmarkName(name))
 
 
-def _quietly(action, name) -> None:
+def _quietly(action: Callable[[BookmarkName], None], name: BookmarkName) -> None:
     try:
         action(name)
     except ZfsError as exc:

@@ -623,7 +623,7 @@ def _rsync_snapshot(source_zfs: Zfs, snap: SnapshotName, route: _Route, destinat
 
 
 def _settle(target: Executor, layout: TargetLayout, snap: SnapshotName, destination: str,
-            snapshots, present: set[str], partials: list[str], warnings: list[str]) -> str:
+            snapshots: list[SnapshotInfo], present: set[str], partials: list[str], warnings: list[str]) -> str:
     """Make the finished ``destination`` the snapshot's tree, point ``current`` at it when it
     is the newest, and remove partial trees no longer wanted (snapshots gone from the source
     or finished meanwhile); return the tree's path.

@@ -81,6 +81,12 @@ class Arrival:
     checked: ReceiveProperties = ReceiveProperties()
     listed: bool = False
 
+    @property
+    def snap(self) -> SnapRef:
+        """``reached``, for an arrival known to have reached a snapshot."""
+        assert self.reached is not None, f"{self.source} reached no snapshot"
+        return self.reached
+
 
 @dataclasses.dataclass
 class Settled:
@@ -129,7 +135,7 @@ class Settler:
         received = [a for a in arrivals if a.reached is not None and not a.listed]
         observed = self._confirm(received)
         ready = [a for a in arrivals if a.reached is not None and a.source not in self.settled.errors]
-        moves = [BaseMove(a.source, a.reached.name, a.reached.guid, a.old_base) for a in ready]
+        moves = [BaseMove(a.source, a.snap.name, a.snap.guid, a.old_base) for a in ready]
         protected = move_protection_many(self.src, moves, job=self.job,
                                          target=str(self.target))
         self.settled.errors.update(protected.failed)
@@ -139,8 +145,8 @@ class Settler:
         now = self.clock.now()
         self.catalog.set_cursors([
             CursorRow(self.job, str(self.target), self.source_host, str(a.source),
-                      str(a.target_ds), "zfs", a.reached.name, a.reached.guid,
-                      a.reached.createtxg, now)
+                      str(a.target_ds), "zfs", a.snap.name, a.snap.guid,
+                      a.snap.createtxg, now)
             for a in moved])
         for arrival in received:
             if arrival.source in observed and arrival.target_ds not in self.settled.refused:
@@ -207,12 +213,12 @@ class Settler:
         for arrival in received:
             if arrival.source in self.settled.errors:
                 continue
-            snapshot = SnapshotName.of(arrival.target_ds, arrival.reached.name)
+            snapshot = SnapshotName.of(arrival.target_ds, arrival.snap.name)
             guid = got.get(snapshot, {}).get("guid", ("-", "-"))[0]
-            if guid != str(arrival.reached.guid):
+            if guid != str(arrival.snap.guid):
                 self.settled.errors[arrival.source] = ZbakError(
                     f"{snapshot} has guid {guid} after receive, expected "
-                    f"{arrival.reached.guid}: the target is not a replica of this source")
+                    f"{arrival.snap.guid}: the target is not a replica of this source")
                 continue
             observed[arrival.source] = got.get(arrival.target_ds, {})
         return observed
@@ -221,7 +227,7 @@ class Settler:
               ) -> dict[str, dict[str, tuple[str, str]]]:
         names = []
         for arrival in arrivals:
-            names += [SnapshotName.of(arrival.target_ds, arrival.reached.name), arrival.target_ds]
+            names += [SnapshotName.of(arrival.target_ds, arrival.snap.name), arrival.target_ds]
         return self.dst.property_sources(names, ["guid", *props])
 
     def _repair(self, target_ds: DatasetName, fixes: list[Fix], *, quiet: bool = False) -> None:

@@ -182,7 +182,7 @@ def metered_transfer(
         # item 7: a 105 MB stream was recorded as 4 MB). Cost: 256 MiB from tmpfs through
         # `pv -q -L 4G | cat`, median of 5: 0.090 s with splice, 0.136 s with -C.
         stages.append(Stage("rate limit", ("pv", "-q", "-C", "-L", str(bandwidth_limit))))
-    receiving = [ZSTD_RECEIVE] if squeeze else []
+    receiving: list[tuple[str, ...]] = [ZSTD_RECEIVE] if squeeze else []
     if receive_buffer and remote:
         receiving.append(mbuffer_argv(receive_buffer))
     sharing_target = share and target.control_dir is not None

@@ -48,7 +48,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from zrepl_py.catalog.rows import CursorRow
 from zrepl_py.clock import Clock
@@ -88,6 +88,7 @@ from zrepl_py.zfs.steps import (
     Resume,
     Rollback,
     SnapRef,
+    Step,
 )
 
 if TYPE_CHECKING:  # SQLAlchemy loads with the catalog, while the run's SSH prefetch goes on
@@ -148,7 +149,7 @@ class Transfer:
     """The job's ``bandwidth_limit``, shared by the transfers running at once; None: none."""
     receive_buffer: int | None
     """Bytes of mbuffer before ``zfs receive`` (``proc.mbuffer.mbuffer_argv``), None for none."""
-    on_divergence: str
+    on_divergence: Literal["stop", "rollback"]
     progress: Callable[..., Callable[[int, float], None] | None]
     """Given a label and the keywords ``dataset``, ``from_snap``, ``to_snap`` (what is sent,
     as ``observe.transfers.progress_callback`` takes them), return a ``(bytes, seconds)``
@@ -265,7 +266,7 @@ def replicate_to_zfs_target(
 
     def settle(batch: list[Finished[DatasetName, _Worked]]) -> bool:
         for item in batch:
-            if item.error is None:
+            if item.error is None and item.result is not None:
                 outcomes[item.key] = item.result.outcome
         # What reached the target is settled first, also for a dataset whose later step
         # failed (a full received, its incremental refused): the snapshot that arrived gets
@@ -275,12 +276,13 @@ def replicate_to_zfs_target(
         for item in batch:
             if item.error is not None:  # not a ZbakError: a bug, raised after the others
                 settler.settled.errors[item.key] = item.error
-            elif item.result.error is not None:
+            elif item.result is not None and item.result.error is not None:
                 settler.settled.errors[item.key] = item.result.error
         return stop
 
     def failed(item: Finished[DatasetName, _Worked]) -> bool:
-        return item.error is not None or item.result.error is not None
+        return item.error is not None or (item.result is not None
+                                          and item.result.error is not None)
 
     targets = {name: target.dataset.child(name.relative_to(job.source.dataset)) for name in infos}
     fan_out(list(infos), run.replicate, concurrency=concurrency, settle=settle, stop=failed,
@@ -454,7 +456,7 @@ class _TargetRun:
             self.present.add(parent)
 
 
-def _execute(step, dataset: DatasetName, target_ds: DatasetName, source: SourceState,
+def _execute(step: Step, dataset: DatasetName, target_ds: DatasetName, source: SourceState,
              src: Zfs, dst: Zfs, transfer: Transfer, *, props: ReceiveProperties,
              send_props: bool, lost: str | None = None, rolled_back: bool = False) -> int:
     """Run one step; return the bytes sent.
