@@ -184,6 +184,7 @@ def read_stream(backend: Backend, stream: StreamRow, volumes: Sequence[VolumeRow
     if walk_error is not None:
         check.problems.append((walk_error, None))
         return check
+    assert check.summary is not None  # finish() returned it, or raised
     for problem in begin_problems(check.summary, stream, carried):
         check.problems.append((problem, None))
     return check

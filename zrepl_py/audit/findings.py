@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from typing import Any
 
 
 class Severity(enum.StrEnum):
@@ -54,7 +55,7 @@ class Finding:
         """True for warnings and errors (what makes ``zbak audit`` exit 4)."""
         return self.severity is not Severity.INFO
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form (severity as its string)."""
         data = dataclasses.asdict(self)
         data["severity"] = self.severity.value

@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.catalog.rows import (
@@ -242,7 +243,7 @@ class _Audit:
                                      chain=self.full_of.get(s.id), stream=s.id))
 
     def name_of(self, s: ChainStream, snap: CarriedSnapshot) -> str:
-        name = snap.name
+        name: str | None = snap.name
         if not name:
             row = self.known.get((s.host, s.dataset), {}).get(snap.guid)
             name = row.name if row is not None else None
@@ -281,7 +282,8 @@ class _Audit:
             span = spans.get(sid)
             if span is not None:
                 created = txgs[span[0]:span[1]]
-                parent = by_id.get(parent_id) if kind != "full" else None
+                parent = (by_id.get(parent_id) if kind != "full" and parent_id is not None
+                          else None)
                 low = parent.to_createtxg if parent is not None else -1
                 if ((sid, to_guid) not in pairs or (kind == "full" and len(created) != 1)
                         or min(created) <= low or max(created) > to_txg):
@@ -330,7 +332,7 @@ class _Audit:
                 if parent_id is not None or from_guid is not None:
                     suspects.append(s)
             else:
-                p = by_id.get(parent_id)
+                p = by_id.get(parent_id) if parent_id is not None else None
                 if (p is None or p.to_guid != from_guid or p.to_createtxg >= to_txg
                         or p.dataset != dataset or p.store != store or p.host != host):
                     suspects.append(s)
@@ -424,9 +426,9 @@ class _Audit:
                 full_of[sid] = full_of[parent_id]
                 brk_of[sid] = sid if brk is None and own else brk
                 continue
-            path = []
+            path: list[StreamLink] = []
             on_path: dict[int, int] = {}
-            cur = start
+            cur: StreamLink | None = start
             above: int | None = None  # resolved stream just above the path, if any
             cycle_at = None
             while cur is not None:
@@ -480,8 +482,8 @@ class _Audit:
                 parents.append(parent_id)
             if state == "condemned":
                 condemned.append(s)
-            elif brk_of[sid] is not None:
-                cut_off.setdefault(brk_of[sid], []).append(s)
+            elif (brk := brk_of[sid]) is not None:
+                cut_off.setdefault(brk, []).append(s)
         with_children = set(parents)
         self.heads = self._archive_heads()
         self._restorable(cut_off)
@@ -496,9 +498,9 @@ class _Audit:
                 if s.parent_id is not None and s.state in LIVING_STATES:
                     children.setdefault(s.parent_id, []).append(s.id)
             for parent_id, ids in children.items():
-                s = self.by_id.get(parent_id)
-                if len(ids) > 1 and s is not None and s.state in LIVING_STATES:
-                    self.add(s, Severity.INFO, f"{_label(s)} has {len(ids)} living"
+                parent = self.by_id.get(parent_id)
+                if len(ids) > 1 and parent is not None and parent.state in LIVING_STATES:
+                    self.add(parent, Severity.INFO, f"{_label(parent)} has {len(ids)} living"
                              f" incrementals applying on it (streams {sorted(ids)}): the chain"
                              " branches", "nothing to do; each branch restores on its own")
         for brk in sorted(cut_off):
@@ -530,9 +532,9 @@ class _Audit:
             interest.update([snap.guid for snap in carried[s.id]] or (s.to_guid,))
         if interest:
             for sid, snap in self.screened.carrying(interest):
-                s = by_id.get(sid)
-                if s is not None and brk_of[sid] is None:
-                    restorable.setdefault((s.host, s.dataset, s.store), set()).add(snap.guid)
+                row = by_id.get(sid)
+                if row is not None and brk_of[sid] is None:
+                    restorable.setdefault((row.host, row.dataset, row.store), set()).add(snap.guid)
             # A stream recorded without carried snapshots restores its to-snapshot.
             bare = [s for s in self.streams if s.to_guid in interest and brk_of[s.id] is None
                     and s.to_guid not in restorable.get((s.host, s.dataset, s.store), ())]
@@ -585,7 +587,8 @@ class _Audit:
     def check_archives(self) -> None:
         for expect, newest in self.heads.items():
             group = (expect.host, expect.dataset, expect.store)
-            where = dict(host=expect.host, dataset=expect.dataset, store=expect.store)
+            where: dict[str, Any] = dict(host=expect.host, dataset=expect.dataset,
+                                         store=expect.store)
             if expect.last_run is None:
                 if group not in self.unbroken:
                     self.findings.append(Finding(
@@ -604,8 +607,8 @@ class _Audit:
         for cur in self.data.cursors:
             where = (f"replica cursor of job {cur.job} for {cur.source_host}:{cur.source_dataset}"
                      f" on {cur.target}")
-            common = dict(job=cur.job, host=cur.source_host, dataset=cur.source_dataset,
-                          target=cur.target)
+            common: dict[str, Any] = dict(job=cur.job, host=cur.source_host,
+                                          dataset=cur.source_dataset, target=cur.target)
             snap = self.known.get((cur.source_host, cur.source_dataset), {}).get(cur.guid)
             if snap is None:
                 self.findings.append(Finding(

@@ -52,17 +52,18 @@ import dataclasses
 import datetime as dt
 import functools
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any
 
 from zrepl_py.archive.damage import mark_bad
 from zrepl_py.audit.deep import Deadline, DeepAudit, DeepResult, ScratchPool, choose
 from zrepl_py.audit.findings import Finding, Severity
-from zrepl_py.audit.graph import GraphInput, TargetListing, audit_graph, sort_findings
+from zrepl_py.audit.graph import ChainStream, GraphInput, TargetListing, audit_graph, sort_findings
 from zrepl_py.audit.load import load_graph_input
 from zrepl_py.audit.objects import audit_objects, unfinished_findings
 from zrepl_py.audit.restorable import Coverage, coverage, coverage_findings, stray, strays_of
 from zrepl_py.catalog.base import CHUNK
-from zrepl_py.catalog.rows import DatasetStreams, VolumeRow, first_three
+from zrepl_py.catalog.rows import CursorRow, DatasetStreams, SnapshotRow, VolumeRow, first_three
 from zrepl_py.config.hosts import LOCAL_HOST, parse_endpoint
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.config.schema import replica_datasets
@@ -92,8 +93,11 @@ from zrepl_py.replication.stages import Side
 from zrepl_py.runtime.prefetch import Prefetch
 from zrepl_py.snapshots.inventory import left_out_now
 from zrepl_py.snapshots.selection import covers
-from zrepl_py.stores.base import ObjectInfo
+from zrepl_py.stores.base import Backend, ObjectInfo
 from zrepl_py.zfs.names import DatasetName
+
+if TYPE_CHECKING:
+    from zrepl_py.catalog.repository import Catalog
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +170,7 @@ def _left_out(ctx: Context, job: JobConfig) -> tuple[tuple[str, ...], list[Findi
             "none needed; audit again when the source answers to audit the selection only")]
 
 
-def _targets(ctx: Context, cursors) -> dict[tuple[str, str], TargetListing]:
+def _targets(ctx: Context, cursors: Sequence[CursorRow]) -> dict[tuple[str, str], TargetListing]:
     """List each ZFS target dataset named by a cursor once (one ``zfs get`` each)."""
     listings: dict[tuple[str, str], TargetListing] = {}
     for cur in cursors:
@@ -252,7 +256,7 @@ def _refuse_beside_deleters(ctx: Context, job: JobConfig) -> None:
                      " audit would read; nothing done. Run the audit again when it is finished.")
 
 
-def _recorded_audit(ctx: Context, catalog, name: str, job: JobConfig, *, deep: bool,
+def _recorded_audit(ctx: Context, catalog: Catalog, name: str, job: JobConfig, *, deep: bool,
                     sample: float | None, receive_into: str | None,
                     deadline: Deadline | None) -> AuditResult:
     source = job.source
@@ -341,14 +345,15 @@ class _JobAudit:
     gather, kept in the order one batch over the whole job gives it."""
 
     def __init__(self, ctx: Context, name: str, job: JobConfig, host: str, root: str,
-                 stores: list[str], mine, left_out: Collection[str], *, deep: bool,
+                 stores: list[str], mine: Callable[[str], bool], left_out: Collection[str], *,
+                 deep: bool,
                  sample: float | None, receive_into: str | None, deadline: Deadline):
         self.ctx, self.name, self.job, self.host, self.root = ctx, name, job, host, root
         self.mine, self.left_out = mine, left_out
         self.deep, self.sample, self.receive_into, self.deadline = (deep, sample, receive_into,
                                                                     deadline)
         self.totals = AuditResult(name, [])
-        self.pinned: list = []  # the snapshots the replica cursors name
+        self.pinned: list[SnapshotRow] = []  # the snapshots the replica cursors name
         self.graph: list[Finding] = []
         self.found: dict[str, list[Finding]] = {store: [] for store in stores}
         self.bad: dict[str, list[int]] = {store: [] for store in stores}
@@ -362,7 +367,7 @@ class _JobAudit:
             else:
                 self.backends[store] = ctx.store(store)
 
-    def _listing(self, backend, prefixes: Sequence[str],
+    def _listing(self, backend: Backend, prefixes: Sequence[str],
                  names: Sequence[str] | None) -> dict[str, ObjectInfo]:
         """Every object under ``prefixes`` by key, one listing each; with ``names`` (every
         catalogued dataset of the job, sorted), without the objects of the catalogued
@@ -478,7 +483,7 @@ def _with_chains(findings: list[Finding], chain: dict[int, int]) -> list[Finding
             else dataclasses.replace(f, chain=chain[f.stream]) for f in findings]
 
 
-def _drop_stale_volume_findings(backend, findings: list[Finding],
+def _drop_stale_volume_findings(backend: Backend, findings: list[Finding],
                                 volumes: dict[int, list[VolumeRow]]) -> list[Finding]:
     """``findings`` without the errors of volumes the listing missed or showed another size
     of, but which the store has now as catalogued (one ``stat`` each): the listing may be
@@ -502,7 +507,7 @@ def _drop_stale_volume_findings(backend, findings: list[Finding],
     return kept
 
 
-def _stray_manifest(backend, prefix: str, leaves: set[str]) -> Manifest | None:
+def _stray_manifest(backend: Backend, prefix: str, leaves: set[str]) -> Manifest | None:
     """The manifest of a stray stream directory (primary, else its copy), None when neither
     is there or readable (the stream is then unrestorable: nothing can describe it)."""
     if MANIFEST not in leaves and MANIFEST_COPY not in leaves:
@@ -514,16 +519,18 @@ def _stray_manifest(backend, prefix: str, leaves: set[str]) -> Manifest | None:
         return None
 
 
-def _chain_heads(streams) -> dict[int, int]:
+def _chain_heads(streams: Sequence[ChainStream]) -> dict[int, int]:
     """Stream id -> id of the full its chain starts at (streams whose parents lead to no
     full are left out), following each parent link once."""
     by_id = {s.id: s for s in streams}
     head: dict[int, int | None] = {}
     for start in streams:
-        path, cur = [], start
+        path: list[ChainStream] = []
+        cur: ChainStream | None = start
         while cur is not None and cur.id not in head and len(path) <= len(by_id):
             path.append(cur)
-            cur = None if cur.kind == "full" else by_id.get(cur.parent_id)
+            cur = (None if cur.kind == "full" or cur.parent_id is None
+                   else by_id.get(cur.parent_id))
         top = head.get(cur.id) if cur is not None else (
             path[-1].id if path and path[-1].kind == "full" else None)
         for s in path:
@@ -531,7 +538,7 @@ def _chain_heads(streams) -> dict[int, int]:
     return {sid: full for sid, full in head.items() if full is not None}
 
 
-def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, root: str,
+def _audit_store(ctx: Context, backend: Backend, name: str, job: JobConfig, host: str, root: str,
                  store: str, *, deep: bool, sample: float | None, receive_into: str | None,
                  result: AuditResult, deadline: Deadline, listing: dict[str, ObjectInfo],
                  left_out: Collection[str], datasets: Sequence[int] | None,
@@ -541,7 +548,7 @@ def _audit_store(ctx: Context, backend, name: str, job: JobConfig, host: str, ro
     catalogued dataset, only ``listing``'s strays), against ``listing``. Adds the streams
     marked bad to ``bad``, the counts and coverage to ``result``; returns the findings."""
     catalog = ctx.catalog()
-    scope = dict(host=host, below=root, store=store, datasets=datasets)
+    scope: dict[str, Any] = dict(host=host, below=root, store=store, datasets=datasets)
     reads = datasets is None or len(datasets) > 0
     every = catalog.bulk_streams(**scope) if reads else []
     covered = covers(job, left_out)

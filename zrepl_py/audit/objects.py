@@ -37,7 +37,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
@@ -367,12 +367,15 @@ def _read_manifests(backend: Backend, reads: Sequence[tuple[StreamRow, str]],
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+_Reading = tuple[StreamRow, str, concurrent.futures.Future[Loaded[Manifest]]]
+
+
 def _in_window(pool: concurrent.futures.Executor, reads: Sequence[tuple[StreamRow, str]],
-               backend: Backend, window: int):
+               backend: Backend, window: int) -> Iterator[_Reading]:
     """``(stream, key, future of its manifest)`` in the order of ``reads``, at most
     ``window`` reads submitted ahead: the first audit of 100,000 streams held every parsed
     manifest at once (1 GiB) when all were submitted up front."""
-    pending: collections.deque = collections.deque()
+    pending: collections.deque[_Reading] = collections.deque()
     for stream, key in reads:
         pending.append((stream, key, pool.submit(_read_manifest, backend, key)))
         if len(pending) >= window:

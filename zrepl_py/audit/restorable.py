@@ -38,6 +38,7 @@ import array
 import dataclasses
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.catalog.rows import StreamRow
@@ -105,7 +106,11 @@ class Snapshots(Sequence[CarriedSnapshot]):
     def __len__(self) -> int:
         return len(self._names)
 
-    def __getitem__(self, index):
+    @overload
+    def __getitem__(self, index: int) -> CarriedSnapshot: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[CarriedSnapshot, ...]: ...
+    def __getitem__(self, index: int | slice) -> CarriedSnapshot | tuple[CarriedSnapshot, ...]:
         if isinstance(index, slice):
             return tuple(self)[index]
         return CarriedSnapshot(self._names[index], self._guids[index], self._txgs[index])
@@ -142,15 +147,15 @@ class Coverage:
     host: str
     dataset: str
     store: str
-    restorable: tuple[CarriedSnapshot, ...]
-    unrestorable: tuple[CarriedSnapshot, ...]
-    not_catalogued: tuple[CarriedSnapshot, ...] = ()
+    restorable: Sequence[CarriedSnapshot]
+    unrestorable: Sequence[CarriedSnapshot]
+    not_catalogued: Sequence[CarriedSnapshot] = ()
     broken_at: str | None = None
     broken_why: str | None = None
     dead: tuple[str, ...] = ()
-    stray_only: tuple[CarriedSnapshot, ...] = ()
+    stray_only: Sequence[CarriedSnapshot] = ()
     """The unrestorable snapshots that only stray directories hold (what the finding is about)."""
-    others: tuple[CarriedSnapshot, ...] = ()
+    others: Sequence[CarriedSnapshot] = ()
     """Other snapshots of the dataset the catalog knows (in no set): ``@0..@3`` is written
     only when no snapshot of the dataset lies between @0 and @3 outside the set."""
 
@@ -169,10 +174,10 @@ class Coverage:
 
     def order(self) -> list[CarriedSnapshot]:
         """Every snapshot of the coverage and ``others``, by createtxg."""
-        return sorted({s.guid: s for s in self.others + self.restorable + self.unrestorable
-                       + self.not_catalogued}.values(), key=lambda s: s.createtxg)
+        every = (*self.others, *self.restorable, *self.unrestorable, *self.not_catalogued)
+        return sorted({s.guid: s for s in every}.values(), key=lambda s: s.createtxg)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """JSON-ready: snapshot names (``guid N`` where the name is unknown) per set."""
         return {"host": self.host, "dataset": self.dataset, "store": self.store,
                 "restorable": [_name(s) for s in self.restorable],
@@ -285,7 +290,7 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
 
     groups: dict[tuple[str, str, str], dict[str, dict[int, CarriedSnapshot]]] = {}
 
-    def put(key, which: str, snaps: Iterable[CarriedSnapshot]) -> None:
+    def put(key: tuple[str, str, str], which: str, snaps: Iterable[CarriedSnapshot]) -> None:
         bucket = groups.setdefault(key, {"ok": {}, "lost": {}, "merge": {}, "stray": {}})[which]
         for c in snaps:
             if c.guid not in bucket:
@@ -307,12 +312,12 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
     tips = {(s.host, s.dataset, s.store, s.to_guid) for s in streams if s.id in ok_ids}
     bases = ({(s.host, s.dataset, s.store, s.from_guid) for s in streams}
              | {(s.host, s.dataset, s.store, s.from_guid) for s in strays})
-    by_to: dict[tuple, list[Stray]] = {}
+    by_to: dict[tuple[str, str, str, int | None], list[Stray]] = {}
     for st in strays:
-        key = (st.host, st.dataset, st.store, st.to_guid)
-        if st.partial or (archive_running and st.manifest is None and key not in bases):
+        to = (st.host, st.dataset, st.store, st.to_guid)
+        if st.partial or (archive_running and st.manifest is None and to not in bases):
             continue
-        by_to.setdefault(key, []).append(st)
+        by_to.setdefault(to, []).append(st)
     verdict: dict[str, bool] = {}
 
     def complete(st: Stray, depth: int = 0) -> bool:
@@ -345,7 +350,7 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
         merge = {g: c for g, c in bucket["merge"].items() if g not in ok}
         lost = {g: c for g, c in bucket["lost"].items() if g not in ok and g not in merge}
         stray_only = {g: c for g, c in bucket["stray"].items() if g in lost}
-        first = broken.get(key, [None])[0]
+        first = broken[key][0] if key in broken else None
         found.append(Coverage(
             *key, restorable=_by_txg(ok), unrestorable=_by_txg(lost),
             not_catalogued=_by_txg(merge),
