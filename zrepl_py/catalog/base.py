@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeAlias, overload
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -48,12 +49,25 @@ def chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
         yield ids[start : start + CHUNK]
 
 
+Condition: TypeAlias = "sa.ColumnElement[bool]"
+"""A WHERE condition."""
+
+AnyRow: TypeAlias = "sa.Row[Any]"
+"""A result row of any shape."""
+
+AnySelect: TypeAlias = "sa.Select[*tuple[Any, ...]]"
+"""A SELECT of any columns."""
+
+AnyCompound: TypeAlias = "sa.CompoundSelect[*tuple[Any, ...]]"
+"""A UNION of SELECTs of any columns."""
+
+
 def scope_conditions(host: str | None, below: str | None, store: str | None,
-                     datasets: Sequence[int] | None = None) -> list:
+                     datasets: Sequence[int] | None = None) -> list[Condition]:
     """WHERE conditions selecting streams (joined with their dataset) of a bulk read;
     ``datasets``: only these dataset ids as well (None: any; at most :data:`CHUNK` of
     them, one bound parameter each)."""
-    conditions = []
+    conditions: list[Condition] = []
     if datasets is not None:
         conditions.append(dataset_table.c.id.in_(datasets))
     if host is not None:
@@ -69,11 +83,11 @@ def scope_conditions(host: str | None, below: str | None, store: str | None,
 
 
 def stream_scope(host: str | None, below: str | None, store: str | None,
-                 datasets: Sequence[int] | None = None) -> list:
+                 datasets: Sequence[int] | None = None) -> list[Condition]:
     """WHERE conditions on streams alone (datasets through ``IN (subquery)``), for reads
     that map dataset ids to names themselves instead of joining; ``datasets`` as in
     :func:`scope_conditions`."""
-    conditions = []
+    conditions: list[Condition] = []
     if datasets is not None:
         conditions.append(stream_table.c.dataset_id.in_(datasets))
     if host is not None or below is not None:
@@ -84,14 +98,14 @@ def stream_scope(host: str | None, below: str | None, store: str | None,
     return conditions
 
 
-def raw_rows(conn: sa.Connection, query: sa.Select) -> list[tuple]:
+def raw_rows(conn: sa.Connection, query: sa.Executable) -> list[tuple[Any, ...]]:
     """Run ``query`` and fetch its rows straight from the DBAPI cursor: plain tuples, no
     SQLAlchemy Row objects and no column type processing (twice as fast on large reads).
     Only for columns whose raw driver values the caller converts (:func:`utc_of`,
     :data:`WRAP64`) or wants as they are (ints, strings)."""
     result = conn.execute(query)
     try:
-        return result.cursor.fetchall()
+        return list(result.cursor.fetchall())
     finally:
         result.close()
 
@@ -100,7 +114,7 @@ BATCH_ROWS = 5000
 """Rows fetched from the driver at a time by :func:`raw_batches`."""
 
 
-def raw_batches(conn: sa.Connection, query: sa.Select) -> Iterator[list[tuple]]:
+def raw_batches(conn: sa.Connection, query: sa.Executable) -> Iterator[list[tuple[Any, ...]]]:
     """:func:`raw_rows` in batches of :data:`BATCH_ROWS`, for reads that turn each row into
     something else: only one batch of the driver's tuples (and their time texts) is alive
     beside what the caller keeps (``fetchall`` of 100,000 streams held 40 MiB of them at
@@ -108,11 +122,27 @@ def raw_batches(conn: sa.Connection, query: sa.Select) -> Iterator[list[tuple]]:
     result = conn.execute(query)
     try:
         while batch := result.cursor.fetchmany(BATCH_ROWS):
-            yield batch
+            yield list(batch)
     finally:
         result.close()
 
 
+def new_id(inserted: sa.CursorResult[Any]) -> int:
+    """The primary key of the one row ``inserted`` (an INSERT's result) added.
+
+    Raises:
+        CatalogError: the database reported no key (not an INSERT of one row).
+    """
+    key = inserted.inserted_primary_key
+    if key is None:
+        raise CatalogError("the database reported no id for the row just inserted")
+    return int(key[0])
+
+
+@overload
+def utc_of(value: dt.datetime | str) -> dt.datetime: ...
+@overload
+def utc_of(value: None) -> None: ...
 def utc_of(value: dt.datetime | str | None) -> dt.datetime | None:
     """A time column's raw driver value (:func:`raw_rows`) as aware UTC: SQLite hands back
     the naive UTC text ``UtcDateTime`` wrote, PostgreSQL's driver a datetime."""
@@ -162,7 +192,7 @@ class CatalogBase:
                 yield conn
 
     @staticmethod
-    def _row(conn: sa.Connection, table: sa.Table, row_id: int) -> sa.Row | None:
+    def _row(conn: sa.Connection, table: sa.Table, row_id: int) -> AnyRow | None:
         """The row of ``table`` whose id is ``row_id``, or None."""
         return conn.execute(sa.select(table).where(table.c.id == row_id)).first()
 
@@ -179,14 +209,14 @@ class CatalogBase:
             raise ValueError(f"a dataset needs a host and a name, got {host!r}, {name!r}")
         query = sa.select(dataset_table.c.id).where(dataset_table.c.host == host,
                                                     dataset_table.c.name == name)
-        found = conn.scalar(query)
+        found: int | None = conn.scalar(query)
         if found is not None:
             return found
         try:
             with conn.begin_nested():
-                inserted = conn.execute(sa.insert(dataset_table).values(host=host, name=name))
-            return inserted.inserted_primary_key[0]
+                return new_id(conn.execute(sa.insert(dataset_table).values(host=host, name=name)))
         except sa.exc.IntegrityError:
             # Another process added it between our SELECT and INSERT (PostgreSQL; SQLite's
             # BEGIN IMMEDIATE already serialises writers).
-            return conn.scalars(query).one()
+            known: int = conn.scalars(query).one()
+            return known

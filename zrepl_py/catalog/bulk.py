@@ -7,13 +7,17 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
 from zrepl_py.catalog.base import (
     SNAPSHOT_COLUMNS,
     WRAP64,
+    AnyCompound,
+    AnySelect,
     CatalogBase,
+    Condition,
     chunks,
     raw_rows,
     scope_conditions,
@@ -42,7 +46,7 @@ from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.runtime.gcpause import gc_paused
 
 
-def _screen_query(scope: list) -> sa.CompoundSelect:
+def _screen_query(scope: list[Condition]) -> AnyCompound:
     """The UNION of :meth:`Catalog.screen_streams`'s rule queries over streams matching
     ``scope`` (conditions on ``stream_table``)."""
     stream, volume, snap = stream_table.c, volume_table.c, stream_snapshot_table.c
@@ -85,7 +89,7 @@ def _screen_query(scope: list) -> sa.CompoundSelect:
 
 
 def _stream_filter(conn: sa.Connection, host: str | None, below: str | None,
-                   datasets: Sequence[int] | None = None) -> list:
+                   datasets: Sequence[int] | None = None) -> list[Condition]:
     """:func:`stream_scope` for a screen that visits every stream in scope anyway: nothing
     when the scope holds every dataset, else the scope's dataset ids as a literal list the
     planner applies row by row (``dataset_id + 0``: SQLite's query planner docs,
@@ -102,27 +106,27 @@ def _stream_filter(conn: sa.Connection, host: str | None, below: str | None,
     return [(stream_table.c.dataset_id + 0).in_(ids)]
 
 
-def _first(row: tuple) -> object:
+def _first(row: tuple[Any, ...]) -> Any:
     return row[0]
 
 
-def _stream_and_index(row: tuple) -> tuple:
+def _stream_and_index(row: tuple[Any, ...]) -> tuple[Any, Any]:
     return row[1], row[2]
 
 
-def _first_two(row: tuple) -> tuple:
+def _first_two(row: tuple[Any, ...]) -> tuple[Any, Any]:
     return row[0], row[1]
 
 
-def _first_and_txg(row: tuple) -> tuple:
+def _first_and_txg(row: tuple[Any, ...]) -> tuple[Any, Any]:
     return row[0], row[3]
 
 
-def _host_and_name(row: DatasetStreams) -> tuple:
+def _host_and_name(row: DatasetStreams) -> tuple[str, str]:
     return row.host, row.name
 
 
-def _volume_sums() -> sa.Select:
+def _volume_sums() -> AnySelect:
     """Per stream id: count, first and last index, raw and stored bytes of its volumes."""
     volume = volume_table.c
     return (sa.select(volume.stream_id, sa.func.count(), sa.func.min(volume.index),
@@ -185,7 +189,7 @@ class BulkReads(CatalogBase):
         found: dict[int, list[CarriedSnapshot]] = {}
         rows = sorted(zip(ids, txgs, guids, names, strict=True), key=_first_two)
         for stream_id, createtxg, guid, name in rows:
-            found.setdefault(stream_id, []).append(CarriedSnapshot(name, guid, createtxg))
+            found.setdefault(stream_id, []).append(CarriedSnapshot(name or "", guid, createtxg))
         return found
 
     def known_snapshots(
@@ -346,7 +350,7 @@ class BulkReads(CatalogBase):
         """:meth:`volume_totals` for the given streams only (streams without volumes
         absent)."""
         ids = sorted(set(stream_ids))
-        found = {}
+        found: dict[int, tuple[int, int, int, int, int]] = {}
         with self._transaction("summing the volumes of some streams", read_only=True) as conn:
             for chunk in chunks(ids):
                 query = _volume_sums().where(volume_table.c.stream_id.in_(chunk))
@@ -416,12 +420,12 @@ class BulkReads(CatalogBase):
         with self._transaction(f"reading the archive runs of {job}") as conn:
             rows = conn.execute(query).all()
             ids = [r[3] for r in rows if r[3] is not None]
-            snaps = {}
+            snaps: dict[int, SnapshotRow] = {}
             for chunk in chunks(ids):
                 query = (sa.select(snap.id, *SNAPSHOT_COLUMNS)
                          .select_from(dataset_table.join(snapshot_table, snap.dataset_id == ds.id))
                          .where(snap.id.in_(chunk)))
-                for snap_id, *row in conn.execute(query):
-                    snaps[snap_id] = SnapshotRow(*row)
+                for found in conn.execute(query):
+                    snaps[found[0]] = SnapshotRow(*found[1:])
         return [(row_host, name, utc_of(when), snaps.get(snap_id))
                 for row_host, name, when, snap_id in rows]

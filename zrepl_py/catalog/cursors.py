@@ -104,4 +104,4 @@ class Cursors(CatalogBase):
         if job is not None:
             query = query.where(cursor.job == job)
         with self._transaction("listing replica cursors", read_only=True) as conn:
-            return [CursorRow(*row) for row in conn.execute(query)]
+            return [CursorRow(*tuple(row)) for row in conn.execute(query)]

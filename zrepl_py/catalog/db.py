@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
@@ -206,7 +206,7 @@ def _configure_sqlite(engine: Engine) -> None:
     """Install the per-connection pragmas and explicit transaction control for SQLite."""
 
     @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record) -> None:
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Let SQLAlchemy's "begin" event, not pysqlite, decide when transactions start
         # (SQLAlchemy docs, "Serializable isolation / Savepoints / Transactional DDL").
         dbapi_connection.isolation_level = None
@@ -220,7 +220,7 @@ def _configure_sqlite(engine: Engine) -> None:
             cursor.close()
 
     @sa.event.listens_for(engine, "begin")
-    def _on_begin(connection) -> None:
+    def _on_begin(connection: sa.Connection) -> None:
         # A read-only transaction begins deferred: it takes no write lock, so it neither waits
         # for nor blocks a writer or another reader (WAL).
         reading = connection.get_execution_options().get(READING_OPTION)
@@ -338,6 +338,9 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
             before = _version_of(connection)
             command.upgrade(_alembic_config(connection), "head")
             after = _version_of(connection)
+    if after is None:
+        raise CatalogError(f"the catalog of {_shown(engine.url)} names no schema revision after"
+                           " alembic upgrade head")
     return before, after
 
 

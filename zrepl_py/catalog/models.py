@@ -19,6 +19,8 @@ Keep this file and ``migrations/versions`` in step: a test runs alembic's ``comp
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 from zrepl_py.catalog.rows import (
@@ -49,22 +51,22 @@ def _one_of(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
-def _id() -> sa.Column:
+def _id() -> sa.Column[int]:
     return sa.Column("id", sa.Integer, primary_key=True)
 
 
-def _column(name: str, kind, *, nullable: bool = False) -> sa.Column:
+def _column(name: str, kind: Any, *, nullable: bool = False) -> sa.Column[Any]:
     """A column, NOT NULL unless ``nullable``."""
     return sa.Column(name, kind, nullable=nullable)
 
 
-def _snapshot(name: str = "name") -> tuple[sa.Column, sa.Column, sa.Column]:
+def _snapshot(name: str = "name") -> tuple[sa.Column[str], sa.Column[int], sa.Column[int]]:
     """A snapshot's short name (column ``name``), guid and createtxg."""
     return (_column(name, sa.String(NAME_LEN)), _column("guid", UInt64),
             _column("createtxg", sa.BigInteger))
 
 
-def _reference(name: str, target: str) -> sa.Column:
+def _reference(name: str, target: str) -> sa.Column[int]:
     """A NOT NULL foreign key column to ``target`` (``TABLE.id``) that refuses deleting the
     row it points at."""
     return sa.Column(name, sa.ForeignKey(target, ondelete="RESTRICT"), nullable=False)

@@ -36,6 +36,7 @@ import concurrent.futures
 import dataclasses
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from zrepl_py.catalog.export import CatalogExport, read_exports
 from zrepl_py.catalog.repository import Catalog
@@ -150,12 +151,13 @@ def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool
             result.present.append(prefix)
             continue
         parent = None
-        if manifest.kind == "incremental":
+        base = manifest.from_snap  # set exactly for an incremental (Manifest.from_json)
+        if manifest.kind == "incremental" and base is not None:
             parent = pick_parent(manifest, by_tip.get(
-                (manifest.host, manifest.dataset, manifest.from_snap.guid), []))
+                (manifest.host, manifest.dataset, base.guid), []))
             if parent is None:
-                result.skipped.append(Skipped(key, f"no stream ends at @{manifest.from_snap.name}"
-                                               f" (guid {manifest.from_snap.guid}), the snapshot"
+                result.skipped.append(Skipped(key, f"no stream ends at @{base.name}"
+                                               f" (guid {base.guid}), the snapshot"
                                                " this incremental applies on"))
                 continue
         try:
@@ -179,9 +181,10 @@ def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool
     return result
 
 
-def export_states(exports: Sequence[tuple[str, CatalogExport]]) -> dict[str, dict]:
+def export_states(exports: Sequence[tuple[str, CatalogExport]]
+                  ) -> dict[str, dict[str, Any]]:
     """Each stream prefix's row from the newest export (by time written) that lists it (pure)."""
-    rows: dict[str, dict] = {}
+    rows: dict[str, dict[str, Any]] = {}
     for _, export in sorted(exports, key=lambda ke: (ke[1].written_at, ke[1].generation)):
         for row in export.streams:
             rows[row["prefix"]] = row

@@ -7,14 +7,21 @@ import datetime as dt
 
 import sqlalchemy as sa
 
-from zrepl_py.catalog.base import CatalogBase, require_aware, require_one_of, require_size
+from zrepl_py.catalog.base import (
+    AnyRow,
+    CatalogBase,
+    new_id,
+    require_aware,
+    require_one_of,
+    require_size,
+)
 from zrepl_py.catalog.models import run_table
 from zrepl_py.catalog.rows import RUN_ACTIONS, RUN_RESULTS, RunRow
 from zrepl_py.clock import ensure_utc
 from zrepl_py.errors import CatalogConflict, NotInCatalog
 
 
-def _run_row(run: sa.Row) -> RunRow:
+def _run_row(run: AnyRow) -> RunRow:
     """Copy a row of the runs table into a RunRow."""
     return RunRow(
         id=run.id,
@@ -53,7 +60,7 @@ class Runs(CatalogBase):
                 job=job, action=action, target=target, started_at=now, result="running", bytes=0,
                 host=host, pid=pid, pid_start=pid_start,
             ))
-            return inserted.inserted_primary_key[0]
+            return new_id(inserted)
 
     def finish_run(
         self,
@@ -95,10 +102,10 @@ class Runs(CatalogBase):
             partition_by=(run_table.c.job, run_table.c.action, run_table.c.target),
             order_by=(run_table.c.started_at.desc(), run_table.c.id.desc()),
         )
-        ranked = sa.select(run_table.c.id, latest.label("rank"))
+        ranking = sa.select(run_table.c.id, latest.label("rank"))
         if job is not None:
-            ranked = ranked.where(run_table.c.job == job)
-        ranked = ranked.subquery()
+            ranking = ranking.where(run_table.c.job == job)
+        ranked = ranking.subquery()
         query = (sa.select(run_table).join(ranked, ranked.c.id == run_table.c.id)
                  .where(ranked.c.rank == 1))
         with self._transaction("listing the last runs", read_only=True) as conn:
@@ -161,11 +168,11 @@ class Runs(CatalogBase):
             partition_by=(run_table.c.job, run_table.c.target),
             order_by=(run_table.c.started_at.desc(), run_table.c.id.desc()),
         )
-        ranked = sa.select(run_table.c.id, latest.label("rank")).where(
+        ranking = sa.select(run_table.c.id, latest.label("rank")).where(
             run_table.c.action == action, run_table.c.result == "ok")
         if job is not None:
-            ranked = ranked.where(run_table.c.job == job)
-        ranked = ranked.subquery()
+            ranking = ranking.where(run_table.c.job == job)
+        ranked = ranking.subquery()
         query = (sa.select(run_table).join(ranked, ranked.c.id == run_table.c.id)
                  .where(ranked.c.rank == 1))
         with self._transaction(f"reading the last successful {action} runs") as conn:

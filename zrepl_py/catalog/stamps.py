@@ -40,8 +40,8 @@ class ManifestStamps(CatalogBase):
                         *stream_scope(host, below, store, datasets)))
         with self._transaction("reading the manifest stamps", read_only=True) as conn:
             rows = raw_rows(conn, query)
-        times: dict[object, dt.datetime | None] = {}  # an audit stamps thousands at one time
-        found = {}
+        times: dict[object, dt.datetime] = {}  # an audit stamps thousands at one time
+        found: dict[int, tuple[str, dt.datetime]] = {}
         for sid, seen, when in rows:
             if when not in times:
                 times[when] = utc_of(when)

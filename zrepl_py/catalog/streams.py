@@ -8,13 +8,16 @@ import datetime as dt
 import re
 import sys
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
 from zrepl_py.catalog.base import (
     WRAP64,
     CatalogBase,
+    Condition,
     chunks,
+    new_id,
     raw_batches,
     require_aware,
     require_one_of,
@@ -81,7 +84,7 @@ def _refuse_living_children(conn: sa.Connection, ids: Sequence[int]) -> None:
         )
 
 
-def _stream_columns() -> tuple:
+def _stream_columns() -> tuple[Any, ...]:
     """A :class:`StreamRow`'s stream columns in order, with ``dataset_id`` in place of host
     and dataset and the guids read signed (raw driver values, see :func:`read_streams`)."""
     stream, signed = stream_table.c, sa.BigInteger()
@@ -93,11 +96,12 @@ def _stream_columns() -> tuple:
             stream.bad_reason)
 
 
-def _chain_order(row: StreamRow) -> tuple:
+def _chain_order(row: StreamRow) -> tuple[str, str, str, int, int]:
     return (row.host, row.dataset, row.store, row.to_createtxg, row.id)
 
 
-def read_streams(conn: sa.Connection, datasets: Sequence = (), streams: Sequence = ()
+def read_streams(conn: sa.Connection, datasets: Sequence[Condition] = (),
+                 streams: Sequence[Condition] = ()
                  ) -> list[StreamRow]:
     """Every stream of the datasets matching ``datasets`` (conditions on ``dataset_table``;
     none: all) that matches ``streams`` (conditions on ``stream_table``), in chain order
@@ -170,8 +174,8 @@ class Streams(CatalogBase):
                 self._check_parent(conn, stream, dataset_id, label)
             fields = {f.name: getattr(stream, f.name) for f in dataclasses.fields(stream)}
             del fields["host"], fields["dataset"]
-            inserted = conn.execute(sa.insert(stream_table).values(dataset_id=dataset_id, **fields))
-            stream_id = inserted.inserted_primary_key[0]
+            stream_id = new_id(conn.execute(sa.insert(stream_table).values(
+                dataset_id=dataset_id, **fields)))
             if volumes:
                 conn.execute(sa.insert(volume_table), [
                     {"stream_id": stream_id, **dataclasses.asdict(volume)} for volume in volumes])
@@ -234,7 +238,8 @@ class Streams(CatalogBase):
     def _check_parent(self, conn: sa.Connection, stream: NewStream, dataset_id: int,
                       label: str) -> None:
         """The parent exists, is alive, and ends where ``stream`` starts (same dataset/store)."""
-        parent = self._row(conn, stream_table, stream.parent_id)
+        parent = (self._row(conn, stream_table, stream.parent_id)
+                  if stream.parent_id is not None else None)
         fix = "archive a full stream to start a new chain"
         if parent is None:
             raise ChainBroken(f"{label}: parent stream {stream.parent_id} does not exist; {fix}")

@@ -37,7 +37,7 @@ def from_signed64(value: int) -> int:
     return value + _WRAP if value < 0 else value
 
 
-class UInt64(sa.types.TypeDecorator):
+class UInt64(sa.types.TypeDecorator[int]):
     """An unsigned 64-bit integer (a ZFS guid) stored bit-exactly in a signed BIGINT.
 
     Binds Python ints 0 .. 2**64-1 (``ValueError`` outside that range); results are the same
@@ -47,16 +47,16 @@ class UInt64(sa.types.TypeDecorator):
     impl = sa.BigInteger
     cache_ok = True
 
-    def process_bind_param(self, value: int | None, dialect) -> int | None:
+    def process_bind_param(self, value: int | None, dialect: sa.Dialect) -> int | None:
         """Two's-complement ``value`` into the signed range (``None`` passes through)."""
         return None if value is None else to_signed64(value)
 
-    def process_result_value(self, value: int | None, dialect) -> int | None:
+    def process_result_value(self, value: int | None, dialect: sa.Dialect) -> int | None:
         """Undo :meth:`process_bind_param`."""
         return None if value is None else from_signed64(int(value))
 
 
-class UtcDateTime(sa.types.TypeDecorator):
+class UtcDateTime(sa.types.TypeDecorator[dt.datetime]):
     """A point in time: binds aware datetimes only, returns aware UTC datetimes.
 
     Raises ``ValueError`` on bind when given a naive datetime (house rule 8: zbak has none).
@@ -66,7 +66,8 @@ class UtcDateTime(sa.types.TypeDecorator):
     impl = sa.DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value: dt.datetime | None, dialect) -> dt.datetime | None:
+    def process_bind_param(self, value: dt.datetime | None,
+                           dialect: sa.Dialect) -> dt.datetime | None:
         """Convert to UTC; strip the offset for SQLite, which cannot keep it."""
         if value is None:
             return None
@@ -81,6 +82,7 @@ class UtcDateTime(sa.types.TypeDecorator):
             return value.replace(tzinfo=None)
         return value
 
-    def process_result_value(self, value: dt.datetime | None, dialect) -> dt.datetime | None:
+    def process_result_value(self, value: dt.datetime | None,
+                             dialect: sa.Dialect) -> dt.datetime | None:
         """Return the stored instant as aware UTC."""
         return None if value is None else ensure_utc(value)
