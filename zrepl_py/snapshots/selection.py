@@ -25,8 +25,8 @@ non-recursive job's tree is its root alone).
 from __future__ import annotations
 
 import dataclasses
-from typing import cast
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import cast
 
 from zrepl_py.config.jobs import JobConfig, SelectConfig
 from zrepl_py.zfs.model import PropertyValue
