@@ -102,7 +102,7 @@ class Daemon:
         self.env.setdefault("ZBAK_LOG_LEVEL", "DEBUG" if debug else config.log_level)
         self.entries = plan_entries(config)
         self._gates = {lock_key(job): Gate() for job in config.jobs.values()}
-        self._tasks: list[tuple[str, float, Callable[[], None]]] = []
+        self._tasks: list[tuple[str, float, Callable[[], object]]] = []
         self._after_run: list[Callable[[str, str, int], None]] = []
         self._stop_requested = False
         self._stopping = threading.Event()
@@ -116,7 +116,7 @@ class Daemon:
 
     # -- extension ---------------------------------------------------------------------
 
-    def add_task(self, task_id: str, seconds: float, func: Callable[[], None]) -> None:
+    def add_task(self, task_id: str, seconds: float, func: Callable[[], object]) -> None:
         """Call ``func()`` every ``seconds`` while the daemon runs (first call one interval
         after start), in a worker thread; an exception is logged. Not persisted. Call
         before ``run()``."""
@@ -360,7 +360,7 @@ class Daemon:
                 log.warning("%d run(s) still in after-run hooks: not waiting for them", self._inside)
 
 
-def _guarded(task_id: str, func: Callable[[], None]) -> Callable[[], None]:
+def _guarded(task_id: str, func: Callable[[], object]) -> Callable[[], None]:
     def call() -> None:
         try:
             func()
