@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from zrepl_py.cli.common import (
@@ -14,9 +16,12 @@ from zrepl_py.cli.common import (
 )
 from zrepl_py.errors import ExitStatus
 
+if TYPE_CHECKING:
+    from zrepl_py.archive.job import ArchiveResult
 
-def _rows(result) -> list[dict]:
-    rows = []
+
+def _rows(result: ArchiveResult) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     for d in result.datasets:
         written = {id(p): w for p, w in d.written}
         if not d.plan.streams:
@@ -25,8 +30,9 @@ def _rows(result) -> list[dict]:
                          "error": d.error})
         for planned in d.plan.streams:
             w = written.get(id(planned))
-            what = (f"full @{planned.to_snap.name}" if planned.kind == "full" else
-                    f"incremental -I @{planned.from_snap.name} -> @{planned.to_snap.name}")
+            base = planned.from_snap  # set for every incremental (archive.planner)
+            what = (f"full @{planned.to_snap.name}" if planned.kind == "full" or base is None
+                    else f"incremental -I @{base.name} -> @{planned.to_snap.name}")
             volumes = ""
             if w is not None:
                 volumes = ("adopted" if w.adopted else

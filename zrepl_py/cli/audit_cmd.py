@@ -8,6 +8,8 @@ or bad state); ``--repair`` is the only way it changes a store, and it asks firs
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
@@ -24,10 +26,15 @@ from zrepl_py.cli.summary import LIMIT, all_option, count_by, names_or_count, re
 from zrepl_py.errors import ExitStatus, UsageError
 from zrepl_py.values.units import MAX_DURATION
 
+if TYPE_CHECKING:
+    from zrepl_py.audit.findings import Finding
+    from zrepl_py.audit.job import RepairResult
+    from zrepl_py.audit.restorable import Coverage
+
 _COLOURS = {"error": "red", "warning": "yellow", "info": "cyan"}
 
 
-def _show(finding) -> None:
+def _show(finding: Finding) -> None:
     """One finding as a block: severity and where, the problem, the object, what to do (long
     keys and sentences stay whole, which a table of ten columns cannot do)."""
     where = [f"job {finding.job}"]
@@ -95,7 +102,7 @@ def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | 
     if repair and not yes:
         _confirm_repair(stale_uploads_days)
     deadline = Deadline(max_duration)
-    repairs = []
+    repairs: list[RepairResult] = []
     with inv.context() as ctx:
         selected = ctx.select_jobs(jobs)
         if repair:
@@ -124,12 +131,13 @@ def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | 
             "findings": [f.as_dict() for f in findings],
         })
     else:
-        for r in repairs:
-            aborted = sum(len(v) for v in r.aborted.values())
-            click.echo(f"job {r.job}: repair: aborted {aborted} unfinished upload(s), finished"
-                       f" deleting {len(r.finished)} condemned stream(s)")
-            for store, error in r.errors.items():
-                click.echo(f"zbak: job {r.job}: store {store}: repair stopped: {error}", err=True)
+        for repaired in repairs:
+            aborted = sum(len(v) for v in repaired.aborted.values())
+            click.echo(f"job {repaired.job}: repair: aborted {aborted} unfinished upload(s),"
+                       f" finished deleting {len(repaired.finished)} condemned stream(s)")
+            for store, error in repaired.errors.items():
+                click.echo(f"zbak: job {repaired.job}: store {store}: repair stopped: {error}",
+                           err=True)
         for r in results:
             extra = f", {len(r.verified)} verified, {len(r.bad)} marked bad" if deep else ""
             if r.skipped:
@@ -157,7 +165,7 @@ def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | 
     return ExitStatus.OK
 
 
-def _show_coverage(found, show_all: bool) -> None:
+def _show_coverage(found: Sequence[Coverage], show_all: bool) -> None:
     """One line per dataset and store; past ``LIMIT`` lines, the datasets whose every
     stored snapshot is restorable are counted in one line per store, the others each
     keep their line."""
@@ -169,7 +177,7 @@ def _show_coverage(found, show_all: bool) -> None:
     for c in found:
         if c.unrestorable or c.not_catalogued:
             click.echo(f"  {c.host}:{c.dataset} in store {c.store}: {c.line()}")
-    by_store: dict[str, list] = {}
+    by_store: dict[str, list[Coverage]] = {}
     for c in whole:
         by_store.setdefault(c.store, []).append(c)
     for store, covs in sorted(by_store.items()):
@@ -179,7 +187,7 @@ def _show_coverage(found, show_all: bool) -> None:
                    f" snapshot restorable, {snaps:,} in all (--all: one line each)")
 
 
-def _count_findings(findings) -> None:
+def _count_findings(findings: Sequence[Finding]) -> None:
     """Findings counted per severity, level and problem (names and numbers left out),
     with the datasets they are about."""
     emit_table(f"{len(findings):,} findings, counted (--all shows each, --json for machines)",

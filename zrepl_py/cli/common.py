@@ -12,9 +12,9 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -22,6 +22,7 @@ from zrepl_py.errors import ExitStatus, ZbakError
 from zrepl_py.runtime.logsetup import printable
 
 if TYPE_CHECKING:
+    from zrepl_py.config.schema import JobConfig
     from zrepl_py.invocation.context import Context
 
 
@@ -89,9 +90,18 @@ class Invocation:
 
 pass_invocation = click.make_pass_decorator(Invocation)
 
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def _invocation(ctx: click.Context) -> Invocation:
+    inv = ctx.find_object(Invocation)
+    assert inv is not None  # the zbak group sets it before any option is parsed
+    return inv
+
 
 def _config_given(ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> None:
-    inv = ctx.find_object(Invocation)
+    inv = _invocation(ctx)
     for value in values:
         if inv.config_option is not None and (os.path.abspath(inv.config_option)
                                               != os.path.abspath(value)):
@@ -103,14 +113,14 @@ def _config_given(ctx: click.Context, _param: click.Parameter, values: tuple[str
 
 def _debug_given(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value:
-        inv = ctx.find_object(Invocation)
+        inv = _invocation(ctx)
         inv.debug = True
         inv.setup_logging()
 
 
 def _verbosity_given(ctx: click.Context, param: click.Parameter, count: int) -> None:
     if count:
-        inv = ctx.find_object(Invocation)
+        inv = _invocation(ctx)
         inv.verbosity += count if param.name == "verbose" else -count
         inv.setup_logging()
 
@@ -172,7 +182,7 @@ class FilePath(click.Path):
         return super().convert(value, param, ctx)
 
 
-def json_option(func):
+def json_option(func: F) -> F:
     """Add ``--json`` (machine output) to a command."""
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(func)
 
@@ -239,7 +249,7 @@ def _json_chunks(data: Any) -> Iterator[str]:
 def _json_default(value: Any) -> Any:
     if hasattr(value, "isoformat"):
         return value.isoformat()
-    if dataclasses.is_dataclass(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return str(value)
 
@@ -289,14 +299,15 @@ def emit_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
     Console().print(table)
 
 
-def for_each_job(jobs, action) -> tuple[list[Any], ExitStatus]:
+def for_each_job(jobs: Iterable[tuple[str, JobConfig]], action: Callable[[str, JobConfig], T]
+                 ) -> tuple[list[T], ExitStatus]:
     """Run ``action(name, job)`` for every job, continuing past failures.
 
     Each failure is printed with the job's name. Returns the results of the jobs that
     succeeded and the exit status: OK, LOCKED when the only problems were locks, else the
     most severe failure's status.
     """
-    results: list[Any] = []
+    results: list[T] = []
     failures: list[ExitStatus] = []
     for name, job in jobs:
         try:

@@ -51,7 +51,7 @@ def check(inv: Invocation, as_json: bool) -> ExitStatus:
                    "warnings": []})
         return exc.exit_status
     warnings = []
-    for path in [ctx.config_path, *_secret_files(config)]:
+    for path in [str(ctx.config_path), *_secret_files(config)]:
         mode = open_to_others(path)
         if mode is not None:
             warnings.append(f"{path} is readable by every user (mode {mode:04o}): chmod 600 it")

@@ -7,6 +7,8 @@ import logging
 import os
 import signal
 import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +16,13 @@ from zrepl_py.cli.common import Invocation, pass_invocation
 from zrepl_py.config.extras import require_for_config
 from zrepl_py.errors import ExitStatus
 from zrepl_py.runtime.gcpause import end_startup
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from zrepl_py.alerts.dispatch import Dispatcher
+    from zrepl_py.config.schema import Config
+    from zrepl_py.daemon.scheduler import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +78,8 @@ def command(inv: Invocation, log_format: str | None, once: bool) -> ExitStatus:
 STALENESS_EVERY = 300.0  # seconds between staleness checks: alerts come within minutes
 
 
-def _operations(daemon, config, path):
+def _operations(daemon: Daemon, config: Config, path: Path
+                ) -> tuple[Dispatcher, WSGIServer | None]:
     """Register alerts, the staleness check and metrics with ``daemon``; return the alert
     dispatcher and the metrics HTTP server (or None)."""
     from zrepl_py.alerts import check_staleness, install
@@ -85,8 +95,8 @@ def _operations(daemon, config, path):
                     lambda: check_staleness(ctx.catalog(), config, clock.now(), since=started))
     registry, collector = metrics.registry_for(ctx)
     server = None
-    if config.metrics.listen is not None:
-        server = metrics.serve(registry, config.metrics.listen_address())
+    if (listen := config.metrics.listen_address()) is not None:
+        server = metrics.serve(registry, listen)
     if config.metrics.textfile is not None:
         textfile = config.metrics.textfile
 
@@ -98,7 +108,7 @@ def _operations(daemon, config, path):
     return dispatcher, server
 
 
-def _once(inv: Invocation, config, path, env: dict[str, str]) -> ExitStatus:
+def _once(inv: Invocation, config: Config, path: Path, env: dict[str, str]) -> ExitStatus:
     """``--once``: the due runs (``daemon.once``), then what the daemon does around runs:
     the staleness check (alerts) and the metrics textfile."""
     from zrepl_py.alerts import check_staleness, install

@@ -4,6 +4,8 @@ own holds on the jobs' source snapshots, and releasing the ones no owner needs a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from zrepl_py.cli.common import (
@@ -16,13 +18,19 @@ from zrepl_py.cli.common import (
 )
 from zrepl_py.errors import ExitStatus
 
+if TYPE_CHECKING:
+    from zrepl_py.config.schema import JobConfig
+    from zrepl_py.invocation.context import Context
+    from zrepl_py.pruning.holds import HoldRow, Released
+    from zrepl_py.zfs.client import Zfs
+
 
 @click.group("holds")
 def command() -> None:
     """zbak's holds (zbak:JOB:TARGET, zbak:JOB:archive:STORE) on the jobs' source snapshots."""
 
 
-def _rows(ctx, name, job):
+def _rows(ctx: Context, name: str, job: JobConfig) -> tuple[Zfs, list[HoldRow]]:
     from zrepl_py.checks.source import source_errors
     from zrepl_py.invocation.context import lock_key
     from zrepl_py.pruning.holds import classify, held_snapshots
@@ -68,7 +76,7 @@ def release(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, as_json: bool
     and those not on the owner's current base. A current base is never released."""
     from zrepl_py.pruning.holds import release_stale
 
-    def one(ctx, name, job):
+    def one(ctx: Context, name: str, job: JobConfig) -> tuple[str, list[Released]]:
         zfs, rows = _rows(ctx, name, job)
         return name, release_stale(zfs, rows, dry_run=dry_run)
 

@@ -3,11 +3,16 @@ as a table or ``--json``."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
 from zrepl_py.cli.summary import all_option, count_by, emit_long, names_or_count
 from zrepl_py.errors import ExitStatus
+
+if TYPE_CHECKING:
+    from zrepl_py.catalog.rows import StreamRow
 
 
 @click.group("list")
@@ -52,7 +57,7 @@ def streams(inv: Invocation, jobs: tuple[str, ...], show_all: bool, as_json: boo
 
     with inv.context() as ctx:
         catalog = ctx.catalog()
-        rows = []
+        rows: list[tuple[str, StreamRow]] = []
         for name, job in ctx.select_jobs(jobs):
             source = job.source
             covered = covers(job)
@@ -69,11 +74,12 @@ def streams(inv: Invocation, jobs: tuple[str, ...], show_all: bool, as_json: boo
     return ExitStatus.OK
 
 
-def _stream_counts(rows: list) -> tuple[list[str], list[tuple]]:
+def _stream_counts(rows: list[tuple[str, StreamRow]]
+                   ) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Per job, store, kind and state: the streams, the datasets and the stored bytes."""
     from zrepl_py.observe.progress import format_size
 
-    stored: dict[tuple, int] = {}
+    stored: dict[tuple[str, str, str, str], int] = {}
     for job, s in rows:
         key = (job, s.store, s.kind, s.state)
         stored[key] = stored.get(key, 0) + s.stored_bytes

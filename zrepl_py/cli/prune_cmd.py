@@ -3,7 +3,8 @@ snapshots, replica snapshots and archive chains, showing why each thing is kept.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -11,17 +12,24 @@ from zrepl_py.cli.common import Invocation, emit_json, for_each_job, json_option
 from zrepl_py.cli.summary import LIMIT, all_option, count_by, emit_long, names_or_count, reason_kind
 from zrepl_py.errors import ExitStatus
 
+if TYPE_CHECKING:
+    from zrepl_py.catalog.rows import StreamRow
+    from zrepl_py.pruning.archive import ArchivePruneResult, DatasetChains
+    from zrepl_py.pruning.job import PruneResult
+    from zrepl_py.pruning.source import PruneOutcome
 
-def _stream_label(s) -> str:
+
+def _stream_label(s: StreamRow) -> str:
     if s.kind == "full":
         return f"full @{s.to_name}"
     return f"incremental @{s.from_name} -> @{s.to_name}"
 
 
-def _recheck_text(d, full_id: int) -> str:
+def _recheck_text(d: DatasetChains, full_id: int) -> str:
     """What happens or happened to the releasing chain ``full_id`` of dataset result ``d``:
     ``will re-check N objects ...`` on a dry run, the re-check's result after a real one."""
-    name = next((f"@{c[0].to_name} " for c in d.plan.releasers if c[0].id == full_id), "")
+    releasers = d.plan.releasers if d.plan is not None else ()
+    name = next((f"@{c[0].to_name} " for c in releasers if c[0].id == full_id), "")
     if d.outcome is None:
         return (f"will re-check {d.recheck_planned.get(full_id, 0)} objects of the releasing"
                 f" chain {name}(stream {full_id}) before deleting")
@@ -31,7 +39,7 @@ def _recheck_text(d, full_id: int) -> str:
     return f"re-check of the releasing chain {name}(stream {full_id}): not run"
 
 
-def _stream_rows(result) -> Iterator[dict]:
+def _stream_rows(result: PruneResult) -> Iterator[dict[str, Any]]:
     """One row per archived stream: kept (with reasons), deleted, or finished; a deleted
     one names the chain that releases it and its re-check (planned or done)."""
     archive = result.archive
@@ -68,8 +76,8 @@ def _stream_rows(result) -> Iterator[dict]:
                    "recheck": texts.get(by) if by is not None else None}
 
 
-def _replica_rows(result) -> list[dict]:
-    rows = []
+def _replica_rows(result: PruneResult) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     for r in result.replicas:
         if r.error:
             rows.append({"job": result.job, "target": r.target, "snapshot": "", "action": "error",
@@ -107,7 +115,7 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, accept_early_
             ctx.select_jobs(jobs),
             lambda n, j: prune_job(ctx, n, j, dry_run=dry_run,
                                    accept_early_delete_fee=accept_early_delete_fee))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for result in results:
         for plan in result.plans.values():
             for d in plan.decisions:
@@ -136,7 +144,7 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, accept_early_
     return status
 
 
-def _archive_summary(archive) -> dict:
+def _archive_summary(archive: ArchivePruneResult) -> dict[str, Any]:
     return {
         "store": archive.store, "error": archive.error,
         "datasets": {d.dataset: {
@@ -150,7 +158,7 @@ def _archive_summary(archive) -> dict:
     }
 
 
-def _rechecks(d) -> list[dict]:
+def _rechecks(d: DatasetChains) -> list[dict[str, Any]]:
     """Per releasing chain: the objects planned, and after a real run the result."""
     done = {c.full: c for c in d.outcome.rechecks} if d.outcome else {}
     found = []
@@ -169,7 +177,7 @@ def _rechecks(d) -> list[dict]:
     return found
 
 
-def _why(row: dict) -> tuple[str, ...]:
+def _why(row: dict[str, Any]) -> tuple[str, ...]:
     """The kinds of a plan row's reasons (its re-check line last), for the summary."""
     kinds = tuple(map(reason_kind, row["reasons"]))
     return kinds + (reason_kind(row["recheck"]),) if row.get("recheck") else kinds
@@ -179,8 +187,9 @@ def _dataset_of(snapshot: str) -> str:
     return snapshot.partition("@")[0]
 
 
-def _print_tables(rows, replica, streams, outcomes, results, dry_run: bool,
-                  show_all: bool) -> None:
+def _print_tables(rows: list[dict[str, Any]], replica: list[dict[str, Any]], streams: list[dict[str, Any]],
+                  outcomes: dict[str, PruneOutcome], results: Sequence[PruneResult],
+                  dry_run: bool, show_all: bool) -> None:
     note = " (dry run: nothing destroyed)" if dry_run else ""
     emit_long("prune plan" + note, ["job", "snapshot", "action", "why"],
               [(r["job"], r["snapshot"], r["action"], "; ".join(r["reasons"])) for r in rows],
@@ -225,7 +234,7 @@ def _print_tables(rows, replica, streams, outcomes, results, dry_run: bool,
             _print_archive_lines(result.job, result.archive, show_all)
 
 
-def _print_outcome(where: str, o) -> None:
+def _print_outcome(where: str, o: PruneOutcome) -> None:
     """What destroying did on the source or one target: the counts, then a line per
     snapshot that stayed (skipped, failed, or kept by the floor of the host's zbak serve,
     which is the host's choice and no failure)."""
@@ -238,7 +247,7 @@ def _print_outcome(where: str, o) -> None:
         click.echo(f"  kept {name}: {why}")
 
 
-def _print_archive_lines(job: str, archive, show_all: bool) -> None:
+def _print_archive_lines(job: str, archive: ArchivePruneResult, show_all: bool) -> None:
     """Per dataset, the re-check of each releasing chain and what was deleted; past
     ``LIMIT`` datasets (without ``show_all``) one total line, and a line of its own only
     for each dataset whose re-check or delete did not go through."""
@@ -272,7 +281,7 @@ def _print_archive_lines(job: str, archive, show_all: bool) -> None:
                   " chain(s) before deleting") + " (--all: per dataset)")
 
 
-def _report_errors(results) -> None:
+def _report_errors(results: Sequence[PruneResult]) -> None:
     """Every target and store failure on stderr, whatever the output format."""
     for result in results:
         for target in result.replicas:
@@ -285,7 +294,7 @@ def _report_errors(results) -> None:
         if archive.error:
             click.echo(f"zbak: job {result.job}: store {archive.store}: {archive.error}", err=True)
         for d in archive.datasets:
-            problem = d.error or (d.outcome.error if d.outcome else None)
+            problem = d.problem
             if problem:
                 then = "" if d.plan is not None and d.plan.refused or (
                     d.outcome is not None and d.outcome.mismatch) else (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,20 +18,22 @@ from zrepl_py.errors import ExitStatus
 
 if TYPE_CHECKING:
     from zrepl_py.replication.job import ReplicateResult
+    from zrepl_py.zfs.steps import SnapRef, Step
 
 
-def _step_text(step) -> str:
-    kind = type(step).__name__
-    to = getattr(step, "to", None)
-    base = getattr(step, "base", None)
-    if base is not None:
-        flag = "-I" if getattr(step, "intermediates", False) else "-i"
-        return f"{kind.lower()} {flag} {base.name} -> {to.name}"
-    return f"{kind.lower()} {to.name}" if to is not None else kind.lower()
+def _step_text(step: Step) -> str:
+    from zrepl_py.zfs.steps import Incremental
+
+    kind = type(step).__name__.lower()
+    if isinstance(step, Incremental):
+        flag = "-I" if step.intermediates else "-i"
+        return f"{kind} {flag} {step.base.name} -> {step.to.name}"
+    to: SnapRef | None = getattr(step, "to", None)  # every step but AbortResume has one
+    return f"{kind} {to.name}" if to is not None else kind
 
 
-def _rows(result: ReplicateResult) -> list[dict]:
-    rows = []
+def _rows(result: ReplicateResult) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     for target in result.targets:
         if target.method == "rsync":
             rows.append({"job": result.job, "target": target.target, "dataset": "(rsync)",

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
 from zrepl_py.errors import ExitStatus, UsageError, ZbakError
 
+if TYPE_CHECKING:
+    from zrepl_py.invocation.context import Context
+    from zrepl_py.restore.plan import RestorePlan
 
-def _plan_rows(plan) -> list[dict]:
-    rows = []
+
+def _plan_rows(plan: RestorePlan) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     for o in plan.options:
         chosen = o is plan.chosen
         if o.path is not None:
@@ -36,7 +41,7 @@ def _plan_rows(plan) -> list[dict]:
     return rows
 
 
-def _thaw_text(plan) -> str:
+def _thaw_text(plan: RestorePlan) -> str:
     t = plan.thaw
     if t is None:
         return "no cold objects: no thaw needed"
@@ -64,12 +69,12 @@ def _check_arguments(dataset: str | None, to: str, into: str | None, from_: str 
         raise UsageError(f"--from {from_!r}: expected local, a host name or a store name")
 
 
-def _job(ctx) -> str:
+def _job(ctx: Context) -> str:
     """The job a restore's run rows are recorded under."""
     return next(iter(ctx.config.jobs), "restore")
 
 
-def _record_failure(ctx, dataset: str | None, into: str | None, exc: ZbakError) -> None:
+def _record_failure(ctx: Context, dataset: str | None, into: str | None, exc: ZbakError) -> None:
     """Record a restore that failed while planning as a failed run with its alert (issue 15
     item 7: every failure of an action is recorded), under the target a successful restore
     would record (``HOST:INTO``). A usage error is the typist's, shown at once, not recorded;

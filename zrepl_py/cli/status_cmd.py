@@ -5,7 +5,9 @@ expected bytes, rate, ETA, PID) and next scheduled runs."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,8 +22,12 @@ from zrepl_py.cli.common import (
 from zrepl_py.cli.summary import all_option, count_by, emit_long
 from zrepl_py.errors import ExitStatus, UsageError, ZbakError
 
+if TYPE_CHECKING:
+    from zrepl_py.observe.transfers import RunningTransfer
+    from zrepl_py.status.report import ChainStatus
 
-def _when(value) -> str:
+
+def _when(value: dt.datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%SZ") if value else "-"
 
 
@@ -43,16 +49,16 @@ def _eta(value: float | None) -> str:
     return "-" if value is None else format_eta(value)
 
 
-def _sent(t) -> str:
+def _sent(t: RunningTransfer) -> str:
     """``DATASET@FROM -> @TO`` (``DATASET@TO`` for a full)."""
     if t.from_snapshot:
         return f"{t.dataset}@{t.from_snapshot} -> @{t.to_snapshot or '?'}"
     return f"{t.dataset}@{t.to_snapshot or '?'}"
 
 
-def _run_counts(runs: list[tuple]) -> tuple[list[str], list[tuple]]:
+def _run_counts(runs: list[tuple[Any, ...]]) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Per job, action and result: how many targets, the oldest and newest start."""
-    starts: dict[tuple, list[str]] = {}
+    starts: dict[tuple[Any, ...], list[str]] = {}
     for run in runs:
         starts.setdefault(run[:2] + (run[3],), []).append(run[4])
     return (["job", "action", "result", "targets", "oldest start", "newest start"],
@@ -62,12 +68,13 @@ def _run_counts(runs: list[tuple]) -> tuple[list[str], list[tuple]]:
                 runs, lambda r: (r[0], r[1], r[3]), {})])
 
 
-def _chain_counts(chains: list[tuple]) -> tuple[list[str], list[tuple]]:
+def _chain_counts(chains: list[tuple[str, ChainStatus]]
+                  ) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Per job and store: datasets, streams of the current chains, chains, stored bytes,
     the oldest current full and the newest stream."""
     columns = ["job", "store", "datasets", "streams", "chains", "stored", "oldest full",
                "newest stream"]
-    groups: dict[tuple[str, str], list] = {}
+    groups: dict[tuple[str, str], list[ChainStatus]] = {}
     for job, c in chains:
         groups.setdefault((job, c.store), []).append(c)
     return columns, [
@@ -190,4 +197,4 @@ def _check(inv: Invocation, jobs: tuple[str, ...], as_json: bool) -> int:
         click.echo(printable(report["summary"]))
         for problem in report["problems"]:
             click.echo(printable(f"{problem['status']}: {problem['message']}"))
-    return report["code"]
+    return int(report["code"])

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from zrepl_py.cli.common import emit_lines, emit_table
+from zrepl_py.cli.common import F, emit_lines, emit_table
 
 LIMIT = 100
 """Rows a table shows in full; past it, the summary (unless ``--all``)."""
@@ -25,7 +25,7 @@ _PATH = re.compile(r"[^\s,;()'\"]+/[^\s,;()'\"]*")
 _NUMBER = re.compile(r"\d+")
 
 
-def all_option(func):
+def all_option(func: F) -> F:
     """Add ``--all`` (every row, not the summary) to a command."""
     return click.option("--all", "show_all", is_flag=True,
                         help=f"Print every row even past {LIMIT} (one line each) instead of"
@@ -42,19 +42,23 @@ def reason_kind(reason: str) -> str:
     return _NUMBER.sub("N", _PATH.sub("...", _SNAPSHOT.sub("@...", reason)))
 
 
-def names_or_count(names: Iterable[str]) -> str:
-    """Up to three names in full, else ``N (FIRST .. LAST)`` in sorted order."""
-    found = sorted(set(names))
+def names_or_count(names: Iterable[Hashable]) -> str:
+    """Up to three names in full, else ``N (FIRST .. LAST)`` in sorted order (as text)."""
+    found = sorted({str(name) for name in names})
     if len(found) <= 3:
         return ", ".join(found)
     return f"{len(found):,} ({found[0]} .. {found[-1]})"
 
 
+Group = tuple[Any, int, dict[str, set[Hashable]]]
+"""``(key, rows, {name: distinct values})``: one group of ``count_by``."""
+
+
 def count_by(rows: Iterable[Any], key: Callable[[Any], Hashable],
-             distinct: dict[str, Callable[[Any], Hashable]]) -> list[tuple[Any, int, dict]]:
+             distinct: dict[str, Callable[[Any], Hashable]]) -> list[Group]:
     """Group ``rows`` by ``key(row)``: ``(key, rows, {name: set of distinct values})`` per
     group, in key order; ``distinct`` names what to collect per group (e.g. datasets)."""
-    groups: dict[Hashable, tuple[list[int], dict[str, set]]] = {}
+    groups: dict[Hashable, tuple[list[int], dict[str, set[Hashable]]]] = {}
     for row in rows:
         k = key(row)
         if k not in groups:
@@ -66,7 +70,7 @@ def count_by(rows: Iterable[Any], key: Callable[[Any], Hashable],
     return [(k, groups[k][0][0], groups[k][1]) for k in sorted(groups, key=_sortable)]
 
 
-def _sortable(key: Hashable) -> tuple:
+def _sortable(key: Hashable) -> tuple[str, ...]:
     parts = key if isinstance(key, tuple) else (key,)
     return tuple("" if p is None else str(p) for p in parts)
 
