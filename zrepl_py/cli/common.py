@@ -12,6 +12,7 @@ import math
 import os
 import re
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -145,14 +146,19 @@ def global_options() -> list[click.Option]:
     ]
 
 
+_GIVEN: weakref.WeakSet[click.Command] = weakref.WeakSet()
+"""The commands that have the global options already."""
+
+
 def add_global_options(command: click.Command) -> click.Command:
     """Give ``command`` and the commands below it (a group's own ``commands``) the global
     options, once; returns ``command``."""
-    if not getattr(command, "_zbak_global_options", False):
+    if command not in _GIVEN:
         command.params.extend(global_options())
-        command._zbak_global_options = True  # type: ignore[attr-defined]
-    for sub in getattr(command, "commands", {}).values():
-        add_global_options(sub)
+        _GIVEN.add(command)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_global_options(sub)
     return command
 
 

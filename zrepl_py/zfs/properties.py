@@ -214,8 +214,8 @@ def _allowed(name: str, native: _Native | None) -> str:
         return "a power of two from 512 to 16M"
     if name in ("quota", "refquota", "reservation", "refreservation", "special_small_blocks"):
         return "a size such as 10G, or none"
-    if native is not None and native.values is not None:
-        return f"matching {native.values.pattern}"  # type: ignore[union-attr]
+    if native is not None and isinstance(native.values, re.Pattern):
+        return f"matching {native.values.pattern}"
     return (f"letters, digits, spaces inside and _.,:=+@/%- only, at most {MAX_USER_VALUE} "
             "bytes")
 
