@@ -148,7 +148,8 @@ def _package_of(module: str) -> str:
 
 def test_the_modules_of_one_package_import_each_other_without_a_cycle():
     """A lazy import that breaks a circle at run time still ties the two files together:
-    neither can be read, tested or moved alone (docs/style.md#rules-a-tool-checks)."""
+    neither can be read, tested or moved alone
+    (docs/decisions.md#the-layout-test-checks-what-the-layering-promises)."""
     graph = _module_graph()
     inside = {m: {t for t in targets if _package_of(t) == _package_of(m)}
               for m, targets in graph.items()}
@@ -194,7 +195,7 @@ def _io_modules() -> set[str]:
 def test_a_planner_loads_no_module_that_does_io(module):
     """Not the invocation context, not a driver, not a module that starts processes or opens
     sockets, files or databases: a planner is tested with plain data alone
-    (docs/style.md#habits-worth-copying, 5)."""
+    (docs/decisions.md#the-layout-test-checks-what-the-layering-promises)."""
     script = (f"import sys, {module}\n"
               "print('\\n'.join(m for m in sys.modules if m.startswith('zrepl_py.')))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -248,9 +249,9 @@ def _stderr_matches(path: Path) -> list[str]:
 
 
 def test_zfs_stderr_is_read_only_in_zfs_errors():
-    """Callers catch the types ``zfs/errors.py`` raises, never match zfs's words themselves
-    (docs/style.md#habits-worth-copying, 3): one table to extend when OpenZFS words a refusal
-    anew."""
+    """Callers catch the types ``zfs/errors.py`` raises, never match zfs's words themselves:
+    one table to extend when OpenZFS words a refusal anew
+    (docs/decisions.md#the-layout-test-checks-what-the-layering-promises)."""
     assert _stderr_matches(PACKAGE / "zfs" / "errors.py"), "the check no longer sees a match"
     found = [line for path in sorted(PACKAGE.rglob("*.py"))
              if str(path.relative_to(PACKAGE.parent)) not in STDERR_READERS
