@@ -124,9 +124,9 @@ def _floor(keep_newer_than: str | None, keep_last: int | None, journal: Path | N
             alone is no floor, since the master can push junk snapshots until the real ones
             are no longer the newest (``docs/decisions.md#the-serve-floor-trusts-the-replicas-own-witnesses``).
     """
-    from zrepl_py.serve.floor import Floor  # noqa: PLC0415
-    from zrepl_py.serve.journal import DEFAULT_JOURNAL  # noqa: PLC0415
-    from zrepl_py.values.units import parse_duration  # noqa: PLC0415
+    from zrepl_py.serve.floor import Floor
+    from zrepl_py.serve.journal import DEFAULT_JOURNAL
+    from zrepl_py.values.units import parse_duration
 
     if keep_newer_than is None:
         if keep_last is not None or journal is not None:

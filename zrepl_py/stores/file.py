@@ -249,8 +249,8 @@ class FileBackend(Backend):
                        prefix, found, make, skip, temporaries)
         return found
 
-    def _scan(self, directory: Path | str, rel: str, prefix: str, found: builtins.list,
-              make: Callable[..., object], skip: frozenset[str], temporaries: bool) -> None:
+    def _scan(self, directory: Path | str, rel: str, prefix: str, found: builtins.list[_T],
+              make: Callable[..., _T], skip: frozenset[str], temporaries: bool) -> None:
         """Add ``make(key, stat)`` of the files under ``directory`` (key prefix ``rel``)
         that start with ``prefix`` to ``found`` (with ``temporaries``: ``make(name, key,
         stat)`` of the temporary files whose key does); recurse into subdirectories the

@@ -458,7 +458,7 @@ class S3Backend(Backend):
         longer exists (NoSuchUpload)."""
         params: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full(key),
                                   "UploadId": upload_id}
-        total = 0
+        total: int = 0
         while True:
             page = self._upload_op("list_parts", key, **params)
             if page is None:
