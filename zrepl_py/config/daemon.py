@@ -10,9 +10,9 @@ from pydantic import field_validator
 
 from zrepl_py.values.fields import CronSchedule, Duration, Table
 
-DAEMON_ACTIONS = ("snapshot", "replicate", "archive", "prune", "audit")
-"""What ``zbak daemon`` schedules, in the order it runs a job's actions that are due together."""
 DaemonAction = Literal["snapshot", "replicate", "archive", "prune", "audit"]
+DAEMON_ACTIONS: tuple[DaemonAction, ...] = ("snapshot", "replicate", "archive", "prune", "audit")
+"""What ``zbak daemon`` schedules, in the order it runs a job's actions that are due together."""
 
 
 class DaemonConfig(Table):

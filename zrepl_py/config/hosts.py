@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import re
 from pathlib import Path
+from typing import Literal, overload
 
 from pydantic import Field, StrictBool, field_validator
 
@@ -43,6 +44,19 @@ class Endpoint:
         return f"{self.host}:{where}"
 
 
+@dataclasses.dataclass(frozen=True)
+class DatasetEndpoint(Endpoint):
+    """An endpoint that is a ZFS dataset (a job's source, a ZFS target): ``parse_endpoint``
+    makes every one of these, so its ``dataset`` is never None."""
+
+    dataset: DatasetName
+    directory: None = None
+
+
+@overload
+def parse_endpoint(value: object, *, allow_directory: Literal[False]) -> DatasetEndpoint: ...
+@overload
+def parse_endpoint(value: object, *, allow_directory: bool) -> Endpoint: ...
 def parse_endpoint(value: object, *, allow_directory: bool) -> Endpoint:
     """Parse ``HOST:POOL/PATH`` / ``HOST:/dir`` / ``POOL/PATH`` into an Endpoint.
 
@@ -67,7 +81,7 @@ def parse_endpoint(value: object, *, allow_directory: bool) -> Endpoint:
             raise InvalidEndpoint(f"{value!r}: directory has control characters")
         return Endpoint(host, None, rest.rstrip("/") or "/")
     try:
-        return Endpoint(host, DatasetName(rest), None)
+        return DatasetEndpoint(host, DatasetName(rest))
     except InvalidName as exc:
         raise InvalidEndpoint(str(exc)) from None
 

@@ -11,7 +11,7 @@ from pydantic import StrictBool, field_validator, model_validator
 
 from zrepl_py.config.archive import ArchiveConfig
 from zrepl_py.config.daemon import DaemonAction
-from zrepl_py.config.hosts import Endpoint, parse_endpoint
+from zrepl_py.config.hosts import DatasetEndpoint, Endpoint, parse_endpoint
 from zrepl_py.config.replicate import ReplicateConfig
 from zrepl_py.config.retention import DEFAULT_SNAPSHOT_RETENTION, Retention
 from zrepl_py.errors import CommandFailed, InvalidName
@@ -178,7 +178,7 @@ class JobConfig(Table):
         return values
 
     @functools.cached_property
-    def source(self) -> Endpoint:
+    def source(self) -> DatasetEndpoint:
         """The source dataset, parsed (once: commands over 100,000 streams ask per stream)."""
         return parse_endpoint(self.dataset, allow_directory=False)
 
