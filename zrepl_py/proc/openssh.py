@@ -64,15 +64,26 @@ class SshHost(Protocol):
     """What zbak's SSH code needs to know of a remote host: ``config.hosts.HostConfig`` is
     one. Taken by shape, so the process layer does not depend on the config package."""
 
-    address: str
-    port: int
-    user: str
-    identity_file: Path | None
-    known_hosts: Path | None
-    trust_on_first_use: bool
-    sudo: bool
-    connect_timeout: dt.timedelta
-    ciphers: list[str] | None
+    # Read-only (properties): the config's frozen tables qualify, as any object with the
+    # attributes does.
+    @property
+    def address(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def identity_file(self) -> Path | None: ...
+    @property
+    def known_hosts(self) -> Path | None: ...
+    @property
+    def trust_on_first_use(self) -> bool: ...
+    @property
+    def sudo(self) -> bool: ...
+    @property
+    def connect_timeout(self) -> dt.timedelta: ...
+    @property
+    def ciphers(self) -> list[str] | None: ...
 
 
 SUDO_PREFIX = ("sudo", "-n")
