@@ -19,7 +19,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING
 
-from zrepl_py.config.schema import Config, JobConfig
+from zrepl_py.config.jobs import JobConfig
+from zrepl_py.config.schema import Config
 from zrepl_py.observe.events import Event, emit
 
 if TYPE_CHECKING:  # annotations only: the alerts package loads before the catalog's SQLAlchemy
