@@ -23,7 +23,7 @@ from zrepl_py.errors import ExitStatus, ZbakError
 from zrepl_py.runtime.logsetup import printable
 
 if TYPE_CHECKING:
-    from zrepl_py.config.schema import JobConfig
+    from zrepl_py.config.jobs import JobConfig
     from zrepl_py.invocation.context import Context
 
 

@@ -19,7 +19,7 @@ from zrepl_py.cli.common import (
 from zrepl_py.errors import ExitStatus
 
 if TYPE_CHECKING:
-    from zrepl_py.config.schema import JobConfig
+    from zrepl_py.config.jobs import JobConfig
     from zrepl_py.invocation.context import Context
     from zrepl_py.pruning.holds import HoldRow, Released
     from zrepl_py.zfs.client import Zfs
