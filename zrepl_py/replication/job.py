@@ -29,7 +29,7 @@ from collections.abc import Callable, Hashable
 
 from zrepl_py.checks.health import needs_size, source_warnings, target_warnings
 from zrepl_py.checks.source import source_errors
-from zrepl_py.config.hosts import Endpoint
+from zrepl_py.config.hosts import DatasetEndpoint, Endpoint
 from zrepl_py.config.jobs import JobConfig, no_zfs_fallback
 from zrepl_py.config.replicate import ProtectionBudget
 from zrepl_py.config.schema import replica_datasets
@@ -221,7 +221,8 @@ def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list[Task
     cfg = job.replicate
     assert cfg is not None
     tasks: dict[Hashable, Callable[[], object]] = {}
-    zfs_targets = [t for t in cfg.endpoints() if t.dataset is not None and cfg.method != "rsync"]
+    zfs_targets = [t for t in cfg.endpoints()
+                   if isinstance(t, DatasetEndpoint) and cfg.method != "rsync"]
     for host in [] if dry_run else [job.source.host, *(t.host for t in zfs_targets)]:
         if host in ctx.config.hosts:
             tasks.setdefault(*_master_task(Side.of(ctx.config, host)))
