@@ -102,7 +102,7 @@ def plan_entries(config: Config) -> list[Entry]:
             cron = _cron(config, job, action)
             if cron is None:
                 continue
-            every = config.daemon.every.get(action)  # type: ignore[call-overload]
+            every = config.daemon.every.get(action)
             if every is not None:
                 entries.append(Entry(name, action, every=every.total_seconds()))
             else:
