@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup-host.sh
+# The house rules a tool checks (docs/style.md): lint, then types; any finding fails the run
+# before a test starts.
+.venv/bin/ruff check .
+.venv/bin/mypy
 # The image of the OpenZFS 2.3 guest for the `openzfs` tier, built before pytest so a cold
 # build (~5 min, then cached in /var/cache/zfsvm) never runs inside a test timeout.
 ./scripts/openzfs-vm.sh build
