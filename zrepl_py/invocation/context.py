@@ -13,7 +13,7 @@ import dataclasses
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from zrepl_py.clock import Clock, MonotonicClock, SystemClock
 from zrepl_py.config.hosts import LOCAL_HOST
@@ -60,7 +60,7 @@ class Context:
         default_factory=dict)
     _prefetch: Prefetch | None = None
     _stores: dict[str, Backend] = dataclasses.field(default_factory=dict)
-    _fleet: FleetLocks | None | bool = False  # False: not looked at yet
+    _fleet: FleetLocks | None | Literal[False] = False  # False: not looked at yet
 
     def __enter__(self) -> Context:
         return self
@@ -82,7 +82,7 @@ class Context:
         if self._engine is not None:
             self._engine.dispose()
             self._engine = self._catalog = None
-        if self._fleet:
+        if self._fleet is not None and self._fleet is not False:
             self._fleet.close()
         self._fleet = False
 
@@ -119,7 +119,6 @@ class Context:
 
             shared = make_url(self.config.catalog_url).get_backend_name() == "postgresql"
             self._fleet = FleetLocks(self.config.catalog_url) if shared else None
-        assert self._fleet is not True
         return self._fleet
 
     def lock(self, key: str, action: str) -> AbstractContextManager[Lease]:
