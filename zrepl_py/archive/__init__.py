@@ -1,5 +1,5 @@
 """Cold-storage archive: the next streams of each dataset's chain, zstd-compressed, written to a
-store in volumes (DESIGN.md "Archive").
+store in volumes (docs/design.md#archive).
 
 Modules: ``planner`` (PURE: snapshots, catalogued streams and the chain policy in, planned
 streams out), ``damage`` (lost volumes found with one listing, streams marked ``bad``),

@@ -1,10 +1,10 @@
 """Streams whose objects are gone from the store: find them cheaply, mark them ``bad``.
 
-Issue 15: a volume deleted from the store (a lifecycle rule, an operator, a broken disk) made
-every later incremental of its chain unrestorable, yet ``zbak archive`` kept extending that
-chain. Now, before ``zbak archive`` extends a chain, :func:`chain_damage` compares a listing
-of the store (the job's tree, listed once per run: no read, no request per object) with the
-catalog (:func:`stream_damage`, pure):
+docs/decisions.md#a-damaged-chain-is-never-extended: a volume deleted from the store (a lifecycle
+rule, an operator, a broken disk) made every later incremental of its chain unrestorable, yet ``zbak
+archive`` kept extending that chain. Now, before ``zbak archive`` extends a chain,
+:func:`chain_damage` compares a listing of the store (the job's tree, listed once per run: no read,
+no request per object) with the catalog (:func:`stream_damage`, pure):
 
 * a volume missing, or stored with another size than the catalog records, is a LOSS: the
   stream cannot be restored, so :func:`mark_bad` marks it ``bad``, which takes it and every

@@ -1,13 +1,12 @@
 """``zbak archive`` for one job: plan each dataset's chain, write the streams, protect the tip.
 
-Once per run for the job's whole tree (issue 20: a tree of 100 small datasets paid these
-per dataset): the snapshots (one ``zfs get``, catalog synced), the catalog's streams and
-volume rows of the tree in the store (one read each) and one listing of the tree in the
-store (``_Tree``; a dataset's part is listed again once that is ``RELIST_AFTER`` old). Per
-dataset: check the current chain's objects against that listing
-(``archive.damage``; a stream that lost a volume is marked ``bad`` with an alert event,
-and the planner starts a new full), plan with ``archive.planner``, write each planned stream
-with ``archive.writer`` (which asks the store only for what the listing showed at the
+Once per run for the job's whole tree (docs/decisions.md#an-archive-run-reads-its-tree-once): the
+snapshots (one ``zfs get``, catalog synced), the catalog's streams and volume rows of the tree in
+the store (one read each) and one listing of the tree in the store (``_Tree``; a dataset's part is
+listed again once that is ``RELIST_AFTER`` old). Per dataset: check the current chain's objects
+against that listing (``archive.damage``; a stream that lost a volume is marked ``bad`` with an
+alert event, and the planner starts a new full), plan with ``archive.planner``, write each planned
+stream with ``archive.writer`` (which asks the store only for what the listing showed at the
 stream's prefix), then move the archive hold (``zbak:<job>:archive:<store>``, plus a
 bookmark where supported) to the new chain tip so no pruner can remove the next
 incremental's base. Leftovers of interrupted runs
@@ -19,16 +18,17 @@ A dataset that fails is reported and the others still run.
 Before anything, the store's catalog exports are checked against this machine's high-water
 marks (``catalog.export.StoreGuard``: a rolled-back or replaced store stops the run with
 ``CatalogReplay``); after a run that is not a dry run, the job's export in the store is
-rewritten when its rows changed (RELIABILITY 25 and 26).
+rewritten when its rows changed (docs/reliability.md#r25-catalog-rollback-detection and
+docs/reliability.md#r26-catalog-metadata-copy-with-checksum).
 
 Encrypted datasets (``encryption`` not ``off``, read for all datasets of the job in one
-``zfs get``) are archived raw, ``zfs send -w`` (RELIABILITY 38): without ``-w`` an encrypted
-dataset whose key is loaded is sent DECRYPTED (zfs-send(8) ``-w, --raw``), which would put
-plaintext in the store. A host whose ``zfs send`` has no ``-w`` gets ``RawSendUnavailable``
-for such a dataset and nothing is sent. The manifest records ``-w`` (``Manifest.raw``); the
-catalog has no column for it. A chain written decrypted before (its tip's manifest is not
-raw) is not continued with raw incrementals, which no ``zfs receive`` could apply on it: a
-new raw full starts a new chain.
+``zfs get``) are archived raw, ``zfs send -w`` (docs/reliability.md#r38-encrypted-datasets): without
+``-w`` an encrypted dataset whose key is loaded is sent DECRYPTED (zfs-send(8) ``-w, --raw``), which
+would put plaintext in the store. A host whose ``zfs send`` has no ``-w`` gets
+``RawSendUnavailable`` for such a dataset and nothing is sent. The manifest records ``-w``
+(``Manifest.raw``); the catalog has no column for it. A chain written decrypted before (its tip's
+manifest is not raw) is not continued with raw incrementals, which no ``zfs receive`` could apply on
+it: a new raw full starts a new chain.
 """
 
 from __future__ import annotations
@@ -272,7 +272,8 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
             dry_run=dry_run))
         # The root dataset's run row is open before anything can fail (the store's
         # guard, listing the source): such a failure is a recorded failed run and an
-        # alert, not a silent exit 1 (issue 15). Child datasets get their own rows.
+        # alert, not a silent exit 1 (docs/decisions.md#every-failed-action-is-a-recorded-run).
+        # Child datasets get their own rows.
         runs = None if dry_run else stack.enter_context(
             RunSet(run.catalog, run.clock, name, "archive", [root_target]))
         stack.enter_context(source_errors(ctx, name, job))
@@ -450,8 +451,9 @@ def archive_send(planned: PlannedStream, dataset: DatasetName, caps: Capabilitie
         zfs: the zfs command on the sending host.
 
     Raises:
-        RawSendUnavailable: ``encrypted`` and ``caps.raw_send`` is False (RELIABILITY 38:
-            never archive an encrypted dataset decrypted).
+        RawSendUnavailable: ``encrypted`` and ``caps.raw_send`` is False
+            (docs/reliability.md#r38-encrypted-datasets: never archive an encrypted dataset
+            decrypted).
         InvalidName: a name breaks the ZFS naming rules.
     """
     if encrypted and not caps.raw_send:
@@ -503,9 +505,9 @@ def encrypted_datasets(zfs: Zfs, datasets: Sequence[DatasetName]) -> frozenset[D
 def _decrypted_chain(backend: Backend, dataset: DatasetName, streams: Sequence[StreamRow]
                      ) -> str | None:
     """Why an encrypted dataset's current chain must not be continued, or None: its tip was
-    archived without ``-w`` (before RELIABILITY 38), and a raw incremental cannot be received
-    on a dataset received from a non-raw stream (zfs-receive(8)), or the tip's manifest
-    cannot be read to tell. One small read (the manifest is STANDARD class)."""
+    archived without ``-w`` (before docs/reliability.md#r38-encrypted-datasets), and a raw
+    incremental cannot be received on a dataset received from a non-raw stream (zfs-receive(8)), or
+    the tip's manifest cannot be read to tell. One small read (the manifest is STANDARD class)."""
     chain = current_chain(streams)
     if not chain:
         return None
@@ -536,7 +538,7 @@ def _clean_stale_uploads(backend: Backend, tree: _Tree, prefix: str, keep: set[s
     record), and stale ``progress.json`` records next to catalogued streams. Only stream
     folders directly under ``prefix`` are considered: a child dataset's are its own.
 
-    Never deleted (issue 15: an archive run after a lost catalog deleted the history): a
+    Never deleted (docs/decisions.md#archive-clean-up-never-deletes-a-finished-stream): a
     folder holding a manifest and no ``progress.json`` (a finished stream the catalog does
     not know), and anything at all when the catalog knows no stream of the dataset here
     while the store holds some (the catalog was lost or replaced). Those are named in a

@@ -1,6 +1,6 @@
 """Decide the next stream(s) of a dataset's archive chain (pure: plain data in, steps out).
 
-Policy (DESIGN.md "Archive", ``[jobs.NAME.archive]``):
+Policy (docs/design.md#archive, ``[jobs.NAME.archive]``):
 
 * No chain yet: a full of the OLDEST snapshot, then one ``-I`` incremental to the newest, so
   every snapshot that exists when archiving starts is archived (the seed's "full of @0, then
@@ -12,9 +12,9 @@ Policy (DESIGN.md "Archive", ``[jobs.NAME.archive]``):
   snapshot newer than the tip, so a quiet dataset is not archived again and again.
 * A new full of the NEWEST snapshot starts a new chain at once, even when the tip is the
   newest snapshot, when the chain cannot or must not be extended: a stream of it is ``bad``
-  or found damaged in the store by the caller (issue 15: extending it would only add
-  unrestorable streams), its tip is gone from the source, the caller has another reason
-  (``new_chain``), or ``--full``. The old chain stays until retention removes it.
+  or found damaged in the store by the caller (docs/decisions.md#a-damaged-chain-is-never-extended:
+  extending it would only add unrestorable streams), its tip is gone from the source, the caller has
+  another reason (``new_chain``), or ``--full``. The old chain stays until retention removes it.
 * Such a full is skipped, saying so, when a full of the newest snapshot is catalogued
   already: the current whole chain starts with it (nothing to do), or it is the damaged one
   (its object prefix is taken; the next snapshot starts the new chain).

@@ -5,12 +5,13 @@ handed to ``Backend.put`` as they come, so memory is bounded whatever the stream
 zstd workers' jobs (``streams.frames.compress_frame``) and the store's part size times its
 upload concurrency.
 
-Resume (issue "Cold storage" item 2): after each volume is durable, ``progress.json`` in the
-stream's prefix lists the volumes so far with the SHA-256 of their RAW bytes. A rerun runs the
-same ``zfs send`` again and, for each listed volume whose object still has the recorded size,
-only hashes the regenerated raw bytes: equal hashes mean the stored volume holds exactly these
-bytes and it is skipped without compressing or uploading; a different hash means the stream
-changed, and ``RestartNeeded`` tells the driver to delete the partial upload and start over.
+Resume (docs/decisions.md#an-interrupted-upload-resumes-by-its-raw-volume-hashes): after each volume
+is durable, ``progress.json`` in the stream's prefix lists the volumes so far with the SHA-256 of
+their RAW bytes. A rerun runs the same ``zfs send`` again and, for each listed volume whose object
+still has the recorded size, only hashes the regenerated raw bytes: equal hashes mean the stored
+volume holds exactly these bytes and it is skipped without compressing or uploading; a different
+hash means the stream changed, and ``RestartNeeded`` tells the driver to delete the partial upload
+and start over.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Write one planned stream to a store, in the order that keeps the catalog honest.
 
-Order (house rule 10, issue "Cold storage" item 3):
+Order (docs/design.md#archive-writer-order):
 
 1. volumes, each durable before the next, with ``progress.json`` updated after each;
 2. ``manifest.json`` (STANDARD class), once the last volume is durable, then its copy
-   ``manifest.json.copy`` (same bytes; readers fall back to it, RELIABILITY 26);
+   ``manifest.json.copy`` (same bytes; readers fall back to it,
+   docs/reliability.md#r26-catalog-metadata-copy-with-checksum);
 3. the catalog row (state ``uploaded``) with its volumes and carried snapshots;
 4. ``progress.json`` removed.
 
@@ -105,7 +106,7 @@ def write_stream(
     (``observe.progress.MeteredReader``), e.g. a ``ProgressReporter``; the caller closes it.
     ``listed``: the names a listing made under the job's lock found at ``spec.prefix``
     (None: not listed); a manifest or ``progress.json`` it does not show is not asked for
-    (three GETs less per stream of a tree, issue 20).
+    (three GETs less per stream of a tree, docs/decisions.md#an-archive-run-reads-its-tree-once).
 
     Raises:
         PipelineFailed: ``zfs send`` failed (no manifest, no catalog row; stored volumes

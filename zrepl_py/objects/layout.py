@@ -1,4 +1,4 @@
-"""Where a stream's objects live in a store (the in-bucket format of DESIGN.md "Archive").
+"""Where a stream's objects live in a store (docs/design.md#object-layout).
 
 Every stream has its own key prefix, a pure function of what the stream is, so an interrupted
 archive run finds its own partial upload again::

@@ -1,9 +1,9 @@
 """The stream manifest: a JSON object stored next to a stream's volumes (STANDARD class).
 
-It is written after the last volume is durable and before the catalog row (house rule 10),
-and holds everything needed to rebuild the catalog without it (``zbak catalog rebuild``).
-Guids are written as decimal strings: JSON readers other than Python's lose precision on
-integers above 2**53.
+It is written after the last volume is durable and before the catalog row
+(docs/design.md#archive-writer-order), and holds everything needed to rebuild
+the catalog without it (``zbak catalog rebuild``). Guids are written as decimal strings: JSON
+readers other than Python's lose precision on integers above 2**53.
 
 Format ``zbak-stream/1``::
 
@@ -22,13 +22,14 @@ Format ``zbak-stream/1``::
 ``sha256`` is the SHA-256 of all the other fields as canonical JSON (``objects.sealed``), so
 a changed byte is caught even where the JSON still parses; the writer stores the manifest
 twice (``manifest.json``, then ``manifest.json.copy``) and readers fall back to the copy
-(RELIABILITY 26). Manifests written before the checksum existed have no ``sha256``: they are
-checked by their structure only, and any key outside the format is refused.
+(docs/reliability.md#r26-catalog-metadata-copy-with-checksum). Manifests written before the checksum
+existed have no ``sha256``: they are checked by their structure only, and any key outside the format
+is refused.
 
-``raw`` (added for RELIABILITY 38; manifests written before it have none and read as
-``"-w" in send_flags``) says the stream is a raw send (``zfs send -w``) of an encrypted
-dataset: its blocks are stored as encrypted on disk, the key is in no stream, and a restore
-creates the dataset encrypted with its key unloaded (``zfs load-key`` it). It always equals
+``raw`` (added for docs/reliability.md#r38-encrypted-datasets; manifests written before it have
+none and read as ``"-w" in send_flags``) says the stream is a raw send (``zfs send -w``) of an
+encrypted dataset: its blocks are stored as encrypted on disk, the key is in no stream, and a
+restore creates the dataset encrypted with its key unloaded (``zfs load-key`` it). It always equals
 ``"-w" in send_flags``; a manifest where they differ is refused.
 """
 

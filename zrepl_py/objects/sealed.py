@@ -1,4 +1,5 @@
-"""Metadata objects written twice and read with a fallback (RELIABILITY 26).
+"""Metadata objects written twice and read with a fallback
+(docs/reliability.md#r26-catalog-metadata-copy-with-checksum).
 
 pgBackRest keeps ``backup.info`` and ``backup.info.copy``, each with a checksum inside, and
 loads the copy when the primary is missing or fails its check. zbak does the same for stream

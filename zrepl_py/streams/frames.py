@@ -2,9 +2,9 @@
 
 Why one frame per volume: a volume can then be checked on its own (SHA-256 of the stored
 bytes, frame end, content checksum) before any of it reaches ``zfs receive``, and volumes can
-be downloaded in parallel. Frames are written with ``write_checksum=True``; STYLE.md's
-zstandard pitfall applies: a truncated frame decodes partially without error, so readers
-must check ``eof`` (frame end reached) and that nothing follows the frame.
+be downloaded in parallel. Frames are written with ``write_checksum=True``; the zstandard
+pitfall applies (docs/style.md#the-zstandard-pitfall): a truncated frame decodes partially without
+error, so readers must check ``eof`` (frame end reached) and that nothing follows the frame.
 
 Frame layout (RFC 8878 section 3.1.1, the only facts :class:`FrameWalk` relies on): magic
 ``28 B5 2F FD``; a frame header descriptor byte (bits 7-6 Frame_Content_Size_Flag, bit 5
@@ -42,7 +42,8 @@ MAX_COMPRESS_THREADS = 2
 """Most zstd workers one frame uses. Each holds about 15 MiB at ``JOB_SIZE`` (more on
 incompressible data, whose output buffers fill): with two, ``zbak archive`` of random data to
 S3 peaked at 197 MiB beside 8 MiB parts four at a time (benchmarks/archive.py), so a third
-worker would break the 200 MiB bound of issue 20."""
+worker would break the 200 MiB bound
+(docs/decisions.md#archive-at-the-speed-of-the-pipe-within-200-mib)."""
 
 
 @dataclasses.dataclass

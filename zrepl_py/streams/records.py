@@ -20,9 +20,9 @@ of both):
   when ``drr_compressiontype`` is set, else ``drr_logical_size``; SPILL ``drr_compressed_size``
   or else ``drr_length``; WRITE_EMBEDDED ``drr_psize`` rounded up to 8; the others none.
 
-Raw streams (``zfs send -w`` of an encrypted dataset, RELIABILITY 38; checked against
-OpenZFS ``module/zfs/dmu_send.c`` ``dump_write`` and on real OpenZFS 2.3 streams): every
-substream's BEGIN carries ``DMU_BACKUP_FEATURE_RAW`` (1 << 24 of the feature flags; the
+Raw streams (``zfs send -w`` of an encrypted dataset, docs/reliability.md#r38-encrypted-datasets;
+checked against OpenZFS ``module/zfs/dmu_send.c`` ``dump_write`` and on real OpenZFS 2.3 streams):
+every substream's BEGIN carries ``DMU_BACKUP_FEATURE_RAW`` (1 << 24 of the feature flags; the
 compound header of ``-I`` carries no features) and a payload (an nvlist with the wrapped key
 material, never the key itself); OBJECT_RANGE records (salt, IV and MAC of a range of dnode
 blocks) have no payload; a WRITE's ``drr_compressiontype`` is the block's own
