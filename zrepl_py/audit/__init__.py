@@ -1,4 +1,4 @@
-"""``zbak audit``: proving every retained snapshot can be brought back (DESIGN.md "Audit").
+"""``zbak audit``: proving every retained snapshot can be brought back (docs/design.md#audit).
 
 Modules: ``graph`` (PURE: chains start at a full, guids continue, no gaps or orphans, cursors
 and holds agree), ``restorable`` (PURE: per dataset and store, which snapshots a chain can

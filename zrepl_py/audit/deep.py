@@ -19,7 +19,8 @@ result says when to run again (exit 75 when nothing else is wrong).
 ``--max-duration SECONDS`` (:class:`Deadline`) bounds one run: once that much time has passed
 no further stream (or chain) is started, but at least one is read per run so each run makes
 progress; with the least-recently-verified order and ``verified_at`` written per stream, the
-next run continues where this one stopped (borg ``check --max-duration``; RELIABILITY 24).
+next run continues where this one stopped (borg ``check --max-duration``;
+docs/reliability.md#r24-verify-is-read-only-repair-is-separate-and-explicit).
 
 ``--receive-into POOL`` also proves the chains restore: each chain holding a chosen stream is
 received whole (``zfs receive -u``, full first) into ``POOL/zbak-audit-<random>/c<full id>``
@@ -373,10 +374,10 @@ class DeepAudit:
             return False  # the graph audit reports a living stream without volumes
         check = read_stream(self.backend, stream, vols, self.carried.get(stream.id, ()), sink=sink)
         if check.problems and not check.missing and not check.thawing and sink is None:
-            # RELIABILITY 11 (restic errorOnceBackend, "check successful on second attempt"):
-            # a flaky read (a connection that looked like EOF, a bit flipped in transit) must
-            # not mark a good stream bad: read it once more, and report what the first read
-            # saw. Not with a sink: its bytes already went to the scratch receive.
+            # docs/reliability.md#r11-flaky-read (restic errorOnceBackend, "check successful on
+            # second attempt"): a flaky read (a connection that looked like EOF, a bit flipped in
+            # transit) must not mark a good stream bad: read it once more, and report what the first
+            # read saw. Not with a sink: its bytes already went to the scratch receive.
             first = check
             check = read_stream(self.backend, stream, vols, self.carried.get(stream.id, ()))
             if not (check.problems or check.missing or check.thawing):

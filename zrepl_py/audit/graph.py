@@ -1,6 +1,6 @@
 """Audit level 1, the catalog graph (pure: catalog rows in, findings out).
 
-Rules checked (DESIGN.md "Audit", issue 5 item 4), per dataset and store:
+Rules checked (docs/design.md#audit), per dataset and store:
 
 * **Every chain starts at a full.** Following ``parent_id`` from any stream must end at a
   ``full`` stream without parent. A parent missing from the catalog, an incremental without

@@ -12,9 +12,9 @@
 3. with ``deep``: the chosen streams re-read and checked, verified or marked bad, and with
    ``receive_into`` their chains test-received (``audit.deep``).
 
-Batches (issue 20: reading a job of 100,000 streams at once peaked at 604 MiB, growing
-linearly): the job's datasets and their stream counts are read first
-(``Catalog.dataset_streams``), then grouped into batches of whole datasets of up to
+Batches (docs/decisions.md#catalog-commands-stay-fast-at-100000-streams: reading a job of 100,000
+streams at once peaked at 604 MiB, growing linearly): the job's datasets and their stream counts are
+read first (``Catalog.dataset_streams``), then grouped into batches of whole datasets of up to
 :data:`BATCH_STREAMS` streams (:func:`plan_batches`; a dataset is never split, so every
 chain is checked whole). Each batch is read, listed, checked (graph and objects levels,
 marks, stamps, coverage) and dropped before the next: its catalog reads are scoped to its
@@ -35,10 +35,10 @@ prefix (``objects.layout``).
 A plain audit only reads the store (in the catalog it writes its run, the manifest stamps
 and the streams it marks bad), so it does not take the job's dataset lock: it runs beside
 ``zbak archive``, ``replicate`` and ``snapshot`` (a long archive does not make the weekly
-audit exit 3, issue 15). What a running archive is writing is not yet in the catalog (the
-catalog row comes after the manifest, ``archive.writer``): its partial upload shows as
-information. It does not run beside what deletes: when ``zbak prune`` or ``zbak audit
---repair`` holds the dataset lock, the audit stops with ``Locked`` (exit 3), and two audits
+audit exit 3, docs/decisions.md#audit-runs-beside-an-archive). What a running archive is writing is
+not yet in the catalog (the catalog row comes after the manifest, ``archive.writer``): its partial
+upload shows as information. It does not run beside what deletes: when ``zbak prune`` or ``zbak
+audit --repair`` holds the dataset lock, the audit stops with ``Locked`` (exit 3), and two audits
 of one job do not overlap (their own lock, ``audit HOST:DATASET``). ``--repair``
 (``repair_job``) takes the dataset lock itself, exclusive as before.
 The run is recorded with action ``audit``: ``ok`` when nothing is wrong, ``failed`` with a
@@ -275,7 +275,7 @@ BATCH_STREAMS = 20_000
 """Streams a plain audit reads at once: the job's datasets are audited in batches of whole
 datasets holding up to this many streams together (a larger dataset is a batch of its
 own), each read, listed, checked and dropped before the next, so the audit's memory
-follows the batch, not the catalog (issue 20: 604 MiB for 100,000 streams read at once)."""
+follows the batch, not the catalog (604 MiB for 100,000 streams read at once)."""
 
 
 def plan_batches(datasets: Sequence[DatasetStreams], limit: int, *,
@@ -391,7 +391,7 @@ class _JobAudit:
         ctx, job, mine = self.ctx, self.job, self.mine
         catalog = ctx.catalog()
         # The job's store is listed in a thread while the catalog is read: the listing waits
-        # on the store (system calls or HTTP) most of the time (issue 20).
+        # on the store (system calls or HTTP) most of the time.
         ahead = []
         own = job.archive.store if job.archive is not None else None
         if own in self.backends:
@@ -658,7 +658,7 @@ def repair_job(ctx: Context, name: str, job: JobConfig, *,
     1. unfinished uploads older than ``stale_upload_age`` seconds are aborted
        (``Backend.abort_stale_uploads``: abandoned S3 multipart uploads, which S3 bills and
        never shows in a listing; stray temporary files of a ``file://`` store; z3
-       ``s3_mp_cleanup.py``, RELIABILITY 15);
+       ``s3_mp_cleanup.py``, docs/reliability.md#r15-multipart-edge-cases);
     2. streams left ``condemned`` by a prune that stopped are finished as prune does: their
        objects, then their rows, leaf first (``pruning.chain_delete.delete_stream``).
 

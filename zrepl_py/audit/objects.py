@@ -9,14 +9,14 @@ gone on purpose; the graph audit reports the unfinished prune):
   volume missing or of another size is an error, and ``audit.job`` marks its stream bad;
 * the manifest exists, in STANDARD class, parses (``Manifest.from_json``, falling back to
   ``manifest.json.copy`` when the primary fails: a damaged or missing primary is a warning,
-  both damaged an error, RELIABILITY 26) and agrees with
-  the catalog: host, dataset, kind, from/to snapshot names and guids, createtxg, the
+  both damaged an error, docs/reliability.md#r26-catalog-metadata-copy-with-checksum) and agrees
+  with the catalog: host, dataset, kind, from/to snapshot names and guids, createtxg, the
   snapshots carried, every volume's key, sizes and SHA-256, the storage class and
   compression (manifests are fetched in parallel, ``concurrency`` at a time). A manifest an
   earlier audit read and found agreeing is trusted instead of read again while the listing
   shows it unchanged (:func:`must_read`: the same size and etag, ``catalog.stamps``) and that
   read is younger than its share of ``TRUST_MANIFESTS_FOR``; a changed, new or long-unread
-  manifest is read (issue 20: 100,000 manifest reads per audit);
+  manifest is read (docs/decisions.md#audit-trusts-a-manifest-whose-listing-has-not-changed);
 * what unfinished puts left under the job's prefix (a ``file://`` temporary file, an S3
   multipart upload: no object, but stored bytes) is reported with its key and size
   (:func:`unfinished_findings`), a warning once older than ``zbak audit --repair``'s age;

@@ -1,4 +1,5 @@
-"""Which snapshots each store can bring back, and which it holds but cannot (issue 15).
+"""Which snapshots each store can bring back, and which it holds but cannot
+(docs/decisions.md#audit-names-stored-but-unrestorable-snapshots).
 
 Per dataset and store the audit states three sets of snapshots:
 
@@ -87,7 +88,8 @@ class Snapshots(Sequence[CarriedSnapshot]):
     """An immutable sequence of :class:`CarriedSnapshot` kept as three columns (the names
     interned, guids and createtxgs in arrays of 8 bytes each): 24 bytes a snapshot instead
     of about 130 as objects. An audit keeps every dataset's :class:`Coverage` until it
-    reports, 200,000 snapshots per 100,000 streams (issue 20). Compares equal to a tuple
+    reports, 200,000 snapshots per 100,000 streams
+    (docs/decisions.md#catalog-commands-stay-fast-at-100000-streams). Compares equal to a tuple
     or another ``Snapshots`` of the same snapshots; ``+`` gives a tuple.
 
     Args:
@@ -267,7 +269,7 @@ def coverage(streams: Sequence[StreamRow], carried: Mapping[int, Sequence[Carrie
     known = known or {}
     # The sets hold the snapshots-table rows (also in ``others``) where they agree with
     # what the streams carry, not copies: an audit keeps every dataset's coverage until it
-    # reports (issue 20).
+    # reports.
     rows: dict[int, CarriedSnapshot] = {}
     for snaps in known.values():
         for snap in snaps:

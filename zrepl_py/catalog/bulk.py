@@ -215,7 +215,7 @@ class BulkReads(CatalogBase):
         wrap, intern = WRAP64, sys.intern
         rows.sort(key=_first_and_txg)
         # Names interned: the datasets of a recursive job share their snapshots' names, and
-        # an audit keeps these rows for its report (issue 20).
+        # an audit keeps these rows for its report.
         for dataset_id, name, guid, createtxg in rows:
             found.setdefault(names[dataset_id], []).append(
                 CarriedSnapshot(intern(name), guid + wrap if guid < 0 else guid, createtxg))

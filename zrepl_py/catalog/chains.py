@@ -1,7 +1,7 @@
 """Chains of archived streams as plain data (PURE: catalog rows in, chains out).
 
 A chain is one full stream and every incremental that applies on it through parent links
-(DESIGN.md "Archive"); the archive planner extends the newest one, chain retention deletes
+(docs/design.md#archive); the archive planner extends the newest one, chain retention deletes
 whole old ones, ``zbak status`` counts them. Condemned streams (the prune tombstone) belong to
 no chain.
 """

@@ -1,4 +1,6 @@
-"""The catalog export in each store, and rollback detection (RELIABILITY 25 and 26).
+"""The catalog export in each store, and rollback detection
+(docs/reliability.md#r25-catalog-rollback-detection and
+docs/reliability.md#r26-catalog-metadata-copy-with-checksum).
 
 Each store holds, per machine and job, ``_zbak/catalog/NODE/JOB.json`` (``layout.export_key``)
 and its ``.copy``, both STANDARD class, put primary first. The object is an envelope::

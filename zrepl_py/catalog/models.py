@@ -1,7 +1,7 @@
 """The catalog's tables (SQLAlchemy Core): what the database holds and the rules it enforces
 itself.
 
-The chain rules of DESIGN.md "Catalog and chain validity" live in the schema, so that no code
+The chain rules (docs/design.md#catalog-and-chain-validity) live in the schema, so that no code
 path (nor a hand-typed SQL statement) can break a chain:
 
 * ``ck_streams_kind_parent``: a full has no parent and no ``from_guid``; an incremental has both.
@@ -12,7 +12,7 @@ path (nor a hand-typed SQL statement) can break a chain:
 
 Core tables, not ORM classes: the repository reads and writes plain rows (``rows``), and
 ``sqlalchemy.orm`` with a declarative mapping cost every command that opens the catalog
-about 0.06 s of CPU more to import (issue 18).
+about 0.06 s of CPU more to import (docs/decisions.md#commands-start-in-under-03-s).
 
 Keep this file and ``migrations/versions`` in step: a test runs alembic's ``compare_metadata``.
 """

@@ -1,6 +1,6 @@
 """``zbak catalog rebuild STORE``: the catalog's streams re-created from the manifests alone.
 
-After the database is lost (DESIGN.md "Archive": the catalog can be rebuilt from manifests
+After the database is lost (docs/design.md#archive: the catalog can be rebuilt from manifests
 alone), every ``manifest.json`` under the store is read and parsed (``Manifest.from_json``),
 and its stream, volumes and carried snapshots are added in chain order: per dataset by the
 to-snapshot's createtxg, fulls before incrementals ending at the same snapshot, so a parent
@@ -12,11 +12,12 @@ full of the same snapshot), the one created last before the incremental wins, th
 --deep`` verifies them again.
 
 Each manifest is read from ``manifest.json``, or from ``manifest.json.copy`` when the primary
-is missing or fails its checksum (``objects.sealed``, RELIABILITY 26). The store's catalog
-exports (``catalog.export``) then tell what manifests cannot: streams an export lists whose
-manifests are gone (neither primary nor copy) are reported in ``lost`` (their objects may be
-gone too: ``zbak audit``). Stream states are not taken from the exports: rebuilt streams are
-re-verified by ``zbak audit --deep`` like any other.
+is missing or fails its checksum (``objects.sealed``,
+docs/reliability.md#r26-catalog-metadata-copy-with-checksum). The store's catalog exports
+(``catalog.export``) then tell what manifests cannot: streams an export lists whose manifests are
+gone (neither primary nor copy) are reported in ``lost`` (their objects may be gone too: ``zbak
+audit``). Stream states are not taken from the exports: rebuilt streams are re-verified by ``zbak
+audit --deep`` like any other.
 
 A store that already has streams in the catalog is refused unless ``merge``: then only the
 streams whose prefix the catalog lacks are added. Manifests that cannot be parsed, and

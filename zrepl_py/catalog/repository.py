@@ -1,9 +1,10 @@
 """The catalog API: short transactions in, plain frozen dataclasses out.
 
 Every method opens its own transaction and commits before returning, so callers never hold a
-database lock across a zfs or S3 operation (house rule 10 orders those writes). Rows come back as
-frozen dataclasses, never database rows. Times are aware UTC; guids are ints 0 .. 2**64-1; sizes
-are bytes. It is written in SQLAlchemy Core (``models`` holds the tables): no ORM is loaded.
+database lock across a zfs or S3 operation (the write orders, docs/design.md#write-orders,
+order those writes). Rows come back as frozen dataclasses, never database rows. Times are aware
+UTC; guids are ints 0 .. 2**64-1; sizes are bytes. It is written in SQLAlchemy Core (``models``
+holds the tables): no ORM is loaded.
 
 Chains are checked twice: here, to raise ``ChainBroken`` with a message saying what to do, and by
 the database's own constraints (models.py), which catch anything that slips past.

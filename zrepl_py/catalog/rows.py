@@ -2,7 +2,8 @@
 
 What the repository (``catalog.repository.Catalog``) takes and hands back, and what every
 planner works on: no SQLAlchemy here, so a pure planner that imports rows loads no database
-code (issue 17). Times are aware UTC; guids are ints 0 .. 2**64-1; sizes are bytes.
+code (docs/decisions.md#pure-planners-load-no-database-code). Times are aware UTC; guids are
+ints 0 .. 2**64-1; sizes are bytes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 LOCAL_HOST = "local"
 
 # Which stream states may follow which; "condemned" is the catalog tombstone written before the
-# objects are deleted (house rule 10), so nothing leaves it.
+# objects are deleted (docs/design.md#chain-prune-order), so nothing leaves it.
 STATE_TRANSITIONS: dict[str, frozenset[str]] = {
     "uploading": frozenset({"uploaded", "bad", "condemned"}),
     "uploaded": frozenset({"verified", "bad", "condemned"}),

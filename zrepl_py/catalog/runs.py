@@ -135,7 +135,8 @@ class Runs(CatalogBase):
 
     def newest_run_time(self) -> dt.datetime | None:
         """The latest start or end time of any run (aware UTC), None before the first run:
-        the floor of the Context's ``MonotonicClock`` (RELIABILITY 32)."""
+        the floor of the Context's ``MonotonicClock``
+        (docs/reliability.md#r32-clock-goes-backwards)."""
         query = sa.select(sa.func.max(run_table.c.started_at), sa.func.max(run_table.c.ended_at))
         with self._transaction("reading the newest run time", read_only=True) as conn:
             times = [t for t in conn.execute(query).one() if t is not None]

@@ -378,7 +378,7 @@ class Streams(CatalogBase):
         Raises:
             ChainBroken: other streams still apply on it (the database refuses too).
             CatalogConflict: the stream is not condemned (condemn it, delete its objects, then
-                the row: house rule 10).
+                the row: docs/design.md#chain-prune-order).
             NotInCatalog: no such stream.
         """
         with self._transaction(f"deleting stream {stream_id}", on_integrity=ChainBroken) as conn:

@@ -59,8 +59,9 @@ class UInt64(sa.types.TypeDecorator[int]):
 class UtcDateTime(sa.types.TypeDecorator[dt.datetime]):
     """A point in time: binds aware datetimes only, returns aware UTC datetimes.
 
-    Raises ``ValueError`` on bind when given a naive datetime (house rule 8: zbak has none).
-    PostgreSQL stores ``timestamptz``; SQLite stores the UTC wall time without offset.
+    Raises ``ValueError`` on bind when given a naive datetime
+    (docs/style.md#utc-everywhere-and-order-by-createtxg: zbak has none). PostgreSQL stores
+    ``timestamptz``; SQLite stores the UTC wall time without offset.
     """
 
     impl = sa.DateTime(timezone=True)
