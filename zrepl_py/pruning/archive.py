@@ -6,13 +6,13 @@ selection leaves out now: another job's datasets under a shared root, ``select``
 job's store: the pure planner
 (``pruning.chain_plan``) decides; when the plan deletes something, a listing of the store
 finds streams with missing objects (``pruning.chain_delete.find_damaged``; one listing of
-the job's tree and one read of its volume rows for every dataset, issue 20) and the plan
-is made again knowing them; unless it is a dry run ``pruning.chain_delete`` executes,
-re-checking each chain that releases a deleted one first (``pruning.recheck``; the plan
-counts the objects it will check); a dataset with a damaged stream is refused whole
-(``StoreInconsistent``, nothing deleted), and so is one whose releasing chain fails the
-re-check (``ReleaserMismatch``). A dataset whose store or catalog fails is reported and the
-others still run.
+the job's tree and one read of its volume rows for every dataset,
+docs/decisions.md#catalog-commands-stay-fast-at-100000-streams) and the plan is made again knowing
+them; unless it is a dry run ``pruning.chain_delete`` executes, re-checking each chain that releases
+a deleted one first (``pruning.recheck``; the plan counts the objects it will check); a dataset with
+a damaged stream is refused whole (``StoreInconsistent``, nothing deleted), and so is one whose
+releasing chain fails the re-check (``ReleaserMismatch``). A dataset whose store or catalog fails is
+reported and the others still run.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def prune_dataset_chains(
     checked for damaged streams (``check``: the listing and volume rows it reads once for
     the job's tree) and the plan made again with what is damaged: a
     damaged stream only ever keeps more, so a plan that deletes nothing needs no check
-    (issue 20: a prune of 100,000 streams then lists nothing; ``zbak audit`` checks every
+    (a prune of 100,000 streams then lists nothing; ``zbak audit`` checks every
     object).
     """
     result = DatasetChains(dataset, None)
@@ -180,7 +180,8 @@ def prune_dataset_chains(
         log.warning("stream %d of %s in store %s is damaged (%s): its chain is left alone;"
                     " run zbak audit", stream_id, dataset, backend.name, what)
     if result.plan.refused:
-        # RELIABILITY 19: an inconsistent store is an error of the run, dry or not.
+        # docs/reliability.md#r19-prune-refuses-on-an-inconsistent-store: an inconsistent store is
+        # an error of the run, dry or not.
         result.error = str(StoreInconsistent(f"{dataset} in store {backend.name}:"
                                              f" {result.plan.refused}"))
         log.error("prune refused: %s", result.error)
@@ -219,7 +220,7 @@ def prune_archive(
     source = job.source
     root = str(source.dataset)
     # One listing of the job's tree and one read of its volume rows serve every dataset
-    # that needs the check (one per dataset cost 218 s for 100,000 streams, issue 20).
+    # that needs the check (one per dataset cost 218 s for 100,000 streams).
     check = StoreCheck(backend, dataset_prefix(source.host, root), lambda: catalog.bulk_volumes(
         host=source.host, below=root, store=cfg.store))
     for dataset, rows in job_streams(job, streams, cfg.store, left_out=left_out).items():

@@ -1,9 +1,10 @@
 """Carry out a chain retention plan: tombstone, delete objects, delete rows (in that order).
 
-Order (DESIGN.md "Catalog and chain validity", house rule 10, issue 5 item 2):
+Order (docs/design.md#chain-prune-order):
 
 0. when the plan deletes chains, every chain that releases one (``ChainPlan.releasers``) is
-   re-checked against the catalog (``pruning.recheck``, issue 15); a mismatch marks the
+   re-checked against the catalog (``pruning.recheck``,
+   docs/decisions.md#the-releasing-chain-is-rechecked-before-any-delete); a mismatch marks the
    mismatching streams ``bad`` and stops here: nothing of the dataset is deleted, and the
    next plan sees the bad stream and releases nothing with it;
 1. streams left ``condemned`` by an earlier prune that stopped (crash, store error) are

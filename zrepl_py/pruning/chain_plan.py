@@ -1,8 +1,9 @@
 """Archive retention: which whole chains of one dataset in one store may go, and why the rest
-stay (PURE, house rule 5: catalog rows in, a plan out; ``pruning.chain_delete`` executes it).
+stay (PURE, docs/style.md#planners-are-pure-and-drivers-are-thin: catalog rows in, a plan out;
+``pruning.chain_delete`` executes it).
 
 A chain is one full and every stream that applies on it (parent links, whatever their state).
-Rules (DESIGN.md "Catalog and chain validity", issue 5 item 1), every reason recorded:
+Rules (docs/design.md#catalog-and-chain-validity), every reason recorded:
 
 * Only whole chains are deleted, every stream of the chain in the same plan, leaf first.
 * Retention: the newest chain is kept; so are the ``keep_chains`` newest chains, except that
@@ -12,24 +13,27 @@ Rules (DESIGN.md "Catalog and chain validity", issue 5 item 1), every reason rec
   - a NEWER full must exist whose state is ``verified`` (every volume re-read and
     checksummed) no longer than ``reverify_after`` ago, and whose chain has no damaged or
     ``bad`` stream; so the newest verified, undamaged chain is never deleted, and every
-    deleted chain leaves a newer one to restore (issue 15: a verification is a fact about
-    the bytes on the day it was made, and bytes rot; an old mark releases nothing until
-    ``zbak audit --deep`` renews it);
+    deleted chain leaves a newer one to restore (docs/decisions.md#a-verified-mark-ages: a
+    verification is a fact about the bytes on the day it was made, and bytes rot; an old mark
+    releases nothing until ``zbak audit --deep`` renews it);
   - the chain that releases a deleted one (``ChainDecision.released_by``: the oldest newer
     chain that qualifies and is kept) is what the driver re-checks against the catalog
-    right before the first delete (``pruning.recheck``, issue 15);
+    right before the first delete (``pruning.recheck``,
+    docs/decisions.md#the-releasing-chain-is-rechecked-before-any-delete);
   - a chain with a damaged stream (objects missing, per the caller's ``damaged`` map, e.g.
     from an audit or a listing of the store) or a ``bad`` one is never touched: the audit
     reports it and the user decides;
   - when ANY stream of the dataset is damaged the store is inconsistent and nothing of the
     dataset is deleted at all, unfinished prunes included: the plan is ``refused`` and the
-    driver raises ``StoreInconsistent`` (restic ``ErrPacksMissing``, RELIABILITY 19);
+    driver raises ``StoreInconsistent`` (restic ``ErrPacksMissing``,
+    docs/reliability.md#r19-prune-refuses-on-an-inconsistent-store);
   - a chain with a stream younger than its storage class's minimum storage duration is kept
     unless ``accept_early_delete_fee`` (S3 bills the rest of the minimum on early delete).
 * ``condemned`` streams are tombstones of a prune that did not finish (crash, store error):
   they are listed as ``unfinished`` for the driver to finish first, never re-planned.
 
-Order: chains by their full's ``to_createtxg`` (then id), never by time (house rule 8).
+Order: chains by their full's ``to_createtxg`` (then id), never by time
+(docs/style.md#utc-everywhere-and-order-by-createtxg).
 """
 
 from __future__ import annotations

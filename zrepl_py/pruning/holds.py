@@ -1,5 +1,6 @@
 """zbak's own holds on a job's source snapshots: which are current, which are stale, and
-releasing the stale ones (``zbak holds list|release-stale``; RELIABILITY 23, zrepl #288/#826).
+releasing the stale ones (``zbak holds list|release-stale``;
+docs/reliability.md#r23-interrupted-initial-replication-leaves-no-unbounded-holds, zrepl #288/#826).
 
 zbak holds a snapshot with ``zbak:<job>:<target>`` while it is the replication base of that
 target (``replication.protect``) and with ``zbak:<job>:archive:<store>`` while it is the tip

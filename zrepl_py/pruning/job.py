@@ -114,7 +114,8 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
                         dry_run=dry_run) as hooks, \
             contextlib.ExitStack() as stack:
         # The source's run row is open before the source is listed, so a failure there is a
-        # recorded failed run and an alert (issue 15).
+        # recorded failed run and an alert
+        # (docs/decisions.md#every-failed-action-is-a-recorded-run).
         record = None if dry_run else stack.enter_context(
             recorded_run(catalog, ctx.clock, name, "prune"))
         stack.enter_context(source_errors(ctx, name, job))
@@ -222,7 +223,8 @@ def _prune_archive(ctx: Context, name: str, job: JobConfig, streams: list[Stream
     except ZbakError as exc:
         return ArchivePruneResult(cfg.store, error=str(exc))
     try:
-        # RELIABILITY 25: a rolled-back store is refused before any chain is touched.
+        # docs/reliability.md#r25-catalog-rollback-detection: a rolled-back store is refused before
+        # any chain is touched.
         guard = StoreGuard(backend, cfg.store, ctx.state_dir, job=name)
         guard.check()
         if dry_run:

@@ -1,4 +1,5 @@
-"""Re-check the chain that releases an old one, right before prune deletes anything (issue 15).
+"""Re-check the chain that releases an old one, right before prune deletes anything
+(docs/decisions.md#the-releasing-chain-is-rechecked-before-any-delete).
 
 A chain may be deleted only because a newer chain was verified (``pruning.chain_plan``). That
 verification is a fact about the bytes on the day ``zbak audit --deep`` read them; a byte
@@ -122,7 +123,7 @@ def planned_objects(volumes: Mapping[int, Sequence[VolumeRow]],
 
 def _read(backend: Backend, key: str) -> tuple[int, str]:
     """``(bytes, sha256 hex)`` of the object under ``key``, read once more when the store's
-    own checksum check failed (damage in transit; RELIABILITY 11).
+    own checksum check failed (damage in transit; docs/reliability.md#r11-flaky-read).
 
     Raises:
         StoreReadCorrupt: the store's check failed twice (damaged where it is stored).

@@ -3,7 +3,7 @@
 Per ZFS target (directory targets keep their trees): one listing of the target tree and one
 of its pool's clones, then for every dataset the job covers, the same pure planner as the
 source (``pruning.snapshot_plan.plan_prune``) over the target dataset's snapshots, with these
-protections (issue 5 item 3):
+protections (docs/design.md#snapshots):
 
 * only zbak's own snapshots (the job's prefix) are ever destroyed; held snapshots and
   snapshots with clones are kept (the planner's rules);

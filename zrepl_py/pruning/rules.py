@@ -1,6 +1,7 @@
 """Retention arithmetic: which items a ``Retention`` policy keeps, and why (PURE).
 
-Semantics (DESIGN.md "Snapshots", RELIABILITY cases 31 and 32):
+Semantics (docs/design.md#snapshots, docs/reliability.md#r31-dst and
+docs/reliability.md#r32-clock-goes-backwards):
 
 - Items are ranked newest-first by ``createtxg``, never by ``created`` or by name: a clock
   that stepped back gives a newer snapshot an older time, and it is still the newest.

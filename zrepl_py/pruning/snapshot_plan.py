@@ -1,10 +1,12 @@
 """The snapshot prune planner: one dataset's snapshots + retention -> destroy list with reasons.
 
-PURE (house rule 5): plain data in, a ``PrunePlan`` out; the driver lists snapshots, gathers
-holds, clones and protections, calls ``plan_prune`` and destroys ``to_destroy`` one by one.
+PURE (docs/style.md#planners-are-pure-and-drivers-are-thin): plain data in, a ``PrunePlan`` out; the
+driver lists snapshots, gathers holds, clones and protections, calls ``plan_prune`` and destroys
+``to_destroy`` one by one.
 
-Safety rules (DESIGN.md "Snapshots", RELIABILITY case 21) are checked for every snapshot and
-every reason is recorded, not just the first, so ``--dry-run`` can show all of them:
+Safety rules (docs/design.md#snapshots, docs/reliability.md#r21-replication-safety-in-pruning) are
+checked for every snapshot and every reason is recorded, not just the first, so ``--dry-run`` can
+show all of them:
 
 - a snapshot zbak did not make (not ``own``) is never pruned;
 - a held snapshot (``userrefs > 0``) or one with dependent clones is kept: ``zfs destroy``

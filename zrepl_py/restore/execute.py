@@ -19,9 +19,9 @@ into ``zfs receive -u INTO`` (over ssh when the source is a replica host); raw (
 that dataset is encrypted, as replication sends it. The full is marked the same way, so an
 interrupted ``-I`` is sent again from the snapshot the full brought, not from scratch.
 
-Encrypted datasets (RELIABILITY 38): an archived raw stream (``zfs send -w``) is received
-as it is (``zfs receive`` needs no flag); the new dataset is encrypted, its key unloaded
-(``keystatus`` ``unavailable``) and it stays unmounted. Destroying the later snapshots and
+Encrypted datasets (docs/reliability.md#r38-encrypted-datasets): an archived raw stream (``zfs send
+-w``) is received as it is (``zfs receive`` needs no flag); the new dataset is encrypted, its key
+unloaded (``keystatus`` ``unavailable``) and it stays unmounted. Destroying the later snapshots and
 the rollback work without the key (checked on OpenZFS 2.3). After every restore the new
 dataset must hold the target snapshot with its guid; when it arrived locked the outcome says
 so and a warning names the ``zfs load-key`` / ``zfs mount`` to run (the key is the source
@@ -108,7 +108,8 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     assert path is not None
     cfg = ctx.config.restore
     backend = ctx.store(path.store)
-    # RELIABILITY 25: a store rolled back behind this machine's back is refused.
+    # docs/reliability.md#r25-catalog-rollback-detection: a store rolled back behind this machine's
+    # back is refused.
     StoreGuard(backend, path.store, ctx.state_dir).check()
     waiting, ready_by = request_thaws(backend, ctx.catalog(), path.streams, plan.volumes,
                                       cfg, ctx.clock.now())
@@ -250,8 +251,9 @@ def _wait_verified(fetch: VolumeFetch) -> None:
 
 
 def _stream_rejected(exc: BaseException, receive: list[str], host: str) -> bool:
-    """True when a receive failed because of the stream's own bytes (RELIABILITY 12): zfs
-    receive called it invalid, or its zstd frame failed while decoding for the receive."""
+    """True when a receive failed because of the stream's own bytes
+    (docs/reliability.md#r12-valid-zstd-around-an-invalid-zfs-stream): zfs receive called it
+    invalid, or its zstd frame failed while decoding for the receive."""
     if isinstance(exc, StreamCorrupt):
         return True
     return (isinstance(exc, PipelineFailed)

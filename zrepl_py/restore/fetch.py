@@ -17,11 +17,11 @@ plus a SHA-256 of the decoded bytes took 4x as long as the SHA-256 of the stored
 catalog's SHA-256 is the one ``Backend.put`` computed over exactly the bytes
 ``compress_frame`` produced for the volume, one whole frame (finished with FLUSH_FINISH,
 content checksum on), and the catalog row was written only after the put returned
-(archive/writer.py, house rule 10). Stored bytes of the recorded size and SHA-256 are
+(docs/design.md#archive-writer-order). Stored bytes of the recorded size and SHA-256 are
 therefore those bytes (SHA-256 second-preimage resistance): a missing, truncated, extended,
 replaced or bit-flipped volume fails here, before anything is received, exactly as a decode
-would have failed it. The frame walk checks the frame end the issue asks for, without
-decoding.
+would have failed it. The frame walk checks the frame end
+(docs/reliability.md#r8-truncated-stream-object) without decoding.
 
 What a decode here would add is a check of the writer itself: a frame that was already bad
 when it was hashed (memory corruption between compressor and hash, a zstd bug). That is
@@ -146,7 +146,9 @@ def _download_verified(backend: Backend, volume: VolumeRow, partial: Path, where
     the receive pass reads back (decoding them with the content checksum and the catalog's
     raw size). No fsync: a spool file is never trusted across runs without being verified
     again (``_fetch_one``), so one a crash left short or torn is read again, not received.
-    Before issue 20 the file was fsync'ed and read back to be verified: a full's first
+    Before the read-ahead
+    (docs/decisions.md#restore-verifies-each-volume-before-it-is-received-and-reads-ahead) the
+    file was fsync'ed and read back to be verified: a full's first
     volume then reached ``zfs receive`` only after it was downloaded, forced to disk and
     read once more.
 
@@ -166,8 +168,8 @@ def _download_verified(backend: Backend, volume: VolumeRow, partial: Path, where
 def _twice(read_and_verify: Callable[[], None], where: str) -> None:
     """Run ``read_and_verify``; when the bytes fail verification, warn naming the volume and
     read it once more, so a flaky read (a dropped connection that looked like EOF, a bad
-    disk read) does not fail a restore, yet is reported (RELIABILITY 11, restic's
-    errorOnceBackend: "check successful on second attempt"). Only one retry: a volume that
+    disk read) does not fail a restore, yet is reported (docs/reliability.md#r11-flaky-read,
+    restic's errorOnceBackend: "check successful on second attempt"). Only one retry: a volume that
     fails twice is corrupt where it is stored.
 
     Raises:

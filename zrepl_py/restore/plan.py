@@ -1,6 +1,8 @@
-"""Plan ``zbak restore`` (PURE, house rule 5): facts in (``facts.RestoreFacts``), a plan out.
+"""Plan ``zbak restore`` (PURE, docs/style.md#planners-are-pure-and-drivers-are-thin): facts in
+(``facts.RestoreFacts``), a plan out.
 
-Sources (DESIGN.md "The four jobs", 2), in this order:
+Sources (docs/design.md#restore,
+docs/decisions.md#the-cheapest-restore-source-is-chosen-and-the-plan-says-why), in this order:
 
 1. the snapshot on the dataset itself (a local ``zfs send | zfs receive`` copy into ``--into``);
 2. a replica target that has it (sent back, over ssh for a remote host);
