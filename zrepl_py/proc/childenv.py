@@ -5,8 +5,8 @@ zbak's own process may hold secrets in its environment: the standard AWS chain r
 ``PGPASSWORD``, and the config's ``{ env = "NAME" }`` secrets (SMTP password, webhook token)
 are variables too. None of the tools zbak starts needs any of them, and a child's environment
 is readable by its user in ``/proc/PID/environ``, survives in core dumps, and would travel
-further in any child that forwards its environment (RELIABILITY 39, house rule 7). So every
-child gets this process's environment minus:
+further in any child that forwards its environment (docs/reliability.md#r39-no-secrets-in-argv,
+docs/style.md#secrets-are-a-type). So every child gets this process's environment minus:
 
 - every ``AWS_*`` variable (AWS CLI/SDK settings; no child talks to AWS);
 - every variable whose name contains a secret-like word (``SECRET``, ``PASSWORD``, ``PASSWD``,

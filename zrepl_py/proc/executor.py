@@ -9,7 +9,8 @@ Contract for every implementation (LocalExecutor, SSHExecutor, test wrappers):
 - ``run`` never raises for output on stderr alone.
 - Connection problems raise ``HostUnreachable`` or ``HostKeyMismatch``, never CommandFailed.
 - A timeout kills the command and raises ``CommandFailed`` with ``returncode=None``.
-- Secrets are never passed in argv (house rule 7); executors log every argv at DEBUG.
+- Secrets are never passed in argv (docs/style.md#secrets-are-a-type); executors log every argv at
+  DEBUG.
 """
 
 from __future__ import annotations

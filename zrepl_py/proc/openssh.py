@@ -1,13 +1,13 @@
 """The OpenSSH client argv for the replication data path, and the one argv-to-command join.
 
-The data path pipes process to process (``zfs send | ssh HOST 'zfs receive ...'``, DESIGN.md
-"Replication"), so it uses the real ``ssh`` binary; paramiko (``zrepl_py.proc.ssh``) runs the
-control commands. Both must trust the same host keys and quote the same way:
+The data path pipes process to process (``zfs send | ssh HOST 'zfs receive ...'``,
+docs/design.md#replication), so it uses the real ``ssh`` binary; paramiko (``zrepl_py.proc.ssh``)
+runs the control commands. Both must trust the same host keys and quote the same way:
 
 - ``ssh_argv`` checks host keys strictly against zbak's own known_hosts file only
   (``GlobalKnownHostsFile=/dev/null``), like SSHExecutor;
 - ``remote_command`` is the single place in zbak where an argv becomes a command string for a
-  remote shell (house rule 2); SSHExecutor calls it too.
+  remote shell (docs/style.md#no-shell-strings); SSHExecutor calls it too.
 
 Ciphers: OpenSSH's client offers ChaCha20-Poly1305 first, which is fast everywhere but much
 slower than AES-GCM on a CPU with AES instructions (x86 AES-NI, Armv8 crypto extensions).

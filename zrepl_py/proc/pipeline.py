@@ -1,6 +1,6 @@
 """Run a process pipeline (``zfs send | zstd | ssh HOST 'zstd -d | zfs receive ...'``).
 
-The replication data path (DESIGN.md "Replication") never passes through Python: stage i's
+The replication data path (docs/design.md#replication) never passes through Python: stage i's
 stdout is an OS pipe that is stage i+1's stdin, exactly as a shell pipe, so throughput is the
 raw pipe's. Python only starts the stages, drains their stderr, watches their exit status and
 reads the byte count from the kernel's per-process I/O accounting.
@@ -400,7 +400,8 @@ class _Pipeline:
                 child.start_error = (127, f"cannot start {argv[0]}: command not found")
             return
         try:
-            child.popen = spawn.popen(  # no AWS_*/password variables (RELIABILITY 39)
+            # no AWS_*/password variables (docs/reliability.md#r39-no-secrets-in-argv)
+            child.popen = spawn.popen(
                 pdeathsig_prefix() + argv,
                 stdin=stdin,
                 stdout=stdout,

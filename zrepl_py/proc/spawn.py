@@ -1,4 +1,6 @@
-"""The one way zrepl_py starts a child process (issue 16 item 1, RELIABILITY 39/40).
+"""The one way zrepl_py starts a child process
+(docs/decisions.md#every-child-process-starts-through-spawn,
+docs/reliability.md#r39-no-secrets-in-argv, docs/reliability.md#r40-no-secrets-in-logs).
 
 Every ``run``, ``popen`` and ``exec_replace`` here gives the child the environment it is
 handed (default: this process's) minus every secret variable (``proc.childenv.child_env``):

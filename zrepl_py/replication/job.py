@@ -10,7 +10,7 @@ diverged), which raises the usual failure alert, and ``zbak replicate`` exits 1.
 target's bytes, duration and result go to the catalog's ``runs`` table; each dataset's
 cursor to ``replica_cursors``.
 
-Method ``auto`` falls back to rsync (DESIGN.md "Replication") when the target host has no
+Method ``auto`` falls back to rsync (docs/design.md#replication) when the target host has no
 ``zfs`` (a non-recursive job, into ``/POOL/PATH``) or when its ZFS rejects a dataset's stream
 as unsupported (``StreamUnsupported``; that dataset only, into the directory where its target
 dataset would be mounted, ``rsync_target.fallback_directory``); each fallback adds a warning

@@ -1,9 +1,11 @@
 """The replication planner: source and target snapshots (+ a resume token) -> send steps.
 
-PURE (house rule 5): frozen dataclasses in, a ``Plan`` out; the driver lists both sides,
-describes the target's resume token on the source (``zfs.resume.describe_token``), calls
-``plan_replication`` and runs the steps in order. Rules (DESIGN.md "Replication",
-RELIABILITY 3, 4 and 21):
+PURE (docs/style.md#planners-are-pure-and-drivers-are-thin): frozen dataclasses in, a ``Plan`` out;
+the driver lists both sides, describes the target's resume token on the source
+(``zfs.resume.describe_token``), calls ``plan_replication`` and runs the steps in order. Rules
+(docs/design.md#replication, docs/reliability.md#r3-stale-token,
+docs/reliability.md#r4-token-for-another-operation-is-rejected,
+docs/reliability.md#r21-replication-safety-in-pruning):
 
 - What is common is decided by guid, never by name: the common snapshot is the newest target
   snapshot (by the target's createtxg) whose guid is a source snapshot or source bookmark
@@ -15,7 +17,7 @@ RELIABILITY 3, 4 and 21):
   that base. Then: ``Resume``, followed by an ``Incremental`` to the newest source snapshot
   if there are newer ones. Otherwise the plan starts with ``AbortResume(reason)``
   (``zfs receive -A``) and continues as if there had been no token, so a stale token is
-  dropped once and never retried in a loop (RELIABILITY 3).
+  dropped once and never retried in a loop (docs/reliability.md#r3-stale-token).
 - Aborting an interrupted *full* receive destroys the partially received dataset (zfs_main.c
   ``zfs_do_receive -A``: without a ``%recv`` child it destroys the inconsistent dataset
   itself), so the plan then continues as for a missing target.

@@ -9,8 +9,8 @@ snapshot, ``zfs send -i DS#bookmark`` can still continue the chain (zfs-bookmark
 A bookmark is trusted by guid, never by name: one that already carries the cursor's name
 but was made from another snapshot (by hand, or left by a dataset that was renamed into
 place) would be no base at all once the snapshot is gone, and the next run would stop as
-diverged. It is destroyed and made again from the right snapshot, with a warning (issue 18
-item 5).
+diverged. It is destroyed and made again from the right snapshot, with a warning
+(docs/decisions.md#a-cursor-bookmark-is-trusted-by-guid).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The rsync fallback: a snapshot's files into point-in-time trees in a target directory.
 
-For targets that cannot receive ZFS streams (DESIGN.md "Replication", last bullet). Layout
+For targets that cannot receive ZFS streams (docs/design.md#replication, rsync fallback). Layout
 of a target directory ``DIR`` (one dataset per directory):
 
 - ``DIR/snapshots/SHORT``: one complete tree per replicated snapshot, never changed again;
   a file that is the same in two trees is one inode (hard links), so a tree costs only the
   files that changed;
 - ``DIR/current``: a symlink to ``snapshots/SHORT`` of the newest replicated snapshot (by
-  the source's createtxg, never by name: house rule 8);
+  the source's createtxg, never by name: docs/style.md#utc-everywhere-and-order-by-createtxg);
 - ``DIR/partial/GUID``: the tree being written for the snapshot with that guid; an
   interrupted run leaves it (with ``--partial`` files) and the next run continues in it.
 
@@ -141,7 +141,7 @@ def rsync_argv(
     the rsync protocol instead of the remote shell's command line, so directory names with
     spaces or shell characters arrive intact whatever the remote rsync's version (3.2.4 and
     later also backslash-escape by default; older ones did not). The ``-e`` string is
-    ``remote_command(ssh)``, the one argv-to-string join (house rule 2).
+    ``remote_command(ssh)``, the one argv-to-string join (docs/style.md#no-shell-strings).
 
     Args:
         source, destination: the two directories; at most one may have an address.
@@ -360,7 +360,8 @@ def last_synced(target_executor: Executor, directory: str) -> list[str]:
     """List the snapshot trees in ``DIR/snapshots`` on the target: short snapshot names.
 
     Sorted by name only for a stable output; to find the newest, order them by the source's
-    createtxg (house rule 8). Trees being written (``DIR/partial``) are not listed.
+    createtxg (docs/style.md#utc-everywhere-and-order-by-createtxg). Trees being written
+    (``DIR/partial``) are not listed.
 
     Args:
         target_executor: runs on the target host (LocalExecutor for a local directory).

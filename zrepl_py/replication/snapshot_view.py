@@ -5,8 +5,8 @@ Two ways, tried in this order:
 1. ``MOUNTPOINT/.zfs/snapshot/SHORT`` (OpenZFS, zfs-snapshot(8)/zfsprops(7) ``snapdir``):
    reachable by path even when ``snapdir=hidden``, automounted on first access, read-only.
    Used when the dataset is mounted and ``test -d`` finds that directory there.
-2. Otherwise (zfs-fuse has no ``.zfs`` directory, TESTBED.md; an unmounted or legacy-mounted
-   dataset) a temporary clone ``POOL/zbak-view-<12 hex>`` made with
+2. Otherwise (zfs-fuse has no ``.zfs`` directory, docs/testbed.md#zfs-fuse; an unmounted or
+   legacy-mounted dataset) a temporary clone ``POOL/zbak-view-<12 hex>`` made with
    ``zfs clone -o mountpoint=<mktemp -d dir> -o readonly=on -o zbak:view-of=SNAPSHOT``.
    A clone must live in its origin's pool (zfs-clone(8)). Seen on zfs-fuse 0.7: both ``-o``
    options work at clone time and the clone is mounted when ``zfs clone`` returns; the mount

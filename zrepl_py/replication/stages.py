@@ -178,9 +178,10 @@ def metered_transfer(
         stages.append(Stage("rate limit", tuple(limiter)))
     elif bandwidth_limit:
         # -C: pv moves data with splice(2) by default, which the kernel's rchar/wchar
-        # counters do not see; the meter reads pv's rchar on zfs-fuse sources (issue 18
-        # item 7: a 105 MB stream was recorded as 4 MB). Cost: 256 MiB from tmpfs through
-        # `pv -q -L 4G | cat`, median of 5: 0.090 s with splice, 0.136 s with -C.
+        # counters do not see; the meter reads pv's rchar on zfs-fuse sources
+        # (docs/decisions.md#pv-copies-so-its-bytes-are-counted: a 105 MB stream was recorded
+        # as 4 MB). Cost: 256 MiB from tmpfs through `pv -q -L 4G | cat`, median of 5: 0.090 s
+        # with splice, 0.136 s with -C.
         stages.append(Stage("rate limit", ("pv", "-q", "-C", "-L", str(bandwidth_limit))))
     receiving: list[tuple[str, ...]] = [ZSTD_RECEIVE] if squeeze else []
     if receive_buffer and remote:

@@ -10,11 +10,11 @@ the source's holds and bookmarks, the cursors. Two workers never touch one datas
 dataset is one piece of work, and its target dataset is its alone.
 
 A diverged dataset is left untouched and reported in its outcome
-(``DatasetOutcome.diverged``) while the other datasets go on (issue 18 item 6: one diverged
-child must not leave the rest of the tree behind). A failed transfer stops the target: no
-dataset starts after it, those running finish and are settled (every snapshot received
-keeps its cursor), and the error is raised; the failed dataset's cursor stays where it was,
-so the next run re-plans from what the target really has.
+(``DatasetOutcome.diverged``) while the other datasets go on
+(docs/decisions.md#one-diverged-dataset-does-not-stop-its-tree). A failed transfer stops the target:
+no dataset starts after it, those running finish and are settled (every snapshot received keeps its
+cursor), and the error is raised; the failed dataset's cursor stays where it was, so the next run
+re-plans from what the target really has.
 
 Replica properties (``[replicate] properties``, ``zfs.properties``): where the receiving zfs
 takes ``-o``/``-x`` (OpenZFS), streams carry the dataset's properties (``send -p``) and each

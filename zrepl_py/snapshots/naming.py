@@ -1,8 +1,9 @@
-"""zbak's own snapshot names: ``PREFIX_YYYYMMDDTHHMMSSZ``, always UTC (DESIGN.md "Snapshots").
+"""zbak's own snapshot names: ``PREFIX_YYYYMMDDTHHMMSSZ``, always UTC (docs/design.md#snapshots).
 
 The timestamp in a name is a label for people and the marker that a snapshot is zbak's own;
-it never decides order. Ordering uses ``createtxg`` (house rule 8, RELIABILITY case 32): a clock
-that steps back makes names that sort out of creation order. Two names made in the same UTC
+it never decides order. Ordering uses ``createtxg``
+(docs/style.md#utc-everywhere-and-order-by-createtxg, docs/reliability.md#r32-clock-goes-backwards):
+a clock that steps back makes names that sort out of creation order. Two names made in the same UTC
 second are equal; the snapshot taker reports that as ``DatasetExists``.
 """
 

@@ -1,4 +1,5 @@
-"""The ZFS client: one method, one zfs/zpool command, typed errors (house rules 2 and 3).
+"""The ZFS client: one method, one zfs/zpool command, typed errors (docs/style.md#no-shell-strings
+and docs/style.md#typed-errors-at-the-boundary).
 
 Every method builds an argv list from validated names (``zrepl_py.zfs.names``), runs it on
 an Executor (this machine or an SSH host) and maps a failure with
@@ -7,7 +8,7 @@ an Executor (this machine or an SSH host) and maps a failure with
 "one command" are named in the method docs (a failed destroy asks why; health needs two
 numbers).
 
-Never issued here: ``zfs destroy -r/-R/-f`` (DESIGN.md "Snapshots") and ``zfs receive -F``.
+Never issued here: ``zfs destroy -r/-R/-f`` (docs/design.md#snapshots) and ``zfs receive -F``.
 Output is read only in parsable form (``-Hp``): without ``-p`` zfs prints humanized
 numbers such as ``15.9E`` for a guid. Names may contain spaces and ``:``; ``-H`` output
 is tab-separated and names hold no tab, so the first field is always the whole name.
@@ -767,7 +768,7 @@ class Zfs:
         """Destroy one filesystem or volume without children or snapshots: plain
         ``zfs destroy NAME``, retried while it answers "busy" (``attempts`` tries,
         ``delay`` seconds apart): zfs-fuse answers "dataset is busy" for about a second
-        after a clone was unmounted (TESTBED.md). Meant for zbak's temporary clones.
+        after a clone was unmounted (docs/testbed.md#zfs-fuse). Meant for zbak's temporary clones.
 
         Raises:
             DatasetBusy: still busy after the last attempt.

@@ -1,4 +1,5 @@
-"""Translate a failed zfs/zpool command into a typed ZfsError (house rule 3).
+"""Translate a failed zfs/zpool command into a typed ZfsError
+(docs/style.md#typed-errors-at-the-boundary).
 
 Callers catch types, never grep stderr: this module is the one place that reads the words.
 The table covers the wording of OpenZFS 2.x and of zfs-fuse 0.7 (pool v23); sources:
@@ -10,7 +11,7 @@ The table covers the wording of OpenZFS 2.x and of zfs-fuse 0.7 (pool v23); sour
 - OpenZFS ``cmd/zfs/zfs_main.c`` (``destroy_check_dependent``: "snapshot has dependent
   clones"; ``zfs_do_destroy``: "could not find any snapshots to destroy; check snapshot
   names."; a held snapshot: "it's being held. Run 'zfs holds -r ...' to see holders.",
-  seen on OpenZFS 2.3.2 in shared/zfsvm/demo.log);
+  seen on OpenZFS 2.3.2 in the test bed's guest, docs/testbed.md#the-openzfs-guest);
 - OpenZFS ``lib/libzfs/libzfs_dataset.c`` (``zfs_destroy_snaps_nvl``: "snapshot is cloned";
   ``zfs_create``/``check_parents``: "no such parent", "parent does not exist");
 - zbak serve (``serve.floor.refusal``): "... is kept by the floor of zbak serve: ..." when

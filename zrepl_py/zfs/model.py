@@ -23,9 +23,9 @@ class SnapshotInfo:
     Attributes:
         name: the full name ``DATASET@SHORT``.
         guid: the snapshot's guid (64-bit unsigned); equal guids mean the same snapshot
-            on any pool (replication's notion of "common", see DESIGN.md).
+            on any pool (replication's notion of "common", docs/design.md#replication).
         createtxg: the transaction group it was created in; orders snapshots of one
-            dataset (house rule 8), unique within a dataset.
+            dataset (docs/style.md#utc-everywhere-and-order-by-createtxg), unique within a dataset.
         creation: creation time, aware UTC, whole seconds (``zfs get -p creation``).
         userrefs: number of user holds on it (``zfs hold``).
     """
@@ -152,7 +152,8 @@ class PropertyValue:
 
 @dataclasses.dataclass(frozen=True)
 class PoolHealth:
-    """A pool's state before a run (DESIGN.md "Operations": ``zpool status``, not ``-x``).
+    """A pool's state before a run (docs/design.md#operations: ``zpool status``, not
+    ``-x``).
 
     Attributes:
         pool: the pool name.

@@ -1,4 +1,5 @@
-"""ZFS names as validated values (parse, don't validate: house rule 4).
+"""ZFS names as validated values (parse, don't validate:
+docs/style.md#parse-once-into-validated-values).
 
 Rules follow OpenZFS ``module/zcommon/zfs_namecheck.c``:
 - allowed characters are ASCII letters, digits and ``-_.:`` plus space (``valid_char``);

@@ -8,7 +8,8 @@ Send flags used (zfs-send(8), OpenZFS 2.3):
 
 - ``-w`` (``--raw``): send an encrypted dataset exactly as on disk; the receiver never sees
   the key and the replica stays encrypted. Used only when asked (``raw=True``, i.e. the
-  source is encrypted, RELIABILITY 38) and the host has it (``caps.raw_send``, OpenZFS 0.8+).
+  source is encrypted, docs/reliability.md#r38-encrypted-datasets) and the host has it
+  (``caps.raw_send``, OpenZFS 0.8+).
   ``-w`` implies ``-L -e -c`` (zfs_main.c ``zfs_do_send``), so nothing else is added.
 - ``-c`` (``--compressed``): send blocks compressed as they are on disk instead of
   decompressing them (needs ``caps.compressed_send``, OpenZFS 0.7+).
@@ -42,7 +43,7 @@ Receive flags used (zfs-receive(8)):
   is interrupted (needs ``caps.resume_tokens``, OpenZFS 0.7+ and
   ``feature@extensible_dataset``).
 - Never ``-F``: it would roll back and destroy target snapshots and datasets silently; a
-  diverged target is reported instead (DESIGN.md "Replication").
+  diverged target is reported instead (docs/design.md#replication).
 """
 
 from __future__ import annotations
@@ -140,8 +141,9 @@ def send_argv(
     Raises:
         SendArgsInvalid: ``raw`` where ``caps.raw_send`` is False; a Resume without
             ``caps.resume_tokens``, whose token belongs to another dataset than
-            ``source_dataset`` or whose raw flag differs from ``raw`` (RELIABILITY 4);
-            a step that is not a send (AbortResume, Rollback).
+            ``source_dataset`` or whose raw flag differs from ``raw``
+            (docs/reliability.md#r4-token-for-another-operation-is-rejected); a step that is not a
+            send (AbortResume, Rollback).
         InvalidName: a name breaks the ZFS naming rules.
         ResumeTokenInvalid: a malformed token.
     """

@@ -2,7 +2,7 @@
 receiving side (PURE data; ``zfs.sendrecv`` turns a step into ``zfs send``/``receive`` argv).
 
 Snapshots are referred to by guid and createtxg as well as name (``SnapRef``): replication
-decides what is common by guid, never by name (DESIGN.md "Replication").
+decides what is common by guid, never by name (docs/design.md#replication).
 """
 
 from __future__ import annotations
