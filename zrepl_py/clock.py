@@ -1,4 +1,5 @@
-"""Injectable UTC clock: no naive datetimes anywhere in zbak (house rule 8)."""
+"""Injectable UTC clock: no naive datetimes anywhere in zbak
+(docs/style.md#utc-everywhere-and-order-by-createtxg)."""
 
 from __future__ import annotations
 
@@ -44,8 +45,9 @@ class FixedClock:
 class MonotonicClock:
     """A clock whose readings strictly increase, even when the wall clock steps back (NTP,
     a wrong RTC): each ``now()`` is at least one microsecond after the previous one and
-    after ``floor`` (borg ``manifest.write``; RELIABILITY 32). Timestamps it gives are for
-    records (catalog rows, runs); ORDER still comes from createtxg/guid (house rule 8).
+    after ``floor`` (borg ``manifest.write``; docs/reliability.md#r32-clock-goes-backwards).
+    Timestamps it gives are for records (catalog rows, runs); ORDER still comes from createtxg/guid
+    (docs/style.md#utc-everywhere-and-order-by-createtxg).
 
     Args:
         base: the clock to follow while it moves forward.

@@ -13,7 +13,7 @@ from typing import Protocol
 
 
 class ExitStatus(enum.IntEnum):
-    """Process exit codes; the API scripts and systemd units rely on (see DESIGN.md)."""
+    """Process exit codes; the API scripts and systemd units rely on (docs/design.md#exit-codes)."""
 
     OK = 0
     FAILED = 1
@@ -113,7 +113,8 @@ class InvalidProperty(InvalidName, ValueError):
 
 class UnsafeDirectory(ZbakError):
     """A directory zbak keeps private state in already exists and is shared: writable by
-    group or others, or owned by another user. zbak never changes its mode (issue 16)."""
+    group or others, or owned by another user. zbak never changes its mode
+    (docs/decisions.md#a-shared-state-directory-is-refused)."""
 
     exit_status = ExitStatus.USAGE
 
@@ -128,7 +129,7 @@ class CommandFailed(ZbakError):
     """An external command (zfs, zpool, ssh, rsync) exited non-zero.
 
     Attributes:
-        argv: the command as run (never contains secrets: see house rule 7).
+        argv: the command as run (never contains secrets: see docs/style.md#secrets-are-a-type).
         returncode: its exit status; ``None`` when it was killed or timed out.
         stderr: its standard error, decoded, stripped.
         host: the host it ran on, ``"local"`` for this machine.
@@ -314,8 +315,9 @@ class PipelineFailed(ZbakError):
 
 def _shown_argv(argv: Sequence[str]) -> str:
     """A failed stage's argv as an admin wants to read it: for ssh, ``ssh HOST REMOTE
-    COMMAND`` without its ~20 ``-o`` options (issue 16: zfs's own words, not a 500-character
-    argv); ``proc.openssh.ssh_argv`` ends with ``-- ADDRESS REMOTE_COMMAND``."""
+    COMMAND`` without its ~20 ``-o`` options
+    (docs/decisions.md#a-failed-stage-is-shown-as-the-admin-would-type-it: zfs's own words, not a
+    500-character argv); ``proc.openssh.ssh_argv`` ends with ``-- ADDRESS REMOTE_COMMAND``."""
     argv = list(argv)
     if argv and argv[0].rsplit("/", 1)[-1] == "ssh" and "--" in argv:
         rest = argv[argv.index("--") + 1:]
@@ -341,7 +343,8 @@ class ResumeTokenInvalid(ZbakError):
 class SendArgsInvalid(ZbakError):
     """zbak refused to build a ``zfs send`` command as asked, before anything ran: a raw send
     where the host has no ``send -w``, a resume token of another dataset or another encryption
-    mode (RELIABILITY 4), or a step that is not a send.
+    mode (docs/reliability.md#r4-token-for-another-operation-is-rejected), or a step that is not a
+    send.
     """
 
 
@@ -499,13 +502,15 @@ class CatalogExportCorrupt(ZbakError):
 class StoreInconsistent(ZbakError):
     """An object the catalog records is missing from the store, or has another size there:
     ``zbak prune`` refuses to delete anything of that dataset in that store (restic
-    ``ErrPacksMissing``; RELIABILITY 19). The message names the streams and objects; run
+    ``ErrPacksMissing``; docs/reliability.md#r19-prune-refuses-on-an-inconsistent-store). The
+    message names the streams and objects; run
     ``zbak audit`` and repair the store or the catalog first."""
 
 
 class ReleaserMismatch(ZbakError):
     """Right before deleting an old chain, an object of the newer chain that releases it no
-    longer matches the catalog (size, stored checksum or re-read SHA-256; issue 15): the
+    longer matches the catalog (size, stored checksum or re-read SHA-256;
+    docs/decisions.md#the-releasing-chain-is-rechecked-before-any-delete): the
     mismatching streams are marked ``bad`` and nothing of that dataset is deleted
     (``pruning.recheck``). The message names the stream, the object and what differs."""
 
@@ -513,7 +518,7 @@ class ReleaserMismatch(ZbakError):
 class LockBroken(ZbakError):
     """The lock this run held was taken away (its lock file removed or rewritten by another
     process that judged it stale): the run stops at once rather than work unprotected
-    (borg ``LockTimeout``/``NotMyLock``; RELIABILITY 29)."""
+    (borg ``LockTimeout``/``NotMyLock``; docs/reliability.md#r29-stale-locks)."""
 
     exit_status = ExitStatus.LOCKED
 
@@ -524,16 +529,17 @@ class StoreReadCorrupt(StoreTransient, StreamCorrupt):
     calculated checksum"). Raised while iterating ``Backend.get``, after the damaged bytes
     were yielded, so the caller discards what it read. Both a ``StoreTransient`` (damage in
     transit: reading again may succeed) and a ``StreamCorrupt`` (what was read is not the
-    object), so a verifying reader re-reads it once like any other bad read (RELIABILITY 11);
-    a second failure means the object is damaged where it is stored."""
+    object), so a verifying reader re-reads it once like any other bad read
+    (docs/reliability.md#r11-flaky-read); a second failure means the object is damaged where it is
+    stored."""
 
 
 class RawSendUnavailable(SendArgsInvalid):
     """An encrypted dataset (``encryption`` not ``off``) was to be archived, but its host's
     ``zfs send`` has no ``-w`` (``Capabilities.raw_send`` False): without ``-w`` the stream
     would carry the data decrypted (zfs-send(8) ``-w, --raw``), so nothing is sent
-    (RELIABILITY 38). Upgrade the host's ZFS (OpenZFS 0.8 or later) or check its detected
-    capabilities (``zbak init``)."""
+    (docs/reliability.md#r38-encrypted-datasets). Upgrade the host's ZFS (OpenZFS 0.8 or later) or
+    check its detected capabilities (``zbak init``)."""
 
 
 class HookFailed(ZbakError):

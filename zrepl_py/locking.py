@@ -4,7 +4,8 @@ A lock is an ``flock(2)`` on a file under ``<state_dir>/locks``; the kernel drop
 the process dies, so a crashed run never blocks this host. The file also holds a record
 (host, pid, action, a random token, the last refresh as Unix seconds) for the message
 another run sees, and for state directories shared between hosts, where another host's
-``flock`` may not be seen (restic ``lock_file.go``, borg ``fslocking``; RELIABILITY 29):
+``flock`` may not be seen (restic ``lock_file.go``, borg ``fslocking``;
+docs/reliability.md#r29-stale-locks):
 
 * a record left behind (its ``flock`` free) is stale when it comes from this host and its
   pid is dead, or when it was not refreshed for ``ttl`` seconds; a record from another host

@@ -1,5 +1,5 @@
-"""Health before work: pool state and free space of the source and the target (DESIGN.md
-"Operations").
+"""Health before work: pool state and free space of the source and the target
+(docs/design.md#operations).
 
 Before ``zbak replicate`` sends to a ZFS target and before ``zbak archive`` reads its
 source, zbak reads ``zpool status POOL`` (the full text, never ``-x``: ``-x`` calls a

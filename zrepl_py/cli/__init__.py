@@ -1,7 +1,7 @@
 """The ``zbak`` command line: ``main(argv, env) -> ExitStatus`` and the console entry point.
 
-Commands are thin (house rule 1): each module parses its options, calls one library
-function and maps the result to an ExitStatus. Errors are ZbakError subclasses whose
+Commands are thin (docs/style.md#commands-are-thin): each module parses its options, calls one
+library function and maps the result to an ExitStatus. Errors are ZbakError subclasses whose
 class decides the exit code.
 """
 
@@ -117,7 +117,8 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
 
 
 def _internal_error(exc: Exception, debug: bool) -> ExitStatus:
-    """Report an exception no command expected (issue 16): with ``--debug`` its traceback is
+    """Report an exception no command expected
+    (docs/decisions.md#bad-input-is-one-line-and-its-exit-code): with ``--debug`` its traceback is
     logged; without, one line says what and how to see more. Exit 1."""
     if debug:
         log.error("internal error", exc_info=exc)

@@ -3,7 +3,7 @@
 
 Plain audit is read-only (but for its run record, and with ``--deep`` the streams' verified
 or bad state); ``--repair`` is the only way it changes a store, and it asks first
-(RELIABILITY 24)."""
+(docs/reliability.md#r24-verify-is-read-only-repair-is-separate-and-explicit)."""
 
 from __future__ import annotations
 

@@ -163,8 +163,9 @@ def add_global_options(command: click.Command) -> click.Command:
 
 
 class FiniteFloat(click.FloatRange):
-    """``click.FloatRange`` that also refuses ``nan`` and ``inf`` (issue 16 item 8: every
-    comparison with nan is false, so a plain range lets it through)."""
+    """``click.FloatRange`` that also refuses ``nan`` and ``inf``
+    (docs/decisions.md#bad-input-is-one-line-and-its-exit-code: every comparison with nan is false,
+    so a plain range lets it through)."""
 
     name = "finite float range"
 
@@ -177,7 +178,7 @@ class FiniteFloat(click.FloatRange):
 
 class FilePath(click.Path):
     """``click.Path(dir_okay=False, path_type=Path)`` that refuses a NUL byte first (click
-    would ``os.stat`` it and raise ValueError, issue 16)."""
+    would ``os.stat`` it and raise ValueError)."""
 
     def __init__(self) -> None:
         super().__init__(dir_okay=False, path_type=Path)
@@ -196,7 +197,8 @@ def json_option(func: F) -> F:
 def emit_json(data: Any) -> None:
     """Print ``data`` as JSON (datetimes as ISO 8601 UTC): indented on a terminal, else on
     one line, as httpie does (``json`` indents only in pure Python, three times slower:
-    1 s more for the plan of 100,000 streams, issue 20). Off a terminal, lists (and
+    1 s more for the plan of 100,000 streams,
+    docs/decisions.md#catalog-commands-stay-fast-at-100000-streams). Off a terminal, lists (and
     iterators standing for lists) are written element by element, so an iterator of
     100,000 rows is never held as a whole, nor is its text."""
     if sys.stdout.isatty():
@@ -212,7 +214,7 @@ def emit_json(data: Any) -> None:
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 """Types ``_listed`` passes through without a look inside: most values of a row, so the
 check is one set look-up (``zbak list streams --json`` of 100,000 streams: 2.2 million
-values, 1 s of CPU less, issue 20)."""
+values, 1 s of CPU less)."""
 
 
 def _listed(data: Any) -> Any:
@@ -343,8 +345,8 @@ def refuse_secret_options(argv: Sequence[str]) -> None:
     """Refuse a secret-looking option (``--s3-secret-key``, ``--password=...``) before parsing.
 
     zbak has no such option; refusing it by name, with a hint, tells the user where secrets
-    go instead of click's bare "No such option" (RELIABILITY 39, pgBackRest's secure options).
-    Words after ``--`` are operands and are not looked at.
+    go instead of click's bare "No such option" (docs/reliability.md#r39-no-secrets-in-argv,
+    pgBackRest's secure options). Words after ``--`` are operands and are not looked at.
 
     Raises:
         UsageError: an option name in ``argv`` looks like a secret (exit 2); the message names

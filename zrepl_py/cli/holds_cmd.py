@@ -1,6 +1,7 @@
 """``zbak holds list [JOB...]`` and ``zbak holds release-stale [JOB...] [--dry-run]``: zbak's
 own holds on the jobs' source snapshots, and releasing the ones no owner needs any more
-(``pruning.holds``; RELIABILITY 23)."""
+(``pruning.holds``;
+docs/reliability.md#r23-interrupted-initial-replication-leaves-no-unbounded-holds)."""
 
 from __future__ import annotations
 

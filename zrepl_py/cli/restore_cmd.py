@@ -51,7 +51,7 @@ def _thaw_text(plan: RestorePlan) -> str:
 
 def _check_arguments(dataset: str | None, to: str, into: str | None, from_: str | None) -> None:
     """Refuse a malformed argument before the config, the catalog or any process is touched
-    (issue 16 items 2-3: exit 2, one line).
+    (docs/decisions.md#bad-input-is-one-line-and-its-exit-code: exit 2, one line).
 
     Raises:
         InvalidName: DATASET or --into is not ``[HOST:]POOL/NAME``, --to not a snapshot name.
@@ -75,10 +75,10 @@ def _job(ctx: Context) -> str:
 
 
 def _record_failure(ctx: Context, dataset: str | None, into: str | None, exc: ZbakError) -> None:
-    """Record a restore that failed while planning as a failed run with its alert (issue 15
-    item 7: every failure of an action is recorded), under the target a successful restore
-    would record (``HOST:INTO``). A usage error is the typist's, shown at once, not recorded;
-    a catalog that cannot record is what failed, already reported."""
+    """Record a restore that failed while planning as a failed run with its alert
+    (docs/decisions.md#every-failed-action-is-a-recorded-run), under the target a successful
+    restore would record (``HOST:INTO``). A usage error is the typist's, shown at once, not
+    recorded; a catalog that cannot record is what failed, already reported."""
     from zrepl_py.observe.runlog import recorded_run
     from zrepl_py.restore.gather import resolve_dataset, resolve_into
 

@@ -1,4 +1,5 @@
-"""Long human outputs become a few rows of counts (issue 20).
+"""Long human outputs become a few rows of counts
+(docs/decisions.md#long-outputs-become-counts-on-a-terminal).
 
 A table of 100,000 streams takes rich minutes to lay out and nobody reads it: past
 :data:`LIMIT` rows a command prints counts per group (action and reason, dataset, state)

@@ -1,7 +1,8 @@
 """Read the small files an admin points zbak at (the config, secret files) safely.
 
-Only a regular file is read, and at most ``limit`` bytes of it (issue 16 item 6): a FIFO would
-block the command forever and ``/dev/zero`` would fill memory. The file is opened with
+Only a regular file is read, and at most ``limit`` bytes of it
+(docs/decisions.md#bad-input-is-one-line-and-its-exit-code): a FIFO would block the command forever
+and ``/dev/zero`` would fill memory. The file is opened with
 ``O_NONBLOCK`` so that even opening a FIFO with no writer returns at once, then checked with
 ``fstat`` on the descriptor that is read (no window between the check and the read).
 """

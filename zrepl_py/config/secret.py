@@ -1,4 +1,5 @@
-"""Secret: a string that never shows itself in repr, str, logs or exceptions (house rule 7)."""
+"""Secret: a string that never shows itself in repr, str, logs or exceptions
+(docs/style.md#secrets-are-a-type)."""
 
 from __future__ import annotations
 

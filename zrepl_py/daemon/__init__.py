@@ -1,4 +1,5 @@
-"""``zbak daemon``: the scheduler that runs every job's actions unattended (DESIGN.md "Operations").
+"""``zbak daemon``: the scheduler that runs every job's actions unattended
+(docs/design.md#operations).
 
 - ``plan``: which (job, action) runs when, from the config (pure).
 - ``store``: the APScheduler job store table in the catalog database, and reading it.

@@ -1,4 +1,4 @@
-"""``Daemon``: APScheduler 3 wiring for ``zbak daemon`` (DESIGN.md "Operations").
+"""``Daemon``: APScheduler 3 wiring for ``zbak daemon`` (docs/design.md#operations).
 
 - One APScheduler job per (job, action) of the config (``daemon.plan``), stored in the
   catalog database (``daemon.store``), with ``coalesce=True``, ``max_instances=1`` and
@@ -69,10 +69,10 @@ def run_scheduled(job: str, action: str) -> None:
 
 
 def job_defaults(grace: int | None) -> dict[str, object]:
-    """APScheduler job defaults (RELIABILITY 30): one instance per job (``max_instances=1``:
-    a run longer than its interval does not start a second), missed fire times coalesced into
-    one run (``coalesce=True``), and a late run still runs unless ``grace`` seconds late
-    (``misfire_grace_time``; None: always; zfs_uploader #49)."""
+    """APScheduler job defaults (docs/reliability.md#r30-scheduler): one instance per job
+    (``max_instances=1``: a run longer than its interval does not start a second), missed fire
+    times coalesced into one run (``coalesce=True``), and a late run still runs unless ``grace``
+    seconds late (``misfire_grace_time``; None: always; zfs_uploader #49)."""
     return {"coalesce": True, "max_instances": 1, "misfire_grace_time": grace}
 
 

@@ -104,8 +104,10 @@ class Context:
             self._engine = make_engine(self.config.catalog_url)
             require_current(self._engine)
             self._catalog = Catalog(self._engine)
-            if isinstance(self.clock, MonotonicClock):  # a wall clock set back since the
-                self.clock.raise_floor(self._catalog.newest_run_time())  # last run (case 32)
+            # a wall clock set back since the last run
+            # (docs/reliability.md#r32-clock-goes-backwards)
+            if isinstance(self.clock, MonotonicClock):
+                self.clock.raise_floor(self._catalog.newest_run_time())
             end_startup()  # SQLAlchemy is the last big import a command makes (gcpause)
         return self._catalog
 

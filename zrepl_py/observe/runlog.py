@@ -113,7 +113,8 @@ class RunSet:
     An action whose preparation is shared by its targets (``zbak replicate`` lists the source
     once for every target) opens every target's row first (``open``), so a failure while
     preparing (a dataset that does not exist, an unreachable host) ends every row ``failed``
-    and alerts, instead of leaving no trace (issue 15). Each target's row is ended as soon
+    and alerts, instead of leaving no trace
+    (docs/decisions.md#every-failed-action-is-a-recorded-run). Each target's row is ended as soon
     as its own work ends (``end``); leaving the block ends the rest: ``failed`` with the
     exception that left it, else as their records say.
 

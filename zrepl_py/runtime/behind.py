@@ -1,6 +1,7 @@
 """Run one kind of work on a stream's chunks in a helper thread, in order, a few chunks behind.
 
-The archive's data path is CPU-bound on the 2 CPUs it was measured on (issue 20): per chunk
+The archive's data path is CPU-bound on the 2 CPUs it was measured on
+(docs/decisions.md#archive-at-the-speed-of-the-pipe-within-200-mib): per chunk
 of the send stream, one thread reads the pipe and hands the chunk to zstd, and two SHA-256
 passes (raw bytes, stored bytes) and the file write follow. hashlib, ``os.write`` and
 libzstd release the GIL on large buffers, so each pass can run on another CPU if it runs in

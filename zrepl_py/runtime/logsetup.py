@@ -5,7 +5,8 @@ botocore and urllib3 print request headers, including credentials, at DEBUG
 they are pinned to WARNING whatever ``--debug`` says.
 
 Every message is made ``printable`` first: a job, dataset or file name holding a newline or
-an ANSI escape sequence cannot forge a log line or rewrite the terminal (issue 16 item 4).
+an ANSI escape sequence cannot forge a log line or rewrite the terminal
+(docs/decisions.md#messages-and-log-lines-are-printable).
 """
 
 from __future__ import annotations

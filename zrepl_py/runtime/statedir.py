@@ -1,5 +1,6 @@
-"""The state directory: private (0700) whatever the umask, as RELIABILITY case 41 asks, and
-its small state files written atomically (the catalog high-water marks, RELIABILITY 25)."""
+"""The state directory: private (0700) whatever the umask, as docs/reliability.md#r41-file-modes
+asks, and its small state files written atomically (the catalog high-water marks,
+docs/reliability.md#r25-catalog-rollback-detection)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def ensure_private_dir(path: Path) -> Path:
     ``Path.mkdir(parents=True)`` would create the parents with the umask's mode (0777 under
     umask 000), so each missing level is made and chmod-ed here. An existing ``path`` that is
     shared (see ``refuse_shared``) is refused, never chmod-ed: another user's files may be in
-    it (issue 16 item 10).
+    it (docs/decisions.md#a-shared-state-directory-is-refused).
 
     Raises:
         UnsafeDirectory: ``path`` exists, writable by group or others or not owned by us.

@@ -72,8 +72,9 @@ def audit_logger(log_file: Path | None, home: str | None = None) -> logging.Logg
 
     Args:
         log_file: ``--log FILE``; None logs to syslog through ``/dev/log``, or where the host
-            has no syslog socket to ``~/.local/state/zbak/serve.log`` (issue 16: every
-            refusal is recorded; it also reaches the client's stderr).
+            has no syslog socket to ``~/.local/state/zbak/serve.log``
+            (docs/decisions.md#zbak-serve-records-every-refusal: every refusal is recorded; it also
+            reaches the client's stderr).
         home: the home directory for the fallback (default ``$HOME``).
 
     Raises:

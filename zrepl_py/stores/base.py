@@ -195,7 +195,8 @@ class Backend(abc.ABC):
     def list_outside(self, prefix: str, skip: Collection[str]) -> Iterator[ObjectInfo]:
         """:meth:`list` of ``prefix`` without the objects under any of the prefixes in
         ``skip`` (each ending in ``/``: directories, e.g. other datasets' ``HOST/DATASET/``),
-        in key order; one audit batch lists its datasets' own objects with it (issue 20).
+        in key order; one audit batch lists its datasets' own objects with it
+        (docs/decisions.md#catalog-commands-stay-fast-at-100000-streams).
 
         This default filters :meth:`list` (the skipped objects are still listed, though
         never held); ``file://`` and S3 override it to leave the skipped directories
@@ -295,10 +296,10 @@ class Backend(abc.ABC):
         killed mid-put; their parts are billed and never visible), the ``file://`` store's
         temporary files last written that long ago. Younger leftovers may be puts still
         running and are kept. Objects are never touched. Used by ``zbak audit --repair``
-        (RELIABILITY 15; z3 ``s3_mp_cleanup.py``). The age is measured against this host's
-        clock, so keep ``older_than`` well above any clock skew and the longest put (days,
-        not minutes). A bucket lifecycle rule ``AbortIncompleteMultipartUpload`` does the
-        same on the server side.
+        (docs/reliability.md#r15-multipart-edge-cases; z3 ``s3_mp_cleanup.py``). The age is
+        measured against this host's clock, so keep ``older_than`` well above any clock skew and
+        the longest put (days, not minutes). A bucket lifecycle rule
+        ``AbortIncompleteMultipartUpload`` does the same on the server side.
 
         Returns:
             as :meth:`abort_uploads_before`.

@@ -87,14 +87,16 @@ class FileBackend(Backend):
         Each chunk is written in a writer thread and hashed (SHA-256) in a hasher thread,
         both in order, while this thread takes the next chunks from ``chunks``
         (``runtime.behind``): an archive's compression goes on while its last output is
-        written and hashed, on the other CPUs (issue 20). Every ``WRITEBACK_STEP`` bytes the
-        writer asks the kernel to start writing them out (``posix_fadvise(2)``
-        ``POSIX_FADV_DONTNEED``, as PostgreSQL does where ``sync_file_range`` is missing),
-        so the disk works while the stream is still compressed, and the fsync, still the
-        only proof that the object is durable, has little left to wait for: a 512 MiB
-        volume's fsync took 0.22 s after plain writes, 0.01 s after these (the pages also
-        leave the page cache once written: an archived volume is not read again soon).
-        Memory: up to ``WRITE_DEPTH`` + 1 chunks; the chunks must not change once yielded.
+        written and hashed, on the other CPUs
+        (docs/decisions.md#archive-at-the-speed-of-the-pipe-within-200-mib). Every
+        ``WRITEBACK_STEP`` bytes the writer asks the kernel to start writing them out
+        (``posix_fadvise(2)`` ``POSIX_FADV_DONTNEED``, as PostgreSQL does where
+        ``sync_file_range`` is missing), so the disk works while the stream is still
+        compressed, and the fsync, still the only proof that the object is durable, has little
+        left to wait for: a 512 MiB volume's fsync took 0.22 s after plain writes, 0.01 s after
+        these (the pages also leave the page cache once written: an archived volume is not read
+        again soon). Memory: up to ``WRITE_DEPTH`` + 1 chunks; the chunks must not change once
+        yielded.
 
         Raises:
             StorePermanent: invalid key, root missing, no space left (ENOSPC/EDQUOT),
@@ -255,7 +257,8 @@ class FileBackend(Backend):
         that start with ``prefix`` to ``found`` (with ``temporaries``: ``make(name, key,
         stat)`` of the temporary files whose key does); recurse into subdirectories the
         prefix can reach and ``skip`` does not name. Written for speed: it runs once per
-        object of a store (issue 20); looking for temporary files stats no other file."""
+        object of a store (docs/decisions.md#catalog-commands-stay-fast-at-100000-streams);
+        looking for temporary files stats no other file."""
         try:
             entries = list(os.scandir(directory))
         except (FileNotFoundError, NotADirectoryError):

@@ -79,7 +79,8 @@ MAX_OBJECT_SIZE = 5 * (1 << 40)  # an object is at most 5 TiB
 DEFAULT_PART_SIZE = 8 * MiB
 # 8 MiB as boto3's managed uploads (s3transfer's multipart_chunksize): with the default upload
 # concurrency of 4, parts in flight hold 40 MiB, which keeps ``zbak archive`` to S3 under its
-# 200 MiB peak RSS beside zstd's workers (16 MiB parts took it to 213 MiB; issue 20).
+# 200 MiB peak RSS beside zstd's workers (16 MiB parts took it to 213 MiB;
+# docs/decisions.md#archive-at-the-speed-of-the-pipe-within-200-mib).
 
 RESTORE_TIERS = ("Expedited", "Standard", "Bulk")  # S3 RestoreObject GlacierJobParameters.Tier
 
@@ -297,7 +298,8 @@ class S3Backend(Backend):
         request per 1,000 entries); what lies between the skipped directories is listed as
         by :meth:`list`, one run of keys (``StartAfter``) per gap that level shows holds
         something. Listing a job's tree outside its 1,000 datasets' directories takes one
-        request instead of one per 1,000 objects of the tree (issue 20).
+        request instead of one per 1,000 objects of the tree
+        (docs/decisions.md#catalog-commands-stay-fast-at-100000-streams).
 
         Raises:
             StoreTransient, StorePermanent (e.g. NoSuchBucket, AccessDenied).

@@ -5,9 +5,9 @@ Durations take seconds (int) or ``<number><unit>`` with units s, m, h, d, w, y
 ``<number><unit>`` with SI (K, M, G, T = 1000^n) or IEC (KiB, MiB, GiB, TiB = 1024^n) units.
 Cron schedules are crontab(5) lines checked with the one parser (``values.cron``) the daemon and status use.
 
-Upper bounds (issue 16 item 5: a 400-digit value must be a config error, not an
-OverflowError): a duration at most ``MAX_DURATION`` (100 years), a size at most ``MAX_SIZE``
-(1 EiB, far beyond any pool or S3 object: S3 caps an object at 5 TiB).
+Upper bounds (docs/decisions.md#bad-input-is-one-line-and-its-exit-code: a 400-digit value must be a
+config error, not an OverflowError): a duration at most ``MAX_DURATION`` (100 years), a size at most
+``MAX_SIZE`` (1 EiB, far beyond any pool or S3 object: S3 caps an object at 5 TiB).
 
 Plain functions and constants, no pydantic: ``zbak audit`` takes its bounds from here without
 loading the schema. The schema wraps the parsers as pydantic types (``Duration``, ``ByteSize``,
