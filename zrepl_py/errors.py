@@ -503,8 +503,8 @@ class StoreInconsistent(ZbakError):
     """An object the catalog records is missing from the store, or has another size there:
     ``zbak prune`` refuses to delete anything of that dataset in that store (restic
     ``ErrPacksMissing``; docs/reliability.md#r19-prune-refuses-on-an-inconsistent-store). The
-    message names the streams and objects; run
-    ``zbak audit`` and repair the store or the catalog first."""
+    message names the streams and objects; run ``zbak audit`` and repair the store or the catalog
+    first."""
 
 
 class ReleaserMismatch(ZbakError):

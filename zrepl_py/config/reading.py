@@ -2,9 +2,9 @@
 
 Only a regular file is read, and at most ``limit`` bytes of it
 (docs/decisions.md#bad-input-is-one-line-and-its-exit-code): a FIFO would block the command forever
-and ``/dev/zero`` would fill memory. The file is opened with
-``O_NONBLOCK`` so that even opening a FIFO with no writer returns at once, then checked with
-``fstat`` on the descriptor that is read (no window between the check and the read).
+and ``/dev/zero`` would fill memory. The file is opened with ``O_NONBLOCK`` so that even opening a
+FIFO with no writer returns at once, then checked with ``fstat`` on the descriptor that is read (no
+window between the check and the read).
 """
 
 from __future__ import annotations

@@ -148,9 +148,8 @@ def _download_verified(backend: Backend, volume: VolumeRow, partial: Path, where
     again (``_fetch_one``), so one a crash left short or torn is read again, not received.
     Before the read-ahead
     (docs/decisions.md#restore-verifies-each-volume-before-it-is-received-and-reads-ahead) the
-    file was fsync'ed and read back to be verified: a full's first
-    volume then reached ``zfs receive`` only after it was downloaded, forced to disk and
-    read once more.
+    file was fsync'ed and read back to be verified: a full's first volume then reached ``zfs
+    receive`` only after it was downloaded, forced to disk and read once more.
 
     Raises:
         StreamCorrupt: the downloaded bytes fail a check.

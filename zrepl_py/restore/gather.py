@@ -10,8 +10,8 @@
 Anything of the original dataset may be gone (the dataset, its pool, its host): a place that
 cannot be listed becomes a fact with the reason (``Listing.problem``), never an error, so a
 restore needs only the catalog, the source it uses and the ``--into`` parent
-(docs/decisions.md#restore-needs-nothing-of-the-original-pool).
-ZFS capabilities are probed for the ``--into`` pool, never for the original one.
+(docs/decisions.md#restore-needs-nothing-of-the-original-pool). ZFS capabilities are probed for the
+``--into`` pool, never for the original one.
 """
 
 from __future__ import annotations

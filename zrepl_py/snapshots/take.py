@@ -2,13 +2,12 @@
 
 ``plan_snapshot`` (PURE) decides which selected datasets get the snapshot and with which
 command; ``take_snapshot`` runs it. How a dataset skipped by ``min_change`` fits the
-atomic snapshot
-(docs/decisions.md#unchanged-datasets-skip-their-snapshot-atomically): the datasets that changed are
-snapshotted together in ONE multi-name ``zfs snapshot A@x B@y ...``, which OpenZFS creates
-atomically in one transaction group (zfs-snapshot(8), ``lzc_snapshot``), the same guarantee as ``zfs
-snapshot -r``; ``-r`` itself is used only when every dataset of the tree takes the snapshot. A ZFS
-without multi-name snapshots (zfs-fuse) takes one per command, logged as not atomic; it has
-no ``written`` property either, so there ``min_change`` never skips anything.
+atomic snapshot (docs/decisions.md#unchanged-datasets-skip-their-snapshot-atomically): the datasets
+that changed are snapshotted together in ONE multi-name ``zfs snapshot A@x B@y ...``, which OpenZFS
+creates atomically in one transaction group (zfs-snapshot(8), ``lzc_snapshot``), the same guarantee
+as ``zfs snapshot -r``; ``-r`` itself is used only when every dataset of the tree takes the
+snapshot. A ZFS without multi-name snapshots (zfs-fuse) takes one per command, logged as not
+atomic; it has no ``written`` property either, so there ``min_change`` never skips anything.
 """
 
 from __future__ import annotations

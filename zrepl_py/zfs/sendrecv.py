@@ -9,8 +9,8 @@ Send flags used (zfs-send(8), OpenZFS 2.3):
 - ``-w`` (``--raw``): send an encrypted dataset exactly as on disk; the receiver never sees
   the key and the replica stays encrypted. Used only when asked (``raw=True``, i.e. the
   source is encrypted, docs/reliability.md#r38-encrypted-datasets) and the host has it
-  (``caps.raw_send``, OpenZFS 0.8+).
-  ``-w`` implies ``-L -e -c`` (zfs_main.c ``zfs_do_send``), so nothing else is added.
+  (``caps.raw_send``, OpenZFS 0.8+). ``-w`` implies ``-L -e -c`` (zfs_main.c ``zfs_do_send``), so
+  nothing else is added.
 - ``-c`` (``--compressed``): send blocks compressed as they are on disk instead of
   decompressing them (needs ``caps.compressed_send``, OpenZFS 0.7+).
 - ``-L`` (``--large-block``): allow blocks over 128 KiB instead of splitting them. Once a
