@@ -16,7 +16,8 @@ pytest_plugins = [
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch, tmp_path):
-    """Scrub ZBAK_* and AWS_* and give each test its own HOME (house rule 11)."""
+    """Scrub ZBAK_* and AWS_* and give each test its own HOME
+    (docs/style.md#tests-isolate-the-environment)."""
     import os
 
     for key in list(os.environ):

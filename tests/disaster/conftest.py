@@ -1,5 +1,5 @@
-"""The disaster tier (issue 15): whole-disaster scenarios on real zfs-fuse pools, a ``file://``
-store and moto's S3 server, driven through the ``zbak`` CLI as an admin types it.
+"""The disaster tier (docs/design.md#invariants): whole-disaster scenarios on real zfs-fuse pools, a
+``file://`` store and moto's S3 server, driven through the ``zbak`` CLI as an admin types it.
 
 Each test loses something for real (the source pool, an object after it was verified, a
 volume, the catalog and a manifest pair, a process mid-upload) and then checks that what zbak

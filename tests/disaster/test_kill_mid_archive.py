@@ -1,5 +1,6 @@
-"""Issue 15, an archive killed mid-upload: ``kill -9`` of ``zbak archive`` (a subprocess, as
-cron or systemd runs it) while it uploads an 80 MiB full of random data in 4 MiB volumes.
+"""docs/decisions.md#an-interrupted-upload-resumes-by-its-raw-volume-hashes, an archive killed
+mid-upload: ``kill -9`` of ``zbak archive`` (a subprocess, as cron or systemd runs it) while it
+uploads an 80 MiB full of random data in 4 MiB volumes.
 
 The kill lands after the first volume, about half of them, or all but the last one or two
 (``progress.json`` is polled). Then, with no help:

@@ -1,4 +1,5 @@
-"""Issue 15, a lost incremental: a volume of the stream carrying @4 is deleted from the store.
+"""docs/decisions.md#a-damaged-chain-is-never-extended, a lost incremental: a volume of the stream
+carrying @4 is deleted from the store.
 
 The chain @0..@9 is archived night by night (a full of @0, then one incremental per
 snapshot, 256 KiB volumes so each incremental has volumes of its own). Once a volume of

@@ -1,9 +1,9 @@
-"""Disasters a restore must survive (issue 15): the source pool destroyed, then the dataset
-brought back from a ``file://`` store, from S3 GLACIER / DEEP_ARCHIVE (thaw first) and from a
-replica pool, into another pool; the pool and the whole state dir lost, the catalog rebuilt
-from the store; and two stores holding the same snapshot, where the cheaper one is chosen and
-the plan says why. A restore needs only the catalog, the source
-it reads and the ``--into`` parent: nothing of the original pool.
+"""Disasters a restore must survive (docs/decisions.md#restore-needs-nothing-of-the-original-pool):
+the source pool destroyed, then the dataset brought back from a ``file://`` store, from S3 GLACIER
+/ DEEP_ARCHIVE (thaw first) and from a replica pool, into another pool; the pool and the whole
+state dir lost, the catalog rebuilt from the store; and two stores holding the same snapshot, where
+the cheaper one is chosen and the plan says why. A restore needs only the catalog, the source it
+reads and the ``--into`` parent: nothing of the original pool.
 
 Streams are a few MiB: what is tested here is which source is used and that the bytes come
 back, not how large streams move.

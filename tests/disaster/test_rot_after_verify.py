@@ -1,5 +1,6 @@
-"""Issue 15, prune: a full that rots after its verification must not let prune delete the last
-restorable chain, and a ``verified`` mark that has aged releases nothing.
+"""docs/decisions.md#the-releasing-chain-is-rechecked-before-any-delete, prune: a full that rots
+after its verification must not let prune delete the last restorable chain, and a ``verified`` mark
+that has aged releases nothing.
 
 On a real pool through the CLI: the old chain (full @0, incrementals to @9) and a new full @10
 verified by ``zbak audit --deep``; then one byte of a volume of @10 flips in the store

@@ -1,5 +1,6 @@
 """Disaster: runs that fail before they start working, runs killed mid-stream, and an audit
-while a long archive runs (issue 15).
+while a long archive runs (docs/decisions.md#every-failed-action-is-a-recorded-run,
+docs/decisions.md#a-killed-run-ends-interrupted, docs/decisions.md#audit-runs-beside-an-archive).
 
 Every failure of an action is a recorded failed run and an alert; a run whose process was
 killed is shown ``interrupted`` by the next ``zbak status`` (and alerted); a plain audit reads

@@ -1,5 +1,6 @@
-"""Disaster: a tree replicated several datasets at once (issue 18, speed over trees) meets a
-transfer that fails in the middle, and a ``kill -9`` of zbak mid-run.
+"""Disaster: a tree replicated several datasets at once 
+(docs/decisions.md#datasets-of-a-tree-replicate-several-at-once) meets a transfer that fails in the
+middle, and a ``kill -9`` of zbak mid-run.
 
 What must hold: no dataset starts after a failed transfer; every snapshot that reached the
 target has its hold and cursor and nothing else does; a killed run leaves no transfer

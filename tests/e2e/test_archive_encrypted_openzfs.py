@@ -1,6 +1,6 @@
-"""RELIABILITY 38, the archive path, end to end on real OpenZFS 2.3: an encrypted dataset is
-archived raw (``zfs send -w``), so the store holds no plaintext; it restores as an encrypted
-dataset whose key is not loaded; ``zbak audit --deep`` walks the raw streams clean.
+"""docs/reliability.md#r38-encrypted-datasets, the archive path, end to end on real OpenZFS 2.3: an
+encrypted dataset is archived raw (``zfs send -w``), so the store holds no plaintext; it restores as
+an encrypted dataset whose key is not loaded; ``zbak audit --deep`` walks the raw streams clean.
 
 zbak runs on this host; the job's dataset is ``vm:SRC/data`` in the QEMU guest of
 tests/support/openzfs.py and the store a ``file://`` directory here, so every stream is
@@ -24,7 +24,7 @@ from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 
 PASSPHRASE = b"zbak raw archive passphrase 38"
-MARKER = b"zbak-RELIABILITY-38-plaintext-marker "
+MARKER = b"zbak-r38-plaintext-marker "
 """Written many times into a file of the encrypted dataset (compression off): any stream
 carrying the file decrypted holds it verbatim."""
 
@@ -110,7 +110,7 @@ def rig(openzfs_vm, openzfs_executor, openzfs_pools, tmp_path, capsys):
 
 
 def test_an_encrypted_dataset_is_archived_raw_restores_locked_and_audits_deep_clean(rig):
-    """RELIABILITY 38."""
+    """docs/reliability.md#r38-encrypted-datasets."""
     secret = MARKER * 8000  # ~300 KB
     rig.write("secret.txt", secret)
     rig.guest("zfs", "snapshot", f"{rig.data}@s1")
@@ -167,8 +167,9 @@ def test_an_encrypted_dataset_is_archived_raw_restores_locked_and_audits_deep_cl
 
 
 def test_an_encrypted_dataset_whose_chain_was_archived_decrypted_starts_a_raw_chain(rig):
-    """RELIABILITY 38: a chain written before raw archiving (its tip's manifest has no -w)
-    is not continued with a raw incremental, which zfs receive could not apply on it."""
+    """docs/reliability.md#r38-encrypted-datasets: a chain written before raw archiving (its tip's
+    manifest has no -w) is not continued with a raw incremental, which zfs receive could not apply
+    on it."""
     rig.write("secret.txt", MARKER * 100)
     rig.guest("zfs", "snapshot", f"{rig.data}@s1")
     assert [r["stream"] for r in rig.archive()] == ["full @s1"]
@@ -188,7 +189,8 @@ def test_an_encrypted_dataset_whose_chain_was_archived_decrypted_starts_a_raw_ch
 
 
 def test_restoring_an_encrypted_dataset_from_its_own_snapshots_sends_raw_never_decrypted(rig):
-    """RELIABILITY 38: ``--from local`` copies an encrypted dataset raw, like replication."""
+    """docs/reliability.md#r38-encrypted-datasets: ``--from local`` copies an encrypted dataset raw,
+    like replication."""
     rig.write("secret.txt", MARKER * 100)
     rig.guest("zfs", "snapshot", f"{rig.data}@s1")
     into = f"{rig.target_pool}/copy"

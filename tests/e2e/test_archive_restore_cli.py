@@ -128,7 +128,8 @@ def test_the_catalog_and_the_manifests_agree_on_every_stream_and_volume(seeded):
 
 @pytest.mark.parametrize("damage", ["missing", "truncated", "flipped"])
 def test_restore_refuses_a_missing_truncated_or_altered_volume_and_receives_nothing(seeded, damage):
-    """RELIABILITY 8, 9."""
+    """docs/reliability.md#r8-truncated-stream-object,
+    docs/reliability.md#r9-bit-flip-in-an-object."""
     run, data, mount, store, pool = seeded
     assert run("archive")[0] == ExitStatus.OK
     volumes = sorted(store.rglob("vol-*.zst"))
@@ -200,7 +201,7 @@ def test_an_archive_killed_mid_upload_resumes_without_re_uploading_stored_volume
 
 
 def test_glacier_chains_in_s3_are_thawed_in_one_batch_then_restored(zpool, tmp_path, capsys, s3_server, s3_bucket):
-    """RELIABILITY 17."""
+    """docs/reliability.md#r17-glacier."""
     data = f"{zpool.name}/data"
     zfs("create", data)
     mount = Path(prop(data, "mountpoint"))

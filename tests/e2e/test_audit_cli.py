@@ -116,7 +116,7 @@ def test_deleting_an_incremental_volume_behind_zbaks_back_makes_audit_exit_4_nam
 
 
 def test_a_flipped_byte_is_found_by_deep_and_the_stream_is_marked_bad(archived):
-    """RELIABILITY 9."""
+    """docs/reliability.md#r9-bit-flip-in-an-object."""
     run, data, store, pool = archived
     incremental = next(s for s in streams_of(run, data) if s.kind == "incremental")
     path = store / run.catalog().volumes(incremental.id)[0].key
@@ -249,7 +249,7 @@ def test_s3_objects_with_a_class_changed_or_deleted_behind_zbaks_back_are_found(
 
 def test_deep_audit_of_glacier_streams_requests_a_thaw_and_exits_75_then_verifies(
         zpool, tmp_path, capsys, s3_server, s3_bucket):
-    """RELIABILITY 17."""
+    """docs/reliability.md#r17-glacier."""
     data = f"{zpool.name}/data"
     zfs("create", data)
     snapshot_steps(data, Path(prop(data, "mountpoint")), range(2))

@@ -1,6 +1,7 @@
 """``zbak audit`` is read-only; ``--max-duration`` rotates; ``--repair`` is separate, asks
-first and only makes safe repairs (RELIABILITY 24): real zfs-fuse pool, chains written by
-``zbak archive`` into a ``file://`` store, the CLI run in-process."""
+first and only makes safe repairs
+(docs/reliability.md#r24-verify-is-read-only-repair-is-separate-and-explicit): real zfs-fuse pool,
+chains written by ``zbak archive`` into a ``file://`` store, the CLI run in-process."""
 
 from __future__ import annotations
 
@@ -78,9 +79,9 @@ def catalog_state(run) -> dict[str, list]:
 
 
 def test_a_plain_audit_changes_neither_the_store_nor_the_catalog(archived):
-    """RELIABILITY 24: ``zbak audit`` without --deep or --repair is read-only (but for its
-    run and its notes of the manifests it read), even on a store with a leftover temporary
-    file and a condemned stream it reports."""
+    """docs/reliability.md#r24-verify-is-read-only-repair-is-separate-and-explicit: ``zbak audit``
+    without --deep or --repair is read-only (but for its run and its notes of the manifests it
+    read), even on a store with a leftover temporary file and a condemned stream it reports."""
     run, data, store = archived
     newest = max(run.catalog().streams(dataset=data), key=lambda s: s.to_createtxg)
     run.catalog().condemn_streams([newest.id])
@@ -95,9 +96,10 @@ def test_a_plain_audit_changes_neither_the_store_nor_the_catalog(archived):
 
 
 def test_max_duration_reads_at_least_one_stream_per_run_least_recently_verified_first(archived):
-    """RELIABILITY 24 (borg check --max-duration): with a budget of 0 s each run reads one
-    stream, the least recently verified; progress survives between runs (separate
-    invocations), so three runs verify all three streams and the fourth starts over."""
+    """docs/reliability.md#r24-verify-is-read-only-repair-is-separate-and-explicit (borg check
+    --max-duration): with a budget of 0 s each run reads one stream, the least recently verified;
+    progress survives between runs (separate invocations), so three runs verify all three streams
+    and the fourth starts over."""
     run, data, store = archived
     ids = sorted(s.id for s in run.catalog().streams(dataset=data))
     seen = []
@@ -114,7 +116,8 @@ def test_max_duration_reads_at_least_one_stream_per_run_least_recently_verified_
 
 
 def test_max_duration_large_enough_reads_everything(archived):
-    """RELIABILITY 24: a budget that does not run out changes nothing."""
+    """docs/reliability.md#r24-verify-is-read-only-repair-is-separate-and-explicit: a budget that
+    does not run out changes nothing."""
     run, data, store = archived
     status, doc, err = run.json("audit", "--max-duration", "3600")
     assert status == ExitStatus.OK and doc["deep"] is True, (doc, err)
@@ -136,8 +139,9 @@ def _damage(run, data, store):
 
 
 def test_repair_without_yes_and_without_a_terminal_is_refused_and_changes_nothing(archived):
-    """RELIABILITY 24: --repair is explicit: no terminal to ask on and no --yes is a usage
-    error, and neither the store nor the catalog changes."""
+    """docs/reliability.md#r24-verify-is-read-only-repair-is-separate-and-explicit: --repair is
+    explicit: no terminal to ask on and no --yes is a usage error, and neither the store nor the
+    catalog changes."""
     run, data, store = archived
     _damage(run, data, store)
     store_before, catalog_before = store_state(store), catalog_state(run)
@@ -147,10 +151,10 @@ def test_repair_without_yes_and_without_a_terminal_is_refused_and_changes_nothin
 
 
 def test_repair_aborts_stale_uploads_and_finishes_an_interrupted_prune_then_audits_clean(archived):
-    """RELIABILITY 24 / 15: ``--repair --yes`` removes the temporary file older than
-    --stale-uploads-days (not the fresh one) and deletes the condemned stream's objects,
-    then its row; the audit that follows no longer reports an unfinished prune, and a second
-    repair has nothing left to do."""
+    """docs/reliability.md#r24-verify-is-read-only-repair-is-separate-and-explicit / 15: ``--repair
+    --yes`` removes the temporary file older than --stale-uploads-days (not the fresh one) and
+    deletes the condemned stream's objects, then its row; the audit that follows no longer reports
+    an unfinished prune, and a second repair has nothing left to do."""
     run, data, store = archived
     stale, fresh, newest = _damage(run, data, store)
     prefix = newest.object_prefix
@@ -172,8 +176,9 @@ def test_repair_aborts_stale_uploads_and_finishes_an_interrupted_prune_then_audi
 
 
 def test_prune_and_repair_take_the_datasets_exclusive_lock_and_exit_3_when_it_is_held(archived):
-    """RELIABILITY 28: while another run holds the job's dataset lock, ``zbak prune`` and
-    ``zbak audit --repair`` fail fast with exit 3 (Locked) and change nothing."""
+    """docs/reliability.md#r28-concurrent-runs: while another run holds the job's dataset lock,
+    ``zbak prune`` and ``zbak audit --repair`` fail fast with exit 3 (Locked) and change
+    nothing."""
     from zrepl_py.locking import dataset_lock
 
     run, data, store = archived

@@ -1,6 +1,7 @@
-"""What ``zbak audit`` trusts from a listing (issue 20): a manifest it read and found agreeing
-is not read again while the store lists it unchanged, but a changed one is read again, and
-so is one whose read is older than its share of 30 days. The catalog and the ``file://``
+"""What ``zbak audit`` trusts from a listing
+(docs/decisions.md#audit-trusts-a-manifest-whose-listing-has-not-changed): a manifest it read and
+found agreeing is not read again while the store lists it unchanged, but a changed one is read
+again, and so is one whose read is older than its share of 30 days. The catalog and the ``file://``
 store are generated (tests/support/generated.py), 2 datasets x 2 chains x 10 streams."""
 
 from __future__ import annotations

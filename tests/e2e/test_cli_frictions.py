@@ -1,6 +1,7 @@
-"""Issue 19, the CLI frictions a first-time admin meets, seen as the admin sees them: the
-real ``zbak`` run as a subprocess (``python -m zrepl_py``, stdout and stderr pipes, so
-never a terminal), its exit codes, stderr lines and tables, on zfs-fuse pools."""
+"""docs/decisions.md#cli-frictions-a-first-time-admin-met: the CLI frictions a first-time
+admin meets, seen as the admin sees them: the real ``zbak`` run as a subprocess (``python -m
+zrepl_py``, stdout and stderr pipes, so never a terminal), its exit codes, stderr lines and tables,
+on zfs-fuse pools."""
 
 from __future__ import annotations
 

@@ -141,7 +141,7 @@ def rig(make_pool, tmp_path, capsys):
 
 
 def test_runs_missed_while_the_daemon_was_down_are_caught_up_exactly_once_at_start(rig):
-    """RELIABILITY 30 (E): missed runs coalesce into one late run."""
+    """docs/reliability.md#r30-scheduler (E): missed runs coalesce into one late run."""
     first = rig.daemon()
     first.wait_for(done("snapshot"), what="first snapshot run")
     assert first.stop() == 0
@@ -197,7 +197,8 @@ def _start_slow_replication(rig, every: str = 'replicate = "2s"') -> DaemonProce
 
 
 def test_a_manual_run_during_a_scheduled_replication_exits_3_at_once(rig):
-    """RELIABILITY 28 (E): a manual replicate during the daemon's exits 3 at once."""
+    """docs/reliability.md#r28-concurrent-runs (E): a manual replicate during the daemon's exits 3
+    at once."""
     daemon = _start_slow_replication(rig)
     try:
         for command in ("replicate", "snapshot"):
@@ -336,9 +337,10 @@ class _SchedulerNow(dt.datetime):
 
 def test_a_day_of_week_7_job_fires_on_sunday_and_not_before_under_an_injected_clock(
         rig, monkeypatch, caplog):
-    """Issue 19: ``0 4 * * 7`` (crontab(5): 7 is Sunday) passes validation and the daemon
-    runs it on Sunday 04:00. The scheduler's clock starts on Saturday 03:59:59, so a
-    Monday-is-0 reading (APScheduler's own) would have fired within a second."""
+    """docs/decisions.md#cli-frictions-a-first-time-admin-met: ``0 4 * * 7`` (crontab(5): 7 is
+    Sunday) passes validation and the daemon runs it on Sunday 04:00. The scheduler's clock starts
+    on Saturday 03:59:59, so a Monday-is-0 reading (APScheduler's own) would have fired within a
+    second."""
     import threading
 
     import apscheduler.schedulers.base

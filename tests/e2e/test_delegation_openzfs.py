@@ -1,5 +1,5 @@
-"""RELIABILITY 37 on real OpenZFS 2.3: zbak's whole cycle as an unprivileged user holding only
-the ``zfs allow`` sets of examples/zfs-allow.sh.
+"""docs/reliability.md#r37-delegation-only on real OpenZFS 2.3: zbak's whole cycle as an
+unprivileged user holding only the ``zfs allow`` sets of examples/zfs-allow.sh.
 
 zfs-fuse has no working ``zfs allow``, so this runs in the QEMU guest (tests/support/openzfs.py).
 The host's ``zfs`` command in the config is a wrapper that drops to ``nobody`` (uid 65534)
@@ -35,13 +35,12 @@ def allow_argv(*args: str) -> list[str]:
 
 def test_the_whole_cycle_runs_as_a_user_with_only_the_documented_delegation_and_more_is_denied(
         openzfs_vm, openzfs_executor, openzfs_pools, tmp_path, capsys, request):
-    """RELIABILITY 37: as ``nobody`` with exactly ``zfs-allow.sh source`` on the source and
-    ``zfs-allow.sh target`` (no ``--rollback``) on the target, ``zbak snapshot``,
-    ``replicate`` (full, then incremental with the hold and bookmark moved), and ``prune``
-    (source retention destroys old snapshots) succeed; operations outside the sets raise
-    the typed ``PermissionDenied`` from the Zfs client: destroying a replica snapshot
-    (needs ``destroy``, granted only with ``--rollback``) and creating a dataset outside the
-    delegated one."""
+    """docs/reliability.md#r37-delegation-only: as ``nobody`` with exactly ``zfs-allow.sh source``
+    on the source and ``zfs-allow.sh target`` (no ``--rollback``) on the target, ``zbak snapshot``,
+    ``replicate`` (full, then incremental with the hold and bookmark moved), and ``prune`` (source
+    retention destroys old snapshots) succeed; operations outside the sets raise the typed
+    ``PermissionDenied`` from the Zfs client: destroying a replica snapshot (needs ``destroy``,
+    granted only with ``--rollback``) and creating a dataset outside the delegated one."""
     def guest(*argv: str, input: bytes | None = None) -> str:
         return openzfs_executor.run(list(argv), input=input, timeout=COMMAND_TIMEOUT).text
 

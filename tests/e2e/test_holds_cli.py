@@ -1,6 +1,8 @@
 """Holds stay bounded when initial replications fail, and ``zbak holds release-stale`` frees
-what no owner needs so pruning can proceed (RELIABILITY 23; zrepl #288/#826): real zfs-fuse
-pools, a local ZFS target whose parent's quota makes the receive fail, the CLI in-process.
+what no owner needs so pruning can proceed
+(docs/reliability.md#r23-interrupted-initial-replication-leaves-no-unbounded-holds; zrepl
+#288/#826): real zfs-fuse pools, a local ZFS target whose parent's quota makes the receive fail, the
+CLI in-process.
 
 zfs-fuse cannot list hold tags (``zfs holds`` fails), so holds are counted with ``userrefs``
 and ``zbak holds list`` shows the tags it can name as candidates (``listed`` False)."""
@@ -76,11 +78,11 @@ def rig(make_pool, tmp_path, capsys):
 
 
 def test_failed_initial_replications_leave_at_most_two_holds_and_release_stale_unblocks_prune(rig):
-    """RELIABILITY 23 (Z): three initial replications refused by the target (quota) leave at
-    most two zbak holds on the dataset (zbak leaves none); the successful run leaves one, on
-    the base. A leftover hold on an older snapshot (a run killed between hold and release)
-    blocks prune until ``zbak holds release-stale`` releases it; the current base keeps its
-    hold; then prune destroys the old snapshot."""
+    """docs/reliability.md#r23-interrupted-initial-replication-leaves-no-unbounded-holds (Z): three
+    initial replications refused by the target (quota) leave at most two zbak holds on the dataset
+    (zbak leaves none); the successful run leaves one, on the base. A leftover hold on an older
+    snapshot (a run killed between hold and release) blocks prune until ``zbak holds release-stale``
+    releases it; the current base keeps its hold; then prune destroys the old snapshot."""
     zfs("set", "quota=256K", f"{rig.bak.name}/parent")
     for _ in range(3):
         status, out, err = rig.run("replicate")
@@ -118,9 +120,9 @@ def test_failed_initial_replications_leave_at_most_two_holds_and_release_stale_u
 
 
 def test_the_hold_of_a_target_removed_from_the_config_is_stale_and_released(rig):
-    """RELIABILITY 23: once a target is no longer configured, its hold on the old base is
-    stale (its owner is gone) and release-stale releases it; no hold of a configured owner
-    is touched."""
+    """docs/reliability.md#r23-interrupted-initial-replication-leaves-no-unbounded-holds: once a
+    target is no longer configured, its hold on the old base is stale (its owner is gone) and
+    release-stale releases it; no hold of a configured owner is touched."""
     status, out, err = rig.run("replicate")
     assert status == ExitStatus.OK, out + err
     assert userrefs(f"{rig.data}@{S2}") == 1

@@ -104,8 +104,9 @@ def test_a_job_on_a_remote_source_snapshots_and_prunes_over_ssh(zpool, sshd, tmp
 @pytest.mark.parametrize("target", ["dataset", "directory"])
 def test_init_checks_an_rsync_host_for_rsync_and_never_probes_a_pool_there(
         zpool, sshd, tmp_path, capsys, target):
-    """Issue 18 item 8: a host without zfs that the job replicates to with rsync (method
-    auto falling back for a dataset target, or a directory target) passes ``zbak init``."""
+    """docs/decisions.md#preflight-follows-the-method-the-job-will-use: a host without zfs that the
+    job replicates to with rsync (method auto falling back for a dataset target, or a directory
+    target) passes ``zbak init``."""
     data = f"{zpool.name}/data"
     subprocess.run(["zfs", "create", data], check=True)
     where = "pool/replica" if target == "dataset" else str(tmp_path / "nas")

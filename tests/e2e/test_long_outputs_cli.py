@@ -1,5 +1,6 @@
 """Long outputs of ``zbak list streams``, ``prune --dry-run``, ``audit`` and ``status`` on a
-terminal are counts, not a row per stream (issue 20); ``--all`` prints every row and
+terminal are counts, not a row per stream
+(docs/decisions.md#long-outputs-become-counts-on-a-terminal); ``--all`` prints every row and
 ``--json`` carries every row. The catalog and the ``file://`` store are generated
 (tests/support/generated.py: 3 datasets x 2 chains x 20 streams, past the 100-row limit)."""
 

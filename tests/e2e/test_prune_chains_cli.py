@@ -155,8 +155,9 @@ def test_an_unverified_new_full_keeps_the_old_chain_and_verifying_it_releases_th
 
 @pytest.mark.parametrize("victim", ["old chain", "newer chain"])
 def test_an_incremental_object_deleted_behind_zbaks_back_makes_prune_leave_the_chain_alone(arch, victim):
-    """RELIABILITY 19 (E): a volume deleted from the store behind zbak's back makes ``zbak
-    prune`` exit 1 naming the inconsistent store; no object or catalog row is deleted."""
+    """docs/reliability.md#r19-prune-refuses-on-an-inconsistent-store (E): a volume deleted from the
+    store behind zbak's back makes ``zbak prune`` exit 1 naming the inconsistent store; no object or
+    catalog row is deleted."""
     for n in (1, 2):
         arch.snap(n)
     arch.archive()                       # chain A: full @01, -I @01 -> @02
@@ -188,7 +189,8 @@ def test_an_incremental_object_deleted_behind_zbaks_back_makes_prune_leave_the_c
 
 
 def test_the_archive_base_stays_on_the_source_even_when_its_hold_is_released(arch):
-    """RELIABILITY 21 (E): the archive base survives prune even without its hold."""
+    """docs/reliability.md#r21-replication-safety-in-pruning (E): the archive base survives prune
+    even without its hold."""
     for n in (1, 2):
         arch.snap(n)
     arch.archive()                       # the chain ends at @02: the next -I starts there

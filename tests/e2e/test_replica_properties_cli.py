@@ -1,5 +1,7 @@
-"""Replicas that survive a reboot of the backup host, and their properties (issue 18 items 1
-and 2), on zfs-fuse pools pushed over a real sshd to 127.0.0.1 with the CLI.
+"""Replicas that survive a reboot of the backup host, and their properties 
+(docs/decisions.md#replicas-are-received-unmounted-and-read-only,
+docs/decisions.md#replica-properties-keep-a-failover-replica-faithful), on zfs-fuse pools pushed
+over a real sshd to 127.0.0.1 with the CLI.
 
 zfs-fuse (pool v23) is what a target without ``zfs receive -o/-x`` gets: no properties in
 the stream (nothing could keep the source's mountpoint off the backup host), and the set

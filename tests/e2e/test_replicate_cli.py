@@ -170,7 +170,7 @@ def test_a_recursive_job_replicates_a_child_created_after_the_first_run(make_poo
 
 def test_a_transfer_whose_sender_is_killed_mid_stream_is_completed_by_the_next_run(
         make_pool, sshd, tmp_path, capsys):
-    """RELIABILITY 1."""
+    """docs/reliability.md#r1-interrupted-full-send-resumes."""
     rig = Rig(make_pool, sshd, tmp_path, capsys, extra="bandwidth_limit = 300000\n")
     assert rig("init", "--no-checks")[0] == ExitStatus.OK
     write(rig.mount / "big.bin", 3_000_000, -1)
@@ -240,9 +240,10 @@ def test_a_diverged_target_is_refused_and_nothing_on_it_is_destroyed(rig):
 
 
 def test_a_replica_written_since_its_newest_snapshot_is_refused_as_diverged_until_rollback_is_chosen(rig):
-    """Issue 3 item 4, "modified since": the receiver's refusal becomes Diverged with what to
-    do, nothing on the replica changes; on_divergence = "rollback" discards the writes.
-    Replicas are readonly=on (issue 18 item 1), so an admin turned that off to write."""
+    """docs/design.md#replication, "modified since": the receiver's refusal becomes Diverged with
+    what to do, nothing on the replica changes; on_divergence = "rollback" discards the writes.
+    Replicas are readonly=on (docs/decisions.md#replicas-are-received-unmounted-and-read-only), so
+    an admin turned that off to write."""
     rig.snapshot("s1")
     assert rig("replicate")[0] == ExitStatus.OK
     zfs("set", "readonly=off", rig.replica)
@@ -417,8 +418,9 @@ def _replicated_bytes_are_the_streams(rig: Rig, size: int) -> None:
 
 
 def test_under_a_bandwidth_limit_the_run_records_the_bytes_really_sent(make_pool, sshd, tmp_path, capsys):
-    """Issue 18 item 7: pv's splice(2) is invisible to the rchar counter zbak reads on a
-    zfs-fuse source (a 105 MB stream was recorded as 4 MB); ``pv -C`` makes it count."""
+    """docs/decisions.md#pv-copies-so-its-bytes-are-counted: pv's splice(2) is invisible to the
+    rchar counter zbak reads on a zfs-fuse source (a 105 MB stream was recorded as 4 MB); ``pv -C``
+    makes it count."""
     rig = Rig(make_pool, sshd, tmp_path, capsys, extra='bandwidth_limit = "1GiB"\n')
     _replicated_bytes_are_the_streams(rig, 40 * 1024 * 1024)
 
@@ -435,9 +437,9 @@ def test_a_replica_on_this_machine_records_the_bytes_really_sent(make_pool, sshd
 
 def test_one_diverged_child_is_reported_and_every_other_dataset_is_still_replicated(
         make_pool, sshd, tmp_path, capsys):
-    """Issue 18 item 6: the diverged child is left untouched and named; its siblings after
-    it in the loop (and its parent) get the new snapshot; the run is recorded partial and
-    raises the failure event; exit 1."""
+    """docs/decisions.md#one-diverged-dataset-does-not-stop-its-tree: the diverged child is left
+    untouched and named; its siblings after it in the loop (and its parent) get the new snapshot;
+    the run is recorded partial and raises the failure event; exit 1."""
     rig = Rig(make_pool, sshd, tmp_path, capsys, recursive=True)
     assert rig("init", "--no-checks")[0] == ExitStatus.OK
     for child in ("a", "b", "c"):
@@ -466,8 +468,9 @@ def test_one_diverged_child_is_reported_and_every_other_dataset_is_still_replica
 
 
 def test_a_destroyed_last_replicated_snapshot_on_the_target_is_named_as_the_cause(rig):
-    """Issue 18 item 9: zfs calls such a target "modified since most recent snapshot"; the
-    message names the destroyed snapshot and the way back, not writes or access times."""
+    """docs/decisions.md#divergence-messages-say-what-happened: zfs calls such a target "modified
+    since most recent snapshot"; the message names the destroyed snapshot and the way back, not
+    writes or access times."""
     write(rig.mount / "a.bin", 100_000, -1)
     rig.snapshot("s1")
     write(rig.mount / "b.bin", 100_000, -1)
@@ -499,9 +502,10 @@ def test_a_target_whose_common_snapshots_were_all_destroyed_says_how_to_start_ov
 
 
 def test_a_source_snapshot_re_created_under_an_old_name_is_named_with_what_to_do(rig):
-    """Issue 18 item 9: @s2 destroyed and re-created on the source after @s3 was replicated.
-    zfs receive -I would fail "destination already exists" on every run; zbak names the
-    guid mismatch and the way out, and renaming the stale copy on the target is enough."""
+    """docs/decisions.md#divergence-messages-say-what-happened: @s2 destroyed and re-created on the
+    source after @s3 was replicated. zfs receive -I would fail "destination already exists" on every
+    run; zbak names the guid mismatch and the way out, and renaming the stale copy on the target is
+    enough."""
     for short in ("s1", "s2", "s3"):
         write(rig.mount / f"{short}.bin", 50_000, -1)
         rig.snapshot(short)

@@ -1,8 +1,8 @@
-"""Snapshot filters per target (issue 19 item 3, syncoid ``--include-snaps``/
-``--exclude-snaps``) through ``zbak replicate`` and ``zbak prune`` on real zfs-fuse pools: a
-ZFS target and an rsync directory target each get only the snapshots their filter admits,
-the replication base is used even when the filter excludes it, and a snapshot a target
-never gets does not wait for it in retention. What arrived is read with plain ``zfs`` and
+"""Snapshot filters per target (docs/decisions.md#snapshot-filters-keep-the-replication-base,
+syncoid ``--include-snaps``/ ``--exclude-snaps``) through ``zbak replicate`` and ``zbak prune`` on
+real zfs-fuse pools: a ZFS target and an rsync directory target each get only the snapshots their
+filter admits, the replication base is used even when the filter excludes it, and a snapshot a
+target never gets does not wait for it in retention. What arrived is read with plain ``zfs`` and
 directory listings."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``zbak replicate`` end to end on real OpenZFS 2.3: zbak on this host, source AND target in
-the QEMU guest of tests/support/openzfs.py (remote-to-remote, DESIGN.md "Replication").
+the QEMU guest of tests/support/openzfs.py (remote-to-remote, docs/design.md#replication).
 
 The job is ``dataset = "vm:SRC/data"`` with target ``vm:DST/replica``, so every transfer is
 ``ssh guest zfs send | [pv -L] | ssh guest zfs receive -s`` started by zbak on this host.
@@ -195,7 +195,7 @@ def test_full_then_incremental_on_openzfs_moves_the_hold_and_the_bookmark_with_t
 
 
 def test_an_interrupted_full_send_is_resumed_from_the_receive_resume_token(rig):
-    """RELIABILITY 1."""
+    """docs/reliability.md#r1-interrupted-full-send-resumes."""
     rig.write("big.bin", BIG_MIB)
     rig.snapshot("s1")
     rig.write("small.bin", 0.1)
@@ -215,7 +215,7 @@ def test_an_interrupted_full_send_is_resumed_from_the_receive_resume_token(rig):
 
 
 def test_an_interrupted_incremental_send_is_resumed_from_the_receive_resume_token(rig):
-    """RELIABILITY 2."""
+    """docs/reliability.md#r2-interrupted-incremental-i-resumes."""
     rig.snapshot("s1")
     assert rig.replicate() == "full s1"
     rig.write("big.bin", BIG_MIB)
@@ -236,7 +236,7 @@ def test_an_interrupted_incremental_send_is_resumed_from_the_receive_resume_toke
 
 
 def test_a_token_whose_snapshot_was_destroyed_is_aborted_once_and_replication_goes_on(rig):
-    """RELIABILITY 3."""
+    """docs/reliability.md#r3-stale-token."""
     rig.snapshot("s1")
     assert rig.replicate() == "full s1"
     rig.write("big.bin", BIG_MIB)
@@ -276,7 +276,7 @@ def test_the_cursor_bookmark_is_the_incremental_base_after_an_admin_destroyed_th
 
 
 def test_an_encrypted_dataset_is_replicated_raw_and_arrives_without_its_key(rig, request):
-    """RELIABILITY 38."""
+    """docs/reliability.md#r38-encrypted-datasets."""
     keyfile = f"/root/zbak-key-{rig.data.split('/')[0]}"
     request.addfinalizer(lambda: rig.executor.run(["rm", "-f", keyfile], check=False))
     rig.guest("dd", f"of={keyfile}", "status=none", input=b"correct horse battery staple\n")
@@ -290,7 +290,8 @@ def test_an_encrypted_dataset_is_replicated_raw_and_arrives_without_its_key(rig,
 
     plan, err = rig.replicate_logged()
     assert plan == "full s1"
-    # the pipeline's argv, logged at DEBUG: raw, with the properties (issue 18 item 2)
+    # the pipeline's argv, logged at DEBUG: raw, with the properties
+    # (docs/decisions.md#replica-properties-keep-a-failover-replica-faithful)
     assert f"zfs send -w -p {rig.data}@s1" in err
     rig.write("more", 0.25)
     rig.snapshot("s2")
@@ -316,8 +317,8 @@ def test_init_reports_the_openzfs_features_of_source_and_target(rig):
 
 
 def test_sigterm_mid_transfer_leaves_a_resume_token_and_the_rerun_resumes_from_it(rig):
-    """Issue 6: SIGTERM (what ``zbak daemon`` sends its running child on stop, and systemd on
-    ``systemctl stop``) mid-transfer leaves a resumable receive on OpenZFS; the rerun
+    """docs/design.md#operations: SIGTERM (what ``zbak daemon`` sends its running child on stop, and
+    systemd on ``systemctl stop``) mid-transfer leaves a resumable receive on OpenZFS; the rerun
     continues from the token instead of sending the snapshot again."""
     rig.write("big.bin", BIG_MIB)
     rig.snapshot("s1")
@@ -348,7 +349,7 @@ def test_sigterm_mid_transfer_leaves_a_resume_token_and_the_rerun_resumes_from_i
     assert rig.token() == "-"
 
 
-# -- issue 18: replicas that survive a reboot, properties, pool features, bookmark guids ----
+# -- replicas that survive a reboot, properties, pool features, bookmark guids --------------
 
 
 def value_and_source(rig: Rig, name: str, prop: str) -> tuple[str, str]:
@@ -370,10 +371,11 @@ def boot_mounts(rig: Rig) -> None:
 
 def test_properties_arrive_but_mountpoint_and_reservation_stay_off_and_a_reboot_mounts_nothing(
         rig):
-    """Issue 18 items 1 and 2: a failover replica gets the source's recordsize,
-    compression, atime, xattr and user properties (``zfs send -p``), never its mountpoint (a
-    path of the backup host) or refreservation, and is ``canmount=noauto readonly=on``, so
-    the backup host's ``zfs mount -a`` at boot leaves it alone and the nightly run goes on."""
+    """docs/decisions.md#replica-properties-keep-a-failover-replica-faithful: a failover replica
+    gets the source's recordsize, compression, atime, xattr and user properties (``zfs send -p``),
+    never its mountpoint (a path of the backup host) or refreservation, and is ``canmount=noauto
+    readonly=on``, so the backup host's ``zfs mount -a`` at boot leaves it alone and the nightly run
+    goes on."""
     where = f"/srv/zbak-{rig.data.split('/')[0]}"
     rig.guest("zfs", "set", "recordsize=1M", "compression=zstd", "atime=off", "xattr=dir",
               "com.example:owner=ops", f"mountpoint={where}", "refreservation=1M", rig.data)
@@ -405,9 +407,10 @@ def test_properties_arrive_but_mountpoint_and_reservation_stay_off_and_a_reboot_
 
 def test_a_replica_made_without_properties_never_keeps_the_mountpoint_zfs_receive_x_let_in(
         rig):
-    """Issue 18 item 2: OpenZFS 2.3 applies a stream's ``mountpoint`` despite ``-x`` when
-    the replica was received without properties before (openzfs/zfs#17240), as replicas
-    made by an older zbak were; zbak reads the replica back and inherits it again."""
+    """docs/decisions.md#replica-properties-keep-a-failover-replica-faithful: OpenZFS 2.3 applies a
+    stream's ``mountpoint`` despite ``-x`` when the replica was received without properties before
+    (openzfs/zfs#17240), as replicas made by an older zbak were; zbak reads the replica back and
+    inherits it again."""
     where = f"/srv/zbak-old-{rig.data.split('/')[0]}"
     rig.guest("zfs", "set", f"mountpoint={where}", rig.data)
     # the bug needs the replica's mountpoint inherited from a local one, as on a backup pool
@@ -439,10 +442,10 @@ def test_a_replica_made_without_properties_never_keeps_the_mountpoint_zfs_receiv
 
 def test_pools_created_with_d_or_compatibility_legacy_get_streams_they_can_receive(
         rig, request):
-    """Issue 18 item 3: ``-c -L -e`` toward a pool without large_blocks, embedded_data or
-    lz4_compress fails ("pool must be upgraded to receive this stream"); zbak reads the
-    receiving pool's features and sends what it takes, large blocks split. A restore into
-    such a pool gets the same care."""
+    """docs/decisions.md#send-flags-follow-the-receiving-pool: ``-c -L -e`` toward a pool without
+    large_blocks, embedded_data or lz4_compress fails ("pool must be upgraded to receive this
+    stream"); zbak reads the receiving pool's features and sends what it takes, large blocks split.
+    A restore into such a pool gets the same care."""
     pools = {}
     for how in (["-d"], ["-o", "compatibility=legacy"]):
         name = f"{rig.data.split('/')[0]}{'d' if how == ['-d'] else 'l'}"
@@ -486,10 +489,10 @@ def test_pools_created_with_d_or_compatibility_legacy_get_streams_they_can_recei
 
 
 def test_a_bookmark_with_the_cursor_name_but_another_snapshot_is_replaced_by_guid(rig):
-    """Issue 18 item 5: a bookmark already carrying the name zbak gives its cursor, but made
-    from another snapshot, is not trusted by name: zbak replaces it (with a warning), so
-    after the base snapshot is destroyed the next run goes on from the bookmark instead of
-    stopping as diverged."""
+    """docs/decisions.md#a-cursor-bookmark-is-trusted-by-guid: a bookmark already carrying the name
+    zbak gives its cursor, but made from another snapshot, is not trusted by name: zbak replaces it
+    (with a warning), so after the base snapshot is destroyed the next run goes on from the bookmark
+    instead of stopping as diverged."""
     rig.write("a.bin", 0.25)
     rig.snapshot("s1")
     assert rig.replicate() == "full s1"

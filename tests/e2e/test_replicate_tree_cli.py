@@ -1,6 +1,6 @@
-"""``zbak replicate`` of a tree of 101 datasets over sshd, several datasets at once (issue 18,
-speed over trees): parents before children, every snapshot, hold and cursor in place, and
-a nightly cycle that moves every base."""
+"""``zbak replicate`` of a tree of 101 datasets over sshd, several datasets at once 
+(docs/decisions.md#datasets-of-a-tree-replicate-several-at-once): parents before children, every
+snapshot, hold and cursor in place, and a nightly cycle that moves every base."""
 
 from __future__ import annotations
 

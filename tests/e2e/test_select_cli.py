@@ -1,4 +1,5 @@
-"""Selecting a job's datasets by a ZFS user property (issue 19 item 2), through the CLI on
+"""Selecting a job's datasets by a ZFS user property 
+(docs/decisions.md#datasets-are-selected-by-a-user-property), through the CLI on
 real zfs-fuse pools: ``zbak list datasets``, ``init``, ``snapshot``, ``replicate``,
 ``archive``, ``audit``, ``prune`` and ``status`` all see the same datasets; a received value and another job's
 replica target are never selected; ``min_change`` degrades on zfs-fuse (no ``written``).

@@ -1,11 +1,11 @@
-"""Issue 19 items 2 and 4 on real OpenZFS 2.3 (the QEMU guest of tests/support/openzfs.py),
-through the CLI: ``min_change`` skips datasets whose ``written`` stayed under it (zbak runs
-``zpool sync`` first: ``written`` lags until the txg syncs), the changed ones are
-snapshotted together in one atomic multi-name ``zfs snapshot`` (one createtxg), and
-replication and retention stay correct when some datasets of a recursive job skipped a
-snapshot; a property received with ``zfs send -p``/``-R`` marks a replica that selection
-never takes. zfs-fuse has neither ``written`` nor multi-name snapshots: this is the tier
-where those paths run.
+"""docs/decisions.md#datasets-are-selected-by-a-user-property and
+docs/decisions.md#unchanged-datasets-skip-their-snapshot-atomically on real OpenZFS 2.3 (the QEMU
+guest of tests/support/openzfs.py), through the CLI: ``min_change`` skips datasets whose ``written``
+stayed under it (zbak runs ``zpool sync`` first: ``written`` lags until the txg syncs), the changed
+ones are snapshotted together in one atomic multi-name ``zfs snapshot`` (one createtxg), and
+replication and retention stay correct when some datasets of a recursive job skipped a snapshot; a
+property received with ``zfs send -p``/``-R`` marks a replica that selection never takes. zfs-fuse
+has neither ``written`` nor multi-name snapshots: this is the tier where those paths run.
 
 zbak runs on this host; the source and the target are pools in the guest (``vm:``). What
 zbak did is read back with plain ``zfs`` commands in the guest.

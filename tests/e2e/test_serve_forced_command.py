@@ -95,7 +95,8 @@ def served(make_pool, sshd_factory, tmp_path, capsys):
 
 def test_zbak_replicate_pushes_full_and_incremental_through_the_forced_command(
         make_pool, sshd_factory, tmp_path, capsys):
-    """RELIABILITY 36. Without the receive buffer: the two-command data path."""
+    """docs/reliability.md#r36-forced-command. Without the receive buffer: the two-command data
+    path."""
     served = Served(make_pool, sshd_factory, tmp_path, capsys,
                     replicate_extra="receive_buffer = 0\n")
     (served.src.mountpoint / "data" / "a.bin").write_bytes(b"a" * 200_000)
@@ -121,11 +122,11 @@ def test_zbak_replicate_pushes_full_and_incremental_through_the_forced_command(
 
 def test_a_replica_property_serve_was_not_started_with_is_refused_and_then_allowed(
         make_pool, sshd_factory, tmp_path_factory, capsys):
-    """Issue 18 item 2: zbak serve lets through exactly the replica properties of its
-    ``--receive-set`` (over the defaults). zfs-fuse has no ``receive -o``, so zbak sets them
-    with ``zfs set`` after the full receive, through serve as well: a property serve was
-    not told about is refused (the run fails naming it), the same job passes once serve
-    allows it, and the defaults (canmount=noauto, readonly=on) need no option."""
+    """docs/decisions.md#replica-properties-keep-a-failover-replica-faithful: zbak serve lets
+    through exactly the replica properties of its ``--receive-set`` (over the defaults). zfs-fuse
+    has no ``receive -o``, so zbak sets them with ``zfs set`` after the full receive, through serve
+    as well: a property serve was not told about is refused (the run fails naming it), the same job
+    passes once serve allows it, and the defaults (canmount=noauto, readonly=on) need no option."""
     extra = """\
         [jobs.j.replicate.properties]
         set = { "com.example:role" = "replica" }
@@ -152,10 +153,10 @@ def test_a_replica_property_serve_was_not_started_with_is_refused_and_then_allow
 
 def test_the_replicas_of_a_tree_get_their_properties_through_serve_in_batches(
         make_pool, sshd_factory, tmp_path, capsys):
-    """Issue 18: on a receiver without ``zfs receive -o`` (zfs-fuse) zbak sets canmount and
-    readonly on every replica a batch of full streams created with one ``zfs set PROP=VALUE
-    DS...`` (``replication.settle`` step 1); zbak serve allows that form (it took one dataset
-    only, so a batch was refused and set again one replica at a time)."""
+    """docs/design.md#replication-settle-order: on a receiver without ``zfs receive -o`` (zfs-fuse)
+    zbak sets canmount and readonly on every replica a batch of full streams created with one ``zfs
+    set PROP=VALUE DS...`` (``replication.settle`` step 1); zbak serve allows that form (it took one
+    dataset only, so a batch was refused and set again one replica at a time)."""
     served = Served(make_pool, sshd_factory, tmp_path, capsys, job_extra="recursive = true",
                     replicate_extra="concurrency = 4\n")
     children = [f"c{i}" for i in range(6)]
@@ -180,9 +181,9 @@ def test_the_replicas_of_a_tree_get_their_properties_through_serve_in_batches(
 ])
 def test_zbak_replicate_pushes_through_the_receive_buffer_the_forced_command_allows(
         make_pool, sshd_factory, tmp_path, capsys, compression, pipeline):
-    """RELIABILITY 36. The host answers the ``mbuffer -V`` probe through zbak serve, so zbak
-    puts mbuffer before ``zfs receive`` (``replication.stages``); serve runs the pipeline
-    with ``--mbuffer``'s path and the stream arrives whole, full and incremental."""
+    """docs/reliability.md#r36-forced-command. The host answers the ``mbuffer -V`` probe through
+    zbak serve, so zbak puts mbuffer before ``zfs receive`` (``replication.stages``); serve runs the
+    pipeline with ``--mbuffer``'s path and the stream arrives whole, full and incremental."""
     served = Served(make_pool, sshd_factory, tmp_path, capsys, compression=compression,
                     serve_options="--mbuffer /usr/bin/mbuffer",
                     replicate_extra="receive_buffer = \"2MiB\"\n")
@@ -216,7 +217,7 @@ def test_zbak_replicate_pushes_through_the_receive_buffer_the_forced_command_all
     "mbuffer -V -o {canary}",
 ])
 def test_a_hostile_command_line_is_refused_logged_and_never_reaches_a_shell(served, hostile):
-    """RELIABILITY 36."""
+    """docs/reliability.md#r36-forced-command."""
     done = served.ssh(hostile.format(canary=served.canary))
     assert done.returncode == REFUSED, done.stdout + done.stderr
     assert "zbak serve: refused:" in done.stderr
@@ -240,7 +241,7 @@ def test_a_hostile_command_line_is_refused_logged_and_never_reaches_a_shell(serv
 ])
 def test_requests_outside_the_root_or_the_allow_list_are_refused_with_the_reason_logged(
         served, request_of, reason):
-    """RELIABILITY 36."""
+    """docs/reliability.md#r36-forced-command."""
     zfs("snapshot", f"{served.bak.name}/other@zbak_20260101T000000Z")
     zfs("create", f"{served.root}/data")
     zfs("snapshot", f"{served.root}/data@zbak_20260101T000000Z")
@@ -256,9 +257,10 @@ def test_requests_outside_the_root_or_the_allow_list_are_refused_with_the_reason
 
 
 def test_a_resume_send_runs_only_when_the_tokens_guid_is_a_snapshot_inside_the_root(served):
-    """RELIABILITY 36: zfs picks a resumed send's snapshot by guid, searching ever larger ancestors, so a
-    token naming a dataset inside the root but the guid of a snapshot elsewhere must be
-    refused. (zfs-fuse has no ``send -t``: the allowed one fails in zfs, not in serve.)"""
+    """docs/reliability.md#r36-forced-command: zfs picks a resumed send's snapshot by guid,
+    searching ever larger ancestors, so a token naming a dataset inside the root but the guid of a
+    snapshot elsewhere must be refused. (zfs-fuse has no ``send -t``: the allowed one fails in zfs,
+    not in serve.)"""
     zfs("create", f"{served.root}/data")
     zfs("snapshot", f"{served.root}/data@zbak_20260101T000000Z")
     zfs("snapshot", f"{served.bak.name}/other@secret")
@@ -361,11 +363,11 @@ def _allow_argv(*args: str) -> list[str]:
 
 def test_a_non_root_user_with_the_documented_zfs_allow_sets_can_replicate_on_openzfs(
         openzfs_vm, openzfs_executor, openzfs_pools, tmp_path):
-    """RELIABILITY 37: zfs-fuse has no working ``zfs allow`` (it needs pyzfs), so the delegation sets of
-    examples/zfs-allow.sh are proven on real OpenZFS 2.3: as ``nobody`` (uid 65534) a full
-    and an incremental stream go from the source's delegated dataset into the target's,
-    with the hold, bookmark, snapshot and destroy zbak needs; a received mountpoint is
-    dropped; outside the delegated dataset the same user is refused."""
+    """docs/reliability.md#r37-delegation-only: zfs-fuse has no working ``zfs allow`` (it needs
+    pyzfs), so the delegation sets of examples/zfs-allow.sh are proven on real OpenZFS 2.3: as
+    ``nobody`` (uid 65534) a full and an incremental stream go from the source's delegated dataset
+    into the target's, with the hold, bookmark, snapshot and destroy zbak needs; a received
+    mountpoint is dropped; outside the delegated dataset the same user is refused."""
     from support.openzfs import COMMAND_TIMEOUT
 
     from zrepl_py.proc.openssh import remote_command
@@ -415,9 +417,10 @@ def test_a_non_root_user_with_the_documented_zfs_allow_sets_can_replicate_on_ope
                         f"{src}#zbak_0a1b2c3d4e_1"], timeout=COMMAND_TIMEOUT).text.strip()
 
     # A stream carrying properties (zfs send -p) cannot give the replica a mountpoint,
-    # even without -x: the delegated user holds no mountpoint permission (issue 18 item 2),
-    # and zfs receive drops each property it may not set ("cannot receive mountpoint
-    # property ...: permission denied") while receiving the data.
+    # even without -x: the delegated user holds no mountpoint permission
+    # (docs/decisions.md#replica-properties-keep-a-failover-replica-faithful), and zfs receive
+    # drops each property it may not set ("cannot receive mountpoint property ...: permission
+    # denied") while receiving the data.
     run(["zfs", "create", "-o", "mountpoint=/tmp/hostile", f"{src}/props"], timeout=COMMAND_TIMEOUT)
     run(["zfs", "snapshot", f"{src}/props@s"], timeout=COMMAND_TIMEOUT)
     sender = subprocess.Popen(prefix + [remote_command(["zfs", "send", "-p", f"{src}/props@s"],

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.zfs
 
 
 def destroy_when_not_busy(name: str) -> None:
-    """zfs-fuse answers "dataset is busy" for a moment after an unmount (TESTBED.md)."""
+    """zfs-fuse answers "dataset is busy" for a moment after an unmount
+    (docs/testbed.md#zfs-fuse)."""
     for _ in range(20):
         if subprocess.run(["zfs", "destroy", name], capture_output=True).returncode == 0:
             return
@@ -115,7 +116,8 @@ def test_prune_keeps_held_cloned_foreign_and_newest_snapshots_and_destroys_the_r
 
 
 def test_a_second_run_on_a_locked_dataset_exits_3_at_once_and_touches_nothing(setup):
-    """RELIABILITY 28 (E): a locked dataset makes a second run exit 3 as a subprocess."""
+    """docs/reliability.md#r28-concurrent-runs (E): a locked dataset makes a second run exit 3 as a
+    subprocess."""
     run, data, tmp_path = setup
     with dataset_lock(tmp_path / "state", f"local:{data}/a", "test"):
         proc = subprocess.run(

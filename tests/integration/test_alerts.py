@@ -345,7 +345,7 @@ def test_an_unset_secret_variable_is_named_when_alerts_are_installed(receiver, m
 
 def test_events_are_only_logged_when_no_channel_is_configured(catalog, caplog, receiver):
     """A failure that raises is logged at DEBUG: its error goes on up and the command prints
-    it, one line on stderr (issue 19)."""
+    it, one line on stderr (docs/decisions.md#cli-frictions-a-first-time-admin-met)."""
     caplog.set_level(logging.DEBUG)
     dispatcher = alerts.install(Config().alerts)
     fail_run(catalog, FixedClock(T0))

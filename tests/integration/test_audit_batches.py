@@ -1,4 +1,5 @@
-"""``zbak audit`` reads a large job in batches of whole datasets (issue 20: memory bounded by
+"""``zbak audit`` reads a large job in batches of whole datasets 
+(docs/decisions.md#catalog-commands-stay-fast-at-100000-streams: memory bounded by
 the batch, not the catalog) and finds exactly what one batch over the whole job finds, in
 the same order: a missing volume, a volume of the wrong size, stray stream directories of a
 dataset the catalog knows, of one it does not know (also below a catalogued dataset), and

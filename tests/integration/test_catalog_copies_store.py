@@ -1,6 +1,7 @@
 """Catalog exports and manifest copies against real stores (``file://`` and moto's S3 server)
 and real ``zbak archive``/``prune``/``restore``/``catalog rebuild`` runs on zfs-fuse
-(RELIABILITY 25 and 26, levels C and E)."""
+(docs/reliability.md#r25-catalog-rollback-detection and
+docs/reliability.md#r26-catalog-metadata-copy-with-checksum, levels C and E)."""
 
 from __future__ import annotations
 
@@ -82,8 +83,9 @@ def keys_of(backend) -> set[str]:
 
 
 def test_an_archive_writes_an_export_and_a_copy_of_every_manifest(archived):
-    """RELIABILITY 26: after a run the store holds the export (primary and copy, healthy,
-    listing both streams) and every manifest twice, byte for byte."""
+    """docs/reliability.md#r26-catalog-metadata-copy-with-checksum: after a run the store holds the
+    export (primary and copy, healthy, listing both streams) and every manifest twice, byte for
+    byte."""
     run, data, backend, state = archived
     key = the_export(backend)
     loaded = load_export(backend, key)
@@ -100,8 +102,9 @@ def test_an_archive_writes_an_export_and_a_copy_of_every_manifest(archived):
 
 def test_an_older_export_put_back_makes_archive_prune_and_restore_refuse_until_the_mark_goes(
         archived, zpool):
-    """RELIABILITY 25: the store rolled back to the export of an earlier run -> the next
-    archive, prune and restore exit 1 with CatalogReplay's message and write nothing."""
+    """docs/reliability.md#r25-catalog-rollback-detection: the store rolled back to the export of an
+    earlier run -> the next archive, prune and restore exit 1 with CatalogReplay's message and write
+    nothing."""
     run, data, backend, state = archived
     key = the_export(backend)
     old = get(backend, key), get(backend, copy_key(key))
@@ -132,7 +135,8 @@ def test_an_older_export_put_back_makes_archive_prune_and_restore_refuse_until_t
 
 
 def test_a_store_emptied_of_its_export_is_refused_as_replaced(archived):
-    """RELIABILITY 25: the export gone while this machine wrote one -> CatalogReplay."""
+    """docs/reliability.md#r25-catalog-rollback-detection: the export gone while this machine wrote
+    one -> CatalogReplay."""
     run, data, backend, state = archived
     key = the_export(backend)
     backend.delete(key)
@@ -143,8 +147,9 @@ def test_a_store_emptied_of_its_export_is_refused_as_replaced(archived):
 
 
 def test_a_damaged_export_primary_is_read_from_its_copy_and_both_damaged_stop_the_run(archived):
-    """RELIABILITY 26: a damaged primary export -> the copy is used and the run repairs it;
-    both damaged -> the run fails loudly naming both objects."""
+    """docs/reliability.md#r26-catalog-metadata-copy-with-checksum: a damaged primary export -> the
+    copy is used and the run repairs it; both damaged -> the run fails loudly naming both
+    objects."""
     run, data, backend, state = archived
     key = the_export(backend)
     put(backend, key, get(backend, key).replace(b'"generation": 1', b'"generation": 9'))
@@ -162,10 +167,10 @@ def test_a_damaged_export_primary_is_read_from_its_copy_and_both_damaged_stop_th
 
 def test_a_damaged_manifest_primary_is_read_from_its_copy_by_audit_rebuild_and_restore(
         archived, zpool):
-    """RELIABILITY 26: one manifest's primary changed (valid JSON, wrong value) -> audit
-    warns and uses the copy; after the catalog is lost, ``catalog rebuild`` rebuilds every
-    stream from the copy and the restore from the store gives @2 back; with the copy damaged
-    too the stream is skipped and reported."""
+    """docs/reliability.md#r26-catalog-metadata-copy-with-checksum: one manifest's primary changed
+    (valid JSON, wrong value) -> audit warns and uses the copy; after the catalog is lost, ``catalog
+    rebuild`` rebuilds every stream from the copy and the restore from the store gives @2 back; with
+    the copy damaged too the stream is skipped and reported."""
     run, data, backend, state = archived
     incr = next(k for k in keys_of(backend) if "-incr-" in k and k.endswith("/" + MANIFEST))
     good = get(backend, incr)
@@ -198,7 +203,8 @@ def test_a_damaged_manifest_primary_is_read_from_its_copy_by_audit_rebuild_and_r
 
 
 def test_prune_deletes_manifest_copies_with_their_stream_and_rewrites_the_export(archived):
-    """RELIABILITY 26: a pruned chain leaves no ``.copy`` behind; the export follows."""
+    """docs/reliability.md#r26-catalog-metadata-copy-with-checksum: a pruned chain leaves no
+    ``.copy`` behind; the export follows."""
     run, data, backend, state = archived
     old = tuple(k[: -len(MANIFEST)] for k in keys_of(backend) if k.endswith("/" + MANIFEST))
     assert len(old) == 2

@@ -1,6 +1,6 @@
 """Chain prune survives a crash after every step: real chains written by ``archive_job`` from a
 zfs-fuse pool to a ``file://`` store, then ``zbak prune``'s chain deletion killed after the
-k-th store or catalog write, for every k, and rerun (issue 5 item 2, house rule 10)."""
+k-th store or catalog write, for every k, and rerun (docs/design.md#chain-prune-order)."""
 
 from __future__ import annotations
 
@@ -89,7 +89,8 @@ def check_invariants(catalog: Catalog, root: Path, survivors: set[int]) -> None:
     streams = {s.id: s for s in catalog.streams()}
     keys = store_keys(root)
     prefixes = [s.object_prefix for s in streams.values()]
-    # The catalog export (``_zbak/``, RELIABILITY 25) belongs to the store, not to a stream.
+    # The catalog export (``_zbak/``, docs/reliability.md#r25-catalog-rollback-detection) belongs to
+    # the store, not to a stream.
     forgotten = sorted(k for k in keys if not k.startswith(EXPORT_PREFIX)
                        and not any(k.startswith(p) for p in prefixes))
     assert not forgotten, f"objects the catalog forgot: {forgotten}"
@@ -168,9 +169,9 @@ def _prune(catalog, backend, chains, now):
 
 
 def test_a_crash_after_any_step_of_a_chain_prune_converges_on_rerun_without_losing_a_kept_snapshot(chains):
-    """RELIABILITY 22: a crash after the k-th condemn/delete/row-delete, for every k: the catalog
-    never references a deleted object, orphans exist only under a tombstone, and a rerun
-    converges."""
+    """docs/reliability.md#r22-killed-during-prune-at-every-step: a crash after the k-th
+    condemn/delete/row-delete, for every k: the catalog never references a deleted object, orphans
+    exist only under a tombstone, and a rerun converges."""
     now = dt.datetime.now(dt.UTC)
     survivor = {chains["survivor"]}
     catalog, backend, root = _copy(chains, "count")

@@ -1,5 +1,6 @@
-"""RELIABILITY 32 across runs: a Context's clock never reads earlier than the newest run the
-catalog holds, even when the wall clock was set back between two zbak runs."""
+"""docs/reliability.md#r32-clock-goes-backwards across runs: a Context's clock never reads earlier
+than the newest run the catalog holds, even when the wall clock was set back between two zbak
+runs."""
 
 from __future__ import annotations
 

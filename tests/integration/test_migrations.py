@@ -41,7 +41,8 @@ def _full(catalog: Catalog, name: str, guid: int, txg: int) -> int:
 
 
 def test_upgrade_from_empty_reaches_head_and_running_it_again_changes_nothing(engine):
-    """RELIABILITY 27: upgrade from base reaches the head; a second upgrade is a no-op."""
+    """docs/reliability.md#r27-alembic: upgrade from base reaches the head; a second upgrade is a
+    no-op."""
     head = db.head_revision()
     assert db.current_revision(engine) is None
     assert db.upgrade(engine) == (None, head)
@@ -50,14 +51,14 @@ def test_upgrade_from_empty_reaches_head_and_running_it_again_changes_nothing(en
 
 
 def test_the_migration_scripts_have_exactly_one_head():
-    """RELIABILITY 27: a single head."""
+    """docs/reliability.md#r27-alembic: a single head."""
     script = ScriptDirectory.from_config(db._alembic_config())
     assert len(script.get_heads()) == 1
     assert script.get_heads()[0] == db.head_revision()
 
 
 def test_the_models_match_the_migrated_schema(engine):
-    """RELIABILITY 27: the models match the DDL the migrations create."""
+    """docs/reliability.md#r27-alembic: the models match the DDL the migrations create."""
     db.upgrade(engine)
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
@@ -175,7 +176,8 @@ def test_concurrent_writers_on_one_sqlite_file_wait_for_each_other_instead_of_fa
     check.dispose()
 
 
-# -- RELIABILITY 27: up/down consistency and data migrations with rows present -------------------
+# -- docs/reliability.md#r27-alembic: up/down consistency and data migrations with rows present
+# -------------------
 
 
 def _revisions() -> list[str]:
@@ -214,8 +216,8 @@ def _schema(engine) -> dict:
 
 
 def test_every_revision_downgrades_to_the_schema_before_it_and_upgrades_again_to_the_same(engine):
-    """RELIABILITY 27 (pytest-alembic ``test_up_down_consistency``, stairway): for each
-    revision in order, upgrade, downgrade one step (the schema is what it was before),
+    """docs/reliability.md#r27-alembic (pytest-alembic ``test_up_down_consistency``, stairway): for
+    each revision in order, upgrade, downgrade one step (the schema is what it was before),
     upgrade again (the schema is what the first upgrade made)."""
     revisions = _revisions()
     assert revisions[0] == "0001" and revisions[-1] == db.head_revision()
@@ -232,9 +234,9 @@ def test_every_revision_downgrades_to_the_schema_before_it_and_upgrades_again_to
 
 
 def test_downgrading_0002_with_rows_present_keeps_the_chain_and_upgrading_again_works(engine):
-    """RELIABILITY 27 (data migrations with rows present): a chain with carried snapshots and
-    a thaw request in 0002; downgrade to 0001 keeps the streams and drops only what 0002 added;
-    upgrade back to head with those rows present; the models still match and the catalog
+    """docs/reliability.md#r27-alembic (data migrations with rows present): a chain with carried
+    snapshots and a thaw request in 0002; downgrade to 0001 keeps the streams and drops only what
+    0002 added; upgrade back to head with those rows present; the models still match and the catalog
     accepts new rows."""
     from zrepl_py.objects.manifest import CarriedSnapshot
 

@@ -29,7 +29,9 @@ APPRISE_LINE = ("zbak: the apprise alerts ([alerts.apprise]) needs apprise:"
 def _config(tmp_path: Path, *, catalog: str | None = None, s3: bool = False,
             apprise: bool = False, job: bool = False) -> Path:
     lines = [f'state_dir = "{tmp_path / "state"}"']
-    if job:  # `zbak status` opens the catalog only when it has a job to report (issue 18)
+    # `zbak status` opens the catalog only when it has a job
+    # (docs/decisions.md#commands-start-in-under-03-s)
+    if job:
         lines += ["[jobs.data]", 'dataset = "tank/data"']
     if apprise:
         lines += ["[alerts.apprise]", 'urls = [{ env = "HOME" }]']

@@ -2,10 +2,10 @@
 
 Both pools live in the QEMU guest of tests/support/openzfs.py, so every transfer here has a
 remote source and a remote target: ``ssh guest zfs send ... | ssh guest zfs receive ...`` run
-from this host, the way zbak moves streams between two remote machines (DESIGN.md
-"Replication"). The OpenSSH argv comes from ``proc.openssh.ssh_argv`` + ``remote_command``
-(strict host keys); control commands go through paramiko's ``SSHExecutor``. Expected values
-are read with plain ``zfs get``, independently of the code under test.
+from this host, the way zbak moves streams between two remote machines 
+(docs/design.md#replication). The OpenSSH argv comes from ``proc.openssh.ssh_argv`` +
+``remote_command`` (strict host keys); control commands go through paramiko's ``SSHExecutor``.
+Expected values are read with plain ``zfs get``, independently of the code under test.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def test_ssh_pipe_between_remote_pools_replicates_full_and_incremental_with_equa
 def test_interrupted_ssh_transfer_resumes_from_the_receive_resume_token(
     openzfs_vm, openzfs_executor, openzfs_pools, tmp_path
 ):
-    """RELIABILITY 2."""
+    """docs/reliability.md#r2-interrupted-incremental-i-resumes."""
     source, target = f"{openzfs_pools.source}/data", f"{openzfs_pools.target}/data"
     make_dataset_with_snapshots(openzfs_executor, source, ["a"])
     assert ssh_pipe(openzfs_vm, ["zfs", "send", f"{source}@a"],
@@ -193,7 +193,7 @@ def test_interrupted_ssh_transfer_resumes_from_the_receive_resume_token(
 def test_raw_send_of_an_encrypted_dataset_arrives_locked_and_carries_no_plaintext(
     openzfs_vm, openzfs_executor, openzfs_pools, request
 ):
-    """RELIABILITY 38."""
+    """docs/reliability.md#r38-encrypted-datasets."""
     source, target = f"{openzfs_pools.source}/enc", f"{openzfs_pools.target}/enc"
     keyfile = f"/root/zbak-key-{openzfs_pools.source}"
     request.addfinalizer(lambda: openzfs_executor.run(["rm", "-f", keyfile], check=False))

@@ -102,7 +102,7 @@ def result(name: str, code: int | None, stderr: str = "", pipe: bool = False, ki
     ],
 )  # fmt: skip
 def test_the_culprit_is_the_first_stage_that_failed_on_its_own(stages, culprit):
-    """RELIABILITY 7."""
+    """docs/reliability.md#r7-a-failing-pipeline-stage-is-detected."""
     found = choose_culprit(stages)
     assert (found.name if found else None) == culprit
 
@@ -158,7 +158,7 @@ def test_meter_read_counts_the_stream_plus_at_most_a_few_kib_of_start_up_reads()
 
 
 def test_a_receiver_failing_while_the_sender_writes_is_the_culprit_and_returns_quickly():
-    """RELIABILITY 6."""
+    """docs/reliability.md#r6-receiver-fails-while-the-sender-is-still-writing."""
     receiver = 'read -r x; echo "cannot receive: bad stream" >&2; exit 1'
     error, seconds = failure([Stage("send", ("yes",)), Stage("receive", ("sh", "-c", receiver))])
     assert seconds < 2
@@ -173,7 +173,7 @@ def test_a_receiver_failing_while_the_sender_writes_is_the_culprit_and_returns_q
 
 
 def test_a_sender_failing_first_is_the_culprit_while_the_receiver_sees_eof():
-    """RELIABILITY 6."""
+    """docs/reliability.md#r6-receiver-fails-while-the-sender-is-still-writing."""
     sender = 'echo "cannot open tank/x: dataset does not exist" >&2; exit 1'
     receiver = 'cat >/dev/null; echo "cannot receive: failed to read from stream" >&2; exit 1'
     error, seconds = failure([Stage("send", ("sh", "-c", sender)),
@@ -186,7 +186,7 @@ def test_a_sender_failing_first_is_the_culprit_while_the_receiver_sees_eof():
 
 
 def test_a_middle_stage_failure_is_reported_as_that_stage():
-    """RELIABILITY 7."""
+    """docs/reliability.md#r7-a-failing-pipeline-stage-is-detected."""
     stages = [Stage("send", ("head", "-c", str(MB), "/dev/urandom")),
               Stage("decompress", ("zstd", "-d", "-q")),
               Stage("receive", ("cat",))]  # fmt: skip
@@ -437,7 +437,7 @@ def test_a_zstd_compressed_stream_decompressed_remotely_arrives_with_the_same_gu
 def test_receiving_into_an_existing_dataset_blames_the_receivers_message(
     zpool, source, sshd, tmp_path
 ):
-    """RELIABILITY 6."""
+    """docs/reliability.md#r6-receiver-fails-while-the-sender-is-still-writing."""
     target = f"{zpool.name}/exists"
     zfs("create", target)
     receive = remote_command(["zfs", "receive", target], sudo=False)
@@ -451,7 +451,7 @@ def test_receiving_into_an_existing_dataset_blames_the_receivers_message(
 
 
 def test_sending_a_missing_snapshot_blames_the_sender(zpool, sshd, tmp_path):
-    """RELIABILITY 6."""
+    """docs/reliability.md#r6-receiver-fails-while-the-sender-is-still-writing."""
     receive = remote_command(["zfs", "receive", f"{zpool.name}/never"], sudo=False)
     error, _ = failure([Stage("send", ("zfs", "send", f"{zpool.name}@nope")),
                         ssh_stage(sshd, tmp_path, receive)], timeout=120)  # fmt: skip

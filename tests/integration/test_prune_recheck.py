@@ -1,4 +1,5 @@
-"""Prune's re-check of a releasing chain (pruning/recheck.py, issue 15) on real stores: a
+"""Prune's re-check of a releasing chain (pruning/recheck.py,
+docs/decisions.md#the-releasing-chain-is-rechecked-before-any-delete) on real stores: a
 ``file://`` directory and moto's S3 server, with a real SQLite catalog.
 
 What each store can tell without a thaw: a STANDARD object is read back and hashed; a

@@ -1,4 +1,5 @@
-"""RELIABILITY case 33: every argv element arrives byte-identical, locally and over SSH.
+"""docs/reliability.md#r33-quoting-corpus: every argv element arrives byte-identical, locally and
+over SSH.
 
 The corpus holds valid ZFS names drawn from every valid character (``[A-Za-z0-9-_.: ]``) and
 hostile strings from the metacharacter corpus ``><`'"@&$()$x\\/.* !#;|\\n${x}``, each run as
@@ -176,7 +177,8 @@ KINDS = ["local", pytest.param("paramiko", marks=pytest.mark.ssh),
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_valid_zfs_names_arrive_byte_identical(kind, request, tmp_path):
-    """RELIABILITY 33: Every valid-character dataset/snapshot name reaches the command unchanged."""
+    """docs/reliability.md#r33-quoting-corpus: Every valid-character dataset/snapshot name reaches
+    the command unchanged."""
     sshd = request.getfixturevalue("sshd") if kind != "local" else None
     run, close = _runner(kind, sshd, tmp_path)
     try:
@@ -189,7 +191,8 @@ def test_valid_zfs_names_arrive_byte_identical(kind, request, tmp_path):
 def test_hostile_strings_arrive_byte_identical_with_no_side_effects(
     kind, request, tmp_path, canary
 ):
-    """RELIABILITY 33: Metacharacters, quotes, ``$(...)``, newlines, leading ``-``: nothing runs, all arrive."""
+    """docs/reliability.md#r33-quoting-corpus: Metacharacters, quotes, ``$(...)``, newlines, leading
+    ``-``: nothing runs, all arrive."""
     sshd = request.getfixturevalue("sshd") if kind != "local" else None
     pwned_before = Path("/tmp/pwned").exists()
     run, close = _runner(kind, sshd, tmp_path)
@@ -202,7 +205,8 @@ def test_hostile_strings_arrive_byte_identical_with_no_side_effects(
 
 
 def test_the_corpus_is_large_and_covers_every_valid_and_metacharacter(canary):
-    """RELIABILITY 33: The corpus itself: hundreds of strings, every valid ZFS char and every metacharacter."""
+    """docs/reliability.md#r33-quoting-corpus: The corpus itself: hundreds of strings, every valid
+    ZFS char and every metacharacter."""
     valid, hostile = valid_names(), hostile_strings(canary)
     assert len(valid) + len(hostile) >= 400
     assert set(VALID_CHARS) <= set("".join(valid))
@@ -210,7 +214,8 @@ def test_the_corpus_is_large_and_covers_every_valid_and_metacharacter(canary):
 
 
 def test_valid_corpus_names_are_accepted_by_the_name_types():
-    """RELIABILITY 33: The valid half really is valid: DatasetName/SnapshotName accept every entry."""
+    """docs/reliability.md#r33-quoting-corpus: The valid half really is valid:
+    DatasetName/SnapshotName accept every entry."""
     for name in valid_names():
         (SnapshotName if "@" in name else DatasetName)(name)
 
@@ -226,7 +231,8 @@ def _undecodable(text: str) -> bool:
 
 
 def test_hostile_strings_are_rejected_as_zfs_names_before_any_process_starts(canary):
-    """RELIABILITY 34: No shell-hostile string passes as a dataset, snapshot or snapshot short name."""
+    """docs/reliability.md#r34-name-validation-table: No shell-hostile string passes as a dataset,
+    snapshot or snapshot short name."""
     hostile = [t for t in hostile_strings(canary) if _name_hostile(t) and not _undecodable(t)]
     assert len(hostile) > 150
     for text in hostile:
@@ -242,7 +248,8 @@ def test_hostile_strings_are_rejected_as_zfs_names_before_any_process_starts(can
 
 
 def test_names_holding_undecodable_bytes_raise_invalid_name(canary):
-    """RELIABILITY 34: A name carrying non-UTF-8 bytes (surrogate escapes) is an InvalidName, not a crash."""
+    """docs/reliability.md#r34-name-validation-table: A name carrying non-UTF-8 bytes (surrogate
+    escapes) is an InvalidName, not a crash."""
     for text in filter(_undecodable, hostile_strings(canary)):
         with pytest.raises(InvalidName):
             DatasetName(text)

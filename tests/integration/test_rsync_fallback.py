@@ -240,7 +240,7 @@ def test_pull_from_a_source_over_ssh_into_a_local_directory(zpool, sshd, tmp_pat
 
 
 def test_a_failing_rsync_records_no_tree_and_leaves_no_clone(source, zpool, tmp_path):
-    """RELIABILITY 43."""
+    """docs/reliability.md#r43-rsync-exit-codes."""
     directory = tmp_path / "dir"
     snap = SnapshotName.of(source.dataset, FIRST)
     guid = source.zfs.get_properties(snap, ["guid"])["guid"]
@@ -261,7 +261,7 @@ def test_a_failing_rsync_records_no_tree_and_leaves_no_clone(source, zpool, tmp_
 
 
 def test_a_killed_rsync_records_no_tree_and_the_next_run_resumes(zfs, zpool, tmp_path):
-    """RELIABILITY 43."""
+    """docs/reliability.md#r43-rsync-exit-codes."""
     dataset = DatasetName(zpool.name).child("big")
     zfs.create_filesystem(dataset)
     top = zpool.mountpoint / "big"
@@ -356,7 +356,7 @@ def test_a_snapshot_view_of_a_missing_snapshot_leaves_nothing_behind(source, zpo
 
 
 def test_vanished_source_files_are_a_warning_not_a_failure(tmp_path):
-    """RELIABILITY 43."""
+    """docs/reliability.md#r43-rsync-exit-codes."""
     src, dst = tmp_path / "live", tmp_path / "dst"
     src.mkdir()
     (src / "a-big").write_bytes(os.urandom(2 * 1024 * 1024))
@@ -402,9 +402,10 @@ def test_rsync_missing_on_a_side_is_reported_as_rsync_not_found(sshd, tmp_path):
 
 
 def test_a_failing_rsync_over_ssh_records_no_tree_and_leaves_no_clone(source, zpool, sshd, tmp_path):
-    """RELIABILITY 43 (S): the push over a real sshd fails (the partial directory's place is
-    taken by a file on the target): RsyncFailed with rsync's non-zero, non-24 status and
-    stderr, no tree under ``snapshots``, no ``current``, no clone or mount left behind."""
+    """docs/reliability.md#r43-rsync-exit-codes (S): the push over a real sshd fails (the partial
+    directory's place is taken by a file on the target): RsyncFailed with rsync's non-zero, non-24
+    status and stderr, no tree under ``snapshots``, no ``current``, no clone or mount left
+    behind."""
     directory = tmp_path / "remote dir"
     snap = SnapshotName.of(source.dataset, FIRST)
     guid = source.zfs.get_properties(snap, ["guid"])["guid"]

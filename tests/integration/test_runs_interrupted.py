@@ -1,5 +1,6 @@
 """Run rows on a real SQLite catalog: opened before the work, ended ``interrupted`` once their
-process is gone (issue 15), and the 0003 migration's way down."""
+process is gone (docs/decisions.md#a-killed-run-ends-interrupted), and the 0003 migration's way
+down."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ session's QEMU guest (``openzfs_vm`` of tests/support/openzfs.py, shared with th
 control commands go through the session's SSHExecutor (paramiko, strict host keys) and the
 data path through two OpenSSH clients (``proc.openssh.ssh_argv`` + ``remote_command``) with
 this process pumping bytes between them, so a transfer can be cut after N bytes
-(RELIABILITY 1-3).
+(docs/reliability.md#r1-interrupted-full-send-resumes,
+docs/reliability.md#r2-interrupted-incremental-i-resumes, docs/reliability.md#r3-stale-token).
 """
 
 from __future__ import annotations
@@ -308,7 +309,7 @@ def test_openzfs_capabilities_include_resume_tokens_bookmarks_and_raw_send(guest
 
 @pytest.mark.openzfs
 def test_an_interrupted_full_receive_leaves_a_token_that_describes_and_resumes(guest, names):
-    """RELIABILITY 1."""
+    """docs/reliability.md#r1-interrupted-full-send-resumes."""
     src, dst = names
     zfs = guest.zfs
     zfs.create_filesystem(src)
@@ -339,7 +340,7 @@ def test_an_interrupted_full_receive_leaves_a_token_that_describes_and_resumes(g
 
 @pytest.mark.openzfs
 def test_an_interrupted_incremental_resumes_from_its_token(guest, names):
-    """RELIABILITY 2."""
+    """docs/reliability.md#r2-interrupted-incremental-i-resumes."""
     src, dst = names
     zfs = guest.zfs
     zfs.create_filesystem(src)
@@ -366,7 +367,7 @@ def test_an_interrupted_incremental_resumes_from_its_token(guest, names):
 
 @pytest.mark.openzfs
 def test_a_stale_token_is_aborted_and_replication_continues_without_a_loop(guest, names):
-    """RELIABILITY 3."""
+    """docs/reliability.md#r3-stale-token."""
     src, dst = names
     zfs = guest.zfs
     zfs.create_filesystem(src)
@@ -376,7 +377,7 @@ def test_a_stale_token_is_aborted_and_replication_continues_without_a_loop(guest
     zfs.snapshot(SnapshotName.of(src, "b"))
     plan = replan(guest, src, dst)
     assert run_step(guest, plan.steps[0], src, dst, limit=100_000).receive_rc != 0
-    zfs.destroy_snapshot(SnapshotName.of(src, "b"))  # RELIABILITY 3
+    zfs.destroy_snapshot(SnapshotName.of(src, "b"))  # docs/reliability.md#r3-stale-token
     zfs.snapshot(SnapshotName.of(src, "c"))
 
     # zfs prints the contents of a token whose snapshot is gone, then fails; still read.

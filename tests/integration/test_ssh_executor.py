@@ -1,8 +1,8 @@
 """SSHExecutor (paramiko), ssh_argv (real OpenSSH client) and host selection against a real sshd.
 
-Covers the Executor contract for LocalExecutor and SSHExecutor alike, and RELIABILITY case 35:
-unknown host keys are refused, changed ones raise HostKeyMismatch with the fingerprint, and no
-command runs in either case.
+Covers the Executor contract for LocalExecutor and SSHExecutor alike, and
+docs/reliability.md#r35-ssh-host-keys: unknown host keys are refused, changed ones raise
+HostKeyMismatch with the fingerprint, and no command runs in either case.
 """
 
 from __future__ import annotations
@@ -182,7 +182,8 @@ def test_a_refused_login_raises_host_unreachable(sshd, tmp_path):
 
 
 def test_an_unknown_host_key_is_refused_and_no_command_runs(sshd, tmp_path):
-    """RELIABILITY 35: RejectPolicy: a host missing from known_hosts raises HostKeyUnknown; nothing executes."""
+    """docs/reliability.md#r35-ssh-host-keys: RejectPolicy: a host missing from known_hosts raises
+    HostKeyUnknown; nothing executes."""
     canary = tmp_path / "ran"
     known_hosts = tmp_path / "empty_known_hosts"
     known_hosts.write_text("")
@@ -197,7 +198,8 @@ def test_an_unknown_host_key_is_refused_and_no_command_runs(sshd, tmp_path):
 
 
 def test_a_missing_known_hosts_file_refuses_the_host_and_creates_nothing(sshd, tmp_path):
-    """RELIABILITY 35: No known_hosts at all (the default path): refused, and the file is not created."""
+    """docs/reliability.md#r35-ssh-host-keys: No known_hosts at all (the default path): refused, and
+    the file is not created."""
     config = sshd.host_config(known_hosts=None)
     default = tmp_path / "state" / "known_hosts"
     with SSHExecutor("backup1", config, known_hosts_default=default) as ex:
@@ -209,8 +211,9 @@ def test_a_missing_known_hosts_file_refuses_the_host_and_creates_nothing(sshd, t
 def test_a_changed_host_key_raises_host_key_mismatch_with_the_offered_fingerprint(
     sshd, sshd_factory, tmp_path
 ):
-    """RELIABILITY 35: A host whose key differs from known_hosts: HostKeyMismatch naming host, port and the
-    offered key's SHA256 fingerprint, and the command never runs."""
+    """docs/reliability.md#r35-ssh-host-keys: A host whose key differs from known_hosts:
+    HostKeyMismatch naming host, port and the offered key's SHA256 fingerprint, and the command
+    never runs."""
     changed = sshd_factory(known_hosts_from=sshd)
     canary = tmp_path / "ran"
     with SSHExecutor("backup1", changed.host_config(), known_hosts_default=tmp_path / "kh") as ex:
@@ -227,7 +230,8 @@ def test_a_changed_host_key_raises_host_key_mismatch_with_the_offered_fingerprin
 def test_trust_on_first_use_records_the_key_with_mode_0600_and_reconnects_strictly(
     sshd, tmp_path
 ):
-    """RELIABILITY 41: TOFU accepts an unknown key once, writes it (0600) and later strict connections pass."""
+    """docs/reliability.md#r41-file-modes: TOFU accepts an unknown key once, writes it (0600) and
+    later strict connections pass."""
     known_hosts = tmp_path / "state" / "known_hosts"
     tofu = sshd.host_config(known_hosts=None, trust_on_first_use=True)
     old_umask = os.umask(0)  # the mode must not depend on the ambient umask
@@ -247,7 +251,8 @@ def test_trust_on_first_use_records_the_key_with_mode_0600_and_reconnects_strict
 
 
 def test_trust_on_first_use_still_refuses_a_changed_host_key(sshd, sshd_factory, tmp_path):
-    """RELIABILITY 35: TOFU never overrides a known key: a changed key raises HostKeyMismatch."""
+    """docs/reliability.md#r35-ssh-host-keys: TOFU never overrides a known key: a changed key raises
+    HostKeyMismatch."""
     changed = sshd_factory(known_hosts_from=sshd)
     before = changed.known_hosts.read_text()
     config = changed.host_config(trust_on_first_use=True)
@@ -297,7 +302,8 @@ def test_ssh_argv_handles_a_known_hosts_path_with_spaces_and_percent_signs(sshd,
 
 
 def test_ssh_argv_refuses_a_changed_host_key_and_runs_nothing(sshd, sshd_factory, tmp_path):
-    """RELIABILITY 35: The real ssh client exits non-zero on a changed key and the command never runs."""
+    """docs/reliability.md#r35-ssh-host-keys: The real ssh client exits non-zero on a changed key
+    and the command never runs."""
     changed = sshd_factory(known_hosts_from=sshd)
     canary = tmp_path / "ran"
     argv = ssh_argv(changed.host_config(trust_on_first_use=True),
@@ -310,7 +316,8 @@ def test_ssh_argv_refuses_a_changed_host_key_and_runs_nothing(sshd, sshd_factory
 
 
 def test_ssh_argv_refuses_an_unknown_host_unless_trust_on_first_use(sshd, tmp_path):
-    """RELIABILITY 35: StrictHostKeyChecking=yes refuses an unknown host; accept-new records it (TOFU)."""
+    """docs/reliability.md#r35-ssh-host-keys: StrictHostKeyChecking=yes refuses an unknown host;
+    accept-new records it (TOFU)."""
     known_hosts = tmp_path / "known_hosts"
     config = sshd.host_config(known_hosts=known_hosts)
     strict = ssh_argv(config, known_hosts_default=tmp_path / "kh")
@@ -362,7 +369,8 @@ def test_a_shared_connection_carries_later_sessions_after_the_listener_is_gone(
 
 
 def test_control_sockets_live_only_in_a_private_directory_of_ours(tmp_path):
-    """RELIABILITY 41: The socket directory is made 0700; a symlink or an over-long path is not used."""
+    """docs/reliability.md#r41-file-modes: The socket directory is made 0700; a symlink or an
+    over-long path is not used."""
     state = tmp_path / "state"
     chosen = control_dir(state)
     assert chosen == state / "ssh"
@@ -409,7 +417,8 @@ def test_connections_are_shared_only_between_identical_identities_and_host_key_f
 
 
 def test_a_shared_connection_still_refuses_a_changed_host_key(sshd, sshd_factory, tmp_path):
-    """RELIABILITY 35: Sharing changes nothing about host keys: the master checks them and runs nothing."""
+    """docs/reliability.md#r35-ssh-host-keys: Sharing changes nothing about host keys: the master
+    checks them and runs nothing."""
     changed = sshd_factory(known_hosts_from=sshd)
     canary = tmp_path / "ran"
     argv = ssh_argv(changed.host_config(trust_on_first_use=True),

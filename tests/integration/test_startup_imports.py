@@ -1,5 +1,6 @@
-"""What each kind of ``zbak`` command loads (issue 18: every cron run, hook, monitoring probe
-and forced command pays its imports, so a command imports only what it uses).
+"""What each kind of ``zbak`` command loads (docs/decisions.md#commands-start-in-under-03-s: every
+cron run, hook, monitoring probe and forced command pays its imports, so a command imports only
+what it uses).
 
 Each test runs the command in a fresh interpreter and reads ``sys.modules`` when it is done;
 it asserts what the command does NOT load, never how long anything takes.
@@ -52,7 +53,7 @@ CONFIG_TABLES = ("zrepl_py.config.schema", "zrepl_py.config.jobs", "zrepl_py.con
 
 REPLICATION_RUN = ("zrepl_py.replication", "zrepl_py.runtime.fanout", "zrepl_py.proc.ratelimit")
 """What only a replication run uses: the planner, the worker threads of several datasets at
-once, the shared bandwidth limit (issue 18)."""
+once, the shared bandwidth limit."""
 
 
 def _loaded(tmp_path: Path, *args: str, env: dict[str, str] | None = None,

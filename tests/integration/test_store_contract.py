@@ -111,7 +111,7 @@ class TestStoreContract:
                              ids=["empty", "small", "exactly-one-part", "multi-part"])
     def test_put_then_get_returns_the_bytes_and_put_reports_their_size_and_sha256(
             self, store, size):
-        """RELIABILITY 18."""
+        """docs/reliability.md#r18-zero-length-object."""
         data = payload(size, seed=size)
         result = store.put("streams/obj", chunked(data))
         assert result.size == size
@@ -121,10 +121,10 @@ class TestStoreContract:
 
     def test_an_object_rewritten_with_other_bytes_of_the_same_size_shows_another_etag(
             self, store):
-        """Issue 20: the audit trusts a manifest whose listing identity (size and etag) is
-        the one it read before, so a rewrite with other bytes, even of the same size and
-        within the same second, must change the etag, in ``list`` and ``stat`` alike; an
-        untouched object keeps its etag."""
+        """docs/decisions.md#audit-trusts-a-manifest-whose-listing-has-not-changed: the audit trusts
+        a manifest whose listing identity (size and etag) is the one it read before, so a rewrite
+        with other bytes, even of the same size and within the same second, must change the etag, in
+        ``list`` and ``stat`` alike; an untouched object keeps its etag."""
         store.put("a/m", [b"same bytes"])
         store.put("a/other", [b"x"])
         first = {info.key: info for info in store.list("a/")}
@@ -147,14 +147,14 @@ class TestStoreContract:
         assert read_all(store, "k") == b"new bytes"
 
     def test_a_source_failing_midway_keeps_the_earlier_object_and_raises_its_own_error(self, store):
-        """RELIABILITY 13."""
+        """docs/reliability.md#r13-incomplete-upload."""
         store.put("k", [b"old object"])
         with pytest.raises(RuntimeError, match="source broke"):
             store.put("k", failing_after(payload(2 * PART + 1), RuntimeError("source broke")))
         assert read_all(store, "k") == b"old object"
 
     def test_a_source_failing_midway_leaves_no_object_where_there_was_none(self, store):
-        """RELIABILITY 13."""
+        """docs/reliability.md#r13-incomplete-upload."""
         with pytest.raises(RuntimeError):
             store.put("fresh", failing_after(payload(PART + 10), RuntimeError("source broke")))
         with pytest.raises(ObjectNotFound):
@@ -219,8 +219,9 @@ class TestStoreContract:
         assert info.thaw is Thaw.NOT_NEEDED and info.thaw_expires is None
 
     def test_stat_sha256_is_none_or_the_sha256_of_the_stored_bytes(self, store):
-        """Issue 15: prune's re-check compares a stored checksum with the catalog's, so a
-        checksum a store reports must be of the bytes, never of anything else."""
+        """docs/decisions.md#the-releasing-chain-is-rechecked-before-any-delete: prune's re-check
+        compares a stored checksum with the catalog's, so a checksum a store reports must be of the
+        bytes, never of anything else."""
         data = payload(1000, seed=3)
         store.put("k", [data])
         assert store.stat("k").sha256 in (None, hashlib.sha256(data).hexdigest())
@@ -240,8 +241,8 @@ class TestStoreContract:
 
     def test_abort_stale_uploads_never_touches_stored_objects_and_refuses_a_negative_age(
             self, store):
-        """RELIABILITY 15 (both stores): with nothing unfinished there is nothing to remove,
-        whatever the age, and every object stays readable."""
+        """docs/reliability.md#r15-multipart-edge-cases (both stores): with nothing unfinished there
+        is nothing to remove, whatever the age, and every object stays readable."""
         for key in ("a", "d/b", "d/e/c"):
             store.put(key, [key.encode()])
         assert store.abort_stale_uploads(0) == []
@@ -265,9 +266,9 @@ class TestFileStore:
         assert list(store.list()) == [] and store.sizes() == {}
 
     def test_abort_stale_uploads_removes_only_temporary_files_older_than_the_age(self, store):
-        """RELIABILITY 15 (file): a crashed put's temporary file older than the age is
-        removed and reported under the key it was for; a younger one (a put that may still
-        run) and the objects stay."""
+        """docs/reliability.md#r15-multipart-edge-cases (file): a crashed put's temporary file older
+        than the age is removed and reported under the key it was for; a younger one (a put that may
+        still run) and the objects stay."""
         store.put("d/obj", [b"kept"])
         old = store.root / "d" / ".obj.partial-old12345"
         young = store.root / ".top.partial-new12345"
@@ -496,8 +497,9 @@ class TestS3Store:
         assert len(requests) == 3
 
     def test_stat_reports_s3s_stored_sha256_of_a_one_request_object_only(self, store, s3_server):
-        """Issue 15: HeadObject with ChecksumMode gives the whole object's SHA-256 for a
-        PutObject; a multipart object's checksum is composite (of the parts): None."""
+        """docs/decisions.md#the-releasing-chain-is-rechecked-before-any-delete: HeadObject with
+        ChecksumMode gives the whole object's SHA-256 for a PutObject; a multipart object's checksum
+        is composite (of the parts): None."""
         small, big = payload(1000, seed=4), payload(2 * PART + 1, seed=5)
         store.put("small", [small])
         store.put("big", chunked(big))
@@ -507,7 +509,7 @@ class TestS3Store:
         assert store.stat("plain").sha256 in (None, hashlib.sha256(b"x").hexdigest())
 
     def test_a_failed_multipart_put_leaves_no_upload_open(self, store, s3_server):
-        """RELIABILITY 13."""
+        """docs/reliability.md#r13-incomplete-upload."""
         with pytest.raises(RuntimeError):
             store.put("k", failing_after(payload(3 * PART), RuntimeError("source broke")))
         with pytest.raises(KeyboardInterrupt):
@@ -517,9 +519,9 @@ class TestS3Store:
 
     def test_abort_stale_uploads_aborts_open_multipart_uploads_under_the_prefix_only(
             self, store, s3_server):
-        """RELIABILITY 15 (S3): an upload left open (as by a process killed mid-put) is
-        aborted; uploads outside the store's prefix stay, and stored objects are untouched.
-        moto 5.2.5 reports every upload as initiated on 2010-11-10, so the age filter (a
+        """docs/reliability.md#r15-multipart-edge-cases (S3): an upload left open (as by a process
+        killed mid-put) is aborted; uploads outside the store's prefix stay, and stored objects are
+        untouched. moto 5.2.5 reports every upload as initiated on 2010-11-10, so the age filter (a
         younger upload is kept) is tested with botocore's Stubber in
         tests/reliability/test_cases_01_18.py."""
         raw = s3_server.client()
@@ -574,7 +576,7 @@ class TestS3Store:
 
     @pytest.mark.parametrize("storage_class", ["GLACIER", "DEEP_ARCHIVE"])
     def test_a_cold_object_needs_a_thaw_before_it_can_be_read(self, store, storage_class):
-        """RELIABILITY 17."""
+        """docs/reliability.md#r17-glacier."""
         data = payload(2 * PART + 5)
         result = store.put("cold", chunked(data), storage_class=storage_class)
         assert result.storage_class == storage_class
@@ -629,7 +631,7 @@ class TestS3Store:
             bare.close()
 
     def test_an_unreachable_endpoint_is_a_transient_error_after_the_retries(self, s3_bucket):
-        """RELIABILITY 16."""
+        """docs/reliability.md#r16-retry-policy."""
         with socket.create_server(("127.0.0.1", 0)) as probe:
             port = probe.getsockname()[1]  # closed again when the block ends: nobody listens
         store = S3Backend("down", s3_bucket, "", endpoint_url=f"http://127.0.0.1:{port}",

@@ -1,5 +1,5 @@
-"""Issue 7 item 2: ``zbak archive`` killed (SIGKILL) after its k-th store or catalog step, for
-every k, then run again.
+"""docs/decisions.md#crash-tests-kill-at-every-step: ``zbak archive`` killed (SIGKILL) after its
+k-th store or catalog step, for every k, then run again.
 
 The run under test archives a full (@0) and an incremental (-I @0 -> @2) of a real zfs-fuse
 dataset to a ``file://`` store with 1 MiB volumes, so each stream has several volumes and the

@@ -1,7 +1,11 @@
-"""RELIABILITY 7-12 and 18 on the archive and restore path, with real zfs-fuse pools, a real
-``file://`` store (and moto's S3 for the zero-length stream) and faults injected by wrapping:
-``support.backend.FaultyBackend`` around the store the restore opens, ``support.executor`` stage
-wrappers around the real ``zfs send``.
+"""docs/reliability.md#r7-a-failing-pipeline-stage-is-detected,
+docs/reliability.md#r8-truncated-stream-object, docs/reliability.md#r9-bit-flip-in-an-object,
+docs/reliability.md#r10-trailing-garbage-after-the-last-frame-is-rejected,
+docs/reliability.md#r11-flaky-read, docs/reliability.md#r12-valid-zstd-around-an-invalid-zfs-stream,
+docs/reliability.md#r18-zero-length-object on the archive and restore path, with real zfs-fuse
+pools, a real ``file://`` store (and moto's S3 for the zero-length stream) and faults injected by
+wrapping: ``support.backend.FaultyBackend`` around the store the restore opens,
+``support.executor`` stage wrappers around the real ``zfs send``.
 
 How the faulty store reaches ``zbak restore``: every store is opened by
 ``zrepl_py.stores.registry.open_store`` (through ``Context.store``); the ``faulty_store`` fixture
@@ -144,7 +148,8 @@ def restore_refused(run, pool, data, into: str) -> str:
 
 
 def test_a_zstd_decoder_fed_a_truncated_frame_succeeds_silently_so_the_frame_end_check_is_needed():
-    """RELIABILITY 8: The pitfall behind case 8: zstandard's decompressobj returns a prefix without error."""
+    """docs/reliability.md#r8-truncated-stream-object, the pitfall behind it: zstandard's
+    decompressobj returns a prefix without error."""
     raw = random.Random(8).randbytes(200 * KiB)
     frame = zstandard.ZstdCompressor(write_checksum=True).compress(raw)
     cut = frame[: len(frame) // 2]
@@ -157,8 +162,8 @@ def test_a_zstd_decoder_fed_a_truncated_frame_succeeds_silently_so_the_frame_end
 @pytest.mark.parametrize("where", ["after-header", "middle", "last-byte"])
 def test_a_volume_read_truncated_past_the_frame_header_is_refused_and_nothing_is_received(
         archived, faulty_store, where):
-    """RELIABILITY 8: the store's stat says the full size, the read stops early; the restore
-    refuses with the volume named and no dataset is created."""
+    """docs/reliability.md#r8-truncated-stream-object: the store's stat says the full size, the read
+    stops early; the restore refuses with the volume named and no dataset is created."""
     run, pool, data, store = archived
     key, size = newest_volume(store)
     offset = {"after-header": 18, "middle": random.Random(size).randrange(19, size - 1),
@@ -170,7 +175,8 @@ def test_a_volume_read_truncated_past_the_frame_header_is_refused_and_nothing_is
 
 
 def test_a_flipped_bit_in_a_volume_is_refused_and_nothing_is_received(archived, faulty_store):
-    """RELIABILITY 9: one bit flipped on every read: SHA-256 differs from the catalog."""
+    """docs/reliability.md#r9-bit-flip-in-an-object: one bit flipped on every read: SHA-256 differs
+    from the catalog."""
     run, pool, data, store = archived
     key, size = newest_volume(store)
     faulty_store(flip_byte_at=size // 2, keys=key)
@@ -180,11 +186,11 @@ def test_a_flipped_bit_in_a_volume_is_refused_and_nothing_is_received(archived, 
 
 def test_a_bad_volume_found_while_the_first_stream_is_received_is_never_decoded_and_nothing_is_received(
         zpool, tmp_path, faulty_store, monkeypatch):
-    """Issue 20 P4, bounded read-ahead: the receive of the full (3 MiB, three 1 MiB volumes)
-    starts before the incremental's volume is verified (its read waits until the first
-    bytes went into zfs receive), that volume then fails its SHA-256, and the restore
-    stops: the bad volume is never decoded, the full's receive is cancelled before its END
-    record, and nothing exists."""
+    """docs/decisions.md#restore-verifies-each-volume-before-it-is-received-and-reads-ahead, bounded
+    read-ahead: the receive of the full (3 MiB, three 1 MiB volumes) starts before the
+    incremental's volume is verified (its read waits until the first bytes went into zfs receive),
+    that volume then fails its SHA-256, and the restore stops: the bad volume is never decoded, the
+    full's receive is cancelled before its END record, and nothing exists."""
     data = f"{zpool.name}/data"
     zfs("create", data)
     mount = Path(prop(data, "mountpoint"))
@@ -280,7 +286,8 @@ def _watch_receives(monkeypatch, after_finish=None) -> list:
 
 def test_each_stream_s_receive_starts_while_the_stream_before_it_commits(
         three_streams, monkeypatch):
-    """Issue 20 P4: the receive of stream N+1 is started (its process waiting for its first
+    """docs/decisions.md#restore-verifies-each-volume-before-it-is-received-and-reads-ahead:
+    the receive of stream N+1 is started (its process waiting for its first
     byte) before stream N's receive has finished, so its start-up is off the critical path;
     every stream still lands in order and the restored snapshot has the source's guid, and
     no receive process is left."""
@@ -302,10 +309,10 @@ def test_each_stream_s_receive_starts_while_the_stream_before_it_commits(
 
 def test_a_receive_started_early_for_a_stream_that_never_comes_is_cancelled_having_received_nothing(
         three_streams, monkeypatch):
-    """Issue 20 P4: stream 2 of 3 fails in ``zfs receive`` (its base @0, which stream 1
-    brought, is destroyed from the new dataset in between): the receive already started
-    for stream 3 is cancelled, no receive process is left, and the error names stream 2
-    and what stream 1 had received."""
+    """docs/decisions.md#restore-verifies-each-volume-before-it-is-received-and-reads-ahead:
+    stream 2 of 3 fails in ``zfs receive`` (its base @0, which stream 1 brought, is destroyed from
+    the new dataset in between): the receive already started for stream 3 is cancelled, no receive
+    process is left, and the error names stream 2 and what stream 1 had received."""
     run, pool, data = three_streams
     into = f"{pool.name}/r"
 
@@ -328,7 +335,8 @@ def test_a_receive_started_early_for_a_stream_that_never_comes_is_cancelled_havi
 
 def test_a_downloaded_volume_is_read_once_and_a_torn_spool_file_from_an_earlier_run_is_fetched_again(
         archived, tmp_path):
-    """Issue 20 P4: a remote volume is verified as it is written into the spool (one read of
+    """docs/decisions.md#restore-verifies-each-volume-before-it-is-received-and-reads-ahead:
+    a remote volume is verified as it is written into the spool (one read of
     the store, and the spool file holds exactly the verified bytes); a spool file an earlier
     run left with the right size but other bytes (a crash before its pages reached the
     disk) is verified again, refused, and downloaded anew."""
@@ -376,9 +384,10 @@ def _all_volumes(run, data: str) -> list:
 
 def test_the_volumes_after_the_first_are_read_only_once_the_first_verified(
         three_streams, tmp_path):
-    """Issue 20 P4: nothing is received before the first volume verified, so it is read
-    alone (the read-ahead would only take CPU, disk or network from it): while its read
-    is held for 0.5 s no other volume is asked for, and afterwards every one verifies."""
+    """docs/decisions.md#restore-verifies-each-volume-before-it-is-received-and-reads-ahead:
+    nothing is received before the first volume verified, so it is read alone (the read-ahead would
+    only take CPU, disk or network from it): while its read is held for 0.5 s no other volume is
+    asked for, and afterwards every one verifies."""
     run, pool, data = three_streams
     volumes = _all_volumes(run, data)
     assert len(volumes) >= 4
@@ -393,8 +402,9 @@ def test_the_volumes_after_the_first_are_read_only_once_the_first_verified(
 
 def test_a_restore_stopped_while_the_first_volume_is_read_reads_no_other_volume(
         three_streams, tmp_path):
-    """Issue 20 P4: leaving ``VolumeFetch`` (an error, Ctrl-C) while the first volume is
-    still being read stops the checks waiting for it: no other volume is downloaded."""
+    """docs/decisions.md#restore-verifies-each-volume-before-it-is-received-and-reads-ahead:
+    leaving ``VolumeFetch`` (an error, Ctrl-C) while the first volume is still being read stops the
+    checks waiting for it: no other volume is downloaded."""
     run, pool, data = three_streams
     volumes = _all_volumes(run, data)
     store = _HeldFirst(FileBackend("cold", tmp_path / "store"), volumes[0].key)
@@ -425,7 +435,8 @@ def test_of_several_missing_or_short_volumes_the_first_in_chain_order_is_named_a
                          ids=["one-byte", "text", "a-second-zstd-frame"])
 def test_bytes_after_the_end_of_the_frame_are_refused_and_nothing_is_received(
         archived, faulty_store, garbage):
-    """RELIABILITY 10: trailing garbage, even a valid second frame, fails the volume."""
+    """docs/reliability.md#r10-trailing-garbage-after-the-last-frame-is-rejected: trailing garbage,
+    even a valid second frame, fails the volume."""
     run, pool, data, store = archived
     key, _ = newest_volume(store)
     faulty_store(append=garbage, keys=key)
@@ -434,7 +445,8 @@ def test_bytes_after_the_end_of_the_frame_are_refused_and_nothing_is_received(
 
 
 def test_trailing_bytes_after_a_frame_fail_the_decoder_too():
-    """RELIABILITY 10 at the codec: ``decompress_frame`` rejects a frame followed by bytes."""
+    """docs/reliability.md#r10-trailing-garbage-after-the-last-frame-is-rejected at the codec:
+    ``decompress_frame`` rejects a frame followed by bytes."""
     frame = zstandard.ZstdCompressor(write_checksum=True).compress(b"x" * 1000)
     with pytest.raises(StreamCorrupt, match="after the end"):
         b"".join(decompress_frame([frame + b"\0"], "vol"))
@@ -447,8 +459,8 @@ def test_trailing_bytes_after_a_frame_fail_the_decoder_too():
 
 def test_a_volume_corrupt_on_the_first_read_only_is_read_again_and_the_restore_reports_it(
         archived, faulty_store):
-    """RELIABILITY 11 (restic errorOnceBackend): the first read of the volume is bad, the
-    second good: the restore succeeds and warns, naming the volume."""
+    """docs/reliability.md#r11-flaky-read (restic errorOnceBackend): the first read of the volume is
+    bad, the second good: the restore succeeds and warns, naming the volume."""
     run, pool, data, store = archived
     key, size = newest_volume(store)
     made = faulty_store(flip_byte_at=size // 3, faulty_reads=1, keys=key)
@@ -464,7 +476,8 @@ def test_a_volume_corrupt_on_the_first_read_only_is_read_again_and_the_restore_r
 
 
 def test_a_volume_corrupt_on_every_read_is_read_twice_then_refused(archived, faulty_store):
-    """RELIABILITY 11: One retry only: a volume bad on both reads fails the restore; nothing is received."""
+    """docs/reliability.md#r11-flaky-read: One retry only: a volume bad on both reads fails the
+    restore; nothing is received."""
     run, pool, data, store = archived
     key, size = newest_volume(store)
     made = faulty_store(flip_byte_at=size // 3, faulty_reads=2, keys=key)
@@ -488,8 +501,8 @@ def _audit_reads_through(monkeypatch, **faults) -> list[FaultyBackend]:
 
 def test_verify_reads_a_volume_bad_on_the_first_read_again_verifies_it_and_reports_it(
         archived, monkeypatch):
-    """RELIABILITY 11 for ``verify`` (``zbak audit --deep``): the first read of the newest
-    volume has a flipped bit, the second is good: the audit exits 0, the stream is
+    """docs/reliability.md#r11-flaky-read for ``verify`` (``zbak audit --deep``): the first read of
+    the newest volume has a flipped bit, the second is good: the audit exits 0, the stream is
     ``verified`` (not ``bad``), and an info finding plus a warning say the first read
     failed."""
     run, pool, data, store = archived
@@ -506,8 +519,9 @@ def test_verify_reads_a_volume_bad_on_the_first_read_again_verifies_it_and_repor
 
 
 def test_verify_marks_a_volume_bad_on_both_reads_bad(archived, monkeypatch):
-    """RELIABILITY 9, 11: The other side of case 11 for ``verify``: a volume whose every read is damaged is a
-    finding and its stream is marked bad (exit 4)."""
+    """docs/reliability.md#r9-bit-flip-in-an-object, docs/reliability.md#r11-flaky-read, the other
+    side for ``verify``: a volume whose every read is damaged
+    is a finding and its stream is marked bad (exit 4)."""
     run, pool, data, store = archived
     key, size = newest_volume(store)
     _audit_reads_through(monkeypatch, flip_byte_at=size // 3, keys=key)
@@ -543,10 +557,11 @@ def _send(data: str, name: str) -> Stage:
 @pytest.mark.parametrize("content", ["garbage", "bit-flipped"])
 def test_a_verified_stream_that_zfs_receive_rejects_is_marked_bad_and_nothing_is_left(
         setup, content):
-    """RELIABILITY 12: a full @0 whose zstd volumes are valid and match the catalog, but whose
-    content is not a valid ZFS stream (random bytes, or the real stream with one bit flipped
-    before compression) is rejected by ``zfs receive``: typed error, no dataset left, and the
-    stream is ``bad`` in the catalog, so the next restore does not use it."""
+    """docs/reliability.md#r12-valid-zstd-around-an-invalid-zfs-stream: a full @0 whose zstd volumes
+    are valid and match the catalog, but whose content is not a valid ZFS stream (random bytes, or
+    the real stream with one bit flipped before compression) is rejected by ``zfs receive``: typed
+    error, no dataset left, and the stream is ``bad`` in the catalog, so the next restore does not
+    use it."""
     run, pool, data, store = setup
     snap = _snap(data, "0")
     stages = ((garbage_stage(400 * KiB, seed=12),) if content == "garbage"
@@ -575,8 +590,9 @@ def test_a_verified_stream_that_zfs_receive_rejects_is_marked_bad_and_nothing_is
 
 
 def test_a_stream_rejected_as_unsupported_by_the_receiver_is_not_marked_bad():
-    """RELIABILITY 12: Only the stream's own content marks it bad: "unsupported feature" is the receiver's
-    limit (zfs-fuse receiving an OpenZFS 2.x stream) and leaves the stream living."""
+    """docs/reliability.md#r12-valid-zstd-around-an-invalid-zfs-stream: Only the stream's own
+    content marks it bad: "unsupported feature" is the receiver's limit (zfs-fuse receiving an
+    OpenZFS 2.x stream) and leaves the stream living."""
     from zrepl_py.proc.pipeline import StageResult
 
     def rejected(stderr: str) -> bool:
@@ -603,9 +619,10 @@ def _nothing_uploaded(run, store: Path, data: str) -> None:
 @pytest.mark.parametrize("fault", ["killed-mid-stream", "exit-1-after-the-whole-stream"])
 def test_a_failing_send_is_reported_as_the_send_stage_and_nothing_is_marked_uploaded(
         setup, fault):
-    """RELIABILITY 7, send stage: ``zfs send`` SIGKILLed after 200 KiB, or exiting 1 after
-    writing its whole stream: PipelineFailed names the send; no manifest, no catalog row
-    (volumes already stored stay for the next run, listed in progress.json)."""
+    """docs/reliability.md#r7-a-failing-pipeline-stage-is-detected, send stage: ``zfs send``
+    SIGKILLed after 200 KiB, or exiting 1 after writing its whole stream: PipelineFailed names the
+    send; no manifest, no catalog row (volumes already stored stay for the next run, listed in
+    progress.json)."""
     run, pool, data, store = setup
     send = _send(data, "2")
     stage = (cut_stage(send, 200 * KiB) if fault == "killed-mid-stream"
@@ -619,7 +636,8 @@ def test_a_failing_send_is_reported_as_the_send_stage_and_nothing_is_marked_uplo
 
 
 def test_stderr_noise_from_a_send_that_exits_0_is_not_a_failure(setup):
-    """RELIABILITY 7: The other side of 7: warnings on stderr alone do not fail a stream."""
+    """docs/reliability.md#r7-a-failing-pipeline-stage-is-detected: the other side: warnings on
+    stderr alone do not fail a stream."""
     run, pool, data, store = setup
     stage = stderr_stage(_send(data, "0"), "warning: injected noise on stderr")
     with catalog_of(run.config) as catalog:
@@ -631,8 +649,9 @@ def test_stderr_noise_from_a_send_that_exits_0_is_not_a_failure(setup):
 @pytest.mark.parametrize("calls", [0, 1, 2])
 def test_a_failing_upload_is_reported_as_a_store_error_and_nothing_is_marked_uploaded(
         setup, calls):
-    """RELIABILITY 7, upload stage: the store refuses its (calls+1)-th write (the first
-    volume, its progress record, the manifest): StoreError, no manifest, no catalog row."""
+    """docs/reliability.md#r7-a-failing-pipeline-stage-is-detected, upload stage: the store refuses
+    its (calls+1)-th write (the first volume, its progress record, the manifest): StoreError, no
+    manifest, no catalog row."""
     run, pool, data, store = setup
     backend = FaultyBackend(FileBackend("cold", store), fail_after_calls=calls)
     with catalog_of(run.config) as catalog, pytest.raises(StoreError, match="injected fault"):
@@ -647,8 +666,9 @@ def test_a_failing_upload_is_reported_as_a_store_error_and_nothing_is_marked_upl
 @pytest.mark.parametrize("kind", ["file", pytest.param("s3", marks=pytest.mark.s3)])
 def test_a_zero_length_stream_round_trips_through_store_catalog_and_verification(
         setup, kind, request, tmp_path):
-    """RELIABILITY 18: a sender that writes nothing gives one empty-frame volume, a manifest
-    and a catalog row; the volume verifies and decodes to zero bytes."""
+    """docs/reliability.md#r18-zero-length-object: a sender that writes nothing gives one
+    empty-frame volume, a manifest and a catalog row; the volume verifies and decodes to zero
+    bytes."""
     run, pool, data, store = setup
     if kind == "file":
         backend = FileBackend("cold", store)

@@ -1,4 +1,16 @@
-"""RELIABILITY cases 1-18 where the older test files left a case or a level uncovered.
+"""docs/reliability.md#r1-interrupted-full-send-resumes,
+docs/reliability.md#r2-interrupted-incremental-i-resumes, docs/reliability.md#r3-stale-token,
+docs/reliability.md#r4-token-for-another-operation-is-rejected,
+docs/reliability.md#r5-target-full-during-receive,
+docs/reliability.md#r6-receiver-fails-while-the-sender-is-still-writing,
+docs/reliability.md#r7-a-failing-pipeline-stage-is-detected,
+docs/reliability.md#r8-truncated-stream-object, docs/reliability.md#r9-bit-flip-in-an-object,
+docs/reliability.md#r10-trailing-garbage-after-the-last-frame-is-rejected,
+docs/reliability.md#r11-flaky-read, docs/reliability.md#r12-valid-zstd-around-an-invalid-zfs-stream,
+docs/reliability.md#r13-incomplete-upload, docs/reliability.md#r14-wrong-checksum,
+docs/reliability.md#r15-multipart-edge-cases, docs/reliability.md#r16-retry-policy,
+docs/reliability.md#r17-glacier, docs/reliability.md#r18-zero-length-object where the older test
+files left a case or a level uncovered.
 
 Object store (U with botocore's Stubber, C against moto's S3 server over real HTTP):
 
@@ -103,9 +115,10 @@ TWO_PARTS = [b"\1" * PART, b"\2" * 10]
 
 def test_a_complete_multipart_upload_answering_200_with_an_error_body_fails_the_put_and_aborts(
         stubbed):
-    """RELIABILITY 15 (U, Stubber): the Stubber answers CompleteMultipartUpload with HTTP 200
-    and an ``<Error>`` (what botocore hands back for such a body when its own 200-error
-    handler does not apply). The put is retried, then fails; the upload is aborted."""
+    """docs/reliability.md#r15-multipart-edge-cases (U, Stubber): the Stubber answers
+    CompleteMultipartUpload with HTTP 200 and an ``<Error>`` (what botocore hands back for such a
+    body when its own 200-error handler does not apply). The put is retried, then fails; the upload
+    is aborted."""
     stub = stubbed.stub
     _queue_multipart_start(stub, 2)
     for _ in range(FAST.attempts):
@@ -119,9 +132,9 @@ def test_a_complete_multipart_upload_answering_200_with_an_error_body_fails_the_
 
 
 def test_a_complete_multipart_upload_answer_without_the_objects_etag_fails_the_put(stubbed):
-    """RELIABILITY 15 (U): an answer that parsed without error but names no ETag of the new
-    object is not taken for a stored object; a permanent error code inside it is not
-    retried."""
+    """docs/reliability.md#r15-multipart-edge-cases (U): an answer that parsed without error but
+    names no ETag of the new object is not taken for a stored object; a permanent error code inside
+    it is not retried."""
     stub = stubbed.stub
     _queue_multipart_start(stub, 2)
     for _ in range(FAST.attempts):
@@ -141,7 +154,8 @@ def test_a_complete_multipart_upload_answer_without_the_objects_etag_fails_the_p
 
 
 def test_a_complete_multipart_upload_with_an_etag_is_a_stored_object(stubbed):
-    """RELIABILITY 15: The control for the two tests above: the same exchange with a proper answer succeeds."""
+    """docs/reliability.md#r15-multipart-edge-cases: The control for the two tests above: the same
+    exchange with a proper answer succeeds."""
     stub = stubbed.stub
     _queue_multipart_start(stub, 2)
     stub.add_response("complete_multipart_upload", {"Bucket": "bucket", "Key": "zbak/k",
@@ -153,9 +167,9 @@ def test_a_complete_multipart_upload_with_an_etag_is_a_stored_object(stubbed):
 
 
 def test_abort_stale_uploads_aborts_only_uploads_initiated_before_the_age(stubbed):
-    """RELIABILITY 15 (U): of three open uploads under the prefix, the two initiated more
-    than a day ago are aborted (across a truncated listing page); one started an hour ago
-    may belong to a running put and stays. An upload gone meanwhile is skipped."""
+    """docs/reliability.md#r15-multipart-edge-cases (U): of three open uploads under the prefix, the
+    two initiated more than a day ago are aborted (across a truncated listing page); one started an
+    hour ago may belong to a running put and stays. An upload gone meanwhile is skipped."""
     stub = stubbed.stub
     now = dt.datetime.now(dt.UTC)
 
@@ -195,8 +209,9 @@ def test_abort_stale_uploads_aborts_only_uploads_initiated_before_the_age(stubbe
 ])
 def test_transient_s3_errors_are_retried_with_backoff_until_the_attempts_are_used(
         stubbed, code, status):
-    """RELIABILITY 16 (U): throttling and 5xx answers are retried (three answers used by
-    three attempts) and, when they persist, end in StoreTransient naming the attempts."""
+    """docs/reliability.md#r16-retry-policy (U): throttling and 5xx answers are retried (three
+    answers used by three attempts) and, when they persist, end in StoreTransient naming the
+    attempts."""
     for _ in range(FAST.attempts):
         stubbed.stub.add_client_error("head_object", code, "try later", status)
     with pytest.raises(StoreTransient, match="gave up after 3 attempts"):
@@ -205,7 +220,8 @@ def test_transient_s3_errors_are_retried_with_backoff_until_the_attempts_are_use
 
 
 def test_a_transient_s3_error_followed_by_success_is_invisible_to_the_caller(stubbed):
-    """RELIABILITY 16 (U): SlowDown then an answer: the call returns the answer."""
+    """docs/reliability.md#r16-retry-policy (U): SlowDown then an answer: the call returns the
+    answer."""
     stubbed.stub.add_client_error("head_object", "SlowDown", "reduce your rate", 503)
     stubbed.stub.add_response("head_object", {
         "ContentLength": 3, "LastModified": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)})
@@ -219,13 +235,14 @@ def test_a_transient_s3_error_followed_by_success_is_invisible_to_the_caller(stu
     ("get_object", "AccessDenied", 403, StorePermanent),
     ("get_object", "InvalidAccessKeyId", 403, StorePermanent),
     ("get_object", "NoSuchBucket", 404, StorePermanent),
-    ("get_object", "InvalidObjectState", 403, NeedsThaw),  # RELIABILITY 17
+    ("get_object", "InvalidObjectState", 403, NeedsThaw),  # docs/reliability.md#r17-glacier
 ])
 def test_permanent_s3_errors_are_raised_at_once_without_a_retry(stubbed, op, code, status,
                                                                  error):
-    """RELIABILITY 16 (U): 404, 403 and InvalidObjectState are answered once: the only queued
-    answer is used, no second request is made (a second one would find the Stubber queue
-    empty and fail differently); RELIABILITY 17 (U): InvalidObjectState is NeedsThaw."""
+    """docs/reliability.md#r16-retry-policy (U): 404, 403 and InvalidObjectState are answered once:
+    the only queued answer is used, no second request is made (a second one would find the Stubber
+    queue empty and fail differently); docs/reliability.md#r17-glacier (U): InvalidObjectState is
+    NeedsThaw."""
     stubbed.stub.add_client_error(op, code, "no", status)
     call = stubbed.get if op == "get_object" else stubbed.stat
     with pytest.raises(error) as caught:
@@ -235,9 +252,9 @@ def test_permanent_s3_errors_are_raised_at_once_without_a_retry(stubbed, op, cod
 
 
 def test_a_signal_during_the_retry_backoff_stops_the_retries_at_once():
-    """RELIABILITY 16 (U), cancellation: zbak turns SIGTERM into KeyboardInterrupt
-    (``cli._terminate``); one arriving while the policy sleeps before a retry ends the call
-    at once, with no further attempt."""
+    """docs/reliability.md#r16-retry-policy (U), cancellation: zbak turns SIGTERM into
+    KeyboardInterrupt (``cli._terminate``); one arriving while the policy sleeps before a retry ends
+    the call at once, with no further attempt."""
     calls = []
 
     def always_transient():
@@ -291,10 +308,10 @@ ERROR_200 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalErro
 @pytest.mark.s3
 def test_a_200_complete_answer_carrying_an_error_on_the_wire_fails_the_put_and_aborts(
         s3_server, s3_bucket):
-    """RELIABILITY 15 (C): a proxy in front of moto answers every CompleteMultipartUpload
-    itself with HTTP 200 and an ``<Error>`` body, as S3 does when it fails after sending the
-    status line (botocore's ``_handle_200_error`` runs on the real answer). The put fails after its retries, nothing is visible, and no
-    upload stays open."""
+    """docs/reliability.md#r15-multipart-edge-cases (C): a proxy in front of moto answers every
+    CompleteMultipartUpload itself with HTTP 200 and an ``<Error>`` body, as S3 does when it fails
+    after sending the status line (botocore's ``_handle_200_error`` runs on the real answer). The
+    put fails after its retries, nothing is visible, and no upload stays open."""
     def complete_fails(method, path):
         return (200, ERROR_200) if method == "POST" and "uploadId=" in path else None
 
@@ -319,9 +336,9 @@ def _stored_volume(backend, key: str) -> VolumeRow:
 @pytest.mark.s3
 def test_an_s3_read_damaged_in_transit_once_is_read_again_verified_and_reported(
         s3_server, s3_bucket, tmp_path, caplog):
-    """RELIABILITY 11 (C, S3): the first GET's body arrives with one byte flipped (the
-    object in the bucket is intact). botocore's checksum check fails at the end of the body
-    (StoreReadCorrupt: transient, and a corrupt read); the verifying fetch reads the volume
+    """docs/reliability.md#r11-flaky-read (C, S3): the first GET's body arrives with one byte
+    flipped (the object in the bucket is intact). botocore's checksum check fails at the end of the
+    body (StoreReadCorrupt: transient, and a corrupt read); the verifying fetch reads the volume
     again, succeeds, and warns that the first read failed."""
     flips = []
 
@@ -349,9 +366,9 @@ def test_an_s3_read_damaged_in_transit_once_is_read_again_verified_and_reported(
 
 @pytest.mark.s3
 def test_a_checksum_mismatch_on_get_is_a_store_read_corrupt_error(s3_server, s3_bucket):
-    """RELIABILITY 11 (C, S3) at the store: the damaged read raises StoreReadCorrupt while
-    iterating (a StreamCorrupt for verifying readers, a StoreTransient: worth reading again),
-    not a permanent store error; the next read is whole."""
+    """docs/reliability.md#r11-flaky-read (C, S3) at the store: the damaged read raises
+    StoreReadCorrupt while iterating (a StreamCorrupt for verifying readers, a StoreTransient: worth
+    reading again), not a permanent store error; the next read is whole."""
     def flip_every_get(method, path, status, body):
         if method == "GET" and path.endswith("/obj") and len(body) > 10:
             changed = bytearray(body)
@@ -444,10 +461,10 @@ class FuseRig:
 @pytest.mark.ssh
 def test_a_full_send_killed_mid_stream_is_restarted_on_zfs_fuse_and_the_files_match(
         make_pool, sshd, tmp_path):
-    """RELIABILITY 1 (Z/S, zfs-fuse: no resume tokens, so restart): the source's ``zfs send``
-    is SIGKILLed after bytes went through the rate-limited pipe to sshd; zbak exits 1, no
-    partial replica is left, and the next run sends the full again: same GUIDs and the same
-    file contents by SHA-256."""
+    """docs/reliability.md#r1-interrupted-full-send-resumes (Z/S, zfs-fuse: no resume tokens, so
+    restart): the source's ``zfs send`` is SIGKILLed after bytes went through the rate-limited pipe
+    to sshd; zbak exits 1, no partial replica is left, and the next run sends the full again: same
+    GUIDs and the same file contents by SHA-256."""
     import sys
 
     rig = FuseRig(make_pool, sshd, tmp_path, rate=300_000)
@@ -492,11 +509,11 @@ def test_a_full_send_killed_mid_stream_is_restarted_on_zfs_fuse_and_the_files_ma
 @pytest.mark.ssh
 def test_a_target_pool_filled_up_fails_the_run_records_no_success_and_the_run_completes_once_freed(
         make_pool, sshd, tmp_path):
-    """RELIABILITY 5 (Z, zfs-fuse): ``dd`` leaves about 1 MiB free in the target pool, the
-    snapshot needs 4 MB. The receive fails with "out of space", zbak exits 1 naming the
-    receiving stage, the earlier replicated snapshot and its data stay, no half-received
-    snapshot appears, and the catalog records the run as failed with the cursor unmoved.
-    With the filler removed, the next run completes the transfer."""
+    """docs/reliability.md#r5-target-full-during-receive (Z, zfs-fuse): ``dd`` leaves about 1 MiB
+    free in the target pool, the snapshot needs 4 MB. The receive fails with "out of space", zbak
+    exits 1 naming the receiving stage, the earlier replicated snapshot and its data stay, no
+    half-received snapshot appears, and the catalog records the run as failed with the cursor
+    unmoved. With the filler removed, the next run completes the transfer."""
     rig = FuseRig(make_pool, sshd, tmp_path, bak_size="128M")
     (rig.mount / "a").write_bytes(os.urandom(100_000))
     _zfs("snapshot", f"{rig.data}@s1")
@@ -566,10 +583,11 @@ def _guest_hashes(rig, directory: str) -> dict[str, str]:
 
 def test_interrupted_full_and_incremental_sends_resume_by_token_and_every_snapshot_has_the_same_files(
         vm_rig):
-    """RELIABILITY 1 and 2 (Z, OpenZFS, over OpenSSH): the guest's ``zfs send`` is killed
-    mid-stream under a rate limit, once during the full and once during the ``-I``; each
-    rerun resumes with ``zfs send -t`` ("resume ..." in the plan) and, at the end, every
-    snapshot of the replica has the source's GUID and, file by file, its SHA-256."""
+    """docs/reliability.md#r1-interrupted-full-send-resumes and
+    docs/reliability.md#r2-interrupted-incremental-i-resumes (Z, OpenZFS, over OpenSSH): the guest's
+    ``zfs send`` is killed mid-stream under a rate limit, once during the full and once during the
+    ``-I``; each rerun resumes with ``zfs send -t`` ("resume ..." in the plan) and, at the end,
+    every snapshot of the replica has the source's GUID and, file by file, its SHA-256."""
     from e2e.test_replicate_openzfs import BIG_MIB
 
     rig = vm_rig
@@ -598,11 +616,11 @@ def test_interrupted_full_and_incremental_sends_resume_by_token_and_every_snapsh
 
 
 def test_a_resume_token_left_by_another_filesystem_is_aborted_never_resumed(vm_rig):
-    """RELIABILITY 4 (Z/E, OpenZFS): a real token on the target, left by an interrupted full
-    of ``SRC/data``, and a job that now replicates ``SRC/other`` into the same target: zbak
-    sees the token's ``toname`` belongs to another filesystem, aborts the partial receive
-    (``zfs receive -A``) and sends ``other`` in full; no ``zfs send -t`` of the foreign
-    token is run."""
+    """docs/reliability.md#r4-token-for-another-operation-is-rejected (Z/E, OpenZFS): a real token
+    on the target, left by an interrupted full of ``SRC/data``, and a job that now replicates
+    ``SRC/other`` into the same target: zbak sees the token's ``toname`` belongs to another
+    filesystem, aborts the partial receive (``zfs receive -A``) and sends ``other`` in full; no
+    ``zfs send -t`` of the foreign token is run."""
     from e2e.test_replicate_openzfs import BIG_MIB
 
     rig = vm_rig
@@ -627,10 +645,10 @@ def test_a_resume_token_left_by_another_filesystem_is_aborted_never_resumed(vm_r
 
 def test_a_target_pool_filled_during_receive_keeps_the_token_records_failure_and_resumes_once_freed(
         vm_rig):
-    """RELIABILITY 5 (Z, OpenZFS): ``dd`` fills the target pool up to 2 MiB; the
-    6 MiB incremental fails with "out of space": zbak exits 1, the replica keeps its last
-    snapshot and a ``receive_resume_token`` (the partial state), the catalog records the run
-    as failed and the cursor unmoved. After the filler is removed the next run resumes from
+    """docs/reliability.md#r5-target-full-during-receive (Z, OpenZFS): ``dd`` fills the target pool
+    up to 2 MiB; the 6 MiB incremental fails with "out of space": zbak exits 1, the replica keeps
+    its last snapshot and a ``receive_resume_token`` (the partial state), the catalog records the
+    run as failed and the cursor unmoved. After the filler is removed the next run resumes from
     the token."""
     from e2e.test_replicate_openzfs import BIG_MIB
 

@@ -1,5 +1,5 @@
-"""RELIABILITY 44: every key of the config schema is documented in README.md or an example
-config."""
+"""docs/reliability.md#r44-sample-configs: every key of the config schema is documented in README.md
+or an example config."""
 
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ def _keys(model: type[pydantic.BaseModel], seen: set[type]) -> set[str]:
 
 
 def test_every_key_of_the_config_schema_is_documented_in_the_readme_or_an_example():
-    """RELIABILITY 44: each key a config may hold appears in README.md (as ``key``) or in
-    an examples/*.toml file (as ``key =``, possibly commented out), so no setting is hidden."""
+    """docs/reliability.md#r44-sample-configs: each key a config may hold appears in README.md (as
+    ``key``) or in an examples/*.toml file (as ``key =``, possibly commented out), so no setting is
+    hidden."""
     readme = (REPO / "README.md").read_text()
     examples = "\n".join(p.read_text() for p in sorted((REPO / "examples").glob("*.toml")))
     undocumented = sorted(

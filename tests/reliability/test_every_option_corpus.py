@@ -1,8 +1,8 @@
-"""Issue 16, "a suite that finds the next ones": every option and argument of every command
-(found by walking click's command tree, so a new option is covered without editing this
-test) is fed a hostile-value corpus: shell payloads and structurally bad names from the
-10,000-name corpus, control characters and ANSI escapes, 5,000-character strings, numbers at
-and beyond 64 bits, ``nan``, ``inf``, negatives and the empty string.
+"""docs/decisions.md#bad-input-is-one-line-and-its-exit-code, a suite that finds the next ones:
+every option and argument of every command (found by walking click's command tree, so a new option
+is covered without editing this test) is fed a hostile-value corpus: shell payloads and structurally
+bad names from the 10,000-name corpus, control characters and ANSI escapes, 5,000-character strings,
+numbers at and beyond 64 bits, ``nan``, ``inf``, negatives and the empty string.
 
 For every case: the documented exit status (2 for a value zbak refuses; never 1 from an
 internal error), at most one line on stderr per problem and never a traceback, no raw control

@@ -1,6 +1,6 @@
-"""RELIABILITY 45: every ZbakError class gives its ExitStatus through ``main`` in process, and
-through ``sys.exit`` in a real ``python`` subprocess; each ExitStatus is also reached by a real
-command run as ``python -m zrepl_py``."""
+"""docs/reliability.md#r45-exit-code-table: every ZbakError class gives its ExitStatus through
+``main`` in process, and through ``sys.exit`` in a real ``python`` subprocess; each ExitStatus is
+also reached by a real command run as ``python -m zrepl_py``."""
 
 from __future__ import annotations
 
@@ -74,9 +74,9 @@ def _build(name: str) -> errors.ZbakError:
 
 
 def test_the_error_table_covers_every_status_and_every_class_is_a_zbak_error():
-    """RELIABILITY 45 (U): the classes reach every ExitStatus but OK and AUDIT_FINDINGS (a
-    result ``zbak audit`` returns, not an error), and each class's ``exit_status`` is a
-    member of ExitStatus, which ``--help`` lists."""
+    """docs/reliability.md#r45-exit-code-table (U): the classes reach every ExitStatus but OK and
+    AUDIT_FINDINGS (a result ``zbak audit`` returns, not an error), and each class's ``exit_status``
+    is a member of ExitStatus, which ``--help`` lists."""
     statuses = {c.exit_status for c in _error_classes()}
     assert statuses == set(ExitStatus) - {ExitStatus.OK, ExitStatus.AUDIT_FINDINGS}
     assert all(isinstance(c.exit_status, ExitStatus) for c in _error_classes())
@@ -85,8 +85,8 @@ def test_the_error_table_covers_every_status_and_every_class_is_a_zbak_error():
 @pytest.mark.parametrize("cls", _error_classes(), ids=lambda c: c.__name__)
 def test_each_error_class_raised_by_a_command_gives_its_exit_status_in_process(
         cls, monkeypatch, capsys):
-    """RELIABILITY 45: ``main`` turns each ZbakError class raised inside a command into the
-    class's ExitStatus and prints ``zbak: MESSAGE`` on stderr."""
+    """docs/reliability.md#r45-exit-code-table: ``main`` turns each ZbakError class raised inside a
+    command into the class's ExitStatus and prints ``zbak: MESSAGE`` on stderr."""
     from zrepl_py.cli import common
 
     exc = _build(cls.__name__)
@@ -101,8 +101,8 @@ def test_each_error_class_raised_by_a_command_gives_its_exit_status_in_process(
 
 @pytest.mark.slow  # ~50 interpreter start-ups: 40 s of CPU
 def test_each_error_class_gives_its_exit_status_as_a_real_subprocess(tmp_path):
-    """RELIABILITY 45: the same through ``entry_point`` (``sys.exit``) in a real ``python``
-    process per class, four at a time."""
+    """docs/reliability.md#r45-exit-code-table: the same through ``entry_point`` (``sys.exit``) in a
+    real ``python`` process per class, four at a time."""
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     classes = _error_classes()
@@ -122,10 +122,10 @@ def test_each_error_class_gives_its_exit_status_as_a_real_subprocess(tmp_path):
 @pytest.mark.zfs
 def test_every_exit_status_is_returned_by_a_real_command_run_as_python_m_zrepl_py(
         zpool, tmp_path):
-    """RELIABILITY 45 without any patching: ``python -m zrepl_py`` exits 0 (config check),
-    2 (an invalid config), 3 (the dataset's lock is held by another process), 1 (snapshot of
-    a dataset that does not exist), 4 (audit of a catalog whose replica vanished) and 75
-    is covered by the restore thaw tests (tests/e2e/test_archive_restore_cli.py)."""
+    """docs/reliability.md#r45-exit-code-table without any patching: ``python -m zrepl_py`` exits 0
+    (config check), 2 (an invalid config), 3 (the dataset's lock is held by another process), 1
+    (snapshot of a dataset that does not exist), 4 (audit of a catalog whose replica vanished) and
+    75 is covered by the restore thaw tests (tests/e2e/test_archive_restore_cli.py)."""
     data = f"{zpool.name}/data"
     zfs("create", data)
     config = tmp_path / "zbak.toml"

@@ -81,8 +81,9 @@ def test_injected_stderr_and_a_flipped_byte_leave_the_exit_status_alone(tmp_path
 
 
 def test_a_receiver_failing_while_the_sender_writes_is_blamed_and_nothing_is_left_running():
-    """RELIABILITY 6 with the injected receiver: the sender blocked on a full pipe gets
-    EPIPE; the receiver's own message wins; every process group is gone."""
+    """docs/reliability.md#r6-receiver-fails-while-the-sender-is-still-writing with the injected
+    receiver: the sender blocked on a full pipe gets EPIPE; the receiver's own message wins; every
+    process group is gone."""
     sender = Stage("send", ("cat", "/dev/zero"))
     receiver = failing_receiver_stage(2 * MiB, 1, "cannot receive: out of space")
     started = time.monotonic()

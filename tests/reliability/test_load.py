@@ -11,7 +11,7 @@ thousands). ``zbak`` runs as a subprocess (``python -m zrepl_py --debug``) watch
 /proc every 50 ms (``support.procwatch``); its debug log counts the commands it ran. Figures
 are printed (``pytest -s``).
 
-Process bound, from the design (DESIGN.md "Replication", ``replication.stages``,
+Process bound, from the design (docs/design.md#replication, ``replication.stages``,
 ``replication.zfs_target``): the job replicates ``CONCURRENCY`` datasets at once, one
 pipeline each. A pipeline from a local source is at most ``zfs send | zstd | pv | ssh`` (4
 processes; this job has compression and no bandwidth limit: 3). The shared ssh connection
@@ -71,7 +71,7 @@ MAX_RSS_KIB = 200 * 1024
 CONTROL_PER_DATASET, CONTROL_FIXED = 6, 20
 """Control commands a run may issue: per dataset (confirm the guid on the target, hold,
 release, ...; on a target without ``zfs receive -o``, zfs-fuse here, the two ``zfs set`` of a
-new replica's canmount and readonly, issue 18 item 1) plus a fixed number (listings, health,
+new replica's canmount and readonly) plus a fixed number (listings, health,
 capabilities); none per snapshot."""
 RUN_TIMEOUT = 120 + LARGE * SNAPSHOTS * 0.2
 """Seconds one watched run may take (zfs-fuse receives ~15 snapshots a second)."""

@@ -1,4 +1,6 @@
-"""Issue 7 item 4 (RELIABILITY 33/34 at scale): 10,000 generated dataset and snapshot names.
+"""At scale (docs/reliability.md#r33-quoting-corpus,
+docs/reliability.md#r34-name-validation-table): 10,000 generated dataset and snapshot
+names.
 
 Beside ``tests/integration/test_quoting_corpus.py`` (a few hundred hand-picked strings), this
 corpus is generated from a fixed seed: 5,000 VALID names built from every valid ZFS character
@@ -135,7 +137,7 @@ def corpus(canary) -> tuple[list[str], list[str]]:
 
 
 def test_the_corpus_holds_10000_distinct_names_covering_every_valid_and_shell_character(corpus):
-    """RELIABILITY 33."""
+    """docs/reliability.md#r33-quoting-corpus."""
     valid, hostile = corpus
     assert len(valid) + len(hostile) == 10_000
     assert len(set(valid)) > 4_900 and len(set(hostile)) > 4_900
@@ -154,7 +156,7 @@ def _quiet_zfs() -> tuple[Zfs, FaultyExecutor]:
 
 
 def test_every_valid_name_is_accepted_and_reaches_the_zfs_argv_unchanged(corpus):
-    """RELIABILITY 33."""
+    """docs/reliability.md#r33-quoting-corpus."""
     valid, _ = corpus
     zfs, executor = _quiet_zfs()
     for name in valid:
@@ -170,7 +172,7 @@ def test_every_valid_name_is_accepted_and_reaches_the_zfs_argv_unchanged(corpus)
 
 
 def test_every_hostile_name_is_rejected_before_any_process_starts(corpus, canary):
-    """RELIABILITY 34."""
+    """docs/reliability.md#r34-name-validation-table."""
     _, hostile = corpus
     zfs, executor = _quiet_zfs()
     for name in hostile:
@@ -238,8 +240,9 @@ KINDS = ["local", pytest.param("paramiko", marks=pytest.mark.ssh),
 @pytest.mark.parametrize("kind", KINDS)
 def test_all_10000_names_arrive_byte_identical_in_few_commands_with_no_side_effects(
         kind, request, tmp_path, corpus, canary):
-    """RELIABILITY 33: Valid names, and hostile strings as plain arguments (paths, hook arguments), through
-    each transport: byte-identical, the canary never created, at most a few dozen commands."""
+    """docs/reliability.md#r33-quoting-corpus: Valid names, and hostile strings as plain arguments
+    (paths, hook arguments), through each transport: byte-identical, the canary never created, at
+    most a few dozen commands."""
     sshd = request.getfixturevalue("sshd") if kind != "local" else None
     valid, hostile = corpus
     run, close = _runner(kind, sshd, tmp_path)

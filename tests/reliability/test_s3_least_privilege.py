@@ -1,4 +1,5 @@
-"""RELIABILITY 42: least-privilege S3 credentials, enforced by a real IAM policy check.
+"""docs/reliability.md#r42-least-privilege-s3-credentials: least-privilege S3 credentials, enforced
+by a real IAM policy check.
 
 moto's server checks every request against the IAM policies of the caller once
 ``INITIAL_NO_AUTH_ACTION_COUNT`` requests have passed (moto ``core/authorization.py``); the
@@ -122,9 +123,9 @@ def store(server: IamS3, **extra) -> S3StoreConfig:
 
 
 def test_the_writer_credential_cannot_delete_and_the_refusal_is_raised_not_swallowed(iam_s3):
-    """RELIABILITY 42 (C): with the writer profile alone, ``put`` works and ``delete`` raises
-    StorePermanent (AccessDenied) with the object still there; the prune profile cannot
-    write."""
+    """docs/reliability.md#r42-least-privilege-s3-credentials (C): with the writer profile alone,
+    ``put`` works and ``delete`` raises StorePermanent (AccessDenied) with the object still there;
+    the prune profile cannot write."""
     backend = open_store("cold", store(iam_s3))
     try:
         backend.put("a/obj", [b"x" * 1000])
@@ -142,8 +143,9 @@ def test_the_writer_credential_cannot_delete_and_the_refusal_is_raised_not_swall
 
 
 def test_with_a_prune_profile_deletes_use_it_and_everything_else_the_writer(iam_s3):
-    """RELIABILITY 42 (C): ``prune_profile`` gives a backend whose delete succeeds through
-    the pruner credential while put/get/stat/list keep using the writer's."""
+    """docs/reliability.md#r42-least-privilege-s3-credentials (C): ``prune_profile`` gives a backend
+    whose delete succeeds through the pruner credential while put/get/stat/list keep using the
+    writer's."""
     backend = open_store("cold", store(iam_s3, prune_profile="pruner"))
     try:
         assert isinstance(backend, PruneCredentialBackend)
@@ -157,8 +159,8 @@ def test_with_a_prune_profile_deletes_use_it_and_everything_else_the_writer(iam_
 
 
 def test_prune_profile_is_refused_for_a_file_store_naming_the_key():
-    """RELIABILITY 42 (U): the key only makes sense for S3 and is refused elsewhere, at its
-    own key path."""
+    """docs/reliability.md#r42-least-privilege-s3-credentials (U): the key only makes sense for
+    S3 and is refused elsewhere, at its own key path."""
     with pytest.raises(ConfigError) as info:
         parse_config({"stores": {"local": {"url": "file:///srv/zbak", "prune_profile": "p"}}},
                      "zbak.toml")
@@ -169,11 +171,11 @@ def test_prune_profile_is_refused_for_a_file_store_naming_the_key():
 @pytest.mark.zfs
 def test_zbak_archives_with_the_writer_and_prunes_chains_only_with_the_prune_profile(
         iam_s3, zpool, tmp_path, capsys):
-    """RELIABILITY 42 (E): ``zbak archive`` writes two chains with the write-only writer
-    credential (its one delete, of the finished upload's ``progress.json``, goes through
-    ``prune_profile``); ``zbak prune`` without a prune credential fails with exit 1 naming
-    the refused delete and leaves the old chain's objects in place; with ``prune_profile``
-    the rerun deletes them."""
+    """docs/reliability.md#r42-least-privilege-s3-credentials (E): ``zbak archive`` writes two
+    chains with the write-only writer credential (its one delete, of the finished upload's
+    ``progress.json``, goes through ``prune_profile``); ``zbak prune`` without a prune credential
+    fails with exit 1 naming the refused delete and leaves the old chain's objects in place; with
+    ``prune_profile`` the rerun deletes them."""
     data = f"{zpool.name}/data"
     zfs("create", data)
     mount = Path(zfs("get", "-Hp", "-o", "value", "mountpoint", data).strip())

@@ -1,4 +1,6 @@
-"""Issue 7 item 5 and issue 16 item 1, RELIABILITY 39/40: a whole zbak cycle leaks no secret.
+"""docs/decisions.md#every-child-process-starts-through-spawn,
+docs/reliability.md#r39-no-secrets-in-argv, docs/reliability.md#r40-no-secrets-in-logs: a whole zbak
+cycle leaks no secret.
 
 The cycle runs on real components: zfs-fuse pools, ``zbak init`` (which dials the sshd host and
 the S3 store), ``snapshot``, ``replicate`` to the test sshd, ``archive`` to moto's S3 over HTTP
@@ -149,7 +151,7 @@ def cycle_config(tmp_path: Path, sshd, s3_server, bucket: str, data: str, replic
 
 def test_a_debug_cycle_with_aws_session_credentials_leaks_no_secret_anywhere(
         make_pool, sshd, s3_server, secret_env, tmp_path, monkeypatch):
-    """RELIABILITY 39."""
+    """docs/reliability.md#r39-no-secrets-in-argv."""
     src, bak = make_pool(), make_pool()
     data, replica = f"{src.name}/data", f"{bak.name}/replica"
     zfs("create", data)
@@ -253,11 +255,11 @@ def test_a_debug_cycle_with_aws_session_credentials_leaks_no_secret_anywhere(
                for r in records.records), "--debug produced no debug records"
 
 
-# Issue 16 item 1: no child process of a whole cycle sees a secret, traced by the kernel.
-# Every command an admin types runs as a subprocess under ``strace -f -e trace=execve -v``,
-# which prints the whole environment of every program any process of the tree executes. zbak
-# itself starts with AWS session credentials, an SMTP password and a webhook URL in its
-# environment; every execve after zbak's own (setpriv and its probe, zfs, zpool, ssh, zstd,
+# docs/decisions.md#every-child-process-starts-through-spawn: no child process of a whole cycle sees
+# a secret, traced by the kernel. Every command an admin types runs as a subprocess under ``strace
+# -f -e trace=execve -v``, which prints the whole environment of every program any process of the
+# tree executes. zbak itself starts with AWS session credentials, an SMTP password and a webhook URL
+# in its environment; every execve after zbak's own (setpriv and its probe, zfs, zpool, ssh, zstd,
 # mbuffer, ...) must carry none of those variables nor their values.
 _EXECVE = re.compile(r'^(?P<pid>\d+)\s+execve\("(?P<path>[^"]*)", \[(?P<argv>.*?)\], '
                      r'\[(?P<env>.*)\]\) = 0', re.MULTILINE)
@@ -274,7 +276,7 @@ def _secrets() -> dict[str, str]:
 
 def test_no_child_of_a_whole_cycle_is_started_with_a_secret_variable(
         make_pool, sshd, s3_server, tmp_path):
-    """RELIABILITY 39."""
+    """docs/reliability.md#r39-no-secrets-in-argv."""
     strace = shutil.which("strace")
     assert strace, "strace is installed by scripts/setup-host.sh"
     src, bak = make_pool(), make_pool()

@@ -1,5 +1,5 @@
-"""RELIABILITY 39: no child process (zfs, ssh, rsync, zstd) inherits a secret environment
-variable, and a secret-looking command-line option is refused with a hint."""
+"""docs/reliability.md#r39-no-secrets-in-argv: no child process (zfs, ssh, rsync, zstd) inherits a
+secret environment variable, and a secret-looking command-line option is refused with a hint."""
 
 from __future__ import annotations
 
@@ -55,9 +55,9 @@ def secret_environment(monkeypatch, tmp_path):
 
 
 def test_local_commands_run_without_any_secret_environment_variable(secret_environment):
-    """RELIABILITY 39: ``LocalExecutor`` (every zfs, zpool, rsync, mkdir zbak runs locally)
-    starts its child with AWS_*, password/token variables and the config's secret variables
-    removed, and everything else (PATH, SSH_AUTH_SOCK, locale) kept."""
+    """docs/reliability.md#r39-no-secrets-in-argv: ``LocalExecutor`` (every zfs, zpool, rsync, mkdir
+    zbak runs locally) starts its child with AWS_*, password/token variables and the config's secret
+    variables removed, and everything else (PATH, SSH_AUTH_SOCK, locale) kept."""
     seen = _environ(LocalExecutor().run(["env", "-0"]).stdout)
     assert not set(SECRETS) & set(seen), sorted(set(SECRETS) & set(seen))
     for key, value in KEPT.items():
@@ -67,8 +67,9 @@ def test_local_commands_run_without_any_secret_environment_variable(secret_envir
 
 
 def test_pipeline_stages_run_without_any_secret_environment_variable(secret_environment, tmp_path):
-    """RELIABILITY 39: every stage of ``run_pipeline`` (zfs send, zstd, pv, ssh and the ssh
-    connection master it may leave running) starts without the secret variables."""
+    """docs/reliability.md#r39-no-secrets-in-argv: every stage of ``run_pipeline`` (zfs send, zstd,
+    pv, ssh and the ssh connection master it may leave running) starts without the secret
+    variables."""
     out = tmp_path / "env.out"
     with open(out, "wb") as sink:
         run_pipeline([Stage("first", ("env", "-0")), Stage("second", ("cat",))], stdout=sink)
@@ -84,7 +85,7 @@ def test_pipeline_stages_run_without_any_secret_environment_variable(secret_envi
     ("LC_ALL", False), ("VAULT_TOKEN", True), ("GOOGLE_APPLICATION_CREDENTIALS", True),
 ])
 def test_secret_variable_names_are_recognised_by_prefix_and_word(name, secret):
-    """RELIABILITY 39 (U): the name rule of ``child_env``."""
+    """docs/reliability.md#r39-no-secrets-in-argv (U): the name rule of ``child_env``."""
     assert is_secret_name(name) is secret
     assert (name in child_env({name: "x"})) is not secret
 
@@ -96,8 +97,8 @@ def test_secret_variable_names_are_recognised_by_prefix_and_word(name, secret):
     ["restore", "--api-key=VALUE42"],
 ])
 def test_secret_looking_options_are_refused_with_a_hint_and_without_their_value(argv):
-    """RELIABILITY 39 (U): ``refuse_secret_options`` raises UsageError (exit 2) naming the
-    option and where secrets go instead, never echoing the value."""
+    """docs/reliability.md#r39-no-secrets-in-argv (U): ``refuse_secret_options`` raises UsageError
+    (exit 2) naming the option and where secrets go instead, never echoing the value."""
     from zrepl_py.cli.common import refuse_secret_options
 
     with pytest.raises(errors.UsageError) as caught:
@@ -108,8 +109,8 @@ def test_secret_looking_options_are_refused_with_a_hint_and_without_their_value(
 
 
 def test_zbak_refuses_a_secret_option_with_exit_2_in_process_and_as_a_subprocess(capsys):
-    """RELIABILITY 39 (E): the refusal is wired into ``main``, before click parses anything,
-    and the value never reaches the terminal."""
+    """docs/reliability.md#r39-no-secrets-in-argv (E): the refusal is wired into ``main``, before
+    click parses anything, and the value never reaches the terminal."""
     assert main(["archive", "--s3-secret-key", "VALUE42"], env={}) == ExitStatus.USAGE
     err = capsys.readouterr().err
     assert "--s3-secret-key" in err and "AWS chain" in err and "VALUE42" not in err
@@ -124,7 +125,8 @@ def test_zbak_refuses_a_secret_option_with_exit_2_in_process_and_as_a_subprocess
     ["restore", "--", "--password-like-operand"], ["serve", "--allow-force-receive"],
 ])
 def test_ordinary_options_and_operands_pass(argv):
-    """RELIABILITY 39 (U): no false alarm on zbak's own options or on operands."""
+    """docs/reliability.md#r39-no-secrets-in-argv (U): no false alarm on zbak's own options or on
+    operands."""
     from zrepl_py.cli.common import refuse_secret_options
 
     refuse_secret_options(argv)

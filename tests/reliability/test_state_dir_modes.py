@@ -1,5 +1,5 @@
-"""RELIABILITY 41: after a real cycle run under umask 000, every file zbak made in its state
-directory is 0600 and every directory 0700."""
+"""docs/reliability.md#r41-file-modes: after a real cycle run under umask 000, every file zbak made
+in its state directory is 0600 and every directory 0700."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.zfs
 def test_every_file_zbak_makes_in_its_state_dir_is_private_whatever_the_umask(
         make_pool, tmp_path, capsys):
-    """RELIABILITY 41: under umask 000 a real cycle (init, snapshot, replicate to a local
-    replica and to an rsync directory, archive to a ``file://`` store, restore, status,
+    """docs/reliability.md#r41-file-modes: under umask 000 a real cycle (init, snapshot, replicate
+    to a local replica and to an rsync directory, archive to a ``file://`` store, restore, status,
     audit) leaves the state directory 0700 and every file zbak created under it (catalog,
     its journal files, locks, capability cache, spool) 0600, every directory 0700."""
     src = make_pool()

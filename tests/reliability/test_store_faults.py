@@ -1,15 +1,17 @@
-"""RELIABILITY 13, 14, 15 and 18 at the store contract level (C), against the ``file://`` store and
-moto's S3 server over HTTP, and the fault wrappers themselves (a fault that does not fire
-would make every test above it pass for nothing).
+"""docs/reliability.md#r13-incomplete-upload, docs/reliability.md#r14-wrong-checksum,
+docs/reliability.md#r15-multipart-edge-cases, docs/reliability.md#r18-zero-length-object at the
+store contract level (C), against the ``file://`` store and moto's S3 server over HTTP, and the
+fault wrappers themselves (a fault that does not fire would make every test above it pass for
+nothing).
 
-Case 13 in zbak's API: ``Backend.put`` takes chunks of unknown length, so "fewer bytes than
-declared" has no direct equivalent; its two real forms are a source that fails midway and a
-process killed mid-upload. Both must leave no visible object.
-Case 14: the S3 store sends ``x-amz-checksum-sha256`` with every PutObject and UploadPart; S3
-rejects a mismatch (BadDigest) and stores nothing. moto 5.2.5 does not verify the header, so
-the S3 tests go through ``support.s3proxy.S3Proxy``, which emulates S3's check in front of
-moto (a control test shows moto alone storing the damaged bytes). A ``file://`` put has no
-transit to check: what is proven there is that the SHA-256 it returns is that of the file it
+docs/reliability.md#r13-incomplete-upload in zbak's API: ``Backend.put`` takes chunks of unknown
+length, so "fewer bytes than declared" has no direct equivalent; its two real forms are a source
+that fails midway and a process killed mid-upload. Both must leave no visible object.
+docs/reliability.md#r14-wrong-checksum: the S3 store sends ``x-amz-checksum-sha256`` with every
+PutObject and UploadPart; S3 rejects a mismatch (BadDigest) and stores nothing. moto 5.2.5 does not
+verify the header, so the S3 tests go through ``support.s3proxy.S3Proxy``, which emulates S3's check
+in front of moto (a control test shows moto alone storing the damaged bytes). A ``file://`` put has
+no transit to check: what is proven there is that the SHA-256 it returns is that of the file it
 leaves; the client-side defence, the catalog's SHA-256 checked before any receive, is tested
 with bytes corrupted in transit.
 """
@@ -145,9 +147,10 @@ KILLED_PUT = textwrap.dedent("""
 
 
 def test_a_process_killed_mid_upload_leaves_no_visible_object(store):
-    """RELIABILITY 13: SIGKILL in the middle of ``put`` (no abort can run): ``list`` and
-    ``stat`` show nothing. (S3 may keep the multipart upload's parts: invisible, but billed
-    until an AbortIncompleteMultipartUpload rule or ``zbak audit --repair`` aborts it, case 15.)"""
+    """docs/reliability.md#r13-incomplete-upload: SIGKILL in the middle of ``put`` (no abort can
+    run): ``list`` and ``stat`` show nothing. (S3 may keep the multipart upload's parts: invisible,
+    but billed until an AbortIncompleteMultipartUpload rule or ``zbak audit --repair`` aborts it,
+    docs/reliability.md#r15-multipart-edge-cases.)"""
     done = subprocess.run([sys.executable, "-c", KILLED_PUT, json.dumps(store.spec)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == -signal.SIGKILL, done.stderr
@@ -157,10 +160,10 @@ def test_a_process_killed_mid_upload_leaves_no_visible_object(store):
 
 
 def test_what_a_put_killed_midway_left_behind_is_removed_by_abort_stale_uploads(store, request):
-    """RELIABILITY 15 (C, both stores): after a SIGKILL mid-put, the store still holds the
-    put's leftover (S3: an open multipart upload with its parts; ``file://``: the temporary
-    file), invisible to ``list``; ``abort_stale_uploads`` removes it and names the key, and a
-    second call finds nothing."""
+    """docs/reliability.md#r15-multipart-edge-cases (C, both stores): after a SIGKILL mid-put, the
+    store still holds the put's leftover (S3: an open multipart upload with its parts; ``file://``:
+    the temporary file), invisible to ``list``; ``abort_stale_uploads`` removes it and names the
+    key, and a second call finds nothing."""
     done = subprocess.run([sys.executable, "-c", KILLED_PUT, json.dumps(store.spec)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == -signal.SIGKILL, done.stderr
@@ -179,8 +182,8 @@ def test_what_a_put_killed_midway_left_behind_is_removed_by_abort_stale_uploads(
 
 
 def test_a_source_failing_midway_leaves_no_object_and_no_open_upload(store, request):
-    """RELIABILITY 13: the chunks raise after 11 MiB (two S3 parts sent): the caller's error
-    comes out, nothing is visible, and the S3 multipart upload was aborted."""
+    """docs/reliability.md#r13-incomplete-upload: the chunks raise after 11 MiB (two S3 parts sent):
+    the caller's error comes out, nothing is visible, and the S3 multipart upload was aborted."""
 
     class ShortRead(Exception):
         pass
@@ -249,10 +252,10 @@ SIZES = pytest.mark.parametrize("size", [MiB, 11 * MiB], ids=["put-object", "mul
 @SIZES
 def test_an_upload_whose_bytes_do_not_match_their_checksum_is_refused_and_leaves_no_object(
         s3_server, s3_bucket, verifying, size):
-    """RELIABILITY 14 (docs/reliability.md#r14-wrong-checksum): bytes damaged after zbak
-    computed their x-amz-checksum-sha256 are refused with BadDigest (as S3 does; moto does
-    not check, the proxy in front of it does): the put fails, nothing is stored, and the
-    multipart upload of the large object is aborted."""
+    """docs/reliability.md#r14-wrong-checksum: bytes damaged after zbak computed their
+    x-amz-checksum-sha256 are refused with BadDigest (as S3 does; moto does not check, the proxy in
+    front of it does): the put fails, nothing is stored, and the multipart upload of the large
+    object is aborted."""
     server, proxy = verifying
     backend = S3Backend("cold", s3_bucket, "zbak", client=_corrupting_client(server),
                         part_size=5 * MiB, retry=FAST)
@@ -292,9 +295,9 @@ def test_without_the_proxys_check_moto_stores_the_damaged_upload(s3_server, s3_b
 @SIZES
 def test_every_put_object_and_upload_part_carries_the_sha256_of_its_body(
         s3_bucket, verifying, size):
-    """RELIABILITY 14: what makes S3 refuse damaged bytes: each PutObject, and each part of
-    a multipart upload, carries x-amz-checksum-sha256 of its own body, as the proxy saw the
-    request on the wire (header or aws-chunked trailer), and the undamaged upload is
+    """docs/reliability.md#r14-wrong-checksum: what makes S3 refuse damaged bytes: each PutObject,
+    and each part of a multipart upload, carries x-amz-checksum-sha256 of its own body, as the proxy
+    saw the request on the wire (header or aws-chunked trailer), and the undamaged upload is
     stored."""
     server, proxy = verifying
     backend = S3Backend("cold", s3_bucket, "zbak", endpoint_url=server.endpoint_url,
@@ -309,9 +312,9 @@ def test_every_put_object_and_upload_part_carries_the_sha256_of_its_body(
 
 
 def test_a_file_store_stores_exactly_the_bytes_it_hashed(tmp_path):
-    """RELIABILITY 14 on ``file://``, where no transit exists to check: the put hashes the
-    chunks in the process that writes them, and the SHA-256 it returns, which the catalog
-    records and every restore checks (docs/reliability.md#r9-bit-flip-in-an-object), is
+    """docs/reliability.md#r14-wrong-checksum on ``file://``, where no transit exists to check: the
+    put hashes the chunks in the process that writes them, and the SHA-256 it returns, which the
+    catalog records and every restore checks (docs/reliability.md#r9-bit-flip-in-an-object), is
     that of the file it leaves, here for 40 chunks of uneven sizes going through its writer
     and hasher threads."""
     root = tmp_path / "store"
@@ -329,10 +332,11 @@ def test_a_file_store_stores_exactly_the_bytes_it_hashed(tmp_path):
 @pytest.mark.parametrize("response_checksums", ["when_supported", "when_required"])
 def test_a_volume_corrupted_in_transit_on_upload_is_refused_before_any_receive(
         s3_server, s3_bucket, tmp_path, response_checksums):
-    """RELIABILITY 14: the defences that hold whatever the server checks: botocore compares
-    the download with the stored object's SHA-256 checksum (which moto kept from the upload's
-    header: a StoreReadCorrupt, read again once as a flaky read would be, then refused), and,
-    with that off, the catalog's SHA-256 of the bytes zbak produced fails the volume."""
+    """docs/reliability.md#r14-wrong-checksum: the defences that hold whatever the server checks:
+    botocore compares the download with the stored object's SHA-256 checksum (which moto kept from
+    the upload's header: a StoreReadCorrupt, read again once as a flaky read would be, then
+    refused), and, with that off, the catalog's SHA-256 of the bytes zbak produced fails the
+    volume."""
     client = _corrupting_client(s3_server, response_checksums=response_checksums)
     backend = S3Backend("cold", s3_bucket, "zbak", client=client, retry=FAST)
     digest = Digest()
@@ -351,7 +355,8 @@ def test_a_volume_corrupted_in_transit_on_upload_is_refused_before_any_receive(
 
 
 def test_a_zero_length_object_round_trips(store):
-    """RELIABILITY 18 (pgBackRest "write zero-length file"): put, stat, list, get, delete."""
+    """docs/reliability.md#r18-zero-length-object (pgBackRest "write zero-length file"): put, stat,
+    list, get, delete."""
     result = store.put("streams/empty", iter(()))
     assert (result.size, result.sha256) == (0, hashlib.sha256(b"").hexdigest())
     assert store.stat("streams/empty").size == 0
@@ -391,8 +396,8 @@ def _stored_volume(store, key: str = "s/vol-000000.zst") -> VolumeRow:
                                    {"append": b"\0" * 10}], ids=["flip", "truncate", "append"])
 def test_a_volume_bad_on_the_first_read_only_verifies_on_the_second_and_is_reported(
         store, tmp_path, caplog, fault):
-    """RELIABILITY 11 (C): against each store, a read that is bad once is read again; the
-    warning names the volume and says the first read failed."""
+    """docs/reliability.md#r11-flaky-read (C): against each store, a read that is bad once is read
+    again; the warning names the volume and says the first read failed."""
     volume = _stored_volume(store)
     faulty = FaultyBackend(store, faulty_reads=1, **fault)
     with caplog.at_level("WARNING", logger="zrepl_py.restore.fetch"), \

@@ -7,9 +7,9 @@ QEMU guest), ``sshd`` (OpenSSH on 127.0.0.1, keys per run), ``s3`` (moto's serve
 helpers), ``common`` (free ports, config snippets, a missing component failing in strict mode),
 ``procwatch`` (peak RSS and children of a process).
 
-Fault injection (issue 7 item 1): wrappers, never patches. Every fault wraps a REAL component
-and changes what passes through it, so the code under test runs unmodified against real stores,
-real processes and real ZFS:
+Fault injection (docs/decisions.md#faults-are-injected-by-wrapping): wrappers, never patches. Every
+fault wraps a REAL component and changes what passes through it, so the code under test runs
+unmodified against real stores, real processes and real ZFS:
 
 ``backend``
     :class:`~support.backend.FaultyBackend` wraps any ``zrepl_py.stores.base.Backend`` (the

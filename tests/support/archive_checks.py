@@ -1,12 +1,13 @@
 """Invariants of an archive store and its catalog, checked after every injected fault.
 
-House rule 10 and DESIGN.md "Archive": the catalog never names an object that is not stored
-whole (every catalogued volume exists with its recorded size and SHA-256, next to its
-manifest); the only objects outside a catalogued stream are those of an upload that a rerun
-finishes (a partial upload, with or without ``progress.json`` yet) or adopts (a manifest
-whose volumes are all stored, written just before the crash hit the catalog row). Each
+docs/design.md#archive-writer-order and docs/design.md#chain-prune-order: the catalog never
+names an object that is not stored whole (every catalogued volume exists with its recorded size and
+SHA-256, next to its manifest); the only objects outside a catalogued stream are those of an upload
+that a rerun finishes (a partial upload, with or without ``progress.json`` yet) or adopts (a
+manifest whose volumes are all stored, written just before the crash hit the catalog row). Each
 manifest may have its ``.copy`` next to it, and the store's catalog exports (``_zbak/``,
-RELIABILITY 25/26) are checked by :func:`export_problems`.
+docs/reliability.md#r25-catalog-rollback-detection,
+docs/reliability.md#r26-catalog-metadata-copy-with-checksum) are checked by :func:`export_problems`.
 """
 
 from __future__ import annotations

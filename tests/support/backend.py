@@ -6,7 +6,7 @@ and changes only what its arguments ask for. Faults on the data of ``get`` are a
 bytes as they stream, at absolute offsets of the object, whatever the chunking:
 
 * ``truncate_at=N``: the read ends after byte N (no error: a connection that closes early, or
-  a zstd decoder that "succeeds" on a short frame, STYLE.md's pitfall).
+  a zstd decoder that "succeeds" on a short frame, docs/style.md#the-zstandard-pitfall).
 * ``flip_byte_at=N``: byte N arrives XORed with ``flip_mask`` (default 0x01: one bit).
 * ``append=b"..."``: these bytes follow the object (trailing garbage, CPython gh-132983).
 * ``faulty_reads=N``: the three faults above apply only to the first N reads of each key

@@ -1,4 +1,5 @@
-"""Run ``zbak ARGS...`` and SIGKILL it after its k-th store or catalog step (issue 7 item 2).
+"""Run ``zbak ARGS...`` and SIGKILL it after its k-th store or catalog step
+(docs/decisions.md#crash-tests-kill-at-every-step).
 
 Usage: ``python tests/support/crash_runner.py [ZBAK ARGS...]`` with the environment:
 

@@ -1,4 +1,7 @@
-"""Faulty and recording Executors, and pipeline Stages that misbehave (RELIABILITY 1, 6, 7).
+"""Faulty and recording Executors, and pipeline Stages that misbehave
+(docs/reliability.md#r1-interrupted-full-send-resumes,
+docs/reliability.md#r6-receiver-fails-while-the-sender-is-still-writing,
+docs/reliability.md#r7-a-failing-pipeline-stage-is-detected).
 
 Executors (``zrepl_py.proc.executor`` contract) wrap a real executor:
 

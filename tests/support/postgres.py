@@ -1,8 +1,8 @@
 """A throwaway PostgreSQL 15 cluster for the test session, and a fresh database per test.
 
-Recipe from TESTBED.md: initdb and the server run as the ``postgres`` user (the tests run as
-root, which PostgreSQL refuses), listening on 127.0.0.1 and a socket in the cluster directory.
-Durability is switched off (``fsync=off``): the cluster dies with the session anyway.
+Recipe from docs/testbed.md#postgresql: initdb and the server run as the ``postgres`` user (the
+tests run as root, which PostgreSQL refuses), listening on 127.0.0.1 and a socket in the cluster
+directory. Durability is switched off (``fsync=off``): the cluster dies with the session anyway.
 """
 
 from __future__ import annotations

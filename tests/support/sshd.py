@@ -1,9 +1,10 @@
 """A real OpenSSH sshd on 127.0.0.1, one per test session, plus a factory for extra servers.
 
-Recipe from TESTBED.md: ``mkdir -p /run/sshd``, an ed25519 host key and user key made with
-``ssh-keygen -t ed25519 -N ''``, a config listening on 127.0.0.1 and a free port, root login by
-key only, and ``/usr/sbin/sshd -D -e -f CONFIG`` (absolute path: sshd re-executes itself).
-Tests that use ``sshd`` or ``sshd_factory`` get the ``ssh`` marker automatically.
+Recipe from docs/testbed.md#openssh-sshd-on-loopback: ``mkdir -p /run/sshd``, an ed25519 host key
+and user key made with ``ssh-keygen -t ed25519 -N ''``, a config listening on 127.0.0.1 and a free
+port, root login by key only, and ``/usr/sbin/sshd -D -e -f CONFIG`` (absolute path: sshd
+re-executes itself). Tests that use ``sshd`` or ``sshd_factory`` get the ``ssh`` marker
+automatically.
 
 ``sshd_factory(forced_command=CMD)`` writes the user key as ``command="CMD",restrict KEY``
 (sshd(8) AUTHORIZED_KEYS FILE FORMAT): every session of that server runs CMD with the

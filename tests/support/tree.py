@@ -1,6 +1,6 @@
 """A tree of many datasets replicated over the session's sshd: the rig of the concurrency
-tests (issue 18, speed over trees) and what they read back (guids, holds, cursors, the
-order of transfers in zbak's debug log)."""
+tests (docs/decisions.md#datasets-of-a-tree-replicate-several-at-once) and what they read back
+(guids, holds, cursors, the order of transfers in zbak's debug log)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""RELIABILITY 38, the archive side (unit): an encrypted dataset is archived raw (``zfs send
--w``) or not at all, its manifest says so, and raw streams walk correctly.
+"""docs/reliability.md#r38-encrypted-datasets, the archive side (unit): an encrypted dataset is
+archived raw (``zfs send -w``) or not at all, its manifest says so, and raw streams walk correctly.
 
 The guest test tests/e2e/test_archive_encrypted_openzfs.py proves the same on real OpenZFS
 2.3 (no plaintext in the store, restore, audit --deep); here are the argv, the refusal on a

@@ -111,8 +111,9 @@ def test_the_lean_stream_links_audit_the_same_as_full_rows():
     ([stream(1, 2, carried=(1, 2))], 1, ["carries 2 snapshots"]),
 ])
 def test_a_broken_chain_is_one_error_at_its_break_point(specs, stream_id, words):
-    """RELIABILITY 20: missing parent, broken guid continuity, a bad ancestor, a condemned parent
-    with living children: each reported once, with its reason, at the break."""
+    """docs/reliability.md#r20-chain-validity: missing parent, broken guid continuity, a bad
+    ancestor, a condemned parent with living children: each reported once, with its reason, at the
+    break."""
     found = audit_graph(graph_input(*specs))
     errors = problems(found, Severity.ERROR)
     assert [f.stream for f in errors] == [stream_id], found
@@ -122,7 +123,7 @@ def test_a_broken_chain_is_one_error_at_its_break_point(specs, stream_id, words)
 
 
 def test_parents_forming_a_cycle_are_reported_not_followed_forever():
-    """RELIABILITY 20: a parent cycle is reported, not followed."""
+    """docs/reliability.md#r20-chain-validity: a parent cycle is reported, not followed."""
     a = stream(1, 4, frm=9, parent=2)
     b = stream(2, 9, frm=4, parent=1)
     found = audit_graph(graph_input(a, b))
@@ -136,8 +137,8 @@ def test_a_finding_names_the_full_its_chain_starts_at():
 
 
 def test_snapshots_another_restorable_chain_carries_are_not_listed_as_lost():
-    """RELIABILITY 20: an incremental past a bad ancestor is not restorable; what another chain
-    carries is."""
+    """docs/reliability.md#r20-chain-validity: an incremental past a bad ancestor is not restorable;
+    what another chain carries is."""
     specs = [CHAIN[0], stream(2, 4, frm=0, parent=1, state="bad"),
              stream(4, 3, carried=(3,)), stream(5, 4, frm=3, parent=4)]
     error, = problems(audit_graph(graph_input(*specs)), Severity.ERROR)

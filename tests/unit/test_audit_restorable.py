@@ -1,5 +1,6 @@
 """The audit's restorable sets (pure): per dataset and store, what restores, what is stored but
-cannot be restored, and what only a catalog merge would bring back (issue 15)."""
+cannot be restored, and what only a catalog merge would bring back
+(docs/decisions.md#audit-names-stored-but-unrestorable-snapshots)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The audit's trust rule for manifests (``audit.objects.must_read``, pure): a manifest an
 earlier audit read and found agreeing is trusted only while the listing shows the same
-object and that read is younger than its share of ``TRUST_MANIFESTS_FOR`` (issue 20)."""
+object and that read is younger than its share of ``TRUST_MANIFESTS_FOR``
+(docs/decisions.md#audit-trusts-a-manifest-whose-listing-has-not-changed)."""
 
 from __future__ import annotations
 

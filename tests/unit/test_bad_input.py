@@ -1,5 +1,5 @@
-"""Issue 16: bad input gets one clear line and the documented exit code, never a traceback,
-and never a hang or an unbounded read."""
+"""docs/decisions.md#bad-input-is-one-line-and-its-exit-code: bad input gets one clear line and the
+documented exit code, never a traceback, and never a hang or an unbounded read."""
 
 from __future__ import annotations
 

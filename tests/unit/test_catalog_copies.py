@@ -1,5 +1,6 @@
 """Catalog exports and manifests are checksummed, stored twice and read with a fallback; a store
-behind this machine's high-water mark is refused (RELIABILITY 25 and 26). Objects live in a
+behind this machine's high-water mark is refused (docs/reliability.md#r25-catalog-rollback-detection
+and docs/reliability.md#r26-catalog-metadata-copy-with-checksum). Objects live in a
 ``file://`` store in a temporary directory; the rest is plain data."""
 
 from __future__ import annotations
@@ -81,11 +82,13 @@ def get(backend, key: str) -> bytes:
     return b"".join(backend.get(key))
 
 
-# -- RELIABILITY 26: checksummed manifests with a .copy ------------------------------------------
+# -- docs/reliability.md#r26-catalog-metadata-copy-with-checksum: checksummed manifests with a .copy
+# ------------------------------------------
 
 
 def test_a_manifest_whose_bytes_changed_but_still_parse_fails_its_checksum():
-    """RELIABILITY 26: a changed digit (valid JSON, plausible value) is caught by the sha256."""
+    """docs/reliability.md#r26-catalog-metadata-copy-with-checksum: a changed digit (valid JSON,
+    plausible value) is caught by the sha256."""
     data = manifest().to_json()
     with pytest.raises(StreamCorrupt, match="does not match its sha256"):
         Manifest.from_json(flip_a_digit(data, b'"createtxg"'), "store:key")
@@ -102,7 +105,8 @@ def test_a_manifest_without_a_checksum_from_an_older_zbak_still_reads_but_unknow
 
 @pytest.mark.parametrize("damage", ["changed", "missing"])
 def test_a_damaged_or_missing_primary_manifest_is_read_from_its_copy(store, damage):
-    """RELIABILITY 26: the copy is used when the primary fails its checksum or is gone."""
+    """docs/reliability.md#r26-catalog-metadata-copy-with-checksum: the copy is used when the
+    primary fails its checksum or is gone."""
     key = "local/tank/data/p/" + MANIFEST
     data = manifest().to_json()
     put(store, key, data)
@@ -117,7 +121,8 @@ def test_a_damaged_or_missing_primary_manifest_is_read_from_its_copy(store, dama
 
 
 def test_a_manifest_whose_primary_and_copy_are_both_damaged_fails_naming_both(store):
-    """RELIABILITY 26: both copies bad is a loud StreamCorrupt naming both keys."""
+    """docs/reliability.md#r26-catalog-metadata-copy-with-checksum: both copies bad is a loud
+    StreamCorrupt naming both keys."""
     key = "p/" + MANIFEST
     data = manifest().to_json()
     put(store, key, flip_a_digit(data, b'"raw_bytes"'))
@@ -132,7 +137,8 @@ def test_a_manifest_missing_in_both_places_is_object_not_found(store):
         read_with_copy(store, "p/" + MANIFEST, Manifest.from_json, StreamCorrupt)
 
 
-# -- RELIABILITY 26: the catalog export envelope -------------------------------------------------
+# -- docs/reliability.md#r26-catalog-metadata-copy-with-checksum: the catalog export envelope
+# -------------------------------------------------
 
 
 def export(generation: int = 3) -> CatalogExport:
@@ -161,13 +167,15 @@ def test_condemned_streams_are_left_out_of_the_export():
     lambda d: d.replace(b"zbak-catalog/1", b"zbak-catalog/2"),
 ])
 def test_a_damaged_export_is_refused_with_its_location(damage):
-    """RELIABILITY 26: any change to an export's bytes is caught."""
+    """docs/reliability.md#r26-catalog-metadata-copy-with-checksum: any change to an export's bytes
+    is caught."""
     with pytest.raises(CatalogExportCorrupt, match="catalog export store:key"):
         CatalogExport.from_json(damage(export().to_json()), "store:key")
 
 
 def test_an_export_with_a_damaged_primary_loads_from_its_copy_and_is_reported_unhealthy(store):
-    """RELIABILITY 26: corrupt primary export -> the copy is used."""
+    """docs/reliability.md#r26-catalog-metadata-copy-with-checksum: corrupt primary export -> the
+    copy is used."""
     put(store, KEY, flip_a_digit(export().to_json(), b'"generation"'))
     put(store, copy_key(KEY), export().to_json())
     loaded = load_export(store, KEY)
@@ -184,7 +192,8 @@ def test_an_export_whose_copy_is_missing_or_differs_is_unhealthy(store):
 
 
 def test_an_export_whose_primary_and_copy_are_both_damaged_fails_loudly(store):
-    """RELIABILITY 26: both bad -> CatalogExportCorrupt naming both keys."""
+    """docs/reliability.md#r26-catalog-metadata-copy-with-checksum: both bad -> CatalogExportCorrupt
+    naming both keys."""
     put(store, KEY, b"{")
     put(store, copy_key(KEY), flip_a_digit(export().to_json(), b'"generation"'))
     with pytest.raises(CatalogExportCorrupt) as caught:
@@ -192,7 +201,8 @@ def test_an_export_whose_primary_and_copy_are_both_damaged_fails_loudly(store):
     assert KEY in str(caught.value) and copy_key(KEY) in str(caught.value)
 
 
-# -- RELIABILITY 25: rollback detection ----------------------------------------------------------
+# -- docs/reliability.md#r25-catalog-rollback-detection: rollback detection
+# ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("found, mark, refused", [
@@ -205,7 +215,8 @@ def test_an_export_whose_primary_and_copy_are_both_damaged_fails_loudly(store):
 ])
 def test_an_export_behind_the_local_high_water_mark_or_missing_is_a_replay(
         tmp_path, found, mark, refused):
-    """RELIABILITY 25: the decision table of ``check_generation``."""
+    """docs/reliability.md#r25-catalog-rollback-detection: the decision table of
+    ``check_generation``."""
     if not refused:
         check_generation(KEY, "cold", found, mark, tmp_path / "m")
         return
@@ -221,8 +232,8 @@ def test_catalog_replay_exits_1_like_other_failures():
 
 
 def test_publish_writes_primary_and_copy_then_the_mark_and_counts_generations_up(store, tmp_path):
-    """RELIABILITY 25: each changed publish raises the generation by one; unchanged rows write
-    nothing."""
+    """docs/reliability.md#r25-catalog-rollback-detection: each changed publish raises the
+    generation by one; unchanged rows write nothing."""
     state = tmp_path / "state"
     guard = StoreGuard(store, "cold", state, job="data", node="node1")
     guard.check()
@@ -237,8 +248,8 @@ def test_publish_writes_primary_and_copy_then_the_mark_and_counts_generations_up
 
 
 def test_an_older_export_put_back_in_the_store_is_refused_by_every_guard(store, tmp_path):
-    """RELIABILITY 25: a store rolled back to an older export is refused with CatalogReplay,
-    also by a guard without a job (restore)."""
+    """docs/reliability.md#r25-catalog-rollback-detection: a store rolled back to an older export is
+    refused with CatalogReplay, also by a guard without a job (restore)."""
     state = tmp_path / "state"
     StoreGuard(store, "cold", state, job="data", node="node1").publish([stream_row(1)], T0)
     old_primary, old_copy = get(store, KEY), get(store, copy_key(KEY))
@@ -262,7 +273,8 @@ def test_an_older_export_put_back_in_the_store_is_refused_by_every_guard(store, 
 
 
 def test_a_store_whose_export_vanished_is_refused(store, tmp_path):
-    """RELIABILITY 25: a missing export where this machine wrote one means a replaced store."""
+    """docs/reliability.md#r25-catalog-rollback-detection: a missing export where this machine wrote
+    one means a replaced store."""
     state = tmp_path / "state"
     StoreGuard(store, "cold", state, job="data", node="node1").publish([stream_row(1)], T0)
     store.delete(KEY)
@@ -272,7 +284,8 @@ def test_a_store_whose_export_vanished_is_refused(store, tmp_path):
 
 
 def test_a_damaged_primary_export_is_repaired_by_the_next_publish(store, tmp_path):
-    """RELIABILITY 26: the copy carries the check; the next publish rewrites both."""
+    """docs/reliability.md#r26-catalog-metadata-copy-with-checksum: the copy carries the check; the
+    next publish rewrites both."""
     state = tmp_path / "state"
     StoreGuard(store, "cold", state, job="data", node="node1").publish([stream_row(1)], T0)
     put(store, KEY, b"garbage")
@@ -283,7 +296,8 @@ def test_a_damaged_primary_export_is_repaired_by_the_next_publish(store, tmp_pat
 
 
 def test_both_exports_damaged_stop_the_guard_naming_keys_and_mark(store, tmp_path):
-    """RELIABILITY 26: both damaged -> the run fails loudly, saying what to delete."""
+    """docs/reliability.md#r26-catalog-metadata-copy-with-checksum: both damaged -> the run fails
+    loudly, saying what to delete."""
     state = tmp_path / "state"
     StoreGuard(store, "cold", state, job="data", node="node1").publish([stream_row(1)], T0)
     put(store, KEY, b"garbage")

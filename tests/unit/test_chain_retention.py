@@ -225,9 +225,10 @@ CASES = [
 @pytest.mark.parametrize("streams, policy, damaged, expected",
                          [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_chain_retention_decides_every_stream_with_its_reasons(streams, policy, damaged, expected):
-    """RELIABILITY 19/20: whole chains only (a full with live incrementals goes only with them),
-    an unverified newer full keeps the old chain, a damaged or bad chain is never touched,
-    every kept stream says why."""
+    """docs/reliability.md#r19-prune-refuses-on-an-inconsistent-store,
+    docs/reliability.md#r20-chain-validity: whole chains only (a full with live incrementals goes
+    only with them), an unverified newer full keeps the old chain, a damaged or bad chain is never
+    touched, every kept stream says why."""
     plan = plan_chain_retention(streams, policy, NOW, damaged=damaged)
     got = {d.stream.id: ("delete" if d.delete else "keep", d.reasons) for d in plan.decisions}
     assert got == expected
@@ -242,7 +243,8 @@ def test_condemned_streams_are_listed_unfinished_leaf_first_and_never_replanned(
 
 
 def test_a_deleted_chain_lists_every_stream_leaf_first():
-    """RELIABILITY 20: a full is deleted only after every incremental applying on it."""
+    """docs/reliability.md#r20-chain-validity: a full is deleted only after every incremental
+    applying on it."""
     plan = plan_chain_retention(chain(1, 10, n=4) + C_VERIFIED, KEEP1, NOW)
     (doomed,) = plan.to_delete
     assert [s.id for s in doomed.leaf_first] == [4, 3, 2, 1]
@@ -351,8 +353,8 @@ def test_the_random_catalogs_make_retention_delete_in_most_seeds_and_meet_every_
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_on_random_catalogs_every_deleted_chain_leaves_a_newer_kept_verified_sound_chain(seed):
-    """RELIABILITY 20: on random catalogs no deletion leaves a snapshot without a verified, sound
-    newer chain."""
+    """docs/reliability.md#r20-chain-validity: on random catalogs no deletion leaves a snapshot
+    without a verified, sound newer chain."""
     streams, damaged, policy, plan = _random_case(seed)
     assert plan.chains[-1].delete is False, "the newest chain is never deleted"
     for c in plan.chains:

@@ -30,20 +30,20 @@ def expected_key(path: Path) -> str:
 
 
 def test_there_is_one_example_per_use():
-    """RELIABILITY 44."""
+    """docs/reliability.md#r44-sample-configs."""
     assert len(EXAMPLES) >= 4
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_every_example_config_parses_into_a_validated_config(path):
-    """RELIABILITY 44."""
+    """docs/reliability.md#r44-sample-configs."""
     config = load_config(path)
     assert config.jobs
 
 
 @pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
 def test_every_invalid_config_fails_naming_its_key_path_and_file(path):
-    """RELIABILITY 44."""
+    """docs/reliability.md#r44-sample-configs."""
     with pytest.raises(ConfigError) as info:
         load_config(path)
     keys = [key or "<file>" for key, _ in info.value.problems]
@@ -53,14 +53,14 @@ def test_every_invalid_config_fails_naming_its_key_path_and_file(path):
 
 @pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
 def test_the_cli_exits_2_on_an_invalid_config_and_names_key_and_file(path, capsys):
-    """RELIABILITY 44."""
+    """docs/reliability.md#r44-sample-configs."""
     assert main(["--config", str(path), "config", "check"], env={}) == ExitStatus.USAGE
     err = capsys.readouterr().err
     assert str(path) in err and expected_key(path) in err
 
 
 def test_config_check_exits_2_as_a_subprocess_too():
-    """RELIABILITY 44."""
+    """docs/reliability.md#r44-sample-configs."""
     bad = INVALID[0]
     proc = subprocess.run([sys.executable, "-m", "zrepl_py", "--config", str(bad), "config", "check"],
                           capture_output=True, text=True)
@@ -147,8 +147,8 @@ def _targets_problems(dataset: str, targets: list[str], recursive: bool) -> list
     ("tank/data", "tank", True),
 ])
 def test_a_target_outside_its_source_tree_on_that_host_is_accepted(dataset, target, recursive):
-    """Issue 18 item 4: only the same host's own tree is refused (a non-recursive source
-    does not snapshot its children)."""
+    """docs/decisions.md#a-target-inside-its-own-source-tree-is-refused: only the same host's own
+    tree is refused (a non-recursive source does not snapshot its children)."""
     assert _targets_problems(dataset, [target], recursive) == []
 
 
@@ -159,7 +159,8 @@ def test_a_target_outside_its_source_tree_on_that_host_is_accepted(dataset, targ
     ("nas:tank/data", "nas:tank/data", True),
 ])
 def test_a_target_inside_its_source_tree_on_the_same_host_is_refused(dataset, target, recursive):
-    """Issue 18 item 4 (``local`` written or not; see also tests/data/configs/invalid)."""
+    """docs/decisions.md#a-target-inside-its-own-source-tree-is-refused (``local`` written or not;
+    see also tests/data/configs/invalid)."""
     with pytest.raises(ConfigError) as info:
         _targets_problems(dataset, [target], recursive)
     assert [key for key, _ in info.value.problems] == ["jobs.a.replicate.targets[0]"]
@@ -176,9 +177,9 @@ def test_a_target_inside_its_source_tree_on_the_same_host_is_refused(dataset, ta
     ({"jobs": []}, "jobs", "expected a table, got an array"),
 ])
 def test_a_value_of_the_wrong_type_is_named_in_tomls_words(data, key, message):
-    """Issue 19 note: pydantic says 'Input should be a valid dictionary or instance of
-    SelectConfig'; an admin wrote TOML, so the message says table, array, string. The value
-    found is never shown: it may be a secret (test_alerts_apprise)."""
+    """docs/decisions.md#cli-frictions-a-first-time-admin-met: pydantic says 'Input should be a
+    valid dictionary or instance of SelectConfig'; an admin wrote TOML, so the message says table,
+    array, string. The value found is never shown: it may be a secret (test_alerts_apprise)."""
     with pytest.raises(ConfigError) as info:
         parse_config(data, "zbak.toml")
     assert info.value.problems == [(key, message)]

@@ -1,5 +1,6 @@
-"""One crontab(5) parser for config validation, the daemon and ``zbak status`` (issue 19):
-what it accepts and when a line fires, table-driven against what cron(8) does.
+"""One crontab(5) parser for config validation, the daemon and ``zbak status``
+(docs/decisions.md#cli-frictions-a-first-time-admin-met): what it accepts and when a line fires,
+table-driven against what cron(8) does.
 
 Expected times follow crontab(5) and Debian's cron(8) (Vixie cron ``entry.c``/``cron.c``):
 day-of-week 0 and 7 are Sunday; with day of month and day of week both restricted a line

@@ -115,7 +115,8 @@ TARGET = ("receive,create,mount,hold,release,userprop,canmount,readonly,compress
           "logbias,primarycache,secondarycache,snapdir,redundant_metadata,special_small_blocks,"
           "volmode")
 """Receive, plus zbak's default replica properties and those a faithful replica receives;
-never mountpoint, sharenfs, sharesmb, refreservation (issue 18 item 2)."""
+never mountpoint, sharenfs, sharesmb, refreservation
+(docs/decisions.md#replica-properties-keep-a-failover-replica-faithful)."""
 
 
 @pytest.mark.parametrize("args, perms", [
@@ -125,15 +126,16 @@ never mountpoint, sharenfs, sharesmb, refreservation (issue 18 item 2)."""
     (["target", "zbak", "backup/replicas", "--rollback"], TARGET + ",rollback,destroy"),
 ])
 def test_the_zfs_allow_script_grants_the_documented_sets(args, perms):
-    """RELIABILITY 37."""
+    """docs/reliability.md#r37-delegation-only."""
     done = subprocess.run(["sh", str(EXAMPLES / "zfs-allow.sh"), "-n", *args],
                           capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["zfs", "allow", "-u", args[1], perms, args[2]]
 
 
 def test_the_target_set_never_lets_a_stream_mount_share_or_reserve_on_the_backup_host():
-    """Issue 18 item 2: without these permissions no received property can take effect,
-    whatever ``zfs receive -x`` does (openzfs/zfs#17240)."""
+    """docs/decisions.md#replica-properties-keep-a-failover-replica-faithful: without these
+    permissions no received property can take effect, whatever ``zfs receive -x`` does
+    (openzfs/zfs#17240)."""
     done = subprocess.run(["sh", str(EXAMPLES / "zfs-allow.sh"), "-n", "target", "u", "b/r",
                            "--rollback"], capture_output=True, text=True, check=True)
     granted = done.stdout.split()[4].split(",")
@@ -143,7 +145,7 @@ def test_the_target_set_never_lets_a_stream_mount_share_or_reserve_on_the_backup
 
 
 def test_the_zfs_allow_script_refuses_an_unknown_role():
-    """RELIABILITY 37."""
+    """docs/reliability.md#r37-delegation-only."""
     done = subprocess.run(["sh", str(EXAMPLES / "zfs-allow.sh"), "-n", "both", "u", "t/d"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "usage" in done.stderr
@@ -185,7 +187,7 @@ def test_the_authorized_keys_example_forces_zbak_serve_with_restrict_on_every_ke
 
 @pytest.mark.parametrize("index", [0, 1])
 def test_the_forced_commands_of_the_example_parse_and_refuse_a_shell(tmp_path, index):
-    """RELIABILITY 36."""
+    """docs/reliability.md#r36-forced-command."""
     command, _ = _forced_commands()[index]
     argv = shlex.split(command)
     argv[0] = str(ZBAK)

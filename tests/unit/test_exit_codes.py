@@ -13,7 +13,7 @@ from zrepl_py.errors import ExitStatus
 
 
 def test_exit_codes_match_the_design():
-    """RELIABILITY 45."""
+    """docs/reliability.md#r45-exit-code-table."""
     assert [int(s) for s in ExitStatus] == [0, 1, 2, 3, 4, 75]
 
 
@@ -29,12 +29,13 @@ def test_exit_codes_match_the_design():
     ],
 )
 def test_each_error_class_carries_its_exit_status(cls, status):
-    """RELIABILITY 45."""
+    """docs/reliability.md#r45-exit-code-table."""
     assert cls.exit_status == status
 
 
 def test_help_lists_every_exit_code(capsys):
-    """RELIABILITY 28: the Locked exit code is listed in --help. RELIABILITY 45."""
+    """docs/reliability.md#r28-concurrent-runs: the Locked exit code is listed in --help.
+    docs/reliability.md#r45-exit-code-table."""
     assert main(["--help"], env={}) == ExitStatus.OK
     out = capsys.readouterr().out
     for status in ExitStatus:
@@ -42,14 +43,14 @@ def test_help_lists_every_exit_code(capsys):
 
 
 def test_bad_usage_exits_2_in_process_and_as_a_subprocess(capsys):
-    """RELIABILITY 45."""
+    """docs/reliability.md#r45-exit-code-table."""
     assert main(["no-such-command"], env={}) == ExitStatus.USAGE
     proc = subprocess.run([sys.executable, "-m", "zrepl_py", "no-such-command"], capture_output=True)
     assert proc.returncode == ExitStatus.USAGE
 
 
 def test_a_missing_config_exits_2_as_a_subprocess(tmp_path):
-    """RELIABILITY 45."""
+    """docs/reliability.md#r45-exit-code-table."""
     proc = subprocess.run([sys.executable, "-m", "zrepl_py", "--config", str(tmp_path / "x.toml"),
                            "status"], capture_output=True, text=True)
     assert proc.returncode == ExitStatus.USAGE

@@ -1,5 +1,5 @@
 """Which zbak holds are current and which are stale (``pruning.holds.classify``, pure;
-RELIABILITY 23)."""
+docs/reliability.md#r23-interrupted-initial-replication-leaves-no-unbounded-holds)."""
 
 from __future__ import annotations
 
@@ -37,16 +37,17 @@ def rows(held, configured, cursors):
 
 
 def test_the_cursor_snapshot_keeps_its_hold_and_an_older_one_is_stale():
-    """RELIABILITY 23: the current base's hold is never stale; a hold of the same owner on
-    another snapshot is."""
+    """docs/reliability.md#r23-interrupted-initial-replication-leaves-no-unbounded-holds: the
+    current base's hold is never stale; a hold of the same owner on another snapshot is."""
     held = [Held(f"{DS}@a", 1, 1, (TAG_B,)), Held(f"{DS}@b", 2, 1, (TAG_B,))]
     assert rows(held, jobs(), [cursor("j", "b:pool/x", "b")]) == {
         ("a", TAG_B): STALE, ("b", TAG_B): CURRENT}
 
 
 def test_holds_of_a_removed_target_or_job_are_stale_and_other_tags_are_foreign():
-    """RELIABILITY 23: the owner left the config -> stale; another configured job's hold or
-    a non-zbak tag -> foreign (never released by this job)."""
+    """docs/reliability.md#r23-interrupted-initial-replication-leaves-no-unbounded-holds: the owner
+    left the config -> stale; another configured job's hold or a non-zbak tag -> foreign (never
+    released by this job)."""
     held = [Held(f"{DS}@b", 2, 4, (TAG_B, "zbak:gone:b:pool/y", "zbak:k:b:pool/z", "admin"))]
     other = {"k": {"dataset": DS}}
     found = rows(held, jobs(targets=("b:pool/new",), extra=other), [cursor("j", "b:pool/x", "b")])
@@ -55,9 +56,9 @@ def test_holds_of_a_removed_target_or_job_are_stale_and_other_tags_are_foreign()
 
 
 def test_without_a_hold_listing_candidates_are_named_and_the_rest_is_unknown():
-    """RELIABILITY 23 on zfs-fuse (no ``zfs holds``): the current base's tag is current, the
-    job's tag on another snapshot is a stale candidate, and holds no name accounts for are
-    reported as unknown, never released."""
+    """docs/reliability.md#r23-interrupted-initial-replication-leaves-no-unbounded-holds on zfs-fuse
+    (no ``zfs holds``): the current base's tag is current, the job's tag on another snapshot is a
+    stale candidate, and holds no name accounts for are reported as unknown, never released."""
     held = [Held(f"{DS}@a", 1, 1, None), Held(f"{DS}@b", 2, 3, None)]
     found = classify("j", held, "local", jobs(), [cursor("j", "b:pool/x", "b")], [], {})
     by = {(r.snapshot.split("@")[1], r.tag): (r.status, r.listed) for r in found}

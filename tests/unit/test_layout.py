@@ -1,5 +1,6 @@
-"""The package layout holds (issue 17): pure planners load no database code, the packages of
-zrepl_py import each other without a cycle, and only the foundations stay at the top level.
+"""The package layout holds (docs/decisions.md#pure-planners-load-no-database-code): pure planners
+load no database code, the packages of zrepl_py import each other without a cycle, and only the
+foundations stay at the top level.
 
 The import graph is read from the source with ``ast`` (every import, also those inside
 functions and under ``TYPE_CHECKING``), so a lazy import cannot hide a cycle.
@@ -32,7 +33,8 @@ PLANNERS = (
     "zrepl_py.audit.restorable",
     "zrepl_py.daemon.plan",
 )
-"""The pure planners (house rule 5): plain rows and config in, a plan out."""
+"""The pure planners (docs/style.md#planners-are-pure-and-drivers-are-thin): plain rows and config
+in, a plan out."""
 
 TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "clock.py", "locking.py"}
 

@@ -16,7 +16,8 @@ from zrepl_py.locking import dataset_lock, lock_path
 
 
 def test_a_second_holder_of_the_same_dataset_fails_fast_with_locked(tmp_path):
-    """RELIABILITY 28: the second run fails at once with Locked (exit 3)."""
+    """docs/reliability.md#r28-concurrent-runs: the second run fails at once with Locked (exit
+    3)."""
     with dataset_lock(tmp_path, "local:tank/a", "replicate"):
         with pytest.raises(Locked, match="replicate"):
             with dataset_lock(tmp_path, "local:tank/a", "snapshot"):
@@ -24,14 +25,15 @@ def test_a_second_holder_of_the_same_dataset_fails_fast_with_locked(tmp_path):
 
 
 def test_different_datasets_lock_independently(tmp_path):
-    """RELIABILITY 28: different datasets proceed in parallel."""
+    """docs/reliability.md#r28-concurrent-runs: different datasets proceed in parallel."""
     with dataset_lock(tmp_path, "local:tank/a", "x"):
         with dataset_lock(tmp_path, "local:tank/b", "y"):
             pass
 
 
 def test_a_lock_held_by_a_killed_process_is_free_again(tmp_path):
-    """RELIABILITY 28/29: a killed holder on this host leaves no lock behind."""
+    """docs/reliability.md#r28-concurrent-runs, docs/reliability.md#r29-stale-locks: a killed holder
+    on this host leaves no lock behind."""
     code = textwrap.dedent(f"""
         import sys, time
         from zrepl_py.locking import dataset_lock
@@ -62,7 +64,8 @@ def test_lock_files_are_0600_in_a_0700_directory_whatever_the_umask(tmp_path):
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
 
 
-# --- RELIABILITY 29: stale locks (restic lock_file.go stale(); borg test_refresh_stale_lock) ---
+# --- docs/reliability.md#r29-stale-locks: stale locks (restic lock_file.go stale(); borg
+# test_refresh_stale_lock) ---
 
 from zrepl_py.errors import LockBroken
 from zrepl_py.locking import LockRecord, is_stale
@@ -80,8 +83,8 @@ T = 1_800_000_000.0
     (HERE, True, 1801, True),     # nobody refreshed it for longer than the ttl
 ])
 def test_staleness_follows_host_pid_and_ttl(record_host, pid_running, age, stale):
-    """RELIABILITY 29 (U): a dead pid on this host is stale, another host's lock only after
-    its ttl."""
+    """docs/reliability.md#r29-stale-locks (U): a dead pid on this host is stale, another host's
+    lock only after its ttl."""
     record = LockRecord(record_host, 4242, "replicate", "t0", T - age)
     assert is_stale(record, host=HERE, now=T, ttl=1800, alive=lambda pid: pid_running) is stale
 
@@ -93,7 +96,8 @@ def _plant(state_dir, key, record: LockRecord) -> None:
 
 
 def test_a_record_of_a_dead_process_on_this_host_is_taken_over(tmp_path):
-    """RELIABILITY 29: a crash left a record (flock free) whose pid no longer runs here."""
+    """docs/reliability.md#r29-stale-locks: a crash left a record (flock free) whose pid no longer
+    runs here."""
     dead = 4_194_304 + 17  # above Linux's largest pid_max: never a running process
     _plant(tmp_path, "k", LockRecord(HERE, dead, "replicate", "old", T))
     with dataset_lock(tmp_path, "k", "prune", host=HERE, clock=lambda: T + 1,
@@ -103,8 +107,8 @@ def test_a_record_of_a_dead_process_on_this_host_is_taken_over(tmp_path):
 
 
 def test_another_hosts_lock_is_respected_until_its_ttl_then_taken_over(tmp_path):
-    """RELIABILITY 29: on a state dir shared with another host (whose flock this host cannot
-    see), its record blocks with Locked until it was not refreshed for the ttl."""
+    """docs/reliability.md#r29-stale-locks: on a state dir shared with another host (whose flock
+    this host cannot see), its record blocks with Locked until it was not refreshed for the ttl."""
     _plant(tmp_path, "k", LockRecord(THERE, os.getpid(), "replicate", "theirs", T))
     with pytest.raises(Locked, match=f"on {THERE}"):
         with dataset_lock(tmp_path, "k", "prune", host=HERE, clock=lambda: T + 1799,
@@ -117,8 +121,8 @@ def test_another_hosts_lock_is_respected_until_its_ttl_then_taken_over(tmp_path)
 
 
 def test_a_holder_whose_own_lock_went_stale_can_refresh_it(tmp_path):
-    """RELIABILITY 29 (borg test_refresh_stale_lock): the record aged past the ttl, nobody
-    took it: refresh succeeds and writes the new time."""
+    """docs/reliability.md#r29-stale-locks (borg test_refresh_stale_lock): the record aged past the
+    ttl, nobody took it: refresh succeeds and writes the new time."""
     now = [T]
     with dataset_lock(tmp_path, "k", "replicate", host=HERE, clock=lambda: now[0], ttl=60,
                       heartbeat=0) as lease:
@@ -132,8 +136,9 @@ def test_a_holder_whose_own_lock_went_stale_can_refresh_it(tmp_path):
 
 @pytest.mark.parametrize("how", ["rewritten by another host", "removed"])
 def test_a_holder_whose_lock_was_broken_stops_with_lock_broken(tmp_path, how):
-    """RELIABILITY 29 (borg test_refresh_killed_lock): once another process took the lock
-    over, refresh raises LockBroken, and the heartbeat makes the block end with LockBroken."""
+    """docs/reliability.md#r29-stale-locks (borg test_refresh_killed_lock): once another process
+    took the lock over, refresh raises LockBroken, and the heartbeat makes the block end with
+    LockBroken."""
     broken = threading.Event()
     with pytest.raises(LockBroken, match="taken over"):
         with dataset_lock(tmp_path, "k", "replicate", host=HERE, heartbeat=0.05,
@@ -150,9 +155,9 @@ def test_a_holder_whose_lock_was_broken_stops_with_lock_broken(tmp_path, how):
 
 @pytest.mark.parametrize("sigint", ["default_int_handler", "SIG_IGN"])
 def test_the_process_holding_a_broken_lock_aborts(tmp_path, sigint):
-    """RELIABILITY 29: with the default handler the heartbeat interrupts the main thread: the
-    process stops with LockBroken instead of working on unprotected. Also when it started
-    with SIGINT ignored (bash starts a script's `zbak replicate &` so, and Python keeps it):
+    """docs/reliability.md#r29-stale-locks: with the default handler the heartbeat interrupts the
+    main thread: the process stops with LockBroken instead of working on unprotected. Also when it
+    started with SIGINT ignored (bash starts a script's `zbak replicate &` so, and Python keeps it):
     that SIGINT was lost and the run went on; another SIGINT is still ignored then."""
     code = textwrap.dedent(f"""
         import os, pathlib, signal, time

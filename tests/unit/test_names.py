@@ -71,13 +71,13 @@ def test_valid_dataset_names_are_accepted_unchanged(name):
 
 @pytest.mark.parametrize(("name", "why"), INVALID_DATASETS, ids=[w for _, w in INVALID_DATASETS])
 def test_invalid_dataset_names_are_rejected(name, why):
-    """RELIABILITY 34."""
+    """docs/reliability.md#r34-name-validation-table."""
     with pytest.raises(InvalidName):
         DatasetName(name)
 
 
 def test_a_non_string_dataset_name_is_rejected():
-    """RELIABILITY 34."""
+    """docs/reliability.md#r34-name-validation-table."""
     with pytest.raises(InvalidName):
         DatasetName(42)  # type: ignore[arg-type]
 
@@ -118,7 +118,7 @@ def test_valid_snapshot_names_are_accepted_and_split(name):
 
 @pytest.mark.parametrize(("name", "why"), INVALID_SNAPSHOTS, ids=[w for _, w in INVALID_SNAPSHOTS])
 def test_invalid_snapshot_names_are_rejected(name, why):
-    """RELIABILITY 34."""
+    """docs/reliability.md#r34-name-validation-table."""
     with pytest.raises(InvalidName):
         SnapshotName(name)
 
@@ -137,7 +137,7 @@ def test_bookmark_names_follow_the_snapshot_rules_with_a_hash():
 
 
 def test_short_names_refuse_a_leading_dash_so_they_cannot_become_options():
-    """RELIABILITY 34."""
+    """docs/reliability.md#r34-name-validation-table."""
     assert check_short_name("a-b") == "a-b"
     with pytest.raises(InvalidName):
         check_short_name("-r")
@@ -165,6 +165,6 @@ def test_valid_hold_tags_are_accepted(tag):
     "tag", ["", "-r", "tab\there", "new\nline", "caf\u00e9", "x" * (MAX_NAME_LEN + 1), None]
 )
 def test_invalid_hold_tags_are_rejected(tag):
-    """RELIABILITY 34."""
+    """docs/reliability.md#r34-name-validation-table."""
     with pytest.raises(InvalidName):
         check_hold_tag(tag)  # type: ignore[arg-type]

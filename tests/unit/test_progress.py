@@ -156,7 +156,8 @@ def test_on_a_terminal_the_reporter_draws_a_bar_and_logs_only_the_summary(caplog
 
 
 def test_a_label_with_brackets_is_drawn_as_written_not_read_as_rich_markup(caplog):
-    """Issue 19: ``[backup]`` would vanish and ``[/x]`` raise MarkupError as markup."""
+    """docs/decisions.md#cli-frictions-a-first-time-admin-met: ``[backup]`` would vanish and
+    ``[/x]`` raise MarkupError as markup."""
     tty, drawn = _drawn("pool/a@s -> [backup] [/x]", logging.INFO, caplog)
     assert tty and "pool/a@s -> [backup] [/x]" in drawn
 

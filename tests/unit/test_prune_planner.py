@@ -1,4 +1,5 @@
-"""The prune planner: each safety rule keeps its snapshot, with all reasons (RELIABILITY 21)."""
+"""The prune planner: each safety rule keeps its snapshot, with all reasons
+(docs/reliability.md#r21-replication-safety-in-pruning)."""
 
 from __future__ import annotations
 
@@ -100,7 +101,8 @@ CASES = [
 @pytest.mark.parametrize("candidates, policy, expected", [c[1:] for c in CASES],
                          ids=[c[0] for c in CASES])
 def test_plan_decides_every_snapshot_with_all_its_reasons(candidates, policy, expected):
-    """RELIABILITY 21: table-driven over the rules; every kept snapshot carries all its reasons."""
+    """docs/reliability.md#r21-replication-safety-in-pruning: table-driven over the rules; every
+    kept snapshot carries all its reasons."""
     plan = plan_prune(candidates, policy, NOW)
     assert [d.candidate for d in plan.decisions] == sorted(candidates, key=lambda c: c.createtxg)
     assert [(d.destroy, d.reasons) for d in plan.decisions] == expected
@@ -108,8 +110,8 @@ def test_plan_decides_every_snapshot_with_all_its_reasons(candidates, policy, ex
 
 @pytest.mark.parametrize("candidates, policy", [c[1:3] for c in CASES], ids=[c[0] for c in CASES])
 def test_no_plan_destroys_a_foreign_held_cloned_protected_or_newest_snapshot(candidates, policy):
-    """RELIABILITY 21: never a protected (not yet replicated or uploaded, replication or archive
-    base), held, cloned, foreign or newest snapshot."""
+    """docs/reliability.md#r21-replication-safety-in-pruning: never a protected (not yet replicated
+    or uploaded, replication or archive base), held, cloned, foreign or newest snapshot."""
     plan = plan_prune(candidates, policy, NOW)
     newest = max((c.createtxg for c in candidates), default=None)
     for d in plan.to_destroy:
@@ -119,7 +121,8 @@ def test_no_plan_destroys_a_foreign_held_cloned_protected_or_newest_snapshot(can
 
 
 def test_decisions_are_in_createtxg_order_whatever_the_input_order_or_names():
-    """RELIABILITY 32: ordering uses createtxg, never the name or the clock."""
+    """docs/reliability.md#r32-clock-goes-backwards: ordering uses createtxg, never the name or the
+    clock."""
     candidates = [snap(30, "b"), snap(10, "c"), snap(20, "a"), snap(5), snap(25)]
     plan = plan_prune(candidates, LAST1, NOW)
     assert [d.candidate.createtxg for d in plan.decisions] == [5, 10, 20, 25, 30]

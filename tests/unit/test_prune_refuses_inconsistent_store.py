@@ -1,5 +1,6 @@
 """Archive prune refuses, with a typed error and no delete at all, when an object the catalog
-records is missing from the store (RELIABILITY 19; restic ``TestPruneWithDamagedRepository``).
+records is missing from the store (docs/reliability.md#r19-prune-refuses-on-an-inconsistent-store;
+restic ``TestPruneWithDamagedRepository``).
 
 Plain-data fakes stand in for the store and the catalog: the planner is pure, and the driver
 only calls ``list``/``delete`` and ``volumes``/``condemn_streams``/``delete_stream``.
@@ -108,8 +109,9 @@ def full_store(streams) -> dict[str, int]:
 
 
 def test_a_consistent_store_lets_retention_delete_the_old_chains():
-    """RELIABILITY 19 (control): with every object present, the same plan deletes A and B, so
-    the refusal below is caused by the missing object alone."""
+    """docs/reliability.md#r19-prune-refuses-on-an-inconsistent-store (control): with every object
+    present, the same plan deletes A and B, so the refusal below is caused by the missing object
+    alone."""
     store, catalog = Store(full_store(STREAMS)), Catalog(STREAMS)
     result = prune_dataset_chains(store, catalog, "tank/d", STREAMS, ChainRetention(1), NOW,
                                   dry_run=False, check=check(store, catalog, STREAMS))
@@ -120,9 +122,10 @@ def test_a_consistent_store_lets_retention_delete_the_old_chains():
 @pytest.mark.parametrize("missing", ["p4/vol-000000.zst", "p2/manifest.json", "p5/vol-000000.zst"])
 def test_one_catalogued_object_missing_makes_prune_refuse_the_whole_dataset_and_delete_nothing(
         missing):
-    """RELIABILITY 19: an object the catalog references is gone from the store (in a chain
-    retention would delete, in a kept one, or in the newest): prune reports StoreInconsistent,
-    issues no delete and writes nothing to the catalog, not even for condemned leftovers."""
+    """docs/reliability.md#r19-prune-refuses-on-an-inconsistent-store: an object the catalog
+    references is gone from the store (in a chain retention would delete, in a kept one, or in the
+    newest): prune reports StoreInconsistent, issues no delete and writes nothing to the catalog,
+    not even for condemned leftovers."""
     streams = STREAMS + [CONDEMNED]
     objects = full_store(STREAMS)
     del objects[missing]
@@ -137,7 +140,8 @@ def test_one_catalogued_object_missing_makes_prune_refuse_the_whole_dataset_and_
 
 
 def test_the_driver_raises_store_inconsistent_on_a_refused_plan_before_any_write():
-    """RELIABILITY 19: ``execute_chain_prune`` itself refuses a refused plan (typed error)."""
+    """docs/reliability.md#r19-prune-refuses-on-an-inconsistent-store: ``execute_chain_prune``
+    itself refuses a refused plan (typed error)."""
     plan = plan_chain_retention(STREAMS + [CONDEMNED], ChainRetention(1), NOW, damaged={2: "gone"})
     assert plan.refused
     store, catalog = Store(full_store(STREAMS)), Catalog(STREAMS)

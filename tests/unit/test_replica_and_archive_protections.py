@@ -50,8 +50,8 @@ def stream(id, short_index, parent=None, store="cold", state="uploaded") -> Stre
 
 
 def test_the_tip_of_each_stores_current_chain_is_an_archive_base():
-    """RELIABILITY 21: a snapshot an archive chain continues from (not yet uploaded past it) is
-    kept."""
+    """docs/reliability.md#r21-replication-safety-in-pruning: a snapshot an archive chain continues
+    from (not yet uploaded past it) is kept."""
     a = stream(1, 0)
     b = stream(2, 2, a)
     c = stream(3, 3)              # a newer full: the current chain of store cold is just @3
@@ -99,7 +99,8 @@ def test_retention_applies_to_dataset_targets_only_and_only_when_set():
 
 
 def test_on_the_target_the_newest_common_snapshot_the_cursor_held_and_foreign_ones_stay():
-    """RELIABILITY 21: on the target side the newest common snapshot and the cursor stay."""
+    """docs/reliability.md#r21-replication-safety-in-pruning: on the target side the newest common
+    snapshot and the cursor stay."""
     # the source still has @4 and @5 (guids 105, 106); the target has @1..@5 (guids 102..106)
     # and a snapshot an admin made there ("manual", guid 107)
     source = inventory(SHORTS[3:5], start=5)

@@ -1,4 +1,6 @@
-"""Replica properties (``zfs.properties``, issue 18 items 1 and 2): defaults, validation of
+"""Replica properties (``zfs.properties``,
+docs/decisions.md#replicas-are-received-unmounted-and-read-only,
+docs/decisions.md#replica-properties-keep-a-failover-replica-faithful): defaults, validation of
 names and values, fitting to a dataset's type, and what a replica read back needs repaired
 (pure; the zfs side is in tests/e2e/test_replica_properties.py and the OpenZFS tier)."""
 

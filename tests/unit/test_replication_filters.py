@@ -1,4 +1,5 @@
-"""Snapshot filters in the replication planner (issue 19 item 3): a filter chooses what is
+"""Snapshot filters in the replication planner 
+(docs/decisions.md#snapshot-filters-keep-the-replication-base): a filter chooses what is
 sent, never the base; ``-I`` spans only runs of admitted snapshots, ``-i`` jumps over
 excluded ones (syncoid ``--exclude-snaps``). Pure; the CLI runs the same on real pools in
 ``tests/e2e/test_replicate_filters_cli.py``."""

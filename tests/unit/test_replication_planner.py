@@ -1,5 +1,7 @@
 """The replication planner: guids decide what is common, tokens are checked before use, a
-diverged target is never overwritten (DESIGN.md Replication; RELIABILITY 3, 4, 21)."""
+diverged target is never overwritten (docs/design.md#replication;
+docs/reliability.md#r3-stale-token, docs/reliability.md#r4-token-for-another-operation-is-rejected,
+docs/reliability.md#r21-replication-safety-in-pruning)."""
 
 from __future__ import annotations
 
@@ -221,13 +223,16 @@ def test_a_raw_token_resumes_for_an_encrypted_source():
 
 STALE = [
     # (id, source, target, expected words in the abort reason, steps after the abort)
-    ("a token whose snapshot was destroyed on the source is aborted (RELIABILITY 3)",
+    # docs/reliability.md#r3-stale-token
+    ("a token whose snapshot was destroyed on the source is aborted",
      source(A, C), target(TA, tok=token(B, base=A)), "no longer exists on the source",
      (Incremental(A, C, True),)),
-    ("a token of another filesystem is aborted (RELIABILITY 4)",
+    # docs/reliability.md#r4-token-for-another-operation-is-rejected
+    ("a token of another filesystem is aborted",
      source(A, B), target(TA, tok=token(B, base=A, dataset="tank/other")),
      "tank/other@b, not for a snapshot of tank/data", (Incremental(A, B, True),)),
-    ("a non-raw token for an encrypted source is aborted (RELIABILITY 4)",
+    # docs/reliability.md#r4-token-for-another-operation-is-rejected
+    ("a non-raw token for an encrypted source is aborted",
      source(A, B, encrypted=True), target(TA, tok=token(B, base=A)),
      "non-raw stream but the source is encrypted", (Incremental(A, B, True),)),
     ("a raw token for a source that is not encrypted is aborted",
@@ -247,7 +252,8 @@ STALE = [
 
 @pytest.mark.parametrize("case", STALE, ids=[c[0] for c in STALE])
 def test_invalid_tokens_are_aborted_first_and_the_plan_continues_without_them(case):
-    """RELIABILITY 3, 4."""
+    """docs/reliability.md#r3-stale-token,
+    docs/reliability.md#r4-token-for-another-operation-is-rejected."""
     _, src, dst, words, rest = case
     plan = plan_replication(src, dst)
     if rest is None:
@@ -267,7 +273,7 @@ def test_an_aborted_full_stream_token_is_followed_by_a_new_full_send():
 
 
 def test_a_stale_token_with_nothing_left_to_send_plans_only_the_abort():
-    """RELIABILITY 3."""
+    """docs/reliability.md#r3-stale-token."""
     plan = plan_replication(source(A), target(TA, tok=token(B, base=A)))
     assert [type(step) for step in plan.steps] == [AbortResume]
     assert not plan.up_to_date
@@ -286,7 +292,7 @@ def test_a_diverged_target_keeps_its_token_untouched():
 
 
 def test_replanning_after_the_abort_does_not_loop():
-    """RELIABILITY 3."""
+    """docs/reliability.md#r3-stale-token."""
     src = source(A, C)
     first = plan_replication(src, target(TA, tok=token(B, base=A)))
     assert isinstance(first.steps[0], AbortResume)
@@ -295,8 +301,9 @@ def test_replanning_after_the_abort_does_not_loop():
 
 
 def test_a_source_snapshot_re_created_under_a_name_the_target_has_is_diverged_naming_both_guids():
-    """Issue 18 item 9: @b destroyed and re-created on the source after @c was replicated;
-    zfs receive -I would fail "destination already exists" on every run."""
+    """docs/decisions.md#divergence-messages-say-what-happened: @b destroyed and re-created on the
+    source after @c was replicated; zfs receive -I would fail "destination already exists" on every
+    run."""
     b2 = s("b", 50)
     plan = plan_replication(source(A, C, b2), target(TA, TB, TC))
     assert plan.steps == () and plan.common == TC

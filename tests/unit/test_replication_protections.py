@@ -54,7 +54,8 @@ def test_without_replication_only_retention_decides():
 
 
 def test_a_never_replicated_target_protects_every_snapshot():
-    """RELIABILITY 21: nothing is destroyed before it reached every target."""
+    """docs/reliability.md#r21-replication-safety-in-pruning: nothing is destroyed before it reached
+    every target."""
     inv, jb = tree(SHORTS), job(["b:pool/x"])
     protections = replication_protections(inv, "j", jb, [])
     assert destroyed(inv, jb, protections) == []
@@ -62,7 +63,8 @@ def test_a_never_replicated_target_protects_every_snapshot():
 
 
 def test_the_cursor_is_a_base_and_newer_snapshots_wait_for_replication():
-    """RELIABILITY 21: the cursor (newest common snapshot) and everything newer survive."""
+    """docs/reliability.md#r21-replication-safety-in-pruning: the cursor (newest common snapshot)
+    and everything newer survive."""
     inv, jb = tree(SHORTS), job(["b:pool/x"])
     protections = replication_protections(inv, "j", jb, [cursor("j", "b:pool/x", SHORTS[2], 4)])
     assert destroyed(inv, jb, protections) == SHORTS[:2]
@@ -70,7 +72,8 @@ def test_the_cursor_is_a_base_and_newer_snapshots_wait_for_replication():
 
 
 def test_each_target_protects_from_its_own_cursor():
-    """RELIABILITY 21: each target's cursor protects on its own."""
+    """docs/reliability.md#r21-replication-safety-in-pruning: each target's cursor protects on its
+    own."""
     inv, jb = tree(SHORTS), job(["b:pool/x", "b:pool/y"])
     cursors = [cursor("j", "b:pool/x", SHORTS[3], 5), cursor("j", "b:pool/y", SHORTS[1], 3)]
     assert destroyed(inv, jb, replication_protections(inv, "j", jb, cursors)) == [SHORTS[0]]
@@ -89,9 +92,10 @@ def test_a_cursor_from_another_source_host_protects_nothing_here():
 
 
 def test_a_local_target_written_without_host_is_matched_to_its_cursor():
-    """RELIABILITY 21: the config may name a local target ``pool/x``, the cursor records
-    ``local:pool/x``; snapshots up to the cursor count as replicated (before this was
-    matched, a local target's snapshots were "never replicated" forever and never pruned)."""
+    """docs/reliability.md#r21-replication-safety-in-pruning: the config may name a local target
+    ``pool/x``, the cursor records ``local:pool/x``; snapshots up to the cursor count as replicated
+    (before this was matched, a local target's snapshots were "never replicated" forever and never
+    pruned)."""
     inv = tree(SHORTS)
     jb = job(["pool/x"])
     protections = replication_protections(inv, "j", jb, [cursor("j", "local:pool/x", SHORTS[3], 5)])
@@ -100,8 +104,9 @@ def test_a_local_target_written_without_host_is_matched_to_its_cursor():
 
 
 def test_a_snapshot_the_targets_filter_leaves_out_waits_for_no_replication():
-    """Issue 19 item 3: a snapshot never sent to a target (its snapshot_filter) is not kept
-    for that target; the cursor stays a base and admitted newer snapshots still wait."""
+    """docs/decisions.md#snapshot-filters-keep-the-replication-base: a snapshot never sent to a
+    target (its snapshot_filter) is not kept for that target; the cursor stays a base and admitted
+    newer snapshots still wait."""
     shorts = SHORTS[:3] + ["tmp_1", "tmp_2"]  # createtxg 2..6
     inv = tree(shorts)
     jb = parse_config({"jobs": {"j": {

@@ -1,4 +1,6 @@
-"""The restore planner (pure): which source it picks, why, and what it refuses (issue 15).
+"""The restore planner (pure): which source it picks, why, and what it refuses
+(docs/decisions.md#the-cheapest-restore-source-is-chosen-and-the-plan-says-why,
+docs/decisions.md#restore-needs-nothing-of-the-original-pool).
 
 Facts are built by hand here: a dataset ``tank/data`` with snapshots @0..@9, its listing
 on its host (or the pool gone), replicas, stores with chains in several storage classes,

@@ -1,4 +1,5 @@
-"""Retention arithmetic (``select_retained``), including DST (case 31) and clock steps (case 32)."""
+"""Retention arithmetic (``select_retained``), including DST (docs/reliability.md#r31-dst) and clock
+steps (docs/reliability.md#r32-clock-goes-backwards)."""
 
 from __future__ import annotations
 
@@ -103,7 +104,7 @@ CASES = [
      {"s2": ["keep_within 1 day, 0:00:00 (created 2026-03-05T13:00:00Z, after now)"]}),
     ("keep_within unset keeps nothing by age",
      items("2026-03-05T11:59"), Retention(keep_within=None), NOW, {}),
-    # ordering by createtxg (case 32)
+    # ordering by createtxg (docs/reliability.md#r32-clock-goes-backwards)
     ("keep_last ranks by createtxg, not by created time",
      items("2026-03-02T12:00", "2026-03-02T11:00"), Retention(keep_last=1), NOW,
      {"s2": ["keep_last (1 of 1)"]}),
@@ -129,7 +130,8 @@ def test_the_result_does_not_depend_on_input_order():
 
 
 def test_a_clock_stepping_back_keeps_names_unique_and_keep_last_follows_createtxg():
-    """RELIABILITY 32: a clock stepping back keeps names unique; keep_last follows createtxg."""
+    """docs/reliability.md#r32-clock-goes-backwards: a clock stepping back keeps names unique;
+    keep_last follows createtxg."""
     clock = FixedClock(at("2026-03-02T10:00"))
     taken = []
     for step in (dt.timedelta(minutes=15), -dt.timedelta(hours=1), dt.timedelta(minutes=15), None):
@@ -163,7 +165,8 @@ def test_dated_stores_created_as_utc():
     assert Dated("s", 1, vienna).created.tzinfo is UTC
 
 
-# --- RELIABILITY case 31: DST end in Europe/Vienna (2026-10-25, 03:00 CEST -> 02:00 CET) ---
+# --- docs/reliability.md#r31-dst: DST end in Europe/Vienna (2026-10-25, 03:00 CEST -> 02:00 CET)
+# ---
 
 DST_START = at("2026-10-24T20:00")
 DST_STEP = dt.timedelta(minutes=15)
@@ -197,8 +200,8 @@ def render_dst_grid() -> list[str]:
 
 
 def test_dst_end_snapshot_names_are_unique_sorted_and_utc():
-    """RELIABILITY 31: 15-minute steps across the end of DST in Europe/Vienna give unique,
-    sortable UTC names."""
+    """docs/reliability.md#r31-dst: 15-minute steps across the end of DST in Europe/Vienna give
+    unique, sortable UTC names."""
     taken = take_dst_snapshots()
     names = [d.key for d in taken]
     assert len(set(names)) == len(names) == DST_STEPS
@@ -213,7 +216,8 @@ def test_dst_end_snapshot_names_are_unique_sorted_and_utc():
 
 
 def test_dst_end_retention_grid_matches_the_golden_list():
-    """RELIABILITY 31: the retention grid across the end of DST matches the golden list."""
+    """docs/reliability.md#r31-dst: the retention grid across the end of DST matches the golden
+    list."""
     golden = [
         line for line in GOLDEN.read_text(encoding="utf-8").splitlines()
         if line and not line.startswith("#")
@@ -222,9 +226,9 @@ def test_dst_end_retention_grid_matches_the_golden_list():
 
 
 def test_catalog_timestamps_strictly_increase_when_the_clock_steps_back():
-    """RELIABILITY 32: ``MonotonicClock`` over a FixedClock that steps back an hour and
-    stands still: every reading is later than the previous one and than the floor (the
-    newest timestamp already recorded), all aware UTC."""
+    """docs/reliability.md#r32-clock-goes-backwards: ``MonotonicClock`` over a FixedClock that steps
+    back an hour and stands still: every reading is later than the previous one and than the floor
+    (the newest timestamp already recorded), all aware UTC."""
     from zrepl_py.clock import MonotonicClock
 
     wall = FixedClock(at("2026-03-02T10:00"))

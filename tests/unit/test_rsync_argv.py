@@ -65,7 +65,7 @@ SSH = ["ssh", "-o", "BatchMode=yes", "-p", "2222", "-l", "root", "--"]
     ],
 )
 def test_rsync_argv_builds_the_documented_command(source, destination, kwargs, expected):
-    """RELIABILITY 43."""
+    """docs/reliability.md#r43-rsync-exit-codes."""
     assert rsync_argv(source, destination, **kwargs) == expected
 
 
@@ -103,7 +103,7 @@ def test_bandwidth_limit_in_bytes_becomes_whole_kib_never_above_and_never_zero(l
      (20, "failed"), (30, "failed"), (255, "failed"), (-9, "failed"), (None, "failed")],
 )
 def test_only_exit_24_is_a_warning_and_23_and_every_other_nonzero_status_fail(code, outcome):
-    """RELIABILITY 43."""
+    """docs/reliability.md#r43-rsync-exit-codes."""
     assert exit_outcome(code) == outcome
 
 

@@ -1,5 +1,5 @@
-"""The daemon's APScheduler job defaults behave as RELIABILITY 30 promises: a real
-BackgroundScheduler (in-memory store) with ``daemon.scheduler.job_defaults``."""
+"""The daemon's APScheduler job defaults behave as docs/reliability.md#r30-scheduler promises: a
+real BackgroundScheduler (in-memory store) with ``daemon.scheduler.job_defaults``."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def scheduler() -> BackgroundScheduler:
 
 
 def test_a_run_longer_than_its_interval_never_gets_a_second_instance():
-    """RELIABILITY 30 (max_instances=1): a 0.2 s interval whose run takes 0.9 s: never two
-    at once, and APScheduler reports the skipped starts."""
+    """docs/reliability.md#r30-scheduler (max_instances=1): a 0.2 s interval whose run takes 0.9 s:
+    never two at once, and APScheduler reports the skipped starts."""
     running, peak, skipped = [0], [0], []
     lock = threading.Lock()
 
@@ -45,8 +45,8 @@ def test_a_run_longer_than_its_interval_never_gets_a_second_instance():
 
 
 def test_a_late_run_still_runs_once_however_late_and_however_many_were_missed():
-    """RELIABILITY 30 (misfire_grace_time=None, coalesce=True): a job due a day ago every
-    minute (1440 missed times) runs exactly once at start."""
+    """docs/reliability.md#r30-scheduler (misfire_grace_time=None, coalesce=True): a job due a day
+    ago every minute (1440 missed times) runs exactly once at start."""
     runs = []
     s = scheduler()
     s.add_job(lambda: runs.append(1), "interval", minutes=1, id="late",
@@ -60,7 +60,7 @@ def test_a_late_run_still_runs_once_however_late_and_however_many_were_missed():
 
 
 def test_the_defaults_are_exactly_one_instance_coalesced_and_no_grace_limit():
-    """RELIABILITY 30: the values themselves (APScheduler docs, "Missed job executions and
-    coalescing")."""
+    """docs/reliability.md#r30-scheduler: the values themselves (APScheduler docs, "Missed job
+    executions and coalescing")."""
     assert job_defaults(None) == {"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
     assert job_defaults(60)["misfire_grace_time"] == 60

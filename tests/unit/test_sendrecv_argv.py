@@ -147,9 +147,11 @@ REFUSALS = [
      Full(A), NO_RAW, True, "no raw send"),
     ("a raw send on zfs-fuse is refused", Incremental(A, C, True), ZFS_FUSE, True, "raw"),
     ("a resume without send -t is refused", Resume(token(), B), ZFS_FUSE, False, "send -t"),
-    ("a token of another dataset is refused (RELIABILITY 4)",
+    # docs/reliability.md#r4-token-for-another-operation-is-rejected
+    ("a token of another dataset is refused",
      Resume(token(dataset="tank/other"), B), OPENZFS, False, "tank/other@b 2, not for"),
-    ("a non-raw token for a raw send is refused (RELIABILITY 4)",
+    # docs/reliability.md#r4-token-for-another-operation-is-rejected
+    ("a non-raw token for a raw send is refused",
      Resume(token(raw=False), B), OPENZFS, True, "non-raw stream"),
     ("a raw token for a non-raw send is refused", Resume(token(raw=True), B), OPENZFS, False,
      "a raw stream"),
@@ -160,7 +162,7 @@ REFUSALS = [
 
 @pytest.mark.parametrize("case", REFUSALS, ids=[c[0] for c in REFUSALS])
 def test_send_argv_refusals(case):
-    """RELIABILITY 4."""
+    """docs/reliability.md#r4-token-for-another-operation-is-rejected."""
     _, step, caps, raw, words = case
     with pytest.raises(SendArgsInvalid, match=words):
         send_argv(step, source_dataset=DS, caps=caps, raw=raw)

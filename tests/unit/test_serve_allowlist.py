@@ -72,13 +72,13 @@ CORPUS = [
 
 @pytest.mark.parametrize("word", CORPUS)
 def test_every_word_zbak_quotes_comes_back_byte_identical(word):
-    """RELIABILITY 33."""
+    """docs/reliability.md#r33-quoting-corpus."""
     argv = ["zfs", "get", word, "x"]
     assert split_command_line(request(argv)) == [argv]
 
 
 def test_random_words_round_trip_through_shlex_join():
-    """RELIABILITY 33."""
+    """docs/reliability.md#r33-quoting-corpus."""
     rng = random.Random(6)
     alphabet = "ab '\"$`;|&<>()\\\n\t*?~#!{}%=:,./-_@+"
     for _ in range(300):
@@ -116,7 +116,7 @@ def test_a_remote_pipeline_splits_into_its_commands():
     None,
 ])
 def test_shell_syntax_is_refused_before_anything_runs(text):
-    """RELIABILITY 36."""
+    """docs/reliability.md#r36-forced-command."""
     with pytest.raises(CommandRefused):
         split_command_line(text)
 
@@ -130,7 +130,7 @@ def test_the_refusal_names_the_offending_character_and_its_offset():
 
 
 def test_options_after_operands_are_read_as_options_like_glibc_getopt():
-    """RELIABILITY 36."""
+    """docs/reliability.md#r36-forced-command."""
     parsed = parse(["pool/x", "-F"], flags="uF", what="zfs receive")
     assert parsed.has("F") and parsed.operands == ("pool/x",)
 
@@ -478,7 +478,7 @@ def test_a_configured_program_path_is_accepted_and_executed():
     (["zstd", "-d", "-c"], "only in a pipeline"),
 ])
 def test_commands_zbak_does_not_issue_are_refused_with_the_rule_they_break(argv, reason):
-    """RELIABILITY 36."""
+    """docs/reliability.md#r36-forced-command."""
     assert reason in refused(request(argv))
 
 
@@ -495,12 +495,12 @@ def test_commands_zbak_does_not_issue_are_refused_with_the_rule_they_break(argv,
     (["zfs", "rollback", "-r", f"{ROOT}/tank@s"], "-r is not allowed"),
 ])
 def test_allow_destroy_own_still_refuses_everything_but_single_zbak_snapshots(argv, reason):
-    """RELIABILITY 36."""
+    """docs/reliability.md#r36-forced-command."""
     assert reason in refused(request(argv), DESTROYER)
 
 
 def test_receive_force_is_allowed_only_when_configured():
-    """RELIABILITY 36."""
+    """docs/reliability.md#r36-forced-command."""
     argv = ["zfs", "receive", "-u", "-F", f"{ROOT}/tank"]
     policy = dataclasses.replace(POLICY, allow_force_receive=True)
     assert allowed(request(argv), policy).argvs == (tuple(argv),)
@@ -520,7 +520,7 @@ def test_receive_force_is_allowed_only_when_configured():
     ("cat /etc/shadow | zfs receive -u backup/replicas/x", "program 'cat' is not allowed"),
 ])
 def test_pipelines_other_than_the_two_data_path_shapes_are_refused(text, reason):
-    """RELIABILITY 36."""
+    """docs/reliability.md#r36-forced-command."""
     assert reason in refused(text)
 
 
@@ -567,20 +567,20 @@ RECEIVE = f"zfs receive -u -s {ROOT}/x"
 ])
 def test_mbuffer_is_refused_unless_it_is_zbaks_exact_buffer_right_before_zfs_receive(
         text, reason):
-    """RELIABILITY 36: mbuffer(1) can read and write files, open TCP connections and run
-    commands, so only the probe and zbak's own receive buffer pass."""
+    """docs/reliability.md#r36-forced-command: mbuffer(1) can read and write files, open TCP
+    connections and run commands, so only the probe and zbak's own receive buffer pass."""
     assert reason in refused(text)
 
 
 def test_a_token_naming_a_snapshot_outside_the_root_is_refused_even_for_a_dry_run():
-    """RELIABILITY 36."""
+    """docs/reliability.md#r36-forced-command."""
     token = (DATA / "full.token").read_text().strip()  # toname src/plain@s1
     assert "outside the allowed root" in refused(
         request(["zfs", "send", "-n", "-v", "-t", token]), Policy(roots=("src/data",)))
 
 
 def test_quoting_cannot_smuggle_a_pipe_or_an_option_into_a_name():
-    """RELIABILITY 36."""
+    """docs/reliability.md#r36-forced-command."""
     assert "invalid character" in refused(request(["zfs", "receive", "-u", f"{ROOT}/x|sh"]))
     assert "not allowed" in refused(request(["zfs", "receive", "-u", "-F", f"{ROOT}/x"]))
 
@@ -589,7 +589,7 @@ def test_quoting_cannot_smuggle_a_pipe_or_an_option_into_a_name():
 
 
 def test_zbak_serve_exits_126_and_logs_the_reason_for_a_refused_request(tmp_path, capsys):
-    """RELIABILITY 36."""
+    """docs/reliability.md#r36-forced-command."""
     from zrepl_py.cli import main
 
     log = tmp_path / "serve.log"

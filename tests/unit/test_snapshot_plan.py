@@ -1,7 +1,7 @@
 """``snapshots.take.plan_snapshot``: which selected datasets get the job's snapshot and with
-which command (issue 19 item 4, zfs-autobackup ``--min-change``). Pure; real runs are in
-``tests/e2e/test_min_change_openzfs.py`` (OpenZFS has ``written``) and
-``tests/e2e/test_select_cli.py`` (zfs-fuse, which has not)."""
+which command (docs/decisions.md#unchanged-datasets-skip-their-snapshot-atomically,
+zfs-autobackup ``--min-change``). Pure; real runs are in ``tests/e2e/test_min_change_openzfs.py``
+(OpenZFS has ``written``) and ``tests/e2e/test_select_cli.py`` (zfs-fuse, which has not)."""
 
 from __future__ import annotations
 

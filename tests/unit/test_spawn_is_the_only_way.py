@@ -1,6 +1,6 @@
-"""Issue 16 item 1: ``zrepl_py.proc.spawn`` is the one way zrepl_py starts a child process, so
-no child can be started with this process's secret environment variables by forgetting a filter
-(as the ``setpriv`` probe once was)."""
+"""docs/decisions.md#every-child-process-starts-through-spawn: ``zrepl_py.proc.spawn`` is the one
+way zrepl_py starts a child process, so no child can be started with this process's secret
+environment variables by forgetting a filter (as the ``setpriv`` probe once was)."""
 
 from __future__ import annotations
 

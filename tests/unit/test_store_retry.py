@@ -25,14 +25,14 @@ class Flaky:
 
 
 def test_a_call_failing_transiently_twice_is_retried_until_it_succeeds():
-    """RELIABILITY 16."""
+    """docs/reliability.md#r16-retry-policy."""
     fn = Flaky(StoreTransient("slow down", store="s"), StoreTransient("reset", store="s"))
     assert TINY.call(fn, 1, k=2) == ("done", (1,), {"k": 2})
     assert fn.calls == 3
 
 
 def test_a_permanent_error_is_raised_at_once_without_a_retry():
-    """RELIABILITY 16."""
+    """docs/reliability.md#r16-retry-policy."""
     fn = Flaky(StorePermanent("access denied", store="s"))
     with pytest.raises(StorePermanent, match="access denied"):
         TINY.call(fn)
@@ -40,7 +40,7 @@ def test_a_permanent_error_is_raised_at_once_without_a_retry():
 
 
 def test_a_missing_object_is_not_retried():
-    """RELIABILITY 16."""
+    """docs/reliability.md#r16-retry-policy."""
     fn = Flaky(ObjectNotFound("gone", store="s", key="k"))
     with pytest.raises(ObjectNotFound):
         TINY.call(fn)
@@ -55,7 +55,7 @@ def test_an_error_that_is_no_store_error_passes_through_unretried():
 
 
 def test_transient_errors_beyond_the_attempts_raise_store_transient_naming_the_attempts():
-    """RELIABILITY 16."""
+    """docs/reliability.md#r16-retry-policy."""
     last = StoreTransient("throttled", store="s3store", key="k")
     fn = Flaky(StoreTransient("a"), StoreTransient("b"), last, StoreTransient("never reached"))
     with pytest.raises(StoreTransient, match="throttled .gave up after 3 attempts.") as caught:
@@ -79,7 +79,7 @@ def test_the_policy_works_as_a_decorator():
 
 
 def test_backoff_is_jittered_below_a_doubling_bound_capped_at_max_wait():
-    """RELIABILITY 16."""
+    """docs/reliability.md#r16-retry-policy."""
     policy = RetryPolicy(attempts=10, initial_wait=0.5, max_wait=3.0)
     for retry_number, bound in [(1, 0.5), (2, 1.0), (3, 2.0), (4, 3.0), (9, 3.0)]:
         waits = [policy.backoff(retry_number) for _ in range(200)]
