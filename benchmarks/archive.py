@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """zbak archive and restore against the plain zstd pipe, side by side in one run (by hand, not CI).
 
-Targets (issue 20, P3 and P4): ``zbak archive`` >= 0.9x the raw baseline (``zfs send | zstd
--3 -T0 | store``, one fsync at the end for ``file://``) to ``file://`` and S3, on random and
-on compressible data, full and incremental, with peak RSS <= 200 MiB at any stream size;
-``zbak restore`` of a chain of 1 full + 30 incrementals >= 0.9x receiving the same volume
-files locally (``zstd -d < f | zfs receive`` per stream, in order), from ``file://`` and S3;
-planning that restore (``zbak restore --dry-run``) < 0.5 s.
+Targets (docs/decisions.md#archive-at-the-speed-of-the-pipe-within-200-mib,
+docs/decisions.md#restore-verifies-each-volume-before-it-is-received-and-reads-ahead): ``zbak
+archive`` >= 0.9x the raw baseline (``zfs send | zstd -3 -T0 | store``, one fsync at the end for
+``file://``) to ``file://`` and S3, on random and on compressible data, full and incremental, with
+peak RSS <= 200 MiB at any stream size; ``zbak restore`` of a chain of 1 full + 30 incrementals >=
+0.9x receiving the same volume files locally (``zstd -d < f | zfs receive`` per stream, in order),
+from ``file://`` and S3; planning that restore (``zbak restore --dry-run``) < 0.5 s.
 
-Cases (the issue's table rows), each timing the ``zbak`` command as a subprocess beside its
+Cases (the rows of README, Performance), each timing the ``zbak`` command as a subprocess beside its
 baseline, on snapshots of zfs-fuse datasets:
 
 - ``archive full random``: ``--size`` bytes of random (incompressible) data, a fresh catalog

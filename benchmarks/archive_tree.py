@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """``zbak archive`` of a tree of small datasets: what zbak adds per dataset (by hand, not CI).
 
-Target (issue 20, "the archive of a tree"): a 100-dataset tree with small incrementals is
-archived in one ``zbak archive`` without per-dataset start-up costs that dominate the data.
+Target (docs/decisions.md#an-archive-run-reads-its-tree-once): a 100-dataset tree with small
+incrementals is archived in one ``zbak archive`` without per-dataset start-up costs that dominate
+the data.
 
 The tree: ``--datasets`` children (default 100) under one dataset of a zfs-fuse pool, each
 holding a file of ``--kib`` KiB (default 64) of random data, archived once in full by an

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The catalog commands at scale, timed as the user runs them (by hand, not CI).
 
-Targets (issue 20 P5): ``zbak prune --dry-run`` (table and ``--json``), ``zbak audit``
-(graph and objects levels), ``zbak list streams`` and ``zbak status`` over a catalog of
-100,000 streams each < 2 s wall and < 300 MiB peak RSS on SQLite, and at 1,000,000 streams
-no worse than linear.
+Targets (docs/decisions.md#catalog-commands-stay-fast-at-100000-streams): ``zbak prune --dry-run``
+(table and ``--json``), ``zbak audit`` (graph and objects levels), ``zbak list streams`` and ``zbak
+status`` over a catalog of 100,000 streams each < 2 s wall and < 300 MiB peak RSS on SQLite, and at
+1,000,000 streams no worse than linear.
 
 Per scale (``--scales``, default ``10k,100k``; ``1M`` takes about 20 min to build and
 13 GB of disk) a catalog, a ``file://`` store and a config are generated once under

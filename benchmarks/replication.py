@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """zbak replication against the raw pipe and syncoid, side by side in one run (by hand, not CI).
 
-Goals (issue 18, speed over trees), zbak timed as the user runs it (``zbak replicate`` as a
-subprocess): the first replication of a tree of 100 datasets >= 3x faster than ``syncoid
--r``; a nightly cycle over that tree with small changes faster than ``syncoid -r`` and than a
-shell loop of raw pipes; a 256 MiB incremental >= 0.97x the raw pipe; a no-op cycle < 2 s.
-Earlier: a full send >= 0.97x the raw pipe.
+Goals (docs/decisions.md#datasets-of-a-tree-replicate-several-at-once), zbak timed as the user runs
+it (``zbak replicate`` as a subprocess): the first replication of a tree of 100 datasets >= 3x
+faster than ``syncoid -r``; a nightly cycle over that tree with small changes faster than ``syncoid
+-r`` and than a shell loop of raw pipes; a 256 MiB incremental >= 0.97x the raw pipe; a no-op cycle
+< 2 s. Earlier: a full send >= 0.97x the raw pipe.
 
 Cases (``--cases``, default all), on the same two pools and the same data, every tool
 through the same sshd on 127.0.0.1 (the ssh target path):
@@ -79,9 +79,9 @@ Measured 2026-11-21 (2 vCPUs; README "Performance"), after zbak's data path took
 the receive buffer: full 1 GiB 1.13x, incremental 1 GiB 1.16x the raw pipe (5 reps; syncoid
 0.93x and, with the shim, 0.84x); full 512 MiB 1.02x, incremental 256 MiB 0.76x (3 reps).
 ``raw, zbak's path`` is 1.41-1.50x the raw pipe; zbak's fixed cost against it, 1.1-1.4 s per
-run, is what remains. No-op cycle over 101 datasets 9-12x faster than syncoid+shim. Issue 18's
-tree cases: README "Performance". Before
-(plain ChaCha20-Poly1305, no buffer): 512 MiB 0.75x, 256 MiB 0.58x, 8 GiB 0.956x / 0.980x.
+run, is what remains. No-op cycle over 101 datasets 9-12x faster than syncoid+shim. The tree
+cases: README "Performance". Before (plain ChaCha20-Poly1305, no buffer): 512 MiB 0.75x, 256 MiB
+0.58x, 8 GiB 0.956x / 0.980x.
 
 Runs as root on the test bed of tests/support: a private mount namespace with its own
 zfs-fuse daemon (pools on sparse files in a temporary directory, about 3 x (size + incr) MiB
@@ -645,9 +645,9 @@ def tree_cases(bench: Bench, results: Results, reps: int, cases: set[str],
     rep's replicas are kept for the next cases. Nightly: each rep writes 16 KiB of new random
     data into every dataset, takes ``zfs snapshot -r @nK``, then each tool brings its own
     replica from the previous snapshot to that one: zbak; syncoid -r through the shim and
-    stock (which cannot list a zfs-fuse target's snapshots, BENCHMARKS.md: its failure is
-    shown); and a shell loop of raw pipes, one ``zfs send -I | ssh HOST zfs receive -u`` per
-    dataset as an admin would type it (a new ssh connection each), on the raw replica.
+    stock (which cannot list a zfs-fuse target's snapshots, docs/testbed.md#peers-on-zfs-fuse: its
+    failure is shown); and a shell loop of raw pipes, one ``zfs send -I | ssh HOST zfs receive -u``
+    per dataset as an admin would type it (a new ssh connection each), on the raw replica.
     """
     src = bench.src
     n = bench.args.datasets

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Start-up of zbak's commands, each a whole process beside ``zfs snapshot`` alone (issue 18;
-by hand, not in CI).
+"""Start-up of zbak's commands, each a whole process beside ``zfs snapshot`` alone
+(docs/decisions.md#commands-start-in-under-03-s; by hand, not in CI).
 
-Target (issue 18): ``zbak snapshot`` of one dataset and ``zbak status`` of a config without
+Target: ``zbak snapshot`` of one dataset and ``zbak status`` of a config without
 jobs under 0.3 s of wall time, measured as subprocesses. Every cron run, hook, monitoring
 probe and forced command (``zbak serve``, once per remote command) pays what is timed here.
 

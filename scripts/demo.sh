@@ -28,7 +28,7 @@ rm -rf "$work"
 mkdir -p "$work"
 [[ "${ZBAK_DEMO_KEEP:-0}" == 1 ]] || trap cleanup EXIT
 
-# zfs-fuse answers "dataset is busy" for a moment after an unmount (see TESTBED.md).
+# zfs-fuse answers "dataset is busy" for a moment after an unmount (docs/testbed.md#zfs-fuse).
 retry() { for _ in 1 2 3 4 5 6 7 8 9 10; do "$@" 2>/dev/null && return 0; sleep 1; done; "$@"; }
 fail() { printf 'demo: FAILED: %s\n' "$*" >&2; exit 1; }
 step() { printf '\n\033[1m== %s\033[0m  (%d s)\n' "$*" "$SECONDS"; }

@@ -5,10 +5,10 @@ Revises: 0002
 Create Date: 2026-11-25
 
 A run killed with SIGKILL (or lost with its host) never finishes its row, which then says
-``running`` forever (issue 15). ``host``, ``pid`` and ``pid_start`` (the process start time in
-clock ticks after boot, field 22 of /proc/PID/stat, so a reused PID is not taken for the run)
-let the next zbak on that host see the process is gone and end the row ``interrupted``.
-Rows written before this revision have them NULL and are left alone.
+``running`` forever (docs/decisions.md#a-killed-run-ends-interrupted). ``host``, ``pid`` and
+``pid_start`` (the process start time in clock ticks after boot, field 22 of /proc/PID/stat, so a
+reused PID is not taken for the run) let the next zbak on that host see the process is gone and end
+the row ``interrupted``. Rows written before this revision have them NULL and are left alone.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ Revision ID: 0004
 Revises: 0003
 Create Date: 2026-12-02
 
-Each pre or post command of an action (``[jobs.NAME.hooks.ACTION]``, issue 19) is recorded
-as a run of action ``hook`` with target ``pre-ACTION`` or ``post-ACTION``, so a hook that
-fails is a failed run: alerted, shown by ``zbak status`` and counted by ``status --check``.
+Each pre or post command of an action (``[jobs.NAME.hooks.ACTION]``,
+docs/decisions.md#hooks-are-recorded-runs) is recorded as a run of action ``hook`` with target
+``pre-ACTION`` or ``post-ACTION``, so a hook that fails is a failed run: alerted, shown by ``zbak
+status`` and counted by ``status --check``.
 """
 
 from __future__ import annotations

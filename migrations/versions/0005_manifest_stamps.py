@@ -5,8 +5,9 @@ Revises: 0004
 Create Date: 2026-11-25
 
 ``zbak audit`` reads every stream's ``manifest.json`` and compares it with the catalog; at
-100,000 streams that is 100,000 reads per audit (issue 20). ``manifest_seen`` keeps the
-listing's identity of the manifest (its size and the store's etag: S3's ETag and
+100,000 streams that is 100,000 reads per audit
+(docs/decisions.md#audit-trusts-a-manifest-whose-listing-has-not-changed). ``manifest_seen`` keeps
+the listing's identity of the manifest (its size and the store's etag: S3's ETag and
 LastModified, a file's inode, mtime and ctime) from the last read that agreed with the row,
 ``manifest_read_at`` when; the next audit re-reads only a manifest whose identity changed
 (or whose read is old, ``zrepl_py.audit.objects``). Rows written before this revision have
