@@ -475,8 +475,8 @@ class TestS3Store:
         assert [i.key for i in store.list()] == ["k"]
 
     def test_list_outside_requests_no_key_of_a_skipped_directory(self, store, monkeypatch):
-        """An audit's last listing of a job's tree outside its datasets' directories (issue
-        20): one request for the level holding them, one for the run of keys after them,
+        """An audit's last listing of a job's tree outside its datasets' directories
+        (docs/decisions.md#catalog-commands-stay-fast-at-100000-streams): one request for the level holding them, one for the run of keys after them,
         however many objects the datasets hold."""
         datasets = {f"r/d{i}/" for i in range(30)}
         for key in [*(d + f"{n:020d}-full/vol" for d in datasets for n in range(3)), "r/junk",

@@ -72,8 +72,8 @@ def covers(job: JobConfig, left_out: Collection[str] = ()) -> Callable[[str], bo
     """Whether ``job`` covers a dataset (by name): its dataset, and with ``recursive`` its
     descendants that are neither excluded nor in ``left_out`` (``Selection.left_out`` of
     this run's listing; a dataset no longer listed, destroyed, still counts). Each name is
-    judged once and remembered: commands over 100,000 streams ask once per stream (issue
-    20)."""
+    judged once and remembered: commands over 100,000 streams ask once per stream
+    (docs/decisions.md#catalog-commands-stay-fast-at-100000-streams)."""
     root = job.source.dataset
     skipped = frozenset(left_out)
     answers: dict[str, bool] = {}
