@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Start-up of zbak's commands, each a whole process beside ``zfs snapshot`` alone
-(docs/decisions.md#commands-start-in-under-03-s; by hand, not in CI).
+(docs/decisions.md#commands-start-in-under-300-ms; by hand, not in CI).
 
 Target: ``zbak snapshot`` of one dataset and ``zbak status`` of a config without
 jobs under 0.3 s of wall time, measured as subprocesses. Every cron run, hook, monitoring

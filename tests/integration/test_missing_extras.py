@@ -30,7 +30,7 @@ def _config(tmp_path: Path, *, catalog: str | None = None, s3: bool = False,
             apprise: bool = False, job: bool = False) -> Path:
     lines = [f'state_dir = "{tmp_path / "state"}"']
     # `zbak status` opens the catalog only when it has a job
-    # (docs/decisions.md#commands-start-in-under-03-s)
+    # (docs/decisions.md#commands-start-in-under-300-ms)
     if job:
         lines += ["[jobs.data]", 'dataset = "tank/data"']
     if apprise:

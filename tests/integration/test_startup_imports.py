@@ -1,4 +1,4 @@
-"""What each kind of ``zbak`` command loads (docs/decisions.md#commands-start-in-under-03-s: every
+"""What each kind of ``zbak`` command loads (docs/decisions.md#commands-start-in-under-300-ms: every
 cron run, hook, monitoring probe and forced command pays its imports, so a command imports only
 what it uses).
 

@@ -12,7 +12,7 @@ path (nor a hand-typed SQL statement) can break a chain:
 
 Core tables, not ORM classes: the repository reads and writes plain rows (``rows``), and
 ``sqlalchemy.orm`` with a declarative mapping cost every command that opens the catalog
-about 0.06 s of CPU more to import (docs/decisions.md#commands-start-in-under-03-s).
+about 0.06 s of CPU more to import (docs/decisions.md#commands-start-in-under-300-ms).
 
 Keep this file and ``migrations/versions`` in step: a test runs alembic's ``compare_metadata``.
 """

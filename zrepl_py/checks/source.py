@@ -1,5 +1,5 @@
 """A job's source dataset gone missing, said in the config's words
-(docs/decisions.md#a-missing-source-is-said-in-the-configs-words).
+(docs/decisions.md#a-missing-source-is-named-in-the-words-of-the-config).
 
 zfs says "cannot open 'tank': no such pool" or "dataset does not exist" about whichever
 command met the gap first (a capability probe, a snapshot, a listing). Each command that

@@ -10,7 +10,7 @@ everything at once; cycles made meanwhile are collected after the block.
 A command's start-up is the same kind of burst: importing click, pydantic, the config schema
 and SQLAlchemy makes some 100,000 classes, functions and dicts that live until exit, and the
 collector walks them again at every collection while they are being made
-(docs/decisions.md#commands-start-in-under-03-s: 0.05 to 0.1 s of a 0.4 s ``zbak snapshot``).
+(docs/decisions.md#commands-start-in-under-300-ms: 0.05 to 0.1 s of a 0.4 s ``zbak snapshot``).
 Pausing alone only moves that work to the first collection after the pause, so ``end_startup`` also
 freezes them (``gc.freeze``: moved to the permanent generation, never walked again). Only the
 console entry point begins a start-up; the daemon ends its own before it schedules anything, and a

@@ -444,8 +444,9 @@ def job_statuses(ctx: Context, names: Sequence[str] = (), *, offline: bool = Fal
     as warnings and listed in ``stale_transfers``). Runs left ``running`` by processes of
     this host that are gone are ended ``interrupted`` first (``runlog.sweep_interrupted``).
     A config without jobs has nothing to show: the catalog is not opened
-    (docs/decisions.md#commands-start-in-under-03-s: SQLAlchemy alone costs about 0.2 s of CPU, paid
-    by every monitoring probe of such a host), so its schema is not checked and no run is swept.
+    (docs/decisions.md#commands-start-in-under-300-ms: SQLAlchemy alone costs about 0.2 s of CPU,
+    paid by every monitoring probe of such a host), so its schema is not checked and no run is
+    swept.
 
     Raises:
         UsageError: an unknown job name.
