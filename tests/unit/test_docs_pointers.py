@@ -182,6 +182,13 @@ def test_every_test_the_docs_list_exists():
     assert not problems, f"{len(problems)} listed test(s) missing:\n" + "\n".join(problems)
 
 
+def test_a_decision_heading_holds_letters_digits_spaces_and_hyphens_only():
+    text = _files()["docs/decisions.md"]
+    bad = [line for line in text.splitlines()
+           if line.startswith("#") and not re.fullmatch(r"#+ [A-Za-z0-9 -]+", line)]
+    assert not bad, "headings of docs/decisions.md outside the rule:\n" + "\n".join(bad)
+
+
 def test_no_pointer_of_an_old_form_is_left():
     problems = [problem for name, text in sorted(_files().items()) if name != THIS
                 for problem in _old_form_problems(name, text)]
