@@ -106,8 +106,9 @@ class Backup:
 @pytest.mark.parametrize("options", [FLOOR, NO_FLOOR], ids=["floor", "no-floor"])
 def test_an_intruder_with_the_masters_key_cannot_release_destroy_or_roll_back_young_snapshots(
         make_pool, sshd_factory, tmp_path, options):
-    """Issue 31 item 3, the replica emptied in push mode: release the backup admin's hold,
-    destroy every snapshot newest first, roll back to the oldest, destroy it."""
+    """docs/security.md#a-backup-host-that-defends-itself, the replica emptied in push mode: release
+    the backup admin's hold, destroy every snapshot newest first, roll back to the oldest, destroy
+    it."""
     backup = Backup(make_pool, sshd_factory, tmp_path, options)
     real = backup.replicate(4)
     oldest = f"{backup.replica}@{real[0]}"

@@ -284,9 +284,9 @@ def test_downgrading_0002_with_rows_present_keeps_the_chain_and_upgrading_again_
 
 def test_0006_keeps_bad_streams_bad_across_a_downgrade_and_their_reason_reads_as_not_recorded(
         engine):
-    """RELIABILITY 27 (rows present): streams marked bad with a reason at head; downgrading
-    to 0005 keeps every row and its state and drops only the reasons; upgrading back leaves
-    those reasons NULL, which readers state as not recorded, and new marks record theirs."""
+    """docs/reliability.md#r27-alembic (rows present): streams marked bad with a reason at head;
+    downgrading to 0005 keeps every row and its state and drops only the reasons; upgrading back
+    leaves those reasons NULL, which readers state as not recorded, and new marks record theirs."""
     db.upgrade(engine)
     catalog = Catalog(engine)
     full = _full(catalog, "a", 1, 10)
