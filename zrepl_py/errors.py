@@ -188,6 +188,11 @@ class HostUnreachable(ZbakError):
     """An SSH host could not be reached or refused the login."""
 
 
+class LoginRefused(HostUnreachable):
+    """The SSH host refused the login (the key is not authorised, or the identity file cannot
+    be read): trying again does not help until the admin changes something."""
+
+
 class HostKeyMismatch(ZbakError):
     """The SSH host key is unknown or differs from known_hosts; no data was sent."""
 

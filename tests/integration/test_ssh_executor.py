@@ -147,7 +147,7 @@ def test_the_control_connection_sends_small_packets_without_waiting_nagle_off(ss
     """Control commands are a few small packets each: the connection has TCP_NODELAY set, so
     they do not wait for the server's delayed ACK (about 45 ms per command otherwise)."""
     ssh.run(["true"])
-    sock = ssh._client.get_transport().sock
+    sock = ssh.connection.transport().sock
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
 
 
@@ -496,7 +496,7 @@ def test_a_command_that_ends_before_its_stdin_eof_is_sent_keeps_the_connection(s
     channel", paramiko issues #1115 and #1705; seen with 8 ``zfs set`` at once). The EOF is
     held back here until the command has surely ended: the connection must survive."""
     first = ssh.run(["sh", "-c", "echo $SSH_CONNECTION"]).stdout
-    transport = ssh._client.get_transport()
+    transport = ssh.connection.transport()
     send = transport._send_user_message
 
     def late_eof(message):
