@@ -23,7 +23,6 @@ import errno
 import hashlib
 import logging
 import os
-import re
 import stat as statmod
 import tempfile
 import time
@@ -36,14 +35,11 @@ from zrepl_py.runtime.behind import Behind
 from zrepl_py.runtime.statedir import ensure_private_dir
 from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw, Unfinished, under_any
 from zrepl_py.stores.keys import check_key, check_prefix
+from zrepl_py.stores.temporaries import lead, meant_for
 
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 
-# ".NAME.partial-" + mkstemp's random part ([a-z0-9_], 8 characters in CPython).
-_TEMP_PREFIX = ".partial-"
-_TEMP_RE = re.compile(r"^\..+\.partial-[a-z0-9_]+$")
-_TEMP_PARTS_RE = re.compile(r"^\.(?P<name>.+)\.partial-[a-z0-9_]+$")
 WRITE_DEPTH = 2
 """Chunks ``put`` has taken and not yet written (or hashed) before it waits for its writer
 (or hasher) thread (see ``put``)."""
@@ -108,7 +104,7 @@ class FileBackend(Backend):
         began = time.time_ns()
         try:
             self._makedirs(path.parent)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{_TEMP_PREFIX}", dir=path.parent)
+            fd, tmp = tempfile.mkstemp(prefix=lead(path.name), dir=path.parent)
         except OSError as exc:
             raise self._os_error(exc, key, "creating the temporary file for") from exc
         digest = hashlib.sha256()
@@ -146,11 +142,11 @@ class FileBackend(Backend):
         process writes its file all the time and is kept. The object is written already,
         so a failure here is only logged: ``zbak audit`` reports what is left. See
         ``docs/decisions.md#leftover-uploads-of-interrupted-archives``."""
-        lead = f".{path.name}{_TEMP_PREFIX}"
+        mine = lead(path.name)
         try:
             with os.scandir(path.parent) as entries:
                 for entry in entries:
-                    if (entry.name.startswith(lead) and _TEMP_RE.match(entry.name)
+                    if (entry.name.startswith(mine) and meant_for(entry.name) == path.name
                             and entry.stat(follow_symlinks=False).st_mtime_ns < began):
                         os.unlink(entry.path)
                         log.info("store %s: removed %s, left by an interrupted put of the"
@@ -277,12 +273,12 @@ class FileBackend(Backend):
                             sub not in skip):
                         self._scan(entry.path, sub, prefix, found, make, skip, temporaries)
                     continue
-                temporary = name[0] == "." and _TEMP_PARTS_RE.match(name)
+                temporary = meant_for(name) if name[0] == "." else None
                 if temporaries:
-                    if temporary and (every or (rel + temporary["name"]).startswith(prefix)):
+                    if temporary and (every or (rel + temporary).startswith(prefix)):
                         st = entry.stat()
                         if regular(st.st_mode):
-                            found.append(make(name, rel + temporary["name"], st))
+                            found.append(make(name, rel + temporary, st))
                     continue
                 if temporary or (not every and not key.startswith(prefix)):
                     continue
@@ -361,8 +357,7 @@ class FileBackend(Backend):
         Raises:
             StorePermanent: invalid key or name, permission denied.
         """
-        match = _TEMP_PARTS_RE.match(upload.ident)
-        if match is None or match["name"] != upload.key.rpartition("/")[2]:
+        if meant_for(upload.ident) != upload.key.rpartition("/")[2]:
             raise StorePermanent(f"store {self.name}: {upload.ident!r} is not a temporary file"
                                  f" of {upload.key!r}", store=self.name, key=upload.key)
         try:
@@ -386,7 +381,7 @@ class FileBackend(Backend):
 
     def _path(self, key: str) -> Path:
         check_key(key, store=self.name)
-        if _TEMP_RE.match(key.rpartition("/")[2]):
+        if meant_for(key.rpartition("/")[2]) is not None:
             raise StorePermanent(
                 f"store {self.name}: invalid object key {key!r}: the name looks like a temporary"
                 " file of an unfinished write", store=self.name, key=key)

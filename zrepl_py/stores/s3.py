@@ -28,14 +28,12 @@ from __future__ import annotations
 import base64
 import bisect
 import builtins
-import concurrent.futures
 import datetime as dt
 import email.utils
 import hashlib
 import http.client
 import logging
 import re
-import threading
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
@@ -63,6 +61,7 @@ from zrepl_py.stores.base import (
     under_any,
 )
 from zrepl_py.stores.keys import check_key, check_prefix
+from zrepl_py.stores.parts import cut, send_all
 from zrepl_py.stores.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -514,30 +513,22 @@ class S3Backend(Backend):
     def _parts(self, chunks: Iterable[bytes], key: str, digest: hashlib._Hash,
                counter: builtins.list[int]) -> Iterator[bytearray]:
         """Cut ``chunks`` into parts of exactly ``part_size`` bytes, the last one shorter
-        (possibly empty); hash and count the bytes as they pass. A fresh buffer per part, so
-        a part handed to an upload thread is never written again."""
-        size = self.part_size
-        buf = bytearray(size)
-        fill = 0
-        for chunk in chunks:
-            digest.update(chunk)
-            counter[0] += len(chunk)
-            if counter[0] > MAX_OBJECT_SIZE:
+        (possibly empty; ``parts.cut``); hash and count the bytes as they pass, and stop at
+        S3's limits (5 TiB, 10,000 parts) before a part beyond them is sent."""
+
+        def counted(total: int) -> None:
+            counter[0] = total
+            if total > MAX_OBJECT_SIZE:
                 raise StorePermanent(
                     f"store {self.name}: object {key!r} exceeds S3's 5 TiB object limit:"
                     " lower the store's volume_size", store=self.name, key=key)
-            view = memoryview(chunk).cast("B")
-            while view:
-                n = min(size - fill, len(view))
-                buf[fill:fill + n] = view[:n]
-                fill += n
-                view = view[n:]
-                if fill == size:
-                    yield buf
-                    buf = bytearray(size)
-                    fill = 0
-        del buf[fill:]
-        yield buf
+            if total > MAX_PARTS * self.part_size:
+                raise StorePermanent(
+                    f"store {self.name}: object {key!r} needs more than {MAX_PARTS} parts"
+                    f" of {self.part_size} bytes (S3's multipart limit): raise the part"
+                    " size or lower the store's volume_size", store=self.name, key=key)
+
+        return cut(chunks, self.part_size, digest, counted)
 
     def _multipart(self, key: str, storage_class: str, head: builtins.list[bytearray],
                    rest: Iterator[bytearray]) -> None:
@@ -552,37 +543,12 @@ class S3Backend(Backend):
                 yield head.pop(0)  # pop: the list must not keep sent parts alive
             yield from rest
 
-        pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.concurrency, thread_name_prefix=f"zbak-s3-{self.name}")
-        # One slot per part in flight: the reader blocks when all are taken, which bounds
-        # memory to part_size * (concurrency + 1).
-        slots = threading.BoundedSemaphore(self.concurrency)
-        futures: list[concurrent.futures.Future[dict[str, Any]]] = []
+        def upload(number: int, part: bytearray) -> dict[str, Any]:
+            return self._upload_part(key, upload_id, number, part)
+
         try:
-            try:
-                number = 0
-                for part in all_parts():
-                    if not part:
-                        continue  # an empty last part: the stream ended on a part boundary
-                    number += 1
-                    if number > MAX_PARTS:
-                        raise StorePermanent(
-                            f"store {self.name}: object {key!r} needs more than {MAX_PARTS} parts"
-                            f" of {self.part_size} bytes (S3's multipart limit): raise the part"
-                            " size or lower the store's volume_size", store=self.name, key=key)
-                    _raise_first_failure(futures)
-                    slots.acquire()
-                    try:
-                        future = pool.submit(self._upload_part, key, upload_id, number, part)
-                    except BaseException:
-                        slots.release()
-                        raise
-                    future.add_done_callback(lambda _f: slots.release())
-                    futures.append(future)
-                    del part
-                done = [f.result() for f in futures]
-            finally:
-                pool.shutdown(wait=True, cancel_futures=True)
+            done = send_all(all_parts(), upload, concurrency=self.concurrency,
+                            thread_name=f"zbak-s3-{self.name}")
             self._retry.call(self._complete, key, upload_id, done)
         except BaseException:
             self._abort(key, upload_id)
@@ -755,12 +721,6 @@ class S3Backend(Backend):
                             botocore.exceptions.IncompleteReadError)):
             return StoreTransient(f"{where}: {operation}: {exc}", **kw)
         return StorePermanent(f"{where}: {operation}: {exc}", **kw)
-
-
-def _raise_first_failure(futures: list[concurrent.futures.Future[Any]]) -> None:
-    for future in futures:
-        if future.done() and not future.cancelled() and (failed := future.exception()) is not None:
-            raise failed
 
 
 def _b64sha256(data: bytes | bytearray) -> str:
