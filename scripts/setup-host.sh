@@ -28,6 +28,14 @@ if [[ ! -x .venv/bin/python || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
   echo "$want" > "$stamp"
 fi
 
+# The SFTP-only user of the test bed's chrooted SFTP server (tests/support/sftpd.py): no home,
+# no shell, password field '*' (no password, yet not locked: sshd without PAM refuses a locked
+# account).
+if ! getent passwd zbak-sftp >/dev/null; then
+  echo "setup: creating the SFTP-only test user zbak-sftp"
+  useradd --system --no-create-home --home-dir / --shell /usr/sbin/nologin --password '*' zbak-sftp
+fi
+
 # Asked by its socket, not pgrep: a zfs-fuse of a benchmark's private mount namespace
 # shows in pgrep but does not serve this namespace.
 if ! zpool list >/dev/null 2>&1; then

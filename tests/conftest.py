@@ -7,6 +7,7 @@ import pytest
 pytest_plugins = [
     "support.zfs",
     "support.sshd",
+    "support.sftpd",
     "support.s3",
     "support.postgres",
     "support.catalog",
