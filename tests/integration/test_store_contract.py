@@ -4,9 +4,10 @@ restic's backend test suite).
 ``TestStoreContract`` holds the behaviour the ``Backend`` docstrings promise and runs it on
 every scheme the store registry lists (``stores.registry.SCHEMES``), each on its test bed
 (``CONTRACT_BEDS``): ``file`` on a temporary directory, ``s3`` against moto's S3 server over
-real HTTP. A registered scheme without a test bed fails the suite. Backend-specific guarantees
-(temporary files, multipart uploads, storage classes, resumed GETs, memory bound) follow in
-``TestFileStore`` and ``TestS3Store``.
+real HTTP, ``sftp`` against the real sshd with an SFTP-only chrooted user. A registered scheme
+without a test bed fails the suite. Backend-specific guarantees (temporary files, multipart
+uploads, storage classes, resumed GETs, memory bound) follow in ``TestFileStore`` and
+``TestS3Store``; the ``sftp://`` store's in ``tests/integration/test_sftp_store.py``.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from pathlib import Path
 import pytest
 
 from zrepl_py.errors import NeedsThaw, ObjectNotFound, StorePermanent, StoreTransient
+from zrepl_py.proc.sshconn import SshConnection
 from zrepl_py.stores import s3 as s3_module
 from zrepl_py.stores.base import Thaw
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.stores.registry import SCHEMES
 from zrepl_py.stores.retry import RetryPolicy
 from zrepl_py.stores.s3 import S3Backend
+from zrepl_py.stores.sftp import SftpBackend
 
 MiB = 1 << 20
 PART = 5 * MiB  # S3's (and moto's) smallest part
@@ -75,9 +78,22 @@ def s3_store(s3_server, s3_bucket):
     backend.close()
 
 
+@pytest.fixture
+def sftp_store(sftpd, sftp_dir, tmp_path):
+    """The ``sftp`` test bed: a store in a fresh directory of the SFTP-only, chrooted user of
+    the session's sshd (``support.sftpd``: ``internal-sftp``, no shell), with S3's smallest
+    part size (so a few MiB are written in several parts, two at a time) and quick retries."""
+    connection = SshConnection("box", sftpd.host_config(), known_hosts_default=tmp_path / "kh")
+    backend = SftpBackend("box", connection, sftp_dir, part_size=PART, concurrency=2,
+                          retry=FAST)
+    yield backend
+    backend.close()
+
+
 CONTRACT_BEDS = {
     "file": ("file_store", ()),
     "s3": ("s3_store", (pytest.mark.s3,)),
+    "sftp": ("sftp_store", (pytest.mark.ssh,)),
 }
 """Each registered scheme's test bed: the fixture that gives a fresh, empty store of it, and
 the marks of the real components it needs. A new scheme adds its own line here."""

@@ -9,14 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from zrepl_py.config.hosts import HostConfig
 from zrepl_py.errors import StorePermanent
 from zrepl_py.stores.base import Thaw
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.stores.prune_credential import PruneCredentialBackend
 from zrepl_py.stores.registry import SCHEMES, open_store, scheme_for_url, scheme_of
 from zrepl_py.stores.s3 import DEFAULT_PART_SIZE, MAX_PARTS, S3Backend, _thaw_state
+from zrepl_py.stores.scheme import StoreEnv
 from zrepl_py.stores.schemes.file import FileStoreConfig
 from zrepl_py.stores.schemes.s3 import S3StoreConfig
+from zrepl_py.stores.schemes.sftp import SftpStoreConfig
+from zrepl_py.stores.sftp import SftpBackend
 
 MiB = 1 << 20
 
@@ -38,6 +42,38 @@ def test_an_s3_url_opens_a_bucket_store_with_the_prefix_and_the_config_settings(
         assert store.part_size == DEFAULT_PART_SIZE
     finally:
         store.close()
+
+
+def test_an_sftp_url_opens_a_store_on_its_host_with_the_path_and_the_upload_concurrency(
+        tmp_path):
+    """Nothing is contacted: the host is looked up in the config's hosts and the connection
+    dialled on first use."""
+    host = HostConfig(address="192.0.2.1", user="u12345")
+    cfg = SftpStoreConfig(url="sftp://box/backups/zbak/", upload_concurrency=3)
+    store = open_store("offsite", cfg, StoreEnv(hosts={"box": host},
+                                                known_hosts=tmp_path / "known_hosts"))
+    try:
+        assert isinstance(store, SftpBackend)
+        assert (store.root, store.concurrency, store.url) == (
+            "/backups/zbak", 3, "sftp://box/backups/zbak")
+        assert store._connection.known_hosts == tmp_path / "known_hosts"
+        assert not store._connection.connected
+    finally:
+        store.close()
+
+
+def test_an_sftp_store_on_a_host_the_config_does_not_define_is_a_permanent_error(tmp_path):
+    with pytest.raises(StorePermanent, match="host 'box' is not defined under \\[hosts\\]"):
+        open_store("offsite", SftpStoreConfig(url="sftp://box/x"),
+                   StoreEnv(hosts={}, known_hosts=tmp_path / "kh"))
+    with pytest.raises(StorePermanent, match="no known_hosts file"):
+        open_store("offsite", SftpStoreConfig(url="sftp://box/x"),
+                   StoreEnv(hosts={"box": HostConfig(address="192.0.2.1")}))
+
+
+def test_an_sftp_url_naming_this_machine_says_to_use_a_file_url():
+    with pytest.raises(ValueError, match="use 'file:///absolute/dir'"):
+        SftpStoreConfig(url="sftp://local/srv/zbak")
 
 
 def test_an_s3_url_without_a_prefix_uses_the_whole_bucket():
@@ -81,6 +117,10 @@ def test_an_unknown_aws_profile_is_a_permanent_error():
     ("file:///srv/zbak", "file"), ("s3://my-bucket", "s3"), ("s3://my-bucket/a/b", "s3"),
     ("file://relative", None), ("s3://B_AD", None), ("s3://ab", None), ("ftp://x/y", None),
     ("s3://my-bucket/x\n", None), ("", None),
+    ("sftp://box/srv/zbak", "sftp"), ("sftp://box/", "sftp"), ("sftp://box/a/b/", "sftp"),
+    ("sftp://box", None), ("sftp://box/a//b", None), ("sftp://box/a/../b", None),
+    ("sftp://box/./a", None), ("sftp://-box/a", None), ("sftp://local/a", None),
+    ("sftp:///a", None), ("sftp://box/a\nb", None),
 ])
 def test_a_url_belongs_to_the_scheme_that_parses_it_or_to_none(url, scheme):
     found = scheme_for_url(url)
@@ -88,12 +128,13 @@ def test_a_url_belongs_to_the_scheme_that_parses_it_or_to_none(url, scheme):
 
 
 def test_each_scheme_declares_its_url_form_settings_and_extra_and_is_found_by_its_settings():
-    assert [s.name for s in SCHEMES] == ["s3", "file"]
+    assert [s.name for s in SCHEMES] == ["s3", "file", "sftp"]
     for scheme in SCHEMES:
         assert scheme.form.startswith(f"{scheme.name}://")
         assert scheme_for_url(scheme.form.replace("[/prefix]", "")) is scheme
     assert scheme_of(FileStoreConfig(url="file:///x")).extra is None
     assert scheme_of(S3StoreConfig(url="s3://abc")).extra.module == "boto3"
+    assert scheme_of(SftpStoreConfig(url="sftp://box/x")).extra is None  # paramiko: always there
 
 
 def test_a_settings_class_refuses_a_url_of_another_scheme():

@@ -77,7 +77,8 @@ class Config(Table):
         return self.catalog.url or f"sqlite:///{self.state_dir / 'catalog.sqlite'}"
 
     def reference_problems(self) -> list[tuple[str, str]]:
-        """Return ``(key_path, message)`` for every host or store a job names but nobody defines."""
+        """Return ``(key_path, message)`` for every host or store a job or store names but
+        nobody defines."""
         problems: list[tuple[str, str]] = []
 
         def need_host(host: str, key: str) -> None:
@@ -105,6 +106,9 @@ class Config(Table):
                     (f"jobs.{name}.archive.store",
                      f"store {job.archive.store!r} is not defined under [stores]")
                 )
+        for name, store in self.stores.items():
+            for host in store.host_names():
+                need_host(host, f"stores.{name}.url")
         return problems
 
 

@@ -183,8 +183,9 @@ class Context:
 
     def store(self, name: str) -> Backend:
         """The backend of ``[stores.NAME]``, opened on first use and kept until ``close``
-        (``stores.registry.open_store``: its S3 calls retry by ``stores.retry``'s one policy).
-        Nothing is contacted here.
+        (``stores.registry.open_store``: its S3 calls retry by ``stores.retry``'s one policy;
+        an ``sftp://`` store gets the config's hosts and ``<state_dir>/known_hosts``, and keeps
+        one SSH connection of its own). Nothing is contacted here.
 
         Raises:
             UsageError: ``name`` is not under ``[stores]`` in the config.
@@ -198,8 +199,10 @@ class Context:
                 raise UsageError(f"store {name!r} is not under [stores] in {self.config_path}"
                                  f" (stores: {known})")
             from zrepl_py.stores.registry import open_store  # boto3 only when a store is used
+            from zrepl_py.stores.scheme import StoreEnv
 
-            self._stores[name] = open_store(name, cfg)
+            env = StoreEnv(hosts=self.config.hosts, known_hosts=self.state_dir / "known_hosts")
+            self._stores[name] = open_store(name, cfg, env)
         return self._stores[name]
 
     def start_prefetch(self, tasks: Sequence[Task]) -> None:

@@ -19,12 +19,13 @@ from pydantic import Discriminator, Tag, model_validator
 from zrepl_py.runtime.extras import require
 from zrepl_py.stores.base import Backend
 from zrepl_py.stores.scheme import Scheme, StoreEnv
-from zrepl_py.stores.schemes import file, s3
+from zrepl_py.stores.schemes import file, s3, sftp
 from zrepl_py.stores.settings import StoreConfig
 
 SCHEMES: tuple[Scheme[Any], ...] = (
     s3.SCHEME,
     file.SCHEME,
+    sftp.SCHEME,
 )
 """Every scheme, in the order a message lists their URL forms."""
 
@@ -95,7 +96,11 @@ class _Unrecognised(StoreConfig):
 
     @classmethod
     def check_url(cls, url: str) -> None:
-        """Always raises ValueError naming every scheme's URL form."""
+        """Always raises ValueError: the reason of the scheme the URL starts with
+        (``sftp://local/x``: use ``file://``), else every scheme's URL form."""
+        for scheme in SCHEMES:
+            if url.startswith(f"{scheme.name}://"):
+                scheme.settings.check_url(url)
         raise ValueError(f"expected {url_forms()}")
 
 

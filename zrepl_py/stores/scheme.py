@@ -8,13 +8,17 @@ lists them (docs/decisions.md#store-registry).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from zrepl_py.runtime.extras import Extra
 from zrepl_py.stores.base import Backend
 from zrepl_py.stores.retry import RetryPolicy
 from zrepl_py.stores.settings import StoreConfig
+
+if TYPE_CHECKING:
+    from zrepl_py.proc.openssh import SshHost
 
 C = TypeVar("C", bound=StoreConfig)
 
@@ -25,9 +29,14 @@ class StoreEnv:
 
     Attributes:
         retry: the retry policy of the store's calls; None for ``RetryPolicy``'s defaults.
+        hosts: the config's ``[hosts]`` by name (a store on an SSH server names one).
+        known_hosts: the known_hosts file of a host that names none (the config's
+            ``<state_dir>/known_hosts``); None: only a host's own.
     """
 
     retry: RetryPolicy | None = None
+    hosts: Mapping[str, SshHost] = dataclasses.field(default_factory=dict)
+    known_hosts: Path | None = None
 
 
 @dataclasses.dataclass(frozen=True)

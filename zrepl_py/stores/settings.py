@@ -57,6 +57,11 @@ class StoreConfig(Table):
             ValueError: it is not; the message says the form expected.
         """
 
+    def host_names(self) -> tuple[str, ...]:
+        """The ``[hosts.NAME]`` names the store's URL refers to (``sftp://HOST/...``); the
+        config checks each is defined. None by default."""
+        return ()
+
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
