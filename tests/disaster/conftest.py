@@ -15,16 +15,21 @@ its own); the helpers that read snapshots and their contents come from ``support
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from support.cli import Zbak, content_of, prop, restored_content, snapshots, tree_digest, zfs  # noqa: F401 (re-exported for the disaster tests)
 
 from zrepl_py.errors import ExitStatus
+from zrepl_py.objects.layout import PROGRESS
 
 MIB = 1024 * 1024
 
@@ -89,6 +94,46 @@ class Site:
         assert done.returncode == ExitStatus.OK, (
             f"zbak {' '.join(args)} -> {done.returncode}: {done.stdout}{done.stderr}")
         return done.stdout
+
+    def kill_when(self, ready: Callable[[], bool], *args: str) -> None:
+        """Run zbak ARGS as a process and SIGKILL it as soon as ``ready()`` holds (polled
+        every 10 ms); fail when it ends first."""
+        proc = subprocess.Popen(self.argv(*args),
+                                env=dict(os.environ, ZBAK_LOG_LEVEL="WARNING"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 300
+            while proc.poll() is None and time.monotonic() < deadline and not ready():
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGKILL)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == -signal.SIGKILL, f"zbak ended first: {err.decode()}"
+
+    def unfinished_uploads(self) -> list[dict]:
+        """The audit's findings about unfinished uploads (``zbak audit --json``)."""
+        findings = json.loads(self.process("audit", "--json").stdout)["findings"]
+        return [f for f in findings if f["problem"].startswith("an unfinished upload of ")]
+
+
+def volume_in_flight(store: Path, stored: int) -> Callable[[], bool]:
+    """For ``Site.kill_when``: whether the one stream under the directory ``store`` (a
+    ``file://`` store, or an ``sftp://`` store's directory on this machine) has ``stored``
+    volumes in its ``progress.json`` and the next one's temporary file beside it."""
+    def ready() -> bool:
+        for progress in store.rglob(PROGRESS):
+            try:
+                if len(json.loads(progress.read_bytes())["volumes"]) < stored:
+                    return False
+            except (OSError, ValueError):
+                return False  # replaced under us
+            return any(progress.parent.glob(".vol-*.partial-*"))
+        return False
+
+    return ready
 
 
 @pytest.fixture

@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
-from collections.abc import Callable
 
 import pytest
-from conftest import MIB
+from conftest import MIB, volume_in_flight
 
 from zrepl_py.errors import ExitStatus
 from zrepl_py.objects.layout import PROGRESS
@@ -57,36 +55,6 @@ def big_snapshot(site, store_toml: str, volume: int = VOLUME) -> None:
     subprocess.run(["zfs", "snapshot", f"{site.data}@big"], check=True)
 
 
-def kill_archive_when(site, ready: Callable[[], bool], job: str) -> None:
-    """Run ``zbak archive JOB`` as a process and SIGKILL it as soon as ``ready()`` holds
-    (polled every 10 ms); fail when it ends first."""
-    proc = subprocess.Popen(site.argv("archive", job),
-                            env=dict(os.environ, ZBAK_LOG_LEVEL="WARNING"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 300
-        while proc.poll() is None and time.monotonic() < deadline and not ready():
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGKILL)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL, f"the archive ended first: {err.decode()}"
-
-
-def progress_volumes(progress: bytes) -> int:
-    return len(json.loads(progress)["volumes"])
-
-
-def unfinished(site) -> list[dict]:
-    """The audit's findings about unfinished uploads (``zbak audit --json``)."""
-    done = site.process("audit", "--json")
-    findings = json.loads(done.stdout)["findings"]
-    return [f for f in findings if f["problem"].startswith("an unfinished upload of ")]
-
-
 def test_a_rerun_removes_the_temporary_file_of_the_put_a_kill_interrupted(site):
     store = site.tmp / "store"
     store.mkdir()
@@ -100,23 +68,13 @@ def test_a_rerun_removes_the_temporary_file_of_the_put_a_kill_interrupted(site):
     an_hour_ago = time.time() - 3600
     os.utime(other, (an_hour_ago, an_hour_ago))
 
-    def fifth_volume_in_flight() -> bool:
-        for path in store.rglob(PROGRESS):
-            try:
-                if progress_volumes(path.read_bytes()) < 4:
-                    return False
-            except (OSError, ValueError):
-                return False  # replaced under us
-            return any(path.parent.glob(".vol-*.partial-*"))
-        return False
-
-    kill_archive_when(site, fifth_volume_in_flight, "data")
+    site.kill_when(volume_in_flight(store, 4), "archive", "data")
     prefix = next(store.rglob(PROGRESS)).parent
     left = sorted(prefix.glob(".vol-*.partial-*"))
     assert left, "the kill should have left the fifth volume's temporary file"
     key = str(left[0].relative_to(store).with_name(left[0].name.split(".partial-")[0][1:]))
 
-    found = {f["key"]: f for f in unfinished(site)}
+    found = {f["key"]: f for f in site.unfinished_uploads()}
     assert key in found, found
     assert f"temporary file {left[0].name}, {left[0].stat().st_size:,} bytes" in (
         found[key]["problem"]), found[key]
@@ -136,7 +94,7 @@ def test_a_rerun_removes_the_temporary_file_of_the_put_a_kill_interrupted(site):
 
     site.process_ok("audit", "--repair", "--yes", "--stale-uploads-days", "0")
     assert not [p for p in store.rglob("*") if ".partial-" in p.name]
-    assert unfinished(site) == []
+    assert site.unfinished_uploads() == []
 
 
 @pytest.mark.s3
@@ -157,8 +115,8 @@ def test_a_rerun_to_s3_aborts_the_multipart_upload_a_kill_left_open(site, s3_ser
         return any(client.list_parts(Bucket=s3_bucket, Key=u["Key"], UploadId=u["UploadId"])
                    .get("Parts") for u in uploads())
 
-    kill_archive_when(site, part_in_flight_after_a_volume, "data")
-    found = {f["key"]: f for f in unfinished(site)}
+    site.kill_when(part_in_flight_after_a_volume, "archive", "data")
+    found = {f["key"]: f for f in site.unfinished_uploads()}
     # Read after the audit: moto may still store the part whose request the kill cut.
     (upload,) = uploads()
     parts = client.list_parts(Bucket=s3_bucket, Key=upload["Key"], UploadId=upload["UploadId"])
@@ -171,4 +129,4 @@ def test_a_rerun_to_s3_aborts_the_multipart_upload_a_kill_left_open(site, s3_ser
     assert rows[0]["stream"] == "full @big" and "resumed" in rows[0]["volumes"], rows
     assert uploads() == []
     assert site.process("audit", "--deep").returncode == ExitStatus.OK
-    assert unfinished(site) == []
+    assert site.unfinished_uploads() == []
