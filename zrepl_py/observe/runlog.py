@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from zrepl_py.clock import Clock
 from zrepl_py.errors import CatalogError, PipelineCancelled
 from zrepl_py.observe.events import Event, emit
-from zrepl_py.observe.transfers import process_gone, process_start
+from zrepl_py.observe.transfers import process_gone
+from zrepl_py.runtime.owner import process_start
 
 if TYPE_CHECKING:
     from zrepl_py.catalog.repository import Catalog

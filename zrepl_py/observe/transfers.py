@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zrepl_py.observe.progress import Estimate, ProgressReporter
+from zrepl_py.runtime.owner import process_start
 from zrepl_py.runtime.statedir import ensure_private_dir
 
 if TYPE_CHECKING:  # the config (pydantic) loads only where a transfer is published
@@ -55,22 +56,6 @@ def _utcnow() -> dt.datetime:
 
 def _quote(text: str) -> str:
     return urllib.parse.quote(text, safe="@+=,._")
-
-
-def process_start(pid: int) -> int | None:
-    """The start time of process ``pid`` in clock ticks after boot (field 22 of
-    /proc/PID/stat, proc(5)); None when there is no such process or no /proc."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    # comm (field 2) is in parentheses and may hold spaces or ")": split after the last ")".
-    fields = stat[stat.rfind(")") + 2:].split()
-    try:
-        return int(fields[19])  # field 22 counted from field 3 (state)
-    except (IndexError, ValueError):
-        return None
 
 
 def process_gone(pid: int, start: int | None) -> str | None:

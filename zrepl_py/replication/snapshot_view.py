@@ -7,13 +7,16 @@ Two ways, tried in this order:
    Used when the dataset is mounted and ``test -d`` finds that directory there.
 2. Otherwise (zfs-fuse has no ``.zfs`` directory, docs/testbed.md#zfs-fuse; an unmounted or
    legacy-mounted dataset) a temporary clone ``POOL/zbak-view-<12 hex>`` made with
-   ``zfs clone -o mountpoint=<mktemp -d dir> -o readonly=on -o zbak:view-of=SNAPSHOT``.
+   ``zfs clone -o mountpoint=<mktemp -d dir> -o readonly=on -o zbak:view-of=SNAPSHOT
+   -o zbak:view-owner=STAMP``.
    A clone must live in its origin's pool (zfs-clone(8)). Seen on zfs-fuse 0.7: both ``-o``
    options work at clone time and the clone is mounted when ``zfs clone`` returns; the mount
    refuses writes ("Read-only file system") although ``zfs get readonly`` then prints
    ``off`` with source ``temporary``; ``zfs destroy`` of the clone answers "dataset is busy"
-   for a moment after use, so it is retried. The user property names the snapshot so a
-   leftover (after ``kill -9``) is easy to recognise.
+   for a moment after use, so it is retried. The user properties name the snapshot and
+   the process that made the clone (``runtime.owner``), so a leftover (after ``kill -9``)
+   is recognised and ``remove_dead_views`` removes it once that process is gone
+   (docs/decisions.md#temporary-datasets-carry-their-owner).
 
 Every command runs through the Zfs client or its executor, so the source may be this machine
 or an SSH host. The clone is destroyed (plain ``zfs destroy``, never ``-r``/``-R``) and its
@@ -35,6 +38,7 @@ import secrets
 from collections.abc import Iterator
 
 from zrepl_py.errors import SnapshotViewError, ZbakError
+from zrepl_py.runtime.owner import owner_gone, this_process
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 
@@ -45,6 +49,10 @@ VIEW_PREFIX = "zbak-view-"
 
 VIEW_PROPERTY = "zbak:view-of"
 """User property set on a view clone: the snapshot it shows."""
+
+OWNER_PROPERTY = "zbak:view-owner"
+"""User property set on a view clone: the stamp of the process that made it
+(``runtime.owner``)."""
 
 MOUNT_TEMPLATE = "/tmp/zbak-view.XXXXXXXXXX"
 """``mktemp -d`` template for a clone's mountpoint on the source host (GNU, BSD, busybox)."""
@@ -120,7 +128,8 @@ def _temporary_clone(
     if not mount_dir.startswith("/"):
         raise SnapshotViewError(f"[{zfs.host}] mktemp -d printed {mount_dir!r}, not a path")
     clone = DatasetName(f"{snap.dataset.pool}/{VIEW_PREFIX}{secrets.token_hex(6)}")
-    properties = {"mountpoint": mount_dir, "readonly": "on", VIEW_PROPERTY: str(snap)}
+    properties = {"mountpoint": mount_dir, "readonly": "on", VIEW_PROPERTY: str(snap),
+                  OWNER_PROPERTY: this_process().stamp()}
     try:
         zfs.clone(snap, clone, properties)
         log.info("[%s] reading %s through temporary clone %s at %s", zfs.host, snap, clone,
@@ -167,6 +176,45 @@ def _cleanup(
             raise SnapshotViewError(message) from exc
         pending.add_note(message)
         return
+    if not mount_dir:
+        return
     done = zfs.executor.run(["rmdir", "--", mount_dir], check=False)
     if done.returncode != 0:
         log.warning("[%s] could not remove %s: %s", zfs.host, mount_dir, done.error_text)
+
+
+def remove_dead_views(zfs: Zfs, pool: str, *, destroy_attempts: int = DESTROY_ATTEMPTS,
+                      destroy_delay: float = DESTROY_DELAY) -> list[DatasetName]:
+    """Destroy the view clones in ``pool`` (a pool, or a dataset of it) whose owner is gone
+    (a run killed while it read a snapshot), with their empty mount directories; return the
+    clones destroyed.
+
+    A view clone is a dataset ``POOL/zbak-view-*`` with a ``VIEW_PROPERTY``; it is destroyed
+    only when its ``OWNER_PROPERTY`` names a process of this machine that no longer runs
+    (``runtime.owner.owner_gone``): a clone of a live run, of another machine's run, or
+    without an owner (made before owners were recorded) is kept. Two commands when nothing
+    is left over: the pool's clones (``Zfs.clones``) and, for each ``zbak-view-*`` among
+    them, its properties.
+
+    Raises:
+        DatasetNotFound: no such pool.
+        SnapshotViewError: a dead owner's clone could not be destroyed (the message names it).
+        ZfsError, HostUnreachable: from the commands run.
+    """
+    removed: list[DatasetName] = []
+    prefix = f"{DatasetName(pool).pool}/{VIEW_PREFIX}"
+    views = sorted({c for clones in zfs.clones(DatasetName(pool).pool).values() for c in clones
+                    if c.startswith(prefix) and "/" not in c[len(prefix):]})
+    for clone in views:
+        props = zfs.get_properties(clone, [VIEW_PROPERTY, OWNER_PROPERTY, "mountpoint"])
+        stamp = props.get(OWNER_PROPERTY, "-")
+        if props.get(VIEW_PROPERTY, "-") == "-" or owner_gone(stamp) is not True:
+            continue
+        log.warning("[%s] removing %s, the view of %s left by a run that is gone", zfs.host,
+                    clone, props.get(VIEW_PROPERTY))
+        mount_dir = props.get("mountpoint", "")
+        ours = mount_dir.startswith(MOUNT_TEMPLATE.rstrip("X"))  # rmdir only what mktemp made
+        _cleanup(zfs, clone, mount_dir if ours else "", destroy_attempts, destroy_delay,
+                 pending=None)
+        removed.append(clone)
+    return removed
