@@ -26,6 +26,7 @@ from reliability.test_name_corpus_10k import SEED, hostile_names
 
 from zrepl_py.cli import cli, main
 from zrepl_py.errors import ExitStatus, InvalidName
+from zrepl_py.files.paths import InvalidPath, parse_path
 from zrepl_py.proc import spawn
 from zrepl_py.serve.execute import REFUSED
 from zrepl_py.zfs.names import DatasetName, check_short_name
@@ -128,11 +129,17 @@ def _argv(path: tuple[str, ...], label: str, value: str, config) -> list[str]:
     cmd = dict(_commands())[path]
     param = next(p for p in cmd.params
                  if (p.opts[-1] if isinstance(p, click.Option) else p.name) == label)
-    given = [label, value] if isinstance(param, click.Option) else [value]
-    if isinstance(param, click.Argument) and value.startswith("-"):
-        given = ["--", value]  # as an argument, not an option; what a careful admin types
-        return ["--config", str(config), *path, *_fill(cmd, param), *given]
-    return ["--config", str(config), *path, *given, *_fill(cmd, param)]
+    if isinstance(param, click.Option):
+        return ["--config", str(config), *path, label, value, *_fill(cmd, param)]
+    # Arguments in their declared order, the tested one with the value, after ``--`` when it
+    # starts with "-" (as an argument, not an option; what a careful admin types).
+    options = [a for p in cmd.params if isinstance(p, click.Option) and p.required
+               for a in (p.opts[-1], {"to": "@0", "roots": "tank", "store": "cold"}.get(
+                   p.name, "tank/data"))]
+    arguments = [value if p is param else "tank/data" for p in cmd.params
+                 if isinstance(p, click.Argument) and (p.required or p is param)]
+    dashes = ["--"] if value.startswith("-") else []
+    return ["--config", str(config), *path, *options, *dashes, *arguments]
 
 
 @pytest.mark.parametrize("path,label,value", CASES,
@@ -148,14 +155,36 @@ def test_a_hostile_value_gets_one_clear_line_and_starts_no_child_with_it(
     out, err = capsys.readouterr()
     assert status in ALLOWED, err
     if status == ExitStatus.FAILED:  # only a value that parses may get as far as failing
-        assert _valid_name(value.removeprefix("@")), err
+        assert _valid_value(label, value.removeprefix("@")), err
     assert "Traceback" not in err and "internal error" not in err, err
     if status != ExitStatus.OK:
         assert err.strip(), "a failure says why on stderr"
     body = err.replace("\n", "")
     assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in body), repr(err[:300])
-    if len(value) >= 3 and not _valid_name(value):
+    if len(value) >= 3 and not _valid_value(label, value):
         assert not [argv for argv in children if any(value in a for a in argv)]
+
+
+FILE_PATHS = {"path", "--path"}
+"""Parameters naming a file inside a dataset (``zbak find PATH``, ``zbak restore --path``):
+any relative path ``files.paths`` accepts is valid, spaces, newlines and ``$(...)`` included
+(docs/decisions.md#a-file-path-is-relative-to-the-dataset); it reaches a child only as one
+argv element."""
+DIRECTORIES = {"--into-dir"}
+"""Parameters naming a directory of this machine: any text without a NUL byte."""
+
+
+def _valid_value(label: str, value: str) -> bool:
+    """``_valid_name``, or a valid file path or directory for the parameters that take one."""
+    if label in FILE_PATHS:
+        try:
+            parse_path(value)
+        except InvalidPath:
+            return False
+        return True
+    if label in DIRECTORIES:
+        return bool(value) and "\x00" not in value
+    return _valid_name(value)
 
 
 def _valid_name(value: str) -> bool:

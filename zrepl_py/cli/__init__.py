@@ -39,6 +39,7 @@ COMMANDS = {
     "prune": "prune_cmd",
     "audit": "audit_cmd",
     "restore": "restore_cmd",
+    "find": "find_cmd",
     "status": "status_cmd",
     "list": "list_cmd",
     "catalog": "catalog_cmd",

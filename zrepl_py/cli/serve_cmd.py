@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 @click.option("--floor-journal", "floor_journal", type=FilePath(), metavar="FILE",
               help="Where the floor records when this host saw each pool's snapshots "
                    "[default: ~/.local/state/zbak/floor-journal.tsv].")
+@click.option("--allow-file-read", is_flag=True,
+              help="Answer zbak restore --path and zbak find: read files of snapshots "
+                   "inside the roots through a temporary view (needs root to mount it).")
 @click.option("--prefix", default="zbak", show_default=True,
               help="Snapshot prefix marking zbak's own snapshots.")
 @click.option("--receive-set", "receive_set", multiple=True, metavar="PROP=VALUE",
@@ -65,7 +68,7 @@ if TYPE_CHECKING:
               help="mbuffer to execute (the receive buffer before zfs receive).")
 @pass_invocation
 def command(inv: Invocation, roots: tuple[str, ...], allow_destroy_own: bool,
-            allow_force_receive: bool, keep_newer_than: str | None, keep_last: int | None,
+            allow_force_receive: bool, allow_file_read: bool, keep_newer_than: str | None, keep_last: int | None,
             floor_journal: Path | None, prefix: str, receive_set: tuple[str, ...],
             receive_exclude: tuple[str, ...], log_file: Path | None, zfs_path: str,
             zpool_path: str, zstd_path: str, mbuffer_path: str) -> None:
@@ -84,6 +87,7 @@ def command(inv: Invocation, roots: tuple[str, ...], allow_destroy_own: bool,
             properties=_properties(receive_set, receive_exclude),
             zfs=zfs_path, zpool=zpool_path, zstd=zstd_path, mbuffer=mbuffer_path,
             floor=_floor(keep_newer_than, keep_last, floor_journal, inv.env),
+            allow_file_read=allow_file_read,
         )  # fmt: skip
     except (InvalidName, ValueError) as exc:
         raise UsageError(f"zbak serve: {exc}") from None

@@ -1,13 +1,16 @@
-"""``[restore]``: how cold objects are thawed, what thawing costs, where volumes wait."""
+"""``[restore]``: how cold objects are thawed, what thawing costs, where volumes wait, and
+where an archive chain is received to read its files."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from zrepl_py.errors import InvalidName
 from zrepl_py.values.fields import Table
+from zrepl_py.zfs.names import DatasetName
 
 
 class ThawPrice(Table):
@@ -44,6 +47,25 @@ class RestoreConfig(Table):
     download_concurrency: int = Field(4, ge=1, le=64)
     prices: dict[str, dict[str, ThawPrice]] = {}
     """Overrides of DEFAULT_THAW_PRICES, per storage class and tier."""
+    scratch: str | None = None
+    """A dataset on this machine (``POOL/PATH``, it must exist) under which zbak receives an
+    archive chain to read files from it, as ``POOL/PATH/zbak-files-<hex>``, destroyed once
+    the files are out (``files.scratch``); None: files are not restored from the archive.
+    Everything zbak puts there is its own: a child named ``zbak-files-*`` no run holds is
+    destroyed by the next file restore (docs/files.md#the-scratch-dataset)."""
+
+    @field_validator("scratch")
+    @classmethod
+    def _scratch(cls, value: str | None) -> str | None:
+        if value is not None:
+            if ":" in value.split("/", 1)[0]:
+                raise ValueError(f"{value!r}: the scratch dataset is on this machine:"
+                                 " POOL/PATH, without a host")
+            try:
+                DatasetName(value)
+            except InvalidName as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     def price(self, storage_class: str, tier: str) -> ThawPrice | None:
         """The price of thawing ``storage_class`` at ``tier`` (None: not a cold class/tier)."""

@@ -71,9 +71,12 @@ def resolve_into(ctx: Context, host: str, dataset: str, into: str | None) -> tup
     return where, str(endpoint.dataset)
 
 
-def gather_restore(ctx: Context, dataset_arg: str | None, into: str | None) -> RestoreFacts:
+def gather_restore(ctx: Context, dataset_arg: str | None, into: str | None, *,
+                   destination: bool = True) -> RestoreFacts:
     """Read the facts a restore of ``dataset_arg`` into ``into`` (``resolve_into``; default:
-    the dataset itself) is planned from (see the module docstring).
+    the dataset itself) is planned from (see the module docstring). Without
+    ``destination`` the destination is not looked at (``IntoFacts`` of the dataset itself,
+    nothing read): a file restore chooses its source first (``files.restore``).
 
     Raises:
         UsageError, InvalidName: as ``resolve_dataset``; ``into`` is not a dataset name.
@@ -93,15 +96,26 @@ def gather_restore(ctx: Context, dataset_arg: str | None, into: str | None) -> R
         mine = tuple(s for s in streams if s.store == name)
         stores.append(_store_facts(ctx, name, mine, {s.id: tuple(carried[s.id]) for s in mine},
                                    {s.id: tuple(volumes.get(s.id, ())) for s in mine}))
-    replicas = tuple(_list(ctx, parse_endpoint(c.target, allow_directory=True).host,
-                           c.target_location)
-                     for c in catalog.cursors()
-                     if c.method == "zfs" and (c.source_host, c.source_dataset) == (host, dataset))
-    return RestoreFacts(host, dataset, _list(ctx, host, dataset), replicas, tuple(stores),
-                        tuple(known), _into(ctx, into_host, into_name), ctx.config.restore)
+    replicas = replica_listings(ctx, host, dataset)
+    where = destination_facts(ctx, into_host, into_name) if destination else IntoFacts(
+        into_host, into_name)
+    return RestoreFacts(host, dataset, listing(ctx, host, dataset), replicas, tuple(stores),
+                        tuple(known), where, ctx.config.restore)
 
 
-def _list(ctx: Context, host: str, dataset: str) -> Listing:
+def replica_listings(ctx: Context, host: str, dataset: str) -> tuple[Listing, ...]:
+    """One ``listing`` per ZFS replica of ``host:dataset`` the catalog knows (its cursors).
+
+    Raises:
+        CatalogError: the catalog cannot be read.
+    """
+    return tuple(listing(ctx, parse_endpoint(c.target, allow_directory=True).host,
+                         c.target_location)
+                 for c in ctx.catalog().cursors()
+                 if c.method == "zfs" and (c.source_host, c.source_dataset) == (host, dataset))
+
+
+def listing(ctx: Context, host: str, dataset: str) -> Listing:
     """List ``host:dataset``'s snapshots; a missing dataset, pool or host is a fact."""
     try:
         # No pool argument: probing capabilities needs the pool, which may be the one lost.
@@ -115,15 +129,16 @@ def _list(ctx: Context, host: str, dataset: str) -> Listing:
     return Listing(host, dataset, tuple(snaps))
 
 
-def _into(ctx: Context, host: str, into: str) -> IntoFacts:
-    """Whether ``host:into`` exists and can be created (its pool and parent exist)."""
+def destination_facts(ctx: Context, host: str, into: str) -> IntoFacts:
+    """Whether ``host:into`` exists and can be created (its pool and parent exist), its
+    snapshots and its ``RESTORING`` mark when it exists."""
     name = DatasetName(into)
     try:
         zfs = ctx.zfs(host, name.pool)
         if zfs.exists(into):
             mark = zfs.dataset_properties(into, [RESTORING], recursive=False).get(name, {})
             value = mark.get(RESTORING)
-            return IntoFacts(host, into, exists=True, snapshots=_list(ctx, host, into).snapshots,
+            return IntoFacts(host, into, exists=True, snapshots=listing(ctx, host, into).snapshots,
                              restoring=value.value if value and value.source == "local"
                              else None)
         parent = into.rsplit("/", 1)[0]

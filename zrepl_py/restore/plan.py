@@ -104,6 +104,39 @@ class RestorePlan:
     resumed: int = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class SourceChoice:
+    """Where a snapshot is read from, before anything about a destination is decided.
+
+    Attributes:
+        target: the snapshot wanted.
+        options: every option considered, usable ones first, cheapest first.
+        chosen: the option used.
+        reason: why ``chosen`` (one sentence).
+    """
+
+    target: CarriedSnapshot
+    options: tuple[Option, ...]
+    chosen: Option
+    reason: str
+
+
+def choose_source(facts: RestoreFacts, to: str, from_: str | None) -> SourceChoice:
+    """The cheapest source of snapshot ``to`` of ``facts.dataset`` (see the module
+    docstring), or the one ``from_`` forces; ``facts.into`` is not looked at (a file
+    restore reads the snapshot where it is, ``files.plan``).
+
+    Raises:
+        UsageError: ``--from`` names no source of the dataset.
+        RestoreError: unknown or ambiguous snapshot; no source can restore it (the message
+            names the newest snapshot that can be).
+    """
+    target = _resolve_snapshot(facts, to)
+    options = _options(facts, target)
+    chosen, reason = _choose(facts, options, from_, target)
+    return SourceChoice(target, tuple(options), chosen, reason)
+
+
 def plan_restore(facts: RestoreFacts, to: str, from_: str | None) -> RestorePlan:
     """Plan restoring ``facts.dataset`` to snapshot ``to`` (``@NAME`` or ``NAME``) into
     ``facts.into`` (see the module docstring); ``from_`` forces a source by label or kind.
@@ -123,6 +156,21 @@ def plan_restore(facts: RestoreFacts, to: str, from_: str | None) -> RestorePlan
             else o for o in options]
         options.sort(key=_order)
     chosen, reason = _choose(facts, options, from_, target)
+    return plan_into(facts, SourceChoice(target, tuple(options), chosen, reason),
+                     forced=from_ is not None)
+
+
+def plan_into(facts: RestoreFacts, choice: SourceChoice, *, forced: bool) -> RestorePlan:
+    """The restore of ``choice`` into ``facts.into`` (a new dataset, or one an interrupted
+    restore of the same dataset left: only what is missing is sent); ``forced``: the source
+    was named with ``--from``.
+
+    Raises:
+        RestoreError: the destination exists (and is not such a leftover) or cannot be
+            created.
+    """
+    target, chosen, reason = choice.target, choice.chosen, choice.reason
+    options = list(choice.options)
     into = facts.into
     resumed = 0
     if into.exists:
@@ -138,7 +186,7 @@ def plan_restore(facts: RestoreFacts, to: str, from_: str | None) -> RestorePlan
                     f" with -I @{rest.snapshots[0].name} @{target.name}")
         options = [rest if o is chosen else o for o in options]
         chosen = rest
-        reason = _why(chosen, options, target, forced=from_ is not None)  # the rest's cost
+        reason = _why(chosen, options, target, forced=forced)  # the rest's cost
         reason += f"; {into.host}:{into.dataset} {more}"
     if into.problem:
         raise RestoreError(f"cannot restore {facts.dataset}@{target.name} into"

@@ -13,6 +13,7 @@
 - A real ``zfs send -t TOKEN``: before it runs, a snapshot with the token's ``toguid`` must
   exist at or below the token's dataset (``zfs get -Hp -r -o name,value guid DS``), because
   zfs picks the snapshot by guid (``serve.token``).
+- A file verb (``--allow-file-read``) runs inside zbak serve (``serve.files``).
 - With a floor (``serve.floor``): a destroy or rollback is checked right before it runs and
   a receive or snapshot is witnessed right after (``serve.guard``); such a command runs as a
   child zbak serve waits for, not with exec, so the check's lock is held until zfs exits.
@@ -47,6 +48,7 @@ from zrepl_py.errors import CommandRefused, ZbakError
 from zrepl_py.proc import spawn
 from zrepl_py.runtime.statedir import ensure_private_dir
 from zrepl_py.serve.cmdline import split_command_line
+from zrepl_py.serve.files import run_files
 from zrepl_py.serve.floor import floor_action
 from zrepl_py.serve.guard import guarded
 from zrepl_py.serve.policy import Approved, Policy, check
@@ -180,6 +182,8 @@ def serve(
         log.info("ALLOWED from %s: %r", client, request)
         for handler in log.handlers:
             handler.flush()
+        if approved.files is not None:
+            return run_files(approved.files, policy.zfs, clean_env(env), stderr=stderr)
         return run(approved.argvs, clean_env(env), stderr=stderr,
                    replace=approved.floor is None)
 

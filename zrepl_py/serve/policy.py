@@ -52,6 +52,10 @@ Pipelines, exactly the data path's shapes (``replication/stages.py``):
   KiB from 1 MiB (``ReplicateConfig.receive_buffer``'s floor) to ``mbuffer.MAX_BYTES``:
   mbuffer(1) can also read and write files (``-i``, ``-o``, ``-l``, ``-T``), listen on and
   connect to TCP ports (``-I``, ``-O``) and run a command (``-A``), so nothing else passes.
+With ``allow_file_read``: the file verbs ``zbak-files probe``, ``zbak-files read SNAP PATH...``
+  and ``zbak-files versions DS PATH [GUID...]`` (``files.verbs``), alone, the snapshot or
+  dataset inside a root; serve runs them itself (``serve.files``), making and removing the
+  one view clone a read needs.
 Never: any other program, ``sudo``, a shell, another ``zfs set/inherit``, ``zfs clone/promote/
 rename/allow/mount/upgrade``, ``zpool`` changes, ``receive -F`` (by default), ``destroy`` of a
 dataset.
@@ -65,6 +69,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from zrepl_py.errors import CommandRefused, InvalidName
+from zrepl_py.files import verbs
 from zrepl_py.proc import mbuffer
 from zrepl_py.restore.mark import RESTORING, is_mark_value
 from zrepl_py.serve.floor import Floor, FloorAction
@@ -119,6 +124,7 @@ class Policy:
         floor: what is kept whatever the master asks (``--keep-newer-than``,
             ``--keep-last``; ``serve.floor``), None without one; ValueError together with
             ``allow_force_receive`` (a forced receive destroys snapshots).
+        allow_file_read: answer the file verbs (``--allow-file-read``; ``serve.files``).
     """
 
     roots: tuple[DatasetName, ...]
@@ -131,6 +137,7 @@ class Policy:
     zstd: str = "zstd"
     mbuffer: str = "mbuffer"
     floor: Floor | None = None
+    allow_file_read: bool = False
 
     def __post_init__(self) -> None:
         if not self.roots:
@@ -166,11 +173,13 @@ class Approved:
             executor must check a snapshot with ``token.toguid`` exists below
             ``token.toname``'s dataset before running it (see ``serve.token``).
         floor: with a floor, what it does around this request (``serve.guard``).
+        files: a file verb to run in serve itself (``serve.files``); ``argvs`` is empty.
     """
 
     argvs: tuple[tuple[str, ...], ...]
     token: TokenTarget | None = None
     floor: FloorAction | None = None
+    files: verbs.FileRequest | None = None
 
 
 def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
@@ -180,6 +189,8 @@ def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
         CommandRefused: the request is not one of the shapes in the module doc; the message
             says which rule it broke.
     """
+    if commands and commands[0] and commands[0][0] == verbs.PROGRAM:
+        return _files(commands, policy)
     programs = [_program(argv[0], policy) for argv in commands]
     if len(commands) == 1:
         if programs[0] == "zstd":
@@ -213,6 +224,23 @@ def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
     raise CommandRefused(f"pipeline {shape!r} is not one zbak uses (only 'zstd -d | zfs "
                          "receive', 'zstd -d | mbuffer | zfs receive', 'mbuffer | zfs receive' "
                          f"and 'zfs send | zstd'){where}")
+
+
+def _files(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
+    """A file verb (``files.verbs``), alone, with ``--allow-file-read``, on a snapshot or
+    dataset inside a root."""
+    if len(commands) != 1:
+        raise CommandRefused(f"{verbs.PROGRAM} runs alone, never in a pipeline")
+    if not policy.allow_file_read:
+        raise CommandRefused("reading files is not allowed (start zbak serve with "
+                             "--allow-file-read, as root: a snapshot's files are read "
+                             "through a mounted view)")
+    request = verbs.parse_request(commands[0])
+    if isinstance(request, verbs.ReadFiles):
+        _require_inside(request.snapshot, policy, f"{verbs.PROGRAM} read")
+    elif isinstance(request, verbs.FileVersions):
+        _require_inside(request.dataset, policy, f"{verbs.PROGRAM} versions")
+    return Approved((), files=request)
 
 
 def _program(name: str, policy: Policy) -> str:
