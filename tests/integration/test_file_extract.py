@@ -158,3 +158,16 @@ def test_a_stream_that_is_no_tar_archive_is_one_error(tmp_path):
     with pytest.raises(ExtractError, match="not a tar archive"):
         extract(io.BytesIO(b"this is not tar" * 100), str(tmp_path), ["a"], overwrite=False)
 
+
+def test_a_hard_link_through_a_symlink_already_in_the_directory_is_refused(tmp_path):
+    into = tmp_path / "out"
+    into.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    victim.chmod(0o600)
+    os.symlink(tmp_path, into / "home")  # DIR held it before; --overwrite lets the run start
+    done = extract(hostile(member("data/x", tarfile.LNKTYPE, link="home/victim", mode=0o4777)),
+                   str(into), ["home", "data"], overwrite=True)
+    assert os.stat(victim).st_mode & 0o7777 == 0o600 and os.stat(victim).st_nlink == 1
+    assert not (into / "data" / "x").exists()
+    assert len(done.refused) == 1 and "leads out" in done.refused[0]

@@ -10,7 +10,8 @@ snapshot's modes and owners, which that filter would change:
 - a member whose name is absolute or has a ``..`` component, or that lies outside the
   requested paths, is refused;
 - a symlink whose target is absolute or leads out of DIR, a hard link to a name outside
-  DIR, a device file, a fifo or a socket is refused;
+  the requested paths or whose real path (``os.path.realpath``) is outside DIR, a device
+  file, a fifo or a socket is refused;
 - the real path (symlinks resolved, ``os.path.realpath``) of every member's directory must
   be inside DIR, so nothing is written through a symlink, whether DIR held it before or the
   stream brought it;
@@ -180,6 +181,12 @@ class _Filter:
             target_name = member_path(member.linkname)
             if target_name is None or not within(target_name, self.paths):
                 return f"a hard link to {member.linkname!r}, outside the restored paths"
+            # os.link follows symlinks, and the link's mode, owner and mtime are then set on
+            # the inode: through a symlink DIR held before, that would change a file outside.
+            source = os.path.realpath(os.path.join(self.root, target_name))
+            if not _inside(source, self.root):
+                return (f"a hard link to {member.linkname!r}, which leads out of the"
+                        f" directory (to {source!r})")
         if name == ROOT:
             return None
         path = os.path.join(self.root, name)
