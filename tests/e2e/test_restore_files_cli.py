@@ -68,8 +68,12 @@ def rig(zpool, tmp_path) -> Rig:
 
 def test_files_come_back_from_a_local_snapshot_through_a_temporary_clone(rig):
     out = rig.tmp / "out"
+    assert killed(rig, "extract", "restore", rig.data, "--to", "@1", "--path", "home",
+                  "--into-dir", str(out), "--yes") == -signal.SIGKILL
+    assert len(views_left(rig.pool.name)) == 1  # the killed run's clone, still mounted
     status, stdout, err = rig.restore("@1", "home", into=out)
     assert status == 0, stdout + err
+    assert "left by a run that is gone" in err
     assert tree_state(out, "home") == snapshot_state(f"{rig.data}@1", "home")
     assert tree_state(out, "home") != snapshot_state(f"{rig.data}@2", "home")
     assert hard_linked(out / "home" / "alice", "notes.txt", "hard")
@@ -79,16 +83,15 @@ def test_files_come_back_from_a_local_snapshot_through_a_temporary_clone(rig):
     assert f"into {out}" in stdout and "from local" in stdout
 
 
-@pytest.mark.parametrize("path", ["../x", "/etc/passwd", "home/../../x", "", "a\x00b"[:1] + "/"])
-def test_a_path_outside_the_dataset_is_refused_before_anything_is_read(rig, path):
+def test_a_path_outside_the_dataset_is_refused_before_anything_is_read(rig):
     out = rig.tmp / "out"
-    status, stdout, err = rig.restore("@1", path, into=out)
-    if path == "a/":  # a plain relative path, not there: refused after looking
-        assert status == 1 and "'a' is not in @1" in err and "nothing was read" in err
-        return
-    assert status == 2, stdout + err
-    assert len(err.strip().splitlines()) == 1 and "--path" in err
-    assert not out.exists()
+    for path in ("../x", "/etc/passwd", "home/../../x", ""):
+        status, stdout, err = rig.restore("@1", path, into=out)
+        assert status == 2, (path, stdout + err)
+        assert len(err.strip().splitlines()) == 1 and "--path" in err
+        assert not out.exists()
+    status, stdout, err = rig.restore("@1", "a/", into=out)  # relative, but not there
+    assert status == 1 and "'a' is not in @1" in err and "nothing was read" in err
 
 
 def test_links_that_lead_out_are_refused_and_the_rest_of_the_directory_is_restored(rig):
@@ -145,48 +148,48 @@ def test_zbak_find_lists_every_version_of_a_file_oldest_first(rig):
 
 class Served:
     """``Rig`` whose dataset replicates to ``backup:BAK/replicas/data`` through
-    ``zbak serve --root BAK/replicas [serve_options]`` as the sshd's forced command."""
+    ``zbak serve --root BAK/replicas --allow-file-read`` as the sshd's forced command; a
+    second sshd serves the same root without the flag (``without_flag``: a config whose
+    ``[hosts.backup]`` is that one)."""
 
-    def __init__(self, make_pool, sshd_factory, tmp_path: Path, serve_options: str):
+    def __init__(self, make_pool, sshd_factory, tmp_path: Path):
         pools = served_pools(make_pool)
         self.log = tmp_path / "serve.log"
-        server = sshd_factory(forced_command=f"{ZBAK} serve --root {pools.root} --log"
-                                             f" {self.log} {serve_options}")
+
+        def server(options: str):
+            return sshd_factory(forced_command=f"{ZBAK} serve --root {pools.root} --log"
+                                               f" {self.log} {options}").host_config()
+
+        reader, plain = server("--allow-file-read"), server("")
         self.bak, self.replica = pools.bak, pools.replica
-        self.rig = Rig(pools.src, tmp_path, hosts_table("backup", server.host_config(),
-                                                        connect_timeout=10),
-                       data=pools.data)
+        hosts = hosts_table("backup", reader, connect_timeout=10)
+        self.rig = Rig(pools.src, tmp_path, hosts, data=pools.data)
         with open(self.rig.config, "a") as config:
             config.write(f'[jobs.data.replicate]\ntargets = ["backup:{self.replica}"]\n')
+        self.without_flag = tmp_path / "without-flag.toml"
+        self.without_flag.write_text(self.rig.config.read_text().replace(
+            hosts, hosts_table("backup", plain, connect_timeout=10)))
         status, out, err = self.rig.zbak("replicate")
         assert status == 0, out + err
 
 
-def test_files_come_back_from_a_replica_through_zbak_serve(make_pool, sshd_factory, tmp_path):
-    served = Served(make_pool, sshd_factory, tmp_path, "--allow-file-read")
+def test_files_and_versions_come_back_from_a_replica_through_zbak_serve(make_pool, sshd_factory,
+                                                                        tmp_path):
+    served = Served(make_pool, sshd_factory, tmp_path)
     rig = served.rig
     zfs("destroy", f"{rig.data}@1")  # gone from the source: only the replica has it
+    zfs("snapshot", f"{rig.data}@3")
     out = tmp_path / "out"
     status, stdout, err = rig.restore("@1", "home", f"home/{NEWLINE}", into=out)
     assert status == 0, stdout + err
     assert "from replica backup" in stdout
     assert tree_state(out, "home") == snapshot_state(f"{served.replica}@1", "home")
     assert hard_linked(out / "home" / "alice", "notes.txt", "hard")
-    assert views_left(served.bak.name) == [] and views_left(rig.pool.name) == []
-    log = served.log.read_text()
-    assert "ALLOWED" in log and "zbak-files" in log and "zfs clone" not in log
     status, stdout, err = rig.restore("@1", "home/nothere", into=tmp_path / "out2",
                                       extra=("--from", "backup"))
     assert status == 1 and "'home/nothere' is not in @1" in err
     assert not (tmp_path / "out2" / "home").exists()
 
-
-def test_zbak_find_reads_the_replica_s_snapshots_through_zbak_serve(make_pool, sshd_factory,
-                                                                    tmp_path):
-    served = Served(make_pool, sshd_factory, tmp_path, "--allow-file-read")
-    rig = served.rig
-    zfs("destroy", f"{rig.data}@1")
-    zfs("snapshot", f"{rig.data}@3")
     status, stdout, err = rig.zbak("find", rig.data, "trap/plain", "--json")
     assert status == 0, stdout + err
     rows = json.loads(stdout)["versions"]
@@ -194,17 +197,16 @@ def test_zbak_find_reads_the_replica_s_snapshots_through_zbak_serve(make_pool, s
     assert [(r["snapshot"], r["where"]) for r in rows] == [
         ("1", [backup]), ("2", [local, backup]), ("3", [local])]
     assert [r["version"] for r in rows] == [1, 1, 1]  # written once, before @1
-    assert "zbak-files versions" in served.log.read_text().replace("'", "")
+    assert views_left(served.bak.name) == [] and views_left(rig.pool.name) == []
+    log = served.log.read_text().replace("'", "")
+    assert "zbak-files read" in log and "zbak-files versions" in log and "zfs clone" not in log
 
-
-def test_a_replica_serving_without_allow_file_read_is_refused_with_the_fix(make_pool,
-                                                                           sshd_factory, tmp_path):
-    served = Served(make_pool, sshd_factory, tmp_path, "")
-    status, stdout, err = served.rig.restore("@1", "home", into=tmp_path / "out",
-                                             extra=("--from", "backup"))
+    status, stdout, err = zbak_process.run(served.without_flag, "restore", rig.data, "--to",
+                                           "@1", "--path", "home", "--into-dir",
+                                           str(tmp_path / "out3"), "--yes")
     assert status == 1
     assert "--allow-file-read" in err and len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "out" / "home").exists()
+    assert not (tmp_path / "out3" / "home").exists()
 
 
 def file_store(tmp_path: Path) -> str:
@@ -234,24 +236,24 @@ def scratch_children(rig: Rig) -> list[str]:
 def test_files_come_back_from_a_file_store_through_the_scratch_dataset(zpool, tmp_path):
     rig = archive_rig(zpool, tmp_path, file_store(tmp_path))
     out = tmp_path / "out"
+    no_scratch = tmp_path / "no-scratch.toml"
+    no_scratch.write_text(rig.config.read_text().replace(
+        f'[restore]\nscratch = "{rig.scratch}"\n', ""))  # type: ignore[attr-defined]
+    status, stdout, err = zbak_process.run(no_scratch, "restore", rig.data, "--to", "@1",
+                                           "--path", "home", "--into-dir", str(out),
+                                           "--from", "cold", "--yes")
+    assert status == 1 and "[restore] scratch" in err and str(no_scratch) in err
     status, stdout, err = rig.zbak("restore", rig.data, "--to", "@1", "--path", "home",
                                    "--into-dir", str(out), "--from", "cold", "--dry-run")
     assert status == 0 and "receive full @1" in stdout and "no thaw needed" in stdout
-    assert not out.exists() and scratch_children(rig) == []
+    assert not (out / "home").exists() and scratch_children(rig) == []
+    status, stdout, err = rig.restore("@1", "home/nothere", into=out, extra=("--from", "cold"))
+    assert status == 1 and "'home/nothere' is not in @1" in err
+    assert scratch_children(rig) == [] and views_left(zpool.name) == []  # received, destroyed
     status, stdout, err = rig.restore("@1", "home", into=out, extra=("--from", "cold"))
     assert status == 0, stdout + err
     assert tree_state(out, "home") == snapshot_state(f"{rig.data}@1", "home")
     assert scratch_children(rig) == [] and views_left(zpool.name) == []
-
-
-def test_without_a_scratch_dataset_the_archive_is_refused_with_the_key_to_set(zpool, tmp_path):
-    rig = Rig(zpool, tmp_path, file_store(tmp_path))
-    with open(rig.config, "a") as config:
-        config.write('[jobs.data.archive]\nstore = "cold"\n')
-    assert rig.zbak("archive")[0] == 0
-    status, stdout, err = rig.restore("@1", "home", into=tmp_path / "out",
-                                      extra=("--from", "cold"))
-    assert status == 1 and "[restore] scratch" in err and str(rig.config) in err
 
 
 def test_files_come_back_from_glacier_in_s3_after_the_thaw(zpool, tmp_path, s3_server, s3_bucket):
@@ -266,6 +268,7 @@ def test_files_come_back_from_glacier_in_s3_after_the_thaw(zpool, tmp_path, s3_s
     status, stdout, err = rig.zbak("restore", rig.data, "--to", "@2", "--path", "home/alice",
                                    "--into-dir", str(out), "--from", "cold", "--dry-run")
     assert status == 0 and "thaw 2 object(s)" in stdout, stdout + err
+    assert "in retrieval fees" in stdout and "receive full @1" in stdout  # cost, what is received
     status, stdout, err = rig.restore("@2", "home/alice", into=out, extra=("--from", "cold"))
     assert status == 75 and "run the same restore again" in err
     assert scratch_children(rig) == [] and not (out / "home").exists()
@@ -305,11 +308,20 @@ def killed(rig: Rig, at: str, *args: str) -> int:
     return done.returncode
 
 
-def test_a_restore_killed_while_reading_leaves_nothing_once_run_again(zpool, tmp_path):
+def test_what_a_killed_restore_left_is_removed_by_the_next_or_read_by_its_rerun(zpool,
+                                                                               tmp_path):
     rig = archive_rig(zpool, tmp_path, file_store(tmp_path))
     out = tmp_path / "out"
     args = ("restore", rig.data, "--to", "@1", "--path", "home", "--into-dir", str(out),
             "--from", "cold", "--yes")
+    assert killed(rig, "extract", *args) == -signal.SIGKILL
+    assert len(scratch_children(rig)) == 1 and len(views_left(zpool.name)) == 1
+    status, stdout, err = rig.restore("@2", "home/tool", into=tmp_path / "other",
+                                      extra=("--from", "cold"))
+    assert status == 0, stdout + err
+    assert "left by a file restore that was interrupted" in err
+    assert scratch_children(rig) == [] and views_left(zpool.name) == []
+
     assert killed(rig, "extract", *args) == -signal.SIGKILL
     assert len(scratch_children(rig)) == 1 and len(views_left(zpool.name)) == 1
     status, stdout, err = rig.zbak(*args)
@@ -332,16 +344,3 @@ def test_a_restore_killed_after_its_first_stream_continues_with_the_rest(zpool, 
     assert "holds the first 1 stream(s)" in stdout
     assert tree_state(out, "home") == snapshot_state(f"{rig.data}@2", "home")
     assert scratch_children(rig) == []
-
-
-def test_what_a_killed_restore_left_is_removed_by_the_next_one_of_another_snapshot(zpool,
-                                                                                   tmp_path):
-    rig = archive_rig(zpool, tmp_path, file_store(tmp_path))
-    assert killed(rig, "extract", "restore", rig.data, "--to", "@1", "--path", "home",
-                  "--into-dir", str(tmp_path / "first"), "--from", "cold", "--yes") != 0
-    assert len(scratch_children(rig)) == 1 and len(views_left(zpool.name)) == 1
-    out = tmp_path / "out"
-    status, stdout, err = rig.restore("@2", "home/tool", into=out, extra=("--from", "cold"))
-    assert status == 0, stdout + err
-    assert "left by a file restore that was interrupted" in err
-    assert scratch_children(rig) == [] and views_left(zpool.name) == []
