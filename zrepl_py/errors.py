@@ -260,6 +260,21 @@ class Diverged(ZbakError):
     """
 
 
+class FailedOver(ZbakError):
+    """Replication refused a target dataset that carries a failover mark (``zbak:failover``,
+    ``values.failover``): it is the live copy now, so nothing is received into it or rolled
+    back, whatever the catalog says (docs/decisions.md#failed-over-is-recorded-on-the-replica).
+    ``zbak failback`` brings the source back and makes it a replica again.
+
+    Attributes:
+        marks: ``{dataset: zbak:failover value}`` of the marked datasets.
+    """
+
+    def __init__(self, message: str, marks: dict[str, str]):
+        self.marks = dict(marks)
+        super().__init__(message)
+
+
 class ReplicaPropertiesFailed(ZbakError):
     """A replica was received and confirmed, but zfs refused to set or inherit one of the
     job's replica properties on it (``[replicate] properties``); the message names each

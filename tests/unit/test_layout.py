@@ -32,6 +32,7 @@ PLANNERS = (
     "zrepl_py.audit.graph",
     "zrepl_py.audit.restorable",
     "zrepl_py.daemon.plan",
+    "zrepl_py.failover.plan",
 )
 """The pure planners (docs/style.md#planners-are-pure-and-drivers-are-thin): plain rows and config
 in, a plan out."""

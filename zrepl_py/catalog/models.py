@@ -213,6 +213,23 @@ thaw_request_table = sa.Table(
 """A thaw (S3 RestoreObject) requested for every cold object of a stream, so a rerun of a
 restore or deep audit knows it asked and when the objects should be readable."""
 
+failover_table = sa.Table(
+    "failovers", metadata,
+    _id(),
+    _column("job", sa.String(NAME_LEN)),
+    _column("target", sa.String(KEY_LEN)),
+    _column("replica", sa.String(NAME_LEN)),
+    _column("failed_over_at", UtcDateTime),
+    _column("planned", sa.Boolean()),
+    _column("recorded_at", UtcDateTime),
+    _column("failed_back_at", UtcDateTime, nullable=True),
+    _column("kept", sa.String(NAME_LEN), nullable=True),
+    sa.UniqueConstraint("job", "target", "failed_over_at"),
+)
+"""A failover of a job's target (revision 0007), for ``zbak status``: the replica's own
+``zbak:failover`` mark is what replication obeys (``values.failover``); this row is what the
+catalog shows."""
+
 run_table = sa.Table(
     "runs", metadata,
     _id(),

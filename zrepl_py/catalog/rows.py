@@ -32,9 +32,11 @@ STREAM_KINDS = ("full", "incremental")
 STREAM_STATES = ("uploading", "uploaded", "verified", "condemned", "bad")
 LIVING_STATES = frozenset({"uploaded", "verified"})
 """Stream states whose objects are complete and may be restored from or built on."""
-RUN_ACTIONS = ("snapshot", "replicate", "archive", "prune", "audit", "restore", "hook")
+RUN_ACTIONS = ("snapshot", "replicate", "archive", "prune", "audit", "restore", "hook",
+               "failover", "failback")
 """``hook``: a pre or post command of an action (``zrepl_py.hooks``); its target is
-``pre-ACTION`` or ``post-ACTION``."""
+``pre-ACTION`` or ``post-ACTION``. ``failover``/``failback``: ``zbak failover``/``failback``
+of one target (revision 0007)."""
 RUN_RESULTS = ("running", "ok", "failed", "partial", "interrupted")
 """``interrupted``: the process running it died without ending the row (``runlog.sweep_interrupted``)."""
 REPLICATION_METHODS = ("zfs", "rsync")
@@ -98,6 +100,32 @@ class RunRow:
     pid: int | None = None
     pid_start: int | None = None
     """The process start time (``transfers.process_start``), None when unknown."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FailoverRow:
+    """One failover of a job's target as this catalog knows it (``catalog.failovers``).
+
+    Attributes:
+        job: the job; target: the target as the config writes it.
+        replica: the target dataset (the root of the replicas).
+        failed_over_at: the failover's time, from the replica's ``zbak:failover`` mark
+            (``values.failover``): with job and target, the row's identity.
+        planned: ``zbak failover --planned``.
+        recorded_at: when this catalog learned of it (the failover's run, or a replication
+            that found the mark).
+        failed_back_at: when a failback finished, None while failed over.
+        kept: where the failback kept the source as it was (None: nothing kept).
+    """
+
+    job: str
+    target: str
+    replica: str
+    failed_over_at: dt.datetime
+    planned: bool
+    recorded_at: dt.datetime
+    failed_back_at: dt.datetime | None = None
+    kept: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,6 +46,9 @@ COMMANDS = {
     "daemon": "daemon_cmd",
     "serve": "serve_cmd",
     "holds": "holds_cmd",
+    "failover": "failover_cmd",
+    "failback": "failback_cmd",
+    "replica": "replica_cmd",
 }
 
 

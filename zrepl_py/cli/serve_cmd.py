@@ -9,7 +9,9 @@ datasets inside the root, and otherwise exits 126 with the reason on stderr and 
 (``zrepl_py.serve``). It reads no config file.
 
 ``--keep-newer-than DURATION [--keep-last N]`` gives the host a floor (``serve.floor``): what
-it keeps whatever the master asks (``docs/design.md#security``).
+it keeps whatever the master asks (``docs/design.md#security``). ``--allow-failover`` lets
+through the failover verbs (``serve.failover``), ``--failover-mounts DIR`` where a promoted
+replica may be mounted.
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ if TYPE_CHECKING:
 @click.option("--receive-exclude", "receive_exclude", multiple=True, metavar="PROP",
               help="A property receives may exclude (zfs receive -x), besides the defaults "
                    "mountpoint, sharenfs, sharesmb, refreservation (repeatable).")
+@click.option("--allow-failover", is_flag=True,
+              help="Allow the failover verbs: zbak replica promote (writable, mounted), "
+                   "demote and release, each on one dataset inside a root.")
+@click.option("--failover-mounts", "failover_mounts", multiple=True, metavar="DIR",
+              help="A directory a promoted replica may be mounted at or below (repeatable; "
+                   "default: none, a promoted replica keeps its inherited mountpoint).")
 @click.option("--log", "log_file", type=FilePath(),
               help="Append the audit log here (default: syslog, authpriv).")
 @click.option("--zfs", "zfs_path", default="zfs", show_default=True, help="zfs to execute.")
@@ -70,7 +78,8 @@ if TYPE_CHECKING:
 def command(inv: Invocation, roots: tuple[str, ...], allow_destroy_own: bool,
             allow_force_receive: bool, allow_file_read: bool, keep_newer_than: str | None, keep_last: int | None,
             floor_journal: Path | None, prefix: str, receive_set: tuple[str, ...],
-            receive_exclude: tuple[str, ...], log_file: Path | None, zfs_path: str,
+            receive_exclude: tuple[str, ...], allow_failover: bool,
+            failover_mounts: tuple[str, ...], log_file: Path | None, zfs_path: str,
             zpool_path: str, zstd_path: str, mbuffer_path: str) -> None:
     """Run $SSH_ORIGINAL_COMMAND if zbak may (SSH forced command); exit 126 otherwise."""
     # imported here: `zbak --help` imports every command module
@@ -88,6 +97,7 @@ def command(inv: Invocation, roots: tuple[str, ...], allow_destroy_own: bool,
             zfs=zfs_path, zpool=zpool_path, zstd=zstd_path, mbuffer=mbuffer_path,
             floor=_floor(keep_newer_than, keep_last, floor_journal, inv.env),
             allow_file_read=allow_file_read,
+            allow_failover=allow_failover, failover_mounts=failover_mounts,
         )  # fmt: skip
     except (InvalidName, ValueError) as exc:
         raise UsageError(f"zbak serve: {exc}") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import posixpath
 import re
 from typing import Annotated, Literal
 
@@ -197,6 +198,21 @@ class ReplicateConfig(Table):
     snapshot_filter: dict[str, SnapshotFilter] = {}
     """Per target (the key is the target as written in ``targets``): which snapshots are
     sent there (``SnapshotFilter``); a target without an entry gets every snapshot."""
+    failover_mountpoint: str | None = None
+    """Where ``zbak failover`` mounts the replica of the job's dataset (its children below
+    it, as on the source): an absolute path, ``none`` or ``legacy``; None: the source's
+    mountpoint recorded at the last replication (``values.failover.MOUNTPOINT_PROPERTY``)."""
+
+    @field_validator("failover_mountpoint")
+    @classmethod
+    def _failover_mountpoint(cls, value: str | None) -> str | None:
+        if value is None or value in ("none", "legacy"):
+            return value
+        if not value.startswith("/") or posixpath.normpath(value) != value or value == "/" \
+                or any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ValueError(f"{value!r}: a normalised absolute path other than / (no '..', "
+                             "no trailing '/'), or none, or legacy")
+        return value
 
     @field_validator("receive_buffer")
     @classmethod

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 DIRECTORY = "running"
 """The sub-directory of the state dir holding the files."""
 
-KINDS = ("replicate", "archive", "restore")
+KINDS = ("replicate", "archive", "restore", "failback")
 """What a transfer can be part of."""
 
 _NAME_MAX = 200  # bytes of a file name before it is shortened (NAME_MAX is 255 on Linux)

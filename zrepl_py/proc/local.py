@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from zrepl_py.errors import CommandFailed
 from zrepl_py.proc import spawn
@@ -16,16 +16,19 @@ class LocalExecutor:
     """Executor for this machine; follows the contract in ``zrepl_py.proc.executor``.
 
     Commands start with this process's environment minus its secrets
-    (``zrepl_py.proc.spawn``).
+    (``zrepl_py.proc.spawn``), or with ``env`` minus its secrets when given.
 
     Args:
         prefix: argv prepended to every command, e.g. ``["sudo", "-n"]``.
+        env: the environment commands start with (``zbak serve`` passes its scrubbed
+            one, ``serve.execute.clean_env``); None: this process's.
     """
 
     host = "local"
 
-    def __init__(self, prefix: Sequence[str] = ()):
+    def __init__(self, prefix: Sequence[str] = (), env: Mapping[str, str] | None = None):
         self.prefix = list(prefix)
+        self.env = env
 
     def run(
         self,
@@ -41,6 +44,7 @@ class LocalExecutor:
         try:
             proc = spawn.run(
                 full,
+                env=self.env,
                 input=input,
                 stdin=None if input is not None else spawn.DEVNULL,
                 capture_output=True,

@@ -15,7 +15,13 @@ transfers go on (``runtime.fanout``). For each batch, in this order:
    ``zfs release`` (``protect.move_protection_many``; an old hold zfs will not release is
    reported at the end of the run and moves the cursor all the same: one hold too many);
 4. the cursors of every dataset whose base moved, in ONE catalog transaction;
-5. properties zfs did not apply (``ReceiveProperties.fixes``) are repaired, with a warning.
+5. properties zfs did not apply (``ReceiveProperties.fixes``) are repaired, with a warning;
+6. the source's mountpoint is recorded on the replica (``values.failover.MOUNTPOINT_PROPERTY``,
+   the default mountpoint of a failover): one ``zfs get`` of the received datasets'
+   mountpoints on the source, then a ``zfs set`` (or ``inherit``) only where the recorded
+   value is not already right: on the root, and on a child whose source has a mountpoint of
+   its own (a child inheriting it on the source inherits the record too). A failure is a
+   warning: the data and the cursor are safe.
 
 Per dataset this is what the driver did one dataset at a time before (a ``zfs get``, a
 ``zfs hold``, a ``zfs release`` and a transaction each); a failure in one batched command
@@ -37,6 +43,7 @@ from zrepl_py.clock import Clock
 from zrepl_py.config.hosts import Endpoint
 from zrepl_py.errors import HoldNotReleased, ReplicaPropertiesFailed, ZbakError, ZfsError
 from zrepl_py.replication.protect import BaseMove, move_protection_many
+from zrepl_py.values.failover import MOUNTPOINT_PROPERTY
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.properties import Fix, ReceiveProperties
@@ -151,7 +158,37 @@ class Settler:
         for arrival in received:
             if arrival.source in observed and arrival.target_ds not in self.settled.refused:
                 self._repair(arrival.target_ds, arrival.checked.fixes(observed[arrival.source]))
+        self._record_mountpoints([a for a in received if a.source in observed], observed)
         return len(self.settled.errors) > before
+
+    def _record_mountpoints(self, received: list[Arrival],
+                            observed: dict[DatasetName, dict[str, tuple[str, str]]]) -> None:
+        """Step 6 of the module doc."""
+        if not received:
+            return
+        try:
+            found = self.src.property_sources([a.source for a in received], ["mountpoint"])
+        except ZfsError as exc:
+            log.warning("%s: the source's mountpoints could not be read to record them on the "
+                        "replicas (a failover then keeps the replica's own): %s", self.target,
+                        exc)
+            return
+        for arrival in received:
+            value, source = found.get(arrival.source, {}).get("mountpoint", ("-", "-"))
+            if value == "-":
+                continue  # a volume
+            wanted = value if arrival.target_ds == self.target.dataset or source == "local" \
+                else None
+            have, have_source = observed[arrival.source].get(MOUNTPOINT_PROPERTY, ("-", "-"))
+            try:
+                if wanted is not None and (have_source != "local" or have != wanted):
+                    self.dst.set_property(arrival.target_ds, MOUNTPOINT_PROPERTY, wanted)
+                elif wanted is None and have_source == "local":
+                    self.dst.inherit_property(arrival.target_ds, MOUNTPOINT_PROPERTY)
+            except ZfsError as exc:
+                log.warning("%s: could not record the source's mountpoint %s on %s (a failover "
+                            "then mounts it where it inherits): %s", self.target, value,
+                            arrival.target_ds, exc)
 
     def _set_after_full(self, created: list[Arrival]) -> None:
         """Set the job's properties on replicas a full stream has just created, on a
@@ -199,7 +236,8 @@ class Settler:
         """
         if not received:
             return {}
-        props = sorted({name for a in received for name in a.checked.names})
+        props = sorted({name for a in received for name in a.checked.names}
+                       | {MOUNTPOINT_PROPERTY})
         try:
             got = self._read(received, props)
         except ZfsError:

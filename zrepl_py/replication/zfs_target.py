@@ -66,6 +66,7 @@ from zrepl_py.errors import (
 )
 from zrepl_py.proc.pipeline import PipelineResult, run_pipeline
 from zrepl_py.proc.ratelimit import SharedRate
+from zrepl_py.replication.failed_over import failed_over, failed_over_error, refuse_failed_over
 from zrepl_py.replication.order import prerequisites
 from zrepl_py.replication.planner import Plan, SourceState, TargetState, plan_replication
 from zrepl_py.replication.settle import Arrival, Settler
@@ -236,6 +237,8 @@ def replicate_to_zfs_target(
         and the others were still replicated.
 
     Raises:
+        FailedOver: a dataset of the target carries a failover mark (``values.failover``):
+            nothing was sent (docs/decisions.md#failed-over-is-recorded-on-the-replica).
         StreamUnsupported: the target's ZFS cannot receive the stream and there is no
             ``fallback``.
         PipelineFailed, ZfsError, HostUnreachable: a transfer or command failed; no dataset
@@ -250,6 +253,10 @@ def replicate_to_zfs_target(
     wanted = job.replicate.properties
     takes = dst.capabilities is not None and dst.capabilities.receive_properties
     tree = _target_tree(dst, target.dataset)
+    if tree is not None:  # before any receive or rollback: a live replica is never written
+        marks = failed_over(dst, target.dataset, recursive=job.recursive)
+        if marks:
+            raise failed_over_error(str(target), marks)
     present = {d.name for d in tree.datasets} if tree is not None else set()
     cursors = {(c.target, c.source_dataset): c for c in catalog.cursors(job_name)}
     infos = {info.name: info for info in inventory.datasets}
@@ -412,9 +419,9 @@ class _TargetRun:
             transfer = dataclasses.replace(transfer, receive_buffer=None)
         try:
             for step in plan.steps:
-                outcome.bytes += _execute(step, dataset, target_ds, source, self.src, self.dst,
-                                          transfer, props=props,
-                                          send_props=self.send_props, lost=lost)
+                outcome.bytes += execute_step(step, dataset, target_ds, source, self.src,
+                                              self.dst, transfer, props=props,
+                                              send_props=self.send_props, lost=lost)
                 created = created or isinstance(step, Full)
                 if isinstance(step, (Full, Incremental, Resume)):
                     reached = step.to
@@ -456,10 +463,16 @@ class _TargetRun:
             self.present.add(parent)
 
 
-def _execute(step: Step, dataset: DatasetName, target_ds: DatasetName, source: SourceState,
-             src: Zfs, dst: Zfs, transfer: Transfer, *, props: ReceiveProperties,
-             send_props: bool, lost: str | None = None, rolled_back: bool = False) -> int:
-    """Run one step; return the bytes sent.
+def execute_step(step: Step, dataset: DatasetName, target_ds: DatasetName,
+                 source: SourceState, src: Zfs, dst: Zfs, transfer: Transfer, *,
+                 props: ReceiveProperties, send_props: bool, lost: str | None = None,
+                 rolled_back: bool = False) -> int:
+    """Run one step; return the bytes sent (replication, and a failback's sends from the
+    replica to the source: ``failover.failback``).
+
+    A rollback (``on_divergence = "rollback"``) reads the target dataset's failover mark
+    right before it changes anything, whatever the run's listing said: a replica failed
+    over meanwhile is never rolled back (``replication.failed_over``).
 
     Args:
         props: set and excluded on receive (where the receiver takes ``-o``/``-x``).
@@ -471,6 +484,7 @@ def _execute(step: Step, dataset: DatasetName, target_ds: DatasetName, source: S
     Raises:
         Diverged: the receiver refused ``target_ds`` as modified since its newest snapshot
             (and ``on_divergence`` is not ``rollback``, or rolling back did not help).
+        FailedOver: a rollback was due, but ``target_ds`` carries a failover mark.
         StreamUnsupported: the receiver rejected the stream itself.
         PipelineFailed, ZfsError: the transfer or a command failed otherwise.
     """
@@ -479,6 +493,7 @@ def _execute(step: Step, dataset: DatasetName, target_ds: DatasetName, source: S
         dst.abort_resume(str(target_ds))
         return 0
     if isinstance(step, Rollback):
+        refuse_failed_over(dst, target_ds)
         for short in step.destroy:
             log.warning("%s: destroying %s to roll back (on_divergence = rollback)", target_ds, short)
             dst.destroy_snapshot(SnapshotName.of(target_ds, short))
@@ -543,10 +558,11 @@ def _execute(step: Step, dataset: DatasetName, target_ds: DatasetName, source: S
                 f" and nothing on it was changed. Keep the replica unmodified (zfs set"
                 f" readonly=on {target_ds}), or set on_divergence = \"rollback\" to discard"
                 f" the changes (zfs rollback {base})") from exc
+        refuse_failed_over(dst, target_ds)
         log.warning("%s was modified since @%s: rolling it back (on_divergence = rollback)",
                     target_ds, step.base.name)
         dst.rollback(base)
-        return _execute(step, dataset, target_ds, source, src, dst, transfer, props=props,
+        return execute_step(step, dataset, target_ds, source, src, dst, transfer, props=props,
                         send_props=send_props, lost=lost, rolled_back=True)
     log.info("received %s: %d bytes in %.1f s", label, result.bytes, result.seconds)
     return result.bytes

@@ -49,6 +49,7 @@ from zrepl_py.proc import spawn
 from zrepl_py.runtime.statedir import ensure_private_dir
 from zrepl_py.serve.cmdline import split_command_line
 from zrepl_py.serve.files import run_files
+from zrepl_py.serve.failover import run_verb
 from zrepl_py.serve.floor import floor_action
 from zrepl_py.serve.guard import guarded
 from zrepl_py.serve.policy import Approved, Policy, check
@@ -171,21 +172,32 @@ def serve(
             around.enter_context(guarded(approved.floor, policy.floor, policy.zfs,
                                          clean_env(env), log))
     except CommandRefused as exc:
-        # Printable ASCII only: a request may hold any byte (surrogate escapes), and a
-        # message must not break the log line or its encoder.
-        reason = str(exc).encode("ascii", "backslashreplace").decode("ascii")
-        reason = "".join(c if c.isprintable() else repr(c)[1:-1] for c in reason)
-        log.warning("REFUSED from %s: %s; request: %r", client, reason, request)
-        print(f"zbak serve: refused: {reason}", file=stderr, flush=True)
-        return REFUSED
+        return _refused(exc, client, request, log, stderr)
     with around:
         log.info("ALLOWED from %s: %r", client, request)
         for handler in log.handlers:
             handler.flush()
         if approved.files is not None:
             return run_files(approved.files, policy.zfs, clean_env(env), stderr=stderr)
+        if approved.verb is not None:
+            try:
+                return run_verb(approved.verb, policy, clean_env(env), stderr=stderr)
+            except CommandRefused as exc:  # what the dataset or the path says when it runs
+                return _refused(exc, client, request, log, stderr)
         return run(approved.argvs, clean_env(env), stderr=stderr,
                    replace=approved.floor is None)
+
+
+def _refused(exc: CommandRefused, client: str, request: str | None, log: logging.Logger,
+             stderr: TextIO) -> int:
+    """Log and tell the client a refusal; return ``REFUSED``."""
+    # Printable ASCII only: a request may hold any byte (surrogate escapes), and a
+    # message must not break the log line or its encoder.
+    reason = str(exc).encode("ascii", "backslashreplace").decode("ascii")
+    reason = "".join(c if c.isprintable() else repr(c)[1:-1] for c in reason)
+    log.warning("REFUSED from %s: %s; request: %r", client, reason, request)
+    print(f"zbak serve: refused: {reason}", file=stderr, flush=True)
+    return REFUSED
 
 
 def check_token_guid(token: TokenTarget, policy: Policy, env: Mapping[str, str]) -> None:

@@ -33,6 +33,9 @@ Replication, inside a root:
   exclusion (``replication/zfs_target.py`` repairs a replica with these after a receive),
   ``zfs set zbak:restoring=HOST:DATASET DS`` and ``zfs inherit zbak:restoring DS`` (the mark
   of a restore into a root, ``restore.mark``),
+  ``zfs set zbak:source-mountpoint=PATH DS`` (PATH absolute and normalised, or ``none``,
+  ``legacy``) and ``zfs inherit zbak:source-mountpoint DS`` (the source's mountpoint a
+  replication records, ``replication.settle``: a user property, mounting nothing),
   ``zfs create [-p] DS``, ``zfs hold TAG SNAP...``, ``zfs release TAG SNAP...``,
   ``zfs snapshot [-r] DS@PREFIX_YYYYMMDDTHHMMSSZ...`` (zbak's own names only),
   ``zfs bookmark SNAP DS#NAME`` (same dataset),
@@ -56,6 +59,8 @@ With ``allow_file_read``: the file verbs ``zbak-files probe``, ``zbak-files read
   and ``zbak-files versions DS PATH [GUID...]`` (``files.verbs``), alone, the snapshot or
   dataset inside a root; serve runs them itself (``serve.files``), making and removing the
   one view clone a read needs.
+With ``allow_failover``: the failover verbs ``zbak replica promote|demote|release`` on one
+  dataset inside a root (``serve.failover``), never as raw commands.
 Never: any other program, ``sudo``, a shell, another ``zfs set/inherit``, ``zfs clone/promote/
 rename/allow/mount/upgrade``, ``zpool`` changes, ``receive -F`` (by default), ``destroy`` of a
 dataset.
@@ -64,6 +69,7 @@ dataset.
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import re
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -72,10 +78,13 @@ from zrepl_py.errors import CommandRefused, InvalidName
 from zrepl_py.files import verbs
 from zrepl_py.proc import mbuffer
 from zrepl_py.restore.mark import RESTORING, is_mark_value
+from zrepl_py.serve.failover import PROGRAM as VERB_PROGRAM
+from zrepl_py.serve.failover import Verb, check_verb
 from zrepl_py.serve.floor import Floor, FloorAction
 from zrepl_py.serve.options import Parsed, parse
 from zrepl_py.serve.token import TokenTarget, read_token
 from zrepl_py.snapshots.naming import is_own
+from zrepl_py.values.failover import MOUNTPOINT_PROPERTY
 from zrepl_py.zfs.names import (
     BookmarkName,
     DatasetName,
@@ -125,6 +134,9 @@ class Policy:
             ``--keep-last``; ``serve.floor``), None without one; ValueError together with
             ``allow_force_receive`` (a forced receive destroys snapshots).
         allow_file_read: answer the file verbs (``--allow-file-read``; ``serve.files``).
+        allow_failover: allow the failover verbs (``--allow-failover``, ``serve.failover``).
+        failover_mounts: directories a promoted replica may be mounted at or below
+            (``--failover-mounts``; absolute and normalised, ValueError otherwise).
     """
 
     roots: tuple[DatasetName, ...]
@@ -138,6 +150,8 @@ class Policy:
     mbuffer: str = "mbuffer"
     floor: Floor | None = None
     allow_file_read: bool = False
+    allow_failover: bool = False
+    failover_mounts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.roots:
@@ -145,6 +159,11 @@ class Policy:
         if self.floor is not None and self.allow_force_receive:
             raise ValueError("--allow-force-receive cannot be used with a floor "
                              "(--keep-newer-than): zfs receive -F destroys snapshots")
+        for directory in self.failover_mounts:
+            if not directory.startswith("/") or posixpath.normpath(directory) != directory \
+                    or directory == "/":
+                raise ValueError(f"--failover-mounts {directory!r}: a normalised absolute "
+                                 "directory other than / is needed")
         # Parse, don't validate: plain strings become DatasetName (InvalidName if bad).
         object.__setattr__(self, "roots", tuple(DatasetName(root) for root in self.roots))
 
@@ -174,12 +193,14 @@ class Approved:
             ``token.toname``'s dataset before running it (see ``serve.token``).
         floor: with a floor, what it does around this request (``serve.guard``).
         files: a file verb to run in serve itself (``serve.files``); ``argvs`` is empty.
+        verb: a failover verb to carry out in place of ``argvs`` (``serve.failover``).
     """
 
     argvs: tuple[tuple[str, ...], ...]
     token: TokenTarget | None = None
     floor: FloorAction | None = None
     files: verbs.FileRequest | None = None
+    verb: Verb | None = None
 
 
 def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
@@ -191,6 +212,8 @@ def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
     """
     if commands and commands[0] and commands[0][0] == verbs.PROGRAM:
         return _files(commands, policy)
+    if len(commands) == 1 and commands[0][0] == VERB_PROGRAM:
+        return Approved((), verb=check_verb(commands[0], policy))
     programs = [_program(argv[0], policy) for argv in commands]
     if len(commands) == 1:
         if programs[0] == "zstd":
@@ -507,6 +530,12 @@ def _zfs_set(args: list[str], policy: Policy) -> None:
         if len(datasets) != 1 or not is_mark_value(value):
             raise CommandRefused(f"{what} {RESTORING} takes HOST:DATASET and one dataset")
         return
+    if sep and name == MOUNTPOINT_PROPERTY:  # what a failover would mount it at, recorded
+        if len(datasets) != 1 or not (value in ("none", "legacy") or (
+                value.startswith("/") and posixpath.normpath(value) == value)):
+            raise CommandRefused(f"{what} {MOUNTPOINT_PROPERTY} takes a normalised absolute "
+                                 "path (or none, legacy) and one dataset")
+        return
     if not sep or policy.properties.repairs()[0].get(name) != value:
         raise CommandRefused(f"{what} {word!r} is not allowed (only the configured replica "
                              "properties; see --receive-set)")
@@ -515,7 +544,7 @@ def _zfs_set(args: list[str], policy: Policy) -> None:
 def _zfs_inherit(args: list[str], policy: Policy) -> None:
     what = "zfs inherit"
     name, _ = _repair(args, policy, what)
-    if name != RESTORING and name not in policy.properties.repairs()[1]:
+    if name not in (RESTORING, MOUNTPOINT_PROPERTY) and name not in policy.properties.repairs()[1]:
         raise CommandRefused(f"{what} {name!r} is not allowed (only the configured "
                              "exclusions that inherit; see --receive-exclude)")
 

@@ -321,14 +321,22 @@ class Zfs:
         wanted = [check_property_name(p) for p in props]
         if not wanted:
             return {}
-        argv = [self.zfs, "get", "-Hp", "-o", "property,value", ",".join(wanted), parsed]
+        return self._pairs([self.zfs, "get", "-Hp", "-o", "property,value", ",".join(wanted),
+                            parsed])
+
+    def _pairs(self, argv: list[str]) -> dict[str, str]:
+        """Run ``argv`` (a ``zfs get -H`` of two columns) and read ``{first: second}``.
+
+        Raises:
+            ZfsError: a line without a tab.
+        """
         values = {}
         for line in self._run(argv).text.split("\n"):
             if line:
-                prop, sep, value = line.partition("\t")
+                key, sep, value = line.partition("\t")
                 if not sep:
                     raise self._unexpected(argv, repr(line))
-                values[prop] = value
+                values[key] = value
         return values
 
     def property_of_each(self, names: Sequence[str], prop: str) -> dict[str, str]:
@@ -339,17 +347,8 @@ class Zfs:
             DatasetNotFound: a name does not exist.
             Unsupported: this ZFS does not know ``prop``.
         """
-        wanted = check_property_name(prop)
-        argv = [self.zfs, "get", "-H", "-o", "name,value", wanted,
-                *(parse_any_name(n) for n in names)]
-        values = {}
-        for line in self._run(argv).text.split("\n"):
-            if line:
-                name, sep, value = line.partition("\t")
-                if not sep:
-                    raise self._unexpected(argv, repr(line))
-                values[name] = value
-        return values
+        return self._pairs([self.zfs, "get", "-H", "-o", "name,value", check_property_name(prop),
+                            *(parse_any_name(n) for n in names)])
 
     def property_sources(
         self, names: Sequence[str], props: Sequence[str]
@@ -377,6 +376,21 @@ class Zfs:
                         raise self._unexpected(argv, repr(line))
                     found.setdefault(fields[0], {})[fields[1]] = (fields[2], fields[3])
         return found
+
+    def set_here(self, root: DatasetName | str, prop: str, *, recursive: bool) -> dict[str, str]:
+        """The filesystems and volumes at (and with ``recursive`` below) ``root`` on which
+        ``prop`` is set (source ``local``), with its value: one ``zfs get -H [-r] -s local
+        -o name,value PROP ROOT`` (snapshots inherit from their dataset, so ``-s local``
+        leaves them out; works on zfs-fuse).
+
+        Raises:
+            DatasetNotFound: ``root`` does not exist.
+            Unsupported: this ZFS does not know ``prop``.
+        """
+        found = self._pairs([self.zfs, "get", "-H", *(["-r"] if recursive else []), "-s",
+                             "local", "-o", "name,value", check_property_name(prop),
+                             DatasetName(root)])
+        return {name: value for name, value in found.items() if "@" not in name}
 
     def inherit_property(self, name: str, prop: str) -> None:
         """Clear a local or received value: ``zfs inherit PROP NAME`` (the property is then
@@ -801,6 +815,61 @@ class Zfs:
         snap = SnapshotName(snapshot)
         ds = DatasetName(target)
         self._run([self.zfs, "clone", *_options(properties), snap, ds])
+
+    def promote(self, clone: DatasetName | str) -> None:
+        """Make ``clone`` independent of its origin: ``zfs promote CLONE`` (zfs-promote(8):
+        the origin snapshot and every snapshot before it move to the clone, with their
+        holds; the origin dataset becomes a clone of it).
+
+        Raises:
+            DatasetNotFound: no such dataset.
+            ZfsError: it is not a clone, or a snapshot name would clash.
+        """
+        self._run([self.zfs, "promote", DatasetName(clone)])
+
+    def rename(self, name: DatasetName | str, new: DatasetName | str) -> None:
+        """Rename a filesystem or volume (its children and snapshots go with it): plain
+        ``zfs rename OLD NEW`` in one pool, never ``-r``, ``-f`` or ``-p``. zfs-fuse answers
+        "dataset is busy" while it is mounted (unmount it first).
+
+        Raises:
+            DatasetExists: ``new`` exists.
+            DatasetNotFound: ``name`` or ``new``'s parent does not exist.
+            DatasetBusy: it is mounted and in use.
+        """
+        self._run([self.zfs, "rename", DatasetName(name), DatasetName(new)])
+
+    def mount(self, name: DatasetName | str) -> None:
+        """Mount one filesystem at its ``mountpoint``: ``zfs mount NAME``.
+
+        Raises:
+            DatasetNotFound: no such dataset.
+            DatasetBusy: its mountpoint is in use.
+            ZfsError: it is mounted already, or cannot be mounted there.
+        """
+        self._run([self.zfs, "mount", DatasetName(name)])
+
+    def unmount(self, name: DatasetName | str) -> None:
+        """Unmount one filesystem: ``zfs unmount NAME`` (never ``-f``: a file in use keeps
+        it mounted and the caller says so).
+
+        Raises:
+            DatasetNotFound: no such dataset.
+            DatasetBusy: it is in use.
+            ZfsError: it is not mounted.
+        """
+        self._run([self.zfs, "unmount", DatasetName(name)])
+
+    def local_properties(self, name: DatasetName | str) -> dict[str, str]:
+        """The properties set on ``name`` itself (``zfs set``, ``create -o``; not inherited,
+        received or default): ``zfs get -Hp -s local -o property,value all NAME``, values
+        parsable.
+
+        Raises:
+            DatasetNotFound: no such dataset.
+        """
+        return self._pairs([self.zfs, "get", "-Hp", "-s", "local", "-o", "property,value",
+                            "all", DatasetName(name)])
 
     # -- pools -----------------------------------------------------------------------
 
