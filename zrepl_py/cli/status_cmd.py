@@ -23,6 +23,7 @@ from zrepl_py.cli.summary import all_option, count_by, emit_long
 from zrepl_py.errors import ExitStatus, UsageError, ZbakError
 
 if TYPE_CHECKING:
+    from zrepl_py.catalog.rows import FailoverRow
     from zrepl_py.observe.transfers import RunningTransfer
     from zrepl_py.status.report import ChainStatus
 
@@ -82,6 +83,14 @@ def _chain_counts(chains: list[tuple[str, ChainStatus]]
          f"{sum(c.chains for c in found):,}", _size(sum(c.stored_bytes for c in found)),
          _when(min(c.full_time for c in found)), _when(max(c.newest_time for c in found)))
         for (job, store), found in sorted(groups.items())]
+
+
+def _failed_over(row: FailoverRow | None) -> str:
+    """A target's state: ``replica``, or when and how it was failed over."""
+    if row is None:
+        return "replica"
+    return (f"FAILED OVER {_when(row.failed_over_at)} ({'planned' if row.planned else 'unplanned'}"
+            "): zbak failback")
 
 
 def _age(seconds: float | None) -> str:
@@ -145,11 +154,11 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
               summary=lambda: _run_counts(runs))
     targets = [(s.job, t.target, t.cursor or "never replicated", _age(t.lag_seconds),
                 "-" if t.lag_snapshots is None else t.lag_snapshots, _when(t.last_success),
-                t.last_result or "-")
+                t.last_result or "-", _failed_over(t.failed_over))
                for s in states for t in s.targets]
     if targets:
         emit_table("replication targets", ["job", "target", "cursor", "lag", "snapshots behind",
-                                           "last success", "last result"], targets)
+                                           "last success", "last result", "state"], targets)
     chains = [(s.job, c.dataset, c.store, c.length, c.chains, _size(c.stored_bytes),
                _when(c.full_time), f"{c.newest} ({_when(c.newest_time)})")
               for s in states for c in s.chains]

@@ -27,13 +27,21 @@ import logging
 import threading
 from collections.abc import Callable, Hashable
 
+from zrepl_py.catalog.rows import FailoverRow
 from zrepl_py.checks.health import needs_size, source_warnings, target_warnings
 from zrepl_py.checks.source import source_errors
 from zrepl_py.config.hosts import DatasetEndpoint, Endpoint
 from zrepl_py.config.jobs import JobConfig, no_zfs_fallback
 from zrepl_py.config.replicate import ProtectionBudget
 from zrepl_py.config.schema import replica_datasets
-from zrepl_py.errors import CommandFailed, StreamUnsupported, UsageError, ZbakError
+from zrepl_py.errors import (
+    CommandFailed,
+    FailedOver,
+    InvalidName,
+    StreamUnsupported,
+    UsageError,
+    ZbakError,
+)
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts, Outcome
 from zrepl_py.invocation.context import Context, lock_key
@@ -55,6 +63,7 @@ from zrepl_py.replication.zfs_target import (
 from zrepl_py.runtime.cpus import usable_cpus
 from zrepl_py.runtime.prefetch import Task, TaskOf
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
+from zrepl_py.values.failover import FailoverMark
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.pool_status import PoolReport, pool_report
@@ -195,8 +204,24 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
             except ZbakError as exc:
                 log.error("job %s: target %s failed: %s", name, target, exc)
                 result.error = str(exc)
+                if isinstance(exc, FailedOver) and not dry_run:
+                    _note_failover(ctx, name, target, exc)
         _tell_hooks(hooks.outcome, inventory, source.dataset, results)
     return ReplicateResult(name, dry_run, results)
+
+
+def _note_failover(ctx: Context, name: str, target: Endpoint, exc: FailedOver) -> None:
+    """Record in the catalog the failover whose mark replication met on ``target`` (it may
+    have been run from another host), for ``zbak status``; a mark zbak cannot read is left
+    to the error that names it."""
+    assert target.dataset is not None
+    root = exc.marks.get(str(target.dataset)) or sorted(exc.marks.items())[0][1]
+    try:
+        mark = FailoverMark.parse(root)
+    except InvalidName:
+        return
+    ctx.catalog().record_failover(FailoverRow(name, str(target), str(target.dataset), mark.at,
+                                              mark.planned, ctx.clock.now()))
 
 
 def _tell_hooks(outcome: Outcome, inventory: Inventory, root: DatasetName,

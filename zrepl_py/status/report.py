@@ -33,7 +33,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from zrepl_py.catalog.chains import current_chain
-from zrepl_py.catalog.rows import CursorRow, RunRow, SnapshotRow, StreamRow
+from zrepl_py.catalog.rows import CursorRow, FailoverRow, RunRow, SnapshotRow, StreamRow
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.config.schema import Config
 from zrepl_py.observe.runlog import sweep_interrupted
@@ -73,6 +73,8 @@ class TargetStatus:
         last_success: end of the newest ok replicate run to this target.
         last_result: result of the newest replicate run to this target.
         datasets: one DatasetLag per source dataset with a cursor (the root first).
+        failed_over: the target's failover not failed back yet (``catalog.failovers``),
+            None while it is a replica.
     """
 
     target: str
@@ -83,6 +85,7 @@ class TargetStatus:
     last_success: dt.datetime | None
     last_result: str | None
     datasets: list[DatasetLag]
+    failed_over: FailoverRow | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,9 +335,13 @@ def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
     for action in sorted({r.action for r in last_runs}):
         ok.update({(action, t): r for (_, t), r in catalog.last_successes(action, name).items()})
     latest = {(r.action, r.target): r for r in last_runs}
-    targets = [_target_status(t, root, cursors, live, by_guid, ok.get(("replicate", t)),
-                              latest.get(("replicate", t)), left_out)
-               for t in (job.replicate.targets if job.replicate else [])]
+    live_failovers = {f.target: f for f in catalog.failovers(name) if f.failed_back_at is None}
+    targets = [dataclasses.replace(
+        _target_status(t, root, cursors, live, by_guid, ok.get(("replicate", t)),
+                       latest.get(("replicate", t)), left_out),
+        failed_over=live_failovers.get(str(endpoint)))
+        for t, endpoint in zip(job.replicate.targets if job.replicate else [],
+                               job.replicate.endpoints() if job.replicate else [], strict=True)]
     if chains is None:
         chains = current_chains(catalog, job)
     chains = {d: found for d, found in chains.items() if d not in left_out}
