@@ -282,10 +282,11 @@ def _prepare(zfs: Zfs, back: DatasetBack) -> None:
             log.warning("%s: not copied to its clone (set them by hand if they matter): %s",
                         back.clone_from.dataset, ", ".join(left))
         log.info("making %s again from %s", back.source, back.clone_from)
+        # Read-only until it goes live; left mounted where zfs mounts it (zfs-fuse mounts
+        # every clone): a child's clone made below an unmounted parent would leave its
+        # mountpoint directory in the grandparent, which then refuses the parent's mount.
         zfs.clone(back.clone_from, back.source,
                   {**copied, "readonly": "on", SOURCE_PROPERTY: back.mark.value()})
-        if zfs.get_properties(back.source, ["mounted"]).get("mounted") == "yes":
-            zfs.unmount(back.source)  # not live yet (zfs-fuse mounts a clone whatever it is)
     if back.action in ("clone", "promote"):
         zfs.promote(back.source)
     if back.freeze and back.mark is not None:

@@ -42,6 +42,7 @@ import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 
+from zrepl_py.errors import InvalidName
 from zrepl_py.values.failover import FailoverMark, SourceMark, kept_name
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.steps import SnapRef
@@ -299,6 +300,7 @@ def plan_failover(facts: FailoverFacts) -> FailoverPlan:
             problems.append(f"{replica.name} was failed over by job {replica.mark.job} at "
                             f"{replica.mark.at:%Y-%m-%d %H:%M:%SZ}, not by {facts.job}")
     wanted = _mountpoints(facts)
+    finals: dict[str, str] = {}
     promotions = []
     notes = []
     for replica in facts.replicas:
@@ -310,6 +312,11 @@ def plan_failover(facts: FailoverFacts) -> FailoverPlan:
                 replica.mountpoint != mountpoint or not replica.mountpoint_local):
             change = mountpoint
         final = mountpoint or replica.mountpoint
+        parent, _, leaf = str(replica.name).rpartition("/")
+        if mountpoint is None and not replica.mountpoint_local \
+                and finals.get(parent, "").startswith("/"):
+            final = f"{finals[parent]}/{leaf}"  # where it lands once its parent moved
+        finals[str(replica.name)] = final
         mounts = replica.filesystem and final.startswith("/")
         where = f"mounted at {final} ({why})" if mounts else (
             f"mountpoint {final} ({why}): not mounted" if replica.filesystem else "a volume")
@@ -514,7 +521,7 @@ def plan_failback(facts: FailbackFacts, *, now: dt.datetime) -> FailbackPlan:
     kept_root = None
     try:
         kept_root = kept_name(facts.source_root, base_mark)
-    except ValueError as exc:  # InvalidName: a pool's root dataset
+    except InvalidName as exc:  # a pool's root dataset
         kept_error = str(exc)
     else:
         kept_error = ""
