@@ -6,8 +6,9 @@
 2. it gets a last snapshot (skipped where ``written`` says nothing changed);
 3. the source side is prepared: with a kept tree, the source's tree is unmounted and its
    root renamed to the kept name, and each dataset made again as a clone of its kept
-   dataset's common snapshot (read-only, ``canmount=noauto``, marked) and promoted; a
-   source dataset that receives directly is marked (``SOURCE_PROPERTY``) and made read-only;
+   dataset's common snapshot (read-only, marked, left mounted where zfs mounts it) and
+   promoted; a source dataset that receives directly is marked (``SOURCE_PROPERTY``) and
+   made read-only;
 4. each replica dataset's later snapshots are sent to its source dataset (``-I`` from the
    common snapshot: replication's planner and steps, resumable where both sides can);
    steps 3 and 4 go dataset by dataset, parents first;
