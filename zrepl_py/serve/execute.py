@@ -48,8 +48,8 @@ from zrepl_py.errors import CommandRefused, ZbakError
 from zrepl_py.proc import spawn
 from zrepl_py.runtime.statedir import ensure_private_dir
 from zrepl_py.serve.cmdline import split_command_line
-from zrepl_py.serve.files import run_files
 from zrepl_py.serve.failover import run_verb
+from zrepl_py.serve.files import run_files
 from zrepl_py.serve.floor import floor_action
 from zrepl_py.serve.guard import guarded
 from zrepl_py.serve.policy import Approved, Policy, check
