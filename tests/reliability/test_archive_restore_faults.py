@@ -46,6 +46,7 @@ from zrepl_py.restore import execute as restore_execute
 from zrepl_py.restore.fetch import VolumeFetch
 from zrepl_py.stores import registry as store_registry
 from zrepl_py.stores.file import FileBackend
+from zrepl_py.streams.codec import Codec
 from zrepl_py.streams.frames import decompress_frame
 
 pytestmark = pytest.mark.zfs
@@ -211,11 +212,11 @@ def test_a_bad_volume_found_while_the_first_stream_is_received_is_never_decoded_
             receiving.set()
             super().write(chunk)
 
-    real_decompress = restore_execute.decompress_frame
+    real_decode = restore_execute.Codec.decode
 
-    def watched_decompress(stored, what, *args, **kwargs):
+    def watched_decode(self, stored, what, *args, **kwargs):
         decoded.append(what)
-        return real_decompress(stored, what, *args, **kwargs)
+        return real_decode(self, stored, what, *args, **kwargs)
 
     def bad_after_receive_started(candidate: str) -> bool:
         if candidate != key:
@@ -224,7 +225,7 @@ def test_a_bad_volume_found_while_the_first_stream_is_received_is_never_decoded_
         return True
 
     monkeypatch.setattr(restore_execute, "ReceiveWriter", Watched)
-    monkeypatch.setattr(restore_execute, "decompress_frame", watched_decompress)
+    monkeypatch.setattr(restore_execute.Codec, "decode", watched_decode)
     faulty_store(flip_byte_at=size // 2, keys=bad_after_receive_started)
     status, out, err = run("restore", data, "--to", "@1", "--into", f"{zpool.name}/r",
                            "--from", "cold", "--yes")
@@ -542,7 +543,7 @@ def _spec(data: str, snap: CarriedSnapshot, stages: tuple[Stage, ...], *, store:
                            from_guid=None)
     return StreamSpec(host="local", dataset=data, store=store, planned=planned, parent_id=None,
                       prefix=prefix, send_stages=stages, send_flags=(), volume_size=MiB,
-                      level=3, storage_class="STANDARD")
+                      codec=Codec(level=3), storage_class="STANDARD")
 
 
 def _snap(data: str, name: str) -> CarriedSnapshot:

@@ -80,6 +80,7 @@ from zrepl_py.replication.stages import Side
 from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.stores.base import Backend, ObjectInfo
 from zrepl_py.stores.settings import StorageClasses
+from zrepl_py.streams.codec import Codec
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION, Capabilities
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.model import SnapshotInfo
@@ -141,7 +142,7 @@ class _ArchiveRun:
     policy: ChainPolicy
     classes: StorageClasses
     volume_size: int
-    level: int
+    codec: Codec
     force_full: bool
     dry_run: bool
 
@@ -261,7 +262,7 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
         clock=ctx.clock, state_dir=ctx.state_dir,
         policy=ChainPolicy(cfg.full_every, cfg.max_chain_length, cfg.max_chain_bytes),
         classes=cfg.storage_class or store_cfg.storage_class, volume_size=store_cfg.volume_size,
-        level=cfg.compression_level, force_full=force_full, dry_run=dry_run)
+        codec=Codec(level=cfg.compression_level), force_full=force_full, dry_run=dry_run)
     root_target = f"{cfg.store}:{source.dataset}"
     results: list[DatasetArchive] = []
     with ctx.lock(lock_key(job), "archive"), \
@@ -416,7 +417,7 @@ def _write_plan(run: _ArchiveRun, source: _Source, dataset: DatasetName, plan: A
             host=source.host, dataset=str(dataset), store=run.store, planned=planned,
             parent_id=parent_id, prefix=prefix,
             send_stages=tuple(source.side.wrap([argv], "zfs send")), send_flags=flags,
-            volume_size=run.volume_size, level=run.level,
+            volume_size=run.volume_size, codec=run.codec,
             storage_class=(run.classes.full if planned.kind == "full"
                            else run.classes.incremental),
         )

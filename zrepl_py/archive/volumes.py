@@ -1,6 +1,7 @@
-"""Cut a raw send stream into volumes, compress each into one zstd frame, upload each.
+"""Cut a raw send stream into volumes, encode each with the stream's codec chain (one zstd
+frame, ``streams.codec``), upload each.
 
-Nothing is spooled: raw bytes are read from the send pipe in 1 MiB chunks, compressed and
+Nothing is spooled: raw bytes are read from the send pipe in 1 MiB chunks, encoded and
 handed to ``Backend.put`` as they come, so memory is bounded whatever the stream size: by the
 zstd workers' jobs (``streams.frames.compress_frame``) and the store's part size times its
 upload concurrency.
@@ -26,7 +27,8 @@ from zrepl_py.objects.layout import PROGRESS, volume_key
 from zrepl_py.objects.manifest import VolumeRecord
 from zrepl_py.observe.progress import ByteReader
 from zrepl_py.stores.base import Backend
-from zrepl_py.streams.frames import Digest, compress_frame
+from zrepl_py.streams.codec import Codec
+from zrepl_py.streams.frames import Digest
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +89,7 @@ def write_volumes(
     prefix: str,
     *,
     volume_size: int,
-    level: int,
+    codec: Codec,
     storage_class: str,
     done: Sequence[VolumeRecord] = (),
     on_volume: Callable[[VolumeRecord, bool], None] | None = None,
@@ -99,7 +101,7 @@ def write_volumes(
         backend: the store.
         prefix: the stream's key prefix (layout.stream_prefix).
         volume_size: raw bytes per volume (the last one may be shorter).
-        level: zstd level.
+        codec: what happens to each volume's bytes (``streams.codec``).
         storage_class: class for the volumes.
         done: volumes an interrupted run stored (from ``progress.json``), to skip when equal.
         on_volume: called as ``on_volume(record, skipped)`` after each volume is durable.
@@ -133,7 +135,7 @@ def write_volumes(
                                     " produces now")
             record, skipped = earlier, True
         else:
-            result = backend.put(key, compress_frame(raw, level, digest), storage_class=storage_class)
+            result = backend.put(key, codec.encode(raw, digest), storage_class=storage_class)
             if result.size != digest.stored_bytes:
                 raise StorePermanent(f"store {backend.name}: {key} took {result.size} bytes of"
                                      f" {digest.stored_bytes}", store=backend.name, key=key)
@@ -146,7 +148,7 @@ def write_volumes(
         records.append(record)
         if not skipped:
             backend.put(prefix + PROGRESS,
-                        [Progress(volume_size, level, tuple(records)).to_json()])
+                        [Progress(volume_size, codec.level, tuple(records)).to_json()])
         if on_volume is not None:
             on_volume(record, skipped)
         index += 1

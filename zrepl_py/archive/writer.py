@@ -42,6 +42,7 @@ from zrepl_py.observe.progress import MeteredReader
 from zrepl_py.proc.pipeline import Stage
 from zrepl_py.proc.python_end import SendReader
 from zrepl_py.stores.base import Backend
+from zrepl_py.streams.codec import Codec
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class StreamSpec:
         send_stages: the pipeline producing the raw stream (``[ssh HOST] zfs send ...``).
         send_flags: the send flags, for the manifest (e.g. ``("-I",)``).
         volume_size: raw bytes per volume.
-        level: zstd level.
+        codec: what happens to each volume's bytes (``streams.codec``: the zstd level, ...).
         storage_class: the class asked for the volumes.
     """
 
@@ -72,7 +73,7 @@ class StreamSpec:
     send_stages: tuple[Stage, ...]
     send_flags: tuple[str, ...]
     volume_size: int
-    level: int
+    codec: Codec
     storage_class: str
 
 
@@ -129,7 +130,7 @@ def write_stream(
                    else None)
     done: tuple[VolumeRecord, ...] = ()
     if interrupted is not None:
-        if (interrupted.volume_size, interrupted.level) == (spec.volume_size, spec.level):
+        if (interrupted.volume_size, interrupted.level) == (spec.volume_size, spec.codec.level):
             done = interrupted.volumes
         else:
             delete_prefix(backend, spec.prefix, began)
@@ -164,7 +165,7 @@ def _send(spec: StreamSpec, backend: Backend, done: Sequence[VolumeRecord],
     with SendReader(spec.send_stages) as reader:
         return write_volumes(MeteredReader(reader, progress), backend, spec.prefix,
                              volume_size=spec.volume_size,
-                             level=spec.level, storage_class=spec.storage_class, done=done,
+                             codec=spec.codec, storage_class=spec.storage_class, done=done,
                              on_volume=on_volume)
 
 
@@ -209,7 +210,7 @@ def _manifest(spec: StreamSpec, volumes: Sequence[VolumeRecord], storage_class: 
         host=spec.host, dataset=spec.dataset, kind=planned.kind,
         from_snap=planned.from_snap, to_snap=planned.to_snap,
         snapshots=planned.carried, volumes=tuple(volumes),
-        compression="zstd", compression_level=spec.level, send_flags=spec.send_flags,
+        compression=spec.codec.name, compression_level=spec.codec.level, send_flags=spec.send_flags,
         storage_class=storage_class, tool=f"zbak {__version__}", created_at=now,
     )
 

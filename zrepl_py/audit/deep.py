@@ -2,8 +2,9 @@
 
 For each stream chosen (:func:`choose`: all living streams, or ``--sample PERCENT`` of them,
 least recently verified first, never-verified first of all), every volume is read in order
-and checked: the SHA-256 and size of the stored bytes, the zstd frame (content checksum,
-frame end, nothing after it) and the raw size, all against the catalog; the decompressed
+and checked: the SHA-256 and size of the stored bytes, then the stream's codec chain decodes
+it with every check (``streams.codec``; zstd: content checksum, frame end, nothing after it)
+and the raw size, all against the catalog; the decompressed
 bytes of all volumes are walked as one send stream (``streams.records``): complete, well
 formed, and its BEGIN records carry the catalog's guids (:func:`begin_problems`). A stream
 that passes is marked ``verified`` (``verified_at`` now) as soon as it is done, so an
@@ -51,7 +52,8 @@ from zrepl_py.proc.python_end import ReceiveWriter
 from zrepl_py.replication.stages import Side
 from zrepl_py.restore.thaw import request_thaws
 from zrepl_py.stores.base import COLD_CLASSES, Backend
-from zrepl_py.streams.frames import Digest, decompress_frame
+from zrepl_py.streams.codec import Codec
+from zrepl_py.streams.frames import Digest
 from zrepl_py.streams.records import RecordWalker, StreamSummary
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName, SnapshotName
@@ -139,6 +141,7 @@ def read_stream(backend: Backend, stream: StreamRow, volumes: Sequence[VolumeRow
     """Read every volume of ``stream`` in order and check it (see the module docstring);
     ``sink`` receives the decompressed bytes (a test receive)."""
     check = StreamCheck()
+    codec = Codec.named(stream.compression)
     walker = RecordWalker(f"stream {stream.id} (@{stream.to_name}) in store {stream.store}")
     walk_error: str | None = None
     damaged = False
@@ -146,7 +149,7 @@ def read_stream(backend: Backend, stream: StreamRow, volumes: Sequence[VolumeRow
         where = f"{backend.name}:{volume.key}"
         digest = Digest()
         try:
-            for chunk in decompress_frame(backend.get(volume.key), where, digest):
+            for chunk in codec.decode(backend.get(volume.key), where, digest):
                 if walk_error is None and not damaged:
                     try:
                         walker.feed(chunk)

@@ -59,7 +59,7 @@ from zrepl_py.restore.fetch import VolumeFetch, file_chunks
 from zrepl_py.restore.mark import RESTORING, mark_value
 from zrepl_py.restore.plan import RestorePlan
 from zrepl_py.restore.thaw import request_thaws
-from zrepl_py.streams.frames import decompress_frame
+from zrepl_py.streams.codec import Codec
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.errors import receive_refusal
@@ -125,7 +125,8 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     receive = receive_argv(plan.into, caps=zfs.capabilities, resumable=False, zfs=zfs.zfs)
     total = 0
     label = f"{path.store}:{plan.dataset}@{plan.target.name} -> {plan.into}"
-    with VolumeFetch(backend, every, spool, cfg.download_concurrency) as fetch:
+    codecs = {s.id: Codec.named(s.compression) for s in path.streams}
+    with VolumeFetch(backend, every, spool, cfg.download_concurrency, codecs) as fetch:
         progress = _reporter(ctx, plan, label, total=sum(s.raw_bytes for s in path.streams))
         sampler = Sampler(progress)
         stages = side.wrap([receive], "zfs receive")
@@ -137,7 +138,7 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
                 try:
                     with writer:
                         for chunk in _stream_bytes(fetch, path.store, plan.volumes[stream.id],
-                                                   first=done == 0):
+                                                   codecs[stream.id], first=done == 0):
                             writer.write(chunk)
                             total += len(chunk)
                             sampler.add(len(chunk))
@@ -208,10 +209,10 @@ class _Unverified(Exception):
         self.error = error
 
 
-def _stream_bytes(fetch: VolumeFetch, store: str, volumes: Sequence[VolumeRow], *,
-                  first: bool) -> Iterator[bytes]:
+def _stream_bytes(fetch: VolumeFetch, store: str, volumes: Sequence[VolumeRow], codec: Codec,
+                  *, first: bool) -> Iterator[bytes]:
     """The raw send stream of one archived stream: its volumes, each taken from ``fetch``
-    once verified and decoded with every frame check (``decompress_frame``).
+    once verified and decoded by its codec chain with every check (``Codec.decode``).
 
     For the ``first`` stream of the path, its last piece (which carries the stream's END
     record) is held back until every volume of the whole path verified, and a verification
@@ -230,8 +231,8 @@ def _stream_bytes(fetch: VolumeFetch, store: str, volumes: Sequence[VolumeRow], 
             file = fetch.path(volume)
         except Exception as exc:
             raise _Unverified(exc) from exc
-        for chunk in decompress_frame(file_chunks(file), f"{store}:{volume.key}",
-                                      raw_bytes=volume.raw_bytes):
+        for chunk in codec.decode(file_chunks(file), f"{store}:{volume.key}",
+                                  raw_bytes=volume.raw_bytes):
             if first and fetch.failed():
                 _wait_verified(fetch)
             if held:

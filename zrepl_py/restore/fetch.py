@@ -2,12 +2,12 @@
 
 Each volume is checked against the catalog: it exists with the recorded size (checked for all
 volumes first, one stat each, so a missing or truncated object stops the restore before any
-download), its bytes hash to the recorded SHA-256, and they have the structure of one whole
-zstd frame with a content checksum, ending exactly at the object's end (``FrameWalk``: frame
-and block headers only). Volumes of a local directory store are checked where they lie;
-volumes of a remote store are downloaded into the spool directory (in parallel, bounded) and
-checked as they are written there (one pass: the bytes checked are the file's bytes), so
-the receive phase reads verified local files only. Verification runs ahead of the receive,
+download), its bytes hash to the recorded SHA-256, and they have the structure its stream's
+codec chain stores (``Codec.walk``: for zstd, one whole frame with a content checksum, ending
+exactly at the object's end, frame and block headers only). Volumes of a local directory
+store are checked where they lie; volumes of a remote store are downloaded into the spool
+directory (in parallel, bounded) and checked as they are written there (one pass: the bytes
+checked are the file's bytes), so the receive phase reads verified local files only. Verification runs ahead of the receive,
 in chain order (``VolumeFetch``): the receive of volume N overlaps the checks of the next
 ones, and takes each volume only once it verified.
 
@@ -40,13 +40,13 @@ import hashlib
 import logging
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from zrepl_py.catalog.rows import VolumeRow
 from zrepl_py.errors import ObjectNotFound, RestoreError, StreamCorrupt
 from zrepl_py.stores.base import Backend
-from zrepl_py.streams.frames import FrameWalk
+from zrepl_py.streams.codec import Codec
 
 log = logging.getLogger(__name__)
 
@@ -88,15 +88,16 @@ def check_present(backend: Backend, volumes: Sequence[VolumeRow], concurrency: i
                                     " was received. Run `zbak audit`")
 
 
-def _verify(chunks: Iterable[bytes], volume: VolumeRow, where: str) -> None:
-    """Size, SHA-256 and frame structure of one volume's bytes (see the module docstring).
+def _verify(chunks: Iterable[bytes], volume: VolumeRow, where: str, codec: Codec) -> None:
+    """Size, SHA-256 and stored structure (``codec.walk``) of one volume's bytes (see the
+    module docstring).
 
     Raises:
         StreamCorrupt: a check failed (the message says nothing was received).
     """
     sha = hashlib.sha256()
     size = 0
-    walk = FrameWalk(where)
+    walk = codec.walk(where)
     shape: StreamCorrupt | None = None
     for chunk in chunks:
         sha.update(chunk)
@@ -120,26 +121,27 @@ def _verify(chunks: Iterable[bytes], volume: VolumeRow, where: str) -> None:
         raise StreamCorrupt(f"{shape}; nothing was received. Run `zbak audit --deep`")
 
 
-def _fetch_one(backend: Backend, volume: VolumeRow, spool: Path) -> Path:
+def _fetch_one(backend: Backend, volume: VolumeRow, spool: Path, codec: Codec) -> Path:
     where = f"{backend.name}:{volume.key}"
     local = backend.local_path(volume.key)
     if local is not None:
-        _twice(lambda: _verify(file_chunks(local), volume, where), where)
+        _twice(lambda: _verify(file_chunks(local), volume, where, codec), where)
         return local
     target = spool / f"{volume.stream_id}-{volume.index:06d}.zst"
     if target.exists() and target.stat().st_size == volume.stored_bytes:
         try:
-            _verify(file_chunks(target), volume, where)
+            _verify(file_chunks(target), volume, where, codec)
             return target  # verified by an earlier run (a restore that waited for a thaw)
         except StreamCorrupt:
             target.unlink()
     partial = target.with_suffix(".partial")
-    _twice(lambda: _download_verified(backend, volume, partial, where), where)
+    _twice(lambda: _download_verified(backend, volume, partial, where, codec), where)
     partial.rename(target)
     return target
 
 
-def _download_verified(backend: Backend, volume: VolumeRow, partial: Path, where: str) -> None:
+def _download_verified(backend: Backend, volume: VolumeRow, partial: Path, where: str,
+                       codec: Codec) -> None:
     """Download ``volume`` into ``partial``, verifying the bytes as they are written there.
 
     One pass: the bytes hashed and walked are exactly the bytes written to the file, which
@@ -161,7 +163,7 @@ def _download_verified(backend: Backend, volume: VolumeRow, partial: Path, where
                 out.write(chunk)
                 yield chunk
 
-        _verify(written(), volume, where)
+        _verify(written(), volume, where, codec)
 
 
 def _twice(read_and_verify: Callable[[], None], where: str) -> None:
@@ -206,6 +208,8 @@ class VolumeFetch:
         spool: a private directory for downloads (created if missing; must have room for
             the remote volumes' stored bytes).
         concurrency: verifications (downloads) at once, >= 1.
+        codecs: the codec chain of each stream (by stream id) whose stored structure is
+            checked; a stream not named is plain zstd (``Codec()``).
 
     Raises:
         StreamCorrupt: a volume is missing or has another size.
@@ -214,7 +218,7 @@ class VolumeFetch:
     """
 
     def __init__(self, backend: Backend, volumes: Sequence[VolumeRow], spool: Path,
-                 concurrency: int):
+                 concurrency: int, codecs: Mapping[int, Codec] | None = None):
         check_present(backend, volumes, concurrency)
         remote = [v for v in volumes if backend.local_path(v.key) is None]
         if remote:
@@ -233,19 +237,22 @@ class VolumeFetch:
         # The pool takes work in submission order: the volumes the receive needs next first.
         # The first volume is checked alone: nothing is received until it verified, so the
         # read-ahead waits for it rather than share the CPU, disk or network with it.
-        self._futures = {v.id: self._pool.submit(self._fetch, backend, v, spool, first=i == 0)
+        known = codecs or {}
+        self._futures = {v.id: self._pool.submit(self._fetch, backend, v, spool,
+                                                 known.get(v.stream_id, Codec()), first=i == 0)
                          for i, v in enumerate(volumes)}
         for future in self._futures.values():
             future.add_done_callback(self._note)
         if volumes:
             self._futures[volumes[0].id].add_done_callback(lambda _: self._head.set())
 
-    def _fetch(self, backend: Backend, volume: VolumeRow, spool: Path, *, first: bool) -> Path:
+    def _fetch(self, backend: Backend, volume: VolumeRow, spool: Path, codec: Codec, *,
+               first: bool) -> Path:
         if not first:
             self._head.wait()
             if self._closing.is_set():
                 raise RestoreError(f"the restore stopped before volume {volume.key} was read")
-        return _fetch_one(backend, volume, spool)
+        return _fetch_one(backend, volume, spool, codec)
 
     def _note(self, future: concurrent.futures.Future[Path]) -> None:
         if not future.cancelled() and future.exception() is not None:
