@@ -77,7 +77,7 @@ def test_a_manifest_changed_behind_zbaks_back_is_read_again_and_its_damage_repor
 
 def test_a_manifest_replaced_by_one_disagreeing_with_the_catalog_is_read_and_reported(
         store_and_run):
-    """A manifest rewritten whole (a sealed one, of another stream) is no longer the object
+    """A manifest rewritten whole (a checksummed one, of another stream) is no longer the object
     the audit read: read again, and the disagreement with the catalog is an error."""
     store, run, _ = store_and_run
     audit(run)

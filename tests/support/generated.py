@@ -8,7 +8,7 @@ chain's full one snapshot after the last chain's tip; every snapshot in the snap
 (the oldest quarter destroyed); one successful archive run. The older chains are
 ``verified`` (a day before ``now``), the newest ``uploaded``. The store holds every volume
 (a sparse file of the recorded size) and each stream's ``manifest.json`` and
-``manifest.json.copy`` (sealed, agreeing with the catalog). Rows are plain bulk INSERTs
+``manifest.json.copy`` (checksummed, agreeing with the catalog). Rows are plain bulk INSERTs
 within the database's constraints; guids are deterministic.
 """
 

@@ -29,9 +29,9 @@ from zrepl_py.errors import (
     ObjectNotFound,
     StreamCorrupt,
 )
+from zrepl_py.objects.checked import read_with_copy
 from zrepl_py.objects.layout import MANIFEST, copy_key, export_key
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest, VolumeRecord
-from zrepl_py.objects.sealed import read_with_copy
 from zrepl_py.stores.file import FileBackend
 
 T0 = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.UTC)

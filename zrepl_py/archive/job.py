@@ -62,6 +62,7 @@ from zrepl_py.errors import (
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts, Outcome
 from zrepl_py.invocation.context import Context, lock_key
+from zrepl_py.objects.checked import read_with_copy
 from zrepl_py.objects.layout import (
     MANIFEST,
     MANIFEST_COPY,
@@ -71,7 +72,6 @@ from zrepl_py.objects.layout import (
     stream_prefix,
 )
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
-from zrepl_py.objects.sealed import read_with_copy
 from zrepl_py.observe.runlog import RunSet, recorded_run
 from zrepl_py.observe.transfers import reporting
 from zrepl_py.pruning.archive import job_streams

@@ -35,9 +35,9 @@ from zrepl_py.archive.volumes import RestartNeeded, read_progress, write_volumes
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import manifest_rows
 from zrepl_py.errors import ObjectNotFound, StoreError, StreamCorrupt
+from zrepl_py.objects.checked import put_with_copy, read_object, read_with_copy
 from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, PROGRESS, copy_key
 from zrepl_py.objects.manifest import Manifest, VolumeRecord
-from zrepl_py.objects.sealed import put_with_copy, read_object, read_with_copy
 from zrepl_py.observe.progress import MeteredReader
 from zrepl_py.proc.pipeline import Stage
 from zrepl_py.proc.python_end import SendReader

@@ -79,6 +79,7 @@ from zrepl_py.errors import (
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts
 from zrepl_py.invocation.context import Context, lock_key
+from zrepl_py.objects.checked import read_with_copy
 from zrepl_py.objects.layout import (
     MANIFEST,
     MANIFEST_COPY,
@@ -87,7 +88,6 @@ from zrepl_py.objects.layout import (
     volume_index,
 )
 from zrepl_py.objects.manifest import Manifest
-from zrepl_py.objects.sealed import read_with_copy
 from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.replication.stages import Side
 from zrepl_py.runtime.prefetch import Prefetch

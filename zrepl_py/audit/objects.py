@@ -42,6 +42,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.errors import NeedsThaw, ObjectNotFound, StoreError, StreamCorrupt
+from zrepl_py.objects.checked import Loaded, read_with_copy
 from zrepl_py.objects.layout import (
     MANIFEST,
     MANIFEST_COPY,
@@ -50,7 +51,6 @@ from zrepl_py.objects.layout import (
     stream_dataset,
 )
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
-from zrepl_py.objects.sealed import Loaded, read_with_copy
 from zrepl_py.stores.base import Backend, ObjectInfo, Unfinished
 
 MANIFEST_CLASS = "STANDARD"

@@ -49,8 +49,8 @@ from zrepl_py.errors import (
     StoreError,
     ZbakError,
 )
+from zrepl_py.objects.checked import canonical_sha256, put_with_copy, read_object, read_with_copy
 from zrepl_py.objects.layout import EXPORT_PREFIX, copy_key, export_key
-from zrepl_py.objects.sealed import canonical_sha256, put_with_copy, read_object, read_with_copy
 from zrepl_py.runtime.statedir import write_private_file
 from zrepl_py.stores.base import Backend
 

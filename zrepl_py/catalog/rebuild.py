@@ -12,7 +12,7 @@ full of the same snapshot), the one created last before the incremental wins, th
 --deep`` verifies them again.
 
 Each manifest is read from ``manifest.json``, or from ``manifest.json.copy`` when the primary
-is missing or fails its checksum (``objects.sealed``,
+is missing or fails its checksum (``objects.checked``,
 docs/reliability.md#r26-catalog-metadata-copy-with-checksum). The store's catalog exports
 (``catalog.export``) then tell what manifests cannot: streams an export lists whose manifests are
 gone (neither primary nor copy) are reported in ``lost`` (their objects may be gone too: ``zbak
@@ -43,9 +43,9 @@ from zrepl_py.catalog.export import CatalogExport, read_exports
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, manifest_rows
 from zrepl_py.errors import CatalogError, StoreError, StreamCorrupt, UsageError
+from zrepl_py.objects.checked import read_with_copy
 from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, is_stream_prefix
 from zrepl_py.objects.manifest import Manifest
-from zrepl_py.objects.sealed import read_with_copy
 from zrepl_py.stores.base import Backend
 
 log = logging.getLogger(__name__)

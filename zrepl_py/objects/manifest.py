@@ -19,7 +19,7 @@ Format ``zbak-stream/1``::
      "storage_class": "GLACIER", "tool": "zbak 0.1.0", "created_at": "2026-01-01T00:00:00Z",
      "sha256": "<hex>"}
 
-``sha256`` is the SHA-256 of all the other fields as canonical JSON (``objects.sealed``), so
+``sha256`` is the SHA-256 of all the other fields as canonical JSON (``objects.checked``), so
 a changed byte is caught even where the JSON still parses; the writer stores the manifest
 twice (``manifest.json``, then ``manifest.json.copy``) and readers fall back to the copy
 (docs/reliability.md#r26-catalog-metadata-copy-with-checksum). Manifests written before the checksum
@@ -42,7 +42,7 @@ import re
 from typing import Any
 
 from zrepl_py.errors import StreamCorrupt
-from zrepl_py.objects.sealed import canonical_sha256
+from zrepl_py.objects.checked import canonical_sha256
 
 FORMAT = "zbak-stream/1"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
