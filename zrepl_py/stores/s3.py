@@ -135,6 +135,9 @@ class S3Backend(Backend):
         client: an existing boto3 S3 client to use instead of building one (its retry config
             is then the caller's business).
         retry: the retry policy; None for :class:`RetryPolicy`'s defaults.
+        object_params: parameters every request that creates an object sends besides its
+            own (server-side encryption: ``ServerSideEncryption``, ``SSEKMSKeyId``); see
+            :attr:`object_params`.
 
     Raises:
         StorePermanent: a part size or concurrency out of range, a bad prefix, an unknown
@@ -154,6 +157,7 @@ class S3Backend(Backend):
         concurrency: int = 4,
         client: Any = None,
         retry: RetryPolicy | None = None,
+        object_params: Mapping[str, str] | None = None,
     ):
         prefix = prefix.strip("/")
         if prefix:
@@ -173,12 +177,21 @@ class S3Backend(Backend):
         self.part_size = part_size
         self.concurrency = concurrency
         self._retry = retry or RetryPolicy()
+        self._object_params = dict(object_params or {})
         self._own_client = client is None
         self._client = client if client is not None else self._make_client(
             endpoint_url, region, profile)
 
     def __repr__(self) -> str:
         return f"S3Backend({self.name!r}, {self.url!r})"
+
+    @property
+    def object_params(self) -> dict[str, str]:
+        """What every request that creates an object must send besides its own parameters:
+        PutObject and CreateMultipartUpload here, CopyObject in a copy between stores (S3
+        applies no bucket setting to a copy's encryption unless asked; AWS S3 user guide,
+        "Specifying server-side encryption with AWS KMS"). A copy of the dict."""
+        return dict(self._object_params)
 
     def _make_client(self, endpoint_url: str | None, region: str | None,
                      profile: str | None) -> S3Client:
@@ -226,6 +239,7 @@ class S3Backend(Backend):
                 self._op, "put_object", key,
                 Bucket=self.bucket, Key=self._full(key), Body=first, StorageClass=storage_class,
                 ChecksumAlgorithm="SHA256", ChecksumSHA256=_b64sha256(first),
+                **self._object_params,
             )
         else:
             head = [first, second]
@@ -534,7 +548,7 @@ class S3Backend(Backend):
                    rest: Iterator[bytearray]) -> None:
         created = self._retry.call(
             self._op, "create_multipart_upload", key, Bucket=self.bucket, Key=self._full(key),
-            StorageClass=storage_class, ChecksumAlgorithm="SHA256",
+            StorageClass=storage_class, ChecksumAlgorithm="SHA256", **self._object_params,
         )
         upload_id = created["UploadId"]
 

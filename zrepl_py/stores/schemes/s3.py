@@ -11,6 +11,8 @@ import math
 import re
 from typing import Literal
 
+from pydantic import model_validator
+
 from zrepl_py.errors import StorePermanent
 from zrepl_py.runtime.extras import Extra
 from zrepl_py.stores.base import Backend
@@ -26,10 +28,29 @@ an optional key prefix (checked as a key when the store is opened, ``stores.keys
 
 
 class StoreEncryption(Table):
-    """Server-side encryption options passed to S3 (never a key in the config)."""
+    """Server-side encryption S3 applies to every object zbak writes (never a key in the
+    config): ``sse = "AES256"`` (SSE-S3, S3-managed keys) or ``"aws:kms"`` (SSE-KMS, with
+    ``kms_key_id``, a KMS key id, ARN or alias; without it, the account's ``aws/s3`` key).
+    It protects the bucket's disks, not the data from whoever may read the bucket: that is
+    sealed cold storage (``[stores.NAME.age]``, docs/sealed.md)."""
 
     sse: Literal["AES256", "aws:kms"] = "AES256"
     kms_key_id: str | None = None
+
+    @model_validator(mode="after")
+    def _key_needs_kms(self) -> StoreEncryption:
+        if self.kms_key_id is not None and self.sse != "aws:kms":
+            raise ValueError(f'kms_key_id needs sse = "aws:kms" (sse is {self.sse!r})')
+        return self
+
+    def request_params(self) -> dict[str, str]:
+        """The parameters of every request that creates an object (PutObject,
+        CreateMultipartUpload, CopyObject): ``ServerSideEncryption`` and ``SSEKMSKeyId``
+        (AWS S3 API reference, PutObject "Request Syntax")."""
+        params: dict[str, str] = {"ServerSideEncryption": self.sse}
+        if self.kms_key_id is not None:
+            params["SSEKMSKeyId"] = self.kms_key_id
+        return params
 
 
 class S3StoreConfig(StoreConfig):
@@ -77,7 +98,8 @@ def _bucket_and_prefix(url: str) -> tuple[str, str]:
 
 
 def _open(name: str, settings: S3StoreConfig, env: StoreEnv) -> Backend:
-    """An ``S3Backend`` with the settings' endpoint, region, profile and upload concurrency;
+    """An ``S3Backend`` with the settings' endpoint, region, profile, upload concurrency and
+    server-side encryption (``encryption``, sent with every object it writes);
     its part size is 8 MiB, or more when ``volume_size`` needs it to fit in S3's 10,000
     parts (rounded up to whole MiB). With ``prune_profile``, a ``PruneCredentialBackend``
     whose deletes use that profile's credential and everything else ``profile``'s.
@@ -100,6 +122,7 @@ def _open(name: str, settings: S3StoreConfig, env: StoreEnv) -> Backend:
             name, settings.bucket, settings.prefix, endpoint_url=settings.endpoint,
             region=settings.region, profile=profile, part_size=part_size,
             concurrency=concurrency, retry=env.retry,
+            object_params=settings.encryption.request_params() if settings.encryption else None,
         )
 
     writer = backend(settings.profile, settings.upload_concurrency)
