@@ -449,6 +449,23 @@ class StreamCorrupt(ZbakError):
     SHA-256, zstd frame end, or BEGIN-record guids); it was not fed to ``zfs receive``."""
 
 
+class IdentityNeeded(UsageError):
+    """A sealed store's volumes must be decrypted (restore, ``audit --deep``, a drill) and no
+    age identity was given (``--identity FILE`` or ``[stores.NAME.age] identity_file``);
+    nothing was read or received."""
+
+
+class IdentityUnusable(UsageError):
+    """An age identity file or a recipient the config names cannot be used: unreadable, or
+    no age X25519 / ssh-ed25519 key."""
+
+
+class IdentityRefused(UsageError):
+    """A sealed volume's age header opens with none of the identities given: the identity is
+    not one of the store's recipients (the volume's recorded SHA-256 matched, so its bytes
+    are the ones written). Nothing of the stream was received and nothing is marked bad."""
+
+
 class RestoreError(ZbakError):
     """A restore could not be planned or carried out; nothing was received, or the message
     names what was received and where."""

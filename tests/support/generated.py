@@ -145,7 +145,7 @@ class Generated:
             sha = hashlib.sha256(key.encode()).hexdigest()
             self._add(volume_table, stream_id=stream_id, index=v, key=key, raw_bytes=raw,
                       stored_bytes=stored, sha256=sha)
-            volumes.append(VolumeRecord(v, key, raw, stored, sha, sha))
+            volumes.append(VolumeRecord(v, key, raw, stored, sha))
             path = self.store / key
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as handle:

@@ -97,7 +97,7 @@ def test_a_host_whose_pool_cannot_hold_encrypted_datasets_is_not_asked_about_enc
 def manifest(send_flags: tuple[str, ...]) -> Manifest:
     return Manifest(
         host="vm", dataset=str(DS), kind="full", from_snap=None, to_snap=A, snapshots=(A,),
-        volumes=(VolumeRecord(0, "k/vol-000000.zst", 10, 4, "a" * 64, "b" * 64),),
+        volumes=(VolumeRecord(0, "k/vol-000000.zst", 10, 4, "a" * 64),),
         compression="zstd", compression_level=3, send_flags=send_flags,
         storage_class="STANDARD", tool="zbak 0.1.0", created_at=NOW)
 

@@ -53,7 +53,7 @@ def manifest() -> Manifest:
     snap = CarriedSnapshot("b", 2**64 - 1, 9)
     return Manifest(host="local", dataset="tank/data", kind="full", from_snap=None,
                     to_snap=snap, snapshots=(snap,),
-                    volumes=(VolumeRecord(0, "p/vol-000000.zst", 13, 6, "a" * 64, "b" * 64),),
+                    volumes=(VolumeRecord(0, "p/vol-000000.zst", 13, 6, "a" * 64),),
                     compression="zstd", compression_level=3, send_flags=(),
                     storage_class="STANDARD", tool="zbak test", created_at=T0)
 

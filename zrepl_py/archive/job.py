@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from zrepl_py.archive.damage import chain_damage, mark_bad
 from zrepl_py.archive.planner import ArchivePlan, ChainPolicy, PlannedStream, plan_archive
+from zrepl_py.archive.progress import ProgressHome, progress_home
 from zrepl_py.archive.writer import StreamSpec, WrittenStream, delete_prefix, write_stream
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.export import StoreGuard
@@ -79,6 +80,7 @@ from zrepl_py.replication.protect import move_protection
 from zrepl_py.replication.stages import Side
 from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.stores.base import Backend, ObjectInfo
+from zrepl_py.stores.sealing import writing_codec
 from zrepl_py.stores.settings import StorageClasses
 from zrepl_py.streams.codec import Codec
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION, Capabilities
@@ -143,6 +145,7 @@ class _ArchiveRun:
     classes: StorageClasses
     volume_size: int
     codec: Codec
+    progress: ProgressHome
     force_full: bool
     dry_run: bool
 
@@ -256,13 +259,17 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
         raise UsageError(f"job {name} has no [jobs.{name}.archive] section in {ctx.config_path}")
     cfg = job.archive
     store_cfg = ctx.config.stores[cfg.store]
+    backend = ctx.store(cfg.store)
     source = job.source
     run = _ArchiveRun(
-        name=name, job=job, store=cfg.store, backend=ctx.store(cfg.store), catalog=ctx.catalog(),
+        name=name, job=job, store=cfg.store, backend=backend, catalog=ctx.catalog(),
         clock=ctx.clock, state_dir=ctx.state_dir,
         policy=ChainPolicy(cfg.full_every, cfg.max_chain_length, cfg.max_chain_bytes),
         classes=cfg.storage_class or store_cfg.storage_class, volume_size=store_cfg.volume_size,
-        codec=Codec(level=cfg.compression_level), force_full=force_full, dry_run=dry_run)
+        codec=writing_codec(cfg.store, store_cfg, cfg.compression_level),
+        progress=progress_home(cfg.store, store_cfg.keeps_progress_locally, backend,
+                               ctx.state_dir),
+        force_full=force_full, dry_run=dry_run)
     root_target = f"{cfg.store}:{source.dataset}"
     results: list[DatasetArchive] = []
     with ctx.lock(lock_key(job), "archive"), \
@@ -403,7 +410,7 @@ def _write_plan(run: _ArchiveRun, source: _Source, dataset: DatasetName, plan: A
     if encrypted:
         log.info("%s is encrypted: archiving it raw (zfs send -w)", dataset)
     prefixes = [_prefix(source.host, dataset, p) for p in plan.streams]
-    _clean_stale_uploads(run.backend, tree, dataset_prefix(source.host, str(dataset)),
+    _clean_stale_uploads(run.backend, run.progress, tree, dataset_prefix(source.host, str(dataset)),
                          keep=set(prefixes), catalogued={s.object_prefix for s in streams})
     chain = current_chain(streams)
     # The hold moves from the current chain's tip, also when a new full starts a new chain:
@@ -426,7 +433,8 @@ def _write_plan(run: _ArchiveRun, source: _Source, dataset: DatasetName, plan: A
                 from_snap=planned.from_snap.name if planned.from_snap else None,
                 to_snap=planned.to_snap.name) as progress:
             written = write_stream(spec, run.backend, run.catalog, run.clock.now,
-                                   progress=progress, listed=tree.leaves.get(prefix, set()))
+                                   progress=progress, listed=tree.leaves.get(prefix, set()),
+                                   home=run.progress)
         outcome.written.append((planned, written))
         parent_id = written.stream_id
         move_protection(zfs, dataset, planned.to_snap.name, planned.to_snap.guid, old_tip,
@@ -530,14 +538,15 @@ def _prefix(host: str, dataset: DatasetName, planned: PlannedStream) -> str:
                          from_guid=planned.from_snap.guid if planned.from_snap else None)
 
 
-def _clean_stale_uploads(backend: Backend, tree: _Tree, prefix: str, keep: set[str],
-                         catalogued: set[str]) -> None:
+def _clean_stale_uploads(backend: Backend, home: ProgressHome, tree: _Tree, prefix: str,
+                         keep: set[str], catalogued: set[str]) -> None:
     """Delete what interrupted runs left under the dataset's ``prefix`` (as the tree's listing
     shows it): stream folders
     neither planned now nor catalogued that are this machine's own unfinished uploads (a
     ``progress.json``, or volumes without a manifest: killed before its first progress
-    record), and stale ``progress.json`` records next to catalogued streams. Only stream
-    folders directly under ``prefix`` are considered: a child dataset's are its own.
+    record), and stale progress records of catalogued streams (in the store, and in
+    ``home`` when it is this host's). Only stream folders directly under ``prefix`` are
+    considered: a child dataset's are its own.
 
     Never deleted (docs/decisions.md#archive-clean-up-never-deletes-a-finished-stream): a
     folder holding a manifest and no ``progress.json`` (a finished stream the catalog does
@@ -551,11 +560,14 @@ def _clean_stale_uploads(backend: Backend, tree: _Tree, prefix: str, keep: set[s
         if stream in catalogued:
             if PROGRESS in leaves:
                 backend.delete(stream + PROGRESS)
+            if home.may_hold(stream, leaves):
+                home.delete(stream)
             continue
         unfinished = PROGRESS in leaves or not leaves & {MANIFEST, MANIFEST_COPY}
         if unfinished and catalogued:
             log.info("deleting %s, left by an interrupted run whose plan changed", stream)
             delete_prefix(backend, stream, dt.datetime.now(dt.UTC))
+            home.delete(stream)
         else:
             log.warning("%s is in the store but not in the catalog: kept (run `zbak catalog"
                         " rebuild STORE --merge` to adopt it, `zbak audit` to see what it holds)",

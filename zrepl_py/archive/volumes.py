@@ -7,8 +7,9 @@ zstd workers' jobs (``streams.frames.compress_frame``) and the store's part size
 upload concurrency.
 
 Resume (docs/decisions.md#an-interrupted-upload-resumes-by-its-raw-volume-hashes): after each volume
-is durable, ``progress.json`` in the stream's prefix lists the volumes so far with the SHA-256 of
-their RAW bytes. A rerun runs the same ``zfs send`` again and, for each listed volume whose object
+is durable, the upload's progress record (``archive.progress``: in the stream's prefix, or on
+this host for a sealed store) lists the volumes so far with the SHA-256 of their RAW bytes.
+A rerun runs the same ``zfs send`` again and, for each listed volume whose object
 still has the recorded size, only hashes the regenerated raw bytes: equal hashes mean the stored
 volume holds exactly these bytes and it is skipped without compressing or uploading; a different
 hash means the stream changed, and ``RestartNeeded`` tells the driver to delete the partial upload
@@ -17,13 +18,12 @@ and start over.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 
+from zrepl_py.archive.progress import DoneVolume, Progress, ProgressHome
 from zrepl_py.errors import ObjectNotFound, StorePermanent
-from zrepl_py.objects.layout import PROGRESS, volume_key
+from zrepl_py.objects.layout import volume_key
 from zrepl_py.objects.manifest import VolumeRecord
 from zrepl_py.observe.progress import ByteReader
 from zrepl_py.stores.base import Backend
@@ -37,38 +37,6 @@ CHUNK = 1 << 20  # bytes read from the send pipe at a time
 
 class RestartNeeded(Exception):
     """A stored volume holds other bytes than the send produces now; start the stream over."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Progress:
-    """What ``progress.json`` records: the volume size and zstd level used, and the volumes
-    durable so far (see the module docstring)."""
-
-    volume_size: int
-    level: int
-    volumes: tuple[VolumeRecord, ...]
-
-    def to_json(self) -> bytes:
-        """Serialize to JSON bytes."""
-        return json.dumps({"volume_size": self.volume_size, "level": self.level,
-                           "volumes": [dataclasses.asdict(v) for v in self.volumes]}).encode()
-
-
-def read_progress(backend: Backend, prefix: str) -> Progress | None:
-    """The progress of an interrupted upload at ``prefix``, or None (none, or unreadable:
-    an unreadable record only costs re-uploading, so it is ignored with a warning)."""
-    key = prefix + PROGRESS
-    try:
-        data = b"".join(backend.get(key))
-    except ObjectNotFound:
-        return None
-    try:
-        obj = json.loads(data)
-        return Progress(int(obj["volume_size"]), int(obj["level"]),
-                        tuple(VolumeRecord(**v) for v in obj["volumes"]))
-    except (ValueError, KeyError, TypeError) as exc:
-        log.warning("ignoring unreadable %s in store %s: %s", key, backend.name, exc)
-        return None
 
 
 def _raw_volume(source: ByteReader, first: bytes, limit: int) -> Iterator[bytes]:
@@ -91,7 +59,8 @@ def write_volumes(
     volume_size: int,
     codec: Codec,
     storage_class: str,
-    done: Sequence[VolumeRecord] = (),
+    progress: ProgressHome,
+    done: Sequence[DoneVolume] = (),
     on_volume: Callable[[VolumeRecord, bool], None] | None = None,
 ) -> tuple[list[VolumeRecord], str]:
     """Read ``source`` to its end and store it as volumes ``prefix``vol-NNNNNN.zst.
@@ -103,7 +72,9 @@ def write_volumes(
         volume_size: raw bytes per volume (the last one may be shorter).
         codec: what happens to each volume's bytes (``streams.codec``).
         storage_class: class for the volumes.
-        done: volumes an interrupted run stored (from ``progress.json``), to skip when equal.
+        progress: where the progress record is written after each volume.
+        done: volumes an interrupted run stored (from its progress record), to skip when
+            equal.
         on_volume: called as ``on_volume(record, skipped)`` after each volume is durable.
 
     Returns:
@@ -114,7 +85,7 @@ def write_volumes(
         StoreError: an upload failed (progress so far is kept for the next run);
             StorePermanent also when the store reports another size than it was given.
     """
-    records: list[VolumeRecord] = []
+    records: list[DoneVolume] = []
     used_class = storage_class
     index = 0
     while True:
@@ -127,10 +98,11 @@ def write_volumes(
         # as well was a second SHA-256 pass over the stored bytes (benchmarks/archive.py).
         digest = Digest(hash_stored=False)
         raw = _raw_volume(source, first, volume_size)
-        if earlier is not None and _still_stored(backend, earlier):
+        if earlier is not None and _still_stored(backend, earlier.record):
             for chunk in raw:
                 digest.add_raw(chunk)
-            if (digest.raw_bytes, digest.raw_sha256) != (earlier.raw_bytes, earlier.raw_sha256):
+            if ((digest.raw_bytes, digest.raw_sha256)
+                    != (earlier.record.raw_bytes, earlier.raw_sha256)):
                 raise RestartNeeded(f"volume {index} of {prefix} holds other bytes than the send"
                                     " produces now")
             record, skipped = earlier, True
@@ -140,21 +112,20 @@ def write_volumes(
                 raise StorePermanent(f"store {backend.name}: {key} took {result.size} bytes of"
                                      f" {digest.stored_bytes}", store=backend.name, key=key)
             used_class = result.storage_class
-            record = VolumeRecord(index, key, digest.raw_bytes, result.size,
-                                  result.sha256, digest.raw_sha256)
+            record = DoneVolume(VolumeRecord(index, key, digest.raw_bytes, result.size,
+                                             result.sha256), digest.raw_sha256)
             skipped = False
             if earlier is not None and earlier.raw_sha256 != record.raw_sha256:
                 done = done[:index]  # the stream changed: later stored volumes are stale
         records.append(record)
         if not skipped:
-            backend.put(prefix + PROGRESS,
-                        [Progress(volume_size, codec.level, tuple(records)).to_json()])
+            progress.write(prefix, Progress(volume_size, codec.fingerprint, tuple(records)))
         if on_volume is not None:
-            on_volume(record, skipped)
+            on_volume(record.record, skipped)
         index += 1
         if digest.raw_bytes < volume_size:
             break
-    return records, used_class
+    return [r.record for r in records], used_class
 
 
 def _still_stored(backend: Backend, volume: VolumeRecord) -> bool:

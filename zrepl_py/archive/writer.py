@@ -2,18 +2,21 @@
 
 Order (docs/design.md#archive-writer-order):
 
-1. volumes, each durable before the next, with ``progress.json`` updated after each;
+1. volumes, each durable before the next, with the upload's progress record updated after
+   each (``archive.progress``: ``progress.json`` in the stream's prefix, or on this host in
+   the state directory for a store that keeps it locally, a sealed one);
 2. ``manifest.json`` (STANDARD class), once the last volume is durable, then its copy
    ``manifest.json.copy`` (same bytes; readers fall back to it,
    docs/reliability.md#r26-catalog-metadata-copy-with-checksum);
 3. the catalog row (state ``uploaded``) with its volumes and carried snapshots;
-4. ``progress.json`` removed.
+4. the progress record removed.
 
 A crash before 2 leaves a partial upload the next run resumes (or deletes, when the plan
 changed); between 2 and 3 the next run adopts the manifest (from its copy when the primary is
 damaged, writing whichever of the two is missing or damaged) instead of sending again; after 3
-only a stale ``progress.json`` remains, removed by the next run. The catalog never names an
-object that was not written.
+only a stale progress record remains, removed by the next run. The catalog never names an
+object that was not written. Where the record is kept on the host, a run on another host
+finds none and sends the stream again over the partial upload.
 
 A crash mid-put also leaves what the put had written so far, which is no object (a
 ``file://`` temporary file, an S3 multipart upload): the store's next put of the same key
@@ -31,12 +34,13 @@ from collections.abc import Callable, Collection, Sequence
 
 from zrepl_py import __version__
 from zrepl_py.archive.planner import PlannedStream
-from zrepl_py.archive.volumes import RestartNeeded, read_progress, write_volumes
+from zrepl_py.archive.progress import DoneVolume, InStore, ProgressHome
+from zrepl_py.archive.volumes import RestartNeeded, write_volumes
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import manifest_rows
 from zrepl_py.errors import ObjectNotFound, StoreError, StreamCorrupt
 from zrepl_py.objects.checked import put_with_copy, read_object, read_with_copy
-from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, PROGRESS, copy_key
+from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, copy_key
 from zrepl_py.objects.manifest import Manifest, VolumeRecord
 from zrepl_py.observe.progress import MeteredReader
 from zrepl_py.proc.pipeline import Stage
@@ -100,6 +104,7 @@ def write_stream(
     on_volume: Callable[[VolumeRecord, bool], None] | None = None,
     progress: Callable[[int, float], None] | None = None,
     listed: Collection[str] | None = None,
+    home: ProgressHome | None = None,
 ) -> WrittenStream:
     """Write ``spec``'s stream (see the module docstring for the order) and catalog it.
 
@@ -108,6 +113,8 @@ def write_stream(
     ``listed``: the names a listing made under the job's lock found at ``spec.prefix``
     (None: not listed); a manifest or ``progress.json`` it does not show is not asked for
     (three GETs less per stream of a tree, docs/decisions.md#an-archive-run-reads-its-tree-once).
+    ``home``: where the upload's progress record lives (``archive.progress``); None: in
+    the store.
 
     Raises:
         PipelineFailed: ``zfs send`` failed (no manifest, no catalog row; stored volumes
@@ -119,18 +126,19 @@ def write_stream(
     # The store's clock, not the run's (an injected clock in tests): leftovers are told
     # from running puts by the store's times (Backend.abort_uploads_before).
     began = dt.datetime.now(dt.UTC)
+    home = home or InStore(backend)
     adopted = (_adopt(spec, backend) if listed is None or {MANIFEST, MANIFEST_COPY} & set(listed)
                else None)
     if adopted is not None:
         stream_id = _catalog(spec, adopted, catalog, now())
-        backend.delete(spec.prefix + PROGRESS)
+        home.delete(spec.prefix)
         return WrittenStream(stream_id, adopted.raw_bytes, adopted.stored_bytes, 0, 0, True)
     # Not named ``progress``: that is the rate callback the resumed send reports to.
-    interrupted = (read_progress(backend, spec.prefix) if listed is None or PROGRESS in listed
-                   else None)
-    done: tuple[VolumeRecord, ...] = ()
+    interrupted = home.read(spec.prefix, listed)
+    done: tuple[DoneVolume, ...] = ()
     if interrupted is not None:
-        if (interrupted.volume_size, interrupted.level) == (spec.volume_size, spec.codec.level):
+        if (interrupted.volume_size, interrupted.codec) == (spec.volume_size,
+                                                             spec.codec.fingerprint):
             done = interrupted.volumes
         else:
             delete_prefix(backend, spec.prefix, began)
@@ -142,30 +150,31 @@ def write_stream(
             on_volume(record, skipped)
 
     try:
-        volumes, used_class = _send(spec, backend, done, count, progress)
+        volumes, used_class = _send(spec, backend, home, done, count, progress)
     except RestartNeeded as exc:
         log.warning("%s; deleting the partial upload and sending %s again", exc, spec.prefix)
         delete_prefix(backend, spec.prefix, began)
         counts.update(written=0, skipped=0)
-        volumes, used_class = _send(spec, backend, (), count, progress)
+        volumes, used_class = _send(spec, backend, home, (), count, progress)
     manifest = _manifest(spec, volumes, used_class, now())
     put_with_copy(backend, spec.prefix + MANIFEST, manifest.to_json())
     stream_id = _catalog(spec, manifest, catalog, now())
-    backend.delete(spec.prefix + PROGRESS)
+    home.delete(spec.prefix)
     if interrupted is not None:
         drop_unfinished(backend, spec.prefix, began)
     return WrittenStream(stream_id, manifest.raw_bytes, manifest.stored_bytes,
                          counts["written"], counts["skipped"])
 
 
-def _send(spec: StreamSpec, backend: Backend, done: Sequence[VolumeRecord],
+def _send(spec: StreamSpec, backend: Backend, home: ProgressHome, done: Sequence[DoneVolume],
           on_volume: Callable[[VolumeRecord, bool], None],
           progress: Callable[[int, float], None] | None = None
           ) -> tuple[list[VolumeRecord], str]:
     with SendReader(spec.send_stages) as reader:
         return write_volumes(MeteredReader(reader, progress), backend, spec.prefix,
                              volume_size=spec.volume_size,
-                             codec=spec.codec, storage_class=spec.storage_class, done=done,
+                             codec=spec.codec, storage_class=spec.storage_class,
+                             progress=home, done=done,
                              on_volume=on_volume)
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import itertools
 import logging
 import math
@@ -46,7 +47,14 @@ from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, VolumeRow, first_three
 from zrepl_py.config.restore import RestoreConfig
-from zrepl_py.errors import NeedsThaw, ObjectNotFound, PipelineFailed, StreamCorrupt, ZbakError
+from zrepl_py.errors import (
+    IdentityRefused,
+    NeedsThaw,
+    ObjectNotFound,
+    PipelineFailed,
+    StreamCorrupt,
+    ZbakError,
+)
 from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.proc.python_end import ReceiveWriter
 from zrepl_py.replication.stages import Side
@@ -136,12 +144,18 @@ class StreamCheck:
 
 
 def read_stream(backend: Backend, stream: StreamRow, volumes: Sequence[VolumeRow],
-                carried: Sequence[CarriedSnapshot], *,
+                carried: Sequence[CarriedSnapshot], *, codec: Codec | None = None,
                 sink: Callable[[bytes], None] | None = None) -> StreamCheck:
     """Read every volume of ``stream`` in order and check it (see the module docstring);
-    ``sink`` receives the decompressed bytes (a test receive)."""
+    ``codec`` decodes its volumes (None: the plain chain its row names); ``sink`` receives
+    the decoded bytes (a test receive).
+
+    Raises:
+        IdentityRefused: a sealed volume's header opens with none of the codec's identities
+            while its stored bytes are the ones recorded (the key is wrong, not the stream).
+    """
     check = StreamCheck()
-    codec = Codec.named(stream.compression)
+    codec = codec or Codec.named(stream.compression)
     walker = RecordWalker(f"stream {stream.id} (@{stream.to_name}) in store {stream.store}")
     walk_error: str | None = None
     damaged = False
@@ -168,6 +182,16 @@ def read_stream(backend: Backend, stream: StreamRow, volumes: Sequence[VolumeRow
             check.problems.append((f"volume {volume.index} is damaged: {exc}", volume.key))
             damaged = True
             continue
+        except IdentityRefused:
+            # Decryption stopped at the header, before the hash saw the whole volume: only
+            # the stored bytes' SHA-256 tells a damaged header from a wrong identity.
+            if _stored_sha256(backend, volume.key) == volume.sha256:
+                raise
+            check.problems.append((f"volume {volume.index} is damaged: its age header does"
+                                   " not open and its SHA-256 differs from the catalog's",
+                                   volume.key))
+            damaged = True
+            continue
         if digest.stored_bytes != volume.stored_bytes or digest.sha256 != volume.sha256:
             check.problems.append((
                 f"volume {volume.index} holds {digest.stored_bytes} bytes with SHA-256"
@@ -192,6 +216,13 @@ def read_stream(backend: Backend, stream: StreamRow, volumes: Sequence[VolumeRow
     for problem in begin_problems(check.summary, stream, carried):
         check.problems.append((problem, None))
     return check
+
+
+def _stored_sha256(backend: Backend, key: str) -> str:
+    sha = hashlib.sha256()
+    for chunk in backend.get(key):
+        sha.update(chunk)
+    return sha.hexdigest()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,14 +328,18 @@ class DeepAudit:
         thaw: the ``[restore]`` settings (tier, days) used for thaw requests.
         deadline: the run's ``--max-duration`` budget (None: unbounded).
         job: the job audited, named by the event raised when a stream is marked bad.
+        codec_of: the codec of a chain name (``Context.reading_codecs``); None: plain
+            chains only.
     """
 
     def __init__(self, backend: Backend, catalog: Catalog,
                  volumes: Mapping[int, Sequence[VolumeRow]],
                  carried: Mapping[int, Sequence[CarriedSnapshot]],
                  now: Callable[[], dt.datetime], thaw: RestoreConfig,
-                 deadline: Deadline | None = None, *, job: str | None = None):
+                 deadline: Deadline | None = None, *, job: str | None = None,
+                 codec_of: Callable[[str], Codec] | None = None):
         self.backend, self.catalog, self.job = backend, catalog, job
+        self.codec_of = codec_of or (lambda chain: Codec.named(chain))
         self.volumes, self.carried = volumes, carried
         self.now, self.thaw = now, thaw
         self.deadline = deadline or Deadline(None)
@@ -375,14 +410,17 @@ class DeepAudit:
         vols = self.volumes.get(stream.id, [])
         if not vols:
             return False  # the graph audit reports a living stream without volumes
-        check = read_stream(self.backend, stream, vols, self.carried.get(stream.id, ()), sink=sink)
+        codec = self.codec_of(stream.compression)
+        check = read_stream(self.backend, stream, vols, self.carried.get(stream.id, ()),
+                            codec=codec, sink=sink)
         if check.problems and not check.missing and not check.thawing and sink is None:
             # docs/reliability.md#r11-flaky-read (restic errorOnceBackend, "check successful on
             # second attempt"): a flaky read (a connection that looked like EOF, a bit flipped in
             # transit) must not mark a good stream bad: read it once more, and report what the first
             # read saw. Not with a sink: its bytes already went to the scratch receive.
             first = check
-            check = read_stream(self.backend, stream, vols, self.carried.get(stream.id, ()))
+            check = read_stream(self.backend, stream, vols, self.carried.get(stream.id, ()),
+                                codec=codec)
             if not (check.problems or check.missing or check.thawing):
                 what = "; ".join(p for p, _ in first.problems)
                 keys = [k for _, k in first.problems if k]

@@ -601,10 +601,15 @@ def _audit_store(ctx: Context, backend: Backend, name: str, job: JobConfig, host
         return findings
     # Reading the streams found unreadable above would only repeat it.
     chosen = [s for s in choose(mine, sample) if s.id not in unreadable]
+    # A sealed store without an identity stops the deep level here (exit 2), before any
+    # read: levels 1 and 2 need none.
+    codec_of = ctx.reading_codecs(store)
+    for chain in sorted({s.compression for s in chosen}):
+        codec_of(chain)
     scratch = _scratch(ctx, receive_into) if receive_into else None
     outcome: DeepResult = DeepAudit(backend, catalog, volumes, carried, ctx.clock.now,
-                                    ctx.config.restore, deadline, job=name).run(chosen, mine,
-                                                                                scratch)
+                                    ctx.config.restore, deadline, job=name,
+                                    codec_of=codec_of).run(chosen, mine, scratch)
     result.verified += outcome.verified
     bad += outcome.bad
     result.received += outcome.received

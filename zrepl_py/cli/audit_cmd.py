@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -72,6 +73,9 @@ def _show(finding: Finding) -> None:
               help="With --deep, start no further stream after this many seconds (at least one"
                    " is read); the next run continues with the least recently verified"
                    " (implies --deep).")
+@click.option("--identity", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="With --deep, the age identity that decrypts a sealed store's volumes"
+                   " (default: the store's [stores.NAME.age] identity_file).")
 @click.option("--repair", is_flag=True,
               help="First make the safe repairs: abort unfinished uploads older than"
                    " --stale-uploads-days, finish deleting streams a stopped prune condemned."
@@ -84,8 +88,9 @@ def _show(finding: Finding) -> None:
 @json_option
 @pass_invocation
 def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | None,
-            receive_into: str | None, max_duration: float | None, repair: bool, yes: bool,
-            stale_uploads_days: float, show_all: bool, as_json: bool) -> ExitStatus:
+            receive_into: str | None, max_duration: float | None, identity: Path | None,
+            repair: bool, yes: bool, stale_uploads_days: float, show_all: bool,
+            as_json: bool) -> ExitStatus:
     """Check that every retained snapshot of each job is restorable: the catalog's chains and
     replica cursors, the objects in the store and their manifests, and with --deep the
     volumes' contents. States per dataset and store which snapshots are restorable and which
@@ -104,6 +109,7 @@ def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | 
     deadline = Deadline(max_duration)
     repairs: list[RepairResult] = []
     with inv.context() as ctx:
+        ctx.identity = identity
         selected = ctx.select_jobs(jobs)
         if repair:
             repairs, status = for_each_job(

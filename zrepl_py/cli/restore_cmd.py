@@ -7,6 +7,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -121,11 +122,14 @@ def _into_target(ctx: Context, dataset: str | None, into: str | None) -> Callabl
               help="With --path: replace files that exist in --into-dir.")
 @click.option("--dry-run", is_flag=True, help="Print the plan only.")
 @click.option("--yes", is_flag=True, help="Do not ask before restoring.")
+@click.option("--identity", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="The age identity that decrypts a sealed store's volumes (default: the"
+                   " store's [stores.NAME.age] identity_file).")
 @json_option
 @pass_invocation
 def command(inv: Invocation, dataset: str | None, to: str, into: str | None, from_: str | None,
             paths: tuple[str, ...], into_dir: str | None, overwrite: bool, dry_run: bool,
-            yes: bool, as_json: bool) -> ExitStatus:
+            yes: bool, identity: Path | None, as_json: bool) -> ExitStatus:
     """Restore DATASET (default: the only job's dataset) to snapshot @SNAP from the cheapest
     source that has it: the local pool (with --into), a replica, or the archive chain.
     Never overwrites an existing dataset. With --path, restore those files and directories
@@ -140,8 +144,9 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
         wanted = _check_file_arguments(paths, into, into_dir)
         assert into_dir is not None
         return _files(inv, dataset, to, from_, wanted, os.path.abspath(into_dir), overwrite,
-                      dry_run, yes, as_json)
+                      dry_run, yes, identity, as_json)
     with inv.context() as ctx:
+        ctx.identity = identity
         try:
             plan = plan_restore(gather_restore(ctx, dataset, into), to, from_)
         except ZbakError as exc:
@@ -216,13 +221,15 @@ def _check_file_arguments(paths: tuple[str, ...], into: str | None,
 
 def _files(inv: Invocation, dataset: str | None, to: str, from_: str | None,
            paths: tuple[str, ...], into_dir: str, overwrite: bool, dry_run: bool, yes: bool,
-           as_json: bool) -> ExitStatus:
-    """``zbak restore --path``: plan, show, confirm, restore (``files.restore``)."""
+           identity: Path | None, as_json: bool) -> ExitStatus:
+    """``zbak restore --path``: plan, show, confirm, restore (``files.restore``); a sealed
+    store's volumes are decrypted with ``identity`` (``--identity FILE``)."""
     from zrepl_py.files.restore import plan_file_restore, restore_files
     from zrepl_py.observe.runlog import recorded_run
 
     target = f"local:{into_dir}"
     with inv.context() as ctx:
+        ctx.identity = identity
         try:
             plan = plan_file_restore(ctx, dataset, to, from_, paths, into_dir,
                                      overwrite=overwrite)

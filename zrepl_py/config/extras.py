@@ -1,7 +1,7 @@
 """Which pip extras a config needs, checked before any work starts.
 
 boto3 (``zbak[s3]``) is needed only by ``s3://`` stores (each store's scheme names its extra,
-``zrepl_py.stores.registry``), psycopg (``zbak[postgresql]``) only by a PostgreSQL catalog and
+``zrepl_py.stores.registry``), pyrage (``zbak[age]``) only by sealed stores, psycopg (``zbak[postgresql]``) only by a PostgreSQL catalog and
 apprise (``zbak[apprise]``) only by ``[alerts.apprise]``, so a host with a SQLite catalog,
 ``file://`` stores and webhook or mail alerts installs none. A config that needs a missing one
 is refused at ``zbak config check``, ``zbak init`` and ``zbak daemon``
@@ -43,9 +43,12 @@ def require_for_config(config: Config) -> None:
     """
     # imported here: `zbak --help` loads this module, and the registry loads pydantic
     from zrepl_py.stores.registry import scheme_of
+    from zrepl_py.stores.settings import AGE
 
     needs = [(for_catalog(config.catalog_url.split("://", 1)[0]), CATALOG)]
     needs += [(scheme_of(store).extra, f"store {name}") for name, store in config.stores.items()]
+    needs += [(AGE, f"store {name}") for name, store in config.stores.items()
+              if store.age is not None]
     if config.alerts.apprise is not None:
         needs.append((APPRISE, APPRISE_USER))
     missing: list[tuple[str, str, str, str | None]] = []

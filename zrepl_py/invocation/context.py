@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from zrepl_py.invocation.hosts import ExecutorPool
     from zrepl_py.locking import Lease, LockRecord
     from zrepl_py.stores.base import Backend
+    from zrepl_py.streams.codec import Codec
     from zrepl_py.zfs.capabilities import Capabilities
     from zrepl_py.zfs.client import Zfs
 
@@ -47,11 +48,15 @@ class Context:
         config: the validated config.
         config_path: the file it came from (for messages).
         clock: source of "now" (UTC); tests inject a FixedClock.
+        identity: the ``--identity FILE`` given to a command that decrypts a sealed store's
+            volumes (restore, ``audit --deep``), else None: ``reading_codecs`` falls back to
+            the store's ``[stores.NAME.age] identity_file``.
     """
 
     config: Config
     config_path: Path
     clock: Clock = dataclasses.field(default_factory=lambda: MonotonicClock(SystemClock()))
+    identity: Path | None = None
     _executors: ExecutorPool | None = None
     _engine: Engine | None = None
     _catalog: Catalog | None = None
@@ -204,6 +209,14 @@ class Context:
             env = StoreEnv(hosts=self.config.hosts, known_hosts=self.state_dir / "known_hosts")
             self._stores[name] = open_store(name, cfg, env)
         return self._stores[name]
+
+    def reading_codecs(self, name: str) -> Callable[[str], Codec]:
+        """The codecs that decode store ``name``'s volumes, by chain name
+        (``stores.sealing.reading_codecs``, with this invocation's ``identity``); a store
+        the config no longer names is read with the ``--identity`` given only."""
+        from zrepl_py.stores.sealing import reading_codecs
+
+        return reading_codecs(name, self.config.stores.get(name), self.identity)
 
     def start_prefetch(self, tasks: Sequence[Task]) -> None:
         """Start running ``tasks`` in the background (``zrepl_py.runtime.prefetch``), replacing any

@@ -5,19 +5,26 @@ It is written after the last volume is durable and before the catalog row
 the catalog without it (``zbak catalog rebuild``). Guids are written as decimal strings: JSON
 readers other than Python's lose precision on integers above 2**53.
 
-Format ``zbak-stream/1``::
+Format ``zbak-stream/2`` (written since sealed cold storage; docs/design.md#stream-manifest)::
 
-    {"format": "zbak-stream/1", "host": "local", "dataset": "tank/data",
+    {"format": "zbak-stream/2", "host": "local", "dataset": "tank/data",
      "kind": "full" | "incremental",
      "from": null | {"name": "a", "guid": "123", "createtxg": 5},
      "to": {"name": "b", "guid": "456", "createtxg": 9},
      "snapshots": [{"name": ..., "guid": ..., "createtxg": ...}, ...],   # carried, txg order
      "raw_bytes": 123, "stored_bytes": 45,
      "volumes": [{"index": 0, "key": "...", "raw_bytes": 1, "stored_bytes": 1,
-                  "sha256": "<hex>", "raw_sha256": "<hex>"}, ...],
-     "compression": "zstd", "compression_level": 3, "send_flags": ["-I"], "raw": false,
+                  "sha256": "<hex>"}, ...],
+     "codec": ["zstd"] | ["zstd", "age"], "compression_level": 3,
+     "send_flags": ["-I"], "raw": false,
      "storage_class": "GLACIER", "tool": "zbak 0.1.0", "created_at": "2026-01-01T00:00:00Z",
      "sha256": "<hex>"}
+
+Metadata only: the ``sha256`` of a volume is that of its stored bytes (ciphertext in a sealed
+store); no hash of the raw stream is in it (docs/sealed.md). ``codec`` is the codec chain's
+steps in order (``streams.codec``). Format ``zbak-stream/1`` is still read: it has
+``"compression": "zstd"`` instead of ``codec`` and a ``raw_sha256`` per volume, which the
+reader checks for shape and drops.
 
 ``sha256`` is the SHA-256 of all the other fields as canonical JSON (``objects.checked``), so
 a changed byte is caught even where the JSON still parses; the writer stores the manifest
@@ -44,11 +51,16 @@ from typing import Any
 from zrepl_py.errors import StreamCorrupt
 from zrepl_py.objects.checked import canonical_sha256
 
-FORMAT = "zbak-stream/1"
+FORMAT = "zbak-stream/2"
+FORMAT_1 = "zbak-stream/1"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_FIELDS = frozenset({"format", "host", "dataset", "kind", "from", "to", "snapshots", "raw_bytes",
-                     "stored_bytes", "volumes", "compression", "compression_level", "send_flags",
+_COMMON = frozenset({"format", "host", "dataset", "kind", "from", "to", "snapshots", "raw_bytes",
+                     "stored_bytes", "volumes", "compression_level", "send_flags",
                      "storage_class", "tool", "created_at", "sha256", "raw"})
+_FIELDS = {FORMAT: _COMMON | {"codec"}, FORMAT_1: _COMMON | {"compression"}}
+_VOLUME_FIELDS = {FORMAT: frozenset({"index", "key", "raw_bytes", "stored_bytes", "sha256"}),
+                  FORMAT_1: frozenset({"index", "key", "raw_bytes", "stored_bytes", "sha256",
+                                       "raw_sha256"})}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,15 +74,14 @@ class CarriedSnapshot:
 
 @dataclasses.dataclass(frozen=True)
 class VolumeRecord:
-    """One volume: ``index``, ``key``, sizes in bytes, SHA-256 (hex) of the stored and of the
-    raw (uncompressed) bytes."""
+    """One volume: ``index``, ``key``, sizes in bytes (raw: what zfs send wrote; stored: the
+    object), SHA-256 (hex) of the stored bytes."""
 
     index: int
     key: str
     raw_bytes: int
     stored_bytes: int
     sha256: str
-    raw_sha256: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +96,8 @@ class Manifest:
     snapshots: tuple[CarriedSnapshot, ...]
     volumes: tuple[VolumeRecord, ...]
     compression: str
+    """The codec chain's name (``streams.codec``: ``zstd``, ``zstd+age``), as the catalog's
+    ``compression`` column records it."""
     compression_level: int
     send_flags: tuple[str, ...]
     storage_class: str
@@ -120,7 +133,7 @@ class Manifest:
             "raw_bytes": self.raw_bytes,
             "stored_bytes": self.stored_bytes,
             "volumes": [dataclasses.asdict(v) for v in self.volumes],
-            "compression": self.compression,
+            "codec": self.compression.split("+"),
             "compression_level": self.compression_level,
             "send_flags": list(self.send_flags),
             "raw": self.raw,
@@ -147,12 +160,15 @@ class Manifest:
                 recorded = obj.pop("sha256")
                 if recorded != canonical_sha256(obj):
                     raise ValueError("its content does not match its sha256 (changed bytes)")
-            unknown = set(obj) - _FIELDS
+            form = obj.get("format")
+            if form not in _FIELDS:
+                raise ValueError(f"format {form!r}, expected {FORMAT!r} or {FORMAT_1!r}")
+            unknown = set(obj) - _FIELDS[form]
             if unknown:
                 raise ValueError(f"unknown field(s) {sorted(unknown)}")
-            if obj.get("format") != FORMAT:
-                raise ValueError(f"format {obj.get('format')!r}, expected {FORMAT!r}")
-            volumes = tuple(_volume_in(v) for v in obj["volumes"])
+            volumes = tuple(_volume_in(v, form) for v in obj["volumes"])
+            codec = (_str(obj["compression"]) if form == FORMAT_1
+                     else "+".join(_str(step) for step in obj["codec"]))
             manifest = cls(
                 host=_str(obj["host"]),
                 dataset=_str(obj["dataset"]),
@@ -161,7 +177,7 @@ class Manifest:
                 to_snap=_snap_in(obj["to"]),
                 snapshots=tuple(_snap_in(s) for s in obj["snapshots"]),
                 volumes=volumes,
-                compression=_str(obj["compression"]),
+                compression=codec,
                 compression_level=int(obj["compression_level"]),
                 send_flags=tuple(_str(f) for f in obj["send_flags"]),
                 storage_class=_str(obj["storage_class"]),
@@ -179,7 +195,8 @@ class Manifest:
             if (manifest.kind == "full") != (manifest.from_snap is None):
                 raise ValueError("a full has no from-snapshot and an incremental has one")
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-            raise StreamCorrupt(f"manifest {where} is not a valid {FORMAT} manifest: {exc}") from None
+            raise StreamCorrupt(f"manifest {where} is not a valid zbak-stream manifest: {exc}"
+                                ) from None
         return manifest
 
 
@@ -196,13 +213,17 @@ def _snap_in(obj: dict[str, Any]) -> CarriedSnapshot:
     return CarriedSnapshot(name=_str(obj["name"]), guid=guid, createtxg=int(obj["createtxg"]))
 
 
-def _volume_in(obj: dict[str, Any]) -> VolumeRecord:
+def _volume_in(obj: dict[str, Any], form: str) -> VolumeRecord:
+    unknown = set(obj) - _VOLUME_FIELDS[form]
+    if unknown:
+        raise ValueError(f"unknown volume field(s) {sorted(unknown)}")
     volume = VolumeRecord(index=int(obj["index"]), key=_str(obj["key"]),
                           raw_bytes=int(obj["raw_bytes"]), stored_bytes=int(obj["stored_bytes"]),
-                          sha256=_str(obj["sha256"]), raw_sha256=_str(obj["raw_sha256"]))
+                          sha256=_str(obj["sha256"]))
     if volume.raw_bytes < 0 or volume.stored_bytes < 0:
         raise ValueError(f"volume {volume.index} has a negative size")
-    if not (_HEX64.fullmatch(volume.sha256) and _HEX64.fullmatch(volume.raw_sha256)):
+    hashes = [volume.sha256] + ([_str(obj["raw_sha256"])] if form == FORMAT_1 else [])
+    if not all(_HEX64.fullmatch(h) for h in hashes):
         raise ValueError(f"volume {volume.index} has a malformed sha256")
     return volume
 

@@ -41,6 +41,7 @@ from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.errors import (
     CatalogError,
+    IdentityRefused,
     PipelineFailed,
     RestoreError,
     StreamCorrupt,
@@ -88,6 +89,9 @@ def execute_restore(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     Raises:
         CatalogReplay: the store is older than this machine last wrote it (rolled back or
             replaced); CatalogExportCorrupt: its catalog export and copy are both damaged.
+        IdentityNeeded: a stream of the path is sealed and no identity was given (exit 2;
+            before anything is read). IdentityRefused: the identity opens no volume of it
+            (exit 2; at the first volume's header, before its stream's first byte).
         ThawPending: cold volumes are not readable yet (exit 75; thaws were requested).
         StreamCorrupt: a volume failed verification (nothing received).
         StreamRejected: zfs receive (or the receive pass's zstd decode) rejected a verified
@@ -106,6 +110,9 @@ def execute_restore(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
 def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     path = plan.chosen.path
     assert path is not None
+    # A sealed stream without an identity stops here, before any thaw or download.
+    codec_of = ctx.reading_codecs(path.store)
+    codecs = {s.id: codec_of(s.compression) for s in path.streams}
     cfg = ctx.config.restore
     backend = ctx.store(path.store)
     # docs/reliability.md#r25-catalog-rollback-detection: a store rolled back behind this machine's
@@ -125,7 +132,6 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     receive = receive_argv(plan.into, caps=zfs.capabilities, resumable=False, zfs=zfs.zfs)
     total = 0
     label = f"{path.store}:{plan.dataset}@{plan.target.name} -> {plan.into}"
-    codecs = {s.id: Codec.named(s.compression) for s in path.streams}
     with VolumeFetch(backend, every, spool, cfg.download_concurrency, codecs) as fetch:
         progress = _reporter(ctx, plan, label, total=sum(s.raw_bytes for s in path.streams))
         sampler = Sampler(progress)
@@ -155,6 +161,13 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
                 except _Unverified as exc:
                     progress.close()
                     raise exc.error from None  # says "nothing was received" (see _stream_bytes)
+                except IdentityRefused as exc:
+                    # The volume verified: the key is wrong, not the stream (nothing marked
+                    # bad). Its header is the first thing decrypted: nothing of it went out.
+                    progress.close()
+                    got = (f"{plan.into} holds the streams up to @{path.streams[done - 1].to_name}"
+                           if done else "nothing was received")
+                    raise IdentityRefused(f"{exc}; {got}") from None
                 except Exception as exc:
                     progress.close()  # a KeyboardInterrupt leaves the file: stale once we exit
                     got = (f"{plan.into} holds the streams up to @{path.streams[done - 1].to_name}"

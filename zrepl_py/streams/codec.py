@@ -11,9 +11,13 @@ command and its inverse in one table entry:
 * ``zstd``: one zstd frame per volume with a content checksum (``streams.frames``), level
   from the job; its reader checks the frame end, nothing after it and the decoded size
   (docs/style.md#the-zstandard-pitfall).
+* ``age`` (a sealed store, ``[stores.NAME.age]``): the zstd frame encrypted to every
+  recipient as one age file (``streams.age``); decrypting needs an identity, and its
+  stored structure is checked by the age header line alone.
 
-The chain's name (``"zstd"``) is what the catalog's ``compression`` column and the stream
-manifest record; :meth:`Codec.named` turns it back into a codec that can decode.
+The chain's name (``"zstd"``, ``"zstd+age"``) is what the catalog's ``compression`` column
+and the stream manifest record; :meth:`Codec.named` turns it back into a codec that can
+decode.
 
 On the way out: raw chunks -> each step in order -> stored chunks, with the raw and stored
 byte counts and the raw SHA-256 in a :class:`~zrepl_py.streams.frames.Digest`. On the way
@@ -24,14 +28,18 @@ each step's inverse in reverse order -> raw chunks.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Iterable, Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
-from zrepl_py.errors import StreamCorrupt
+from zrepl_py.errors import IdentityNeeded, StreamCorrupt
 from zrepl_py.streams.frames import Digest, FrameWalk, compress_frame, decompress_frame
 
 ZSTD = "zstd"
+AGE = "age"
 STEP_SEPARATOR = "+"
+CHAINS = (ZSTD, ZSTD + STEP_SEPARATOR + AGE)
+"""Every chain this zbak writes and reads."""
 
 
 class StoredWalk(Protocol):
@@ -47,36 +55,81 @@ class StoredWalk(Protocol):
 
 
 @dataclasses.dataclass(frozen=True)
+class Sealing:
+    """The age keys of a sealed store's codec (``streams.age``).
+
+    Attributes:
+        recipients: the public keys as configured (``age1...``, ``ssh-ed25519 BASE64``);
+            what a copy compares (:meth:`Codec.stores_like`).
+        encrypt_to: the parsed recipients (pyrage), needed to encode.
+        identities: the parsed private keys (pyrage), needed to decode; never shown.
+        store: the store's name, for messages.
+    """
+
+    recipients: tuple[str, ...] = ()
+    encrypt_to: tuple[Any, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    identities: tuple[Any, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    store: str = ""
+
+    @property
+    def keys(self) -> frozenset[str]:
+        """The recipients without their comments (``ssh-ed25519 BASE64``)."""
+        return frozenset(" ".join(r.split()[:2]) for r in self.recipients)
+
+
+@dataclasses.dataclass(frozen=True)
 class Codec:
     """The steps a volume's bytes go through, in the order they are applied on the way out.
 
     Attributes:
         level: the zstd level (1..22) used when encoding; decoding does not need it.
+        sealing: the age keys of a sealed chain; None for plain zstd.
     """
 
     level: int = 3
+    sealing: Sealing | None = None
 
     @property
     def steps(self) -> tuple[str, ...]:
-        """The step names in order (``("zstd",)``)."""
-        return (ZSTD,)
+        """The step names in order (``("zstd",)``, ``("zstd", "age")``)."""
+        return (ZSTD, AGE) if self.sealing is not None else (ZSTD,)
 
     @property
     def name(self) -> str:
         """The chain as the catalog records it: the step names joined by ``+``."""
         return STEP_SEPARATOR.join(self.steps)
 
+    @property
+    def sealed(self) -> bool:
+        """True when the stored bytes are encrypted (the ``age`` step)."""
+        return self.sealing is not None
+
+    @property
+    def fingerprint(self) -> str:
+        """What an interrupted upload must have been encoded with to be resumed: the chain,
+        the level and, sealed, a SHA-256 of the recipients (public keys: it decrypts
+        nothing)."""
+        text = f"{self.name}-{self.level}"
+        if self.sealing is not None:
+            keys = "\n".join(sorted(self.sealing.keys)).encode()
+            text += ":" + hashlib.sha256(keys).hexdigest()[:16]
+        return text
+
     @classmethod
-    def named(cls, name: str, *, level: int = 3) -> Codec:
-        """The codec of a chain the catalog or a manifest records (its :attr:`name`).
+    def named(cls, name: str, *, level: int = 3, sealing: Sealing | None = None) -> Codec:
+        """The codec of a chain the catalog or a manifest records (its :attr:`name`);
+        ``sealing`` gives a sealed chain its keys (without identities, decoding raises
+        ``IdentityNeeded``).
 
         Raises:
             StreamCorrupt: a chain zbak does not know (written by a newer zbak).
         """
-        if name != ZSTD:
+        if name not in CHAINS:
             raise StreamCorrupt(f"codec chain {name!r} is not one this zbak reads (it reads"
-                                f" {ZSTD!r}); upgrade zbak")
-        return cls(level=level)
+                                f" {', '.join(map(repr, CHAINS))}); upgrade zbak")
+        if AGE not in name.split(STEP_SEPARATOR):
+            return cls(level=level)
+        return cls(level=level, sealing=sealing or Sealing())
 
     def encode(self, raw: Iterable[bytes], digest: Digest) -> Iterator[bytes]:
         """Yield the stored bytes of one volume whose raw bytes are ``raw``.
@@ -90,7 +143,18 @@ class Codec:
         Raises:
             whatever iterating ``raw`` raises.
         """
-        return compress_frame(raw, self.level, digest)
+        if self.sealing is None:
+            return compress_frame(raw, self.level, digest)
+        return self._sealed(raw, digest, self.sealing)
+
+    def _sealed(self, raw: Iterable[bytes], digest: Digest, sealing: Sealing) -> Iterator[bytes]:
+        from zrepl_py.streams import age
+
+        frame = Digest(hash_stored=False)
+        for out in age.encrypt(compress_frame(raw, self.level, frame), sealing.encrypt_to):
+            digest.add_stored(out)
+            yield out
+        digest.take_raw(frame)
 
     def decode(self, stored: Iterable[bytes], what: str, digest: Digest | None = None, *,
                raw_bytes: int | None = None) -> Iterator[bytes]:
@@ -107,20 +171,49 @@ class Codec:
 
         Raises:
             StreamCorrupt: a step's check failed (a damaged frame, a truncated one, bytes
-                after it, another raw size).
+                after it, another raw size; a sealed volume whose payload does not
+                authenticate).
+            IdentityNeeded: a sealed chain without identities (before any byte is read).
+            IdentityRefused: a sealed volume's header opens with none of them (before any
+                raw byte comes out).
         """
-        return decompress_frame(stored, what, digest, raw_bytes=raw_bytes)
+        if self.sealing is None:
+            return decompress_frame(stored, what, digest, raw_bytes=raw_bytes)
+        if not self.sealing.identities:
+            raise IdentityNeeded(_identity_needed(self.sealing.store, what))
+        return self._opened(stored, what, digest, raw_bytes, self.sealing)
+
+    def _opened(self, stored: Iterable[bytes], what: str, digest: Digest | None,
+                raw_bytes: int | None, sealing: Sealing) -> Iterator[bytes]:
+        from zrepl_py.streams import age
+
+        if digest is not None:
+            stored = _counted(stored, digest)
+        frame = Digest(hash_stored=False)
+        yield from decompress_frame(age.decrypt(stored, sealing.identities, what), what,
+                                    frame, raw_bytes=raw_bytes)
+        if digest is not None:
+            digest.take_raw(frame)
 
     def walk(self, what: str) -> StoredWalk:
         """A structure check of this chain's stored bytes that decodes nothing (a zstd
-        frame's headers); ``what`` names the volume in error messages."""
+        frame's headers; a sealed volume's age header line); ``what`` names the volume in
+        error messages."""
+        if self.sealing is not None:
+            from zrepl_py.streams.age import HeaderWalk
+
+            return HeaderWalk(what)
         return FrameWalk(what)
 
     def stores_like(self, other: Codec) -> bool:
         """True when a volume stored with ``other`` is what this codec would store, so a
-        copy may pass the stored bytes through unchanged (a different zstd level still
-        decodes the same: the level is not part of what is stored)."""
-        return self.steps == other.steps
+        copy may pass the stored bytes through unchanged: the same steps and, sealed, the
+        same recipients (a different zstd level still decodes the same: the level is not
+        part of what is stored)."""
+        if self.steps != other.steps:
+            return False
+        return (self.sealing is None or other.sealing is None
+                or self.sealing.keys == other.sealing.keys)
 
     def reencode(self, stored: Iterable[bytes], source: Codec, what: str, digest: Digest, *,
                  raw_bytes: int | None = None) -> Iterator[bytes]:
@@ -128,6 +221,19 @@ class Codec:
         every check of ``source``, then encoded (``digest`` as in :meth:`encode`).
 
         Raises:
-            StreamCorrupt: the stored bytes fail a check of ``source``.
+            StreamCorrupt, IdentityNeeded, IdentityRefused: as :meth:`decode` of ``source``.
         """
         return self.encode(source.decode(stored, what, raw_bytes=raw_bytes), digest)
+
+
+def _counted(stored: Iterable[bytes], digest: Digest) -> Iterator[bytes]:
+    for chunk in stored:
+        digest.add_stored(chunk)
+        yield chunk
+
+
+def _identity_needed(store: str, what: str) -> str:
+    where = f"store {store}" if store else what
+    return (f"{where} is sealed (age): reading its volumes needs an identity: pass"
+            f" --identity FILE, or set [stores.{store or 'NAME'}.age] identity_file on this host"
+            " (docs/sealed.md)")

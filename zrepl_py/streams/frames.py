@@ -74,6 +74,11 @@ class Digest:
         if self.hash_stored:
             self._stored.update(data)
 
+    def take_raw(self, other: Digest) -> None:
+        """Take ``other``'s raw count and hash as this digest's (a codec chain whose first
+        step saw the raw bytes and whose last step made the stored ones)."""
+        self.raw_bytes, self._raw = other.raw_bytes, other._raw
+
     @property
     def raw_sha256(self) -> str:
         """Lowercase hex SHA-256 of the raw bytes so far."""

@@ -1,0 +1,276 @@
+"""Sealed cold storage as the admin runs it (docs/sealed.md): ``zbak archive`` into a
+``file://`` store with ``[stores.cold.age]``, restores and audits with and without the
+identity, tampering, a lost catalog, a killed upload, and Debian's ``age`` restoring a chain
+without zbak. Real zfs-fuse pools, the real CLI, Debian's ``age``/``age-keygen`` and ``zstd``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyrage
+import pytest
+from support.cli import Zbak, exists, prop, restored_content, snapshots, tree_digest, zfs
+
+from zrepl_py.errors import ExitStatus
+
+MiB = 1 << 20
+MAGIC = b"age-encryption.org/v1\n"
+NEEDS = "reading its volumes needs an identity"
+
+
+def keygen(path: Path) -> str:
+    """``age-keygen -o PATH``; return the public key (``age1...``)."""
+    subprocess.run(["age-keygen", "-o", str(path)], check=True, capture_output=True)
+    return subprocess.run(["age-keygen", "-y", str(path)], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+class Site:
+    """A pool with dataset ``data``, a sealed ``file://`` store ``cold`` and two identities:
+    ``key`` (a recipient of the store) and ``other`` (not one)."""
+
+    def __init__(self, pool, tmp: Path, capsys, *, volume_size: str = "1MiB",
+                 identity_in_config: bool = False):
+        self.pool, self.tmp = pool, tmp
+        self.data = f"{pool.name}/data"
+        zfs("create", self.data)
+        self.mount = Path(prop(self.data, "mountpoint"))
+        self.store = tmp / "store"
+        self.store.mkdir(mode=0o700)
+        self.key, self.other = tmp / "zbak.key", tmp / "other.key"
+        self.recipient = keygen(self.key)
+        keygen(self.other)
+        identity = f'identity_file = "{self.key}"' if identity_in_config else ""
+        self.config = tmp / "zbak.toml"
+        self.config.write_text(f'state_dir = "{tmp / "state"}"\n' + textwrap.dedent(f"""
+            [stores.cold]
+            url = "file://{self.store}"
+            volume_size = "{volume_size}"
+            [stores.cold.age]
+            recipients = ["{self.recipient}"]
+            {identity}
+            [jobs.data]
+            dataset = "{self.data}"
+            [jobs.data.archive]
+            store = "cold"
+        """))
+        self.run = Zbak(self.config, capsys)
+        assert self.run("init", "--no-checks")[0] == ExitStatus.OK
+
+    def snapshot(self, name: str, size: int = 3 * MiB) -> None:
+        """Write a file of ``size`` random bytes and a marker text, then snapshot @name."""
+        (self.mount / f"f{name}.bin").write_bytes(os.urandom(size))
+        (self.mount / f"marker{name}.txt").write_text(f"PLAINTEXT-MARKER-{name}\n" * 1000)
+        zfs("snapshot", f"{self.data}@{name}")
+
+    def archive(self) -> None:
+        status, out, err = self.run("archive")
+        assert status == ExitStatus.OK, out + err
+
+    def volumes(self) -> list[Path]:
+        return sorted(self.store.rglob("vol-*.zst"))
+
+    def restore(self, to: str, into: str, *identity: str) -> tuple[ExitStatus, str, str]:
+        return self.run("restore", self.data, "--to", f"@{to}", "--into",
+                        f"{self.pool.name}/{into}", "--from", "cold", "--yes", *identity)
+
+
+@pytest.fixture
+def site(zpool, tmp_path, capsys):
+    return Site(zpool, tmp_path, capsys)
+
+
+def age_decrypt(key: Path, volume: Path) -> bytes:
+    return subprocess.run(["age", "-d", "-i", str(key), str(volume)], check=True,
+                          capture_output=True).stdout
+
+
+def store_bytes(store: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(store.rglob("*")) if p.is_file())
+
+
+def test_a_sealed_chain_restores_with_the_identity_and_the_store_holds_no_plaintext_nor_its_hash(
+        site):
+    """Every volume is an age file (Debian's ``age`` opens it with the identity); no marker
+    text, no raw SHA-256 of a volume and no manifest field of the raw stream is in the store;
+    the chain restores with ``--identity``."""
+    site.snapshot("1")
+    site.snapshot("2")
+    site.archive()
+    volumes = site.volumes()
+    assert len(volumes) >= 6
+    everything = store_bytes(site.store)
+    assert b"PLAINTEXT-MARKER" not in everything
+    for volume in volumes:
+        assert volume.read_bytes().startswith(MAGIC), volume
+        raw = subprocess.run(["zstd", "-d", "-c"], input=age_decrypt(site.key, volume),
+                             check=True, capture_output=True).stdout
+        assert hashlib.sha256(raw).hexdigest().encode() not in everything, volume
+    manifests = [json.loads(p.read_bytes()) for p in site.store.rglob("manifest.json")]
+    assert {m["format"] for m in manifests} == {"zbak-stream/2"}
+    assert all(m["codec"] == ["zstd", "age"] for m in manifests)
+    status, out, err = site.restore("2", "back", "--identity", str(site.key))
+    assert status == ExitStatus.OK, out + err
+    assert restored_content(f"{site.pool.name}/back") == tree_digest(site.mount)
+
+
+def test_without_an_identity_restore_and_deep_audit_exit_2_while_the_plain_audit_runs(site):
+    site.snapshot("1")
+    site.archive()
+    status, out, err = site.restore("1", "back")
+    assert status == ExitStatus.USAGE, out + err
+    assert "store cold is sealed" in err and NEEDS in err and "--identity FILE" in err
+    assert not exists(f"{site.pool.name}/back")
+    status, out, err = site.run("audit", "--deep")
+    assert status == ExitStatus.USAGE, out + err
+    assert NEEDS in err
+    status, out, err = site.run("audit")
+    assert status == ExitStatus.OK, out + err
+    status, out, err = site.run("audit", "--deep", "--identity", str(site.key))
+    assert status == ExitStatus.OK, out + err
+    assert "1 verified" in out
+
+
+def test_a_wrong_identity_fails_at_the_first_header_receives_nothing_and_marks_nothing_bad(
+        site):
+    site.snapshot("1")
+    site.archive()
+    status, out, err = site.restore("1", "back", "--identity", str(site.other))
+    assert status == ExitStatus.USAGE, out + err
+    assert "opens with none of the identities" in err and "nothing was received" in err
+    assert not exists(f"{site.pool.name}/back")
+    status, out, err = site.run("audit", "--deep", "--identity", str(site.other))
+    assert status == ExitStatus.USAGE, out + err
+    status, out, err = site.run("list", "streams", "--json")
+    assert status == ExitStatus.OK and {s["state"] for s in json.loads(out)} == {"uploaded"}
+    status, out, err = site.restore("1", "back", "--identity", str(site.key))
+    assert status == ExitStatus.OK, out + err
+
+
+def test_a_flipped_ciphertext_byte_is_refused_before_anything_is_received(site):
+    site.snapshot("1")
+    site.snapshot("2")
+    site.archive()
+    victim = site.volumes()[-1]  # in the incremental: the full must not be received either
+    body = bytearray(victim.read_bytes())
+    body[len(body) // 2] ^= 0x01
+    victim.write_bytes(bytes(body))
+    status, out, err = site.restore("2", "back", "--identity", str(site.key))
+    assert status == ExitStatus.FAILED, out + err
+    assert victim.name in err and "SHA-256" in err and "nothing was received" in err
+    assert not exists(f"{site.pool.name}/back")
+    status, out, err = site.run("audit", "--deep", "--identity", str(site.key))
+    assert status == ExitStatus.AUDIT_FINDINGS, out + err
+    assert "marked bad" in out + err
+
+
+def test_a_volume_replaced_by_another_validly_encrypted_to_the_same_recipient_is_refused(site):
+    """age does not authenticate the writer: anyone with the public key writes valid
+    volumes. The replacement below decrypts and decodes exactly as the original (same
+    plaintext, same size); only the SHA-256 the catalog recorded tells it apart."""
+    site.snapshot("1")
+    site.archive()
+    victim = site.volumes()[0]
+    plain = age_decrypt(site.key, victim)
+    # rage (pyrage) adds a "grease" stanza of random length to each header: encrypt until
+    # the forgery has the original's size, so the size check cannot be what refuses it.
+    recipient = pyrage.x25519.Recipient.from_str(site.recipient)
+    forged = b""
+    for _ in range(2000):
+        forged = pyrage.encrypt(plain, [recipient])
+        if len(forged) == victim.stat().st_size:
+            break
+    assert len(forged) == victim.stat().st_size and forged != victim.read_bytes()
+    victim.write_bytes(forged)
+    status, out, err = site.restore("1", "back", "--identity", str(site.key))
+    assert status == ExitStatus.FAILED, out + err
+    assert victim.name in err and "SHA-256" in err and "nothing was received" in err
+    assert not exists(f"{site.pool.name}/back")
+
+
+def test_stock_age_and_zstd_restore_a_sealed_chain_without_zbak(site):
+    """docs/sealed.md#the-emergency-path-without-zbak, stream after stream, full first."""
+    site.snapshot("1")
+    site.snapshot("2")
+    site.archive()
+    streams = sorted(p for p in (site.store / "local" / site.data).iterdir() if p.is_dir())
+    assert len(streams) == 2 and "-full-" in streams[0].name
+    into = f"{site.pool.name}/emergency"
+    for stream in streams:
+        script = (f'for v in "{stream}"/vol-*.zst; do age -d -i "{site.key}" "$v"; done'
+                  f' | zstd -d | zfs receive -u "{into}"')
+        subprocess.run(["bash", "-o", "pipefail", "-c", script], check=True, capture_output=True,
+                       timeout=300)
+    assert snapshots(into) == ["1", "2"]
+    assert restored_content(into) == tree_digest(site.mount)
+
+
+def test_a_lost_catalog_is_rebuilt_without_an_identity_then_restores_with_one(site):
+    site.snapshot("1")
+    site.snapshot("2")
+    site.archive()
+    (site.tmp / "state" / "catalog.sqlite").unlink()
+    assert site.run("init", "--no-checks")[0] == ExitStatus.OK
+    status, out, err = site.run("catalog", "rebuild", "cold")
+    assert status == ExitStatus.OK, out + err
+    catalog = sqlite3.connect(site.tmp / "state" / "catalog.sqlite")
+    try:
+        chains = {row[0] for row in catalog.execute("select compression from streams")}
+    finally:
+        catalog.close()
+    assert chains == {"zstd+age"}
+    status, out, err = site.restore("2", "back", "--identity", str(site.key))
+    assert status == ExitStatus.OK, out + err
+    assert restored_content(f"{site.pool.name}/back") == tree_digest(site.mount)
+
+
+def test_an_encrypted_upload_killed_mid_stream_resumes_from_the_hosts_record(zpool, tmp_path,
+                                                                              capsys):
+    """kill -9 in the middle of a 64 MiB sealed stream: its progress record is on this host
+    (the store holds no progress.json and no raw hash), the rerun skips the stored volumes
+    and converges, and the chain restores."""
+    site = Site(zpool, tmp_path, capsys, volume_size="4MiB", identity_in_config=True)
+    site.snapshot("big", 64 * MiB)
+    records = tmp_path / "state" / "progress" / "cold"
+    env = dict(os.environ, ZBAK_LOG_LEVEL="WARNING")
+    proc = subprocess.Popen([sys.executable, "-m", "zrepl_py", "--config", str(site.config),
+                             "archive"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    record = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list(records.rglob("progress.json"))
+        if found:
+            try:
+                if len(json.loads(found[0].read_bytes())["volumes"]) >= 3:
+                    record = found[0]
+                    break
+            except ValueError:
+                pass  # replaced while read
+        time.sleep(0.02)
+    assert record is not None, "the archive finished before it could be interrupted"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not list(site.store.rglob("manifest.json"))
+    assert not list(site.store.rglob("progress.json"))
+    raw_hashes = [v["raw_sha256"].encode() for v in json.loads(record.read_bytes())["volumes"]]
+    assert not [h for h in raw_hashes if h in store_bytes(site.store)]
+    before = {p: p.stat().st_mtime_ns for p in site.volumes()}
+    status, out, err = site.run("archive", "--json")
+    assert status == ExitStatus.OK, out + err
+    row = json.loads(out)["rows"][0]
+    assert "resumed" in row["volumes"], row
+    assert len([p for p, t in before.items() if p.stat().st_mtime_ns == t]) >= 3
+    assert not list(records.rglob("progress.json"))
+    assert not [h for h in raw_hashes if h in store_bytes(site.store)]
+    status, out, err = site.restore("big", "back")  # identity_file in the config
+    assert status == ExitStatus.OK, out + err
+    assert restored_content(f"{site.pool.name}/back") == tree_digest(site.mount)

@@ -1,0 +1,96 @@
+"""A store's codec chain from its config: what archive encodes with, and what restore, deep
+audit and drills decode with (docs/sealed.md).
+
+A store with ``[stores.NAME.age]`` is sealed: archive encrypts every volume to its recipients
+(the public keys in ``recipients`` and ``recipients_file``), and reading needs an identity
+(``--identity FILE``, else ``identity_file``). :func:`identity_for` is the one place that
+choice is made; :func:`reading_codecs` hands out the codec of each chain the catalog records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from zrepl_py.errors import IdentityNeeded, IdentityUnusable
+from zrepl_py.runtime.extras import require
+from zrepl_py.stores.settings import AGE, StoreConfig
+from zrepl_py.streams.codec import Codec, Sealing
+
+
+def writing_codec(name: str, settings: StoreConfig, level: int) -> Codec:
+    """The codec archive writes store ``name``'s volumes with (zstd at ``level``, then age to
+    every recipient when the store is sealed).
+
+    Raises:
+        ExtraMissing: a sealed store without pyrage (``zbak[age]``).
+        IdentityUnusable: a recipient or the recipients file is unusable (exit 2).
+    """
+    if settings.age is None:
+        return Codec(level=level)
+    require(AGE, f"store {name}")
+    from zrepl_py.streams import age
+
+    where = f"stores.{name}.age.recipients"
+    keys = list(settings.age.recipients)
+    parsed = age.recipients(keys, where) if keys else []
+    file = settings.age.recipients_file
+    if file is not None:
+        try:
+            more = file.read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise IdentityUnusable(f"stores.{name}.age.recipients_file: cannot read {file}:"
+                                   f" {exc}") from None
+        parsed += age.recipients(more, f"stores.{name}.age.recipients_file {file}")
+        keys += [k.strip() for k in more if k.strip() and not k.strip().startswith("#")]
+    return Codec(level=level, sealing=Sealing(tuple(keys), tuple(parsed), store=name))
+
+
+def identity_for(name: str, settings: StoreConfig | None, option: Path | None) -> Path | None:
+    """The identity file that decrypts store ``name``: ``option`` (``--identity FILE``) when
+    given, else the store's ``[stores.NAME.age] identity_file``, else None."""
+    if option is not None:
+        return option
+    if settings is not None and settings.age is not None:
+        return settings.age.identity_file
+    return None
+
+
+def reading_codecs(name: str, settings: StoreConfig | None,
+                   option: Path | None) -> Callable[[str], Codec]:
+    """A function from a chain's name (the catalog's ``compression``, a manifest's codec) to
+    the codec that decodes store ``name``'s volumes of that chain. The identity
+    (:func:`identity_for`) is read once, at the first sealed chain asked for.
+
+    Raises (from the returned function):
+        IdentityNeeded: a sealed chain and no identity (exit 2).
+        IdentityUnusable: the identity file cannot be used (exit 2).
+        ExtraMissing: a sealed chain without pyrage.
+        StreamCorrupt: a chain this zbak does not know.
+    """
+    identity = identity_for(name, settings, option)
+    cache: dict[str, Codec] = {}
+
+    def codec(chain: str) -> Codec:
+        if chain not in cache:
+            plain = Codec.named(chain)
+            if not plain.sealed:
+                cache[chain] = plain
+            else:
+                cache[chain] = Codec.named(chain, sealing=_opening(name, settings, identity))
+        return cache[chain]
+
+    return codec
+
+
+def _opening(name: str, settings: StoreConfig | None, identity: Path | None) -> Sealing:
+    if identity is None:
+        raise IdentityNeeded(
+            f"store {name} is sealed (age): reading its volumes needs an identity: pass"
+            f" --identity FILE, or set [stores.{name}.age] identity_file on this host;"
+            " `zbak audit` without --deep and `zbak catalog rebuild` need none")
+    require(AGE, f"store {name}")
+    from zrepl_py.streams import age
+
+    keys = settings.age.recipients if settings is not None and settings.age else ()
+    return Sealing(tuple(keys), identities=tuple(age.identities(identity)), store=name)
