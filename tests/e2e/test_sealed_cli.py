@@ -1,7 +1,8 @@
 """Sealed cold storage as the admin runs it (docs/sealed.md): ``zbak archive`` into a
-``file://`` store with ``[stores.cold.age]``, restores and audits with and without the
-identity, tampering, a lost catalog, a killed upload, and Debian's ``age`` restoring a chain
-without zbak. Real zfs-fuse pools, the real CLI, Debian's ``age``/``age-keygen`` and ``zstd``."""
+``file://`` store with ``[stores.cold.age]`` (and once into moto's S3 server, with SSE-KMS
+beside it), restores and audits with and without the identity, tampering, a lost catalog, a
+killed upload, and Debian's ``age`` restoring a chain without zbak. Real zfs-fuse pools, the
+real CLI, Debian's ``age``/``age-keygen`` and ``zstd``."""
 
 from __future__ import annotations
 
@@ -39,22 +40,23 @@ class Site:
     ``key`` (a recipient of the store) and ``other`` (not one)."""
 
     def __init__(self, pool, tmp: Path, capsys, *, volume_size: str = "1MiB",
-                 identity_in_config: bool = False):
+                 identity_in_config: bool = False, store_url: str | None = None,
+                 store_keys: tuple[str, ...] = ()):
         self.pool, self.tmp = pool, tmp
         self.data = f"{pool.name}/data"
         zfs("create", self.data)
         self.mount = Path(prop(self.data, "mountpoint"))
         self.store = tmp / "store"
         self.store.mkdir(mode=0o700)
+        store_url = store_url or f"file://{self.store}"
         self.key, self.other = tmp / "zbak.key", tmp / "other.key"
         self.recipient = keygen(self.key)
         keygen(self.other)
         identity = f'identity_file = "{self.key}"' if identity_in_config else ""
         self.config = tmp / "zbak.toml"
-        self.config.write_text(f'state_dir = "{tmp / "state"}"\n' + textwrap.dedent(f"""
-            [stores.cold]
-            url = "file://{self.store}"
-            volume_size = "{volume_size}"
+        store = [f'url = "{store_url}"', f'volume_size = "{volume_size}"', *store_keys]
+        self.config.write_text(f'state_dir = "{tmp / "state"}"\n[stores.cold]\n'
+                               + "\n".join(store) + textwrap.dedent(f"""
             [stores.cold.age]
             recipients = ["{self.recipient}"]
             {identity}
@@ -89,9 +91,18 @@ def site(zpool, tmp_path, capsys):
     return Site(zpool, tmp_path, capsys)
 
 
-def age_decrypt(key: Path, volume: Path) -> bytes:
-    return subprocess.run(["age", "-d", "-i", str(key), str(volume)], check=True,
+def age_decrypt(key: Path, volume: Path | bytes) -> bytes:
+    """Debian's ``age -d -i KEY`` of a volume file or of a volume's bytes (on stdin)."""
+    path, stdin = (["-"], volume) if isinstance(volume, bytes) else ([str(volume)], None)
+    return subprocess.run(["age", "-d", "-i", str(key), *path], input=stdin, check=True,
                           capture_output=True).stdout
+
+
+def raw_sha256(key: Path, volume: Path | bytes) -> bytes:
+    """The hex SHA-256 of a sealed volume's raw bytes (``age -d | zstd -d``), as ASCII."""
+    raw = subprocess.run(["zstd", "-d", "-c"], input=age_decrypt(key, volume), check=True,
+                         capture_output=True).stdout
+    return hashlib.sha256(raw).hexdigest().encode()
 
 
 def store_bytes(store: Path) -> bytes:
@@ -112,9 +123,7 @@ def test_a_sealed_chain_restores_with_the_identity_and_the_store_holds_no_plaint
     assert b"PLAINTEXT-MARKER" not in everything
     for volume in volumes:
         assert volume.read_bytes().startswith(MAGIC), volume
-        raw = subprocess.run(["zstd", "-d", "-c"], input=age_decrypt(site.key, volume),
-                             check=True, capture_output=True).stdout
-        assert hashlib.sha256(raw).hexdigest().encode() not in everything, volume
+        assert raw_sha256(site.key, volume) not in everything, volume
     manifests = [json.loads(p.read_bytes()) for p in site.store.rglob("manifest.json")]
     assert {m["format"] for m in manifests} == {"zbak-stream/2"}
     assert all(m["codec"] == ["zstd", "age"] for m in manifests)
@@ -272,5 +281,43 @@ def test_an_encrypted_upload_killed_mid_stream_resumes_from_the_hosts_record(zpo
     assert not list(records.rglob("progress.json"))
     assert not [h for h in raw_hashes if h in store_bytes(site.store)]
     status, out, err = site.restore("big", "back")  # identity_file in the config
+    assert status == ExitStatus.OK, out + err
+    assert restored_content(f"{site.pool.name}/back") == tree_digest(site.mount)
+
+
+KMS_KEY = "arn:aws:kms:us-east-1:123456789012:key/0b5d3e00-zbak-sealed"
+
+
+@pytest.mark.s3
+def test_a_sealed_chain_in_s3_with_sse_kms_restores_with_the_identity_and_the_bucket_holds_no_plaintext(
+        zpool, tmp_path, capsys, s3_server, s3_bucket):
+    """The same on moto's S3 server, with server-side encryption as well: every object is
+    written with the KMS key (head_object), every volume is an age file, no marker text and
+    no raw SHA-256 is in the bucket, and the restore (downloaded, checked in the spool)
+    needs the identity."""
+    site = Site(zpool, tmp_path, capsys, store_url=f"s3://{s3_bucket}/zbak",
+                store_keys=(f'endpoint = "{s3_server.endpoint_url}"',
+                            f'region = "{s3_server.region}"',
+                            f'encryption = {{ sse = "aws:kms", kms_key_id = "{KMS_KEY}" }}'))
+    site.snapshot("1")
+    site.snapshot("2")
+    site.archive()
+    client = s3_server.client()
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=s3_bucket)["Contents"]]
+    objects = {k: client.get_object(Bucket=s3_bucket, Key=k)["Body"].read() for k in keys}
+    volumes = [k for k in keys if k.rsplit("/", 1)[-1].startswith("vol-")]
+    assert len(volumes) >= 6
+    everything = b"".join(objects.values())
+    assert b"PLAINTEXT-MARKER" not in everything
+    for key in volumes:
+        assert objects[key].startswith(MAGIC), key
+        assert raw_sha256(site.key, objects[key]) not in everything, key
+    for key in keys:
+        head = client.head_object(Bucket=s3_bucket, Key=key)
+        assert (head.get("ServerSideEncryption"), head.get("SSEKMSKeyId")) == (
+            "aws:kms", KMS_KEY), key
+    status, out, err = site.restore("2", "back")
+    assert status == ExitStatus.USAGE and NEEDS in err, out + err
+    status, out, err = site.restore("2", "back", "--identity", str(site.key))
     assert status == ExitStatus.OK, out + err
     assert restored_content(f"{site.pool.name}/back") == tree_digest(site.mount)

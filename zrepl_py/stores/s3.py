@@ -136,8 +136,10 @@ class S3Backend(Backend):
             is then the caller's business).
         retry: the retry policy; None for :class:`RetryPolicy`'s defaults.
         object_params: parameters every request that creates an object sends besides its
-            own (server-side encryption: ``ServerSideEncryption``, ``SSEKMSKeyId``); see
-            :attr:`object_params`.
+            own (server-side encryption: ``ServerSideEncryption``, ``SSEKMSKeyId``):
+            PutObject and CreateMultipartUpload; a CopyObject must send them too, since S3
+            applies no source or bucket setting to a copy's encryption unless asked (AWS S3
+            user guide, "Specifying server-side encryption with AWS KMS").
 
     Raises:
         StorePermanent: a part size or concurrency out of range, a bad prefix, an unknown
@@ -184,14 +186,6 @@ class S3Backend(Backend):
 
     def __repr__(self) -> str:
         return f"S3Backend({self.name!r}, {self.url!r})"
-
-    @property
-    def object_params(self) -> dict[str, str]:
-        """What every request that creates an object must send besides its own parameters:
-        PutObject and CreateMultipartUpload here, CopyObject in a copy between stores (S3
-        applies no bucket setting to a copy's encryption unless asked; AWS S3 user guide,
-        "Specifying server-side encryption with AWS KMS"). A copy of the dict."""
-        return dict(self._object_params)
 
     def _make_client(self, endpoint_url: str | None, region: str | None,
                      profile: str | None) -> S3Client:

@@ -1,0 +1,101 @@
+"""The codec chain (zrepl_py/streams/codec.py) with real pyrage: a volume round-trips through
+plain and sealed chains, age X25519 and ssh-ed25519 keys (made by ``ssh-keygen``) both
+work, a copy passes stored bytes through only to a chain that stores them alike, and
+re-encoding changes the chain without changing the raw bytes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pyrage
+import pytest
+
+from zrepl_py.errors import IdentityNeeded, IdentityRefused, StreamCorrupt
+from zrepl_py.streams import age
+from zrepl_py.streams.codec import Codec, Sealing
+from zrepl_py.streams.frames import Digest
+
+MIB = 1 << 20
+RAW = os.urandom(MIB) + b"compressible " * 100_000
+
+
+def pieces(data: bytes, size: int = 256 * 1024) -> list[bytes]:
+    return [data[i:i + size] for i in range(0, len(data), size)]
+
+
+def sealed_with(*keys: pyrage.x25519.Identity) -> Codec:
+    """A sealed codec that encrypts to and decrypts with ``keys``."""
+    names = tuple(str(k.to_public()) for k in keys)
+    return Codec(sealing=Sealing(names, tuple(age.recipients(names, "test")), tuple(keys)))
+
+
+def stored(codec: Codec, raw: bytes = RAW) -> tuple[bytes, Digest]:
+    digest = Digest()
+    return b"".join(codec.encode(pieces(raw), digest)), digest
+
+
+def decoded(codec: Codec, data: bytes, raw_bytes: int | None = None) -> bytes:
+    return b"".join(codec.decode(pieces(data), "vol", raw_bytes=raw_bytes))
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["zstd", "zstd+age"])
+def test_a_volume_round_trips_and_the_digest_describes_both_sides(sealed):
+    codec = sealed_with(pyrage.x25519.Identity.generate()) if sealed else Codec()
+    data, digest = stored(codec)
+    assert data.startswith(age.MAGIC) == sealed
+    assert (digest.raw_bytes, digest.raw_sha256) == (len(RAW), hashlib.sha256(RAW).hexdigest())
+    assert (digest.stored_bytes, digest.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+    assert decoded(codec, data, raw_bytes=len(RAW)) == RAW
+    assert Codec.named(codec.name).steps == codec.steps
+
+
+def test_an_ssh_ed25519_key_pair_made_by_ssh_keygen_seals_and_opens(tmp_path: Path):
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "admin@laptop",
+                    "-f", str(key)], check=True)
+    public = key.with_suffix(".pub").read_text().strip()
+    writing = Codec(sealing=Sealing((public,), tuple(age.recipients([public], "test"))))
+    bare = " ".join(public.split()[:2])  # as a recipients file may name it
+    reading = Codec(sealing=Sealing((bare,), identities=tuple(age.identities(key))))
+    assert decoded(reading, stored(writing)[0]) == RAW
+    assert writing.stores_like(reading)  # the comment is not part of the key
+
+
+def test_a_sealed_volume_needs_one_of_its_identities():
+    mine, other = pyrage.x25519.Identity.generate(), pyrage.x25519.Identity.generate()
+    data, _ = stored(sealed_with(mine))
+    with pytest.raises(IdentityRefused):
+        decoded(sealed_with(other), data)
+    with pytest.raises(IdentityNeeded):
+        decoded(Codec.named("zstd+age"), data)
+    assert decoded(sealed_with(other, mine), data) == RAW
+
+
+def test_an_unknown_chain_is_refused():
+    with pytest.raises(StreamCorrupt, match="upgrade zbak"):
+        Codec.named("zstd+rot13")
+
+
+def test_stored_bytes_pass_through_a_copy_only_to_a_chain_that_stores_them_alike():
+    one, two = pyrage.x25519.Identity.generate(), pyrage.x25519.Identity.generate()
+    assert Codec(level=19).stores_like(Codec(level=1))
+    assert not Codec().stores_like(sealed_with(one))
+    assert not sealed_with(one).stores_like(Codec())
+    assert sealed_with(one, two).stores_like(sealed_with(two, one))
+    assert not sealed_with(one).stores_like(sealed_with(two))
+
+
+def test_reencoding_changes_the_chain_and_keeps_the_raw_bytes():
+    key = pyrage.x25519.Identity.generate()
+    plain, sealed = Codec(), sealed_with(key)
+    data, _ = stored(plain)
+    digest = Digest()
+    again = b"".join(sealed.reencode(pieces(data), plain, "vol", digest, raw_bytes=len(RAW)))
+    assert again.startswith(age.MAGIC)
+    assert digest.raw_sha256 == hashlib.sha256(RAW).hexdigest()
+    assert decoded(sealed, again) == RAW
+    back = b"".join(plain.reencode(pieces(again), sealed, "vol", Digest()))
+    assert decoded(plain, back) == RAW
