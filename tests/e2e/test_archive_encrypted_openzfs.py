@@ -1,6 +1,8 @@
 """docs/reliability.md#r38-encrypted-datasets, the archive path, end to end on real OpenZFS 2.3: an
 encrypted dataset is archived raw (``zfs send -w``), so the store holds no plaintext; it restores as
 an encrypted dataset whose key is not loaded; ``zbak audit --deep`` walks the raw streams clean.
+Into a sealed store (docs/sealed.md#encrypted-datasets), the raw stream is age-encrypted on top
+and restores with both keys: the age identity, then the dataset's own.
 
 zbak runs on this host; the job's dataset is ``vm:SRC/data`` in the QEMU guest of
 tests/support/openzfs.py and the store a ``file://`` directory here, so every stream is
@@ -12,6 +14,7 @@ Expected values are read in the guest with plain ``zfs get``/``zfs list``/``cat`
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -33,7 +36,7 @@ class Rig:
     """An encrypted ``SRC/data`` in the guest, a ``file://`` store here, a config archiving
     ``vm:SRC/data`` to it."""
 
-    def __init__(self, vm, executor, pools, tmp_path, capsys):
+    def __init__(self, vm, executor, pools, tmp_path, capsys, store_extra: str = ""):
         self.executor, self.capsys = executor, capsys
         self.data = f"{pools.source}/data"
         self.target_pool = pools.target
@@ -47,6 +50,7 @@ class Rig:
             [stores.cold]
             url = "file://{self.store}"
             volume_size = "1MiB"
+            {store_extra}
             [jobs.j]
             dataset = "vm:{self.data}"
             [jobs.j.archive]
@@ -97,9 +101,8 @@ class Rig:
         return out
 
 
-@pytest.fixture
-def rig(openzfs_vm, openzfs_executor, openzfs_pools, tmp_path, capsys):
-    r = Rig(openzfs_vm, openzfs_executor, openzfs_pools, tmp_path, capsys)
+def _prepared(r: Rig) -> Rig:
+    """Create the encrypted ``SRC/data`` and run ``zbak init``."""
     # keylocation=prompt: zfs create reads the passphrase from stdin (not a terminal: once).
     # pbkdf2iters: the minimum (zfsprops(7)); the default costs ~4 s of emulated CPU per use.
     r.guest("zfs", "create", "-o", "encryption=on", "-o", "keyformat=passphrase",
@@ -107,6 +110,11 @@ def rig(openzfs_vm, openzfs_executor, openzfs_pools, tmp_path, capsys):
             r.data, input=PASSPHRASE + b"\n")  # fmt: skip
     assert r("init", "--no-checks")[0] == ExitStatus.OK
     return r
+
+
+@pytest.fixture
+def rig(openzfs_vm, openzfs_executor, openzfs_pools, tmp_path, capsys):
+    return _prepared(Rig(openzfs_vm, openzfs_executor, openzfs_pools, tmp_path, capsys))
 
 
 def test_an_encrypted_dataset_is_archived_raw_restores_locked_and_audits_deep_clean(rig):
@@ -201,3 +209,41 @@ def test_restoring_an_encrypted_dataset_from_its_own_snapshots_sends_raw_never_d
     assert rig.prop(into, "encryption") == "aes-256-gcm"  # a decrypted copy would be "off"
     assert rig.prop(into, "keystatus") == "unavailable"
     assert rig.snapshots(into) == rig.snapshots(rig.data)
+
+
+def _age_identity(path: Path) -> str:
+    """``age-keygen -o PATH``; return its public key."""
+    subprocess.run(["age-keygen", "-o", str(path)], check=True, capture_output=True)
+    return subprocess.run(["age-keygen", "-y", str(path)], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture
+def sealed_rig(openzfs_vm, openzfs_executor, openzfs_pools, tmp_path, capsys):
+    """The rig with ``[stores.cold.age]`` to the key in ``tmp_path/age.key``; (rig, key)."""
+    key = tmp_path / "age.key"
+    table = f'[stores.cold.age]\n            recipients = ["{_age_identity(key)}"]'
+    return _prepared(Rig(openzfs_vm, openzfs_executor, openzfs_pools, tmp_path, capsys,
+                         table)), key
+
+
+def test_an_encrypted_dataset_is_sent_raw_into_a_sealed_store_and_needs_both_keys(sealed_rig):
+    """docs/sealed.md#encrypted-datasets: the raw stream, age-encrypted on top; restored with
+    the age identity, it arrives locked (the dataset's key is still needed)."""
+    rig, key = sealed_rig
+    rig.write("secret.txt", MARKER * 100)
+    rig.guest("zfs", "snapshot", f"{rig.data}@s1")
+    assert [r["stream"] for r in rig.archive()] == ["full @s1"]
+    (full,) = rig.manifests()
+    assert full["raw"] is True and full["send_flags"] == ["-w"]
+    assert full["codec"] == ["zstd", "age"]
+    volumes = sorted(rig.store.rglob("vol-*.zst"))
+    assert volumes and all(v.read_bytes().startswith(b"age-encryption.org/v1\n")
+                           for v in volumes)
+    into = f"{rig.target_pool}/sealed"
+    status, out, err = rig("restore", f"vm:{rig.data}", "--to", "@s1", "--into", into,
+                           "--from", "cold", "--yes", "--identity", str(key))  # fmt: skip
+    assert status == ExitStatus.OK, out + err
+    assert rig.prop(into, "encryption") == "aes-256-gcm"
+    assert rig.prop(into, "keystatus") == "unavailable"
+    assert rig.snapshots(into) == {"s1": rig.snapshots(rig.data)["s1"]}
