@@ -138,10 +138,17 @@ def test_without_an_identity_restore_and_deep_audit_exit_2_while_the_plain_audit
     status, out, err = site.restore("1", "back")
     assert status == ExitStatus.USAGE, out + err
     assert "store cold is sealed" in err and NEEDS in err and "--identity FILE" in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not exists(f"{site.pool.name}/back")
+    missing = site.tmp / "missing.key"
+    status, out, err = site.restore("1", "back", "--identity", str(missing))
+    assert status == ExitStatus.USAGE, out + err
+    assert f"cannot read the identity file {missing}" in err, err
+    assert len(err.strip().splitlines()) == 1, err
     assert not exists(f"{site.pool.name}/back")
     status, out, err = site.run("audit", "--deep")
     assert status == ExitStatus.USAGE, out + err
-    assert NEEDS in err
+    assert NEEDS in err and len(err.strip().splitlines()) == 1, err
     status, out, err = site.run("audit")
     assert status == ExitStatus.OK, out + err
     status, out, err = site.run("audit", "--deep", "--identity", str(site.key))
@@ -156,6 +163,7 @@ def test_a_wrong_identity_fails_at_the_first_header_receives_nothing_and_marks_n
     status, out, err = site.restore("1", "back", "--identity", str(site.other))
     assert status == ExitStatus.USAGE, out + err
     assert "opens with none of the identities" in err and "nothing was received" in err
+    assert len(err.strip().splitlines()) == 1, err
     assert not exists(f"{site.pool.name}/back")
     status, out, err = site.run("audit", "--deep", "--identity", str(site.other))
     assert status == ExitStatus.USAGE, out + err
