@@ -1,5 +1,5 @@
-"""boto3, psycopg and apprise are extras (``zbak[s3]``, ``zbak[postgresql]``,
-``zbak[apprise]``): a config that needs a missing one is refused with one line naming the extra, exit 2, no traceback, at
+"""boto3, psycopg, apprise and pyrage are extras (``zbak[s3]``, ``zbak[postgresql]``,
+``zbak[apprise]``, ``zbak[age]`` for sealed stores): a config that needs a missing one is refused with one line naming the extra, exit 2, no traceback, at
 ``config check``, ``init``, ``daemon`` and the first command that opens the store or catalog.
 
 The real ``zbak`` runs as a subprocess with the module hidden by a ``sitecustomize`` that
@@ -22,12 +22,13 @@ ZBAK = Path(sys.executable).with_name("zbak")
 S3_LINE = "zbak: store cold needs boto3: pip install 'zbak[s3]'"
 PG_LINE = ("zbak: the PostgreSQL catalog ([catalog] url) needs psycopg:"
            " pip install 'zbak[postgresql]'")
+AGE_LINE = "zbak: store cold needs pyrage: pip install 'zbak[age]'"
 APPRISE_LINE = ("zbak: the apprise alerts ([alerts.apprise]) needs apprise:"
                 " pip install 'zbak[apprise]'")
 
 
 def _config(tmp_path: Path, *, catalog: str | None = None, s3: bool = False,
-            apprise: bool = False, job: bool = False) -> Path:
+            apprise: bool = False, job: bool = False, sealed: bool = False) -> Path:
     lines = [f'state_dir = "{tmp_path / "state"}"']
     # `zbak status` opens the catalog only when it has a job
     # (docs/decisions.md#commands-start-in-under-300-ms)
@@ -40,6 +41,9 @@ def _config(tmp_path: Path, *, catalog: str | None = None, s3: bool = False,
     if s3:  # nothing listens on port 9 (discard): no command may get as far as dialling it
         lines += ["[stores.cold]", 'url = "s3://zbak-archive/tank"',
                   'endpoint = "http://127.0.0.1:9"']
+    if sealed:
+        lines += ["[stores.cold]", f'url = "file://{tmp_path}"', "[stores.cold.age]",
+                  'recipients = ["age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p"]']
     path = tmp_path / "zbak.toml"
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o600)
@@ -67,6 +71,11 @@ def _refused(done: subprocess.CompletedProcess, line: str) -> None:
 @pytest.mark.parametrize("args", [["config", "check"], ["init", "--no-checks"], ["daemon"]])
 def test_an_s3_store_without_boto3_is_refused_naming_the_s3_extra(tmp_path, args):
     _refused(_zbak(_config(tmp_path, s3=True), *args, hide=("boto3",)), S3_LINE)
+
+
+@pytest.mark.parametrize("args", [["config", "check"], ["init", "--no-checks"], ["daemon"]])
+def test_a_sealed_store_without_pyrage_is_refused_naming_the_age_extra(tmp_path, args):
+    _refused(_zbak(_config(tmp_path, sealed=True), *args, hide=("pyrage",)), AGE_LINE)
 
 
 @pytest.mark.parametrize("args", [["config", "check"], ["init", "--no-checks"], ["daemon"],
