@@ -329,3 +329,23 @@ def test_a_sealed_chain_in_s3_with_sse_kms_restores_with_the_identity_and_the_bu
     status, out, err = site.restore("2", "back", "--identity", str(site.key))
     assert status == ExitStatus.OK, out + err
     assert restored_content(f"{site.pool.name}/back") == tree_digest(site.mount)
+
+
+def test_files_of_a_sealed_archive_come_back_with_the_identity_only(site):
+    """``zbak restore --path`` from a sealed store (docs/files.md's archive path: the chain
+    received into the scratch dataset) takes ``--identity`` like a dataset restore."""
+    site.snapshot("1")
+    site.archive()
+    scratch = f"{site.pool.name}/scratch"
+    zfs("create", scratch)
+    with open(site.config, "a") as config:
+        config.write(f'[restore]\nscratch = "{scratch}"\n')
+    out = site.tmp / "out"
+    argv = ("restore", site.data, "--to", "@1", "--path", "marker1.txt", "--into-dir", str(out),
+            "--from", "cold", "--yes")
+    status, stdout, err = site.run(*argv)
+    assert status == ExitStatus.USAGE, stdout + err
+    assert NEEDS in err and len(err.strip().splitlines()) == 1, err
+    status, stdout, err = site.run(*argv, "--identity", str(site.key))
+    assert status == ExitStatus.OK, stdout + err
+    assert (out / "marker1.txt").read_bytes() == (site.mount / "marker1.txt").read_bytes()
