@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyrage
 import pytest
-from support.cli import Zbak, exists, prop, restored_content, snapshots, tree_digest, zfs
+from support.cli import Zbak, gone, prop, restored_content, snapshots, tree_digest, zfs
 
 from zrepl_py.errors import ExitStatus
 
@@ -139,13 +139,13 @@ def test_without_an_identity_restore_and_deep_audit_exit_2_while_the_plain_audit
     assert status == ExitStatus.USAGE, out + err
     assert "store cold is sealed" in err and NEEDS in err and "--identity FILE" in err
     assert len(err.strip().splitlines()) == 1, err
-    assert not exists(f"{site.pool.name}/back")
+    assert gone(f"{site.pool.name}/back")
     missing = site.tmp / "missing.key"
     status, out, err = site.restore("1", "back", "--identity", str(missing))
     assert status == ExitStatus.USAGE, out + err
     assert f"cannot read the identity file {missing}" in err, err
     assert len(err.strip().splitlines()) == 1, err
-    assert not exists(f"{site.pool.name}/back")
+    assert gone(f"{site.pool.name}/back")
     status, out, err = site.run("audit", "--deep")
     assert status == ExitStatus.USAGE, out + err
     assert NEEDS in err and len(err.strip().splitlines()) == 1, err
@@ -164,7 +164,7 @@ def test_a_wrong_identity_fails_at_the_first_header_receives_nothing_and_marks_n
     assert status == ExitStatus.USAGE, out + err
     assert "opens with none of the identities" in err and "nothing was received" in err
     assert len(err.strip().splitlines()) == 1, err
-    assert not exists(f"{site.pool.name}/back")
+    assert gone(f"{site.pool.name}/back")
     status, out, err = site.run("audit", "--deep", "--identity", str(site.other))
     assert status == ExitStatus.USAGE, out + err
     status, out, err = site.run("list", "streams", "--json")
@@ -184,7 +184,7 @@ def test_a_flipped_ciphertext_byte_is_refused_before_anything_is_received(site):
     status, out, err = site.restore("2", "back", "--identity", str(site.key))
     assert status == ExitStatus.FAILED, out + err
     assert victim.name in err and "SHA-256" in err and "nothing was received" in err
-    assert not exists(f"{site.pool.name}/back")
+    assert gone(f"{site.pool.name}/back")
     status, out, err = site.run("audit", "--deep", "--identity", str(site.key))
     assert status == ExitStatus.AUDIT_FINDINGS, out + err
     assert "marked bad" in out + err
@@ -211,7 +211,7 @@ def test_a_volume_replaced_by_another_validly_encrypted_to_the_same_recipient_is
     status, out, err = site.restore("1", "back", "--identity", str(site.key))
     assert status == ExitStatus.FAILED, out + err
     assert victim.name in err and "SHA-256" in err and "nothing was received" in err
-    assert not exists(f"{site.pool.name}/back")
+    assert gone(f"{site.pool.name}/back")
 
 
 def test_stock_age_and_zstd_restore_a_sealed_chain_without_zbak(site):

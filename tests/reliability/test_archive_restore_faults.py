@@ -21,16 +21,14 @@ import io
 import json
 import os
 import random
-import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
 import zstandard
 from support.archive_checks import catalog_of, catalogued, store_state
 from support.backend import FaultyBackend
-from support.cli import file_archive_config, prop, snapshots, zfs
+from support.cli import file_archive_config, gone, prop, snapshots, zfs
 from support.executor import cut_stage, fail_at_end_stage, flip_stage, garbage_stage, stderr_stage
 from support.procwatch import cmdline, descendants
 
@@ -53,23 +51,6 @@ pytestmark = pytest.mark.zfs
 
 KiB = 1 << 10
 MiB = 1 << 20
-
-
-def exists(name: str) -> bool:
-    return subprocess.run(["zfs", "list", name], capture_output=True, timeout=60).returncode == 0
-
-
-def gone(name: str, seconds: float = 10) -> bool:
-    """``name`` does not exist, or stops existing within ``seconds``: zfs-fuse's daemon
-    cleans up a cancelled receive after the killed ``zfs receive`` process is gone (seen
-    0.22 s later under load), where OpenZFS does it inside the receive's ioctl. A receive
-    that completed never goes."""
-    deadline = time.monotonic() + seconds
-    while exists(name):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 class Zbak:
