@@ -33,6 +33,7 @@ from zrepl_py.replication.rsync import (
     run_rsync,
 )
 from zrepl_py.replication.snapshot_view import VIEW_PREFIX, snapshot_view
+from zrepl_py.values.timetable import Timetable
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 
@@ -276,7 +277,7 @@ def test_a_killed_rsync_records_no_tree_and_the_next_run_resumes(zfs, zpool, tmp
     with pytest.raises(RsyncFailed) as caught:  # ~3 s at 1 MiB/s, killed after 1.5 s
         replicate_snapshot_rsync(zfs, snap, target, None, LocalExecutor(),
                                  known_hosts_default=tmp_path / "kh",
-                                 bandwidth_limit=1024 * 1024, timeout=1.5)
+                                 bandwidth_limit=Timetable((), 1024 * 1024), timeout=1.5)
     assert caught.value.returncode is None
     assert os.listdir(directory / "snapshots") == []
     assert view_clones(zpool.name) == []

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import subprocess
+import threading
 import time
 
 import pytest
 
-from zrepl_py.proc.ratelimit import SharedRate, remote_control
+from zrepl_py.clock import FixedClock
+from zrepl_py.proc.ratelimit import UNLIMITED, SharedRate, follow, remote_control
+from zrepl_py.values.timetable import parse_timetable
 
 
 class Pvs:
@@ -172,3 +176,55 @@ def test_a_running_pv_takes_a_new_rate_from_its_remote_control_and_another_proce
         pv.wait(10)
         other.kill()
         other.wait()
+
+
+def test_a_new_total_is_divided_at_once_lowering_before_raising_and_off_is_unlimited():
+    """A timetable's boundary (``set_total``, ``proc.ratelimit.follow``): the running pvs get
+    the new share at once; "off" gives them ``UNLIMITED`` (``pv -R -L 0`` lifts nothing), and
+    a pipeline started while off starts unlimited and is limited by the next window."""
+    pvs = Pvs()
+    shared = SharedRate(1200, 4, tell=pvs.tell, raise_after=0)
+    first, second = pvs.start(shared, 1), pvs.start(shared, 2)
+    assert pvs.rates == {1: 600, 2: 600}
+    shared.set_total(400)
+    assert pvs.rates == {1: 200, 2: 200} and pvs.peak == 1200
+    shared.set_total(None)
+    assert pvs.rates == {1: UNLIMITED, 2: UNLIMITED}
+    third = pvs.start(shared, 3)
+    assert third.argv[-1] == str(UNLIMITED)
+    pvs.told.clear()
+    shared.set_total(900)
+    assert pvs.rates == {1: 300, 2: 300, 3: 300}
+    assert pvs.told == [(1, 300), (2, 300), (3, 300)]
+    shared.set_total(900)
+    assert len(pvs.told) == 3, "the same total again sends nothing"
+    for lease, pid in ((first, 1), (second, 2), (third, 3)):
+        pvs.end(lease, pid)
+    with pytest.raises(ValueError):
+        shared.set_total(0)
+
+
+def test_follow_sets_the_total_when_the_clock_crosses_a_boundary():
+    """``follow`` reads the clock (an injected one, stepped by the test) and sets the total
+    within its reading interval; a constant timetable starts no thread at all."""
+    pvs = Pvs()
+    clock = FixedClock(dt.datetime(2026, 11, 30, 7, 59, 58, tzinfo=dt.UTC))  # a Monday
+    table = parse_timetable({"mon-fri 08:00-18:00": "1M", "default": "8M"})
+    shared = SharedRate(table.at(clock.now()).limit, 2, tell=pvs.tell, raise_after=0)
+    lease = pvs.start(shared, 1)
+    assert pvs.rates == {1: 8 * 10**6}
+    with follow(shared, table, clock, every=0.01):
+        clock.advance(dt.timedelta(seconds=3))
+        deadline = time.monotonic() + 5
+        while pvs.rates[1] != 10**6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pvs.rates == {1: 10**6}
+        clock.advance(dt.timedelta(hours=10))  # 18:00:01: the default again
+        deadline = time.monotonic() + 5
+        while pvs.rates[1] != 8 * 10**6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pvs.rates == {1: 8 * 10**6}
+    pvs.end(lease, 1)
+    before = threading.active_count()
+    with follow(shared, parse_timetable("5M"), clock):
+        assert threading.active_count() == before

@@ -74,10 +74,11 @@ from zrepl_py.objects.layout import (
 )
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
 from zrepl_py.observe.runlog import RunSet, recorded_run
-from zrepl_py.observe.transfers import reporting
+from zrepl_py.observe.transfers import Queue, Slot, reporting
 from zrepl_py.pruning.archive import job_streams
 from zrepl_py.replication.protect import move_protection
 from zrepl_py.replication.stages import Side
+from zrepl_py.runtime.throttle import Throttle
 from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.stores.base import Backend, ObjectInfo
 from zrepl_py.stores.sealing import writing_codec
@@ -85,6 +86,7 @@ from zrepl_py.stores.settings import StorageClasses
 from zrepl_py.streams.codec import Codec
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION, Capabilities
 from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.estimate import expected_size
 from zrepl_py.zfs.model import SnapshotInfo
 from zrepl_py.zfs.names import DatasetName
 from zrepl_py.zfs.pool_status import pool_report
@@ -148,6 +150,8 @@ class _ArchiveRun:
     progress: ProgressHome
     force_full: bool
     dry_run: bool
+    throttle: Throttle
+    """Paces the uploads under the store's ``bandwidth_limit`` (``runtime.throttle``)."""
 
 
 RELIST_AFTER = dt.timedelta(minutes=10)
@@ -269,7 +273,8 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
         codec=writing_codec(cfg.store, store_cfg, cfg.compression_level),
         progress=progress_home(cfg.store, store_cfg.keeps_progress_locally, backend,
                                ctx.state_dir),
-        force_full=force_full, dry_run=dry_run)
+        force_full=force_full, dry_run=dry_run,
+        throttle=Throttle(store_cfg.bandwidth_limit, ctx.clock))
     root_target = f"{cfg.store}:{source.dataset}"
     results: list[DatasetArchive] = []
     with ctx.lock(lock_key(job), "archive"), \
@@ -295,10 +300,17 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
         sending = _Source(zfs, Side.of(ctx.config, source.host), source.host,
                           encrypted_datasets(zfs, [info.name for info in inventory.datasets]))
         tree = _Tree.read(run, source.host, str(source.dataset))
+        queue = None if dry_run else stack.enter_context(Queue(
+            Slot(run.state_dir, "archive", name, cfg.store),
+            [str(info.name) for info in inventory.datasets], limit=lambda: run.throttle.limit))
         for info in inventory.datasets:
+            if queue is not None:
+                queue.started(str(info.name))
             results.append(_archive_dataset(run, sending, info.name,
                                             inventory.tree.snapshots(info.name), runs, health,
                                             tree, root=info.name == source.dataset))
+            if queue is not None:
+                queue.ended(str(info.name))
         if not dry_run:
             by_dataset = job_streams(job, run.catalog.bulk_streams(
                 host=source.host, below=str(source.dataset), store=cfg.store), cfg.store)
@@ -428,13 +440,17 @@ def _write_plan(run: _ArchiveRun, source: _Source, dataset: DatasetName, plan: A
             storage_class=(run.classes.full if planned.kind == "full"
                            else run.classes.incremental),
         )
-        with reporting(run.state_dir, "archive", run.name, run.store)(  # for zbak status
-                f"{dataset}@{planned.to_snap.name} -> {run.store}", dataset=str(dataset),
+        expected = expected_size(zfs, argv, full=(f"{dataset}@{planned.to_snap.name}"
+                                                  if planned.kind == "full" else None))
+        with reporting(run.state_dir, "archive", run.name, run.store,  # for zbak status
+                       limit=lambda: run.throttle.limit)(
+                f"{dataset}@{planned.to_snap.name} -> {run.store}", expected.bytes,
+                dataset=str(dataset), expected_source=expected.source,
                 from_snap=planned.from_snap.name if planned.from_snap else None,
                 to_snap=planned.to_snap.name) as progress:
             written = write_stream(spec, run.backend, run.catalog, run.clock.now,
                                    progress=progress, listed=tree.leaves.get(prefix, set()),
-                                   home=run.progress)
+                                   home=run.progress, throttle=run.throttle)
         outcome.written.append((planned, written))
         parent_id = written.stream_id
         move_protection(zfs, dataset, planned.to_snap.name, planned.to_snap.guid, old_tip,

@@ -26,6 +26,7 @@ from zrepl_py.errors import ObjectNotFound, StorePermanent
 from zrepl_py.objects.layout import volume_key
 from zrepl_py.objects.manifest import VolumeRecord
 from zrepl_py.observe.progress import ByteReader
+from zrepl_py.runtime.throttle import Throttle
 from zrepl_py.stores.base import Backend
 from zrepl_py.streams.codec import Codec
 from zrepl_py.streams.frames import Digest
@@ -62,6 +63,7 @@ def write_volumes(
     progress: ProgressHome,
     done: Sequence[DoneVolume] = (),
     on_volume: Callable[[VolumeRecord, bool], None] | None = None,
+    throttle: Throttle | None = None,
 ) -> tuple[list[VolumeRecord], str]:
     """Read ``source`` to its end and store it as volumes ``prefix``vol-NNNNNN.zst.
 
@@ -76,6 +78,8 @@ def write_volumes(
         done: volumes an interrupted run stored (from its progress record), to skip when
             equal.
         on_volume: called as ``on_volume(record, skipped)`` after each volume is durable.
+        throttle: paces each volume's stored bytes to the store (``runtime.throttle``);
+            None: no limit. A volume skipped on resume costs no upload and is not paced.
 
     Returns:
         ``(volumes, storage class the store used)``; at least one volume.
@@ -107,7 +111,9 @@ def write_volumes(
                                     " produces now")
             record, skipped = earlier, True
         else:
-            result = backend.put(key, codec.encode(raw, digest), storage_class=storage_class)
+            stored = codec.encode(raw, digest)
+            result = backend.put(key, throttle.chunks(stored) if throttle else stored,
+                                 storage_class=storage_class)
             if result.size != digest.stored_bytes:
                 raise StorePermanent(f"store {backend.name}: {key} took {result.size} bytes of"
                                      f" {digest.stored_bytes}", store=backend.name, key=key)

@@ -45,6 +45,7 @@ from zrepl_py.objects.manifest import Manifest, VolumeRecord
 from zrepl_py.observe.progress import MeteredReader
 from zrepl_py.proc.pipeline import Stage
 from zrepl_py.proc.python_end import SendReader
+from zrepl_py.runtime.throttle import Throttle
 from zrepl_py.stores.base import Backend
 from zrepl_py.streams.codec import Codec
 
@@ -105,6 +106,7 @@ def write_stream(
     progress: Callable[[int, float], None] | None = None,
     listed: Collection[str] | None = None,
     home: ProgressHome | None = None,
+    throttle: Throttle | None = None,
 ) -> WrittenStream:
     """Write ``spec``'s stream (see the module docstring for the order) and catalog it.
 
@@ -115,6 +117,8 @@ def write_stream(
     (three GETs less per stream of a tree, docs/decisions.md#an-archive-run-reads-its-tree-once).
     ``home``: where the upload's progress record lives (``archive.progress``); None: in
     the store.
+    ``throttle`` paces the volumes' uploads (the store's ``bandwidth_limit``,
+    ``runtime.throttle``); None: no limit.
 
     Raises:
         PipelineFailed: ``zfs send`` failed (no manifest, no catalog row; stored volumes
@@ -150,12 +154,12 @@ def write_stream(
             on_volume(record, skipped)
 
     try:
-        volumes, used_class = _send(spec, backend, home, done, count, progress)
+        volumes, used_class = _send(spec, backend, home, done, count, progress, throttle)
     except RestartNeeded as exc:
         log.warning("%s; deleting the partial upload and sending %s again", exc, spec.prefix)
         delete_prefix(backend, spec.prefix, began)
         counts.update(written=0, skipped=0)
-        volumes, used_class = _send(spec, backend, home, (), count, progress)
+        volumes, used_class = _send(spec, backend, home, (), count, progress, throttle)
     manifest = _manifest(spec, volumes, used_class, now())
     put_with_copy(backend, spec.prefix + MANIFEST, manifest.to_json())
     stream_id = _catalog(spec, manifest, catalog, now())
@@ -168,14 +172,14 @@ def write_stream(
 
 def _send(spec: StreamSpec, backend: Backend, home: ProgressHome, done: Sequence[DoneVolume],
           on_volume: Callable[[VolumeRecord, bool], None],
-          progress: Callable[[int, float], None] | None = None
-          ) -> tuple[list[VolumeRecord], str]:
+          progress: Callable[[int, float], None] | None = None,
+          throttle: Throttle | None = None) -> tuple[list[VolumeRecord], str]:
     with SendReader(spec.send_stages) as reader:
         return write_volumes(MeteredReader(reader, progress), backend, spec.prefix,
                              volume_size=spec.volume_size,
                              codec=spec.codec, storage_class=spec.storage_class,
                              progress=home, done=done,
-                             on_volume=on_volume)
+                             on_volume=on_volume, throttle=throttle)
 
 
 def delete_prefix(backend: Backend, prefix: str, before: dt.datetime) -> int:

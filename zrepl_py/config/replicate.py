@@ -20,7 +20,8 @@ from pydantic import (
 from zrepl_py.config.hosts import Endpoint, parse_endpoint
 from zrepl_py.config.retention import Retention
 from zrepl_py.proc import mbuffer
-from zrepl_py.values.fields import ByteSize, CronSchedule, Duration, Table
+from zrepl_py.values.fields import BandwidthLimit, ByteSize, CronSchedule, Duration, Table
+from zrepl_py.values.timetable import Timetable
 from zrepl_py.values.units import parse_size
 from zrepl_py.zfs.properties import ReceiveProperties
 from zrepl_py.zfs.properties import check_name as check_property
@@ -176,9 +177,9 @@ class ReplicateConfig(Table):
     schedule: CronSchedule | None = "15 * * * *"
     method: Literal["auto", "zfs", "rsync"] = "auto"
     compression: Literal["none", "zstd"] = "none"
-    bandwidth_limit: ByteSize | None = None
-    """Bytes per second on the wire, shared by the transfers running at once; None for
-    unlimited."""
+    bandwidth_limit: BandwidthLimit = Timetable()
+    """Bytes per second on the wire, shared by the transfers running at once, or a weekly
+    timetable of limits in UTC (``values.timetable``); ``Timetable()`` (``"off"``): none."""
     concurrency: int | None = Field(default=None, ge=1, le=64)
     """Datasets replicated at once to each target; None: sized to this machine
     (``replication.order.default_concurrency``)."""

@@ -23,16 +23,28 @@ and fails otherwise (pv 1.6.20 and later, ``pv_remote_set``); where it fails (a 
 without remote control, one that has just ended), that pipeline keeps its rate and nobody
 is raised: the limit still holds, the link is just not filled until the next division.
 ``-C``: no splice(2), so the byte meter can read pv's counters (``replication.stages``).
+
+The limit may change while the pipelines run (``bandwidth_limit`` as a timetable,
+``values.timetable``): ``follow`` watches the clock in a thread of its own and, when the
+limit in force changes, ``SharedRate.set_total`` divides the new one in the same way (the
+running pvs above their new share lowered first). Without a limit ("off" in a timetable
+that has limited windows) every pv runs at ``UNLIMITED``: ``pv -R PID -L 0`` does not lift a
+pv's limit (pv 1.6.20 keeps the old one; measured), so a window's end raises the pvs to a
+rate no link reaches instead (a pv at 1 PB/s moved 1000 MiB from /dev/zero as fast as one
+without ``-L``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+from zrepl_py.clock import Clock
 from zrepl_py.proc import spawn
+from zrepl_py.values.timetable import Timetable
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +52,11 @@ _OPTIONS = ("-q", "-C")  # pv -R sends every display option too: the same ones e
 _REMOTE_TIMEOUT = 5.0  # seconds a `pv -R` may take before it is given up
 RAISE_AFTER = 0.3
 """Seconds after a pipeline ended before the others are raised to the new share."""
+UNLIMITED = 10**15
+"""Bytes per second of a pv while no limit is in force (see the module doc)."""
+FOLLOW_EVERY = 0.5
+"""Seconds between two readings of the clock by ``follow``: a new limit is in force at
+most this long (plus a ``pv -R``) after its boundary."""
 
 
 class SharedRate:
@@ -49,7 +66,8 @@ class SharedRate:
     it its pv's process id once started and closes it when done.
 
     Args:
-        total: bytes per second, > 0.
+        total: bytes per second, > 0; None: no limit now (every pv at ``UNLIMITED``, so a
+            later ``set_total`` can still limit it).
         most: the most pipelines that run at once (>= 1).
         tell: ``tell(pid, rate)`` sets a running pv's rate and says whether it worked
             (default ``remote_control``).
@@ -60,10 +78,10 @@ class SharedRate:
     Thread-safe: pipelines start and end in several threads.
     """
 
-    def __init__(self, total: int, most: int, *,
+    def __init__(self, total: int | None, most: int, *,
                  tell: Callable[[int, int], bool] | None = None,
                  raise_after: float = RAISE_AFTER):
-        if total <= 0 or most < 1:
+        if (total is not None and total <= 0) or most < 1:
             raise ValueError(f"a shared rate needs total > 0 and most >= 1, got {total}, {most}")
         self.total = total
         self.most = most
@@ -76,8 +94,24 @@ class SharedRate:
 
     @property
     def start_rate(self) -> int:
-        """Bytes per second every pv starts at: ``total / most``."""
-        return max(1, self.total // self.most)
+        """Bytes per second every pv starts at: ``total / most`` (``UNLIMITED`` without a
+        total)."""
+        return UNLIMITED if self.total is None else max(1, self.total // self.most)
+
+    def set_total(self, total: int | None) -> None:
+        """Make ``total`` the limit from now on (None: none) and divide it among the running
+        pipelines at once (those above their new share first, ``_divide``).
+
+        Raises:
+            ValueError: ``total`` is not positive.
+        """
+        if total is not None and total <= 0:
+            raise ValueError(f"a shared rate needs total > 0, got {total}")
+        with self._lock:
+            if total == self.total:
+                return
+            self.total = total
+            self._divide()
 
     def lease(self) -> Lease:
         """A place for one more pipeline: the running ones are lowered to make room before
@@ -131,7 +165,10 @@ class SharedRate:
             self._divide()
 
     def _share(self) -> int:
-        """Bytes per second of each lease now: ``total / leases`` (called with leases held)."""
+        """Bytes per second of each lease now: ``total / leases`` (called with leases held;
+        ``UNLIMITED`` without a total)."""
+        if self.total is None:
+            return UNLIMITED
         return max(1, self.total // len(self._leases))
 
     def _divide(self) -> None:
@@ -173,6 +210,34 @@ class Lease:
     def close(self) -> None:
         """The pipeline ended (or never started): the others share its part."""
         self._shared._ended(self)
+
+
+@contextlib.contextmanager
+def follow(rate: SharedRate, timetable: Timetable, clock: Clock, *,
+           every: float = FOLLOW_EVERY) -> Iterator[None]:
+    """While the ``with`` block runs, keep ``rate``'s total at the limit ``timetable`` has in
+    force by ``clock`` (read every ``every`` seconds, in a daemon thread; a clock stepped
+    forward or back is followed too). Nothing runs for a constant timetable."""
+    if timetable.constant:
+        yield
+        return
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(every):
+            in_force = timetable.at(clock.now())
+            if in_force.limit != rate.total:
+                log.info("bandwidth limit now %s (window %s)", in_force.describe(),
+                         in_force.window or "default")
+                rate.set_total(in_force.limit)
+
+    thread = threading.Thread(target=watch, name="zbak-bandwidth", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def remote_control(pid: int, rate: int) -> bool:

@@ -46,10 +46,10 @@ from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts, Outcome
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.observe.runlog import RunSet
-from zrepl_py.observe.transfers import reporting
+from zrepl_py.observe.transfers import Queue, Slot, reporting
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
 from zrepl_py.proc.mbuffer import has_mbuffer
-from zrepl_py.proc.ratelimit import SharedRate
+from zrepl_py.proc.ratelimit import SharedRate, follow
 from zrepl_py.replication.order import default_concurrency
 from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
 from zrepl_py.replication.stages import Side
@@ -64,6 +64,7 @@ from zrepl_py.runtime.cpus import usable_cpus
 from zrepl_py.runtime.prefetch import Task, TaskOf
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
 from zrepl_py.values.failover import FailoverMark
+from zrepl_py.values.timetable import InForce
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.pool_status import PoolReport, pool_report
@@ -86,11 +87,13 @@ class TargetResult:
 
 @dataclasses.dataclass
 class ReplicateResult:
-    """All targets of one job."""
+    """All targets of one job, and the job's ``bandwidth_limit`` in force when it started
+    (None: the job has none at any time)."""
 
     job: str
     dry_run: bool
     targets: list[TargetResult]
+    limit: InForce | None = None
 
     @property
     def failed(self) -> bool:
@@ -207,7 +210,9 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
                 if isinstance(exc, FailedOver) and not dry_run:
                     _note_failover(ctx, name, target, exc)
         _tell_hooks(hooks.outcome, inventory, source.dataset, results)
-    return ReplicateResult(name, dry_run, results)
+    limit = cfg.bandwidth_limit
+    return ReplicateResult(name, dry_run, results,
+                           limit.at(ctx.clock.now()) if limit.limited else None)
 
 
 def _note_failover(ctx: Context, name: str, target: Endpoint, exc: FailedOver) -> None:
@@ -364,31 +369,8 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
                 result.warnings.append(
                     f"no zfs on {target.host}: rsync fallback into {directory.directory}")
             else:
-                concurrency = cfg.concurrency or default_concurrency(usable_cpus())
-                rate = SharedRate(cfg.bandwidth_limit, concurrency) if cfg.bandwidth_limit else None
-                transfer = Transfer(source_side, target_side, cfg.compression == "zstd", rate,
-                                    None if dry_run else _receive_buffer(ctx, job, target),
-                                    cfg.on_divergence,
-                                    reporting(ctx.state_dir, "replicate", name, str(target)),
-                                    threading.Event())
-                if not dry_run:
-                    for side in (source_side, target_side):
-                        _wait_for_master(ctx, side)
-                fallback = None
-                if cfg.method == "auto":
-                    fallback = _stream_fallback(ctx, name, job, target, inventory, src, dst,
-                                                target_side, result)  # fmt: skip
-                result.datasets = replicate_to_zfs_target(
-                    job_name=name, job=job, target=target, inventory=inventory, src=src, dst=dst,
-                    transfer=transfer, catalog=ctx.catalog(), clock=ctx.clock, dry_run=dry_run,
-                    fallback=fallback, concurrency=concurrency,
-                )
-                result.bytes = sum(d.bytes for d in result.datasets)
-                diverged = [d.diverged for d in result.datasets if d.diverged]
-                if diverged:
-                    result.error = "; ".join(diverged)
-                    log.error("job %s: %d dataset(s) diverged on %s: %s", name, len(diverged),
-                              target, result.error)
+                _to_zfs_target(ctx, name, job, target, inventory, src, dst, result,
+                               source_side, target_side, dry_run=dry_run)
                 return
     synced = replicate_to_directory(
         ctx=ctx, job_name=name, job=job, target=directory, inventory=inventory, src=src,
@@ -396,6 +378,54 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
     )
     result.snapshots_synced, result.bytes = synced.snapshots, synced.bytes
     result.warnings.extend(synced.warnings)
+
+
+def _to_zfs_target(ctx: Context, name: str, job: JobConfig, target: Endpoint,
+                   inventory: Inventory, src: Zfs, dst: Zfs, result: TargetResult,
+                   source_side: Side, target_side: Side, *, dry_run: bool) -> None:
+    """Replicate to a ZFS target (``zfs_target``) under the job's ``bandwidth_limit``
+    (followed as its timetable changes, ``proc.ratelimit.follow``), publishing the run's
+    queue and transfers for ``zbak status``."""
+    cfg = job.replicate
+    assert cfg is not None
+    concurrency = cfg.concurrency or default_concurrency(usable_cpus())
+    limit = cfg.bandwidth_limit
+    rate = SharedRate(limit.at(ctx.clock.now()).limit, concurrency) if limit.limited else None
+
+    def in_force() -> int | None:
+        return rate.total if rate is not None else None
+
+    with contextlib.ExitStack() as stack:
+        queue = None
+        if not dry_run:
+            queue = stack.enter_context(Queue(
+                Slot(ctx.state_dir, "replicate", name, str(target)),
+                [str(info.name) for info in inventory.datasets], limit=in_force))
+            if rate is not None:
+                stack.enter_context(follow(rate, limit, ctx.clock))
+            for side in (source_side, target_side):
+                _wait_for_master(ctx, side)
+        transfer = Transfer(source_side, target_side, cfg.compression == "zstd", rate,
+                            None if dry_run else _receive_buffer(ctx, job, target),
+                            cfg.on_divergence,
+                            reporting(ctx.state_dir, "replicate", name, str(target),
+                                      limit=in_force),
+                            threading.Event(), queue)
+        fallback = None
+        if cfg.method == "auto":
+            fallback = _stream_fallback(ctx, name, job, target, inventory, src, dst,
+                                        target_side, result)  # fmt: skip
+        result.datasets = replicate_to_zfs_target(
+            job_name=name, job=job, target=target, inventory=inventory, src=src, dst=dst,
+            transfer=transfer, catalog=ctx.catalog(), clock=ctx.clock, dry_run=dry_run,
+            fallback=fallback, concurrency=concurrency,
+        )
+    result.bytes = sum(d.bytes for d in result.datasets)
+    diverged = [d.diverged for d in result.datasets if d.diverged]
+    if diverged:
+        result.error = "; ".join(diverged)
+        log.error("job %s: %d dataset(s) diverged on %s: %s", name, len(diverged),
+                  target, result.error)
 
 
 def _stream_fallback(ctx: Context, name: str, job: JobConfig, target: Endpoint,

@@ -32,6 +32,12 @@ rsync exit status (rsync(1) "EXIT VALUES"): 0 success; 24 "some files vanished" 
 warning (a ZFS snapshot is immutable, so it points at a live directory); 23 and everything
 else fail with ``RsyncFailed``; rsync missing on either side raises ``RsyncNotFound``.
 
+A timetable ``bandwidth_limit`` (``values.timetable``) cannot reach a running rsync, whose
+``--bwlimit`` is fixed: the rsync runs until the next change of the limit, is stopped then and
+started again with the new ``--bwlimit`` into the same ``DIR/partial/GUID`` (``--partial``
+kept what arrived; ``--checksum`` skips the files finished already). Only the last run's
+bytes are counted (rsync's ``--stats`` of a stopped run are lost with it).
+
 Where rsync runs: push (source here, target an SSH host) and local (both here) run rsync
 here; pull (source an SSH host, target here) runs it here too, reading over ssh. Remote to
 remote is refused (rsync cannot copy between two remote hosts).
@@ -43,15 +49,18 @@ import dataclasses
 import logging
 import posixpath
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
+from zrepl_py.clock import Clock, SystemClock
 from zrepl_py.config.hosts import Endpoint, HostConfig
 from zrepl_py.errors import CommandFailed, DatasetNotFound, RsyncFailed, RsyncNotFound, UsageError
 from zrepl_py.proc.executor import Completed, Executor
 from zrepl_py.proc.openssh import remote_command, ssh_argv_without_address
 from zrepl_py.replication.snapshot_view import snapshot_view
+from zrepl_py.values.timetable import Timetable
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.model import SnapshotInfo
 from zrepl_py.zfs.names import SnapshotName
@@ -516,10 +525,11 @@ def replicate_snapshot_rsync(
     target_executor: Executor,
     *,
     known_hosts_default: Path,
-    bandwidth_limit: int | None = None,
+    bandwidth_limit: Timetable | None = None,
     source_host: HostConfig | None = None,
     timeout: float | None = None,
     control_dir: Path | None = None,
+    clock: Clock | None = None,
 ) -> RsyncResult:
     """Copy one snapshot's files into ``DIR/snapshots/SHORT`` on the target (see module doc).
 
@@ -544,13 +554,15 @@ def replicate_snapshot_rsync(
         target_executor: runs commands on the target host.
         known_hosts_default: known_hosts file for hosts without their own
             (``<state_dir>/known_hosts``), for the ``ssh`` that rsync starts.
-        bandwidth_limit: bytes per second on the wire, None for unlimited.
+        bandwidth_limit: bytes per second on the wire, or a timetable of them (a change
+            restarts rsync, see the module doc); None for unlimited.
         source_host: the source's HostConfig when pulling; default the source executor's
             own ``config`` (SSHExecutor).
         timeout: seconds the rsync may run before it is killed (RsyncFailed, returncode
             None; partial files stay for the next run); None for no limit.
         control_dir: share the host's ssh connection (``openssh.control_dir``); rsync
             counts its bytes itself, so sharing costs nothing here.
+        clock: what ``bandwidth_limit`` is read by (default the system clock).
 
     Returns:
         RsyncResult (bytes, warnings, the tree's path).
@@ -588,7 +600,8 @@ def replicate_snapshot_rsync(
     link_dest += [posixpath.join(layout.partial, p) for p in partials if p != str(info.guid)]
     destination = layout.partial_tree(info.guid)
     run = _rsync_snapshot(source_zfs, snap, route, destination, link_dest, target_executor.host,
-                          bandwidth_limit=bandwidth_limit, timeout=timeout)
+                          bandwidth_limit=bandwidth_limit or Timetable(), timeout=timeout,
+                          clock=clock or SystemClock())
     warnings += run.warnings
     tree = _settle(target_executor, layout, snap, destination, snapshots, present, partials,
                    warnings)
@@ -598,26 +611,44 @@ def replicate_snapshot_rsync(
 
 
 def _rsync_snapshot(source_zfs: Zfs, snap: SnapshotName, route: _Route, destination: str,
-                    link_dest: list[str], target: str, *, bandwidth_limit: int | None,
-                    timeout: float | None) -> RsyncRun:
+                    link_dest: list[str], target: str, *, bandwidth_limit: Timetable,
+                    timeout: float | None, clock: Clock) -> RsyncRun:
     """rsync the files of ``snap`` (through ``snapshot_view``) into ``destination`` on the
-    target, hard-linking unchanged files against ``link_dest`` (at most ``MAX_LINK_DEST``).
+    target, hard-linking unchanged files against ``link_dest`` (at most ``MAX_LINK_DEST``),
+    restarted at each change of ``bandwidth_limit`` (see the module doc).
 
     Raises:
         RsyncFailed, RsyncNotFound, SnapshotViewError, ZfsError: see
             ``replicate_snapshot_rsync``.
     """
+    deadline = None if timeout is None else time.monotonic() + timeout
     with snapshot_view(source_zfs, snap) as view:
-        argv = rsync_argv(
-            Location(view, route.source_address),
-            Location(destination, route.target_address),
-            ssh=route.ssh,
-            bandwidth_limit=bandwidth_limit,
-            link_dest=link_dest[:MAX_LINK_DEST],
-            rsync_path=route.rsync_path,
-        )
-        log.info("[%s] rsync %s -> %s:%s", route.runner.host, snap, target, destination)
-        run = run_rsync(route.runner, argv, timeout=timeout)
+        while True:
+            in_force = bandwidth_limit.at(clock.now())
+            argv = rsync_argv(
+                Location(view, route.source_address),
+                Location(destination, route.target_address),
+                ssh=route.ssh,
+                bandwidth_limit=in_force.limit,
+                link_dest=link_dest[:MAX_LINK_DEST],
+                rsync_path=route.rsync_path,
+            )
+            log.info("[%s] rsync %s -> %s:%s (bandwidth limit %s)", route.runner.host, snap,
+                     target, destination, in_force.describe())
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            change = (None if in_force.until is None
+                      else max(1.0, (in_force.until - clock.now()).total_seconds()))
+            stops = change is not None and (left is None or change < left)
+            try:
+                run = run_rsync(route.runner, argv, timeout=change if stops else left)
+            except RsyncFailed as exc:
+                if not (stops and exc.returncode is None):
+                    raise
+                log.info("[%s] rsync of %s stopped: the bandwidth limit changes at %s;"
+                         " starting it again (--partial kept what arrived)", route.runner.host,
+                         snap, f"{in_force.until:%Y-%m-%d %H:%MZ}")
+                continue
+            break
     if run.returncode == VANISHED:
         log.warning("rsync of %s: source files vanished (exit 24): %s", snap, run.warnings)
     return run

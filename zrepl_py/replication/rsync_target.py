@@ -31,6 +31,7 @@ from zrepl_py.replication.rsync import (
     replicate_snapshot_rsync,
 )
 from zrepl_py.replication.stages import Side
+from zrepl_py.values.timetable import Timetable
 from zrepl_py.zfs.names import DatasetName
 
 if TYPE_CHECKING:
@@ -89,15 +90,17 @@ def replicate_to_directory(
         outcome = DirectoryOutcome([s.short for s in pending])
         if dry_run:
             return outcome
+        limit = job.replicate.bandwidth_limit if job.replicate is not None else Timetable()
         for snap in pending:
             # rsync's bytes are known only at its end: zbak status shows what and since when
             with Slot(ctx.state_dir, "replicate", job_name, key).publisher(
-                    dataset=str(dataset), to_snapshot=snap.short, measured=False):
+                    dataset=str(dataset), to_snapshot=snap.short, measured=False,
+                    limit=lambda: limit.at(ctx.clock.now()).limit):
                 result = replicate_snapshot_rsync(
                     src, snap.name, target, target_side.config, executor,
                     known_hosts_default=target_side.known_hosts_default,
-                    bandwidth_limit=job.replicate.bandwidth_limit if job.replicate else None,
-                    control_dir=target_side.control_dir,
+                    bandwidth_limit=limit, control_dir=target_side.control_dir,
+                    clock=ctx.clock,
                 )
             outcome.bytes += result.bytes_sent or 0
             outcome.warnings.extend(result.warnings)

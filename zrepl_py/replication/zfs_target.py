@@ -76,6 +76,7 @@ from zrepl_py.snapshots.inventory import Inventory
 from zrepl_py.snapshots.naming import is_own
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.errors import receive_refusal
+from zrepl_py.zfs.estimate import expected_size
 from zrepl_py.zfs.model import DatasetInfo, Tree
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.properties import ReceiveProperties
@@ -94,6 +95,7 @@ from zrepl_py.zfs.steps import (
 
 if TYPE_CHECKING:  # SQLAlchemy loads with the catalog, while the run's SSH prefetch goes on
     from zrepl_py.catalog.repository import Catalog
+    from zrepl_py.observe.transfers import Queue
 
 log = logging.getLogger(__name__)
 
@@ -152,11 +154,14 @@ class Transfer:
     """Bytes of mbuffer before ``zfs receive`` (``proc.mbuffer.mbuffer_argv``), None for none."""
     on_divergence: Literal["stop", "rollback"]
     progress: Callable[..., Callable[[int, float], None] | None]
-    """Given a label and the keywords ``dataset``, ``from_snap``, ``to_snap`` (what is sent,
-    as ``observe.transfers.progress_callback`` takes them), return a ``(bytes, seconds)``
+    """Given a label, the expected bytes (or None) and the keywords ``dataset``,
+    ``from_snap``, ``to_snap`` (what is sent) and ``expected_source``, as
+    ``observe.transfers.progress_callback`` takes them, return a ``(bytes, seconds)``
     callback, or None for no progress."""
     cancel: threading.Event | None = None
     """Set when the run is interrupted: running pipelines stop (``run_pipeline``)."""
+    queue: Queue | None = None
+    """Told when each dataset starts and ends (``zbak status --watch`` shows the queue)."""
 
 
 def _target_tree(zfs: Zfs, root: DatasetName) -> Tree | None:
@@ -292,7 +297,18 @@ def replicate_to_zfs_target(
                                           and item.result.error is not None)
 
     targets = {name: target.dataset.child(name.relative_to(job.source.dataset)) for name in infos}
-    fan_out(list(infos), run.replicate, concurrency=concurrency, settle=settle, stop=failed,
+    queue = transfer.queue
+
+    def work(dataset: DatasetName) -> _Worked:
+        if queue is None:
+            return run.replicate(dataset)
+        queue.started(str(dataset))
+        try:
+            return run.replicate(dataset)
+        finally:
+            queue.ended(str(dataset))
+
+    fan_out(list(infos), work, concurrency=concurrency, settle=settle, stop=failed,
             after=prerequisites(list(infos), {n for n, t in targets.items() if t in present}),
             cancel=transfer.cancel, name=f"zbak-{target.host}", idle=settler.idle)
     errors = settler.settled.errors
@@ -527,8 +543,12 @@ def execute_step(step: Step, dataset: DatasetName, target_ds: DatasetName,
 
             log.info("sending %s (%s)", label, type(step).__name__.lower())
             base = getattr(step, "base", None)  # what zbak status shows (observe.transfers)
-            progress = transfer.progress(label, dataset=str(dataset), to_snap=step.to.name,
-                                         from_snap=base.name if base is not None else None)
+            full = SnapshotName.of(dataset, step.to.name) if isinstance(step, Full) else None
+            expected = expected_size(src, send, full=full)
+            progress = transfer.progress(label, expected.bytes, dataset=str(dataset),
+                                         to_snap=step.to.name,
+                                         from_snap=base.name if base is not None else None,
+                                         expected_source=expected.source)
             result: PipelineResult = run_pipeline(stages, progress=progress, meter=meter,
                                                   cancel=transfer.cancel, on_start=started)
         finally:

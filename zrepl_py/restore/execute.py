@@ -64,6 +64,7 @@ from zrepl_py.streams.codec import Codec
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.errors import receive_refusal
+from zrepl_py.zfs.estimate import expected_size
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.sendrecv import receive_argv, send_argv
 from zrepl_py.zfs.steps import Full, Incremental, SnapRef
@@ -133,7 +134,8 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     total = 0
     label = f"{path.store}:{plan.dataset}@{plan.target.name} -> {plan.into}"
     with VolumeFetch(backend, every, spool, cfg.download_concurrency, codecs) as fetch:
-        progress = _reporter(ctx, plan, label, total=sum(s.raw_bytes for s in path.streams))
+        progress = _reporter(ctx, plan, label, total=sum(s.raw_bytes for s in path.streams),
+                             expected_source="catalog")
         sampler = Sampler(progress)
         stages = side.wrap([receive], "zfs receive")
         upcoming: ReceiveWriter | None = ReceiveWriter(stages).start()
@@ -369,9 +371,12 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
             send, receive, source=source, target=target, bandwidth_limit=None, compress=True,
             send_writes_stream=src.capabilities.send_writes_stream, share=False)
         label = f"{chosen.dataset}@{step.to.name} -> {plan.into}"
+        expected = expected_size(src, send, full=(f"{chosen.dataset}@{step.to.name}"
+                                                  if isinstance(step, Full) else None))
         total += run_pipeline(stages, meter=meter, progress=_reporter(
             ctx, plan, label, dataset=chosen.dataset, to_snap=step.to.name,
-            from_snap=step.base.name if isinstance(step, Incremental) else None)).bytes
+            from_snap=step.base.name if isinstance(step, Incremental) else None,
+            total=expected.bytes, expected_source=expected.source)).bytes
         if isinstance(step, Full) and len(steps) > 1:
             _mark(dst, plan, mark_value(plan.host, str(plan.dataset)))
     locked = _check_received(dst, plan)

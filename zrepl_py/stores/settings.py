@@ -15,7 +15,8 @@ from pydantic import Field, field_validator, model_validator
 
 from zrepl_py.runtime.extras import Extra
 from zrepl_py.streams.age import RECIPIENT
-from zrepl_py.values.fields import ByteSize, Table
+from zrepl_py.values.fields import BandwidthLimit, ByteSize, Table
+from zrepl_py.values.timetable import Timetable
 
 AGE = Extra("age", "pyrage")
 """The pip extra a sealed store (``[stores.NAME.age]``) needs: ``zbak[age]``."""
@@ -88,6 +89,9 @@ class StoreConfig(Table):
     upload_concurrency: int = Field(4, ge=1, le=64)
     age: AgeSettings | None = None
     """Sealed cold storage (client-side age encryption); None: volumes are plain zstd."""
+    bandwidth_limit: BandwidthLimit = Timetable()
+    """Bytes per second of the uploads to this store (archive volumes, copies), or a weekly
+    timetable in UTC (``values.timetable``); ``Timetable()`` (``"off"``): none."""
 
     @property
     def keeps_progress_locally(self) -> bool:

@@ -10,13 +10,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, PlainValidator
 
+from zrepl_py.values.timetable import Timetable, parse_timetable
 from zrepl_py.values.units import parse_cron, parse_duration, parse_size
 
 Duration = Annotated[dt.timedelta, BeforeValidator(parse_duration)]
 ByteSize = Annotated[int, BeforeValidator(parse_size)]
 CronSchedule = Annotated[str, BeforeValidator(parse_cron)]
+BandwidthLimit = Annotated[Timetable, PlainValidator(parse_timetable), PlainSerializer(str)]
+"""Bytes per second, ``"off"``, or a weekly timetable in UTC (``values.timetable``)."""
 
 
 class Table(BaseModel):

@@ -112,6 +112,14 @@ class Capabilities:
         ZFS zbak supports, zfs-fuse alone lacks ``zfs list -p``, which tells them apart."""
         return self.parsable_list
 
+    @property
+    def send_dry_run(self) -> bool:
+        """``zfs send -n -P`` prints the stream's expected size (``zfs.estimate``): true of
+        OpenZFS (since long before 2.x; verified on 2.3.2); zfs-fuse's send has neither
+        flag. Of the ZFS zbak supports, zfs-fuse alone lacks ``zfs list -p``, which tells
+        them apart."""
+        return self.parsable_list
+
     def feature_enabled(self, name: str) -> bool:
         """True when the pool has ``feature@name`` enabled or active (it can receive blocks
         that need it)."""
