@@ -193,6 +193,7 @@ def test_a_running_replication_shows_its_growing_bytes_rate_and_pid_and_is_gone_
     rig("snapshot", "j")
     (snap,) = [line.split("@")[1] for line in
                zfs("list", "-H", "-t", "snapshot", "-o", "name", "-d", "1", rig.data).split()]
+    referenced = int(zfs("get", "-Hp", "-o", "value", "referenced", f"{rig.data}@{snap}"))
     # A file left by a zbak killed earlier: a PID that has exited.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -232,15 +233,20 @@ def test_a_running_replication_shows_its_growing_bytes_rate_and_pid_and_is_gone_
     for t in seen:
         assert (t["kind"], t["job"], t["where"]) == ("replicate", "j", f"local:{rig.replica}")
         assert (t["from_snapshot"], t["to_snapshot"]) == (None, snap), "a full of the snapshot"
-        assert t["pid"] == proc.pid and t["expected_bytes"] is None, "zfs-fuse: no estimate"
+        assert t["pid"] == proc.pid and t["rate_limit"] == 500000
+        # zfs-fuse has no zfs send -nP: a full's expected size is its snapshot's referenced
+        # (docs/design.md#running-transfers)
+        assert (t["expected_bytes"], t["expected_source"]) == (referenced, "referenced")
         assert parse(t["started_at"]).utcoffset() == dt.timedelta(0)
     assert last["bytes"] > first["bytes"] and last["bytes"] <= 3_000_000
     rates = [t["rate"] for t in seen if t["rate"]]
     assert rates and all(100_000 < r < 1_500_000 for r in rates), f"about 500 kB/s: {rates}"
-    assert all(t["eta_seconds"] is None for t in seen), "no expected size: no ETA"
+    etas = [t["eta_seconds"] for t in seen if t["eta_seconds"] is not None]
+    assert etas and etas[-1] < etas[0], f"an ETA once the rate is known, falling: {etas}"
     assert "transfers" in table and str(proc.pid) in table and rig.data in table
 
     _, out, _ = rig("status", "--json", "--offline", "j")
     (job,) = json.loads(out)
     assert job["transfers"] == [] and job["stale_transfers"] == []
-    assert list((rig.state / "running").iterdir()) == [], "the run removed its file"
+    assert list((rig.state / "running").iterdir()) == [rig.state / "running" / "queues"]
+    assert list((rig.state / "running" / "queues").iterdir()) == [], "the run removed its files"

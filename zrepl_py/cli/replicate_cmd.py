@@ -14,8 +14,8 @@ from zrepl_py.cli.common import (
     json_option,
     pass_invocation,
 )
-from zrepl_py.cli.limits import limit_json, limit_text
 from zrepl_py.errors import ExitStatus
+from zrepl_py.runtime.logsetup import printable
 
 if TYPE_CHECKING:
     from zrepl_py.replication.job import ReplicateResult
@@ -74,14 +74,14 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, as_json: bool
     limits = {r.job: r.limit for r in results if r.limit is not None}
     if as_json:
         emit_json({"dry_run": dry_run, "rows": rows,
-                   "bandwidth_limits": {job: limit_json(found) for job, found in limits.items()}})
+                   "bandwidth_limits": {job: found.as_dict() for job, found in limits.items()}})
     else:
         emit_table("replication" + (" (dry run: nothing sent)" if dry_run else ""),
                    ["job", "target", "dataset", "plan", "bytes", "problem"],
                    [(r["job"], r["target"], r["dataset"], r["plan"], r["bytes"],
                      r["error"] or "; ".join(r["warnings"])) for r in rows])
         for job, found in limits.items():
-            click.echo(f"bandwidth limit of job {job}: {limit_text(found)}")
+            click.echo(printable(f"bandwidth limit of job {job}: {found.describe()}"))
     if status == ExitStatus.OK and any(r.failed for r in results):
         return ExitStatus.FAILED
     return status

@@ -24,7 +24,6 @@ from zrepl_py.errors import ExitStatus, UsageError, ZbakError
 
 if TYPE_CHECKING:
     from zrepl_py.catalog.rows import FailoverRow
-    from zrepl_py.observe.transfers import RunningTransfer
     from zrepl_py.status.report import ChainStatus
 
 
@@ -42,19 +41,6 @@ def _rate(value: float | None) -> str:
     from zrepl_py.observe.progress import format_rate
 
     return "-" if value is None else format_rate(value)
-
-
-def _eta(value: float | None) -> str:
-    from zrepl_py.observe.progress import format_eta
-
-    return "-" if value is None else format_eta(value)
-
-
-def _sent(t: RunningTransfer) -> str:
-    """``DATASET@FROM -> @TO`` (``DATASET@TO`` for a full)."""
-    if t.from_snapshot:
-        return f"{t.dataset}@{t.from_snapshot} -> @{t.to_snapshot or '?'}"
-    return f"{t.dataset}@{t.to_snapshot or '?'}"
 
 
 def _run_counts(runs: list[tuple[Any, ...]]) -> tuple[list[str], list[tuple[Any, ...]]]:
@@ -111,10 +97,17 @@ def _age(seconds: float | None) -> str:
 @click.option("--check", is_flag=True,
               help="Only judge health (catalog only): one status line; exit 0 OK, 1 WARNING,"
                    " 2 CRITICAL, 3 UNKNOWN (Nagios plugin codes).")
+@click.option("--watch", is_flag=True,
+              help="Refresh until Ctrl-C: running transfers (bytes, rate, ETA, limit), the"
+                   " runs' queues, the last run per job and the bandwidth limits in force;"
+                   " in place on a terminal, else one block (or JSON line) per refresh.")
+@click.option("--interval", type=click.FloatRange(min=0.2, max=3600), default=1.0,
+              show_default=True, help="Seconds between two refreshes of --watch.")
 @all_option
 @pass_invocation
 def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool,
-            prom_textfile: Path | None, check: bool, show_all: bool) -> int:
+            prom_textfile: Path | None, check: bool, watch: bool, interval: float,
+            show_all: bool) -> int:
     """Show, per job and target: last success, lag (time and snapshots), archive chain
     lengths, bytes held by zbak's holds, runs in progress, each running transfer (what is
     sent, bytes done and expected, rate, ETA, start, PID) and the next scheduled runs.
@@ -124,11 +117,20 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
     action is stale past [alerts] stale_after, or the newest audit found problems; 1
     WARNING when a newest run ended partial; 3 UNKNOWN when the config or catalog cannot
     be read; else 0 OK."""
+    if watch:
+        if check or prom_textfile is not None:
+            raise UsageError("--watch shows what runs now: run --check and --prom-textfile"
+                             " without it")
+        from zrepl_py.cli.watching import watch as watching
+
+        with inv.context() as ctx:
+            return watching(ctx, jobs, interval=interval, as_json=as_json)
     if check:
         if prom_textfile is not None:
             raise UsageError("--check reads the catalog only: run --prom-textfile without it")
         return _check(inv, jobs, as_json)
     from zrepl_py.status.report import job_statuses
+    from zrepl_py.status.watch import eta_text, sent_text
 
     with inv.context() as ctx:
         states = job_statuses(ctx, jobs, offline=offline)
@@ -171,12 +173,16 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
                for s in states for r in s.running]
     if running:
         emit_table("running", ["job", "action", "target", "started", "for"], running)
-    transfers = [(s.job, t.kind, t.where, _sent(t), _size(t.bytes), _size(t.expected_bytes),
-                  _rate(t.rate), _eta(t.eta_seconds), _when(t.started_at), t.pid)
-                 for s in states for t in s.transfers]
+    transfers = [(s.job, t.kind, t.where, sent_text(t), _size(t.bytes),
+                  _size(t.expected_bytes), _rate(t.rate), eta_text(t), _when(t.started_at),
+                  t.pid) for s in states for t in s.transfers]
     if transfers:
         emit_table("transfers", ["job", "kind", "target/store", "sending", "done", "expected",
                                  "rate", "ETA", "started", "pid"], transfers)
+    limits = [(s.job, what, in_force.describe()) for s in states
+              for what, in_force in s.bandwidth_limits.items()]
+    if limits:
+        emit_table("bandwidth limits in force", ["job", "for", "limit"], limits)
     stale = [(s.job, g.transfer.kind if g.transfer else "-", g.transfer.where if g.transfer
               else "-", g.reason) for s in states for g in s.stale_transfers]
     if stale:

@@ -37,7 +37,15 @@ from zrepl_py.catalog.rows import CursorRow, FailoverRow, RunRow, SnapshotRow, S
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.config.schema import Config
 from zrepl_py.observe.runlog import sweep_interrupted
-from zrepl_py.observe.transfers import RunningTransfer, StaleTransfer, read_running
+from zrepl_py.observe.transfers import (
+    QueuedRun,
+    RunningTransfer,
+    StaleTransfer,
+    read_queues,
+    read_running,
+)
+from zrepl_py.status.watch import job_limits
+from zrepl_py.values.timetable import InForce
 
 if TYPE_CHECKING:
     from zrepl_py.catalog.repository import Catalog
@@ -164,6 +172,8 @@ class JobStatus:
         next_runs: per scheduled action, the next fire time (UTC) of its cron schedule.
         transfers: transfers in progress now (``zrepl_py.observe.transfers``); stale_transfers: the
             files of this job's transfers whose process is gone (removed when read).
+        queues: the queues of this job's running runs (``observe.transfers.QueuedRun``).
+        bandwidth_limits: the job's bandwidth limits in force now (``status.watch.job_limits``).
     """
 
     job: str
@@ -182,6 +192,8 @@ class JobStatus:
     next_runs: dict[str, dt.datetime | None]
     transfers: list[RunningTransfer] = dataclasses.field(default_factory=list)
     stale_transfers: list[StaleTransfer] = dataclasses.field(default_factory=list)
+    queues: list[QueuedRun] = dataclasses.field(default_factory=list)
+    bandwidth_limits: dict[str, InForce] = dataclasses.field(default_factory=dict)
 
 
 def job_schedules(job: JobConfig) -> dict[str, str | None]:
@@ -461,6 +473,7 @@ def job_statuses(ctx: Context, names: Sequence[str] = (), *, offline: bool = Fal
     """
     chosen = ctx.select_jobs(names)
     transfers, stale = read_running(ctx.state_dir)
+    queues = read_queues(ctx.state_dir)
     for gone in stale:
         log.warning("dropped stale transfer file %s: %s", gone.path, gone.reason)
     if not chosen:
@@ -477,5 +490,7 @@ def job_statuses(ctx: Context, names: Sequence[str] = (), *, offline: bool = Fal
                            left_out=left_out, chains=chains)
         found.append(dataclasses.replace(
             state, transfers=[t for t in transfers if t.job == name],
-            stale_transfers=[g for g in stale if g.transfer and g.transfer.job == name]))
+            stale_transfers=[g for g in stale if g.transfer and g.transfer.job == name],
+            queues=[q for q in queues if q.job == name],
+            bandwidth_limits=job_limits(ctx.config, name, now)))
     return found

@@ -74,19 +74,32 @@ class InForce:
     until: dt.datetime | None
 
     def describe(self) -> str:
-        """``10 MB/s until 2026-12-01 18:00Z`` or ``off``: what ``zbak status`` and ``replicate
-        --dry-run`` print (decimal units: the ones the config's ``10M`` means)."""
-        text = OFF if self.limit is None else f"{_decimal(self.limit)}/s"
+        """``10 MB/s until 2026-12-01 18:00Z (window "mon-fri 08:00-18:00")``, ``off until
+        ... (default)``, or ``10 MB/s`` for a limit that never changes: what ``zbak status``
+        and ``replicate --dry-run`` print (decimal units: the ones the config's ``10M``
+        means)."""
+        text = rate_text(self.limit)
         if self.until is not None:
             text += f" until {self.until:%Y-%m-%d %H:%MZ}"
-        return text
+        if self.window is not None:
+            return text + f' (window "{self.window}")'
+        return text + (" (default)" if self.until is not None else "")
+
+    def as_dict(self) -> dict[str, object]:
+        """``{"limit": bytes/s or None, "window": key or None, "until": datetime or None}``
+        (``--json``)."""
+        return {"limit": self.limit, "window": self.window, "until": self.until}
 
 
-def _decimal(size: int) -> str:
+def rate_text(limit: int | None) -> str:
+    """A limit as shown: ``10 MB/s`` (decimal units, the ones the config's ``10M`` means,
+    three digits), ``off`` for None."""
+    if limit is None:
+        return OFF
     for unit, factor in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if size >= factor:
-            return f"{size / factor:.3g} {unit}"
-    return f"{size} B"
+        if limit >= factor:
+            return f"{limit / factor:.3g} {unit}/s"
+    return f"{limit} B/s"
 
 
 @dataclasses.dataclass(frozen=True)
