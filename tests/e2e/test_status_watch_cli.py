@@ -177,5 +177,10 @@ def test_watch_off_a_terminal_prints_blocks_and_json_lines_and_an_incremental_et
     moving = [t for v in views for t in v["transfers"]]
     assert moving and all(t["expected_bytes"] is None and t["eta_seconds"] is None
                           and t["from_snapshot"] == "s0" for t in moving), moving
+    queues = [q for v in views for q in v["queues"]]
+    assert queues and all((q["job"], q["kind"], q["where"]) == ("big", "replicate",
+                          f"local:{bak.name}/replica") for q in queues), queues
+    assert any(q["running"] == 1 and q["waiting"] == 0 and q["done"] == 0 for q in queues)
+    assert all(q["rate_limit"] == 4 * MiB for q in queues)
     assert all(v["bandwidth_limits"] == {"big": {"replicate": {
         "limit": 4 * MiB, "window": None, "until": None}}} for v in views)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import logging
 import os
 import subprocess
@@ -14,10 +15,13 @@ import sys
 from zrepl_py.observe.progress import Estimate
 from zrepl_py.observe.transfers import (
     Publisher,
+    Queue,
+    QueuedRun,
     RunningTransfer,
     Slot,
     process_gone,
     process_start,
+    read_queues,
     read_running,
 )
 
@@ -128,3 +132,53 @@ def test_slot_file_names_encode_target_strings_and_stay_under_name_max(tmp_path)
     assert other.path != slot.path
     long = Slot(tmp_path, "restore", "j", "p/" + "x" * 400)
     assert len(long.path.name) <= 210 and long.path != Slot(tmp_path, "restore", "j", "p/" + "x" * 401).path
+
+
+def test_a_record_of_an_older_zbak_reads_and_a_new_one_carries_the_estimates_source_and_limit(
+        tmp_path):
+    """Fields added to the format later are optional to the reader (docs/design.md#running-transfers)."""
+    old = json.loads(record(os.getpid(), process_start(os.getpid())).to_json())
+    del old["expected_source"], old["rate_limit"]
+    slot = Slot(tmp_path, "replicate", "j", "local:bak/r")
+    slot.path.parent.mkdir(parents=True)
+    slot.path.write_bytes(json.dumps(old).encode())
+    (shown,), stale = read_running(tmp_path)
+    assert stale == [] and (shown.expected_source, shown.rate_limit) == (None, None)
+    limit = [5_000_000]
+    with Publisher(Slot(tmp_path, "archive", "j", "cold"), dataset="src/d", total=100,
+                   expected_source="send -nP", limit=lambda: limit[0], every=0) as pub:
+        limit[0] = 2_000_000  # a timetable's boundary: the next write carries it
+        pub.update(Estimate(10, 1.0, 10.0, 9.0, 100))
+        written = RunningTransfer.from_json(pub.path.read_bytes())
+        assert (written.expected_source, written.rate_limit) == ("send -nP", 2_000_000)
+
+
+def test_a_runs_queue_is_published_as_datasets_start_and_end_and_removed_at_its_end(tmp_path):
+    slot = Slot(tmp_path, "replicate", "j", "local:bak/r", "src/d")
+    names = ["src/d", "src/d/a", "src/d/b"]
+    with Queue(slot, names, limit=lambda: 1000) as queue:
+        assert slot.queue_path.parent.name == "queues" and "src" not in slot.queue_path.name
+
+        def shown() -> QueuedRun:
+            (found,) = read_queues(tmp_path)
+            return found
+
+        assert (shown().queued, shown().waiting, shown().running, shown().done) == (names, 3, 0, 0)
+        queue.started("src/d")
+        queue.started("src/d/a")
+        assert (shown().queued, shown().running) == (["src/d/b"], 2)
+        queue.ended("src/d")
+        assert (shown().waiting, shown().running, shown().done, shown().rate_limit) == (
+            1, 1, 1, 1000)
+        assert read_running(tmp_path) == ([], []), "a queue is never taken for a transfer"
+    assert read_queues(tmp_path) == [] and not slot.queue_path.exists()
+
+
+def test_a_queue_left_by_a_dead_process_is_dropped(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    slot = Slot(tmp_path, "archive", "j", "cold")
+    slot.queue_path.parent.mkdir(parents=True)
+    slot.queue_path.write_bytes(QueuedRun("archive", "j", "cold", ["d"], 1, 0, 0, None, T0, T0,
+                                          dead.pid, None).to_json())
+    assert read_queues(tmp_path) == [] and not slot.queue_path.exists()
