@@ -31,7 +31,7 @@ running pvs above their new share lowered first). Without a limit ("off" in a ti
 that has limited windows) every pv runs at ``UNLIMITED``: ``pv -R PID -L 0`` does not lift a
 pv's limit (pv 1.6.20 keeps the old one; measured), so a window's end raises the pvs to a
 rate no link reaches instead (a pv at 1 PB/s moved 1000 MiB from /dev/zero as fast as one
-without ``-L``).
+without ``-L``; docs/decisions.md#a-new-limit-reaches-running-transfers).
 """
 
 from __future__ import annotations

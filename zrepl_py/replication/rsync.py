@@ -36,7 +36,8 @@ A timetable ``bandwidth_limit`` (``values.timetable``) cannot reach a running rs
 ``--bwlimit`` is fixed: the rsync runs until the next change of the limit, is stopped then and
 started again with the new ``--bwlimit`` into the same ``DIR/partial/GUID`` (``--partial``
 kept what arrived; ``--checksum`` skips the files finished already). Only the last run's
-bytes are counted (rsync's ``--stats`` of a stopped run are lost with it).
+bytes are counted (rsync's ``--stats`` of a stopped run are lost with it;
+docs/decisions.md#a-new-limit-reaches-running-transfers).
 
 Where rsync runs: push (source here, target an SSH host) and local (both here) run rsync
 here; pull (source an SSH host, target here) runs it here too, reading over ssh. Remote to

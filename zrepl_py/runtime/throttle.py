@@ -13,7 +13,8 @@ chunk goes at once, then the schedule restarts). Chunks are cut into ``SLICE`` b
 limit holds, so a new limit acts within a slice's time. The limit in force is read again at
 most every ``every`` seconds of the monotonic clock; when it changed, the schedule restarts
 at the new rate (a window's start lowers the rate at its next slice, its end lifts it).
-Without a limit in force, chunks pass through untouched.
+Without a limit in force, chunks pass through untouched
+(docs/decisions.md#a-new-limit-reaches-running-transfers).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ window starts on each of its days at the first time and ends at the second, whic
 ends Saturday 06:00, ``sun 22:00-06:00`` Monday 06:00: the week wraps). A window is half-open:
 it holds from its start, inclusive, to its end, exclusive. ``default`` (``"off"`` when left
 out) holds outside every window. Two windows that share a minute are an error (which limit
-would hold there is not obvious), naming both.
+would hold there is not obvious), naming both
+(docs/decisions.md#bandwidth-limits-follow-a-weekly-timetable-in-utc).
 
 Pure: no clock is read here; the callers pass aware datetimes
 (docs/style.md#planners-are-pure-and-drivers-are-thin).

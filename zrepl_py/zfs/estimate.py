@@ -10,7 +10,7 @@ stream carries, give or take the stream's own records and compression) and an
 incremental's is unknown.
 
 An estimate never fails a transfer: a dry run or ``zfs get`` that fails leaves the size
-unknown (logged at debug).
+unknown (logged at debug). See docs/decisions.md#expected-sizes-come-from-the-send-itself.
 """
 
 from __future__ import annotations
