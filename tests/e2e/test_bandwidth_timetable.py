@@ -102,6 +102,7 @@ def test_a_zfs_transfer_takes_the_new_rate_within_2_s_of_the_boundary(make_pool,
         [jobs.j.replicate]
         targets = ["local:{bak.name}/replica"]
         bandwidth_limit = {TABLE}
+        concurrency = 1
     """))
     run = Zbak(config, capsys)
     assert run("init", "--no-checks")[0] == ExitStatus.OK

@@ -36,6 +36,8 @@ ETA = re.compile(r"\b(\d+:\d\d:\d\d)\b")
 
 
 def _config(tmp_path, data, target, limit=LIMIT):
+    """One dataset at a time: its pv starts at the whole limit (with more, at the limit over
+    the concurrency until a ``pv -R`` raises it, which a loaded host can miss)."""
     config = tmp_path / "zbak.toml"
     config.write_text(f'state_dir = "{tmp_path / "state"}"\n' + textwrap.dedent(f"""
         [jobs.big]
@@ -43,6 +45,7 @@ def _config(tmp_path, data, target, limit=LIMIT):
         [jobs.big.replicate]
         targets = ["local:{target}"]
         bandwidth_limit = {limit}
+        concurrency = 1
     """))
     assert zbak_process.run(config, "init", "--no-checks")[0] == 0
     return config
@@ -184,3 +187,43 @@ def test_watch_off_a_terminal_prints_blocks_and_json_lines_and_an_incremental_et
     assert all(q["rate_limit"] == 4 * MiB for q in queues)
     assert all(v["bandwidth_limits"] == {"big": {"replicate": {
         "limit": 4 * MiB, "window": None, "until": None}}} for v in views)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_progress_bars_on_a_terminal_show_the_eta(make_pool, tmp_path):
+    """``zbak replicate`` and ``zbak archive`` typed in a terminal draw a progress bar whose
+    ETA falls (a zfs-fuse full: its expected size is the snapshot's ``referenced``)."""
+    src, bak = make_pool(), make_pool()
+    data = f"{src.name}/data"
+    zfs("create", data)
+    _fill(src.mountpoint / "data" / "random.bin", 48 * MiB)
+    zfs("snapshot", f"{data}@s1")
+    config = _config(tmp_path, data, f"{bak.name}/replica", limit=8 * MiB)
+    store = tmp_path / "store"
+    store.mkdir(mode=0o700)
+    with open(config, "a") as handle:
+        handle.write(textwrap.dedent(f"""
+            [stores.cold]
+            url = "file://{store}"
+            bandwidth_limit = "8MiB"
+            [jobs.big.archive]
+            store = "cold"
+        """))
+    for action in ("replicate", "archive"):
+        done = tmp_path / f"{action}.done"
+        command = shlex.join(zbak_process.argv(config, action))
+        tmux = Tmux(tmp_path / f"{action}.sock", f"sh -c '{command}; touch {done}; sleep 60'")
+        etas: list[int] = []
+        try:
+            deadline = time.monotonic() + zbak_process.TIMEOUT
+            while not done.exists() and time.monotonic() < deadline:
+                bar = next((line for line in tmux.capture().splitlines()
+                            if f"{data}@s1 ->" in line and "ETA" in line), "")
+                found = re.search(r"ETA (\d+:\d\d:\d\d)", bar)
+                if found and (not etas or _seconds(found[1]) != etas[-1]):
+                    etas.append(_seconds(found[1]))
+                time.sleep(0.2)
+        finally:
+            tmux.close()
+        print(action, "ETAs on the bar:", etas)
+        assert len(etas) >= 2 and etas[-1] < etas[0], f"{action}: {etas}"
