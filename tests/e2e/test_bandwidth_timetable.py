@@ -11,6 +11,7 @@ moving, 07:59:57, so the boundary at 08:00 falls 3 s into it. The new rate must 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import textwrap
 import threading
@@ -107,6 +108,15 @@ def test_a_zfs_transfer_takes_the_new_rate_within_2_s_of_the_boundary(make_pool,
     run = Zbak(config, capsys)
     assert run("init", "--no-checks")[0] == ExitStatus.OK
     clock = Shifted(monkeypatch, MORNING)
+    # what is in force and until when: the dry run and zbak status say it
+    status, out, err = run("replicate", "j", "--dry-run")
+    assert status == ExitStatus.OK, out + err
+    assert "bandwidth limit of job j: 8.39 MB/s until 2026-11-30 08:00Z (default)" in out
+    status, out, err = run("replicate", "j", "--dry-run", "--json")
+    assert json.loads(out)["bandwidth_limits"] == {"j": {
+        "limit": BEFORE, "window": None, "until": "2026-11-30T08:00:00+00:00"}}
+    status, out, err = run("status", "j", "--offline")
+    assert "8.39 MB/s until 2026-11-30 08:00Z (default)" in out, out
     found: dict[str, float] = {}
     with PvSampler(os.getpid()) as pvs:
         watcher = _when(lambda: any(w for s in pvs.series.values() for _, w in s), clock, found)
