@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 from zrepl_py.clock import FixedClock
-from zrepl_py.runtime.throttle import SLICE, Throttle, throttled
+from zrepl_py.runtime.throttle import SLICE, Throttle
 from zrepl_py.values.timetable import parse_timetable
 
 MiB = 1024 * 1024
@@ -68,7 +68,6 @@ def test_off_passes_the_chunks_untouched_and_never_waits():
     throttle, clock = rig({"mon-fri 08:00-18:00": "off", "default": "off"})
     data = [b"a" * (3 * MiB), b"b"]
     assert list(throttle.chunks(data)) == data and clock.slept == 0
-    assert list(throttled(iter(data), parse_timetable("off"), clock.wall)) == data
 
 
 def test_an_idle_spell_earns_no_burst():

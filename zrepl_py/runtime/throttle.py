@@ -1,11 +1,11 @@
 """The bandwidth limit of uploads to a store: paces the chunks a ``Backend.put`` reads.
 
 The archive hands ``Backend.put`` the stored bytes of a volume as an iterable of chunks
-(``archive.volumes``); ``throttled`` (or ``Throttle.chunks``) yields them no faster than the
-store's ``bandwidth_limit`` in force (``values.timetable``), so what leaves for the store is
-limited whatever the store does with it (an S3 multipart upload sends a part once it has read
-it: the wire sees parts, at the limit on average). ``zbak copy`` throttles its uploads with the
-same function.
+(``archive.volumes``); ``Throttle.chunks`` yields them no faster than the store's
+``bandwidth_limit`` in force (``values.timetable``), so what leaves for the store is limited
+whatever the store does with it (an S3 multipart upload sends a part once it has read it: the
+wire sees parts, at the limit on average). One ``Throttle`` per run and store: the uploads of
+the run share the limit.
 
 Pacing is virtual scheduling: a chunk of ``n`` bytes may go when the previous one's time is
 up, and takes ``n / limit`` seconds of the schedule; an idle spell earns no credit (the next
@@ -97,10 +97,3 @@ class Throttle:
                 self._pace(len(piece))
                 yield piece
 
-
-def throttled(chunks: Iterable[bytes], timetable: Timetable, clock: Clock) -> Iterator[bytes]:
-    """``chunks`` paced under ``timetable`` (``Throttle.chunks``): the one call an upload
-    to a store makes to obey the store's ``bandwidth_limit``, e.g.
-    ``backend.put(key, throttled(source.get(key), store.bandwidth_limit, ctx.clock))``. For
-    several uploads that share one limit, share one ``Throttle``."""
-    return Throttle(timetable, clock).chunks(chunks)

@@ -90,7 +90,7 @@ class StoreConfig(Table):
     age: AgeSettings | None = None
     """Sealed cold storage (client-side age encryption); None: volumes are plain zstd."""
     bandwidth_limit: BandwidthLimit = Timetable()
-    """Bytes per second of the uploads to this store (archive volumes, copies), or a weekly
+    """Bytes per second of the uploads to this store (archive volumes), or a weekly
     timetable in UTC (``values.timetable``); ``Timetable()`` (``"off"``): none."""
 
     @property
