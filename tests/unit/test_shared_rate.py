@@ -11,7 +11,8 @@ import time
 import pytest
 
 from zrepl_py.clock import FixedClock
-from zrepl_py.proc.ratelimit import UNLIMITED, SharedRate, follow, remote_control
+from zrepl_py.proc.ratelimit import UNLIMITED, SharedRate, remote_control
+from zrepl_py.replication.bandwidth import follow
 from zrepl_py.values.timetable import parse_timetable
 
 
@@ -179,7 +180,7 @@ def test_a_running_pv_takes_a_new_rate_from_its_remote_control_and_another_proce
 
 
 def test_a_new_total_is_divided_at_once_lowering_before_raising_and_off_is_unlimited():
-    """A timetable's boundary (``set_total``, ``proc.ratelimit.follow``): the running pvs get
+    """A timetable's boundary (``set_total``, ``replication.bandwidth.follow``): the running pvs get
     the new share at once; "off" gives them ``UNLIMITED`` (``pv -R -L 0`` lifts nothing), and
     a pipeline started while off starts unlimited and is limited by the next window."""
     pvs = Pvs()

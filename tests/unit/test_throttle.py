@@ -1,4 +1,4 @@
-"""The uploads' bandwidth limit (``runtime.throttle``): pacing by a fake clock that the
+"""The uploads' bandwidth limit (``archive.throttle``): pacing by a fake clock that the
 waits advance, so the figures are exact. The real uploads under it: the archive test in
 ``tests/e2e/test_bandwidth_timetable.py``."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from zrepl_py.archive.throttle import SLICE, Throttle
 from zrepl_py.clock import FixedClock
-from zrepl_py.runtime.throttle import SLICE, Throttle
 from zrepl_py.values.timetable import parse_timetable
 
 MiB = 1024 * 1024

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 from zrepl_py.archive.damage import chain_damage, mark_bad
 from zrepl_py.archive.planner import ArchivePlan, ChainPolicy, PlannedStream, plan_archive
 from zrepl_py.archive.progress import ProgressHome, progress_home
+from zrepl_py.archive.throttle import Throttle
 from zrepl_py.archive.writer import StreamSpec, WrittenStream, delete_prefix, write_stream
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.export import StoreGuard
@@ -78,7 +79,6 @@ from zrepl_py.observe.transfers import Queue, Slot, reporting
 from zrepl_py.pruning.archive import job_streams
 from zrepl_py.replication.protect import move_protection
 from zrepl_py.replication.stages import Side
-from zrepl_py.runtime.throttle import Throttle
 from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.stores.base import Backend, ObjectInfo
 from zrepl_py.stores.sealing import writing_codec
@@ -151,7 +151,7 @@ class _ArchiveRun:
     force_full: bool
     dry_run: bool
     throttle: Throttle
-    """Paces the uploads under the store's ``bandwidth_limit`` (``runtime.throttle``)."""
+    """Paces the uploads under the store's ``bandwidth_limit`` (``archive.throttle``)."""
 
 
 RELIST_AFTER = dt.timedelta(minutes=10)

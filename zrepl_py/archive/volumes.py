@@ -22,11 +22,11 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 
 from zrepl_py.archive.progress import DoneVolume, Progress, ProgressHome
+from zrepl_py.archive.throttle import Throttle
 from zrepl_py.errors import ObjectNotFound, StorePermanent
 from zrepl_py.objects.layout import volume_key
 from zrepl_py.objects.manifest import VolumeRecord
 from zrepl_py.observe.progress import ByteReader
-from zrepl_py.runtime.throttle import Throttle
 from zrepl_py.stores.base import Backend
 from zrepl_py.streams.codec import Codec
 from zrepl_py.streams.frames import Digest
@@ -78,7 +78,7 @@ def write_volumes(
         done: volumes an interrupted run stored (from its progress record), to skip when
             equal.
         on_volume: called as ``on_volume(record, skipped)`` after each volume is durable.
-        throttle: paces each volume's stored bytes to the store (``runtime.throttle``);
+        throttle: paces each volume's stored bytes to the store (``archive.throttle``);
             None: no limit. A volume skipped on resume costs no upload and is not paced.
 
     Returns:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Collection, Sequence
 from zrepl_py import __version__
 from zrepl_py.archive.planner import PlannedStream
 from zrepl_py.archive.progress import DoneVolume, InStore, ProgressHome
+from zrepl_py.archive.throttle import Throttle
 from zrepl_py.archive.volumes import RestartNeeded, write_volumes
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import manifest_rows
@@ -45,7 +46,6 @@ from zrepl_py.objects.manifest import Manifest, VolumeRecord
 from zrepl_py.observe.progress import MeteredReader
 from zrepl_py.proc.pipeline import Stage
 from zrepl_py.proc.python_end import SendReader
-from zrepl_py.runtime.throttle import Throttle
 from zrepl_py.stores.base import Backend
 from zrepl_py.streams.codec import Codec
 
@@ -118,7 +118,7 @@ def write_stream(
     ``home``: where the upload's progress record lives (``archive.progress``); None: in
     the store.
     ``throttle`` paces the volumes' uploads (the store's ``bandwidth_limit``,
-    ``runtime.throttle``); None: no limit.
+    ``archive.throttle``); None: no limit.
 
     Raises:
         PipelineFailed: ``zfs send`` failed (no manifest, no catalog row; stored volumes

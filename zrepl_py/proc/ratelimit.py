@@ -25,9 +25,8 @@ is raised: the limit still holds, the link is just not filled until the next div
 ``-C``: no splice(2), so the byte meter can read pv's counters (``replication.stages``).
 
 The limit may change while the pipelines run (``bandwidth_limit`` as a timetable,
-``values.timetable``): ``follow`` watches the clock in a thread of its own and, when the
-limit in force changes, ``SharedRate.set_total`` divides the new one in the same way (the
-running pvs above their new share lowered first). Without a limit ("off" in a timetable
+``replication.bandwidth.follow``): ``SharedRate.set_total`` divides the new one in the same
+way (the running pvs above their new share lowered first). Without a limit ("off" in a timetable
 that has limited windows) every pv runs at ``UNLIMITED``: ``pv -R PID -L 0`` does not lift a
 pv's limit (pv 1.6.20 keeps the old one; measured), so a window's end raises the pvs to a
 rate no link reaches instead (a pv at 1 PB/s moved 1000 MiB from /dev/zero as fast as one
@@ -36,15 +35,12 @@ without ``-L``; docs/decisions.md#a-new-limit-reaches-running-transfers).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-from zrepl_py.clock import Clock
 from zrepl_py.proc import spawn
-from zrepl_py.values.timetable import Timetable
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +50,6 @@ RAISE_AFTER = 0.3
 """Seconds after a pipeline ended before the others are raised to the new share."""
 UNLIMITED = 10**15
 """Bytes per second of a pv while no limit is in force (see the module doc)."""
-FOLLOW_EVERY = 0.5
-"""Seconds between two readings of the clock by ``follow``: a new limit is in force at
-most this long (plus a ``pv -R``) after its boundary."""
 
 
 class SharedRate:
@@ -210,34 +203,6 @@ class Lease:
     def close(self) -> None:
         """The pipeline ended (or never started): the others share its part."""
         self._shared._ended(self)
-
-
-@contextlib.contextmanager
-def follow(rate: SharedRate, timetable: Timetable, clock: Clock, *,
-           every: float = FOLLOW_EVERY) -> Iterator[None]:
-    """While the ``with`` block runs, keep ``rate``'s total at the limit ``timetable`` has in
-    force by ``clock`` (read every ``every`` seconds, in a daemon thread; a clock stepped
-    forward or back is followed too). Nothing runs for a constant timetable."""
-    if timetable.constant:
-        yield
-        return
-    stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.wait(every):
-            in_force = timetable.at(clock.now())
-            if in_force.limit != rate.total:
-                log.info("bandwidth limit now %s (window %s)", in_force.describe(),
-                         in_force.window or "default")
-                rate.set_total(in_force.limit)
-
-    thread = threading.Thread(target=watch, name="zbak-bandwidth", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def remote_control(pid: int, rate: int) -> bool:

@@ -49,7 +49,8 @@ from zrepl_py.observe.runlog import RunSet
 from zrepl_py.observe.transfers import Queue, Slot, reporting
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
 from zrepl_py.proc.mbuffer import has_mbuffer
-from zrepl_py.proc.ratelimit import SharedRate, follow
+from zrepl_py.proc.ratelimit import SharedRate
+from zrepl_py.replication.bandwidth import follow
 from zrepl_py.replication.order import default_concurrency
 from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
 from zrepl_py.replication.stages import Side
@@ -384,7 +385,7 @@ def _to_zfs_target(ctx: Context, name: str, job: JobConfig, target: Endpoint,
                    inventory: Inventory, src: Zfs, dst: Zfs, result: TargetResult,
                    source_side: Side, target_side: Side, *, dry_run: bool) -> None:
     """Replicate to a ZFS target (``zfs_target``) under the job's ``bandwidth_limit``
-    (followed as its timetable changes, ``proc.ratelimit.follow``), publishing the run's
+    (followed as its timetable changes, ``replication.bandwidth.follow``), publishing the run's
     queue and transfers for ``zbak status``."""
     cfg = job.replicate
     assert cfg is not None
