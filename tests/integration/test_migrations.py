@@ -16,7 +16,7 @@ from support.common import free_port
 from zrepl_py.catalog import db
 from zrepl_py.catalog.models import metadata
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.catalog.rows import NewStream
+from zrepl_py.catalog.rows import DrillRow, NewStream
 from zrepl_py.errors import CatalogError, CatalogNotCurrent, CatalogUnavailable
 
 T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
@@ -327,3 +327,58 @@ def test_a_stream_is_marked_bad_only_with_a_reason_and_no_other_state_takes_one(
     with pytest.raises(ValueError, match="reason"):
         catalog.set_stream_state(full, "uploaded", T0, reason="why")
     assert catalog.stream(full).state == "uploading"
+
+
+def _drill(job: str, source: str, minutes: int, result: str, **more) -> DrillRow:
+    at = T0 + dt.timedelta(minutes=minutes)
+    return DrillRow(job=job, source=source, kind="store", started_at=at,
+                    ended_at=at + dt.timedelta(seconds=30), result=result, **more)
+
+
+def test_0007_drops_the_drills_and_drill_runs_on_downgrade_keeps_every_other_run_and_upgrades_again(
+        engine):
+    """docs/reliability.md#r27-alembic (rows present): drills and drill runs at head; downgrading
+    to 0006 drops the table and only the drill runs (the older action set has no place for
+    them); upgrading back with the other runs present gives an empty drills table that takes new
+    rows, and a drill run again."""
+    db.upgrade(engine)
+    catalog = Catalog(engine)
+    catalog.record_drill(_drill("j", "cold", 0, "ok", seconds=12.5, bytes=4096, datasets=1,
+                                files=3, snapshot="s1"))
+    kept = catalog.start_run("j", "archive", "cold:tank/data", T0)
+    catalog.finish_run(catalog.start_run("j", "drill", "cold", T0), result="ok", now=T0)
+
+    db.downgrade(engine, "0006")
+    assert "drills" not in sa.inspect(engine).get_table_names()
+    with engine.connect() as connection:
+        rows = connection.execute(sa.text("SELECT id, action FROM runs ORDER BY id"))
+        assert [tuple(r) for r in rows] == [(kept, "archive")]
+    with pytest.raises(CatalogError):  # the older check refuses a drill run
+        Catalog(engine).start_run("j", "drill", "cold", T0)
+
+    assert db.upgrade(engine) == ("0006", db.head_revision())
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        assert compare_metadata(context, metadata) == []
+    catalog = Catalog(engine)
+    assert catalog.last_drills() == []
+    catalog.record_drill(_drill("j", "cold", 5, "failed", detail="volume 0 is corrupt"))
+    assert [d.result for d in catalog.last_drills("j")] == ["failed"]
+    assert catalog.start_run("j", "drill", "cold", T0) > kept
+
+
+def test_the_newest_drill_and_the_newest_success_are_read_per_job_and_source(engine):
+    db.upgrade(engine)
+    catalog = Catalog(engine)
+    catalog.record_drill(_drill("j", "cold", 0, "ok", seconds=10.0, bytes=100, datasets=1))
+    catalog.record_drill(_drill("j", "cold", 10, "failed", detail="tampered"))
+    catalog.record_drill(_drill("j", "backup:tank/r", 5, "ok", seconds=3.0, bytes=50, datasets=1))
+    catalog.record_drill(_drill("j", "backup:tank/r", 15, "skipped", detail="no identity"))
+    catalog.record_drill(_drill("k", "cold", 20, "ok", seconds=1.0, bytes=1, datasets=1))
+    newest = {(d.job, d.source): d.result for d in catalog.last_drills()}
+    assert newest == {("j", "cold"): "failed", ("j", "backup:tank/r"): "skipped",
+                      ("k", "cold"): "ok"}
+    ok = {(d.job, d.source): d.seconds for d in catalog.last_drill_successes("j")}
+    assert ok == {("j", "cold"): 10.0, ("j", "backup:tank/r"): 3.0}
+    with pytest.raises(ValueError, match="drill result"):
+        catalog.record_drill(_drill("j", "cold", 30, "bogus"))

@@ -24,6 +24,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from zrepl_py.catalog.rows import (
+    DRILL_KINDS,
+    DRILL_RESULTS,
     REPLICATION_METHODS,
     RUN_ACTIONS,
     RUN_RESULTS,
@@ -251,3 +253,27 @@ run_table = sa.Table(
     sa.Index("ix_runs_job_action_target_started_at", "job", "action", "target", "started_at"),
 )
 """One run of a job's action (snapshot, replicate, ...), possibly against one target."""
+
+drill_table = sa.Table(
+    "drills", metadata,
+    _id(),
+    _column("job", sa.String(NAME_LEN)),
+    _column("source", sa.String(KEY_LEN)),
+    _column("kind", sa.String(16)),
+    _column("started_at", UtcDateTime),
+    _column("ended_at", UtcDateTime),
+    _column("result", sa.String(16)),
+    _column("seconds", sa.Float, nullable=True),
+    _column("bytes", sa.BigInteger),
+    _column("datasets", sa.Integer),
+    _column("files", sa.BigInteger, nullable=True),
+    _column("snapshot", sa.String(NAME_LEN), nullable=True),
+    _column("thaw", sa.Text, nullable=True),
+    _column("detail", sa.Text, nullable=True),
+    sa.CheckConstraint(_one_of("kind", DRILL_KINDS), name="kind"),
+    sa.CheckConstraint(_one_of("result", DRILL_RESULTS), name="result"),
+    sa.CheckConstraint("bytes >= 0 AND datasets >= 0", name="sizes"),
+    sa.Index("ix_drills_job_source_started_at", "job", "source", "started_at"),
+)
+"""One source's restore drill (``rows.DrillRow``, revision 0007): when, how it ended, the
+recovery time and bytes, what thawing its cold objects needed."""

@@ -11,7 +11,8 @@ the database's own constraints (models.py), which catch anything that slips past
 
 ``Catalog`` is a thin facade over one class per concern, each in its own module: ``snapshots``,
 ``runs``, ``cursors``, ``streams`` (and volumes), ``thaws``, ``stamps`` (what an audit last
-read of each manifest), ``failovers`` and ``bulk`` (column-wise reads for audits and prunes at scale), all
+read of each manifest), ``failovers``, ``drills`` (restore drills) and ``bulk`` (column-wise reads
+for audits and prunes at scale), all
 on ``base.CatalogBase`` (engine, transactions). The rows they
 take and give are in ``rows`` (no SQLAlchemy there).
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from zrepl_py.catalog.bulk import BulkReads
 from zrepl_py.catalog.cursors import Cursors
+from zrepl_py.catalog.drills import Drills
 from zrepl_py.catalog.failovers import Failovers
 from zrepl_py.catalog.runs import Runs
 from zrepl_py.catalog.snapshots import Snapshots
@@ -28,7 +30,8 @@ from zrepl_py.catalog.streams import Streams
 from zrepl_py.catalog.thaws import Thaws
 
 
-class Catalog(Snapshots, Runs, Cursors, Streams, Thaws, ManifestStamps, BulkReads, Failovers):
+class Catalog(Snapshots, Runs, Cursors, Streams, Thaws, ManifestStamps, BulkReads, Failovers,
+              Drills):
     """Reads and writes the catalog through ``engine`` (from ``db.make_engine``).
     
     The schema must be at head (:func:`zrepl_py.catalog.db.require_current`). Every method is

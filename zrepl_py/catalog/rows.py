@@ -33,13 +33,18 @@ STREAM_STATES = ("uploading", "uploaded", "verified", "condemned", "bad")
 LIVING_STATES = frozenset({"uploaded", "verified"})
 """Stream states whose objects are complete and may be restored from or built on."""
 RUN_ACTIONS = ("snapshot", "replicate", "archive", "prune", "audit", "restore", "hook",
-               "failover", "failback")
+               "failover", "failback", "drill")
 """``hook``: a pre or post command of an action (``zrepl_py.hooks``); its target is
 ``pre-ACTION`` or ``post-ACTION``. ``failover``/``failback``: ``zbak failover``/``failback``
-of one target (revision 0007)."""
+of one target (revision 0007). ``drill``: one source's restore drill, its target the source
+(``zrepl_py.drill``, revision 0008)."""
 RUN_RESULTS = ("running", "ok", "failed", "partial", "interrupted")
 """``interrupted``: the process running it died without ending the row (``runlog.sweep_interrupted``)."""
 REPLICATION_METHODS = ("zfs", "rsync")
+DRILL_KINDS = ("store", "replica")
+DRILL_RESULTS = ("ok", "failed", "skipped", "pending")
+"""``skipped``: not drilled by design (a cold store without ``thaw``, a sealed store without
+an identity); ``pending``: a thaw was requested and the objects are not readable yet."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,3 +330,42 @@ def manifest_rows(manifest: Manifest, *, store: str, prefix: str, parent_id: int
     volumes = [NewVolume(v.index, v.key, v.raw_bytes, v.stored_bytes, v.sha256)
                for v in manifest.volumes]
     return stream, volumes
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DrillRow:
+    """One source's restore drill (``zrepl_py.drill``, docs/drills.md).
+
+    Attributes:
+        id: the row id (0 for a drill not recorded yet).
+        job: the ``[jobs.NAME]`` key.
+        source: the store's name, or the replica target as the config writes it.
+        kind: ``store`` or ``replica`` (``DRILL_KINDS``).
+        started_at / ended_at: aware UTC.
+        result: one of ``DRILL_RESULTS``.
+        seconds: the recovery time: seconds the restores of the drill took (send and
+            receive, or fetch, verify and receive, up to the received guid's check), None
+            when nothing was restored.
+        bytes: the restored data (``referenced`` of each restored snapshot), bytes.
+        datasets: datasets restored (or meant to be).
+        files: files compared with the source snapshot, None when none were.
+        snapshot: the snapshot restored of the job's dataset (or of its first dataset).
+        thaw: what the source's cold objects needed (``thaw 3 object(s), ...``), None when
+            nothing was cold.
+        detail: why it failed, was skipped or waits; what was not compared; None.
+    """
+
+    id: int = 0
+    job: str
+    source: str
+    kind: str
+    started_at: dt.datetime
+    ended_at: dt.datetime
+    result: str
+    seconds: float | None = None
+    bytes: int = 0
+    datasets: int = 0
+    files: int | None = None
+    snapshot: str | None = None
+    thaw: str | None = None
+    detail: str | None = None
