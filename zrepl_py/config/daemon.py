@@ -10,17 +10,18 @@ from pydantic import field_validator
 
 from zrepl_py.values.fields import CronSchedule, Duration, Table
 
-DaemonAction = Literal["snapshot", "replicate", "archive", "prune", "audit"]
-DAEMON_ACTIONS: tuple[DaemonAction, ...] = ("snapshot", "replicate", "archive", "prune", "audit")
+DaemonAction = Literal["snapshot", "replicate", "archive", "prune", "audit", "drill"]
+DAEMON_ACTIONS: tuple[DaemonAction, ...] = ("snapshot", "replicate", "archive", "prune", "audit",
+                                           "drill")
 """What ``zbak daemon`` schedules, in the order it runs a job's actions that are due together."""
 
 
 class DaemonConfig(Table):
     """``[daemon]``: how ``zbak daemon`` schedules and logs (``zrepl_py.daemon``).
 
-    Every job gets one trigger per action: ``snapshot``, ``replicate`` and ``archive`` from
-    the job's ``schedule`` keys (an action whose section is missing or whose schedule is
-    unset is not scheduled); ``prune`` and ``audit`` from ``prune_schedule`` and
+    Every job gets one trigger per action: ``snapshot``, ``replicate``, ``archive`` and
+    ``drill`` from the job's ``schedule`` keys (an action whose section is missing or whose
+    schedule is unset is not scheduled); ``prune`` and ``audit`` from ``prune_schedule`` and
     ``audit_schedule`` here, for every job (unset: not scheduled). Schedules are five-field
     crontab lines in UTC. ``every`` replaces an action's cron schedule for every job by a
     fixed interval (``{ snapshot = "5s", replicate = "10s" }``): for demos and tests;

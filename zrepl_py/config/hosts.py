@@ -100,6 +100,12 @@ class HostConfig(Table):
     """Accept and record an unknown host key once; a changed key is refused regardless."""
     zfs: str = "zfs"
     zpool: str = "zpool"
+    zbak: str = "zbak"
+    """zbak on this host: a drill runs ``zbak digest`` there to read a snapshot's files
+    (behind ``zbak serve`` the request is served by serve itself)."""
+    scratch: str | None = None
+    """``POOL/PATH``, an existing dataset below which a drill of a replica on this host
+    receives its copy; None: next to the replica, below the target dataset's parent."""
     sudo: StrictBool = False
     connect_timeout: Duration = dt.timedelta(seconds=15)
     ciphers: list[str] | None = None
@@ -117,6 +123,24 @@ class HostConfig(Table):
         if values is not None and len(set(values)) != len(values):
             raise ValueError("ciphers are listed twice")
         return values
+
+    @field_validator("scratch")
+    @classmethod
+    def _scratch(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                DatasetName(value)
+            except InvalidName as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("zbak")
+    @classmethod
+    def _zbak(cls, value: str) -> str:
+        # A program name or path; never something a shell or zbak serve could read otherwise.
+        if not re.fullmatch(r"[A-Za-z0-9_./+-]{1,255}", value) or value.startswith("-"):
+            raise ValueError(f"invalid program {value!r}: a name or an absolute path")
+        return value
 
     @field_validator("address")
     @classmethod

@@ -1,5 +1,5 @@
 """``[jobs.NAME]``: one source dataset (tree) and what to do with it: snapshot, replicate,
-archive, with hooks around each action and an optional selection by a user property."""
+archive, drill, with hooks around each action and an optional selection by a user property."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pydantic import StrictBool, field_validator, model_validator
 
 from zrepl_py.config.archive import ArchiveConfig
 from zrepl_py.config.daemon import DaemonAction
+from zrepl_py.config.drill import DrillConfig
 from zrepl_py.config.hosts import DatasetEndpoint, Endpoint, parse_endpoint
 from zrepl_py.config.replicate import ReplicateConfig
 from zrepl_py.config.retention import DEFAULT_SNAPSHOT_RETENTION, Retention
@@ -142,9 +143,11 @@ class JobConfig(Table):
     snapshot: SnapshotPolicy = SnapshotPolicy()
     replicate: ReplicateConfig | None = None
     archive: ArchiveConfig | None = None
+    drill: DrillConfig | None = None
+    """Scheduled restore drills (``zbak drill``); without it the daemon drills nothing."""
     hooks: dict[DaemonAction, HookConfig] = {}
     """Pre and post commands per action (``snapshot``, ``replicate``, ``archive``, ``prune``,
-    ``audit``)."""
+    ``audit``, ``drill``)."""
 
     @model_validator(mode="before")
     @classmethod

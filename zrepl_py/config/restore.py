@@ -1,5 +1,5 @@
-"""``[restore]``: how cold objects are thawed, what thawing costs, where volumes wait, and
-where an archive chain is received to read its files."""
+"""``[restore]``: how cold objects are thawed, what thawing costs, where volumes wait, where
+an archive chain is received to read its files and where drills restore."""
 
 from __future__ import annotations
 
@@ -50,9 +50,11 @@ class RestoreConfig(Table):
     scratch: str | None = None
     """A dataset on this machine (``POOL/PATH``, it must exist) under which zbak receives an
     archive chain to read files from it, as ``POOL/PATH/zbak-files-<hex>``, destroyed once
-    the files are out (``files.scratch``); None: files are not restored from the archive.
-    Everything zbak puts there is its own: a child named ``zbak-files-*`` no run holds is
-    destroyed by the next file restore (docs/files.md#the-scratch-dataset)."""
+    the files are out (``files.scratch``), and where ``zbak drill`` restores what it drills
+    from a store, as ``POOL/PATH/zbak-drill-<hex>`` (docs/drills.md#where-a-drill-restores);
+    None: neither runs. Everything zbak puts there is its own: a child named ``zbak-files-*``
+    no run holds is destroyed by the next file restore (docs/files.md#the-scratch-dataset),
+    one named ``zbak-drill-*`` by the next drill."""
 
     @field_validator("scratch")
     @classmethod

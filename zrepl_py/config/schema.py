@@ -101,6 +101,10 @@ class Config(Table):
                     inside = _inside_source(job, target)
                     if inside is not None:
                         problems.append((key, inside))
+            if job.drill is not None and job.archive is not None and self.restore.scratch is None:
+                problems.append((f"jobs.{name}.drill",
+                                 "drilling the archive store needs [restore] scratch ="
+                                 " \"POOL/PATH\" (where drills restore)"))
             if job.archive and job.archive.store not in self.stores:
                 problems.append(
                     (f"jobs.{name}.archive.store",

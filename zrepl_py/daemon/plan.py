@@ -1,6 +1,6 @@
 """Which action of which job the daemon runs when: one ``Entry`` per (job, action) (pure).
 
-Cron lines come from ``[jobs.NAME.snapshot|replicate|archive] schedule`` and ``[daemon]
+Cron lines come from ``[jobs.NAME.snapshot|replicate|archive|drill] schedule`` and ``[daemon]
 prune_schedule`` / ``audit_schedule``; ``[daemon] every`` replaces an action's cron line by a
 fixed interval for every job (see ``DaemonConfig``). Entries are compared across restarts by
 ``Entry.name``, which spells the schedule: a changed schedule replaces the stored job (its
@@ -75,6 +75,8 @@ def _cron(config: Config, job: JobConfig, action: str) -> str | None:
         return job.replicate.schedule if job.replicate is not None else None
     if action == "archive":
         return job.archive.schedule if job.archive is not None else None
+    if action == "drill":
+        return job.drill.schedule if job.drill is not None else None
     if action == "prune":
         return config.daemon.prune_schedule
     return config.daemon.audit_schedule
@@ -85,6 +87,8 @@ def _has_section(job: JobConfig, action: str) -> bool:
         return job.replicate is not None
     if action == "archive":
         return job.archive is not None
+    if action == "drill":
+        return job.drill is not None
     return True
 
 

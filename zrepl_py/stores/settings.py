@@ -101,6 +101,13 @@ class StoreConfig(Table):
         (docs/design.md#upload-progress-record)."""
         return self.age is not None
 
+    @property
+    def needs_identity(self) -> bool:
+        """True for a sealed store, whose volumes open only with an age identity
+        (docs/design.md#sealed-cold-storage); a drill skips it where no identity is at hand.
+        No scheme seals yet."""
+        return False
+
     @classmethod
     @abc.abstractmethod
     def check_url(cls, url: str) -> None:
