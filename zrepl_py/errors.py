@@ -397,6 +397,16 @@ class RsyncNotFound(RsyncFailed):
     names that side. Install rsync there, or use a ZFS target."""
 
 
+class DigestError(ZbakError):
+    """A snapshot's file manifest could not be made or read (``drill.manifest``): a path
+    that cannot be read, or a host's output that is not a whole manifest."""
+
+
+class DrillMismatch(ZbakError):
+    """A drill's restored copy differs from the source snapshot it claims to be (a file's
+    content, metadata, or a path missing or extra); the message names the paths."""
+
+
 class SnapshotViewError(ZbakError):
     """A snapshot's files could not be offered as a directory (a volume has no files; the
     temporary clone did not mount), or the temporary clone could not be destroyed afterwards

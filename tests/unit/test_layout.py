@@ -33,6 +33,7 @@ PLANNERS = (
     "zrepl_py.audit.restorable",
     "zrepl_py.daemon.plan",
     "zrepl_py.failover.plan",
+    "zrepl_py.drill.plan",
 )
 """The pure planners (docs/style.md#planners-are-pure-and-drivers-are-thin): plain rows and config
 in, a plan out."""

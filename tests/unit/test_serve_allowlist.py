@@ -611,3 +611,99 @@ def test_zbak_serve_with_an_invalid_root_is_a_usage_error(tmp_path):
     env = {"SSH_ORIGINAL_COMMAND": "zfs list -H backup"}
     assert main(["serve", "--root", "back up!/x"], env=env) == ExitStatus.USAGE
     assert main(["serve"], env=env) == ExitStatus.USAGE
+
+
+# -- drills: a copy on this host, the scratch, the digest verb (docs/drills.md) --------------
+
+DRILLER = dataclasses.replace(POLICY, allow_drill=True)
+SCRATCH = f"{ROOT}/zbak-drill-0a1b2c3d"
+
+
+
+def test_a_drill_creates_destroys_and_reads_its_scratch_with_commands_serve_allows():
+    """What ``drill.scratch`` and ``zfs.teardown`` issue for a scratch inside the root is
+    allowed with --allow-drill: create (marked, unmounted), the sweep's depth-1 listing, and
+    the destroy of each snapshot and dataset, one name at a time."""
+    from zrepl_py.drill import scratch
+
+    argvs = issued(lambda z, r: scratch.create(z, SCRATCH))
+    argvs += issued(lambda z, r: z.dataset_properties(ROOT, [scratch.MARK], recursive=False,
+                                                      children=True))
+    argvs += issued(lambda z, r: z.destroy_snapshot(f"{SCRATCH}/d0@some-name"))
+    argvs += issued(lambda z, r: z.destroy_filesystem(f"{SCRATCH}/d0"))
+    argvs += issued(lambda z, r: z.destroy_filesystem(SCRATCH))
+    assert [a[1] for a in argvs] == ["create", "get", "destroy", "destroy", "destroy"]
+    assert "-o" in argvs[0] and f"{scratch.MARK}=" in " ".join(argvs[0])
+    for argv in argvs:
+        assert allowed(request(argv), DRILLER).argvs == (tuple(argv),)
+    for argv in argvs[2:]:  # without the flag a dataset (or a foreign snapshot) is never destroyed
+        assert "not allowed" in refused(request(argv), POLICY)
+
+
+def test_a_copy_of_a_replica_into_its_hosts_scratch_runs_as_one_allowed_pipeline():
+    """``zfs send | zfs receive`` inside the root (restore.execute on the replica's own
+    host), exactly as the ssh client sends it; no flag needed: it is what a send request and a
+    receive request already allow."""
+    ds = f"{ROOT}/tank"
+    a, b = SnapRef("a", 1, 10), SnapRef("b", 2, 20)
+    for step in (Full(a), Incremental(a, b, True)):
+        send = send_argv(step, source_dataset=ds, caps=OPENZFS, raw=False)
+        receive = receive_argv(f"{SCRATCH}/d0", caps=OPENZFS, resumable=False)
+        text = remote_pipeline([send, receive], sudo=False)
+        assert allowed(text).argvs == (tuple(send), tuple(receive))
+
+
+@pytest.mark.parametrize("text, reason", [
+    (f"zfs send backup/other@s | zfs receive -u {SCRATCH}/d0", "outside the allowed root"),
+    (f"zfs send {ROOT}/x@s | zfs receive -u -F {ROOT}/x", "-F is not allowed"),
+    (f"zfs send {ROOT}/x@s | zfs receive -A {ROOT}/x", "may only feed zfs receive"),
+    (f"zfs list -H {ROOT} | zfs receive -u {SCRATCH}/d0", "must be zfs send | zfs receive"),
+    (f"zfs send {ROOT}/x@s | zfs receive {SCRATCH}/d0", "without -u is not allowed"),
+    (f"zfs send {ROOT}/x@s | zfs send {ROOT}/y@s", "may only feed zfs receive"),
+])
+def test_a_local_copy_pipeline_is_refused_outside_its_one_shape(text, reason):
+    """docs/reliability.md#r36-forced-command."""
+    assert reason in refused(text, DRILLER)
+
+
+@pytest.mark.parametrize("argv, reason", [
+    (["zfs", "destroy", f"{ROOT}/tank"], "not allowed"),  # a replica, not a scratch
+    (["zfs", "destroy", f"{ROOT}/tank@mine"], "not allowed"),
+    (["zfs", "destroy", "-r", SCRATCH], "not allowed"),
+    (["zfs", "destroy", "backup/zbak-drill-0a1b2c3d"], "not allowed"),  # outside the root
+    (["zfs", "destroy", f"{ROOT}/zbak-drill-nothex00"], "not allowed"),
+    (["zfs", "create", "-o", "mountpoint=/etc", f"{ROOT}/zbak-drill-0a1b2c3d"],
+     "takes exactly -o canmount=off"),
+    (["zfs", "create", "-o", "canmount=off", "-o", "mountpoint=none", "-o", "zbak:drill=x",
+      "-o", "sharenfs=on", SCRATCH], "takes exactly -o canmount=off"),
+    (["zfs", "create", "-o", "canmount=off", f"{ROOT}/tank"], "only for a drill's scratch"),
+    (["zfs", "create", "-p", "-o", "canmount=off", "-o", "mountpoint=none", "-o",
+      "zbak:drill=x", SCRATCH], "only for a drill's scratch"),
+    (["zbak", "digest", "backup/other@s"], "outside the allowed root"),
+    (["zbak", "digest", f"{ROOT}/tank"], "one snapshot"),
+    (["zbak", "digest", "--zfs", "/bin/sh", f"{ROOT}/x@s", "more"], "one snapshot"),
+    (["zbak", "serve", "--root", "backup"], "only zbak digest"),
+    (["/tmp/zbak", "restore", "x"], "only zbak digest"),
+    (["zbak-evil", "digest", f"{ROOT}/x@s"], "program 'zbak-evil' is not allowed"),
+])
+def test_drill_shapes_beyond_their_exact_form_are_refused_even_with_allow_drill(argv, reason):
+    """docs/reliability.md#r36-forced-command."""
+    assert reason in refused(request(argv), DRILLER)
+
+
+def test_the_digest_verb_is_served_in_process_only_with_allow_drill():
+    text = request(["zbak", "digest", "--zfs", "/sbin/zfs", f"{ROOT}/tank@s 1"])
+    approved = allowed(text, DRILLER)
+    assert approved.argvs == () and approved.digest == f"{ROOT}/tank@s 1"
+    assert "--allow-drill" in refused(text, POLICY)
+    assert "not in a pipeline" in refused(f"zbak digest {ROOT}/x@s | zfs receive -u {ROOT}/y",
+                                          DRILLER)
+
+
+def test_a_floor_lets_a_drill_destroy_its_young_scratch_but_nothing_else():
+    """With --keep-newer-than the floor checks every snapshot destroy (serve.floor); a scratch
+    copy is no replica: its destroy carries no floor action."""
+    from zrepl_py.serve.floor import floor_action
+
+    assert floor_action(["zfs", "destroy", f"{SCRATCH}/d0@{OWN}"]) is None
+    assert floor_action(["zfs", "destroy", f"{ROOT}/tank@{OWN}"]) is not None

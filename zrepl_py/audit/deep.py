@@ -64,8 +64,9 @@ from zrepl_py.streams.codec import Codec
 from zrepl_py.streams.frames import Digest
 from zrepl_py.streams.records import RecordWalker, StreamSummary
 from zrepl_py.zfs.client import Zfs
-from zrepl_py.zfs.names import DatasetName, SnapshotName
+from zrepl_py.zfs.names import DatasetName
 from zrepl_py.zfs.sendrecv import receive_argv
+from zrepl_py.zfs.teardown import destroy_tree
 
 log = logging.getLogger(__name__)
 
@@ -497,14 +498,8 @@ class DeepAudit:
 
     def _destroy_scratch(self, scratch: ScratchPool) -> None:
         """Destroy what this audit created under the scratch parent, one by one."""
-        zfs = scratch.zfs
         try:
-            tree = zfs.tree(scratch.parent, recursive=True)
+            destroy_tree(scratch.zfs, scratch.parent)
         except ZbakError as exc:
-            log.error("could not list the scratch dataset %s to destroy it: %s",
-                      scratch.parent, exc)
-            return
-        for info in reversed(tree.datasets):
-            for snap in reversed(tree.snapshots(info.name)):
-                zfs.destroy_snapshot(SnapshotName(snap.name))
-            zfs.destroy_filesystem(info.name)
+            log.error("could not destroy the scratch dataset %s: %s; destroy what is left"
+                      " of it by hand (zfs destroy, one name at a time)", scratch.parent, exc)

@@ -232,7 +232,7 @@ def audit_job(ctx: Context, name: str, job: JobConfig, *, deep: bool = False,
     facts = Facts("audit", name, source.host, str(source.dataset),
                   (job.archive.store,) if job.archive else ())
     with ctx.lock(f"audit {lock_key(job)}", "audit"):
-        _refuse_beside_deleters(ctx, job)
+        refuse_beside_deleters(ctx, job)
         with ActionHooks(job.hooks.get("audit"), catalog, ctx.clock, facts) as hooks:
             result = _recorded_audit(ctx, catalog, name, job, deep=deep, sample=sample,
                                      receive_into=receive_into, deadline=deadline)
@@ -248,12 +248,14 @@ DELETERS = ("prune", "audit --repair")
 audit would report what they remove on purpose as missing."""
 
 
-def _refuse_beside_deleters(ctx: Context, job: JobConfig) -> None:
-    """Raise ``Locked`` when a ``DELETERS`` run holds the job's dataset lock."""
+def refuse_beside_deleters(ctx: Context, job: JobConfig, action: str = "audit") -> None:
+    """Raise ``Locked`` when a ``DELETERS`` run holds the job's dataset lock: ``action`` (a
+    plain audit, a drill) reads what it deletes."""
     found = ctx.lock_holder(lock_key(job))
     if found is not None and found.action in DELETERS:
         raise Locked(f"{lock_key(job)} is locked by {found.describe()}, which deletes what the"
-                     " audit would read; nothing done. Run the audit again when it is finished.")
+                     f" {action} would read; nothing done. Run the {action} again when it is"
+                     " finished.")
 
 
 def _recorded_audit(ctx: Context, catalog: Catalog, name: str, job: JobConfig, *, deep: bool,

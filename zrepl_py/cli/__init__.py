@@ -40,6 +40,7 @@ COMMANDS = {
     "audit": "audit_cmd",
     "restore": "restore_cmd",
     "find": "find_cmd",
+    "drill": "drill_cmd",
     "status": "status_cmd",
     "list": "list_cmd",
     "catalog": "catalog_cmd",
@@ -49,6 +50,7 @@ COMMANDS = {
     "failover": "failover_cmd",
     "failback": "failback_cmd",
     "replica": "replica_cmd",
+    "digest": "digest_cmd",
 }
 
 

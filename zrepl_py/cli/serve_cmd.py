@@ -39,6 +39,9 @@ if TYPE_CHECKING:
                    "(on_divergence = rollback, replica retention, source prune).")
 @click.option("--allow-force-receive", is_flag=True,
               help="Allow zfs receive -F (zbak never asks for it).")
+@click.option("--allow-drill", is_flag=True,
+              help="Allow restore drills on this host: destroying a drill's scratch"
+                   " (.../zbak-drill-<hex>) and zbak digest SNAPSHOT (file checksums).")
 @click.option("--keep-newer-than", "keep_newer_than", metavar="DURATION",
               help="Refuse to destroy or roll back past a snapshot younger than this by "
                    "this host's clock (e.g. 7d; s, m, h, d, w, y), whatever the master asks.")
@@ -76,8 +79,9 @@ if TYPE_CHECKING:
               help="mbuffer to execute (the receive buffer before zfs receive).")
 @pass_invocation
 def command(inv: Invocation, roots: tuple[str, ...], allow_destroy_own: bool,
-            allow_force_receive: bool, allow_file_read: bool, keep_newer_than: str | None, keep_last: int | None,
-            floor_journal: Path | None, prefix: str, receive_set: tuple[str, ...],
+            allow_force_receive: bool, allow_file_read: bool, allow_drill: bool,
+            keep_newer_than: str | None, keep_last: int | None, floor_journal: Path | None,
+            prefix: str, receive_set: tuple[str, ...],
             receive_exclude: tuple[str, ...], allow_failover: bool,
             failover_mounts: tuple[str, ...], log_file: Path | None, zfs_path: str,
             zpool_path: str, zstd_path: str, mbuffer_path: str) -> None:
@@ -92,6 +96,7 @@ def command(inv: Invocation, roots: tuple[str, ...], allow_destroy_own: bool,
             roots=tuple(DatasetName(root) for root in roots),
             allow_destroy_own=allow_destroy_own,
             allow_force_receive=allow_force_receive,
+            allow_drill=allow_drill,
             prefix=check_short_name(prefix, "snapshot prefix"),
             properties=_properties(receive_set, receive_exclude),
             zfs=zfs_path, zpool=zpool_path, zstd=zstd_path, mbuffer=mbuffer_path,

@@ -15,7 +15,8 @@ dataset is rolled back to the target. Once the first stream is received the new 
 marked (``mark.RESTORING``) until the restore finished, so a restore killed or failed
 later is continued by the next run (``plan.plan_restore``: only the streams still missing).
 Local and replica paths: ``zfs send`` of the first snapshot, then ``-I`` to the target, piped
-into ``zfs receive -u INTO`` (over ssh when the source is a replica host); raw (``-w``) when
+into ``zfs receive -u INTO`` (over ssh when the source is a replica host; run by that host
+alone when INTO is on the same remote host, so the stream never leaves it); raw (``-w``) when
 that dataset is encrypted, as replication sends it. The full is marked the same way, so an
 interrupted ``-I`` is sent again from the snapshot the full brought, not from scratch.
 
@@ -53,7 +54,7 @@ from zrepl_py.errors import (
 from zrepl_py.invocation.context import Context
 from zrepl_py.observe.progress import ProgressReporter, Sampler
 from zrepl_py.observe.transfers import job_of, reporting
-from zrepl_py.proc.pipeline import run_pipeline
+from zrepl_py.proc.pipeline import Meter, run_pipeline
 from zrepl_py.proc.python_end import ReceiveWriter
 from zrepl_py.replication.stages import Side, metered_transfer
 from zrepl_py.restore.fetch import VolumeFetch, file_chunks
@@ -74,8 +75,8 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class RestoreOutcome:
-    """What a restore did: the dataset created, the streams received, raw bytes received,
-    and ``locked``: the dataset arrived encrypted with its key not loaded (``zfs load-key
+    """What a restore did: the dataset created, the streams received, raw bytes received
+    (0 for a copy a remote host made within itself: none crossed this machine), and ``locked``: the dataset arrived encrypted with its key not loaded (``zfs load-key
     INTO``, then ``zfs mount INTO``, with the source dataset's passphrase or key)."""
 
     into: str
@@ -364,19 +365,28 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
         send = send_argv(step, source_dataset=chosen.dataset, caps=src.capabilities, raw=raw,
                          receiver=dst.capabilities, zfs=src.zfs)
         receive = receive_argv(plan.into, caps=dst.capabilities, resumable=False, zfs=dst.zfs)
-        # Counted where a process of the pipeline really moves the stream (zfs-fuse's daemon,
-        # not its zfs send, writes it: replication.stages.metered_transfer).
-        # compress: zstd on the wire, only where a side is remote (metered_transfer decides).
-        stages, meter = metered_transfer(
-            send, receive, source=source, target=target, bandwidth_limit=None, compress=True,
-            send_writes_stream=src.capabilities.send_writes_stream, share=False)
+        on_host = chosen.host == plan.into_host and target.config is not None
+        if on_host:
+            # A copy on the replica's own host stays there: one `zfs send | zfs receive` the
+            # host runs (docs/decisions.md#a-replica-is-drilled-on-its-own-host); no byte
+            # crosses this machine, so none is counted here.
+            stages, meter = target.wrap([send, receive], "zfs send | zfs receive"), Meter.WRITTEN
+        else:
+            # Counted where a process of the pipeline really moves the stream (zfs-fuse's
+            # daemon, not its zfs send, writes it: replication.stages.metered_transfer).
+            # compress: zstd on the wire, only where a side is remote (metered_transfer).
+            stages, meter = metered_transfer(
+                send, receive, source=source, target=target, bandwidth_limit=None,
+                compress=True, send_writes_stream=src.capabilities.send_writes_stream,
+                share=False)
         label = f"{chosen.dataset}@{step.to.name} -> {plan.into}"
         expected = expected_size(src, send, full=(f"{chosen.dataset}@{step.to.name}"
                                                   if isinstance(step, Full) else None))
-        total += run_pipeline(stages, meter=meter, progress=_reporter(
+        moved = run_pipeline(stages, meter=meter, progress=_reporter(
             ctx, plan, label, dataset=chosen.dataset, to_snap=step.to.name,
             from_snap=step.base.name if isinstance(step, Incremental) else None,
             total=expected.bytes, expected_source=expected.source)).bytes
+        total += 0 if on_host else moved  # on the host: only the ssh's own traffic counted
         if isinstance(step, Full) and len(steps) > 1:
             _mark(dst, plan, mark_value(plan.host, str(plan.dataset)))
     locked = _check_received(dst, plan)

@@ -94,7 +94,7 @@ def gather_restore(ctx: Context, dataset_arg: str | None, into: str | None, *,
     stores = []
     for name in sorted({s.store for s in streams}):
         mine = tuple(s for s in streams if s.store == name)
-        stores.append(_store_facts(ctx, name, mine, {s.id: tuple(carried[s.id]) for s in mine},
+        stores.append(store_facts(ctx, name, mine, {s.id: tuple(carried[s.id]) for s in mine},
                                    {s.id: tuple(volumes.get(s.id, ())) for s in mine}))
     replicas = replica_listings(ctx, host, dataset)
     where = destination_facts(ctx, into_host, into_name) if destination else IntoFacts(
@@ -152,7 +152,7 @@ def destination_facts(ctx: Context, host: str, into: str) -> IntoFacts:
     return IntoFacts(host, into)
 
 
-def _store_facts(ctx: Context, name: str, streams: tuple[StreamRow, ...],
+def store_facts(ctx: Context, name: str, streams: tuple[StreamRow, ...],
                  carried: dict[int, tuple[CarriedSnapshot, ...]],
                  volumes: dict[int, tuple[VolumeRow, ...]]) -> StoreFacts:
     """The store's facts, with ONE listing of the streams' common prefix (nothing is read)."""

@@ -14,6 +14,9 @@
   exist at or below the token's dataset (``zfs get -Hp -r -o name,value guid DS``), because
   zfs picks the snapshot by guid (``serve.token``).
 - A file verb (``--allow-file-read``) runs inside zbak serve (``serve.files``).
+- ``zbak digest SNAP`` (``--allow-drill``) is answered by this process itself: the
+  snapshot's file manifest on stdout (``drill.manifest``), its commands run with the
+  scrubbed environment below.
 - With a floor (``serve.floor``): a destroy or rollback is checked right before it runs and
   a receive or snapshot is witnessed right after (``serve.guard``); such a command runs as a
   child zbak serve waits for, not with exec, so the check's lock is held until zfs exits.
@@ -54,6 +57,7 @@ from zrepl_py.serve.floor import floor_action
 from zrepl_py.serve.guard import guarded
 from zrepl_py.serve.policy import Approved, Policy, check
 from zrepl_py.serve.token import TokenTarget
+from zrepl_py.zfs.names import SnapshotName
 
 REFUSED = 126
 """Exit status of a refused request (POSIX shells use 126 for "found but cannot execute";
@@ -184,6 +188,8 @@ def serve(
                 return run_verb(approved.verb, policy, clean_env(env), stderr=stderr)
             except CommandRefused as exc:  # what the dataset or the path says when it runs
                 return _refused(exc, client, request, log, stderr)
+        if approved.digest is not None:
+            return digest(approved.digest, policy, clean_env(env), stderr=stderr)
         return run(approved.argvs, clean_env(env), stderr=stderr,
                    replace=approved.floor is None)
 
@@ -198,6 +204,23 @@ def _refused(exc: CommandRefused, client: str, request: str | None, log: logging
     log.warning("REFUSED from %s: %s; request: %r", client, reason, request)
     print(f"zbak serve: refused: {reason}", file=stderr, flush=True)
     return REFUSED
+def digest(snapshot: SnapshotName, policy: Policy, env: Mapping[str, str], *,
+           stderr: TextIO) -> int:
+    """Print ``snapshot``'s file manifest (``drill.manifest``) as ``zbak digest`` would, the
+    commands it runs (``zfs``, ``mktemp``, ``rmdir``) with ``env`` only; return 0, or 1 with
+    the error on ``stderr``."""
+    from zrepl_py.drill.manifest import print_manifest
+    from zrepl_py.proc.local import LocalExecutor
+    from zrepl_py.zfs.client import Zfs
+
+    os.environ.clear()  # the children start from this process's environment (proc.spawn)
+    os.environ.update(env)
+    try:
+        print_manifest(Zfs(LocalExecutor(), zfs=policy.zfs), snapshot, sys.stdout)
+    except ZbakError as exc:
+        print(f"zbak serve: {exc}", file=stderr, flush=True)
+        return 1
+    return 0
 
 
 def check_token_guid(token: TokenTarget, policy: Policy, env: Mapping[str, str]) -> None:

@@ -25,6 +25,7 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from zrepl_py.drill.scratch import within
 from zrepl_py.errors import CommandRefused
 from zrepl_py.serve.options import parse
 
@@ -228,6 +229,8 @@ def floor_action(argv: Sequence[str]) -> FloorAction | None:
             someone else put on the backup host stay (releasing one could open a destroy).
     """
     sub, args = (argv[1] if len(argv) > 1 else ""), list(argv[2:])
+    if sub == "destroy" and args and within(args[0]) is not None:
+        return None  # a drill's scratch copy (``--allow-drill``): no replica is at stake
     if sub == "destroy" and args and "@" in args[0]:
         return FloorAction("destroy", args[0], (args[0].split("@", 1)[0],))
     if sub == "rollback" and args:

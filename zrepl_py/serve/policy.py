@@ -47,6 +47,18 @@ With ``allow_destroy_own`` (``on_divergence = "rollback"``, replica retention, s
   flags: never ``-r``/``-R``/``-f``), ``zfs rollback SNAP`` (no flags: zfs refuses while
   newer snapshots exist). With a ``floor`` those are further checked when they run
   (``serve.floor``, ``serve.guard``), and ``zfs release`` takes zbak's own tags only.
+Restores and drills on this host (``restore.execute``, ``zrepl_py.drill``):
+  ``zfs send [...] SNAP | zfs receive -u [...] DS``, both checked as above: a copy from one
+  dataset inside a root to another, which the master could make anyway by sending with one
+  request and receiving with another (the stream then stays on this host);
+  ``zfs create -o canmount=off -o mountpoint=none -o zbak:drill=NODE:PID:START DS`` for a
+  drill's scratch ``DS`` (its last component ``zbak-drill-<8 hex>``: ``drill.scratch``).
+With ``allow_drill`` (``--allow-drill``):
+  ``zfs destroy NAME`` (one name, no flags) of a dataset or snapshot at or below a scratch
+  ``.../zbak-drill-<8 hex>`` inside a root (a drill destroys its scratch one name at a time);
+  ``zbak digest [--zfs ZFS] SNAP`` for a snapshot inside a root, answered by zbak serve itself
+  (``drill.manifest``: its files' SHA-256 and metadata, read through ``.zfs/snapshot`` or a
+  temporary clone ``POOL/zbak-view-<hex>``), the ``--zfs`` of the request ignored for serve's own.
 Pipelines, exactly the data path's shapes (``replication/stages.py``):
   ``[zstd -q -d -c |] [mbuffer -q -v 1 -s 128k -m <N>k |] zfs receive ...`` (at least one of
   the two before ``zfs receive``, never ``receive -A``) and ``zfs send ... | zstd -q -T0 -3 -c``.
@@ -63,7 +75,7 @@ With ``allow_failover``: the failover verbs ``zbak replica promote|demote|releas
   dataset inside a root (``serve.failover``), never as raw commands.
 Never: any other program, ``sudo``, a shell, another ``zfs set/inherit``, ``zfs clone/promote/
 rename/allow/mount/upgrade``, ``zpool`` changes, ``receive -F`` (by default), ``destroy`` of a
-dataset.
+dataset (but a drill's scratch).
 """
 
 from __future__ import annotations
@@ -74,6 +86,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from zrepl_py.drill.scratch import MARK, is_scratch, within
 from zrepl_py.errors import CommandRefused, InvalidName
 from zrepl_py.files import verbs
 from zrepl_py.proc import mbuffer
@@ -91,6 +104,7 @@ from zrepl_py.zfs.names import (
     SnapshotName,
     check_hold_tag,
     check_property_name,
+    check_user_property_value,
     parse_any_name,
 )
 from zrepl_py.zfs.properties import ReceiveProperties
@@ -137,6 +151,8 @@ class Policy:
         allow_failover: allow the failover verbs (``--allow-failover``, ``serve.failover``).
         failover_mounts: directories a promoted replica may be mounted at or below
             (``--failover-mounts``; absolute and normalised, ValueError otherwise).
+        allow_drill: allow a drill's scratch destroys and the ``zbak digest`` verb
+            (``--allow-drill``).
     """
 
     roots: tuple[DatasetName, ...]
@@ -152,6 +168,7 @@ class Policy:
     allow_file_read: bool = False
     allow_failover: bool = False
     failover_mounts: tuple[str, ...] = ()
+    allow_drill: bool = False
 
     def __post_init__(self) -> None:
         if not self.roots:
@@ -194,6 +211,8 @@ class Approved:
         floor: with a floor, what it does around this request (``serve.guard``).
         files: a file verb to run in serve itself (``serve.files``); ``argvs`` is empty.
         verb: a failover verb to carry out in place of ``argvs`` (``serve.failover``).
+        digest: for ``zbak digest``, the snapshot whose manifest zbak serve prints itself
+            (``argvs`` is empty then).
     """
 
     argvs: tuple[tuple[str, ...], ...]
@@ -201,6 +220,7 @@ class Approved:
     floor: FloorAction | None = None
     files: verbs.FileRequest | None = None
     verb: Verb | None = None
+    digest: SnapshotName | None = None
 
 
 def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
@@ -223,8 +243,12 @@ def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
                 raise CommandRefused("mbuffer is not allowed alone except as the probe "
                                      "'mbuffer -V'; it runs only directly before zfs receive")
             return Approved(((policy.mbuffer, *mbuffer.PROBE[1:]),))
+        if programs[0] == "zbak":
+            return Approved((), digest=_zbak_digest(commands[0], policy))
         token = _check_one(programs[0], commands[0], policy)
         return Approved((_resolved(programs[0], commands[0], policy),), token)
+    if "zbak" in programs:
+        raise CommandRefused("zbak digest runs alone, not in a pipeline")
     resolved = tuple(_resolved(p, c, policy) for p, c in zip(programs, commands, strict=True))
     if tuple(programs) in _RECEIVE_PIPELINES:
         if programs[0] == "zstd":
@@ -236,6 +260,14 @@ def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
                                  "may only feed zfs receive")
         _check_one("zfs", commands[-1], policy)
         return Approved(resolved)
+    if tuple(programs) == ("zfs", "zfs"):
+        if list(commands[0][1:2]) != ["send"]:
+            raise CommandRefused("zfs | zfs must be zfs send | zfs receive")
+        if not _is_receive(commands[1]):
+            raise CommandRefused("zfs send may only feed zfs receive")
+        token = _check_one("zfs", commands[0], policy)
+        _check_one("zfs", commands[1], policy)
+        return Approved(resolved, token)
     if tuple(programs) == ("zfs", "zstd"):
         _check_zstd(commands[1], decompress=False)
         if len(commands[0]) < 2 or commands[0][1] != "send":
@@ -245,8 +277,8 @@ def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
     shape = " | ".join(programs)
     where = "; mbuffer runs only directly before zfs receive" if "mbuffer" in programs else ""
     raise CommandRefused(f"pipeline {shape!r} is not one zbak uses (only 'zstd -d | zfs "
-                         "receive', 'zstd -d | mbuffer | zfs receive', 'mbuffer | zfs receive' "
-                         f"and 'zfs send | zstd'){where}")
+                         "receive', 'zstd -d | mbuffer | zfs receive', 'mbuffer | zfs receive', "
+                         f"'zfs send | zstd' and 'zfs send | zfs receive'){where}")
 
 
 def _files(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
@@ -271,11 +303,13 @@ def _program(name: str, policy: Policy) -> str:
                               ("zstd", policy.zstd), ("mbuffer", policy.mbuffer)):  # fmt: skip
         if name in (plain, configured):
             return plain
+    if name == "zbak" or (name.startswith("/") and posixpath.basename(name) == "zbak"):
+        return "zbak"
     if name == "sudo":
         raise CommandRefused("sudo is not allowed: zbak serve runs commands as the login user; "
                              "set sudo = false for this host and delegate with zfs allow")
-    raise CommandRefused(f"program {name!r} is not allowed (only zfs, zpool, and zstd or "
-                         "mbuffer in a pipeline)")
+    raise CommandRefused(f"program {name!r} is not allowed (only zfs, zpool, zstd or "
+                         "mbuffer in a pipeline, and zbak digest)")
 
 
 def _resolved(program: str, argv: Sequence[str], policy: Policy) -> tuple[str, ...]:
@@ -333,6 +367,29 @@ def _check_one(program: str, argv: Sequence[str], policy: Policy) -> TokenTarget
     if checker is None:
         raise CommandRefused(f"{program} {sub} is not allowed")
     return checker(args, policy)
+
+
+def _zbak_digest(argv: Sequence[str], policy: Policy) -> SnapshotName:
+    """Check ``zbak digest [--zfs ZFS] SNAP``; return the snapshot."""
+    what = "zbak digest"
+    if list(argv[1:2]) != ["digest"]:
+        raise CommandRefused(f"zbak {' '.join(argv[1:2])!s} is not allowed (only zbak digest)")
+    if not policy.allow_drill:
+        raise CommandRefused(f"{what} is not allowed (start zbak serve with --allow-drill to"
+                             " let drills compare this host's copies)")
+    args = list(argv[2:])
+    if len(args) == 3 and args[0] == "--zfs":
+        args = args[2:]
+    if len(args) != 1 or "@" not in args[0]:
+        raise CommandRefused(f"{what} takes [--zfs ZFS] and one snapshot")
+    return _snapshot(args[0], policy, what)
+
+
+def _in_scratch(name: str, policy: Policy) -> bool:
+    """True when ``name`` (a dataset or snapshot) is at or below a drill's scratch
+    ``.../zbak-drill-<8 hex>`` that is below a root."""
+    found = within(_dataset_part(name))
+    return found is not None and policy.inside(found) and found not in policy.roots
 
 
 # -- names -----------------------------------------------------------------------------
@@ -551,10 +608,29 @@ def _zfs_inherit(args: list[str], policy: Policy) -> None:
 
 def _zfs_create(args: list[str], policy: Policy) -> None:
     what = "zfs create"
-    parsed = parse(args, flags="p", what=what)
+    parsed = parse(args, flags="p", valued="o", what=what)
     if len(parsed.operands) != 1:
         raise CommandRefused(f"{what} takes exactly one dataset")
-    _dataset(parsed.operands[0], policy, what)
+    dataset = _dataset(parsed.operands[0], policy, what)
+    if parsed.has("o"):
+        _check_scratch_options(parsed, dataset, what)
+
+
+def _check_scratch_options(parsed: Parsed, dataset: DatasetName, what: str) -> None:
+    """Allow exactly a drill scratch's ``-o canmount=off -o mountpoint=none -o
+    zbak:drill=VALUE`` on a scratch name (``drill.scratch.create``)."""
+    if not is_scratch(dataset) or parsed.has("p"):
+        raise CommandRefused(f"{what} -o is allowed only for a drill's scratch "
+                             "(.../zbak-drill-<8 hex>, without -p)")
+    given = dict(value.partition("=")[::2] for value in parsed.values("o"))
+    if len(given) != len(parsed.values("o")) or set(given) != {"canmount", "mountpoint", MARK} \
+            or given["canmount"] != "off" or given["mountpoint"] != "none":
+        raise CommandRefused(f"{what}: a drill's scratch takes exactly -o canmount=off "
+                             f"-o mountpoint=none -o {MARK}=NODE:PID:START")
+    try:
+        check_user_property_value(given[MARK], MARK)
+    except InvalidName as exc:
+        raise CommandRefused(f"{what}: {exc}") from None
 
 
 def _zfs_snapshot(args: list[str], policy: Policy) -> None:
@@ -643,6 +719,9 @@ def _zfs_send(args: list[str], policy: Policy) -> TokenTarget | None:
 
 def _zfs_destroy(args: list[str], policy: Policy) -> None:
     what = "zfs destroy"
+    if policy.allow_drill and len(args) == 1 and not args[0].startswith("-") \
+            and "#" not in args[0] and _in_scratch(_name(args[0], what), policy):
+        return  # a drill destroys its own scratch, one name at a time
     if not policy.allow_destroy_own:
         raise CommandRefused(f"{what} is not allowed (start zbak serve with "
                              "--allow-destroy-own to let zbak destroy its own snapshots)")

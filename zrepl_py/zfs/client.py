@@ -405,13 +405,15 @@ class Zfs:
         self._run([self.zfs, "inherit", check_property_name(prop), parsed])
 
     def dataset_properties(
-        self, root: DatasetName | str, props: Sequence[str], *, recursive: bool
+        self, root: DatasetName | str, props: Sequence[str], *, recursive: bool,
+        children: bool = False,
     ) -> dict[DatasetName, dict[str, PropertyValue]]:
         """Return ``{dataset: {property: PropertyValue}}`` for ``root`` (and with
-        ``recursive`` every filesystem and volume below it), values parsable, with their
-        source (``local``, ``received``, ``inherited from X``, ...).
+        ``recursive`` every filesystem and volume below it, with ``children`` those directly
+        below it), values parsable, with their source (``local``, ``received``,
+        ``inherited from X``, ...).
 
-        One command: ``zfs get -Hp [-r] [-t filesystem,volume] -o
+        One command: ``zfs get -Hp [-r|-d 1] [-t filesystem,volume] -o
         name,property,value,source PROPS ROOT``. ``-t`` only with ``capabilities.typed_get``;
         zfs-fuse has no ``get -t`` and lists every snapshot too, which are left out here, as
         are ZFS-internal names holding ``%``.
@@ -422,7 +424,7 @@ class Zfs:
         """
         ds = DatasetName(root)
         wanted = [check_property_name(p) for p in props]
-        depth = ["-r"] if recursive else []
+        depth = ["-r"] if recursive else ["-d", "1"] if children else []
         types = ["-t", "filesystem,volume"] if self.capabilities.typed_get else []
         argv = [self.zfs, "get", "-Hp", *depth, *types, "-o", "name,property,value,source",
                 ",".join(wanted), ds]
