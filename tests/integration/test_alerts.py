@@ -361,3 +361,44 @@ def test_a_slow_webhook_never_delays_the_run_that_raised_the_alert(installed, ca
     fail_run(catalog, FixedClock(T0))
     assert time.monotonic() - started < 1.0, "delivery runs in the background"
     assert [b["kind"] for _, _, b in receiver.posts] == ["failure"]
+
+
+def test_a_drill_source_is_stale_after_stale_after_without_an_ok_drill_and_skipped_ones_are_not(
+    receiver, mailsink, tmp_path, catalog
+):
+    """Drills are stale per source (the drills table, not the runs: a skipped or pending drill
+    is a run that ended ok); a source skipped by design is never stale; before any drill the
+    job as a whole counts from when watching started."""
+    from zrepl_py.catalog.rows import DrillRow
+
+    config = Config.model_validate({
+        **config_for(receiver, mailsink, tmp_path).model_dump(exclude={"jobs", "alerts"}),
+        "restore": {"scratch": "tank/scratch"},
+        "jobs": {"nightly": {"dataset": "tank/data", "archive": {"store": "cold"},
+                             "drill": {"schedule": "0 6 * * 0"}}},
+    })
+    assert config.alerts.stale_after["drill"] == dt.timedelta(days=8)
+
+    def stale(days: int) -> list:
+        return [e for e in alerts.staleness.stale_events(
+            catalog, config, T0 + dt.timedelta(days=days), since=T0) if e.action == "drill"]
+
+    found = stale(9)
+    assert [(e.action, e.target) for e in found] == [("drill", None)]
+    assert found[0].message.startswith("drill of job nightly has not succeeded since")
+
+    def drill(source: str, days: int, result: str) -> None:
+        at = T0 + dt.timedelta(days=days)
+        catalog.record_drill(DrillRow(job="nightly", source=source, kind="store",
+                                      started_at=at, ended_at=at, result=result))
+
+    drill("cold", 0, "ok")
+    drill("backup:tank/r", 0, "ok")
+    drill("glacier", 0, "skipped")
+    drill("backup:tank/r", 5, "pending")  # a run that ended ok, not a drill that restored
+    assert stale(7) == []
+    found = stale(9)
+    assert sorted((e.action, e.target) for e in found) == [("drill", "backup:tank/r"),
+                                                           ("drill", "cold")]
+    assert any(e.message.startswith("no successful drill of job nightly from cold since"
+                                    " 2026-03-01 02:00Z") for e in found)

@@ -57,11 +57,15 @@ def world(make_pool, tmp_path, capsys):
         dataset = "{data}"
         [jobs.j.snapshot]
         schedule = "0 * * * *"
+        [restore]
+        scratch = "{bak.name}/scratch"
         [jobs.j.replicate]
         targets = ["local:{replica}"]
+        protection_budget = {{ max_bytes = "1G", max_age = "7d" }}
         [jobs.j.archive]
         store = "cold"
     """))
+    zfs("create", f"{bak.name}/scratch")
 
     def run(*args):
         capsys.readouterr()
@@ -149,3 +153,31 @@ def test_the_textfile_is_written_atomically_by_zbak_status_and_by_write_textfile
     assert samples(other.read_text()).keys() == found.keys()
     assert sorted(p.name for p in tmp_path.glob("*.prom*")) == ["second.prom", "zbak.prom"], \
         "no temporary file is left behind"
+
+
+def test_drills_and_the_limits_of_the_config_are_exported(world):
+    """zbak_drill_* per job and source after a real drill of the store and the replica, and
+    the limits the shipped alert rules compare with (docs/drills.md, docs/observability.md)."""
+    ctx, data, replica, run = world
+    run("drill")
+    registry, _ = registry_for(ctx)
+    from prometheus_client import generate_latest
+
+    found = samples(generate_latest(registry).decode())
+    now = ctx.clock.now().timestamp()
+    drills = {d.source: d for d in ctx.catalog().last_drills("j")}
+    assert sorted(drills) == ["cold", f"local:{replica}"]
+    for source, drill in drills.items():
+        assert drill.result == "ok" and drill.files == 1  # the first snapshot holds old.bin only
+        stamp = value(found, "zbak_drill_last_success_timestamp_seconds", job="j", source=source)
+        assert now - 600 < stamp <= now and stamp == drill.ended_at.timestamp()
+        assert value(found, "zbak_drill_duration_seconds", job="j", source=source) == drill.seconds > 0
+        assert value(found, "zbak_drill_bytes", job="j", source=source) == drill.bytes >= 400_000
+        assert value(found, "zbak_drill_ok", job="j", source=source) == 1
+    assert value(found, "zbak_stale_after_seconds", action="drill") == 8 * 86400
+    assert value(found, "zbak_stale_after_seconds", action="replicate") == 26 * 3600
+    assert value(found, "zbak_protection_budget_max_bytes", job="j") == 10**9  # 1G: SI
+    assert value(found, "zbak_protection_budget_max_age_seconds", job="j") == 7 * 86400
+    cursor = value(found, "zbak_replication_cursor_timestamp_seconds", job="j",
+                   target=f"local:{replica}", dataset=data)
+    assert now - 600 < cursor <= now

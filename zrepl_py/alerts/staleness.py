@@ -8,6 +8,10 @@ action:
 
 * ``replicate``: per target of the job (``runs.target`` is the target string);
 * ``archive``: per store, the newest ok archive run of any dataset (targets ``STORE:DATASET``);
+* ``drill``: per source, the newest drill that ended ok (``Catalog.last_drill_successes``;
+  a skipped or pending drill is a run that ended ok, not a drill that restored anything),
+  over the sources whose newest drill was not skipped by design (a cold store without
+  ``thaw``, a sealed store without an identity); before any drill, the job as a whole;
 * any other action: the newest ok run of the job, whatever its target.
 
 An action that never succeeded counts from ``since`` (the daemon's start); without ``since``
@@ -62,14 +66,28 @@ def stale_events(catalog: Catalog, config: Config, now: dt.datetime, *,
         for action, limit in limits.items():
             if (name, action) not in scheduled:
                 continue
-            if action not in successes:
-                successes[action] = catalog.last_successes(action)
-            runs = {t: r for (j, t), r in successes[action].items() if j == name}
-            for target, last in _last_by_key(job, action, runs).items():
+            if action == "drill":
+                last_by_key = _last_drills(catalog, name)
+            else:
+                if action not in successes:
+                    successes[action] = catalog.last_successes(action)
+                runs = {t: r for (j, t), r in successes[action].items() if j == name}
+                last_by_key = _last_by_key(job, action, runs)
+            for target, last in last_by_key.items():
                 event = _judge(name, action, target, last, limit, now, since)
                 if event is not None:
                     found.append(event)
     return found
+
+
+def _last_drills(catalog: Catalog, job: str) -> dict[str | None, dt.datetime | None]:
+    """Per source not skipped by design, when its newest ok drill ended (see the module doc)."""
+    newest = catalog.last_drills(job)
+    if not newest:
+        return {None: None}
+    drilled = [d.source for d in newest if d.result != "skipped"]
+    ok = {d.source: d.ended_at for d in catalog.last_drill_successes(job)}
+    return {source: ok.get(source) for source in drilled}
 
 
 def _last_by_key(job: JobConfig, action: str, runs: dict[str | None, RunRow]
@@ -87,7 +105,8 @@ def _last_by_key(job: JobConfig, action: str, runs: dict[str | None, RunRow]
 
 def _judge(job: str, action: str, target: str | None, last: dt.datetime | None,
            limit: dt.timedelta, now: dt.datetime, since: dt.datetime | None) -> Event | None:
-    where = f" to {target}" if action == "replicate" else f" to store {target}" if target else ""
+    where = (f" to {target}" if action == "replicate" else f" from {target}" if action == "drill"
+             and target else f" to store {target}" if target else "")
     if last is None:
         if since is None or now - since <= limit:
             return None

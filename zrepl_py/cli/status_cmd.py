@@ -1,6 +1,6 @@
 """``zbak status [JOB...] [--json] [--offline] [--prom-textfile PATH]``: per job and target,
 last success, lag, chain lengths, held bytes, running runs, transfers in progress (bytes,
-expected bytes, rate, ETA, PID) and next scheduled runs."""
+expected bytes, rate, ETA, PID), next scheduled runs and the last drill per source."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from zrepl_py.errors import ExitStatus, UsageError, ZbakError
 
 if TYPE_CHECKING:
     from zrepl_py.catalog.rows import FailoverRow
-    from zrepl_py.status.report import ChainStatus
+    from zrepl_py.status.report import ChainStatus, JobStatus
 
 
 def _when(value: dt.datetime | None) -> str:
@@ -79,6 +79,21 @@ def _failed_over(row: FailoverRow | None) -> str:
             "): zbak failback")
 
 
+def _drill_rows(states: list[JobStatus]) -> list[tuple[Any, ...]]:
+    """The last drill per job and source, with the last success's end."""
+    rows = []
+    for s in states:
+        ok = {d.source: d for d in s.drill_successes}
+        for d in s.drills:
+            last = ok.get(d.source)
+            rows.append((s.job, d.source, d.result, _when(d.ended_at), d.snapshot or "-",
+                         "-" if d.seconds is None else f"{d.seconds:.1f} s", _size(d.bytes),
+                         "-" if d.files is None else d.files,
+                         _when(last.ended_at) if last else "never",
+                         (d.detail or "")[:120]))
+    return rows
+
+
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -110,7 +125,8 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
             show_all: bool) -> int:
     """Show, per job and target: last success, lag (time and snapshots), archive chain
     lengths, bytes held by zbak's holds, runs in progress, each running transfer (what is
-    sent, bytes done and expected, rate, ETA, start, PID) and the next scheduled runs.
+    sent, bytes done and expected, rate, ETA, start, PID), the next scheduled runs and the
+    last restore drill of each store and replica (result, recovery time, last success).
     Past 100 datasets, runs and chains are counted per job, action and store (--all: each).
 
     With --check: exit 2 CRITICAL when a job's newest run of an action or hook failed, an
@@ -169,6 +185,10 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
                                      "full written", "newest"], chains,
                   show_all=show_all, what="datasets",
                   summary=lambda: _chain_counts([(s.job, c) for s in states for c in s.chains]))
+    drills = _drill_rows(states)
+    if drills:
+        emit_table("drills", ["job", "source", "result", "ended", "snapshot", "recovery time",
+                              "bytes", "files", "last success", "why"], drills)
     running = [(s.job, r.action, r.target or "", _when(r.started_at), _age(r.seconds))
                for s in states for r in s.running]
     if running:

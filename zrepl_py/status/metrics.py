@@ -26,10 +26,23 @@ UTC, sizes bytes):
 ``zbak_audit_ok``                                {job} newest audit run: 1 ok, 0 found problems
 ``zbak_held_bytes``                              {job} bytes pinned by zbak's holds
 ``zbak_snapshots``                               {job} live snapshots under the source
+``zbak_replication_cursor_timestamp_seconds``    {job, target, dataset} creation of the
+                                                 snapshot the target's cursor names
+``zbak_drill_last_success_timestamp_seconds``    {job, source} end of the newest ok drill
+``zbak_drill_duration_seconds``                  {job, source} its recovery time
+``zbak_drill_bytes``                             {job, source} the bytes it restored
+``zbak_drill_ok``                                {job, source} newest drill: 1 ok (or skipped,
+                                                 pending), 0 failed
+``zbak_stale_after_seconds``                     {action} ``[alerts] stale_after``
+``zbak_protection_budget_max_bytes``             {job} ``protection_budget.max_bytes``
+``zbak_protection_budget_max_age_seconds``       {job} ``protection_budget.max_age``
 ==============================================  ===============================================
 
 A never-replicated target has no lag sample (absent, not zero); alert on
-``time() - zbak_last_success_timestamp_seconds`` for staleness.
+``time() - zbak_last_success_timestamp_seconds`` for staleness. The limits of the config are
+exported too (``zbak_stale_after_seconds``, ``zbak_protection_budget_*``; absent when not
+set), so the shipped alert rules (``share/zbak/prometheus/zbak-rules.yml``) follow the config
+instead of repeating its numbers (docs/decisions.md#alert-rules-read-the-limits-from-the-metrics).
 """
 
 from __future__ import annotations
@@ -50,6 +63,7 @@ from zrepl_py.status.report import Held, JobStatus, job_status, read_held
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
+    from zrepl_py.config.schema import Config
     from zrepl_py.invocation.context import Context
 
 log = logging.getLogger(__name__)
@@ -62,8 +76,9 @@ def _ts(value: dt.datetime) -> float:
     return value.timestamp()
 
 
-def families(states: Sequence[JobStatus]) -> list[Metric]:
-    """The metric families for ``states`` (pure; see the module doc for names and labels)."""
+def families(states: Sequence[JobStatus], config: Config | None = None) -> list[Metric]:
+    """The metric families for ``states`` and the limits of ``config`` (pure; see the module
+    doc for names and labels)."""
     success = GaugeMetricFamily("zbak_last_success_timestamp_seconds",
                                 "End of the newest successful run (Unix seconds).", labels=_RUN)
     started = GaugeMetricFamily("zbak_last_run_timestamp_seconds",
@@ -94,6 +109,9 @@ def families(states: Sequence[JobStatus]) -> list[Metric]:
                              "Bytes of source snapshots pinned by zbak's holds.", labels=["job"])
     snaps = GaugeMetricFamily("zbak_snapshots", "Live catalogued snapshots under the source.",
                               labels=["job"])
+    cursor = GaugeMetricFamily("zbak_replication_cursor_timestamp_seconds",
+                               "Creation of the snapshot a target's cursor names (Unix seconds).",
+                               labels=["job", "target", "dataset"])
     for state in states:
         job = state.job
         snaps.add_metric([job], state.snapshots)
@@ -115,13 +133,66 @@ def families(states: Sequence[JobStatus]) -> list[Metric]:
                     lag_s.add_metric([job, target.target, d.dataset], d.lag_seconds)
                 if d.lag_snapshots is not None:
                     lag_n.add_metric([job, target.target, d.dataset], d.lag_snapshots)
+                if d.cursor_time is not None:
+                    cursor.add_metric([job, target.target, d.dataset], _ts(d.cursor_time))
         for chain in state.chains:
             chain_len.add_metric([job, chain.dataset, chain.store], chain.length)
             chain_bytes.add_metric([job, chain.dataset, chain.store], chain.stored_bytes)
         if state.held_bytes is not None:
             held.add_metric([job], state.held_bytes)
     return [success, started, run_ok, run_bytes, running, lag_s, lag_n, chain_len, chain_bytes,
-            audit, held, snaps]
+            audit, held, snaps, cursor, *_drill_families(states), *_limits(states, config)]
+
+
+def _drill_families(states: Sequence[JobStatus]) -> list[Metric]:
+    """The ``zbak_drill_*`` families (labels job, source)."""
+    labels = ["job", "source"]
+    success = GaugeMetricFamily("zbak_drill_last_success_timestamp_seconds",
+                                "End of the newest restore drill that ended ok (Unix seconds).",
+                                labels=labels)
+    duration = GaugeMetricFamily("zbak_drill_duration_seconds",
+                                 "Recovery time of the newest ok drill: seconds its restores took.",
+                                 labels=labels)
+    size = GaugeMetricFamily("zbak_drill_bytes", "Bytes the newest ok drill restored.",
+                             labels=labels)
+    ok = GaugeMetricFamily("zbak_drill_ok",
+                           "1 when the newest drill did not fail (ok, skipped, pending), 0 when"
+                           " it failed.", labels=labels)
+    for state in states:
+        for drill in state.drill_successes:
+            where = [state.job, drill.source]
+            success.add_metric(where, _ts(drill.ended_at))
+            if drill.seconds is not None:
+                duration.add_metric(where, drill.seconds)
+            size.add_metric(where, drill.bytes)
+        for drill in state.drills:
+            ok.add_metric([state.job, drill.source], 0.0 if drill.result == "failed" else 1.0)
+    return [success, duration, size, ok]
+
+
+def _limits(states: Sequence[JobStatus], config: Config | None) -> list[Metric]:
+    """The config's alert limits: ``[alerts] stale_after`` per action and each job's
+    replication ``protection_budget`` (absent where not set)."""
+    stale = GaugeMetricFamily("zbak_stale_after_seconds",
+                              "[alerts] stale_after: longest time without a successful run.",
+                              labels=["action"])
+    budget_bytes = GaugeMetricFamily("zbak_protection_budget_max_bytes",
+                                     "[jobs.JOB.replicate] protection_budget.max_bytes.",
+                                     labels=["job"])
+    budget_age = GaugeMetricFamily("zbak_protection_budget_max_age_seconds",
+                                   "[jobs.JOB.replicate] protection_budget.max_age (seconds).",
+                                   labels=["job"])
+    if config is not None:
+        for action, limit in sorted(config.alerts.stale_after.items()):
+            stale.add_metric([action], limit.total_seconds())
+        for state in states:
+            job = config.jobs.get(state.job)
+            budget = job.replicate.protection_budget if job and job.replicate else None
+            if budget is not None and budget.max_bytes is not None:
+                budget_bytes.add_metric([state.job], budget.max_bytes)
+            if budget is not None and budget.max_age is not None:
+                budget_age.add_metric([state.job], budget.max_age.total_seconds())
+    return [stale, budget_bytes, budget_age]
 
 
 class StatusCollector(Collector):
@@ -167,15 +238,15 @@ class StatusCollector(Collector):
         except ZbakError as exc:
             log.error("metrics: cannot read the catalog: %s", exc)
             return []
-        return families(states)
+        return families(states, self._ctx.config)
 
 
 class _Fixed(Collector):
-    def __init__(self, states: Sequence[JobStatus]):
-        self._states = states
+    def __init__(self, states: Sequence[JobStatus], config: Config):
+        self._states, self._config = states, config
 
     def collect(self) -> Iterable[Metric]:
-        return families(self._states)
+        return families(self._states, self._config)
 
 
 def registry_for(ctx: Context) -> tuple[CollectorRegistry, StatusCollector]:
@@ -223,5 +294,5 @@ def write_textfile(ctx: Context, path: Path | str, *, states: Sequence[JobStatus
 
             states = job_statuses(ctx)
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Fixed(states))
+        registry.register(_Fixed(states, ctx.config))
     write_to_textfile(str(path), registry)

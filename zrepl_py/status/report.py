@@ -1,5 +1,6 @@
 """``zbak status`` facts per job: last successes, replica lag, archive chains, held bytes,
-running runs, transfers in progress and next scheduled runs.
+running runs, transfers in progress, next scheduled runs and the last restore drill per
+source.
 
 Everything comes from the catalog and the config (``job_status``, no host dialled) except
 the bytes pinned by zbak's holds, which only the source's ZFS knows (``read_held``: one
@@ -33,7 +34,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from zrepl_py.catalog.chains import current_chain
-from zrepl_py.catalog.rows import CursorRow, FailoverRow, RunRow, SnapshotRow, StreamRow
+from zrepl_py.catalog.rows import CursorRow, DrillRow, FailoverRow, RunRow, SnapshotRow, StreamRow
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.config.schema import Config
 from zrepl_py.observe.runlog import sweep_interrupted
@@ -174,6 +175,8 @@ class JobStatus:
             files of this job's transfers whose process is gone (removed when read).
         queues: the queues of this job's running runs (``observe.transfers.QueuedRun``).
         bandwidth_limits: the job's bandwidth limits in force now (``status.watch.job_limits``).
+        drills: the newest restore drill of each source (``zrepl_py.drill``);
+            drill_successes: the newest that ended ok, per source.
     """
 
     job: str
@@ -194,6 +197,8 @@ class JobStatus:
     stale_transfers: list[StaleTransfer] = dataclasses.field(default_factory=list)
     queues: list[QueuedRun] = dataclasses.field(default_factory=list)
     bandwidth_limits: dict[str, InForce] = dataclasses.field(default_factory=dict)
+    drills: list[DrillRow] = dataclasses.field(default_factory=list)
+    drill_successes: list[DrillRow] = dataclasses.field(default_factory=list)
 
 
 def job_schedules(job: JobConfig) -> dict[str, str | None]:
@@ -377,6 +382,8 @@ def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
                  for r in last_runs if r.result == "running"],
         next_runs=(next_runs if next_runs is not None else
                    {a: next_fire(s, now) for a, s in job_schedules(job).items()}),
+        drills=catalog.last_drills(name),
+        drill_successes=catalog.last_drill_successes(name),
     )
 
 
