@@ -4,6 +4,7 @@ run ``zbak`` in-process, list a dataset's snapshots and digest their files."""
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import textwrap
 import time
@@ -88,6 +89,15 @@ def settled_snapshots(dataset: str, *, quiet: float = 2.0, limit: float = 30.0) 
         if now != seen:
             seen, since = now, time.monotonic()
     return seen
+
+
+def write_synced(path: Path, data: bytes) -> None:
+    """Write ``path`` (its directory made) and fsync it: zfs-fuse sees page-cached FUSE
+    writes only once they are flushed, so a snapshot taken next holds them."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(data)
+        os.fsync(handle.fileno())
 
 
 def tree_digest(root: Path) -> dict[str, str]:
