@@ -1,6 +1,6 @@
 """``zbak daemon --once`` as a systemd timer runs it: the real ``zbak`` as a subprocess on
-zfs-fuse pools runs every action due now, one after the other (hooks included), exits 1
-when one failed, and a second call right after finds nothing due."""
+zfs-fuse pools runs every action due now, one after the other (hooks included, the restore
+drill last), exits 1 when one failed, and a second call right after finds nothing due."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def test_once_runs_every_due_action_in_order_then_a_second_call_finds_nothing_du
     src, bak = make_pool(), make_pool()
     data = f"{src.name}/data"
     zfs("create", data)
+    zfs("create", f"{bak.name}/scratch")
     hook = HookScript(tmp_path)
     config, _ = file_archive_config(tmp_path, data, archive=f'schedule = "{NEVER}"', extra=f"""
         [jobs.data.snapshot]
@@ -38,6 +39,10 @@ def test_once_runs_every_due_action_in_order_then_a_second_call_finds_nothing_du
         [jobs.data.replicate]
         targets = ["local:{bak.name}/replica"]
         schedule = "{NEVER}"
+        [jobs.data.drill]
+        schedule = "{NEVER}"
+        [restore]
+        scratch = "{bak.name}/scratch"
         [jobs.data.hooks.snapshot]
         post = {hook.toml()}
         [jobs.broken]
@@ -52,15 +57,20 @@ def test_once_runs_every_due_action_in_order_then_a_second_call_finds_nothing_du
 
     first = once(config)
     assert first.returncode == ExitStatus.FAILED, first.stderr
-    assert ("daemon --once: 8 run(s) due: snapshot data, replicate data, archive data,"
-            " prune data, audit data, snapshot broken, prune broken, audit broken") in first.stderr
+    assert ("daemon --once: 9 run(s) due: snapshot data, replicate data, archive data,"
+            " prune data, audit data, drill data, snapshot broken, prune broken, audit broken"
+            ) in first.stderr
     assert "Traceback" not in first.stderr
     (taken,) = snapshots(data)
     assert snapshots(f"{bak.name}/replica") == [taken]
     catalog = Catalog(db.make_engine(f"sqlite:///{tmp_path / 'state' / 'catalog.sqlite'}"))
     results = {(r.job, r.action): r.result for r in catalog.last_runs()}
     assert {k: v for k, v in results.items() if k[0] == "data"} == {
-        ("data", a): "ok" for a in ("snapshot", "replicate", "archive", "prune", "audit", "hook")}
+        ("data", a): "ok"
+        for a in ("snapshot", "replicate", "archive", "prune", "audit", "drill", "hook")}
+    drilled = {(d.source, d.result, d.snapshot) for d in catalog.last_drills("data")}
+    assert drilled == {("cold", "ok", taken), (f"local:{bak.name}/replica", "ok", taken)}, \
+        "the daemon's drill restored the new snapshot from the store and the replica"
     assert results[("broken", "snapshot")] == "failed"
     (call,) = hook.calls()
     assert (call["env"]["ZBAK_JOB"], call["env"]["ZBAK_SNAPSHOT"]) == ("data", taken), \

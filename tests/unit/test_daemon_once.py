@@ -60,3 +60,22 @@ def test_the_newest_start_counts_over_all_targets_of_an_action():
     starts = last_starts([run("replicate", early, "a"), run("replicate", late, "b"),
                           run("snapshot", early)])
     assert starts == {("db", "replicate"): late, ("db", "snapshot"): early}
+
+
+def test_a_job_with_a_drill_section_is_drilled_on_sundays_at_six_utc_by_default():
+    from zrepl_py.config.schema import Config
+    from zrepl_py.daemon.plan import plan_entries
+
+    config = Config.model_validate({"daemon": {"prune_schedule": None, "audit_schedule": None},
+                                    "jobs": {"db": {"dataset": "p/db", "drill": {}},
+                                             "manual": {"dataset": "p/m",
+                                                        "drill": {"schedule": None}},
+                                             "none": {"dataset": "p/n"}}})
+    (drill,) = [e for e in plan_entries(config) if e.action == "drill"]
+    assert (drill.id, drill.schedule) == ("db:drill", "cron 0 6 * * 0")
+    sunday = dt.datetime(2026, 11, 29, 6, 0, tzinfo=UTC)  # the Sunday before NOW
+    assert due_entries([drill], {}, NOW, None) == [drill], "never drilled: due"
+    assert due_entries([drill], {("db", "drill"): sunday + dt.timedelta(seconds=5)},
+                       NOW, None) == []
+    assert due_entries([drill], {("db", "drill"): sunday - dt.timedelta(minutes=1)},
+                       NOW, None) == [drill]
