@@ -157,7 +157,7 @@ def test_the_textfile_is_written_atomically_by_zbak_status_and_by_write_textfile
 
 def test_drills_and_the_limits_of_the_config_are_exported(world):
     """zbak_drill_* per job and source after a real drill of the store and the replica, and
-    the limits the shipped alert rules compare with (docs/drills.md, docs/observability.md)."""
+    the limits alert rules compare with (docs/drills.md, docs/observability.md)."""
     ctx, data, replica, run = world
     run("drill")
     registry, _ = registry_for(ctx)

@@ -7,7 +7,7 @@ and the source's snapshots now (one listing of the job's tree). A place that can
 listed becomes a fact with the reason, never an error here.
 
 Where each source's copies are restored (docs/drills.md#where-a-drill-restores): a store's
-below ``[restore] scratch`` (``[HOST:]POOL/PATH``); a replica's on the replica's own host,
+below ``[restore] scratch`` (``POOL/PATH`` on this machine); a replica's on the replica's own host,
 below ``[hosts.HOST] scratch`` (for a target on this machine ``[restore] scratch`` when that
 is on this machine), else below the target dataset's parent, next to the replica. Each source
 gets a scratch name of its own (``drill.scratch.new_name``), each dataset ``SCRATCH/dN``.

@@ -41,8 +41,8 @@ UTC, sizes bytes):
 A never-replicated target has no lag sample (absent, not zero); alert on
 ``time() - zbak_last_success_timestamp_seconds`` for staleness. The limits of the config are
 exported too (``zbak_stale_after_seconds``, ``zbak_protection_budget_*``; absent when not
-set), so the shipped alert rules (``share/zbak/prometheus/zbak-rules.yml``) follow the config
-instead of repeating its numbers (docs/decisions.md#alert-rules-read-the-limits-from-the-metrics).
+set), so alert rules can follow the config instead of repeating its numbers
+(docs/decisions.md#alert-limits-are-exported-as-metrics).
 """
 
 from __future__ import annotations
