@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -148,11 +149,36 @@ def test_a_tampered_volume_fails_the_store_drill_alerts_and_records_it_and_the_r
     assert [b["kind"] for _, _, b in site.receiver.posts] == ["failure", "recovery"]
 
 
-def test_a_drill_killed_mid_restore_leaves_a_scratch_the_next_drill_destroys(site, make_pool):
+def killed_when(config: Path, seen: Callable[[], str | None]) -> tuple[int, str]:
+    """Start ``zbak drill --from cold`` and SIGKILL it (its process group) as soon as
+    ``seen()`` names something; return the killed pid and what was seen."""
+    process = subprocess.Popen(zbak_process.argv(config, "drill", "--from", "cold"),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while True:
+        assert time.monotonic() < deadline and process.poll() is None, "the drill got going"
+        found = seen()
+        if found is not None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return process.pid, found
+        time.sleep(0.05)
+
+
+def views(pool: str) -> list[str]:
+    """The temporary view clones (``POOL/zbak-view-<hex>``) in ``pool``."""
+    return [n for n in zfs("list", "-H", "-o", "name", "-r", pool).split() if "/zbak-view-" in n]
+
+
+def test_a_drill_killed_mid_restore_or_mid_comparison_leaves_a_scratch_the_next_drill_destroys(
+        site):
     """SIGKILL while the store's copy is received: its scratch stays; the next drill destroys
     it (its mark names this host and a dead process), leaves another host's scratch and an
-    unmarked one alone, and drills as usual."""
-    for step in range(3, 6):  # 48 MiB more, so the restore takes seconds
+    unmarked one alone, and drills as usual. SIGKILL while the copy's files are read: the
+    view clone of the scratch's snapshot stays too; the next drill removes it, then the
+    scratch. SIGKILL while the source's files are read: the next drill removes that view."""
+    for step in range(3, 6):  # 48 MiB more, so the restore and the reading take seconds
         fill(site.mount, step, 16 * MIB)
         zfs("snapshot", f"{site.data}@{step}")
     status, out, err = site.run("archive")
@@ -162,22 +188,14 @@ def test_a_drill_killed_mid_restore_leaves_a_scratch_the_next_drill_destroys(sit
     unmarked = f"{site.scratch}/zbak-drill-feedbeef"
     zfs("create", unmarked)
 
-    process = subprocess.Popen(zbak_process.argv(site.config, "drill", "--from", "cold"),
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 120
-    killed = None
-    while killed is None:
-        assert time.monotonic() < deadline and process.poll() is None, "the drill got going"
-        children = scratch_children(site.scratch)
-        receiving = [n.rsplit("/", 1)[0] for n in children if n.endswith("/d0")]
-        if receiving:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            killed = receiving[0]
-        time.sleep(0.05)
+    def receiving() -> str | None:
+        found = [n.rsplit("/", 1)[0] for n in scratch_children(site.scratch)
+                 if n.endswith("/d0")]
+        return found[0] if found else None
+
+    pid, killed = killed_when(site.config, receiving)
     mark = zfs("get", "-H", "-o", "value", "zbak:drill", killed).strip()
-    assert mark.startswith(f"{socket.gethostname()}:{process.pid}:")
+    assert mark.startswith(f"{socket.gethostname()}:{pid}:")
 
     status, out, err = site.run("drill", "--from", "cold")
     assert status == ExitStatus.OK, out + err
@@ -187,6 +205,23 @@ def test_a_drill_killed_mid_restore_leaves_a_scratch_the_next_drill_destroys(sit
     assert f"left {other} (made by elsewhere:4242:77" in out
     assert f"left {unmarked} (no zbak:drill mark" in out
     assert drills(site.run)["cold"]["snapshot"] == "5"
+
+    pool = site.scratch.split("/")[0]
+    _, view = killed_when(site.config, lambda: (views(pool) or [None])[0])
+    assert exists(view), "a killed drill leaves its view"
+    (reading,) = [n for n in scratch_children(site.scratch) if n not in (other, unmarked)
+                  and "/d0" not in n]
+    status, out, err = site.run("drill", "--from", "cold")
+    assert status == ExitStatus.OK, out + err
+    assert f"destroyed {reading}: the scratch of a drill that was killed" in out
+    assert views(pool) == [] and not exists(view)
+
+    source_pool = site.data.split("/")[0]
+    _, view = killed_when(site.config, lambda: (views(source_pool) or [None])[0])
+    assert exists(view), "a killed drill leaves its view"
+    status, out, err = site.run("drill", "--from", "cold")
+    assert status == ExitStatus.OK, out + err
+    assert views(source_pool) == [], "the source's view is removed before it is read again"
 
 
 def test_a_glacier_chain_is_skipped_with_its_thaw_cost_and_with_thaw_drilled_after_the_thaw(

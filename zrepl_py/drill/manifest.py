@@ -19,6 +19,7 @@ as surrogate escapes (PEP 383), in byte order.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -28,7 +29,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
 
 from zrepl_py.errors import DigestError
-from zrepl_py.replication.snapshot_view import snapshot_view
+from zrepl_py.replication.snapshot_view import remove_dead_views, snapshot_view
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import SnapshotName
 
@@ -167,6 +168,15 @@ def _parsed(item: dict[str, Any]) -> Entry:
     return entry
 
 
+@contextlib.contextmanager
+def _view(zfs: Zfs, snapshot: SnapshotName) -> Iterator[str]:
+    """``snapshot_view`` of ``snapshot``, after removing the views a killed run of this
+    machine left on its pool (``remove_dead_views``: a drill killed while it compared files)."""
+    remove_dead_views(zfs, snapshot.dataset.pool)
+    with snapshot_view(zfs, snapshot) as path:
+        yield path
+
+
 def read(zfs: Zfs, snapshot: SnapshotName, *, program: str = "zbak") -> list[Entry]:
     """The manifest of ``snapshot`` on ``zfs``'s host: walked in this process on this
     machine (through ``snapshot_view``), else printed by ``program digest --zfs ZFS
@@ -178,7 +188,7 @@ def read(zfs: Zfs, snapshot: SnapshotName, *, program: str = "zbak") -> list[Ent
             the command.
     """
     if zfs.host == "local":
-        with snapshot_view(zfs, snapshot) as path:
+        with _view(zfs, snapshot) as path:
             try:
                 return list(walk(path))
             except OSError as exc:
@@ -199,7 +209,7 @@ def print_manifest(zfs: Zfs, snapshot: SnapshotName, out: IO[str]) -> int:
         DigestError: a path could not be read.
         DatasetNotFound, SnapshotViewError, ZfsError: from the view.
     """
-    with snapshot_view(zfs, snapshot) as path:
+    with _view(zfs, snapshot) as path:
         try:
             return dump(walk(path), str(snapshot), out)
         except OSError as exc:

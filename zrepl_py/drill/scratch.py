@@ -9,7 +9,9 @@ everything below it, one name at a time (``zfs.teardown.destroy_tree``), whateve
 A drill killed before it could destroy its scratch (SIGKILL, a power cut) leaves it behind.
 The next drill on the same parent finds it (``sweep``): a child named ``zbak-drill-<hex>``
 whose ``zbak:drill`` names this host and a process that is gone (``process_gone``: a reused
-PID does not count) is destroyed the same way; one another host made is left alone and
+PID does not count) is destroyed the same way, after the view clones killed runs of this
+machine left on the pool (``remove_dead_views``: a drill killed while it compared files leaves
+one of its scratch's snapshot); one another host made is left alone and
 named in a warning (that host's next drill sweeps it), and so is one without the property,
 which zbak did not make (docs/decisions.md#drill-scratch-is-marked-and-swept).
 """
@@ -25,6 +27,7 @@ import socket
 
 from zrepl_py.errors import ZbakError
 from zrepl_py.observe.transfers import process_gone
+from zrepl_py.replication.snapshot_view import remove_dead_views
 from zrepl_py.runtime.owner import process_start
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName
@@ -114,6 +117,13 @@ def sweep(zfs: Zfs, parent: str) -> Swept:
     Returns:
         What was destroyed and what was left (each ``NAME (why)``).
     """
+    try:
+        # a drill killed while it compared files left a view clone of its scratch's
+        # snapshot, which would keep the scratch from being destroyed
+        remove_dead_views(zfs, parent)
+    except ZbakError as exc:
+        log.warning("cannot remove the views killed runs left in %s:%s: %s", zfs.host,
+                    DatasetName(parent).pool, exc)
     try:
         found = zfs.dataset_properties(parent, [MARK], recursive=False, children=True)
     except ZbakError as exc:
