@@ -335,10 +335,10 @@ def _drill(job: str, source: str, minutes: int, result: str, **more) -> DrillRow
                     ended_at=at + dt.timedelta(seconds=30), result=result, **more)
 
 
-def test_0007_drops_the_drills_and_drill_runs_on_downgrade_keeps_every_other_run_and_upgrades_again(
+def test_0008_drops_the_drills_and_drill_runs_on_downgrade_keeps_every_other_run_and_upgrades_again(
         engine):
     """docs/reliability.md#r27-alembic (rows present): drills and drill runs at head; downgrading
-    to 0006 drops the table and only the drill runs (the older action set has no place for
+    to 0007 drops the table and only the drill runs (a failover run stays) (the older action set has no place for
     them); upgrading back with the other runs present gives an empty drills table that takes new
     rows, and a drill run again."""
     db.upgrade(engine)
@@ -346,17 +346,18 @@ def test_0007_drops_the_drills_and_drill_runs_on_downgrade_keeps_every_other_run
     catalog.record_drill(_drill("j", "cold", 0, "ok", seconds=12.5, bytes=4096, datasets=1,
                                 files=3, snapshot="s1"))
     kept = catalog.start_run("j", "archive", "cold:tank/data", T0)
+    failover = catalog.start_run("j", "failover", "backup:tank/data", T0)
     catalog.finish_run(catalog.start_run("j", "drill", "cold", T0), result="ok", now=T0)
 
-    db.downgrade(engine, "0006")
+    db.downgrade(engine, "0007")
     assert "drills" not in sa.inspect(engine).get_table_names()
     with engine.connect() as connection:
         rows = connection.execute(sa.text("SELECT id, action FROM runs ORDER BY id"))
-        assert [tuple(r) for r in rows] == [(kept, "archive")]
+        assert [tuple(r) for r in rows] == [(kept, "archive"), (failover, "failover")]
     with pytest.raises(CatalogError):  # the older check refuses a drill run
         Catalog(engine).start_run("j", "drill", "cold", T0)
 
-    assert db.upgrade(engine) == ("0006", db.head_revision())
+    assert db.upgrade(engine) == ("0007", db.head_revision())
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
         assert compare_metadata(context, metadata) == []

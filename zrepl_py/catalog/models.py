@@ -275,5 +275,5 @@ drill_table = sa.Table(
     sa.CheckConstraint("bytes >= 0 AND datasets >= 0", name="sizes"),
     sa.Index("ix_drills_job_source_started_at", "job", "source", "started_at"),
 )
-"""One source's restore drill (``rows.DrillRow``, revision 0007): when, how it ended, the
+"""One source's restore drill (``rows.DrillRow``, revision 0008): when, how it ended, the
 recovery time and bytes, what thawing its cold objects needed."""

@@ -232,6 +232,9 @@ def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
     """
     if commands and commands[0] and commands[0][0] == verbs.PROGRAM:
         return _files(commands, policy)
+    if (len(commands) == 1 and list(commands[0][1:2]) == ["digest"]
+            and _program(commands[0][0], policy) == "zbak"):  # before the failover verbs
+        return Approved((), digest=_zbak_digest(commands[0], policy))
     if len(commands) == 1 and commands[0][0] == VERB_PROGRAM:
         return Approved((), verb=check_verb(commands[0], policy))
     programs = [_program(argv[0], policy) for argv in commands]
@@ -243,8 +246,6 @@ def check(commands: Sequence[Sequence[str]], policy: Policy) -> Approved:
                 raise CommandRefused("mbuffer is not allowed alone except as the probe "
                                      "'mbuffer -V'; it runs only directly before zfs receive")
             return Approved(((policy.mbuffer, *mbuffer.PROBE[1:]),))
-        if programs[0] == "zbak":
-            return Approved((), digest=_zbak_digest(commands[0], policy))
         token = _check_one(programs[0], commands[0], policy)
         return Approved((_resolved(programs[0], commands[0], policy),), token)
     if "zbak" in programs:
