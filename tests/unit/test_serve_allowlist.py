@@ -682,8 +682,8 @@ def test_a_local_copy_pipeline_is_refused_outside_its_one_shape(text, reason):
     (["zbak", "digest", "backup/other@s"], "outside the allowed root"),
     (["zbak", "digest", f"{ROOT}/tank"], "one snapshot"),
     (["zbak", "digest", "--zfs", "/bin/sh", f"{ROOT}/x@s", "more"], "one snapshot"),
-    (["zbak", "serve", "--root", "backup"], "only zbak digest"),
-    (["/tmp/zbak", "restore", "x"], "only zbak digest"),
+    (["zbak", "serve", "--root", "backup"], "failover verbs are not allowed"),
+    (["/tmp/zbak", "restore", "x"], "zbak restore is not allowed"),
     (["zbak-evil", "digest", f"{ROOT}/x@s"], "program 'zbak-evil' is not allowed"),
 ])
 def test_drill_shapes_beyond_their_exact_form_are_refused_even_with_allow_drill(argv, reason):
