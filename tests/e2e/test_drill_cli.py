@@ -9,6 +9,7 @@ sshd (through ``zbak serve``) and a damaged replica are in ``test_drill_replica_
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -162,8 +163,26 @@ def killed_when(config: Path, seen: Callable[[], str | None]) -> tuple[int, str]
         if found is not None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+            locks_released(config.parent / "state" / "locks")
             return process.pid, found
         time.sleep(0.05)
+
+
+def locks_released(locks: Path) -> None:
+    """Wait until no process holds a lock file under ``locks`` (the next drill would exit 3):
+    a child of the killed drill outside its process group may hold one for a moment."""
+    deadline = time.monotonic() + 60
+    for path in locks.glob("*.lock"):
+        with path.open("rb") as held:
+            while True:
+                try:
+                    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, f"{path} still held: {path.read_text()}"
+                    time.sleep(0.05)
+                else:
+                    fcntl.flock(held, fcntl.LOCK_UN)
+                    break
 
 
 def views(pool: str) -> list[str]:
