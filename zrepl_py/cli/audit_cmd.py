@@ -20,6 +20,7 @@ from zrepl_py.cli.common import (
     emit_json,
     emit_table,
     for_each_job,
+    identity_option,
     json_option,
     pass_invocation,
 )
@@ -73,9 +74,7 @@ def _show(finding: Finding) -> None:
               help="With --deep, start no further stream after this many seconds (at least one"
                    " is read); the next run continues with the least recently verified"
                    " (implies --deep).")
-@click.option("--identity", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
-              help="With --deep, the age identity that decrypts a sealed store's volumes"
-                   " (default: the store's [stores.NAME.age] identity_file).")
+@identity_option("With --deep, the")
 @click.option("--repair", is_flag=True,
               help="First make the safe repairs: abort unfinished uploads older than"
                    " --stale-uploads-days, finish deleting streams a stopped prune condemned."

@@ -178,7 +178,7 @@ class FiniteFloat(click.FloatRange):
 
 class FilePath(click.Path):
     """``click.Path(dir_okay=False, path_type=Path)`` that refuses a NUL byte first (click
-    would ``os.stat`` it and raise ValueError)."""
+    would ``os.stat`` it and raise ValueError) and an empty value (no file has that name)."""
 
     def __init__(self) -> None:
         super().__init__(dir_okay=False, path_type=Path)
@@ -186,12 +186,23 @@ class FilePath(click.Path):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and "\x00" in value:
             self.fail("a path cannot hold a NUL byte.", param, ctx)
+        if value == "":
+            self.fail("a path cannot be empty.", param, ctx)
         return super().convert(value, param, ctx)
 
 
 def json_option(func: F) -> F:
     """Add ``--json`` (machine output) to a command."""
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(func)
+
+
+def identity_option(lead: str = "The") -> Callable[[F], F]:
+    """Add ``--identity FILE`` (the age identity that opens a sealed store's volumes) to a
+    command; ``lead`` starts its help (e.g. "With --deep, the")."""
+    return click.option(
+        "--identity", type=FilePath(), metavar="FILE",
+        help=f"{lead} age identity that decrypts a sealed store's volumes (default: the"
+             " store's [stores.NAME.age] identity_file).")
 
 
 def emit_json(data: Any) -> None:

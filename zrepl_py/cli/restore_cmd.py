@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from zrepl_py.cli.common import Invocation, emit_json, emit_table, json_option, pass_invocation
+from zrepl_py.cli.common import (
+    Invocation,
+    emit_json,
+    emit_table,
+    identity_option,
+    json_option,
+    pass_invocation,
+)
 from zrepl_py.errors import ExitStatus, UsageError, ZbakError
 
 if TYPE_CHECKING:
@@ -122,9 +129,7 @@ def _into_target(ctx: Context, dataset: str | None, into: str | None) -> Callabl
               help="With --path: replace files that exist in --into-dir.")
 @click.option("--dry-run", is_flag=True, help="Print the plan only.")
 @click.option("--yes", is_flag=True, help="Do not ask before restoring.")
-@click.option("--identity", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
-              help="The age identity that decrypts a sealed store's volumes (default: the"
-                   " store's [stores.NAME.age] identity_file).")
+@identity_option()
 @json_option
 @pass_invocation
 def command(inv: Invocation, dataset: str | None, to: str, into: str | None, from_: str | None,
