@@ -349,3 +349,26 @@ def test_files_of_a_sealed_archive_come_back_with_the_identity_only(site):
     status, stdout, err = site.run(*argv, "--identity", str(site.key))
     assert status == ExitStatus.OK, stdout + err
     assert (out / "marker1.txt").read_bytes() == (site.mount / "marker1.txt").read_bytes()
+
+
+def test_a_drill_skips_a_sealed_store_without_an_identity_and_drills_it_with_one(site):
+    """``zbak drill`` of a sealed store: with no identity at hand the store is skipped (a
+    recorded ``skipped`` with the reason, exit 0, no scratch made), never a failed drill nor a
+    usage error mid-run; with ``--identity`` the chain is received and every file compared."""
+    site.snapshot("1")
+    site.archive()
+    scratch = f"{site.pool.name}/scratch"
+    zfs("create", scratch)
+    with open(site.config, "a") as config:
+        config.write(f'[restore]\nscratch = "{scratch}"\n[jobs.data.drill]\n')
+    status, out, err = site.run("drill", "--json")
+    assert status == ExitStatus.OK, out + err
+    (row,) = json.loads(out)["drills"]
+    assert row["result"] == "skipped", row
+    assert "no identity" in row["detail"] and "store cold" in row["detail"], row
+    assert zfs("list", "-H", "-o", "name", "-r", scratch).split() == [scratch]
+    status, out, err = site.run("drill", "--json", "--identity", str(site.key))
+    assert status == ExitStatus.OK, out + err
+    (row,) = json.loads(out)["drills"]
+    assert row["result"] == "ok" and row["snapshot"] == "1", row
+    assert row["files"] == 2, row

@@ -4,6 +4,7 @@ scratch, check it against the source, record the recovery time (``zrepl_py.drill
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -13,6 +14,7 @@ from zrepl_py.cli.common import (
     emit_json,
     emit_table,
     for_each_job,
+    identity_option,
     json_option,
     pass_invocation,
 )
@@ -43,9 +45,10 @@ def _rows(result: DrillResult) -> list[dict[str, Any]]:
 @click.option("--from", "from_", metavar="SOURCE",
               help="Drill only this source: a store, a replica target (HOST:POOL/PATH) or"
                    " the replicas on a host.")
+@identity_option()
 @json_option
 @pass_invocation
-def command(inv: Invocation, jobs: tuple[str, ...], from_: str | None,
+def command(inv: Invocation, jobs: tuple[str, ...], from_: str | None, identity: Path | None,
             as_json: bool) -> ExitStatus:
     """Restore the newest restorable snapshot of each store and replica of each job (all
     jobs by default) into a scratch dataset, check its guid and every file against the
@@ -55,6 +58,7 @@ def command(inv: Invocation, jobs: tuple[str, ...], from_: str | None,
     from zrepl_py.drill.job import drill_job
 
     with inv.context() as ctx:
+        ctx.identity = identity
         results, status = for_each_job(ctx.select_jobs(jobs),
                                        lambda n, j: drill_job(ctx, n, j, from_=from_))
     rows = [row for r in results for row in _rows(r)]

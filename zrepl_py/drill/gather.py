@@ -25,6 +25,7 @@ from zrepl_py.invocation.context import Context
 from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.restore.facts import IntoFacts, Listing, RestoreFacts, StoreFacts
 from zrepl_py.restore.gather import listing, store_facts
+from zrepl_py.stores.sealing import identity_for
 from zrepl_py.zfs.names import DatasetName
 
 NOT_DRILLED = "not a source of this drill"
@@ -94,7 +95,8 @@ def _stores(ctx: Context, job: JobConfig, streams: list[StreamRow],
                                         stores=(restore,)))
         settings = ctx.config.stores[store]
         found.append(SourceFacts(store, STORE, where.host, target, tuple(facts),
-                                 needs_identity=settings.needs_identity))
+                                 needs_identity=settings.needs_identity,
+                                 identity=identity_for(store, settings, ctx.identity) is not None))
     return found
 
 

@@ -104,9 +104,8 @@ class StoreConfig(Table):
     @property
     def needs_identity(self) -> bool:
         """True for a sealed store, whose volumes open only with an age identity
-        (docs/design.md#sealed-cold-storage); a drill skips it where no identity is at hand.
-        No scheme seals yet."""
-        return False
+        (docs/design.md#sealed-cold-storage); a drill skips it where no identity is at hand."""
+        return self.age is not None
 
     @classmethod
     @abc.abstractmethod
