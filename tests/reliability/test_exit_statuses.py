@@ -41,6 +41,8 @@ def build(name):
         return cls("boom", store="cold", key="k")
     if issubclass(cls, errors.ExtraMissing):
         return cls([("store cold", "boto3", "s3", None)])
+    if issubclass(cls, errors.FailedOver):
+        return cls("boom", {"tank/replicas/data": "boom"})
     return cls("boom")
 """
 
