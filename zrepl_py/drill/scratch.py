@@ -21,10 +21,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 import secrets
 import socket
 
+from zrepl_py.drill.names import MARK, PREFIX, is_scratch
 from zrepl_py.errors import ZbakError
 from zrepl_py.observe.transfers import process_gone
 from zrepl_py.replication.snapshot_view import remove_dead_views
@@ -34,27 +34,6 @@ from zrepl_py.zfs.names import DatasetName
 from zrepl_py.zfs.teardown import destroy_tree
 
 log = logging.getLogger(__name__)
-
-PREFIX = "zbak-drill-"
-"""Name prefix of a scratch dataset, directly below its parent."""
-MARK = "zbak:drill"
-"""The user property naming the drill process that created a scratch: ``NODE:PID:START``."""
-_NAME = re.compile(r"zbak-drill-[0-9a-f]{8}")
-
-
-def is_scratch(name: str) -> bool:
-    """True when ``name``'s last component is a scratch name (``zbak-drill-<8 hex>``)."""
-    return _NAME.fullmatch(name.rsplit("/", 1)[-1]) is not None
-
-
-def within(name: str) -> str | None:
-    """The scratch dataset ``name`` (a dataset or snapshot) is at or below, or None."""
-    parts = name.split("@", 1)[0].split("/")
-    for index in range(1, len(parts)):  # a pool is never a scratch
-        if _NAME.fullmatch(parts[index]):
-            return "/".join(parts[:index + 1])
-    return None
-
 
 def new_name(parent: str) -> str:
     """A fresh scratch name below ``parent``."""

@@ -52,7 +52,6 @@ from zrepl_py.proc import spawn
 from zrepl_py.runtime.statedir import ensure_private_dir
 from zrepl_py.serve.cmdline import split_command_line
 from zrepl_py.serve.failover import run_verb
-from zrepl_py.serve.files import run_files
 from zrepl_py.serve.floor import floor_action
 from zrepl_py.serve.guard import guarded
 from zrepl_py.serve.policy import Approved, Policy, check
@@ -182,6 +181,9 @@ def serve(
         for handler in log.handlers:
             handler.flush()
         if approved.files is not None:
+            # Loaded here: a refused command loads no zfs client (docs/design.md#security).
+            from zrepl_py.serve.files import run_files
+
             return run_files(approved.files, policy.zfs, clean_env(env), stderr=stderr)
         if approved.verb is not None:
             try:

@@ -25,7 +25,7 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from zrepl_py.drill.scratch import within
+from zrepl_py.drill.names import within
 from zrepl_py.errors import CommandRefused
 from zrepl_py.serve.options import parse
 

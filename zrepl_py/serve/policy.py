@@ -86,7 +86,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from zrepl_py.drill.scratch import MARK, is_scratch, within
+from zrepl_py.drill.names import MARK, is_scratch, within
 from zrepl_py.errors import CommandRefused, InvalidName
 from zrepl_py.files import verbs
 from zrepl_py.proc import mbuffer
