@@ -19,8 +19,9 @@ from zrepl_py.errors import ExitStatus
 def command(inv: Invocation, snapshot: str, zfs_path: str) -> ExitStatus:
     """Print every file, directory and link of SNAPSHOT on this machine with its mode,
     owner, size, mtime and SHA-256 (JSON lines, format zbak-files/1): what zbak drill
-    compares between a restored copy and the source. The files are read through
-    .zfs/snapshot, or a temporary read-only clone where that is missing."""
+    compares between a restored copy and the source. The files are read through the
+    snapshot directory (.zfs/snapshot), or a temporary read-only clone where that is
+    missing."""
     from zrepl_py.drill.manifest import print_manifest
     from zrepl_py.proc.local import LocalExecutor
     from zrepl_py.zfs.client import Zfs
