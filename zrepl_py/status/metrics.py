@@ -18,6 +18,7 @@ UTC, sizes bytes):
 ``zbak_last_run_timestamp_seconds``              {job, action, target} start of the newest run
 ``zbak_last_run_ok``                             {job, action, target} 1 ok, 0 failed/partial
 ``zbak_last_run_bytes``                          {job, action, target} bytes moved by it
+``zbak_last_run_duration_seconds``               {job, action, target} its end minus its start
 ``zbak_running_since_timestamp_seconds``         {job, action, target} a run marked running
 ``zbak_replication_lag_seconds``                 {job, target, dataset} see ``zrepl_py.status.report``
 ``zbak_replication_lag_snapshots``               {job, target, dataset}
@@ -25,6 +26,7 @@ UTC, sizes bytes):
 ``zbak_archive_chain_stored_bytes``              {job, dataset, store}
 ``zbak_audit_ok``                                {job} newest audit run: 1 ok, 0 found problems
 ``zbak_held_bytes``                              {job} bytes pinned by zbak's holds
+``zbak_replication_held_bytes``                  {job} the part pinned by replication cursors
 ``zbak_snapshots``                               {job} live snapshots under the source
 ``zbak_replication_cursor_timestamp_seconds``    {job, target, dataset} creation of the
                                                  snapshot the target's cursor names
@@ -88,6 +90,9 @@ def families(states: Sequence[JobStatus], config: Config | None = None) -> list[
                                labels=_RUN)
     run_bytes = GaugeMetricFamily("zbak_last_run_bytes",
                                   "Bytes moved by the newest finished run.", labels=_RUN)
+    run_seconds = GaugeMetricFamily("zbak_last_run_duration_seconds",
+                                    "End minus start of the newest finished run (seconds).",
+                                    labels=_RUN)
     running = GaugeMetricFamily("zbak_running_since_timestamp_seconds",
                                 "Start of a run still marked running (Unix seconds).", labels=_RUN)
     lag_s = GaugeMetricFamily("zbak_replication_lag_seconds",
@@ -107,6 +112,10 @@ def families(states: Sequence[JobStatus], config: Config | None = None) -> list[
                               labels=["job"])
     held = GaugeMetricFamily("zbak_held_bytes",
                              "Bytes of source snapshots pinned by zbak's holds.", labels=["job"])
+    held_replication = GaugeMetricFamily(
+        "zbak_replication_held_bytes",
+        "Bytes of source snapshots pinned by replication cursors (protection_budget.max_bytes).",
+        labels=["job"])
     snaps = GaugeMetricFamily("zbak_snapshots", "Live catalogued snapshots under the source.",
                               labels=["job"])
     cursor = GaugeMetricFamily("zbak_replication_cursor_timestamp_seconds",
@@ -125,6 +134,8 @@ def families(states: Sequence[JobStatus], config: Config | None = None) -> list[
                 continue
             run_ok.add_metric(labels, _OK.get(run.result, 0.0))
             run_bytes.add_metric(labels, run.bytes)
+            if run.ended_at is not None:
+                run_seconds.add_metric(labels, (run.ended_at - run.started_at).total_seconds())
             if run.action == "audit" and run.target is None:
                 audit.add_metric([job], _OK.get(run.result, 0.0))
         for target in state.targets:
@@ -140,8 +151,11 @@ def families(states: Sequence[JobStatus], config: Config | None = None) -> list[
             chain_bytes.add_metric([job, chain.dataset, chain.store], chain.stored_bytes)
         if state.held_bytes is not None:
             held.add_metric([job], state.held_bytes)
-    return [success, started, run_ok, run_bytes, running, lag_s, lag_n, chain_len, chain_bytes,
-            audit, held, snaps, cursor, *_drill_families(states), *_limits(states, config)]
+        if state.held_replication_bytes is not None:
+            held_replication.add_metric([job], state.held_replication_bytes)
+    return [success, started, run_ok, run_bytes, run_seconds, running, lag_s, lag_n, chain_len,
+            chain_bytes, audit, held, held_replication, snaps, cursor, *_drill_families(states),
+            *_limits(states, config)]
 
 
 def _drill_families(states: Sequence[JobStatus]) -> list[Metric]:

@@ -18,7 +18,8 @@ Definitions (all times aware UTC, sizes bytes):
 * held bytes: the ``used`` bytes (zfs(8): space freed if that snapshot alone were destroyed)
   of the source snapshots that carry a zbak hold: each replication cursor's snapshot and each
   chain's last snapshot, where ``userrefs`` > 0. A lower bound of what destroying them all
-  would free (space shared by two held snapshots counts in neither).
+  would free (space shared by two held snapshots counts in neither). The replication part
+  counts the cursors' snapshots alone: what ``protection_budget.max_bytes`` limits.
 * transfers: what the zbak processes moving bytes right now publish under the state dir
   (``zrepl_py.observe.transfers``): per replication target, archive store or restore, the dataset and
   snapshots sent, bytes so far, expected bytes, rate, ETA, start and PID. Files left by a
@@ -152,11 +153,14 @@ class Held:
         bytes: the sum of ``used`` of ``snapshots``; None when it could not be read.
         snapshots: the held snapshots (``DATASET@NAME``).
         error: why it could not be read (host down, ...), else None.
+        replication_bytes: the part of ``bytes`` pinned by replication cursors (what a
+            job's ``protection_budget.max_bytes`` limits); None when not read.
     """
 
     bytes: int | None
     snapshots: list[str]
     error: str | None = None
+    replication_bytes: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +172,8 @@ class JobStatus:
         last_runs: the newest run per action and target.
         last_success: the newest ok run per action and target.
         targets: replication targets; chains: archive chains of the job's store.
-        held_bytes / held_snapshots / held_error: see ``Held`` (None: not read, ``--offline``).
+        held_bytes / held_snapshots / held_error / held_replication_bytes: see ``Held``
+            (None: not read, ``--offline``).
         running: runs still marked running.
         next_runs: per scheduled action, the next fire time (UTC) of its cron schedule.
         transfers: transfers in progress now (``zrepl_py.observe.transfers``); stale_transfers: the
@@ -199,6 +204,7 @@ class JobStatus:
     bandwidth_limits: dict[str, InForce] = dataclasses.field(default_factory=dict)
     drills: list[DrillRow] = dataclasses.field(default_factory=list)
     drill_successes: list[DrillRow] = dataclasses.field(default_factory=list)
+    held_replication_bytes: int | None = None
 
 
 def job_schedules(job: JobConfig) -> dict[str, str | None]:
@@ -377,6 +383,7 @@ def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
         held_bytes=held.bytes if held else None,
         held_snapshots=held.snapshots if held else None,
         held_error=held.error if held else None,
+        held_replication_bytes=held.replication_bytes if held else None,
         running=[RunningRun(r.action, r.target, r.started_at,
                             max(0.0, (now - r.started_at).total_seconds()))
                  for r in last_runs if r.result == "running"],
@@ -387,15 +394,20 @@ def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
     )
 
 
+def _cursor_guids(catalog: Catalog, name: str, job: JobConfig) -> set[tuple[str, int]]:
+    """``(dataset, guid)`` of the source snapshots ``job``'s replication cursors name."""
+    source = job.source
+    root = str(source.dataset)
+    return {(c.source_dataset, c.guid) for c in catalog.cursors(name)
+            if c.source_host == source.host and _below(c.source_dataset, root)}
+
+
 def held_guids(catalog: Catalog, name: str, job: JobConfig,
                chains: Chains | None = None) -> set[tuple[str, int]]:
     """``(dataset, guid)`` of every source snapshot zbak holds for ``job``: the replication
     cursors' snapshots and the last snapshot of each current archive chain (``chains``
     from ``current_chains``; None: read here)."""
-    source = job.source
-    root = str(source.dataset)
-    found = {(c.source_dataset, c.guid) for c in catalog.cursors(name)
-             if c.source_host == source.host and _below(c.source_dataset, root)}
+    found = _cursor_guids(catalog, name, job)
     if chains is None:
         chains = current_chains(catalog, job)
     found.update((dataset, chain[-1].to_guid) for dataset, (chain, _) in chains.items()
@@ -422,7 +434,7 @@ def read_held(ctx: Context, name: str, job: JobConfig, chains: Chains | None = N
     source = job.source
     wanted = held_guids(ctx.catalog(), name, job, chains)
     if not wanted:
-        return Held(0, [])
+        return Held(0, [], replication_bytes=0)
     cfg = ctx.config.hosts.get(source.host)
     argv = [cfg.zfs if cfg else "zfs", "get", "-Hp", *(["-r"] if job.recursive else ["-d", "1"]),
             "-o", "name,property,value", "guid,userrefs,used", str(source.dataset)]
@@ -434,15 +446,19 @@ def read_held(ctx: Context, name: str, job: JobConfig, chains: Chains | None = N
         return Held(None, [], str(exc))
     except (ZbakError, ListingError) as exc:
         return Held(None, [], f"cannot read held bytes on {source.host}: {exc}")
-    total, names = 0, []
+    cursors = _cursor_guids(ctx.catalog(), name, job)
+    total, replication, names = 0, 0, []
     for snap, props in rows:
         dataset, at, _ = snap.partition("@")
         if not at or not props.get("guid", "").isdigit():
             continue
-        if (dataset, int(props["guid"])) in wanted and props.get("userrefs", "0") not in ("0", "-"):
-            total += int(props["used"]) if props.get("used", "").isdigit() else 0
+        key = (dataset, int(props["guid"]))
+        if key in wanted and props.get("userrefs", "0") not in ("0", "-"):
+            used = int(props["used"]) if props.get("used", "").isdigit() else 0
+            total += used
+            replication += used if key in cursors else 0
             names.append(snap)
-    return Held(total, names)
+    return Held(total, names, replication_bytes=replication)
 
 
 def _left_out(ctx: Context, name: str, job: JobConfig) -> tuple[str, ...]:
