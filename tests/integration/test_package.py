@@ -1,5 +1,6 @@
 """The package installs like one: ``python -m build`` makes an sdist that carries the
-examples, the migrations, the README and the LICENSE, and a wheel (built from that sdist)
+examples, the migrations, the Grafana dashboard and Prometheus rules, the README and the
+LICENSE, and a wheel (built from that sdist)
 that installs them under ``<prefix>/share``; installed into a fresh venv, zbak runs without
 the optional extras and names the one a config needs.
 
@@ -26,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").iterdir() if p.is_file())
 MIGRATIONS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "migrations").rglob("*")
                     if p.suffix in (".py", ".mako"))
+MONITORING = {"grafana/zbak.json": "monitoring/grafana/zbak.json",
+              "prometheus/zbak-rules.yml": "monitoring/prometheus/zbak-rules.yml"}
+"""Installed under share/zbak (the key) from the repository's file (the value)."""
 INSTALL_PREFIX = "/opt/zbak"  # where README "Install" puts the venv; the unit names it
 
 
@@ -59,7 +63,8 @@ def test_the_sdist_carries_the_examples_migrations_readme_and_license(dist):
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     wanted = {"LICENSE", "README.md", "MANIFEST.in", "setup.cfg", "pyproject.toml",
-              "zrepl_py/cli/__init__.py", *(f"examples/{e}" for e in EXAMPLES), *MIGRATIONS}
+              "zrepl_py/cli/__init__.py", *(f"examples/{e}" for e in EXAMPLES), *MIGRATIONS,
+              *MONITORING.values()}
     assert wanted <= names, sorted(wanted - names)
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
@@ -72,6 +77,7 @@ def test_the_wheel_installs_examples_migrations_and_readme_under_share(dist):
         metadata = whl.read(f"zbak-{__version__}.dist-info/METADATA").decode()
     wanted = {*(f"{data}share/zbak/examples/{e}" for e in EXAMPLES),
               *(f"{data}share/zbak/{m}" for m in MIGRATIONS),
+              *(f"{data}share/zbak/{m}" for m in MONITORING),
               f"{data}share/doc/zbak/README.md", f"{data}share/doc/zbak/LICENSE"}
     assert wanted <= names, sorted(wanted - names)
     assert any(n.startswith(f"zbak-{__version__}.dist-info/") and n.endswith("LICENSE")
@@ -101,6 +107,8 @@ def test_the_installed_files_land_under_the_venvs_share_zbak(venv):
             (ROOT / "examples" / example).read_bytes()
     for migration in MIGRATIONS:
         assert (share / migration).is_file(), migration
+    for installed, source in MONITORING.items():
+        assert (share / installed).read_bytes() == (ROOT / source).read_bytes(), installed
     assert (venv / "share" / "doc" / "zbak" / "README.md").is_file()
 
 

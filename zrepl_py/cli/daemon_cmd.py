@@ -97,14 +97,16 @@ def _operations(daemon: Daemon, config: Config, path: Path
     server = None
     if (listen := config.metrics.listen_address()) is not None:
         server = metrics.serve(registry, listen)
-    if config.metrics.textfile is not None:
-        textfile = config.metrics.textfile
+    textfile = config.metrics.textfile
 
-        def refresh(job: str, action: str, code: int) -> None:
-            collector.refresh_held()
+    def refresh(job: str, action: str, code: int) -> None:
+        # Held bytes need the source hosts, so they are read here and never during a
+        # scrape; the endpoint's budget alert compares them (docs/monitoring.md#alert-rules).
+        collector.refresh_held()
+        if textfile is not None:
             metrics.write_textfile(ctx, textfile, registry=registry)
 
-        daemon.after_run(refresh)
+    daemon.after_run(refresh)
     return dispatcher, server
 
 
