@@ -3,10 +3,10 @@ share/zbak/prometheus/zbak-rules.yml) under Debian's real ``promtool``: ``check 
 passes, and ``test rules`` (its input written here from ``CASES``) sees every alert fire
 where it should and stay quiet where it should not (docs/monitoring.md#alert-rules).
 
-The limits are input series like zbak exports them (``zbak_stale_after_seconds``,
-``zbak_protection_budget_*``), kept small so the evaluation windows stay short; each case
-has a second daemon (``instance`` h2) or a second job whose figures must not fire, which
-fails a rule that matches limits across daemons or jobs.
+The limits are input series as Prometheus stores what zbak exports (``zbak_stale_after_seconds``
+with the scrape job's ``job``, ``zbak_protection_budget_*``), kept small so the evaluation
+windows stay short; each case has a second daemon (``instance`` h2) or a second job whose
+figures must not fire, which fails a rule that matches limits across daemons or jobs.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ def stale_case(alert: str, metric: str, action: str, who: dict[str, str],
     fresh = {**old, "job": "b"}
     other = {**old, "instance": "h2"}
     decoys = [{**old, "action": "snapshot", "target": ""}] if "action" in who else []
+    # A limit has no zbak job label, so with honor_labels it carries the scrape job's.
+    limit = {"job": "zbak", "action": action}
     return {
         "interval": "1m",
         "input_series": [
@@ -41,9 +43,9 @@ def stale_case(alert: str, metric: str, action: str, who: dict[str, str],
             {"series": series(metric, fresh), "values": "0+60x80"},
             {"series": series(metric, other), "values": "0x80"},
             *({"series": series(metric, decoy), "values": "0x80"} for decoy in decoys),
-            {"series": series("zbak_stale_after_seconds", {"instance": "h1", "action": action}),
+            {"series": series("zbak_stale_after_seconds", {**limit, "instance": "h1"}),
              "values": f"{HOUR}x80"},
-            {"series": series("zbak_stale_after_seconds", {"instance": "h2", "action": action}),
+            {"series": series("zbak_stale_after_seconds", {**limit, "instance": "h2"}),
              "values": f"{100 * HOUR}x80"},
         ],
         "alert_rule_test": [
