@@ -1,17 +1,32 @@
 """Helpers shared by tests that drive zfs and the zbak CLI: run ``zfs``, read a property,
-run ``zbak`` in-process, list a dataset's snapshots and digest their files."""
+run ``zbak`` as an admin types it (a real process of the venv's console script), list a
+dataset's snapshots and digest their files.
+
+``run_zbak``/``start_zbak``/``Zbak`` start the console script with a scrubbed environment;
+``InProcessZbak`` calls ``main()`` in this process and is kept only for tests that need an
+in-process hook (its docstring lists them and why).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import subprocess
+import sys
 import textwrap
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
+
+ZBAK = Path(sys.executable).with_name("zbak")
+"""The ``zbak`` console script of the venv running the tests (``pip install -e``)."""
+ZBAK_TIMEOUT = 300.0
+"""Seconds a zbak process of a test may run before it is killed and the test fails."""
+_PASSED_ON = ("AWS_", "ZBAK_")
 
 
 def zfs(*args: str) -> str:
@@ -25,8 +40,110 @@ def prop(name: str, what: str) -> str:
     return zfs("get", "-Hp", "-o", "value", what, name).strip()
 
 
+def zbak_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a zbak process: ``HOME`` and ``PATH`` of this process, the
+    ``AWS_*`` and ``ZBAK_*`` variables the test set (the autouse ``_isolated_env`` fixture
+    removed the ambient ones, so only a test or its fixtures, e.g. ``s3_bucket``, put them
+    there; ``ZBAK_TEST_*`` switches of the suite are not passed), then ``env``."""
+    passed = {key: value for key, value in os.environ.items()
+              if key.startswith(_PASSED_ON) and not key.startswith("ZBAK_TEST_")}
+    return {"HOME": os.environ["HOME"], "PATH": os.environ.get("PATH", os.defpath),
+            **passed, **(env or {})}
+
+
+def zbak_argv(*args: str, prefix: Sequence[str] = ()) -> list[str]:
+    """``[*prefix, ZBAK, *args]``: ``prefix`` runs zbak under another program (``strace``,
+    ``setpriv``)."""
+    return [*prefix, str(ZBAK), *args]
+
+
+def exit_status(code: int) -> ExitStatus | int:
+    """``code`` as an ``ExitStatus`` when it is one, else the int (126 of ``zbak serve``,
+    -9 for a process killed by SIGKILL)."""
+    try:
+        return ExitStatus(code)
+    except ValueError:
+        return code
+
+
+@dataclasses.dataclass(frozen=True)
+class Ran:
+    """What a finished zbak process left: exit status, stdout and stderr (UTF-8 decoded,
+    undecodable bytes as ``\\xNN``). Unpacks as ``status, out, err``."""
+
+    status: ExitStatus | int
+    out: str
+    err: str
+
+    def __iter__(self) -> Iterator[object]:
+        return iter((self.status, self.out, self.err))
+
+    def __getitem__(self, index: int) -> object:
+        return (self.status, self.out, self.err)[index]
+
+
+def start_zbak(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+               prefix: Sequence[str] = (), **popen: object) -> subprocess.Popen:
+    """Start ``zbak ARGS`` as a process (stdin from /dev/null, stdout and stderr piped
+    unless ``popen`` says otherwise); the caller waits for it or kills it. ``env`` is added
+    to ``zbak_env()``."""
+    popen = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE,
+             "stderr": subprocess.PIPE, **popen}
+    return subprocess.Popen(zbak_argv(*args, prefix=prefix), env=zbak_env(env), cwd=cwd,
+                            **popen)  # type: ignore[call-overload]
+
+
+def run_zbak(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+             prefix: Sequence[str] = (), timeout: float = ZBAK_TIMEOUT) -> Ran:
+    """Run ``zbak ARGS`` as an admin types it and wait for it (see ``start_zbak``).
+
+    Raises:
+        AssertionError: it ran longer than ``timeout`` seconds (it is killed first; the
+            message holds what it printed).
+    """
+    proc = start_zbak(*args, env=env, cwd=cwd, prefix=prefix)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"zbak {' '.join(args)} ran over {timeout} s: "
+                             f"{_text(out)[-2000:]}{_text(err)[-2000:]}") from None
+    return Ran(exit_status(proc.returncode), _text(out), _text(err))
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "backslashreplace")
+
+
 class Zbak:
-    """Runs the real CLI in-process against one config; returns (exit status, stdout, stderr)."""
+    """Runs ``zbak --config CONFIG ARGS`` as a process (``run_zbak``); ``run(*args)``
+    returns a ``Ran`` (``status, out, err``).
+
+    Args:
+        config: the config file.
+        capsys: unused (processes write to pipes); taken so runners built for the
+            in-process ``InProcessZbak`` keep their call.
+        env: variables added to the process's environment (``zbak_env``).
+    """
+
+    def __init__(self, config: Path, capsys: object = None, *,
+                 env: Mapping[str, str] | None = None):
+        self.config, self.env = config, dict(env or {})
+
+    def __call__(self, *args: str) -> Ran:
+        return run_zbak("--config", str(self.config), *args, env=self.env)
+
+
+class InProcessZbak:
+    """Runs the CLI's ``main()`` in this process against one config; returns (exit status,
+    stdout, stderr) as captured by ``capsys``.
+
+    Only for a test that needs an in-process hook around a real command, each saying why
+    beside its use: a fault injected at an exact point inside a run, or an in-process
+    observer (docs/reliability.md lists them under their cases). Everything else runs
+    ``zbak`` as a process (``Zbak``, ``run_zbak``).
+    """
 
     def __init__(self, config: Path, capsys):
         self.config, self.capsys = config, capsys
