@@ -70,7 +70,11 @@ class ConfigError(ZbakError):
         super().__init__("\n".join(self.lines()))
 
     def lines(self) -> list[str]:
-        """``invalid config PATH:``, then one indented line per problem."""
+        """``invalid config PATH: KEY: MESSAGE`` for one problem; for several, ``invalid
+        config PATH:`` then one indented line per problem."""
+        if len(self.problems) == 1:
+            ((key, msg),) = self.problems
+            return [f"invalid config {self.path}: {key or '<file>'}: {msg}"]
         return [f"invalid config {self.path}:",
                 *(f"  {key or '<file>'}: {msg}" for key, msg in self.problems)]
 

@@ -1,50 +1,222 @@
-"""docs/decisions.md#bad-input-is-one-line-and-its-exit-code, a suite that finds the next ones:
-every option and argument of every command (found by walking click's command tree, so a new option
-is covered without editing this test) is fed a hostile-value corpus: shell payloads and structurally
-bad names from the 10,000-name corpus, control characters and ANSI escapes, 5,000-character strings,
-numbers at and beyond 64 bits, ``nan``, ``inf``, negatives and the empty string.
+"""Every option and argument of every command fed a hostile-value corpus
+(docs/decisions.md#bad-input-is-one-line-and-its-exit-code at the command line;
+docs/reliability.md#r34-name-validation-table).
 
-For every case: the documented exit status (2 for a value zbak refuses; never 1 from an
-internal error), at most one line on stderr per problem and never a traceback, no raw control
-character on stderr, and no child process started with the value (``proc.spawn`` is the one
-way zbak starts one, so recording it there sees every child). Children are recorded and not
-run: this test is about argument handling, the real-component suites run the commands.
+The parameters are found by walking click's command tree; each must have a rule in ``RULES``
+(a new option fails ``test_every_parameter_has_a_refusal_rule`` until it gets one). The
+values: shell payloads and structurally bad names from the 10,000-name corpus, control
+characters and ANSI escapes, 5,000-character strings, numbers at and beyond 64 bits, ``nan``,
+``inf``, negatives, the empty string, and names on either side of OpenZFS's length limits.
+
+For every case:
+
+* exactly one line on stderr when the exit status is not 0, never a traceback or an internal
+  error, no raw control character;
+* a documented exit status (0, 1, 2; ``zbak serve``'s refusal 126);
+* a value the parameter's rule says no command may accept (``must_refuse``) gets a non-zero
+  documented refusal (2, or 126 from ``zbak serve``), never 0 and never 1 ("failed" is for a
+  value that parses and names nothing that exists), and no child process starts.
+
+The rule of a name parameter is the OpenZFS name rules, written out below from
+``module/zcommon/zfs_namecheck.c`` (``entity_namecheck``, ``pool_namecheck``,
+``zfs_component_namecheck``) and ``lib/libzfs/libzfs_pool.c`` (``zpool_name_valid``): not
+zbak's own ``DatasetName``, so the test can find a name zbak accepts and ZFS never would.
+zbak may refuse more than the rule does (it rejects ``%`` and a snapshot name starting with
+``-``): a rule is a floor.
+
+The cases run in this process with ``main()`` (cheap: the whole corpus in about a minute),
+with ``PATH`` holding only recording stand-ins for every program zbak starts (each logs its
+argv and fails), so a child really starts and is seen; a fixed, seeded sample of them
+(``PROCESS_SAMPLE``, one or more per command) also runs end to end as a ``zbak`` process
+under ``strace -f -e trace=execve``, which sees every program the process tree executes
+whatever its path.
 """
 
 from __future__ import annotations
 
-import errno
+import math
 import os
 import random
+import re
+import string
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
 import pytest
 from reliability.test_name_corpus_10k import SEED, hostile_names
+from support.cli import run_zbak
+from support.common import need_binary
 
 from zrepl_py.cli import cli, main
-from zrepl_py.errors import ExitStatus, InvalidName
-from zrepl_py.files.paths import InvalidPath, parse_path
-from zrepl_py.proc import spawn
-from zrepl_py.serve.execute import REFUSED
-from zrepl_py.zfs.names import DatasetName, check_short_name
+from zrepl_py.errors import ExitStatus
+
+# -- the oracle: OpenZFS's name rules -------------------------------------------------------
+
+ZFS_MAX_DATASET_NAME_LEN = 256
+"""``include/sys/fs/zfs.h``; a name must be shorter (room for the C string's NUL)."""
+ORIGIN_DIR_NAME = "$ORIGIN"
+"""``include/sys/dsl_dir.h``: a pool name leaves room for ``POOL/$ORIGIN@$ORIGIN``."""
+ZFS_VALID_CHARS = frozenset(string.ascii_letters + string.digits + "-_.: ")
+"""``valid_char()``: letters, digits, ``-_.:`` and space."""
+
+
+def _too_long(name: str) -> bool:
+    return len(name.encode()) >= ZFS_MAX_DATASET_NAME_LEN
+
+
+def zfs_component_ok(part: str) -> bool:
+    """``zfs_component_namecheck``: a snapshot's or bookmark's own name, or a prefix."""
+    return bool(part) and not _too_long(part) and set(part) <= ZFS_VALID_CHARS
+
+
+def zfs_entity_ok(path: str) -> bool:
+    """``entity_namecheck``: ``[component/]*component[(@|#)component]?`` under 256 bytes, no
+    leading ``/``; components of valid characters (and ``%``, for ZFS's own temporary
+    clones), none empty; one delimiter at most and no ``/`` after it; a component that ends
+    the name or a ``/`` is not ``.`` or ``..``."""
+    match = re.fullmatch(r"([^@#]*)(?:([@#])(.*))?", path, re.DOTALL)
+    if _too_long(path) or match is None or path.startswith("/"):
+        return False
+    head, delimiter, tail = match.group(1), match.group(2), match.group(3)
+    parts = head.split("/")
+    if delimiter and (not tail or re.search("[@#/]", tail)):
+        return False
+    ended = (parts[:-1] + [tail]) if delimiter else parts  # the ones checked for . and ..
+    if "" in parts or any(p in (".", "..") for p in ended):
+        return False
+    return all(set(p) <= ZFS_VALID_CHARS | {"%"} for p in [*parts, tail or ""])
+
+
+def zfs_pool_ok(pool: str) -> bool:
+    """``pool_namecheck``: under 256 - 2 - 2 * len("$ORIGIN") bytes, valid characters only
+    (no ``%``), a letter first, not ``mirror``, ``raidz`` or ``draid``. (``zpool_name_valid``
+    rejects more at create and import time, ``spare*``, ``log``...; a pool made before that
+    rule still opens, so a name of it is not refused here.)"""
+    return (0 < len(pool.encode()) < ZFS_MAX_DATASET_NAME_LEN - 2 - 2 * len(ORIGIN_DIR_NAME)
+            and set(pool) <= ZFS_VALID_CHARS and pool[0] in string.ascii_letters
+            and pool not in ("mirror", "raidz", "draid"))
+
+
+def zfs_dataset_ok(name: str) -> bool:
+    """A filesystem or volume name: an entity without ``@``/``#`` in a valid pool."""
+    return (zfs_entity_ok(name) and not re.search("[@#]", name)
+            and zfs_pool_ok(name.split("/")[0]))
+
+
+def zfs_snapshot_ok(name: str) -> bool:
+    """``snapshot_namecheck`` (an entity with ``@``) of a valid dataset."""
+    return zfs_entity_ok(name) and "@" in name and zfs_dataset_ok(name.split("@")[0])
+
+
+def _float_ok(text: str, *, low_open: bool = False, high: float | None = None) -> bool:
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return (math.isfinite(value) and (value > 0 if low_open else value >= 0)
+            and (high is None or value <= high))
+
+
+def _path_ok(text: str) -> bool:
+    """A path the kernel can be asked about: not empty, no NUL (path_resolution(7))."""
+    return bool(text) and "\x00" not in text
+
+
+def _property_ok(text: str) -> bool:
+    """A property name ZFS could hold (zfsprops(7): native names, ``user:props``,
+    ``userquota@USER``, ``written@SNAP``): non-empty, under 256 bytes, printable ASCII."""
+    return bool(text) and len(text) < 256 and all(" " <= c <= "~" for c in text)
+
+
+# -- the rule of every parameter ---------------------------------------------------------
+
+CONFIG_JOBS, CONFIG_STORES = {"j"}, {"cold"}
+"""The names the test's config defines (it has no ``[hosts]``)."""
+DATASET = "tank/data"
+"""The job's dataset, and the restore's dataset when the case is not about it."""
+
+
+def _in_dataset(value: str) -> bool:
+    """A dataset, or ``HOST:dataset`` naming a host the config has (only ``local``)."""
+    host, colon, rest = value.partition(":")
+    return zfs_dataset_ok(value) or (colon == ":" and host == "local" and zfs_dataset_ok(rest))
+
+
+def _snapshot_of_dataset(value: str) -> bool:
+    """``--to``: ``@NAME``, ``NAME`` or ``DATASET@NAME``, whole ``DATASET@NAME`` valid."""
+    if "@" in value and not value.startswith("@"):
+        return zfs_snapshot_ok(value)
+    return zfs_component_ok(value.removeprefix("@")) and zfs_snapshot_ok(
+        f"{DATASET}@{value.removeprefix('@')}")
+
+
+RULES: dict[tuple[tuple[str, ...], str], Callable[[str], bool]] = {}
+"""``(command path, parameter) -> acceptable(value)``: False means every command must refuse
+the value. Every command's own ``--config`` is given after one naming the test's config, so
+no corpus value is acceptable there (``rule``)."""
+for _jobs_command in [("snapshot",), ("replicate",), ("archive",), ("prune",), ("audit",),
+                      ("status",), ("list", "datasets"), ("list", "snapshots"),
+                      ("list", "streams"), ("holds", "list"), ("holds", "release-stale")]:
+    RULES[(_jobs_command, "jobs")] = CONFIG_JOBS.__contains__
+RULES.update({
+    (("audit",), "--sample"): lambda v: _float_ok(v, low_open=True, high=100),  # PERCENT
+    (("audit",), "--max-duration"): _float_ok,
+    (("audit",), "--stale-uploads-days"): _float_ok,
+    (("audit",), "--receive-into"): _in_dataset,
+    (("restore",), "dataset"): _in_dataset,
+    (("restore",), "--to"): _snapshot_of_dataset,
+    (("restore",), "--into"): _in_dataset,
+    (("restore",), "--from"): lambda v: v in {"local", "replica", "archive"} | CONFIG_STORES,
+    (("status",), "--prom-textfile"): _path_ok,
+    (("catalog", "rebuild"), "store"): CONFIG_STORES.__contains__,
+    (("serve",), "--root"): zfs_dataset_ok,
+    (("serve",), "--prefix"): zfs_component_ok,
+    (("serve",), "--receive-set"): lambda v: "=" in v and _property_ok(v.split("=", 1)[0]),
+    (("serve",), "--receive-exclude"): _property_ok,
+    (("serve",), "--log"): _path_ok,
+    (("serve",), "--zfs"): _path_ok,
+    (("serve",), "--zpool"): _path_ok,
+    (("serve",), "--zstd"): _path_ok,
+    (("serve",), "--mbuffer"): _path_ok,
+    (("--config",), "--config"): lambda v: False,  # no corpus value names a config file
+})
+SKIP = {("daemon",)}
+"""Commands that would run until stopped with an accepted value (its only valued option is a
+``click.Choice``, which click itself checks)."""
+REFUSED = {ExitStatus.USAGE}
+SERVE_REFUSED = 126
+"""``zbak serve``'s refusal (docs/design.md, the forced command): SSH's own "cannot execute"."""
+DOCUMENTED = {ExitStatus.OK, ExitStatus.FAILED, ExitStatus.USAGE}
+
+# -- the corpus --------------------------------------------------------------------------
 
 SPECIAL = ["", " ", "-", "--", "-x", "--help", "\n", "\x00", "a\nb", "\x1b[31mred\x1b[0m",
            "\r\x7f\x85\u2028", "\u202e", "é", "x" * 5000, "tank/" + "y" * 5000,
            "0", "-1", "-0.5", "1e400", "nan", "NaN", "inf", "-inf",
            str(2**63 - 1), str(2**63), str(2**64), "-" + str(2**63 + 1), "9" * 400]
+LIMITS = ["p" * 239, "p" * 240, "t/" + "x" * 253, "t/" + "x" * 254,
+          "@" + "s" * (255 - len(DATASET) - 1), "@" + "s" * (256 - len(DATASET) - 1),
+          "tank/%tmp", "mirror", "mirrors/x", "draid/x", "tank@", "tank#b"]
+"""Names on either side of an OpenZFS limit: a 239-byte pool (valid) and a 240-byte one
+(``pool_namecheck``: too long), a 255- and a 256-byte dataset, a ``--to`` whose full
+snapshot name is 255 and 256 bytes, and the reserved and delimiter cases."""
 SAMPLED_NAMES = int(os.environ.get("ZBAK_CORPUS_NAMES", "40"))
 """Hostile names drawn (seeded) from the 10,000-name corpus beside its first 60 (the
 structural cases and every payload); ``ZBAK_CORPUS_NAMES=4940`` feeds all 5,000 to every
-parameter (about 40 minutes; CI runs the sample, about 30 s)."""
-SKIP = {("daemon",)}
-"""Commands that would run until stopped with an accepted value (their only option is a
-``click.Choice``, which click itself checks)."""
-ALLOWED = {ExitStatus.OK, ExitStatus.USAGE, ExitStatus.FAILED, REFUSED}
-"""2 for a value zbak refuses; 1 where a value parses but names nothing known (a restore of
-an unknown dataset); ``zbak serve``'s refusal is its documented 126."""
+parameter (about 40 minutes; CI runs the sample)."""
+PROCESS_SAMPLE = 30
+"""Cases also run as a ``zbak`` process (``_process_cases``): about 0.5 s each on an idle
+2-core host, 15 s in all."""
+STAND_INS = ("zfs", "zpool", "ssh", "zstd", "mbuffer", "pv", "rsync", "setpriv", "sh",
+             "sudo", "lz4", "gzip", "age", "sshd", "true")
+"""The programs on the stand-ins' ``PATH``: every program zbak runs by name (a name not
+here is "command not found", which starts nothing)."""
+
+
+def _label(param: click.Parameter) -> str:
+    return param.opts[-1] if isinstance(param, click.Option) else str(param.name)
 
 
 def _commands() -> Iterator[tuple[tuple[str, ...], click.Command]]:
@@ -60,40 +232,77 @@ def _commands() -> Iterator[tuple[tuple[str, ...], click.Command]]:
     yield from walk(cli, ())
 
 
-def _fill(cmd: click.Command, skip: click.Parameter) -> list[str]:
-    """Benign values for the command's other required parameters."""
-    argv: list[str] = []
-    for param in cmd.params:
-        if param is skip or not param.required:
-            continue
-        value = {"to": "@0", "roots": "tank", "store": "cold"}.get(param.name, "tank/data")
-        argv += [param.opts[-1], value] if isinstance(param, click.Option) else [value]
-    return argv
+def _valued(cmd: click.Command) -> list[click.Parameter]:
+    return [p for p in cmd.params
+            if not (isinstance(p, click.Option) and (p.is_flag or p.count))]
 
 
 def cases() -> list[tuple[tuple[str, ...], str, str]]:
     """``(command path, parameter, value)`` for every valued parameter and corpus value."""
     rng = random.Random(SEED)
     names = hostile_names(rng, canary=Path("/nonexistent/canary"))
-    values = SPECIAL + names[:60] + rng.sample(names[60:], SAMPLED_NAMES)
+    values = SPECIAL + LIMITS + names[:60] + rng.sample(names[60:], SAMPLED_NAMES)
     found = [(("--config",), "--config", v) for v in values]
     for path, cmd in _commands():
-        if path in SKIP:
-            continue
-        for param in cmd.params:
-            if isinstance(param, click.Option) and (param.is_flag or param.count):
-                continue
-            label = param.opts[-1] if isinstance(param, click.Option) else param.name
-            found += [(path, label, v) for v in values]
+        if path not in SKIP:
+            found += [(path, _label(p), v) for p in _valued(cmd) for v in values]
     return found
+
+
+def rule(path: tuple[str, ...], label: str) -> Callable[[str], bool]:
+    """The acceptability rule of a parameter (every command's own ``--config`` shares one)."""
+    if label == "--config" and path != ("--config",):
+        return lambda value: False  # the test's config is named first; a second file differs
+    return RULES[(path, label)]
 
 
 CASES = cases()
 
 
+def _process_cases() -> list[int]:
+    """Indexes of ``PROCESS_SAMPLE`` cases: one per parameter (every command's ``jobs`` one
+    parameter, and every command's own ``--config``), the rest drawn; all with ``SEED``.
+    Values holding NUL are left out: execve(2) cannot pass one, only ``main()`` can get it."""
+    rng = random.Random(SEED)
+    strata: dict[tuple[object, str], list[int]] = {}
+    for index, (path, label, value) in enumerate(CASES):
+        if "\x00" not in value:
+            shared = label in ("jobs", "--config") and path != ("--config",)
+            strata.setdefault(("*" if shared else path, label), []).append(index)
+    picked = {rng.choice(indexes) for indexes in strata.values()}
+    rest = sorted(set().union(*strata.values()) - picked)
+    return sorted(picked | set(rng.sample(rest, PROCESS_SAMPLE - len(picked))))
+
+
+PROCESS_CASES = _process_cases()
+
+
+def _fill(cmd: click.Command, skip: click.Parameter) -> list[str]:
+    """Benign values for the command's other required parameters."""
+    argv: list[str] = []
+    for param in cmd.params:
+        if param is skip or not param.required:
+            continue
+        value = {"to": "@0", "roots": "tank", "store": "cold"}.get(str(param.name), DATASET)
+        argv += [param.opts[-1], value] if isinstance(param, click.Option) else [value]
+    return argv
+
+
+def _argv(path: tuple[str, ...], label: str, value: str, config: Path) -> list[str]:
+    if path == ("--config",):
+        return ["--config", value, "status"]
+    cmd = dict(_commands())[path]
+    param = next(p for p in cmd.params if _label(p) == label)
+    given = [label, value] if isinstance(param, click.Option) else [value]
+    if isinstance(param, click.Argument) and value.startswith("-"):
+        given = ["--", value]  # as an argument, not an option; what a careful admin types
+        return ["--config", str(config), *path, *_fill(cmd, param), *given]
+    return ["--config", str(config), *path, *given, *_fill(cmd, param)]
+
+
 @pytest.fixture(scope="module")
-def config(tmp_path_factory):
-    """A valid config (one job, a file store) with an initialised catalog."""
+def config(tmp_path_factory) -> Path:
+    """A valid config (job ``j`` of ``tank/data``, a file store ``cold``), initialised."""
     root = tmp_path_factory.mktemp("corpus")
     path = root / "zbak.toml"
     path.write_text(textwrap.dedent(f"""
@@ -101,7 +310,7 @@ def config(tmp_path_factory):
         [stores.cold]
         url = "file://{root / 'store'}"
         [jobs.j]
-        dataset = "tank/data"
+        dataset = "{DATASET}"
         [jobs.j.archive]
         store = "cold"
     """))
@@ -109,94 +318,136 @@ def config(tmp_path_factory):
     return path
 
 
-@pytest.fixture
-def children(monkeypatch) -> list[list[str]]:
-    """Every child zbak asks to start, not started: each answers 'command not found'."""
-    seen: list[list[str]] = []
+@pytest.fixture(scope="module")
+def stand_ins(tmp_path_factory) -> tuple[Path, Path]:
+    """A directory of stand-ins for ``STAND_INS``: each appends its name and arguments
+    (NUL-separated, a newline after) to the log and exits 1 saying it is a stand-in.
+    Returns ``(directory, log)``."""
+    root = tmp_path_factory.mktemp("stand-ins")
+    log = root / "started.log"
+    for name in STAND_INS:
+        script = root / name
+        script.write_text(f"#!/bin/sh\nprintf '%s\\0' \"$0\" \"$@\" >> '{log}'\n"
+                          f"printf '\\n' >> '{log}'\necho \"stand-in $0: not run\" >&2\nexit 1\n")
+        script.chmod(0o755)
+    return root, log
 
-    def record(argv, *args, **kwargs):
-        seen.append(list(argv))
-        raise FileNotFoundError(errno.ENOENT, "recorded, not started", argv[0])
 
-    monkeypatch.setattr(spawn, "run", record)
-    monkeypatch.setattr(spawn, "popen", record)
-    return seen
+def _started(log: Path) -> list[list[str]]:
+    """The argv of every stand-in started (and truncate the log)."""
+    if not log.exists():
+        return []
+    text = log.read_bytes().decode("utf-8", "surrogateescape")
+    log.write_bytes(b"")
+    return [line.rstrip("\0").split("\0") for line in text.split("\0\n") if line]
 
 
-def _argv(path: tuple[str, ...], label: str, value: str, config) -> list[str]:
-    if path == ("--config",):
-        return ["--config", value, "status"]
-    cmd = dict(_commands())[path]
-    param = next(p for p in cmd.params
-                 if (p.opts[-1] if isinstance(p, click.Option) else p.name) == label)
-    if isinstance(param, click.Option):
-        return ["--config", str(config), *path, label, value, *_fill(cmd, param)]
-    # Arguments in their declared order, the tested one with the value, after ``--`` when it
-    # starts with "-" (as an argument, not an option; what a careful admin types).
-    options = [a for p in cmd.params if isinstance(p, click.Option) and p.required
-               for a in (p.opts[-1], {"to": "@0", "roots": "tank", "store": "cold"}.get(
-                   p.name, "tank/data"))]
-    arguments = [value if p is param else "tank/data" for p in cmd.params
-                 if isinstance(p, click.Argument) and (p.required or p is param)]
-    dashes = ["--"] if value.startswith("-") else []
-    return ["--config", str(config), *path, *options, *dashes, *arguments]
+def check(path: tuple[str, ...], label: str, value: str, status: int, err: str,
+          started: list[list[str]]) -> None:
+    """The assertions every case makes (see the module docstring)."""
+    serve = path == ("serve",)
+    assert status in DOCUMENTED | ({SERVE_REFUSED} if serve else set()), (status, err)
+    assert "Traceback" not in err and "internal error" not in err, err
+    lines = err.splitlines()
+    if status != ExitStatus.OK:
+        assert len(lines) == 1 and lines[0].strip(), f"not one line on stderr: {err!r}"
+    body = err.replace("\n", "")
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in body), repr(err[:300])
+    if not rule(path, label)(value):
+        refused = REFUSED | ({SERVE_REFUSED} if serve else set())
+        assert status in refused, f"{value[:80]!r} must be refused, got {status}: {err}"
+        assert started == [], f"a refused value started {started}"
 
 
 @pytest.mark.parametrize("path,label,value", CASES,
-                         ids=[f"{' '.join(p)}:{l}:{i}" for i, (p, l, _) in enumerate(CASES)])
-def test_a_hostile_value_gets_one_clear_line_and_starts_no_child_with_it(
-        path, label, value, config, children, capsys, tmp_path, monkeypatch):
+                         ids=[f"{' '.join(p)}:{lb}:{i}" for i, (p, lb, _) in enumerate(CASES)])
+def test_a_hostile_value_gets_one_clear_line_and_a_refused_one_starts_no_child(
+        path, label, value, config, stand_ins, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a relative hostile path lands here
+    directory, log = stand_ins
+    monkeypatch.setenv("PATH", str(directory))
+    _started(log)
     capsys.readouterr()
     try:
         status = main(_argv(path, label, value, config), env={})
     except SystemExit as exc:  # zbak serve leaves through exit_now
         status = exc.code
-    out, err = capsys.readouterr()
-    assert status in ALLOWED, err
-    if status == ExitStatus.FAILED:  # only a value that parses may get as far as failing
-        assert _valid_value(label, value.removeprefix("@")), err
-    assert "Traceback" not in err and "internal error" not in err, err
-    if status != ExitStatus.OK:
-        assert err.strip(), "a failure says why on stderr"
-    body = err.replace("\n", "")
-    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in body), repr(err[:300])
-    if len(value) >= 3 and not _valid_value(label, value):
-        # The job's own dataset may hold a hostile value as a substring ("tank/"): that
-        # argument is the config's name reaching zfs, not the value.
-        assert not [argv for argv in children
-                    if any(value in a for a in argv if a != "tank/data")]
+    _, err = capsys.readouterr()
+    check(path, label, value, status, err, _started(log))
 
 
-FILE_PATHS = {"path", "--path"}
-"""Parameters naming a file inside a dataset (``zbak find PATH``, ``zbak restore --path``):
-any relative path ``files.paths`` accepts is valid, spaces, newlines and ``$(...)`` included
-(docs/decisions.md#a-file-path-is-relative-to-the-dataset); it reaches a child only as one
-argv element."""
-DIRECTORIES = {"--into-dir", "--identity"}
-"""Parameters naming a directory or a file of this machine: any text without a NUL byte."""
+_EXECVE = re.compile(r'execve\("((?:\\x[0-9a-f]{2})*)", \[(.*?)\]')
+_STRING = re.compile(r'"((?:\\x[0-9a-f]{2})*)"')
 
 
-def _valid_value(label: str, value: str) -> bool:
-    """``_valid_name``, or a valid file path or directory for the parameters that take one."""
-    if label in FILE_PATHS:
-        try:
-            parse_path(value)
-        except InvalidPath:
-            return False
-        return True
-    if label in DIRECTORIES:
-        return bool(value) and "\x00" not in value
-    return _valid_name(value)
+def _executed(trace: Path) -> list[list[str]]:
+    """The argv of every execve(2) ``strace -xx`` logged (hex-escaped strings decoded)."""
+    def decode(text: str) -> str:
+        return bytes.fromhex(text.replace("\\x", "")).decode("utf-8", "surrogateescape")
+
+    return [[decode(s) for s in _STRING.findall(match.group(2))]
+            for match in _EXECVE.finditer(trace.read_text())]
 
 
-def _valid_name(value: str) -> bool:
-    """True for a valid dataset, pool or snapshot name (``nan`` may name a pool: zbak may
-    ask zpool about it; `` `` may name a snapshot)."""
-    for check in (DatasetName, check_short_name):
-        try:
-            check(value)
-        except InvalidName:
-            continue
-        return True
-    return False
+@pytest.mark.parametrize("index", PROCESS_CASES,
+                         ids=[f"{' '.join(CASES[i][0])}:{CASES[i][1]}:{i}" for i in PROCESS_CASES])
+def test_a_sampled_hostile_value_given_to_a_zbak_process_is_handled_alike(
+        index, config, stand_ins, tmp_path):
+    """The same checks on a ``zbak`` process (the console script, scrubbed environment,
+    ``PATH`` of stand-ins only); the children are every execve(2) of its process tree as
+    ``strace`` saw it, the first (zbak itself) excepted."""
+    path, label, value = CASES[index]
+    strace = need_binary("strace", "strace")
+    directory, log = stand_ins
+    trace = tmp_path / "execve.trace"
+    ran = run_zbak(*_argv(path, label, value, config), cwd=tmp_path,
+                   env={"PATH": str(directory)}, timeout=120, prefix=_strace(strace, trace))
+    children = _executed(trace)[1:]
+    _started(log)
+    check(path, label, value, int(ran.status), ran.err, children)
+
+
+def test_strace_sees_what_a_zbak_process_starts(config, stand_ins, tmp_path):
+    """The process cases' child check can fail: a value zbak accepts (``nan`` is a valid
+    pool name) makes ``audit --receive-into`` ask the ``zpool`` stand-in about it, and the
+    trace shows that child with its argv."""
+    strace = need_binary("strace", "strace")
+    trace = tmp_path / "execve.trace"
+    ran = run_zbak("--config", str(config), "audit", "--receive-into", "nan/x", cwd=tmp_path,
+                   env={"PATH": str(stand_ins[0])}, prefix=_strace(strace, trace))
+    children = _executed(trace)[1:]
+    assert any(argv[0].endswith("zpool") and "nan" in argv for argv in children), children
+    assert ran.status == ExitStatus.FAILED and len(ran.err.splitlines()) == 1, ran
+
+
+def _strace(strace: str, trace: Path) -> list[str]:
+    """``strace`` logging every execve(2) of the process tree to ``trace``, strings in hex."""
+    return [strace, "-f", "-qq", "-e", "trace=execve", "-e", "signal=none", "-xx",
+            "-s", "65536", "-o", str(trace)]
+
+
+def test_every_parameter_has_a_refusal_rule():
+    """A new option or argument fails here until ``RULES`` says which values it refuses."""
+    missing = [(path, _label(p)) for path, cmd in _commands() if path not in SKIP
+               for p in _valued(cmd) if _label(p) != "--config" and (path, _label(p)) not in RULES]
+    assert missing == []
+
+
+def test_the_oracle_follows_openzfs_on_known_names():
+    """The rules above on names whose fate the OpenZFS source decides."""
+    for name in ["tank", "tank/data", "a", "p" * 239, "t/" + "x" * 253, "tank/ a b :c",
+                 "tank/-dash", "tank/%tmp"]:
+        assert zfs_dataset_ok(name), name
+    for name in ["", "/tank", "tank/", "tank//x", "tank/./x", "tank/..", "1tank", "-tank",
+                 "p" * 240, "t/" + "x" * 254, "mirror", "raidz/x", "draid", "tank@s",
+                 "tank#b", "tank/x$y", "tank/é", "tank/x\n"]:
+        assert not zfs_dataset_ok(name), name
+    for name in ["tank@s", "tank/d@s p:1", "tank@-x", "tank/d@" + "y" * 248]:
+        assert zfs_snapshot_ok(name), name
+    for name in ["tank", "tank@", "@s", "tank@a@b", "tank@a#b", "tank@a/b", "tank/d@" + "y" * 249,
+                 "tank/.@s", "1t@s"]:
+        assert not zfs_snapshot_ok(name), name
+    assert zfs_component_ok("snap 1:x") and not zfs_component_ok("") \
+        and not zfs_component_ok("s" * 256) and not zfs_component_ok("a/b")
+    assert [(v, rule(("restore",), "--to")(v)) for v in LIMITS[4:6]] == [
+        (LIMITS[4], True), (LIMITS[5], False)]

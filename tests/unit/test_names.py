@@ -26,6 +26,7 @@ VALID_DATASETS = [
     "tank/-leading-dash-below-the-pool",
     "mirrorpool/x",  # only exact reserved words (and c<digit>...) are refused
     "t/" + "x" * (MAX_NAME_LEN - 2),  # exactly 255 bytes
+    "p" * 239,  # the longest pool: pool_namecheck leaves room for POOL/$ORIGIN@$ORIGIN
 ]
 
 SHELL_METACHARACTERS = [
@@ -36,6 +37,7 @@ SHELL_METACHARACTERS = [
 INVALID_DATASETS = [
     ("", "empty"),
     ("t/" + "x" * (MAX_NAME_LEN - 1), "256 bytes"),
+    ("p" * 240 + "/x", "a pool name of 240 bytes"),
     ("tank/./bar", "dot component"),
     ("tank/../bar", "dotdot component"),
     ("tank//b", "empty component"),

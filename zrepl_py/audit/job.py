@@ -188,14 +188,26 @@ def _targets(ctx: Context, cursors: Sequence[CursorRow]) -> dict[tuple[str, str]
     return listings
 
 
-def _scratch(ctx: Context, receive_into: str) -> ScratchPool:
+def receive_into_place(ctx: Context, receive_into: str) -> tuple[str, DatasetName]:
+    """``(host, dataset)`` of ``--receive-into [HOST:]POOL[/PATH]``, checked against the
+    config before any audit starts, so a bad value is refused even when no chain would be
+    received (docs/decisions.md#one-line-for-a-refused-command-line).
+
+    Raises:
+        UsageError: the host is not ``local`` and not under ``[hosts]``.
+        InvalidName: the dataset breaks the ZFS naming rules (both exit 2).
+    """
     host, sep, pool = receive_into.partition(":")
     if not sep:
         host, pool = LOCAL_HOST, receive_into
     if host != LOCAL_HOST and host not in ctx.config.hosts:
         raise UsageError(f"--receive-into {receive_into}: host {host!r} is not under [hosts]"
                          f" in {ctx.config_path}")
-    name = DatasetName(pool)
+    return host, DatasetName(pool)
+
+
+def _scratch(ctx: Context, receive_into: str) -> ScratchPool:
+    host, name = receive_into_place(ctx, receive_into)
     zfs = ctx.zfs(host, name.pool)
     side = Side.of(ctx.config, host)
     return ScratchPool.under(zfs, side, str(name))

@@ -95,7 +95,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
     except click.exceptions.Exit as exc:
         return ExitStatus(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        _show_usage_error(exc)
         return ExitStatus.USAGE
     except click.Abort as exc:
         # click turns a KeyboardInterrupt or EOFError raised in a command into Abort "from"
@@ -120,6 +120,19 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
     if isinstance(result, int):
         return ExitStatus(result)
     return ExitStatus.OK
+
+
+def _show_usage_error(exc: click.ClickException) -> None:
+    """Show a refused command line as one line on stderr (``zbak audit: Invalid value for
+    '--sample': ... (see zbak audit --help)``) instead of click's usage block: bad input gets
+    one clear line (docs/decisions.md#one-line-for-a-refused-command-line). ``zbak`` or a
+    group given no command still prints its help."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        exc.show()
+        return
+    where = exc.ctx.command_path if isinstance(exc, click.UsageError) and exc.ctx else "zbak"
+    hint = f" (see {where} --help)" if isinstance(exc, click.UsageError) else ""
+    click.echo(f"{where}: {printable(exc.format_message())}{hint}", err=True)
 
 
 def _internal_error(exc: Exception, debug: bool) -> ExitStatus:

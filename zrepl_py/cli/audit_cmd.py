@@ -100,7 +100,7 @@ def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | 
     counted (--all: each). Exits 4 when a warning or error is found, 75 when only cold
     volumes are still thawing."""
     from zrepl_py.audit.deep import Deadline  # boto3 only when auditing
-    from zrepl_py.audit.job import audit_job, repair_job
+    from zrepl_py.audit.job import audit_job, receive_into_place, repair_job
 
     deep = deep or sample is not None or receive_into is not None or max_duration is not None
     if repair and not yes:
@@ -110,6 +110,8 @@ def command(inv: Invocation, jobs: tuple[str, ...], deep: bool, sample: float | 
     with inv.context() as ctx:
         ctx.identity = identity
         selected = ctx.select_jobs(jobs)
+        if receive_into is not None:
+            receive_into_place(ctx, receive_into)
         if repair:
             repairs, status = for_each_job(
                 selected, lambda n, j: repair_job(ctx, n, j,

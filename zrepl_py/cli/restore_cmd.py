@@ -81,6 +81,30 @@ def _check_arguments(dataset: str | None, to: str, into: str | None, from_: str 
         raise UsageError(f"--from {from_!r}: expected local, a host name or a store name")
 
 
+SOURCE_KINDS = ("replica", "archive")
+"""``--from`` may name a kind of source instead of one source (``restore.plan._choose``)."""
+
+
+def _check_against_config(ctx: Context, dataset: str | None, to: str, from_: str | None) -> None:
+    """Refuse what only the config shows is wrong, before the catalog or any process is
+    touched: a ``--from`` naming no source kind, host or store of it, and a ``--to`` whose
+    full snapshot name ``DATASET@NAME`` breaks the ZFS rules (too long).
+
+    Raises:
+        UsageError: ``--from`` names nothing the config has (exit 2).
+        InvalidName: ``DATASET@NAME`` is not a valid snapshot name (exit 2).
+    """
+    from zrepl_py.config.hosts import LOCAL_HOST
+    from zrepl_py.restore.gather import resolve_dataset
+    from zrepl_py.zfs.names import SnapshotName
+
+    SnapshotName.of(resolve_dataset(ctx, dataset)[1], to.removeprefix("@"))
+    known = {LOCAL_HOST, *SOURCE_KINDS, *ctx.config.hosts, *ctx.config.stores}
+    if from_ is not None and from_ not in known:
+        raise UsageError(f"--from {from_}: no host or store of that name in {ctx.config_path}"
+                         f" (expected {', '.join(sorted(known))})")
+
+
 def _job(ctx: Context) -> str:
     """The job a restore's run rows are recorded under."""
     return next(iter(ctx.config.jobs), "restore")
@@ -152,6 +176,7 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
                       dry_run, yes, identity, as_json)
     with inv.context() as ctx:
         ctx.identity = identity
+        _check_against_config(ctx, dataset, to, from_)
         try:
             plan = plan_restore(gather_restore(ctx, dataset, into), to, from_)
         except ZbakError as exc:

@@ -6,7 +6,8 @@ Rules follow OpenZFS ``module/zcommon/zfs_namecheck.c``:
 - a dataset name is ``/``-separated non-empty components, no ``.``/``..`` component,
   no leading, trailing or doubled ``/``, and is shorter than ZFS_MAX_DATASET_NAME_LEN (256);
 - a pool name (first component) starts with a letter, is not ``mirror``, ``raidz*``,
-  ``draid*``, ``spare``, ``log``, and does not look like a disk (``c[0-9]...``);
+  ``draid*``, ``spare``, ``log``, does not look like a disk (``c[0-9]...``), and is shorter
+  than 240 bytes (``pool_namecheck`` leaves room for ``POOL/$ORIGIN@$ORIGIN``);
 - a snapshot is ``DATASET@NAME`` and a bookmark ``DATASET#NAME`` with one delimiter and a
   non-empty, valid short name; the full name too is under 256 bytes.
 ``%`` (used only by ZFS-internal temporary clones) is rejected, as is anything non-ASCII.
@@ -21,6 +22,7 @@ import re
 from zrepl_py.errors import InvalidName
 
 MAX_NAME_LEN = 255  # ZFS_MAX_DATASET_NAME_LEN (256) includes the terminating NUL
+MAX_POOL_NAME_LEN = 239  # pool_namecheck: under 256 - 2 - 2 * len("$ORIGIN") bytes
 _COMPONENT = re.compile(r"[A-Za-z0-9_.: -]+")
 _RESERVED_POOL = re.compile(r"^(mirror|raidz\d*|draid\d*|spare|log)$|^c\d")
 
@@ -56,6 +58,9 @@ class DatasetName(str):
             _check_component(part, value, "dataset")
         if len(value) > MAX_NAME_LEN:  # ASCII only by now, so characters == bytes
             raise InvalidName(f"dataset {value[:40]!r}...: longer than {MAX_NAME_LEN} bytes")
+        if len(parts[0]) > MAX_POOL_NAME_LEN:
+            raise InvalidName(f"dataset {value[:40]!r}...: pool name longer than"
+                              f" {MAX_POOL_NAME_LEN} bytes")
         if not parts[0][0].isalpha():
             raise InvalidName(f"dataset {value!r}: pool name must start with a letter")
         if _RESERVED_POOL.search(parts[0]):
