@@ -1,5 +1,7 @@
-"""The disaster tier (docs/design.md#invariants): whole-disaster scenarios on real zfs-fuse pools, a
-``file://`` store and moto's S3 server, driven through the ``zbak`` CLI as an admin types it.
+"""The disaster tier (docs/design.md#invariants): whole-disaster scenarios on real zfs-fuse
+pools, a ``file://`` store and moto's S3 server, driven through the ``zbak`` CLI as an admin
+types it: every command is a ``zbak`` process (``support.cli.Zbak``), alerts are seen by a
+webhook receiver (``webhook``), and the one in-process run left says why beside it.
 
 Each test loses something for real (the source pool, an object after it was verified, a
 volume, the catalog and a manifest pair, a process mid-upload) and then checks that what zbak
@@ -8,8 +10,8 @@ prune takes the last way back. Streams are at least 64 MiB where the size matter
 and samplers fire, volumes are many).
 
 Shared here: ``Site`` (a source pool with a dataset of snapshots @0..@N, a state dir, a
-config writer, the in-process CLI runner and ``process``, which runs ``zbak`` as a process of
-its own); the helpers that read snapshots and their contents come from ``support.cli``.
+config writer and the CLI runner) and the ``webhook`` receiver; the helpers that read
+snapshots and their contents come from ``support.cli``.
 """
 
 from __future__ import annotations
@@ -18,15 +20,14 @@ import dataclasses
 import json
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.cli import Zbak, content_of, prop, restored_content, snapshots, tree_digest, zfs  # noqa: F401 (re-exported for the disaster tests)
+from support.cli import Zbak, start_zbak, content_of, prop, restored_content, snapshots, tree_digest, zfs  # noqa: F401 (re-exported for the disaster tests)
+from support.webhook import Webhook
 
 from zrepl_py.errors import ExitStatus
 from zrepl_py.objects.layout import PROGRESS
@@ -44,7 +45,8 @@ class Site:
         mount: where ``data`` is mounted.
         tmp: the test's tmp_path.
         config: the zbak config path (write it with ``write``).
-        run: the in-process CLI (``run("archive")`` -> (status, stdout, stderr)).
+        run: the CLI, a ``zbak`` process per call (``run("archive")`` -> (status, stdout,
+            stderr)).
     """
 
     pool: str
@@ -80,27 +82,11 @@ class Site:
         assert status == ExitStatus.OK, f"zbak {' '.join(args)} -> {status}: {out}{err}"
         return out
 
-    def argv(self, *args: str) -> list[str]:
-        """``zbak --config CONFIG ARGS`` as an admin types it (this environment's zbak)."""
-        return [str(Path(sys.executable).with_name("zbak")), "--config", str(self.config), *args]
-
-    def process(self, *args: str) -> subprocess.CompletedProcess:
-        """Run zbak ARGS as a process of its own (text output captured, 10 minutes at most)."""
-        return subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=600)
-
-    def process_ok(self, *args: str) -> str:
-        """:meth:`process`, asserting exit 0; return stdout."""
-        done = self.process(*args)
-        assert done.returncode == ExitStatus.OK, (
-            f"zbak {' '.join(args)} -> {done.returncode}: {done.stdout}{done.stderr}")
-        return done.stdout
-
     def kill_when(self, ready: Callable[[], bool], *args: str) -> None:
         """Run zbak ARGS as a process and SIGKILL it as soon as ``ready()`` holds (polled
         every 10 ms); fail when it ends first."""
-        proc = subprocess.Popen(self.argv(*args),
-                                env=dict(os.environ, ZBAK_LOG_LEVEL="WARNING"),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = start_zbak("--config", str(self.config), *args,
+                          env={**self.run.env, "ZBAK_LOG_LEVEL": "WARNING"})
         try:
             deadline = time.monotonic() + 300
             while proc.poll() is None and time.monotonic() < deadline and not ready():
@@ -115,7 +101,7 @@ class Site:
 
     def unfinished_uploads(self) -> list[dict]:
         """The audit's findings about unfinished uploads (``zbak audit --json``)."""
-        findings = json.loads(self.process("audit", "--json").stdout)["findings"]
+        findings = json.loads(self.run("audit", "--json").out)["findings"]
         return [f for f in findings if f["problem"].startswith("an unfinished upload of ")]
 
 
@@ -134,6 +120,14 @@ def volume_in_flight(store: Path, stored: int) -> Callable[[], bool]:
         return False
 
     return ready
+
+
+@pytest.fixture
+def webhook():
+    """A ``support.webhook.Webhook`` receiving the alerts of the test's zbak processes."""
+    hook = Webhook()
+    yield hook
+    hook.close()
 
 
 @pytest.fixture

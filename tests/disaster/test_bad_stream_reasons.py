@@ -27,15 +27,15 @@ pytestmark = [pytest.mark.zfs, pytest.mark.slow]
 def nightly(site):
     """@0..@9 archived one night at a time: full @0, then -I @n-1 -> @n for each n."""
     _, store = file_archive_config(site.tmp, site.data, volume_size="256KiB")
-    site.process_ok("init", "--no-checks")
+    site.ok("init", "--no-checks")
     for step in range(10):
         site.snapshot_steps(range(step, step + 1), 600 * 1024)
-        site.process_ok("archive")
+        site.ok("archive")
     return site, store
 
 
 def stream_rows(site) -> list[dict]:
-    return json.loads(site.process_ok("list", "streams", "--json"))
+    return json.loads(site.ok("list", "streams", "--json"))
 
 
 def carrying(site, name: str) -> dict:
@@ -54,11 +54,11 @@ def test_a_restore_refused_after_audit_found_a_volume_missing_says_it_is_missing
     key = str(victim.relative_to(store))
     victim.unlink()
 
-    audit = site.process("audit")
+    audit = site.run("audit")
     assert audit.returncode == ExitStatus.AUDIT_FINDINGS, audit.stdout + audit.stderr
 
     into = f"{site.pool}/back"
-    done = site.process("restore", site.data, "--to", "@9", "--into", into, "--from", "cold",
+    done = site.run("restore", site.data, "--to", "@9", "--into", into, "--from", "cold",
                 "--yes")
     assert done.returncode != ExitStatus.OK, done.stdout + done.stderr
     said = done.stdout + done.stderr
@@ -81,8 +81,8 @@ def test_each_marker_records_its_own_reason_with_the_objects_key(nightly):
     body[len(body) // 2] ^= 0x01
     flipped.write_bytes(bytes(body))
 
-    assert site.process("audit").returncode == ExitStatus.AUDIT_FINDINGS
-    assert site.process("audit", "--deep").returncode == ExitStatus.AUDIT_FINDINGS
+    assert site.run("audit").returncode == ExitStatus.AUDIT_FINDINGS
+    assert site.run("audit", "--deep").returncode == ExitStatus.AUDIT_FINDINGS
     rows = {s["id"]: s for s in stream_rows(site)}
     size = rows[shrunk["id"]]
     assert size["state"] == "bad", size

@@ -50,7 +50,7 @@ def big_snapshot(site, store_toml: str, volume: int = VOLUME) -> None:
         [jobs.other.archive]
         store = "cold"
     """)
-    site.process_ok("init", "--no-checks")
+    site.ok("init", "--no-checks")
     (site.mount / "big.bin").write_bytes(os.urandom(SIZE))
     subprocess.run(["zfs", "snapshot", f"{site.data}@big"], check=True)
 
@@ -80,19 +80,19 @@ def test_a_rerun_removes_the_temporary_file_of_the_put_a_kill_interrupted(site):
         found[key]["problem"]), found[key]
     assert found[key]["dataset"] == site.data and found[key]["severity"] == "info"
 
-    rows = json.loads(site.process_ok("archive", "data", "--json"))["rows"]
+    rows = json.loads(site.ok("archive", "data", "--json"))["rows"]
     assert rows[0]["stream"] == "full @big" and "resumed" in rows[0]["volumes"], rows
     assert not [p for p in store.rglob("*") if ".partial-" in p.name and p != other], \
         sorted(store.rglob(".*"))
     assert other.exists(), "the rerun removed another stream's leftover"
-    deep = site.process("audit", "--deep", "--json")
+    deep = site.run("audit", "--deep", "--json")
     assert deep.returncode == ExitStatus.OK, deep.stdout + deep.stderr
     (report,) = [f for f in json.loads(deep.stdout)["findings"]
                  if f["problem"].startswith("an unfinished upload of ")]
     assert report["key"] == str(other.relative_to(store).with_name("vol-000000.zst"))
     assert "1,000 bytes" in report["problem"] and report["dataset"] == f"{site.pool}/other"
 
-    site.process_ok("audit", "--repair", "--yes", "--stale-uploads-days", "0")
+    site.ok("audit", "--repair", "--yes", "--stale-uploads-days", "0")
     assert not [p for p in store.rglob("*") if ".partial-" in p.name]
     assert site.unfinished_uploads() == []
 
@@ -125,8 +125,8 @@ def test_a_rerun_to_s3_aborts_the_multipart_upload_a_kill_left_open(site, s3_ser
     assert f"multipart upload {upload['UploadId']}, {size:,} bytes" in found[key]["problem"], \
         found
 
-    rows = json.loads(site.process_ok("archive", "data", "--json"))["rows"]
+    rows = json.loads(site.ok("archive", "data", "--json"))["rows"]
     assert rows[0]["stream"] == "full @big" and "resumed" in rows[0]["volumes"], rows
     assert uploads() == []
-    assert site.process("audit", "--deep").returncode == ExitStatus.OK
+    assert site.run("audit", "--deep").status == ExitStatus.OK
     assert site.unfinished_uploads() == []

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from disaster.conftest import MIB, content_of, restored_content, snapshots
@@ -26,38 +24,6 @@ from zrepl_py.config.loading import load_config
 from zrepl_py.errors import ExitStatus
 
 pytestmark = pytest.mark.zfs
-
-
-class Webhook:
-    """A local HTTP server recording every JSON body POSTed to it."""
-
-    def __init__(self):
-        self.bodies: list[dict] = []
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # http.server's naming
-                hook.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def webhook():
-    hook = Webhook()
-    yield hook
-    hook.close()
 
 
 def write_config(site, store_toml: str, hook_url: str) -> None:

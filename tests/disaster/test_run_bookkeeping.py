@@ -10,69 +10,28 @@ beside a running archive instead of exiting 3.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from support.cli import rate_limited_zfs, start_zbak
 
 from zrepl_py.errors import ExitStatus
 
 pytestmark = pytest.mark.zfs
 
 MIB = 1024 * 1024
-ZBAK = Path(sys.executable).with_name("zbak")
+SEND_RATE = 8 * MIB
+"""Bytes per second of the running archive's ``zfs send``: it outlasts the audit beside it."""
 
 
-class Hooks:
-    """A webhook receiver on 127.0.0.1 recording each alert's JSON body."""
-
-    def __init__(self):
-        self.bodies: list[dict] = []
-        bodies = self.bodies
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # http.server's naming
-                bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
-
-    def failures(self, action: str) -> list[dict]:
-        """The ``failure`` alerts about ``action`` received (waits up to 10 s for one)."""
-        deadline = time.monotonic() + 10
-        while True:
-            found = [b for b in self.bodies if b.get("kind") == "failure"
-                     and b.get("action") == action]
-            if found or time.monotonic() > deadline:
-                return found
-            time.sleep(0.1)
-
-
-@pytest.fixture
-def hooks():
-    receiver = Hooks()
-    yield receiver
-    receiver.server.shutdown()
-    receiver.server.server_close()
-
-
-def _config(site, hooks, dataset: str, store: Path) -> None:
+def _config(site, webhook, dataset: str, store: Path) -> None:
     store.mkdir(mode=0o700, exist_ok=True)
     site.write(f"""
         [alerts.webhook]
-        url = "{hooks.url}"
+        url = "{webhook.url}"
         [stores.cold]
         url = "file://{store}"
         volume_size = "1MiB"
@@ -92,8 +51,8 @@ def _runs(site) -> list[dict]:
 
 
 def test_a_missing_dataset_makes_replicate_and_archive_recorded_failed_runs_and_alerts(
-        site, hooks):
-    _config(site, hooks, f"{site.pool}/nope", site.tmp / "store")
+        site, webhook):
+    _config(site, webhook, f"{site.pool}/nope", site.tmp / "store")
     site.ok("init", "--no-checks")
     for action in ("replicate", "archive"):
         status, out, err = site.run(action)
@@ -105,20 +64,20 @@ def test_a_missing_dataset_makes_replicate_and_archive_recorded_failed_runs_and_
     assert runs["archive"]["target"] == f"cold:{site.pool}/nope"
     assert f"{site.pool}/nope" in runs["archive"]["error"]
     for action in ("replicate", "archive"):
-        (alert,) = hooks.failures(action)
+        (alert,) = webhook.failures(action)
         assert f"{site.pool}/nope" in alert["text"]
 
 
 def test_a_restore_that_fails_while_planning_is_a_recorded_failed_run_and_an_alert(
-        site, hooks):
-    _config(site, hooks, site.data, site.tmp / "store")
+        site, webhook):
+    _config(site, webhook, site.data, site.tmp / "store")
     site.ok("init", "--no-checks")
     status, out, err = site.run("restore", "--to", "@never", "--into", f"{site.pool}/back",
                                 "--yes")
     assert status == ExitStatus.FAILED and "no snapshot @never" in err, out + err
     (run,) = [r for r in _runs(site) if r["action"] == "restore"]
     assert run["result"] == "failed" and run["target"] == f"local:{site.pool}/back"
-    (alert,) = hooks.failures("restore")
+    (alert,) = webhook.failures("restore")
     assert "@never" in alert["text"]
     status, out, err = site.run("restore", "--to", "@never", "--dry-run")  # a dry run is not
     assert status == ExitStatus.FAILED                                      # recorded
@@ -126,12 +85,10 @@ def test_a_restore_that_fails_while_planning_is_a_recorded_failed_run_and_an_ale
 
 
 def _start_archive(site) -> subprocess.Popen:
-    """``zbak archive`` as a separate process; returns once its stream is moving (its
-    running-transfer file is there)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ZBAK_", "AWS_"))}
-    proc = subprocess.Popen([str(ZBAK), "--config", str(site.config), "archive"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env)
+    """``zbak archive`` as a separate process, its ``zfs send`` at ``SEND_RATE``; returns
+    once its stream is moving (its running-transfer file is there)."""
+    proc = start_zbak("--config", str(site.config), "archive",
+                      env=rate_limited_zfs(site.tmp / "slow-zfs", SEND_RATE))
     running = site.tmp / "state" / "running"
     deadline = time.monotonic() + 60
     while not (running.is_dir() and any(running.glob("archive-*.json"))):
@@ -142,15 +99,15 @@ def _start_archive(site) -> subprocess.Popen:
 
 
 def test_an_audit_reads_beside_a_running_archive_and_a_killed_archive_is_interrupted(
-        site, hooks):
-    _config(site, hooks, site.data, site.tmp / "store")
+        site, webhook):
+    _config(site, webhook, site.data, site.tmp / "store")
     site.ok("init", "--no-checks")
     site.snapshot_steps(range(0, 1), 1 * MIB)
     site.ok("archive")
     # ZFS's `creation` has whole seconds: @1 taken in the second the archive started would
     # look older than that run to the audit's lag check (a warning, exit 4).
     time.sleep(1.1)
-    site.snapshot_steps(range(1, 2), 64 * MIB)  # random: incompressible, so it takes a while
+    site.snapshot_steps(range(1, 2), 64 * MIB)  # 8 s or more at SEND_RATE, however fast the host
 
     proc = _start_archive(site)
     try:
@@ -170,7 +127,7 @@ def test_an_audit_reads_beside_a_running_archive_and_a_killed_archive_is_interru
     (run,) = [r for r in _runs(site) if r["action"] == "archive"]
     assert run["result"] == "interrupted" and run["ended_at"] is not None
     assert f"process {proc.pid} is gone" in run["error"]
-    (alert,) = hooks.failures("archive")
+    (alert,) = webhook.failures("archive")
     assert "interrupted" in alert["text"]
     status, out, err = site.run("status")
     assert "interrupted" in out
@@ -179,10 +136,10 @@ def test_an_audit_reads_beside_a_running_archive_and_a_killed_archive_is_interru
     assert {r["action"]: r["result"] for r in _runs(site)}["archive"] == "ok"
 
 
-def test_a_plain_audit_reads_beside_an_archive_but_not_beside_a_prune_or_a_repair(site, hooks):
+def test_a_plain_audit_reads_beside_an_archive_but_not_beside_a_prune_or_a_repair(site, webhook):
     from zrepl_py.locking import dataset_lock
 
-    _config(site, hooks, site.data, site.tmp / "store")
+    _config(site, webhook, site.data, site.tmp / "store")
     site.ok("init", "--no-checks")
     site.snapshot_steps(range(0, 1), 1 * MIB)
     site.ok("archive")

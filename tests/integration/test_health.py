@@ -9,14 +9,13 @@ import textwrap
 import time
 
 import pytest
-from support.cli import zfs
+from support.cli import Ran, run_zbak, zfs
+from support.webhook import Webhook
 
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.cli import main
 from zrepl_py.config.replicate import parse_free_floor
 from zrepl_py.errors import ExitStatus
-from zrepl_py.observe import events
 from zrepl_py.proc.local import LocalExecutor
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.pool_status import parse_status, pool_problems, pool_report
@@ -121,9 +120,10 @@ def test_a_mirror_with_one_device_offline_is_reported_degraded_naming_the_device
 class Rig:
     """A source dataset and a local target pool, a config replicating one to the other."""
 
-    def __init__(self, tmp_path, capsys, source_pool: str, target_pool: str, min_free: str):
+    def __init__(self, tmp_path, source_pool: str, target_pool: str, min_free: str):
         self.data, self.replica = f"{source_pool}/data", f"{target_pool}/replica"
-        self.capsys, self.state = capsys, tmp_path / "state"
+        self.state = tmp_path / "state"
+        self.webhook = Webhook()
         zfs("create", self.data)
         zfs("snapshot", f"{self.data}@s1")
         self.config = tmp_path / "zbak.toml"
@@ -134,16 +134,17 @@ class Rig:
             [jobs.j.replicate]
             targets = ["local:{self.replica}"]
             min_free = "{min_free}"
+            [alerts.webhook]
+            url = "{self.webhook.url}"
         """))
-        self.events: list[events.Event] = []
-        self.unregister = events.register(self.events.append)
         assert self("init", "--no-checks")[0] == ExitStatus.OK
 
-    def __call__(self, *args: str):
-        self.capsys.readouterr()
-        status = main(["--config", str(self.config), *args], env={})
-        out, err = self.capsys.readouterr()
-        return status, out, err
+    def __call__(self, *args: str) -> Ran:
+        return run_zbak("--config", str(self.config), *args)
+
+    def events(self, kind: str) -> list[dict]:
+        """The alerts of ``kind`` the webhook received."""
+        return [b for b in self.webhook.bodies if b["kind"] == kind]
 
     def last_replicate_run(self):
         engine = make_engine(f"sqlite:///{self.state / 'catalog.sqlite'}")
@@ -154,9 +155,9 @@ class Rig:
 
 
 def test_replicating_from_a_degraded_pool_works_and_the_warning_reaches_the_run_and_an_event(
-        mirror_pool, make_pool, tmp_path, capsys):
+        mirror_pool, make_pool, tmp_path):
     name, files = mirror_pool
-    rig = Rig(tmp_path, capsys, name, make_pool().name, min_free="1M")
+    rig = Rig(tmp_path, name, make_pool().name, min_free="1M")
     try:
         subprocess.run(["zpool", "offline", name, str(files[0])], check=True, timeout=60)
         status, out, err = rig("replicate", "--json")
@@ -167,15 +168,15 @@ def test_replicating_from_a_degraded_pool_works_and_the_warning_reaches_the_run_
         assert zfs("get", "-Hp", "-o", "value", "guid", f"{rig.replica}@s1").strip()
         run = rig.last_replicate_run()
         assert run.result == "ok" and "DEGRADED" in run.error
-        (event,) = [e for e in rig.events if e.kind == "degraded"]
-        assert (event.job, event.action, event.target) == (None, "health", f"local:{name}")
+        (event,) = rig.events("degraded")
+        assert (event["job"], event["action"], event["target"]) == (None, "health", f"local:{name}")
     finally:
-        rig.unregister()
+        rig.webhook.close()
 
 
 def test_a_target_pool_under_min_free_receives_nothing_and_the_run_fails_saying_why(
-        make_pool, tmp_path, capsys):
-    rig = Rig(tmp_path, capsys, make_pool().name, make_pool().name, min_free="1GiB")
+        make_pool, tmp_path):
+    rig = Rig(tmp_path, make_pool().name, make_pool().name, min_free="1GiB")
     try:
         status, out, err = rig("replicate", "--json")
         assert status == ExitStatus.FAILED
@@ -186,7 +187,7 @@ def test_a_target_pool_under_min_free_receives_nothing_and_the_run_fails_saying_
                               capture_output=True).returncode != 0, "nothing was received"
         run = rig.last_replicate_run()
         assert run.result == "failed" and "min_free" in run.error
-        (event,) = [e for e in rig.events if e.kind == "degraded"]
-        assert (event.job, event.action) == ("j", "replicate")
+        (event,) = rig.events("degraded")
+        assert (event["job"], event["action"]) == ("j", "replicate")
     finally:
-        rig.unregister()
+        rig.webhook.close()

@@ -7,17 +7,23 @@ pools, a real ``file://`` store (and moto's S3 for the zero-length stream) and f
 wrapping: ``support.backend.FaultyBackend`` around the store the restore opens,
 ``support.executor`` stage wrappers around the real ``zfs send``.
 
-How the faulty store reaches ``zbak restore``: every store is opened by
-``zrepl_py.stores.registry.open_store`` (through ``Context.store``); the ``faulty_store`` fixture
-swaps that factory for one that wraps the real backend it returns (the store, the CLI and the restore code are unchanged).
-A ``FaultyBackend`` has no ``local_path``, so the volumes are downloaded through ``get`` into
-the spool and verified there, as from S3.
+How the faulty store reaches ``zbak restore``: the command runs as a process under
+``support/crash_runner.py`` (``support.cli.faulty_zbak``), which opens every store wrapped in
+a ``FaultyBackend`` with the faults the test names and logs each store call to a file; the
+store, the CLI and the restore code are unchanged. A ``FaultyBackend`` has no
+``local_path``, so the volumes are downloaded through ``get`` into the spool and verified
+there, as from S3.
+
+Three tests of the restore's read-ahead
+(docs/decisions.md#restore-verifies-each-volume-before-it-is-received-and-reads-ahead) watch the
+order of its receive threads and decodes inside one process: they run ``main()`` in-process
+with ``restore.execute``'s ``ReceiveWriter`` and ``decompress_frame`` wrapped by
+``monkeypatch``, the one kind of hook a process boundary hides
+(docs/reliability.md#in-process-hooks-kept).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import random
@@ -28,13 +34,22 @@ import pytest
 import zstandard
 from support.archive_checks import catalog_of, catalogued, store_state
 from support.backend import FaultyBackend
-from support.cli import file_archive_config, gone, prop, snapshots, zfs
+from support.cli import (
+    InProcessZbak,
+    Ran,
+    Zbak,
+    faulty_zbak,
+    file_archive_config,
+    gone,
+    prop,
+    snapshots,
+    zfs,
+)
 from support.executor import cut_stage, fail_at_end_stage, flip_stage, garbage_stage, stderr_stage
 from support.procwatch import cmdline, descendants
 
 from zrepl_py.archive.planner import PlannedStream
 from zrepl_py.archive.writer import StreamSpec, write_stream
-from zrepl_py.cli import main
 from zrepl_py.clock import SystemClock
 from zrepl_py.errors import ExitStatus, PipelineFailed, StoreError, StreamCorrupt
 from zrepl_py.objects.layout import MANIFEST, PROGRESS, stream_prefix
@@ -53,18 +68,6 @@ KiB = 1 << 10
 MiB = 1 << 20
 
 
-class Zbak:
-    """``zbak --config CONFIG ...`` in this process; returns (status, stdout, stderr). zbak's
-    log lines go to stderr (``setup_logging`` binds the stream at each call)."""
-
-    def __init__(self, config: Path):
-        self.config = config
-
-    def __call__(self, *args: str) -> tuple[ExitStatus, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            status = main(["--config", str(self.config), *args], env={})
-        return status, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
@@ -93,22 +96,44 @@ def archived(setup):
     return setup
 
 
+class FaultyRun:
+    """Runs ``zbak --config CONFIG ARGS`` as a process whose stores read through a
+    ``FaultyBackend`` with ``faults`` (``support.cli.faulty_zbak``); ``calls()`` are the
+    store calls of every run so far, ``(op, key)``."""
+
+    def __init__(self, config: Path, log: Path, **faults: object):
+        self.config, self.log, self.faults = config, log, faults
+
+    def __call__(self, *args: str) -> Ran:
+        faults = {k: (v.hex() if isinstance(v, bytes) else v) for k, v in self.faults.items()}
+        return faulty_zbak("--config", str(self.config), *args,
+                           env={"ZBAK_FAULT_STORE": json.dumps(faults),
+                                "ZBAK_FAULT_CALLS": str(self.log)})
+
+    def calls(self) -> list[tuple[str, str]]:
+        text = self.log.read_text() if self.log.exists() else ""
+        return [tuple(line.split("\t", 1)) for line in text.splitlines()]
+
+
 @pytest.fixture
-def faulty_store(monkeypatch):
-    """Call with FaultyBackend keyword arguments: every store the restore opens is wrapped in
-    a FaultyBackend with them; returns the list the wrappers are appended to."""
+def faulty_store(tmp_path):
+    """Call with ``FaultyBackend`` keyword arguments (``keys`` a substring): a ``FaultyRun``
+    of the test's config whose stores have those faults."""
+    return lambda run, **faults: FaultyRun(run.config, tmp_path / "store-calls.log", **faults)
+
+
+def _in_process_faults(monkeypatch, **faults) -> list[FaultyBackend]:
+    """Wrap every store ``main()`` opens in this process in a FaultyBackend with ``faults``
+    (only for the read-ahead tests, see the module docstring)."""
     made: list[FaultyBackend] = []
     real = store_registry.open_store
 
-    def install(**faults):
-        def open_store(*args, **kwargs):
-            made.append(FaultyBackend(real(*args, **kwargs), **faults))
-            return made[-1]
+    def open_store(*args, **kwargs):
+        made.append(FaultyBackend(real(*args, **kwargs), **faults))
+        return made[-1]
 
-        monkeypatch.setattr(store_registry, "open_store", open_store)
-        return made
-
-    return install
+    monkeypatch.setattr(store_registry, "open_store", open_store)
+    return made
 
 
 def newest_volume(store: Path) -> tuple[str, int]:
@@ -150,10 +175,10 @@ def test_a_volume_read_truncated_past_the_frame_header_is_refused_and_nothing_is
     key, size = newest_volume(store)
     offset = {"after-header": 18, "middle": random.Random(size).randrange(19, size - 1),
               "last-byte": size - 1}[where]
-    made = faulty_store(truncate_at=offset, keys=key)
-    err = restore_refused(run, pool, data, f"{pool.name}/r")
+    faulty = faulty_store(run, truncate_at=offset, keys=key)
+    err = restore_refused(faulty, pool, data, f"{pool.name}/r")
     assert key in err and "nothing was received" in err
-    assert ("get", key) in made[0].calls
+    assert ("get", key) in faulty.calls()
 
 
 def test_a_flipped_bit_in_a_volume_is_refused_and_nothing_is_received(archived, faulty_store):
@@ -161,13 +186,13 @@ def test_a_flipped_bit_in_a_volume_is_refused_and_nothing_is_received(archived, 
     from the catalog."""
     run, pool, data, store = archived
     key, size = newest_volume(store)
-    faulty_store(flip_byte_at=size // 2, keys=key)
-    err = restore_refused(run, pool, data, f"{pool.name}/r")
+    err = restore_refused(faulty_store(run, flip_byte_at=size // 2, keys=key), pool, data,
+                          f"{pool.name}/r")
     assert key in err and "SHA-256" in err
 
 
 def test_a_bad_volume_found_while_the_first_stream_is_received_is_never_decoded_and_nothing_is_received(
-        zpool, tmp_path, faulty_store, monkeypatch):
+        zpool, tmp_path, monkeypatch, capsys):
     """docs/decisions.md#restore-verifies-each-volume-before-it-is-received-and-reads-ahead, bounded
     read-ahead: the receive of the full (3 MiB, three 1 MiB volumes) starts before the
     incremental's volume is verified (its read waits until the first bytes went into zfs receive),
@@ -207,9 +232,9 @@ def test_a_bad_volume_found_while_the_first_stream_is_received_is_never_decoded_
 
     monkeypatch.setattr(restore_execute, "ReceiveWriter", Watched)
     monkeypatch.setattr(restore_execute.Codec, "decode", watched_decode)
-    faulty_store(flip_byte_at=size // 2, keys=bad_after_receive_started)
-    status, out, err = run("restore", data, "--to", "@1", "--into", f"{zpool.name}/r",
-                           "--from", "cold", "--yes")
+    _in_process_faults(monkeypatch, flip_byte_at=size // 2, keys=bad_after_receive_started)
+    status, out, err = InProcessZbak(config, capsys)(
+        "restore", data, "--to", "@1", "--into", f"{zpool.name}/r", "--from", "cold", "--yes")
     assert status == ExitStatus.FAILED, out + err
     assert gone(f"{zpool.name}/r"), "a refused restore must receive nothing"
     assert key in err and "SHA-256" in err and "nothing was received" in err
@@ -267,7 +292,7 @@ def _watch_receives(monkeypatch, after_finish=None) -> list:
 
 
 def test_each_stream_s_receive_starts_while_the_stream_before_it_commits(
-        three_streams, monkeypatch):
+        three_streams, monkeypatch, capsys):
     """docs/decisions.md#restore-verifies-each-volume-before-it-is-received-and-reads-ahead:
     the receive of stream N+1 is started (its process waiting for its first
     byte) before stream N's receive has finished, so its start-up is off the critical path;
@@ -276,8 +301,8 @@ def test_each_stream_s_receive_starts_while_the_stream_before_it_commits(
     run, pool, data = three_streams
     writers = _watch_receives(monkeypatch)
     into = f"{pool.name}/r"
-    status, out, err = run("restore", data, "--to", "@2", "--into", into, "--from", "cold",
-                           "--yes")
+    status, out, err = InProcessZbak(run.config, capsys)(
+        "restore", data, "--to", "@2", "--into", into, "--from", "cold", "--yes")
     assert status == ExitStatus.OK, out + err
     assert prop(f"{into}@2", "guid") == prop(f"{data}@2", "guid")
     events = writers[0].events
@@ -290,7 +315,7 @@ def test_each_stream_s_receive_starts_while_the_stream_before_it_commits(
 
 
 def test_a_receive_started_early_for_a_stream_that_never_comes_is_cancelled_having_received_nothing(
-        three_streams, monkeypatch):
+        three_streams, monkeypatch, capsys):
     """docs/decisions.md#restore-verifies-each-volume-before-it-is-received-and-reads-ahead:
     stream 2 of 3 fails in ``zfs receive`` (its base @0, which stream 1 brought, is destroyed from
     the new dataset in between): the receive already started for stream 3 is cancelled, no receive
@@ -303,8 +328,8 @@ def test_a_receive_started_early_for_a_stream_that_never_comes_is_cancelled_havi
             zfs("destroy", f"{into}@0")
 
     writers = _watch_receives(monkeypatch, after_finish=lose_the_base)
-    status, out, err = run("restore", data, "--to", "@2", "--into", into, "--from", "cold",
-                           "--yes")
+    status, out, err = InProcessZbak(run.config, capsys)(
+        "restore", data, "--to", "@2", "--into", into, "--from", "cold", "--yes")
     assert status == ExitStatus.FAILED, out + err
     assert "(@1)" in err and f"{into} holds the streams up to @0" in err, err
     events = writers[0].events
@@ -421,8 +446,8 @@ def test_bytes_after_the_end_of_the_frame_are_refused_and_nothing_is_received(
     even a valid second frame, fails the volume."""
     run, pool, data, store = archived
     key, _ = newest_volume(store)
-    faulty_store(append=garbage, keys=key)
-    err = restore_refused(run, pool, data, f"{pool.name}/r")
+    err = restore_refused(faulty_store(run, append=garbage, keys=key), pool, data,
+                          f"{pool.name}/r")
     assert key in err
 
 
@@ -445,13 +470,13 @@ def test_a_volume_corrupt_on_the_first_read_only_is_read_again_and_the_restore_r
     bad, the second good: the restore succeeds and warns, naming the volume."""
     run, pool, data, store = archived
     key, size = newest_volume(store)
-    made = faulty_store(flip_byte_at=size // 3, faulty_reads=1, keys=key)
+    faulty = faulty_store(run, flip_byte_at=size // 3, faulty_reads=1, keys=key)
     into = f"{pool.name}/r"
-    status, out, err = run("restore", data, "--to", "@2", "--into", into, "--from", "cold",
-                           "--yes")
+    status, out, err = faulty("restore", data, "--to", "@2", "--into", into, "--from", "cold",
+                              "--yes")
     assert status == ExitStatus.OK, out + err
     assert prop(f"{into}@2", "guid") == prop(f"{data}@2", "guid")
-    assert made[0].calls.count(("get", key)) == 2
+    assert faulty.calls().count(("get", key)) == 2
     warnings = [line for line in err.splitlines() if "WARNING" in line and key in line]
     assert any("failed verification on the first read" in line for line in warnings), err
     assert any("verified on the second read" in line for line in warnings), err
@@ -462,36 +487,23 @@ def test_a_volume_corrupt_on_every_read_is_read_twice_then_refused(archived, fau
     restore; nothing is received."""
     run, pool, data, store = archived
     key, size = newest_volume(store)
-    made = faulty_store(flip_byte_at=size // 3, faulty_reads=2, keys=key)
-    err = restore_refused(run, pool, data, f"{pool.name}/r")
+    faulty = faulty_store(run, flip_byte_at=size // 3, faulty_reads=2, keys=key)
+    err = restore_refused(faulty, pool, data, f"{pool.name}/r")
     assert "failed verification on the first read" in err and key in err
-    assert made[0].calls.count(("get", key)) == 2
-
-
-def _audit_reads_through(monkeypatch, **faults) -> list[FaultyBackend]:
-    """Wrap every store ``zbak audit`` opens in a FaultyBackend with ``faults``."""
-    made: list[FaultyBackend] = []
-    real = store_registry.open_store
-
-    def open_store(*args, **kwargs):
-        made.append(FaultyBackend(real(*args, **kwargs), **faults))
-        return made[-1]
-
-    monkeypatch.setattr(store_registry, "open_store", open_store)
-    return made
+    assert faulty.calls().count(("get", key)) == 2
 
 
 def test_verify_reads_a_volume_bad_on_the_first_read_again_verifies_it_and_reports_it(
-        archived, monkeypatch):
+        archived, faulty_store):
     """docs/reliability.md#r11-flaky-read for ``verify`` (``zbak audit --deep``): the first read of
     the newest volume has a flipped bit, the second is good: the audit exits 0, the stream is
     ``verified`` (not ``bad``), and an info finding plus a warning say the first read
     failed."""
     run, pool, data, store = archived
     key, size = newest_volume(store)
-    made = _audit_reads_through(monkeypatch, flip_byte_at=size // 3, faulty_reads=1, keys=key)
-    status, out, err = run("audit", "--deep", "--json")
-    assert made and sum(m.calls.count(("get", key)) for m in made) == 2
+    faulty = faulty_store(run, flip_byte_at=size // 3, faulty_reads=1, keys=key)
+    status, out, err = faulty("audit", "--deep", "--json")
+    assert faulty.calls().count(("get", key)) == 2
     assert status == ExitStatus.OK, out + err
     doc = json.loads(out)
     assert doc["jobs"][0]["bad"] == []
@@ -500,14 +512,14 @@ def test_verify_reads_a_volume_bad_on_the_first_read_again_verifies_it_and_repor
     assert "first read failed verification" in err
 
 
-def test_verify_marks_a_volume_bad_on_both_reads_bad(archived, monkeypatch):
+def test_verify_marks_a_volume_bad_on_both_reads_bad(archived, faulty_store):
     """docs/reliability.md#r9-bit-flip-in-an-object, docs/reliability.md#r11-flaky-read, the other
     side for ``verify``: a volume whose every read is damaged
     is a finding and its stream is marked bad (exit 4)."""
     run, pool, data, store = archived
     key, size = newest_volume(store)
-    _audit_reads_through(monkeypatch, flip_byte_at=size // 3, keys=key)
-    status, out, err = run("audit", "--deep", "--json")
+    status, out, err = faulty_store(run, flip_byte_at=size // 3, keys=key)("audit", "--deep",
+                                                                           "--json")
     assert status == ExitStatus.AUDIT_FINDINGS, out + err
     doc = json.loads(out)
     assert len(doc["jobs"][0]["bad"]) == 1

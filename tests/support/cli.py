@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -38,6 +39,60 @@ def zfs(*args: str) -> str:
 def prop(name: str, what: str) -> str:
     """One property of a dataset or snapshot, parsable (``zfs get -Hp``)."""
     return zfs("get", "-Hp", "-o", "value", what, name).strip()
+
+
+def rate_limited_zfs(directory: Path, bytes_per_second: int) -> dict[str, str]:
+    """Make ``directory/zfs``, a ``zfs`` whose ``send`` streams go through ``pv -q -L
+    bytes_per_second`` (Debian pv: the rate really binds, on a fast host too) and which runs
+    every other subcommand as the real one; it appends ``send`` to ``directory/sends.log``
+    each time it throttles one. Returns the environment (``PATH`` with ``directory`` first)
+    to give ``run_zbak``/``start_zbak`` so that zbak's ``zfs send`` is slowed for real.
+
+    Raises:
+        pytest's skip or fail (``support.common.need_binary``): no pv or zfs.
+    """
+    from support.common import need_binary
+
+    real, pv = need_binary("zfs", "zfs"), need_binary("pv", "pv")
+    script = directory / "zfs"
+    directory.mkdir(parents=True, exist_ok=True)
+    script.write_text(textwrap.dedent(f"""\
+        #!/bin/bash
+        if [ "$1" = send ]; then
+            echo send >> '{directory / "sends.log"}'
+            set -o pipefail
+            '{real}' "$@" | '{pv}' -q -L {bytes_per_second}
+            exit $?
+        fi
+        exec '{real}' "$@"
+    """))
+    script.chmod(0o755)
+    return {"PATH": f"{directory}:{os.environ.get('PATH', os.defpath)}"}
+
+
+def wait_for_bytes(state_dir: Path, kind: str, proc: subprocess.Popen, *,
+                   at_least: int = 1, timeout: float = 120.0) -> int:
+    """Wait until a transfer of ``kind`` (``replicate``, ``archive``, ``restore``) that the
+    running zbak ``proc`` publishes for ``zbak status`` (``STATE_DIR/running/KIND-*.json``,
+    rewritten about once a second) shows ``at_least`` bytes moved; return that count. What
+    a test waits for before it interrupts a transfer "mid-stream", instead of a sleep.
+
+    Raises:
+        AssertionError: ``proc`` ended, or ``timeout`` seconds passed first.
+    """
+    deadline = time.monotonic() + timeout
+    running = state_dir / "running"
+    while True:
+        for path in running.glob(f"{kind}-*.json"):
+            try:
+                moved = json.loads(path.read_bytes()).get("bytes") or 0
+            except (OSError, ValueError):
+                continue  # removed as its transfer ended
+            if moved >= at_least:
+                return moved
+        assert proc.poll() is None, f"zbak ended before {at_least} bytes moved"
+        assert time.monotonic() < deadline, f"under {at_least} bytes moved in {timeout} s"
+        time.sleep(0.05)
 
 
 def zbak_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -69,7 +124,8 @@ def exit_status(code: int) -> ExitStatus | int:
 @dataclasses.dataclass(frozen=True)
 class Ran:
     """What a finished zbak process left: exit status, stdout and stderr (UTF-8 decoded,
-    undecodable bytes as ``\\xNN``). Unpacks as ``status, out, err``."""
+    undecodable bytes as ``\\xNN``). Unpacks as ``status, out, err``; also answers to
+    ``subprocess.CompletedProcess``'s ``returncode``, ``stdout`` and ``stderr``."""
 
     status: ExitStatus | int
     out: str
@@ -77,6 +133,21 @@ class Ran:
 
     def __iter__(self) -> Iterator[object]:
         return iter((self.status, self.out, self.err))
+
+    @property
+    def returncode(self) -> int:
+        """``status`` as ``subprocess.CompletedProcess`` names it."""
+        return int(self.status)
+
+    @property
+    def stdout(self) -> str:
+        """``out`` as ``subprocess.CompletedProcess`` names it."""
+        return self.out
+
+    @property
+    def stderr(self) -> str:
+        """``err`` as ``subprocess.CompletedProcess`` names it."""
+        return self.err
 
     def __getitem__(self, index: int) -> object:
         return (self.status, self.out, self.err)[index]
@@ -101,7 +172,28 @@ def run_zbak(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None 
         AssertionError: it ran longer than ``timeout`` seconds (it is killed first; the
             message holds what it printed).
     """
-    proc = start_zbak(*args, env=env, cwd=cwd, prefix=prefix)
+    return _finish(start_zbak(*args, env=env, cwd=cwd, prefix=prefix), args, timeout)
+
+
+CRASH_RUNNER = Path(__file__).with_name("crash_runner.py")
+
+
+def faulty_zbak(*args: str, env: Mapping[str, str] | None = None,
+                timeout: float = ZBAK_TIMEOUT) -> Ran:
+    """Run ``zbak ARGS`` as a process under ``support/crash_runner.py``, which wraps the
+    stores and catalog writes of the real CLI: ``env`` gives its ``ZBAK_FAULT_*`` settings
+    (see its docstring), added to ``zbak_env()``.
+
+    Raises:
+        AssertionError: as ``run_zbak``.
+    """
+    proc = subprocess.Popen([sys.executable, str(CRASH_RUNNER), *args], env=zbak_env(env),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    return _finish(proc, args, timeout)
+
+
+def _finish(proc: subprocess.Popen, args: Sequence[str], timeout: float) -> Ran:
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -1,7 +1,9 @@
-"""Run ``zbak ARGS...`` and SIGKILL it after its k-th store or catalog step
-(docs/decisions.md#crash-tests-kill-at-every-step).
+"""Run ``zbak ARGS...`` as a process with faults injected by wrapping: SIGKILL after its k-th
+store or catalog step (docs/decisions.md#crash-tests-kill-at-every-step), and a store that
+damages what it reads.
 
-Usage: ``python tests/support/crash_runner.py [ZBAK ARGS...]`` with the environment:
+Usage: ``python tests/support/crash_runner.py [ZBAK ARGS...]`` with the environment (tests
+build it with ``support.cli.faulty_zbak``):
 
 ``ZBAK_FAULT_KILL_AFTER=k``
     after the k-th step has completed, the process sends itself SIGKILL: no exception, no
@@ -10,6 +12,13 @@ Usage: ``python tests/support/crash_runner.py [ZBAK ARGS...]`` with the environm
 ``ZBAK_FAULT_STEPS_FILE=path``
     each step is appended as ``COUNT<TAB>OP<TAB>KEY`` and fsync'ed before the next action, so
     the test knows every step of a run and which one was the last.
+
+``ZBAK_FAULT_STORE={"flip_byte_at": N, "keys": "vol-000002", ...}``
+    the ``FaultyBackend`` keyword arguments (JSON; ``append`` as hex) every store is opened
+    with: data faults on ``get`` (truncate, flip, append, ``faulty_reads``) of the keys
+    holding the ``keys`` string.
+``ZBAK_FAULT_CALLS=path``
+    every store call is appended as ``OP<TAB>KEY``, so the test sees what zbak read.
 
 A step is a call that changes durable state: ``put`` and ``delete`` on a store (every store
 is opened through ``support.backend.FaultyBackend`` around the real backend) and the catalog
@@ -21,10 +30,12 @@ store is opened through it, by ``Context.store``); the code under test is otherw
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ``import support``
 
@@ -52,17 +63,27 @@ class Steps:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def install(steps: Steps) -> None:
-    """Route every store and the catalog writes through ``steps``."""
+def install(steps: Steps, faults: dict[str, Any] | None = None,
+            calls_path: str | None = None) -> None:
+    """Route every store (with the ``FaultyBackend`` ``faults``) and the catalog writes
+    through ``steps``; log every store call to ``calls_path`` when given."""
     from zrepl_py.catalog import repository
     from zrepl_py.stores import registry as store_registry
 
     original = store_registry.open_store
+    calls = open(calls_path, "a", encoding="utf-8") if calls_path else None  # closed when the process dies
+
+    class Logged(FaultyBackend):
+        def _enter(self, op: str, key: str | None) -> None:
+            if calls is not None:
+                calls.write(f"{op}\t{key}\n")
+                calls.flush()
+            super()._enter(op, key)
 
     @functools.wraps(original)
     def open_store(*args, **kwargs):
-        return FaultyBackend(original(*args, **kwargs),
-                             after_call=lambda _n, op, key: steps.step(op, key))
+        return Logged(original(*args, **kwargs), **(faults or {}),
+                      after_call=lambda _n, op, key: steps.step(op, key))
 
     store_registry.open_store = open_store
 
@@ -82,7 +103,11 @@ def install(steps: Steps) -> None:
 def main() -> int:
     """Install the step counter and run ``zbak`` with ``sys.argv[1:]``."""
     kill = os.environ.get("ZBAK_FAULT_KILL_AFTER")
-    install(Steps(int(kill) if kill else None, os.environ.get("ZBAK_FAULT_STEPS_FILE")))
+    faults = json.loads(os.environ.get("ZBAK_FAULT_STORE", "{}"))
+    if "append" in faults:
+        faults["append"] = bytes.fromhex(faults["append"])
+    install(Steps(int(kill) if kill else None, os.environ.get("ZBAK_FAULT_STEPS_FILE")),
+            faults, os.environ.get("ZBAK_FAULT_CALLS"))
     from zrepl_py.cli import main as zbak_main
 
     return int(zbak_main(sys.argv[1:]))
