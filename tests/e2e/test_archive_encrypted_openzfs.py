@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 import zstandard
+from support.cli import run_zbak
 from support.common import hosts_table
 from support.openzfs import COMMAND_TIMEOUT
 
-from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 
 PASSPHRASE = b"zbak raw archive passphrase 38"
@@ -58,11 +58,8 @@ class Rig:
         """))
 
     def __call__(self, *args: str) -> tuple[int, str, str]:
-        """Run ``zbak --config CONFIG ARGS`` in-process; return (status, stdout, stderr)."""
-        self.capsys.readouterr()
-        status = main(["--config", str(self.config), *args], env={})
-        out, err = self.capsys.readouterr()
-        return status, out, err
+        """Run ``zbak --config CONFIG ARGS`` (a process); return (status, stdout, stderr)."""
+        return run_zbak("--config", str(self.config), *args)
 
     def guest(self, *argv: str, input: bytes | None = None) -> str:
         """Run argv in the guest (must succeed); return its stdout."""

@@ -9,13 +9,21 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from support.cli import Zbak, content_of, prop, restored_content, snapshots, zfs
+from support.cli import (
+    Zbak,
+    content_of,
+    prop,
+    rate_limited_zfs,
+    restored_content,
+    snapshots,
+    start_zbak,
+    zfs,
+)
 
 from zrepl_py.errors import ExitStatus
 
@@ -164,18 +172,19 @@ def test_restore_prints_the_plan_and_refuses_an_existing_dataset(seeded):
 
 def test_an_archive_killed_mid_upload_resumes_without_re_uploading_stored_volumes(seeded, tmp_path):
     run, data, mount, store, pool = seeded
-    # One big full: many 1 MiB volumes, and a rate limit so the kill lands mid-stream.
+    # One big full: 12 MiB in 1 MiB volumes, its zfs send through pv at 2 MiB/s (6 s or
+    # more on any host), so the kill after the third volume lands mid-stream.
     (mount / "big.bin").write_bytes(os.urandom(12 * 1024 * 1024))
     zfs("snapshot", f"{data}@big")
     zfs("destroy", f"{data}@0")
     for step in range(1, 5):
         zfs("destroy", f"{data}@{step}")
-    env = dict(os.environ, ZBAK_LOG_LEVEL="WARNING")
-    proc = subprocess.Popen([sys.executable, "-m", "zrepl_py", "--config", str(run.config),
-                             "archive"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
+    slow = rate_limited_zfs(tmp_path / "slow-zfs", 2 * 1024 * 1024)
+    proc = start_zbak("--config", str(run.config), "archive",
+                      env={**slow, "ZBAK_LOG_LEVEL": "WARNING"})
+    deadline = time.monotonic() + 120
     progress = None
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and proc.poll() is None:
         found = list(store.rglob("progress.json"))
         if found and len(json.loads(found[0].read_bytes())["volumes"]) >= 3:
             progress = found[0]
@@ -183,7 +192,8 @@ def test_an_archive_killed_mid_upload_resumes_without_re_uploading_stored_volume
         time.sleep(0.02)
     assert progress is not None, "the archive finished before it could be interrupted"
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.communicate()
+    assert (tmp_path / "slow-zfs" / "sends.log").read_text(), "zfs send was not rate-limited"
     assert not list(store.rglob("manifest.json"))
     before = {p: p.stat().st_mtime_ns for p in progress.parent.glob("vol-*.zst")}
     status, out, err = run("archive", "--json")

@@ -7,23 +7,21 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support.cli import zfs
+from support.cli import Ran, run_zbak, zfs
 
 from zrepl_py.errors import ExitStatus
 
 BOX = set("┏┓┗┛┃━┡┩│─└┘┼╇┳┻╋")
 
 
-def zbak(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "zrepl_py", *args], capture_output=True,
-                          text=True, timeout=300)
+def zbak(*args: str) -> Ran:
+    return run_zbak(*args)
 
 
 @dataclass
@@ -41,7 +39,7 @@ class Site:
     def data(self) -> str:
         return f"{self.src}/data"
 
-    def run(self, *args: str) -> subprocess.CompletedProcess:
+    def run(self, *args: str) -> Ran:
         return zbak("--config", str(self.config), *args)
 
 

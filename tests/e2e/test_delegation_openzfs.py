@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
+from support.cli import run_zbak
 from support.common import hosts_table
 from support.openzfs import COMMAND_TIMEOUT
 
-from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus, PermissionDenied
 from zrepl_py.zfs.client import Zfs
 
@@ -73,9 +73,7 @@ def test_the_whole_cycle_runs_as_a_user_with_only_the_documented_delegation_and_
     """))
 
     def zbak(*args: str) -> None:
-        capsys.readouterr()
-        status = main(["--config", str(config), *args], env={})
-        out, err = capsys.readouterr()
+        status, out, err = run_zbak("--config", str(config), *args)
         assert status == ExitStatus.OK, (args, out, err)
 
     zbak("init", "--no-checks")

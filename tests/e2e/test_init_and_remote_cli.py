@@ -9,17 +9,14 @@ import textwrap
 import time
 
 import pytest
+from support.cli import run_zbak
 from support.common import hosts_table
 
-from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 
 
 def run(config, capsys, *args):
-    capsys.readouterr()
-    status = main(["--config", str(config), *args], env={})
-    out, err = capsys.readouterr()
-    return status, out, err
+    return run_zbak("--config", str(config), *args)
 
 
 def test_init_checks_a_directory_store_and_an_s3_bucket(tmp_path, s3_server, s3_bucket, capsys):

@@ -11,12 +11,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support.cli import zfs
+from support.cli import run_zbak, zfs
 from support.common import hosts_table
 
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.cli import main
 from zrepl_py.config.loading import load_config
 from zrepl_py.errors import ExitStatus
 
@@ -44,10 +43,7 @@ class Cli:
         self.config, self.capsys = config, capsys
 
     def __call__(self, *args: str):
-        self.capsys.readouterr()
-        status = main(["--config", str(self.config), *args], env={})
-        out, err = self.capsys.readouterr()
-        return status, out, err
+        return run_zbak("--config", str(self.config), *args)
 
     def json(self, *args: str):
         status, out, err = self(*args, "--json")

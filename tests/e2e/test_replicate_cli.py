@@ -7,16 +7,14 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from support.cli import zfs
+from support.cli import run_zbak, start_zbak, wait_for_bytes, zfs
 from support.common import hosts_table
 
-from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 
 pytestmark = [pytest.mark.zfs, pytest.mark.ssh]
@@ -67,10 +65,7 @@ class Rig:
         """) + textwrap.dedent(extra))
 
     def __call__(self, *args: str):
-        self.capsys.readouterr()
-        status = main(["--config", str(self.config), *args], env={})
-        out, err = self.capsys.readouterr()
-        return status, out, err
+        return run_zbak("--config", str(self.config), *args)
 
     def snapshot(self, short: str) -> None:
         zfs("snapshot", "-r", f"{self.data}@{short}")
@@ -175,8 +170,7 @@ def test_a_transfer_whose_sender_is_killed_mid_stream_is_completed_by_the_next_r
     assert rig("init", "--no-checks")[0] == ExitStatus.OK
     write(rig.mount / "big.bin", 3_000_000, -1)
     rig.snapshot("s1")
-    proc = subprocess.Popen([sys.executable, "-m", "zrepl_py", "--config", str(rig.config), "replicate"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_zbak("--config", str(rig.config), "replicate", text=True)
     sender = None
     for _ in range(100):
         # zfs-fuse's zfs rewrites its own argv: "zfs send POOL/data s1", no "@"
@@ -188,7 +182,7 @@ def test_a_transfer_whose_sender_is_killed_mid_stream_is_completed_by_the_next_r
     if sender is None:
         proc.kill()
         pytest.fail("the sender never started: " + "".join(proc.communicate()))
-    time.sleep(1.5)  # let some bytes through the 300 kB/s limit
+    wait_for_bytes(rig.tmp / "state", "replicate", proc)  # mid-stream: bytes have moved
     os.kill(sender, signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == ExitStatus.FAILED, out + err

@@ -22,10 +22,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support.common import hosts_table
+from support.cli import run_zbak
+from support.common import hosts_table, need_binary
 from support.openzfs import COMMAND_TIMEOUT
 
-from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 
 
@@ -35,9 +35,7 @@ def guest_rsync(openzfs_executor):
     run = openzfs_executor.run
     if run(["rsync", "--version"], check=False, timeout=COMMAND_TIMEOUT).returncode == 0:
         return
-    rsync = "/usr/bin/rsync"
-    if not os.access(rsync, os.X_OK):
-        pytest.skip("no /usr/bin/rsync on this host to copy into the guest")
+    rsync = need_binary("rsync", "rsync")  # this host's, the same Debian release as the guest's
     libs = subprocess.run(["ldd", rsync], capture_output=True, text=True, check=True).stdout
     for line in libs.splitlines():
         parts = line.split("=>")
@@ -77,10 +75,7 @@ class Rig:
         assert self("init", "--no-checks")[0] == ExitStatus.OK
 
     def __call__(self, *args: str) -> tuple[int, str, str]:
-        self.capsys.readouterr()
-        status = main(["--config", str(self.config), *args], env={})
-        out, err = self.capsys.readouterr()
-        return status, out, err
+        return run_zbak("--config", str(self.config), *args)
 
     def guest(self, *argv: str, input: bytes | None = None) -> str:
         return self.executor.run(list(argv), input=input, timeout=COMMAND_TIMEOUT).text

@@ -12,16 +12,14 @@ zfs-fuse lacks (resume tokens, bookmarks, raw send) are the point of this file.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
+from support.cli import run_zbak, start_zbak, wait_for_bytes
 from support.common import replication_config
 from support.openzfs import COMMAND_TIMEOUT
 
-from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 from zrepl_py.replication.protect import bookmark_prefix
 
@@ -60,11 +58,8 @@ class Rig:
             targets or [self.target], connect_timeout=30, extra=limit + textwrap.dedent(extra)))
 
     def __call__(self, *args: str) -> tuple[int, str, str]:
-        """Run ``zbak --config CONFIG ARGS`` in-process; return (status, stdout, stderr)."""
-        self.capsys.readouterr()
-        status = main(["--config", str(self.config), *args], env={})
-        out, err = self.capsys.readouterr()
-        return status, out, err
+        """Run ``zbak --config CONFIG ARGS`` (a process); return (status, stdout, stderr)."""
+        return run_zbak("--config", str(self.config), *args)
 
     def replicate(self) -> str:
         """``zbak replicate --json`` must succeed; return the one dataset row's plan text."""
@@ -137,9 +132,7 @@ class Rig:
         """Run ``python -m zrepl_py replicate`` rate-limited, kill the guest's ``zfs send``
         once bytes flow, and return zbak's stderr (zbak must exit 1)."""
         self.write_config(rate=RATE)
-        proc = subprocess.Popen([sys.executable, "-m", "zrepl_py", "--config", str(self.config),
-                                 "replicate"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)  # fmt: skip
+        proc = start_zbak("--config", str(self.config), "replicate", text=True)
         try:
             deadline = time.monotonic() + 90
             while not (self.senders() and self.receivers()):
@@ -147,7 +140,7 @@ class Rig:
                     pytest.fail("the guest's zfs send | zfs receive never showed up: "
                                 + "".join(proc.communicate(timeout=30)))  # fmt: skip
                 time.sleep(0.2)
-            time.sleep(1.0)  # let a few hundred kB through the rate limit
+            wait_for_bytes(self.tmp / "state", "replicate", proc)  # mid-stream
             killed = self.executor.run(["pkill", "-KILL", "-f", f"[z]fs send .*{self.data}"],
                                        check=False, timeout=COMMAND_TIMEOUT)  # fmt: skip
             assert killed.returncode == 0, "zfs send ended before it could be killed"
@@ -323,15 +316,13 @@ def test_sigterm_mid_transfer_leaves_a_resume_token_and_the_rerun_resumes_from_i
     rig.write("big.bin", BIG_MIB)
     rig.snapshot("s1")
     rig.write_config(rate=RATE)
-    proc = subprocess.Popen([sys.executable, "-m", "zrepl_py", "--config", str(rig.config),
-                             "replicate"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = start_zbak("--config", str(rig.config), "replicate", text=True)
     try:
         deadline = time.monotonic() + 90
         while not (rig.senders() and rig.receivers()):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.2)
-        time.sleep(1.0)
+        wait_for_bytes(rig.tmp / "state", "replicate", proc)  # mid-stream
         proc.terminate()
         out, err = proc.communicate(timeout=60)
     finally:

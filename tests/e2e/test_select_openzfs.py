@@ -18,10 +18,10 @@ import textwrap
 import time
 
 import pytest
+from support.cli import run_zbak
 from support.common import hosts_table
 from support.openzfs import COMMAND_TIMEOUT
 
-from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 
 
@@ -42,10 +42,8 @@ class Guest:
         assert all(c["ok"] for c in checks), checks
 
     def zbak(self, *args: str):
-        """``zbak --config CONFIG ARGS --json`` in-process; the parsed JSON output."""
-        self.capsys.readouterr()
-        status = main(["--config", str(self.config), *args, "--json"], env={})
-        out, err = self.capsys.readouterr()
+        """``zbak --config CONFIG ARGS --json`` (a process); the parsed JSON output."""
+        status, out, err = run_zbak("--config", str(self.config), *args, "--json")
         assert status == ExitStatus.OK, out + err
         return json.loads(out)
 

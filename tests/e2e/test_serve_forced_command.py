@@ -23,11 +23,10 @@ import time
 from pathlib import Path
 
 import pytest
-from support.cli import content_of, exists, prop, restored_content, settled_snapshots, zfs
+from support.cli import content_of, exists, prop, restored_content, run_zbak, settled_snapshots, zfs
 from support.common import hosts_table
 from support.served import served_pools
 
-from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 from zrepl_py.proc.openssh import remote_command, ssh_argv
 from zrepl_py.restore.mark import RESTORING
@@ -73,10 +72,7 @@ class Served:
         """) + textwrap.dedent(replicate_extra))
 
     def zbak(self, *args: str):
-        self.capsys.readouterr()
-        status = main(["--config", str(self.config), *args], env={})
-        out, err = self.capsys.readouterr()
-        return status, out, err
+        return run_zbak("--config", str(self.config), *args)
 
     def ssh(self, request: str) -> subprocess.CompletedProcess:
         """Send ``request`` verbatim as the remote command (no local shell involved)."""

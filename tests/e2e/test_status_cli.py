@@ -14,11 +14,10 @@ import textwrap
 import time
 
 import pytest
-from support.cli import zfs
+from support.cli import run_zbak, zfs
 
 from zrepl_py.catalog import db
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 from zrepl_py.observe.transfers import RunningTransfer, Slot
 
@@ -79,9 +78,7 @@ def rig(make_pool, tmp_path, capsys):
     (tmp_path / "known_hosts").write_text("")
 
     def run(*args, ok=True):
-        capsys.readouterr()
-        status = main(["--config", str(config), *args], env={})
-        out, err = capsys.readouterr()
+        status, out, err = run_zbak("--config", str(config), *args)
         if ok:
             assert status == ExitStatus.OK, out + err
         return status, out, err

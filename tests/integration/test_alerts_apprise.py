@@ -10,6 +10,7 @@ import socket
 
 import pytest
 import tenacity
+from support.cli import run_zbak
 from support.receiver import Receiver
 
 from zrepl_py import alerts
@@ -149,13 +150,10 @@ def test_a_url_apprise_does_not_know_is_refused_without_showing_it(caplog):
     assert TOKEN not in str(failure.value) + every_log_line(caplog)
 
 
-def test_a_plain_url_in_the_config_is_refused_naming_the_key(tmp_path, capsys):
-    from zrepl_py.cli import main
-
+def test_a_plain_url_in_the_config_is_refused_naming_the_key(tmp_path):
     config = tmp_path / "zbak.toml"
     config.write_text(f'state_dir = "{tmp_path}"\n[alerts.apprise]\n'
                       f'urls = ["tgram://{TOKEN}/123"]\n')
-    status = main(["--config", str(config), "config", "check"], env={})
-    err = capsys.readouterr().err
+    status, _, err = run_zbak("--config", str(config), "config", "check")
     assert status == 2 and "alerts.apprise.urls" in err and str(config) in err
     assert TOKEN not in err

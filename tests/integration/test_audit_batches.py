@@ -14,7 +14,7 @@ import json
 import shutil
 
 import pytest
-from support.cli import Zbak
+from support.cli import InProcessZbak
 from support.generated import Generated, archive_config
 from support.postgres import migrated_engine
 
@@ -70,7 +70,7 @@ def damaged(request, tmp_path, capsys):
         assert "s3://" in text
         config.write_text(text)
     shutil.copy2(catalog, tmp_path / "catalog.saved")
-    return Zbak(config, capsys), catalog, tmp_path / "catalog.saved"
+    return InProcessZbak(config, capsys), catalog, tmp_path / "catalog.saved"
 
 
 def audited(run, catalog, saved) -> dict:
@@ -87,6 +87,8 @@ def test_an_audit_in_batches_of_datasets_finds_what_one_batch_finds_in_the_same_
     whole = audited(run, catalog, saved)
     batches = []
     real = audit_job_module.plan_batches
+    # In-process (docs/reliability.md#in-process-hooks-kept): a batch is 10,000 streams, so
+    # the test shrinks BATCH_STREAMS to batch a catalog of 60 and records the batches.
     monkeypatch.setattr(audit_job_module, "BATCH_STREAMS", limit)
     monkeypatch.setattr(audit_job_module, "plan_batches",
                         lambda *a, **k: batches.append(real(*a, **k)) or batches[-1])

@@ -12,11 +12,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support.cli import zfs
+from support.cli import run_zbak, zfs
 
 from zrepl_py.catalog.rebuild import chain_order, pick_parent
 from zrepl_py.catalog.rows import StreamRow
-from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
 
@@ -39,10 +38,7 @@ def config_file(path: Path, state: Path, url: str, dataset: str, store: Path) ->
 
 
 def cli(capsys, config: Path, *args: str):
-    capsys.readouterr()
-    status = main(["--config", str(config), *args], env={})
-    out, err = capsys.readouterr()
-    return status, out, err
+    return run_zbak("--config", str(config), *args)
 
 
 def ok(capsys, config: Path, *args: str) -> str:

@@ -10,9 +10,8 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support.cli import zfs
+from support.cli import run_zbak, zfs
 
-from zrepl_py.cli import main
 from zrepl_py.config.loading import load_config
 from zrepl_py.errors import ExitStatus, ZbakError
 from zrepl_py.invocation.context import Context
@@ -68,9 +67,7 @@ def world(make_pool, tmp_path, capsys):
     zfs("create", f"{bak.name}/scratch")
 
     def run(*args):
-        capsys.readouterr()
-        status = main(["--config", str(config), *args], env={})
-        out, err = capsys.readouterr()
+        status, out, err = run_zbak("--config", str(config), *args)
         assert status == ExitStatus.OK, out + err
         return out
 

@@ -9,16 +9,13 @@ installed (``ModuleNotFoundError`` naming it).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import Ran, run_zbak
 
 from zrepl_py.errors import ExitStatus
 
-ZBAK = Path(sys.executable).with_name("zbak")
 S3_LINE = "zbak: store cold needs boto3: pip install 'zbak[s3]'"
 PG_LINE = ("zbak: the PostgreSQL catalog ([catalog] url) needs psycopg:"
            " pip install 'zbak[postgresql]'")
@@ -50,19 +47,18 @@ def _config(tmp_path: Path, *, catalog: str | None = None, s3: bool = False,
     return path
 
 
-def _zbak(config: Path, *args: str, hide: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+def _zbak(config: Path, *args: str, hide: tuple[str, ...] = ()) -> Ran:
+    env = {}
     if hide:
         site = config.parent / "hide"
         site.mkdir(exist_ok=True)
         (site / "sitecustomize.py").write_text(
             "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in hide))
         env["PYTHONPATH"] = str(site)
-    return subprocess.run([str(ZBAK), "--config", str(config), *args], capture_output=True,
-                          text=True, env=env, timeout=120)
+    return run_zbak("--config", str(config), *args, env=env, timeout=120)
 
 
-def _refused(done: subprocess.CompletedProcess, line: str) -> None:
+def _refused(done: Ran, line: str) -> None:
     assert done.returncode == ExitStatus.USAGE, done.stderr
     assert done.stderr.splitlines() == [line]
     assert "Traceback" not in done.stderr
@@ -115,8 +111,7 @@ def test_a_half_installed_boto3_is_refused_quoting_its_import_error(tmp_path):
     shadow = tmp_path / "shadow" / "boto3"
     shadow.mkdir(parents=True)  # a boto3 whose botocore is gone, found before the real one
     (shadow / "__init__.py").write_text("import botocore_gone\n")
-    env = {**os.environ, "PYTHONPATH": str(shadow.parent)}
-    done = subprocess.run([str(ZBAK), "--config", str(_config(tmp_path, s3=True)), "config",
-                           "check"], capture_output=True, text=True, env=env, timeout=120)
+    done = run_zbak("--config", str(_config(tmp_path, s3=True)), "config", "check",
+                    env={"PYTHONPATH": str(shadow.parent)}, timeout=120)
     _refused(done, "zbak: store cold needs boto3 (No module named 'botocore_gone'):"
                    " pip install 'zbak[s3]'")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from support.executor import RecordingExecutor
 from support.zfs import COMMAND_TIMEOUT
 
 from zrepl_py.clock import from_epoch
@@ -148,19 +149,18 @@ def test_a_held_snapshot_cannot_be_destroyed_until_its_hold_is_released(zfs, roo
 
 
 def test_holds_releases_and_settings_of_many_names_take_one_command_and_go_on_past_a_failure(
-        zfs, root, monkeypatch):
+        zfs, root):
     datasets = [root.child(f"d{i}") for i in range(3)]
     for ds in datasets:
         zfs.create_filesystem(ds)
     snaps = [SnapshotName.of(ds, "s") for ds in datasets]
     zfs.snapshot(SnapshotName.of(root, "s"), recursive=True)
-    ran = []
-    run = zfs.executor.run
-    monkeypatch.setattr(zfs.executor, "run", lambda argv, **kw: ran.append(argv) or run(argv, **kw))
+    recording = RecordingExecutor(zfs.executor)
+    zfs = Zfs(recording, capabilities=zfs.capabilities, timeout=COMMAND_TIMEOUT)
 
     zfs.hold_many(snaps, "zbak:j:t")
     zfs.set_property_many(datasets, "com.example:role", "replica")
-    assert [argv[1] for argv in ran] == ["hold", "set"], "one command each"
+    assert [argv[1] for argv in recording.calls] == ["hold", "set"], "one command each"
     assert [int(zfs_get(s, "userrefs")) for s in snaps] == [1, 1, 1]
     assert {zfs_get(ds, "com.example:role") for ds in datasets} == {"replica"}
 

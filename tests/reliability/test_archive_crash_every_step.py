@@ -20,8 +20,6 @@ then after a normal rerun:
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import signal
@@ -37,9 +35,8 @@ from support.archive_checks import (
     converged_problems,
     leftovers,
 )
-from support.cli import file_archive_config, prop, zfs
+from support.cli import Ran, file_archive_config, prop, run_zbak, zfs
 
-from zrepl_py.cli import main
 from zrepl_py.errors import ExitStatus
 from zrepl_py.objects.layout import MANIFEST, PROGRESS
 from zrepl_py.stores.file import FileBackend
@@ -55,12 +52,9 @@ def write_config(base: Path, dataset: str) -> tuple[Path, Path]:
     return file_archive_config(base, dataset, volume_size="1MiB")
 
 
-def zbak(config: Path, *args: str) -> tuple[ExitStatus, str, str]:
-    """Run zbak in this process; return the status, stdout and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(["--config", str(config), *args], env={})
-    return status, out.getvalue(), err.getvalue()
+def zbak(config: Path, *args: str) -> Ran:
+    """Run ``zbak --config CONFIG ARGS`` as a process."""
+    return run_zbak("--config", str(config), *args)
 
 
 def crash(config: Path, base: Path, k: int | None) -> tuple[int, list[tuple[str, str]], str]:

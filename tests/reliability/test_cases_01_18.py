@@ -39,9 +39,9 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
-import io
 import json
 import os
+import random
 import signal
 import subprocess
 import textwrap
@@ -53,10 +53,10 @@ import boto3
 import botocore.config
 import pytest
 from botocore.stub import ANY, Stubber
+from support.cli import Ran, run_zbak, start_zbak, wait_for_bytes
 from support.s3proxy import S3Proxy
 
 from zrepl_py.catalog.rows import VolumeRow
-from zrepl_py.cli import main
 from zrepl_py.errors import (
     ExitStatus,
     NeedsThaw,
@@ -256,33 +256,33 @@ def test_a_signal_during_the_retry_backoff_stops_the_retries_at_once():
     KeyboardInterrupt (``cli._terminate``); one arriving while the policy sleeps before a retry ends
     the call at once, with no further attempt."""
     calls = []
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
 
     def always_transient():
+        if not calls:
+            timer.start()  # the signal lands in the wait after this first try
         calls.append(time.monotonic())
         raise StoreTransient("503 SlowDown", store="s", key="k")
 
     patient = RetryPolicy(attempts=5, initial_wait=60, max_wait=60)
+    # tenacity draws the wait from the global ``random`` (uniform in [0, 60] s here): seeded,
+    # the first wait is 57.4 s, so an uninterruptible sleep cannot pass the bound below on
+    # any host, and a signal at 0.3 s passes it however loaded the host.
+    state = random.getstate()
+    random.seed(2)
     # Python's own SIGINT handler, whatever this test run started with (a shell running
     # the suite in the background gives it SIGINT ignored, and the signal would be lost).
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    # wait_random_exponential draws from [0, 60]: the first wait could be short, so retry
-    # until one is long enough to be interrupted (each try costs at most 0.3 s).
-    for _ in range(20):
-        calls.clear()
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
-        started = time.monotonic()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                patient.call(always_transient)
-        finally:
-            timer.cancel()
-            signal.signal(signal.SIGINT, previous)
-        if len(calls) == 1:
-            break
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    assert len(calls) == 1, "some backoff drawn was under 0.3 s every time"
-    assert time.monotonic() - started < 2
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            patient.call(always_transient)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+        random.setstate(state)
+    assert len(calls) == 1
+    assert time.monotonic() - started < 30, "the signal waited for the 57 s backoff"
 
 
 # -- a reverse proxy in front of moto that can rewrite one answer (support.s3proxy) --------------
@@ -434,11 +434,8 @@ class FuseRig:
             """) + limit)
         assert self("init", "--no-checks")[0] == ExitStatus.OK
 
-    def __call__(self, *args: str) -> tuple[int, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            status = main(["--config", str(self.config), *args], env={})
-        return status, out.getvalue(), err.getvalue()
+    def __call__(self, *args: str) -> Ran:
+        return run_zbak("--config", str(self.config), *args)
 
     def replicate(self) -> tuple[int, str, str]:
         return self("replicate", "--json")
@@ -465,7 +462,6 @@ def test_a_full_send_killed_mid_stream_is_restarted_on_zfs_fuse_and_the_files_ma
     restart): the source's ``zfs send`` is SIGKILLed after bytes went through the rate-limited pipe
     to sshd; zbak exits 1, no partial replica is left, and the next run sends the full again: same
     GUIDs and the same file contents by SHA-256."""
-    import sys
 
     rig = FuseRig(make_pool, sshd, tmp_path, rate=300_000)
     (rig.mount / "big.bin").write_bytes(os.urandom(2_500_000))
@@ -474,9 +470,7 @@ def test_a_full_send_killed_mid_stream_is_restarted_on_zfs_fuse_and_the_files_ma
     _zfs("snapshot", f"{rig.data}@s1")
     source = _tree_hashes(rig.mount)
 
-    proc = subprocess.Popen([sys.executable, "-m", "zrepl_py", "--config", str(rig.config),
-                             "replicate"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = start_zbak("--config", str(rig.config), "replicate", text=True)
     try:
         sender = None
         deadline = time.monotonic() + 30
@@ -487,7 +481,7 @@ def test_a_full_send_killed_mid_stream_is_restarted_on_zfs_fuse_and_the_files_ma
             sender = int(found.stdout.split()[0]) if found.stdout.strip() else None
             time.sleep(0.1)
         assert sender is not None, "the sender never started"
-        time.sleep(1.5)  # a few hundred kB through the 300 kB/s limit
+        wait_for_bytes(rig.config.parent / "state", "replicate", proc)  # mid-stream
         os.kill(sender, signal.SIGKILL)
         out, err = proc.communicate(timeout=120)
     finally:
