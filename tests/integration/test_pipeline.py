@@ -42,6 +42,11 @@ from zrepl_py.zfs.errors import classify
 
 MB = 1024 * 1024
 PY = sys.executable
+STOPS_WITHIN = 30.0
+"""Seconds a pipeline that must stop (a stage failed, a cancel, a timeout) may take, on a
+loaded host too. What the bound catches is a stage left running: every such test's other
+stage runs forever (``yes``, ``cat /dev/zero``) or 60 s, so it would hold the pipeline past
+this, up to pytest's timeout. It does not measure speed."""
 
 
 def py_stage(name: str, code: str) -> Stage:
@@ -161,7 +166,7 @@ def test_a_receiver_failing_while_the_sender_writes_is_the_culprit_and_returns_q
     """docs/reliability.md#r6-receiver-fails-while-the-sender-is-still-writing."""
     receiver = 'read -r x; echo "cannot receive: bad stream" >&2; exit 1'
     error, seconds = failure([Stage("send", ("yes",)), Stage("receive", ("sh", "-c", receiver))])
-    assert seconds < 2
+    assert seconds < STOPS_WITHIN
     assert error.culprit.name == "receive"
     assert error.culprit.returncode == 1
     assert "cannot receive: bad stream" in str(error)
@@ -178,7 +183,7 @@ def test_a_sender_failing_first_is_the_culprit_while_the_receiver_sees_eof():
     receiver = 'cat >/dev/null; echo "cannot receive: failed to read from stream" >&2; exit 1'
     error, seconds = failure([Stage("send", ("sh", "-c", sender)),
                               Stage("receive", ("sh", "-c", receiver))])  # fmt: skip
-    assert seconds < 2
+    assert seconds < STOPS_WITHIN
     assert error.culprit.name == "send"
     assert "cannot open tank/x: dataset does not exist" in str(error)
     assert error.stages[1].failed  # on its own (EOF) or stopped by us: either way not blamed
@@ -211,7 +216,7 @@ def test_a_program_that_cannot_start_is_the_culprit_and_started_stages_are_stopp
     stages = [Stage("send", ("yes",)), Stage("compress", ("zbak-no-such-program",)),
               Stage("receive", ("cat",))]  # fmt: skip
     error, seconds = failure(stages)
-    assert seconds < 2
+    assert seconds < STOPS_WITHIN
     assert error.culprit.name == "compress"
     assert error.culprit.returncode == 127
     assert "zbak-no-such-program" in error.culprit.stderr
@@ -262,7 +267,7 @@ def process_state(pid: int) -> str | None:
         return None
 
 
-def test_setting_cancel_stops_every_stage_and_its_children_within_two_seconds():
+def test_setting_cancel_stops_every_stage_and_its_children():
     cancel = threading.Event()
     timer = threading.Timer(0.3, cancel.set)
     timer.start()
@@ -271,7 +276,7 @@ def test_setting_cancel_stops_every_stage_and_its_children_within_two_seconds():
     with pytest.raises(PipelineCancelled) as info:
         started = time.monotonic()
         run_pipeline(stages, cancel=cancel)
-    assert time.monotonic() - started < 2.3
+    assert time.monotonic() - started < STOPS_WITHIN
     error = info.value
     assert error.culprit.name == "cancelled" and error.culprit.argv == ()
     assert "cancelled" in str(error)
@@ -294,7 +299,7 @@ def test_a_timeout_stops_every_stage_and_raises_pipeline_timed_out():
     started = time.monotonic()
     with pytest.raises(PipelineTimedOut) as info:
         run_pipeline(stages, timeout=0.5)
-    assert 0.5 <= time.monotonic() - started < 2.5
+    assert 0.5 <= time.monotonic() - started < STOPS_WITHIN
     assert info.value.culprit.name == "timeout"
     assert "0.5 s timeout" in str(info.value)
     assert_nothing_left(info.value.stages)
@@ -306,7 +311,7 @@ def test_a_stage_that_ignores_sigterm_is_killed_after_the_grace():
     started = time.monotonic()
     with pytest.raises(PipelineTimedOut) as info:
         run_pipeline(stages, timeout=0.2, kill_grace=0.5)
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < STOPS_WITHIN
     assert info.value.stages[0].status == "killed by SIGKILL"
     assert_nothing_left(info.value.stages)
 
@@ -358,7 +363,7 @@ def test_an_exception_in_the_progress_callback_stops_the_pipeline_and_propagates
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         run_pipeline(stages, progress=explode, interval=0.1)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < STOPS_WITHIN
     children = subprocess.run(["ps", "--ppid", str(os.getpid()), "-o", "stat=,args="],
                               capture_output=True, text=True).stdout  # fmt: skip
     assert "cat" not in children  # neither running nor a zombie

@@ -266,7 +266,7 @@ def test_a_killed_rsync_records_no_tree_and_the_next_run_resumes(zfs, zpool, tmp
     dataset = DatasetName(zpool.name).child("big")
     zfs.create_filesystem(dataset)
     top = zpool.mountpoint / "big"
-    (top / "big.bin").write_bytes(os.urandom(3 * 1024 * 1024))
+    (top / "big.bin").write_bytes(os.urandom(8 * 1024 * 1024))
     (top / "small").write_text("small\n")
     expected = tree_of(top)
     snap = SnapshotName.of(dataset, "s")
@@ -274,17 +274,20 @@ def test_a_killed_rsync_records_no_tree_and_the_next_run_resumes(zfs, zpool, tmp
     directory = tmp_path / "dir"
     target = Endpoint("local", None, str(directory))
 
-    with pytest.raises(RsyncFailed) as caught:  # ~3 s at 1 MiB/s, killed after 1.5 s
+    with pytest.raises(RsyncFailed) as caught:  # 8 s at 1 MiB/s (bwlimit binds), killed at 4 s
         replicate_snapshot_rsync(zfs, snap, target, None, LocalExecutor(),
                                  known_hosts_default=tmp_path / "kh",
-                                 bandwidth_limit=Timetable((), 1024 * 1024), timeout=1.5)
+                                 bandwidth_limit=Timetable((), 1024 * 1024), timeout=4)
     assert caught.value.returncode is None
     assert os.listdir(directory / "snapshots") == []
     assert view_clones(zpool.name) == []
     guid = zfs.get_properties(snap, ["guid"])["guid"]
-    time.sleep(0.5)  # the killed client's receiver notices EOF and keeps the partial file
     kept = directory / "partial" / guid / "big.bin"
-    assert 0 < kept.stat().st_size < 3 * 1024 * 1024, "--partial keeps what arrived"
+    deadline = time.monotonic() + 30  # the killed client's receiver notices EOF, then keeps it
+    while not (kept.exists() and kept.stat().st_size > 0):
+        assert time.monotonic() < deadline, "--partial kept nothing"
+        time.sleep(0.05)
+    assert kept.stat().st_size < 8 * 1024 * 1024, "--partial keeps what arrived"
 
     result = replicate_snapshot_rsync(zfs, snap, target, None, LocalExecutor(),
                                       known_hosts_default=tmp_path / "kh")

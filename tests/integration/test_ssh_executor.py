@@ -99,13 +99,14 @@ def test_without_input_the_command_reads_an_empty_stdin(executor):
 
 
 def test_a_timeout_stops_waiting_quickly_and_raises_command_failed_without_returncode(executor):
-    """timeout expiry raises CommandFailed(returncode=None) within about the timeout."""
+    """timeout expiry raises CommandFailed(returncode=None) instead of waiting for the
+    command's 60 s (the 30 s bound holds on a loaded host; it catches the wait, not speed)."""
     started = time.monotonic()
     with pytest.raises(CommandFailed) as info:
-        executor.run(["sleep", "5"], timeout=0.5)
+        executor.run(["sleep", "60"], timeout=0.5)
     assert info.value.returncode is None
     assert "timed out" in info.value.stderr
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 30
     assert executor.run(["true"]).returncode == 0  # the executor is still usable
 
 
@@ -476,10 +477,11 @@ def negotiated_cipher(argv: list[str]) -> str:
 def test_the_data_path_negotiates_aes_gcm_on_an_aes_cpu_and_falls_back_where_refused(
     sshd, sshd_factory, tmp_path
 ):
-    if not openssh._local_cpu_has_aes():
-        pytest.skip("this CPU has no AES instructions: zbak leaves ssh its own cipher order")
-    assert negotiated_cipher(ssh_argv(sshd.host_config(), known_hosts_default=tmp_path / "kh")) \
-        == "aes128-gcm@openssh.com"
+    default = negotiated_cipher(ssh_argv(sshd.host_config(), known_hosts_default=tmp_path / "kh"))
+    if not openssh._local_cpu_has_aes():  # zbak leaves ssh its own order: ChaCha20 first
+        assert default == "chacha20-poly1305@openssh.com"
+        return
+    assert default == "aes128-gcm@openssh.com"
     # ssh's own order starts with ChaCha20-Poly1305: what zbak used before choosing
     plain = ssh_argv(sshd.host_config(ciphers=[]), known_hosts_default=tmp_path / "kh")
     assert negotiated_cipher(plain) == "chacha20-poly1305@openssh.com"
@@ -504,6 +506,7 @@ def test_a_command_that_ends_before_its_stdin_eof_is_sent_keeps_the_connection(s
             time.sleep(0.5)  # `true` ends and the server closes its channel meanwhile
         send(message)
 
+    # The race is inside paramiko's transport, below any executor (docs/reliability.md#in-process-hooks-kept).
     monkeypatch.setattr(transport, "_send_user_message", late_eof)
     assert ssh.run(["true"]).returncode == 0
     time.sleep(0.5)  # what sshd does with a late EOF

@@ -89,7 +89,7 @@ def test_a_receiver_failing_while_the_sender_writes_is_blamed_and_nothing_is_lef
     started = time.monotonic()
     with pytest.raises(PipelineFailed) as failure:
         run_pipeline([sender, receiver])
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # a stage left running holds it forever
     assert failure.value.culprit.name == "receive"
     assert "out of space" in str(failure.value)
     pids = {s.pid for s in failure.value.stages if s.pid}

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    """Records each POST; answers ``fail_first`` 503s first, each after ``delay`` seconds.
+    """Records each POST; answers ``fail_first`` 503s first; holds every answer while
+    ``release`` is clear (it is set: clear it to hold, set it to let them go, 60 s at most).
 
     Args:
         path: the URL path it is reached at (``url`` is ``http://127.0.0.1:PORT`` + path).
@@ -22,14 +22,15 @@ class Receiver:
         self._posts: list[tuple[str, dict, dict]] = []
         self._flush = flush
         self.fail_first = 0
-        self.delay = 0.0
+        self.release = threading.Event()
+        self.release.set()
         self.arrived = threading.Event()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # http.server's naming
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                time.sleep(receiver.delay)
+                receiver.release.wait(60)
                 if receiver.fail_first > 0:
                     receiver.fail_first -= 1
                     self.send_response(503)
