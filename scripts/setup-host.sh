@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(zfs-fuse openssh-server openssh-client rsync zstd age pv mbuffer postgresql python3-venv python3-pip procps strace man-db podman runc netavark aardvark-dns iptables debootstrap tmux prometheus)
+packages=(zfs-fuse openssh-server openssh-client rsync zstd age pv mbuffer postgresql python3-venv python3-pip procps strace man-db podman runc netavark aardvark-dns iptables debootstrap tmux prometheus systemd)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

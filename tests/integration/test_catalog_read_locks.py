@@ -33,7 +33,9 @@ READS = {
 @pytest.mark.parametrize("read", sorted(READS))
 def test_a_read_does_not_wait_for_another_process_holding_the_write_lock(
         tmp_path, monkeypatch, read):
-    monkeypatch.setattr(db, "SQLITE_BUSY_TIMEOUT_MS", 100)  # a write would fail at once
+    # A write would fail at once; a read that waited would take the whole timeout
+    # (docs/reliability.md#in-process-hooks-kept).
+    monkeypatch.setattr(db, "SQLITE_BUSY_TIMEOUT_MS", 100)
     path = tmp_path / "catalog.db"
     with migrated_engine(f"sqlite:///{path}") as engine:
         catalog = Catalog(engine)

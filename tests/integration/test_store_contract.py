@@ -499,7 +499,7 @@ class TestS3Store:
                     "r/zz/0-full/vol", "r/zz/0-full/manifest.json"]:
             store.put(key, [b"x"])
         requests = []
-        op = store._op
+        op = store._op  # counted in-process (docs/reliability.md#in-process-hooks-kept)
         monkeypatch.setattr(store, "_op", lambda name, *a, **k: requests.append(
             (name, k.get("Delimiter"), k.get("StartAfter"))) or op(name, *a, **k))
         assert [i.key for i in store.list_outside("r/", datasets)] == [
@@ -582,7 +582,8 @@ class TestS3Store:
 
     def test_more_parts_than_s3_allows_is_refused_before_the_limit_and_the_upload_aborted(
             self, store, s3_server, monkeypatch):
-        monkeypatch.setattr(s3_module, "MAX_PARTS", 2)
+        monkeypatch.setattr(s3_module, "MAX_PARTS", 2)  # 10,000 at test size: see
+        # docs/reliability.md#in-process-hooks-kept
         with pytest.raises(StorePermanent, match="more than 2 parts"):
             store.put("k", chunked(payload(2 * PART + 1)))
         uploads = s3_server.client().list_multipart_uploads(Bucket=store.bucket)

@@ -96,6 +96,7 @@ def test_each_error_class_raised_by_a_command_gives_its_exit_status_in_process(
     def context(self):
         raise exc
 
+    # In-process (docs/reliability.md#in-process-hooks-kept): no input raises every class.
     monkeypatch.setattr(common.Invocation, "context", context)
     assert main(["--config", "/nonexistent/zbak.toml", "status"], env={}) == cls.exit_status
     assert capsys.readouterr().err.startswith("zbak: ")

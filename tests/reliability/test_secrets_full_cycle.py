@@ -173,6 +173,8 @@ def test_a_debug_cycle_with_aws_session_credentials_leaks_no_secret_anywhere(
         real_setup(level)
         logging.getLogger().addHandler(records)
 
+    # In-process (docs/reliability.md#in-process-hooks-kept): every record and the wire loggers'
+    # levels are read inside the process; test_no_child_... runs the cycle as processes.
     monkeypatch.setattr(logsetup, "setup_logging", setup_logging)
     output: list[str] = []
     levels: dict[str, int] = {}

@@ -89,6 +89,8 @@ def test_an_unexpected_exception_is_one_line_pointing_at_debug(monkeypatch, tmp_
 
     config = tmp_path / "zbak.toml"
     config.write_text(f'state_dir = "{tmp_path}/state"\n')
+    # A stand-in for a defect: no input makes zbak raise one
+    # (docs/reliability.md#in-process-hooks-kept); likewise below.
     monkeypatch.setattr("zrepl_py.cli.common.Invocation.context", broken)
     status, _, err = run(["--config", str(config), "config", "check"], capsys)
     assert status == ExitStatus.FAILED
@@ -240,6 +242,7 @@ def test_config_check_warns_of_a_world_readable_config_and_secret_file(tmp_path,
 def test_serve_without_log_or_syslog_records_every_request_below_home(tmp_path, monkeypatch):
     from zrepl_py.serve import execute
 
+    # /dev/log is the host's (docs/reliability.md#in-process-hooks-kept).
     real_exists = os.path.exists
     monkeypatch.setattr(execute.os.path, "exists",
                         lambda p: False if p == "/dev/log" else real_exists(p))

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from support.common import need_binary
 
 from zrepl_py.config.loading import load_config
 
@@ -157,9 +157,7 @@ def test_the_systemd_unit_is_valid_and_hardened_but_leaves_zfs_usable(tmp_path):
                  "NoNewPrivileges=yes", "DeviceAllow=/dev/zfs rw", "KillSignal=SIGTERM"):
         assert f"\n{line}\n" in text
     assert "\nPrivateDevices=yes" not in text, "it would hide /dev/zfs"
-    analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        pytest.skip("systemd-analyze not installed")
+    analyze = need_binary("systemd", "systemd-analyze")  # Debian systemd (setup-host.sh)
     unit = tmp_path / "zbak.service"
     unit.write_text(text.replace("/usr/local/bin/zbak", str(ZBAK)))
     done = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True)

@@ -29,6 +29,7 @@ def test_rows_with_iterators_at_any_depth_print_as_lists_to_a_pipe(capsys):
 
 
 def test_rows_with_iterators_at_any_depth_print_as_lists_on_a_terminal(capsys, monkeypatch):
+    # A terminal, no fault (docs/reliability.md#in-process-hooks-kept).
     monkeypatch.setattr(common.sys.stdout, "isatty", lambda: True, raising=False)
     common.emit_json(rows())
     out = capsys.readouterr().out

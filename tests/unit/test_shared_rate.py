@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 import subprocess
 import threading
 import time
 
 import pytest
+from support.common import need_binary
 
 from zrepl_py.clock import FixedClock
 from zrepl_py.proc.ratelimit import UNLIMITED, SharedRate, remote_control
@@ -163,8 +163,8 @@ def test_a_limit_or_concurrency_that_cannot_be_shared_is_refused():
         SharedRate(100, 0)
 
 
-@pytest.mark.skipif(shutil.which("pv") is None, reason="pv (Debian pv) is not installed")
 def test_a_running_pv_takes_a_new_rate_from_its_remote_control_and_another_process_does_not():
+    need_binary("pv", "pv")
     lease = SharedRate(1_000_000, 2).lease()
     pv = subprocess.Popen(list(lease.argv), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)

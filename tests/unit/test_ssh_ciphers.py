@@ -34,6 +34,7 @@ def ciphers_option(argv: list[str]) -> str | None:
 
 @pytest.mark.parametrize("aes", [True, False])
 def test_by_default_aes_gcm_comes_first_only_on_a_cpu_with_aes(monkeypatch, aes):
+    # Both answers of the CPU's flag on one machine (docs/reliability.md#in-process-hooks-kept).
     monkeypatch.setattr(openssh, "_local_cpu_has_aes", lambda: aes)
     host = HostConfig(address="h")
     argv = ssh_argv(host, known_hosts_default=Path("/kh"))
@@ -56,6 +57,7 @@ def test_default_list_keeps_every_default_openssh_cipher_after_aes_gcm():
 
 @pytest.mark.parametrize("aes", [True, False])
 def test_configured_ciphers_win_and_an_empty_list_leaves_ssh_its_order(monkeypatch, aes):
+    # As above: the CPU's AES flag, both ways (docs/reliability.md#in-process-hooks-kept).
     monkeypatch.setattr(openssh, "_local_cpu_has_aes", lambda: aes)
     mine = HostConfig(address="h", ciphers=["chacha20-poly1305@openssh.com", "aes256-ctr"])
     assert ciphers_option(ssh_argv(mine, known_hosts_default=Path("/kh"))) == \

@@ -39,6 +39,7 @@ def test_a_table_without_rows_prints_its_title_and_header(capsys):
 
 
 def test_on_a_terminal_rich_draws_the_box(capsys, monkeypatch):
+    # A terminal, no fault (docs/reliability.md#in-process-hooks-kept).
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
     common.emit_table("t", ["a"], [("x",)])
     out = capsys.readouterr().out
