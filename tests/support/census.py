@@ -26,6 +26,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import pytest
+
 TIERS = ("unit", "integration", "e2e", "reliability", "disaster")
 REAL = frozenset({"zfs", "ssh", "s3", "pg", "openzfs"})
 TESTS = Path(__file__).resolve().parents[1]
@@ -62,7 +64,7 @@ class Dump:
 
     TAG = "CENSUS "
 
-    def pytest_collection_finish(self, session) -> None:  # noqa: ANN001 - pytest's hook
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
         for item in session.items:
             function = getattr(item, "originalname", item.name)
             cls = getattr(item, "cls", None)
@@ -119,12 +121,12 @@ class Scope:
     """Resolves names for one test module: the module, its conftests (nearest first), then
     every ``tests/support`` module (they are plugins: their fixtures are global)."""
 
-    def __init__(self, module: Path, support: list[dict[str, ast.AST]]):
+    def __init__(self, module: Path, support: list[dict[str, ast.AST]], root: Path = TESTS):
         layers = [_definitions(module)]
         for folder in module.parents:
             if (folder / "conftest.py").is_file():
                 layers.append(_definitions(folder / "conftest.py"))
-            if folder == TESTS:
+            if folder == root:
                 break
         self.layers = layers + support
         self._memo: dict[int, bool] = {}
@@ -181,7 +183,7 @@ def census(tests: Path = TESTS) -> dict[str, Tier]:
     scopes: dict[str, Scope] = {}
     for (file, function), tier in functions.items():
         tiers[tier].functions += 1
-        scope = scopes.setdefault(file, Scope(Path(file), support))
+        scope = scopes.setdefault(file, Scope(Path(file), support, tests))
         node = _function_node(Path(file), function)
         tiers[tier].processes += bool(node is not None and scope.runs_zbak(node))
     return tiers
