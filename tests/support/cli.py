@@ -98,10 +98,10 @@ def wait_for_bytes(state_dir: Path, kind: str, proc: subprocess.Popen, *,
 def zbak_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a zbak process: ``HOME`` and ``PATH`` of this process, the
     ``AWS_*`` and ``ZBAK_*`` variables the test set (the autouse ``_isolated_env`` fixture
-    removed the ambient ones, so only a test or its fixtures, e.g. ``s3_bucket``, put them
-    there; ``ZBAK_TEST_*`` switches of the suite are not passed), then ``env``."""
+    removed the ambient ones but the suite's ``ZBAK_TEST_STRICT``, which is not passed, so
+    only a test or its fixtures, e.g. ``s3_bucket``, put them there), then ``env``."""
     passed = {key: value for key, value in os.environ.items()
-              if key.startswith(_PASSED_ON) and not key.startswith("ZBAK_TEST_")}
+              if key.startswith(_PASSED_ON) and key != "ZBAK_TEST_STRICT"}
     return {"HOME": os.environ["HOME"], "PATH": os.environ.get("PATH", os.defpath),
             **passed, **(env or {})}
 
