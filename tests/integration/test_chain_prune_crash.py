@@ -132,8 +132,9 @@ def _prune(config: Path, *, kill_after: int | None = None) -> tuple[int, list[st
 
 def test_a_kill_after_any_step_of_a_chain_prune_converges_on_rerun_without_losing_a_kept_snapshot(chains):
     """docs/reliability.md#r22-killed-during-prune-at-every-step: ``zbak prune`` SIGKILLed after
-    the k-th condemn/delete/row-delete, for every k: the catalog never references a deleted object, orphans exist only under a
-    tombstone, and a plain rerun converges to the same store and catalog as an unkilled run."""
+    the k-th condemn/delete/row-delete, for every k: the catalog never references a deleted
+    object, orphans exist only under a tombstone, and a plain rerun converges to the same store
+    and catalog as an unkilled run."""
     survivor = {chains["survivor"]}
     config = _copy(chains, "count")
     status, log = _prune(config)
