@@ -22,7 +22,15 @@ import time
 
 import pytest
 from disaster.conftest import MIB, Site, content_of, new_site, restored_content, snapshots
-from support.cli import exists, file_archive_config, prop, settled_snapshots, zfs
+from support.cli import (
+    exists,
+    file_archive_config,
+    prop,
+    run_zbak,
+    settled_snapshots,
+    start_zbak,
+    zfs,
+)
 from support.common import hosts_table
 
 from zrepl_py.errors import ExitStatus
@@ -290,10 +298,9 @@ def test_a_dataset_of_zeros_is_restored_in_bounded_memory(make_pool, tmp_path, c
     site.ok("archive")
     (stream,) = json.loads(site.ok("list", "streams", "--json"))
     assert stream["stored_bytes"] < 4 * MIB
-    done = subprocess.run(
-        [sys.executable, "-c", _MAXRSS, sys.executable, "-m", "zrepl_py", "--config",
-         str(site.config), "restore", site.data, "--to", "@0", "--into", f"{site.pool}/back",
-         "--from", "cold", "--yes"], capture_output=True, text=True, timeout=600)
+    done = run_zbak("--config", str(site.config), "restore", site.data, "--to", "@0", "--into",
+                    f"{site.pool}/back", "--from", "cold", "--yes",
+                    prefix=[sys.executable, "-c", _MAXRSS], timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     peak_kib = int(done.stdout.strip().splitlines()[-1])
     print(f"restore of 384 MiB of zeros peaked at {peak_kib // 1024} MiB")
@@ -314,9 +321,9 @@ def test_a_restore_killed_mid_chain_is_continued_by_the_same_command(make_pool, 
         site.ok("archive")
     want = content_of(f"{site.data}@5", site.pool, "want")
     back = f"{site.pool}/back"
-    cmd = [sys.executable, "-m", "zrepl_py", "--config", str(site.config), "restore", site.data,
-           "--to", "@5", "--into", back, "--from", "cold", "--yes"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = ("--config", str(site.config), "restore", site.data, "--to", "@5", "--into", back,
+           "--from", "cold", "--yes")
+    proc = start_zbak(*cmd)
     deadline = time.monotonic() + 120
     while not (exists(back) and "2" in snapshots(back)):
         assert proc.poll() is None and time.monotonic() < deadline, "the restore ended first"
@@ -326,14 +333,14 @@ def test_a_restore_killed_mid_chain_is_continued_by_the_same_command(make_pool, 
     left = settled_snapshots(back)
     assert 3 <= len(left) < 6 and prop(back, "zbak:restoring") == f"local:{site.data}"
 
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = run_zbak(*cmd, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"holds the first {len(left)} stream(s) from an interrupted restore" in done.stdout
     assert f"into {back}: {6 - len(left)} stream(s), " in done.stdout
     assert restored_content(back) == want
     assert prop(back, "zbak:restoring") == "-", "the mark goes once the restore finished"
 
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    again = run_zbak(*cmd, timeout=600)
     assert again.returncode == ExitStatus.FAILED and "never overwrites" in again.stderr
 
 
@@ -347,9 +354,9 @@ def test_a_local_restore_killed_in_its_incremental_keeps_the_full(make_pool, tmp
     site.snapshot_steps(range(0, 6), 24 * MIB)
     want = content_of(f"{site.data}@5", site.pool, "want")
     back = f"{site.pool}/back"
-    cmd = [sys.executable, "-m", "zrepl_py", "--config", str(site.config), "restore", site.data,
-           "--to", "@5", "--into", back, "--yes"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = ("--config", str(site.config), "restore", site.data, "--to", "@5", "--into", back,
+           "--yes")
+    proc = start_zbak(*cmd)
     deadline = time.monotonic() + 120
     while not (exists(back) and prop(back, "zbak:restoring") != "-"):
         assert proc.poll() is None and time.monotonic() < deadline, "the restore ended first"
@@ -360,7 +367,7 @@ def test_a_local_restore_killed_in_its_incremental_keeps_the_full(make_pool, tmp
     assert held == [str(i) for i in range(len(held))] and 1 <= len(held) < 6, held
     newest = held[-1]
 
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = run_zbak(*cmd, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (f"holds @{newest} from an interrupted restore: continuing with -I @{newest} @5"
             in done.stdout)

@@ -9,14 +9,12 @@ running; and the next run settles every base, whatever the previous one did not 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
-from support.cli import zfs
+from support.cli import start_zbak, zfs
 from support.tree import TreeRig, cursors, random_bytes, snapshot_guids, userrefs
 
 from zrepl_py.errors import ExitStatus
@@ -122,11 +120,9 @@ def test_a_tree_killed_mid_run_leaves_no_transfer_and_the_next_run_moves_every_b
     rig.snapshot("s2")
 
     log = tmp_path / "killed.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ZBAK_", "AWS_"))}
     with open(log, "wb") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "zrepl_py", "--config", str(rig.config),
-                                 "--debug", "replicate"], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+        proc = start_zbak("--config", str(rig.config), "--debug", "replicate",
+                          stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         deadline = time.monotonic() + 120
         while len(bookkeeping(rig, "s2")[0]) < 4:

@@ -20,8 +20,7 @@ import os
 import textwrap
 
 import pytest
-from support import zbak_process
-from support.cli import zfs
+from support.cli import ZBAK_TIMEOUT, run_zbak, start_zbak, zfs
 from support.pvmeter import PvSampler
 
 pytestmark = [pytest.mark.zfs, pytest.mark.slow]
@@ -52,10 +51,11 @@ def test_concurrent_transfers_together_stay_within_the_shared_limit(make_pool, t
         bandwidth_limit = {LIMIT}
         concurrency = {CONCURRENCY}
     """))
-    assert zbak_process.run(config, "init", "--no-checks")[0] == 0
+    assert run_zbak("--config", str(config), "init", "--no-checks")[0] == 0
     zfs("snapshot", "-r", f"{data}@s0")
-    status, out, err = zbak_process.run(config, "replicate")  # the replicas exist: next,
-    assert status == 0, out + err  # every child's incremental starts at once
+    # the replicas exist: next, every child's incremental starts at once
+    status, out, err = run_zbak("--config", str(config), "replicate")
+    assert status == 0, out + err
     for child, mib in SIZES.items():
         with open(src.mountpoint / "data" / child / "random.bin", "wb") as handle:
             for _ in range(mib):
@@ -63,9 +63,9 @@ def test_concurrent_transfers_together_stay_within_the_shared_limit(make_pool, t
     for child in SIZES:  # not the parent: its empty increment would hold a share, unused
         zfs("snapshot", f"{data}/{child}@s1")
 
-    proc = zbak_process.start(config, "replicate", "--json")
+    proc = start_zbak("--config", str(config), "replicate", "--json", text=True)
     with PvSampler(proc.pid) as pvs:
-        out, err = proc.communicate(timeout=zbak_process.TIMEOUT)
+        out, err = proc.communicate(timeout=ZBAK_TIMEOUT)
     assert proc.returncode == 0, out + err
     plans = {row["dataset"]: row["plan"] for row in json.loads(out)["rows"]}
     assert [ds for ds, plan in plans.items() if plan != "up to date"] == [

@@ -16,7 +16,7 @@ import ast
 import json
 
 import pytest
-from support import zbak_process
+from support.cli import Ran, run_zbak
 from support.common import replication_config
 from support.openzfs import COMMAND_TIMEOUT
 
@@ -63,8 +63,8 @@ class Rig:
             found.add((snap, tag))
         return found
 
-    def zbak(self, *args: str) -> tuple[int, str, str]:
-        return zbak_process.run(self.config, *args)
+    def zbak(self, *args: str) -> Ran:
+        return run_zbak("--config", str(self.config), *args)
 
     def json(self, *args: str) -> dict:
         status, out, err = self.zbak(*args, "--json")

@@ -24,8 +24,15 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from support import zbak_process
-from support.cli import content_of, restored_content, zfs
+from support.cli import (
+    ZBAK_TIMEOUT,
+    Ran,
+    content_of,
+    restored_content,
+    run_zbak,
+    start_zbak,
+    zfs,
+)
 
 pytestmark = [pytest.mark.zfs, pytest.mark.pg, pytest.mark.slow]
 
@@ -47,8 +54,8 @@ class Host:
             volume_size = "1MiB"
         """) + textwrap.dedent(jobs))
 
-    def __call__(self, *args: str) -> tuple[int, str, str]:
-        return zbak_process.run(self.config, *args)
+    def __call__(self, *args: str) -> Ran:
+        return run_zbak("--config", str(self.config), *args)
 
     def ok(self, *args: str) -> str:
         """Run ``zbak ARGS``; it must exit 0; return its stdout."""
@@ -57,7 +64,7 @@ class Host:
         return out
 
     def start(self, *args: str):
-        return zbak_process.start(self.config, *args)
+        return start_zbak("--config", str(self.config), *args, text=True)
 
 
 def fill(dataset: str, name: str, size: int = 3_000_000) -> None:
@@ -184,7 +191,7 @@ def test_two_hosts_share_the_catalog_and_never_work_on_one_dataset_at_once(
     for action in ("snapshot", "archive"):
         runs = [one.start(action, "a"), two.start(action, "b")]
         for proc in runs:
-            out, err = proc.communicate(timeout=zbak_process.TIMEOUT)
+            out, err = proc.communicate(timeout=ZBAK_TIMEOUT)
             assert proc.returncode == 0, out + err
 
     # the same job on both hosts: host one holds the dataset (its pre hook waits on a FIFO)
@@ -198,7 +205,7 @@ def test_two_hosts_share_the_catalog_and_never_work_on_one_dataset_at_once(
     assert holder.poll() is None, "host one still holds the dataset"
     with open(go, "w") as release:
         release.write("go\n")
-    out, err = holder.communicate(timeout=zbak_process.TIMEOUT)
+    out, err = holder.communicate(timeout=ZBAK_TIMEOUT)
     assert holder.returncode == 0, out + err
 
     # now host two continues the chain host one began
