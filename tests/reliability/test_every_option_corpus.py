@@ -125,6 +125,14 @@ def _path_ok(text: str) -> bool:
     return bool(text) and "\x00" not in text
 
 
+def _duration_ok(text: str) -> bool:
+    """A duration as ``zbak serve --help`` states it: a number and one of s, m, h, d, w, y
+    (e.g. ``7d``), at most 100 years (the bound of every duration zbak reads)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdwy])\s*", text)
+    seconds = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    return bool(match) and float(match[1]) * seconds[match[2]] <= 100 * 31536000
+
+
 def _property_ok(text: str) -> bool:
     """A property name ZFS could hold (zfsprops(7): native names, ``user:props``,
     ``userquota@USER``, ``written@SNAP``): non-empty, under 256 bytes, printable ASCII."""
@@ -176,6 +184,9 @@ RULES.update({
     (("serve",), "--prefix"): zfs_component_ok,
     (("serve",), "--receive-set"): lambda v: "=" in v and _property_ok(v.split("=", 1)[0]),
     (("serve",), "--receive-exclude"): _property_ok,
+    (("serve",), "--keep-newer-than"): _duration_ok,
+    (("serve",), "--keep-last"): lambda v: False,  # needs --keep-newer-than (its --help)
+    (("serve",), "--floor-journal"): _path_ok,
     (("serve",), "--log"): _path_ok,
     (("serve",), "--zfs"): _path_ok,
     (("serve",), "--zpool"): _path_ok,
