@@ -26,7 +26,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.cli import Zbak, start_zbak, content_of, prop, restored_content, snapshots, tree_digest, zfs  # noqa: F401 (re-exported for the disaster tests)
+from support.cli import (  # noqa: F401 (re-exported for the disaster tests)
+    Zbak,
+    content_of,
+    prop,
+    restored_content,
+    snapshots,
+    start_zbak,
+    tree_digest,
+    zfs,
+)
 from support.webhook import Webhook
 
 from zrepl_py.errors import ExitStatus

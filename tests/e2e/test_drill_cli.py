@@ -20,8 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import zbak_process
-from support.cli import exists, file_archive_config, initialised, write_synced, zfs
+from support.cli import exists, file_archive_config, initialised, write_synced, zbak_argv, zfs
 from support.receiver import Receiver
 
 from zrepl_py.errors import ExitStatus
@@ -153,7 +152,7 @@ def test_a_tampered_volume_fails_the_store_drill_alerts_and_records_it_and_the_r
 def killed_when(config: Path, seen: Callable[[], str | None]) -> tuple[int, str]:
     """Start ``zbak drill --from cold`` and SIGKILL it (its process group) as soon as
     ``seen()`` names something; return the killed pid and what was seen."""
-    process = subprocess.Popen(zbak_process.argv(config, "drill", "--from", "cold"),
+    process = subprocess.Popen(zbak_argv("--config", str(config), "drill", "--from", "cold"),
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120

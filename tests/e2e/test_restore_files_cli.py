@@ -20,8 +20,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support import zbak_process
-from support.cli import prop, snapshots, zfs
+from support.cli import ZBAK_TIMEOUT, prop, run_zbak, snapshots, zfs
 from support.common import hosts_table
 from support.files import NEWLINE, hard_linked, populate, snapshot_state, tree_state, views_left
 from support.served import served_pools
@@ -52,7 +51,7 @@ class Rig:
         assert self.zbak("init", "--no-checks")[0] == 0
 
     def zbak(self, *args: str) -> tuple[int, str, str]:
-        return zbak_process.run(self.config, *args)
+        return run_zbak("--config", str(self.config), *args)
 
     def restore(self, snap: str, *paths: str, into: Path, extra: tuple[str, ...] = ()):
         argv = ["restore", self.data, "--to", snap, "--into-dir", str(into), "--yes", *extra]
@@ -201,7 +200,7 @@ def test_files_and_versions_come_back_from_a_replica_through_zbak_serve(make_poo
     log = served.log.read_text().replace("'", "")
     assert "zbak-files read" in log and "zbak-files versions" in log and "zfs clone" not in log
 
-    status, stdout, err = zbak_process.run(served.without_flag, "restore", rig.data, "--to",
+    status, stdout, err = run_zbak("--config", str(served.without_flag), "restore", rig.data, "--to",
                                            "@1", "--path", "home", "--into-dir",
                                            str(tmp_path / "out3"), "--yes")
     assert status == 1
@@ -239,7 +238,7 @@ def test_files_come_back_from_a_file_store_through_the_scratch_dataset(zpool, tm
     no_scratch = tmp_path / "no-scratch.toml"
     no_scratch.write_text(rig.config.read_text().replace(
         f'[restore]\nscratch = "{rig.scratch}"\n', ""))  # type: ignore[attr-defined]
-    status, stdout, err = zbak_process.run(no_scratch, "restore", rig.data, "--to", "@1",
+    status, stdout, err = run_zbak("--config", str(no_scratch), "restore", rig.data, "--to", "@1",
                                            "--path", "home", "--into-dir", str(out),
                                            "--from", "cold", "--yes")
     assert status == 1 and "[restore] scratch" in err and str(no_scratch) in err
@@ -304,7 +303,7 @@ KILLER = textwrap.dedent("""
 def killed(rig: Rig, at: str, *args: str) -> int:
     done = subprocess.run([sys.executable, "-c", KILLER, "--config", str(rig.config), *args],
                           env={**os.environ, "KILL_AT": at}, capture_output=True, text=True,
-                          timeout=zbak_process.TIMEOUT)
+                          timeout=ZBAK_TIMEOUT)
     return done.returncode
 
 

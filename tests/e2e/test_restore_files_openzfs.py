@@ -16,7 +16,7 @@ import os
 import subprocess
 import textwrap
 
-from support import zbak_process
+from support.cli import run_zbak
 from support.common import hosts_table
 from support.files import NEWLINE, hard_linked, rich_tree, tree_state
 from support.openzfs import COMMAND_TIMEOUT
@@ -48,10 +48,10 @@ def test_files_of_an_openzfs_snapshot_come_back_from_its_snapdir_with_every_attr
                           [jobs.j]
                           dataset = "vm:{data}"
                       """))
-    assert zbak_process.run(config, "init", "--no-checks")[0] == 0
+    assert run_zbak("--config", str(config), "init", "--no-checks")[0] == 0
 
     out = tmp_path / "out"
-    status, stdout, err = zbak_process.run(config, "restore", f"vm:{data}", "--to", "@1",
+    status, stdout, err = run_zbak("--config", str(config), "restore", f"vm:{data}", "--to", "@1",
                                            "--path", "home", "--into-dir", str(out), "--yes")
     assert status == 0, stdout + err
     assert "through temporary clone" not in err  # read from /DATA/.zfs/snapshot/1
@@ -63,7 +63,7 @@ def test_files_of_an_openzfs_snapshot_come_back_from_its_snapdir_with_every_attr
     assert "zbak-view-" not in guest("zfs", "list", "-H", "-o", "name", "-r",
                                      openzfs_pools.source)
 
-    status, stdout, err = zbak_process.run(config, "find", f"vm:{data}",
+    status, stdout, err = run_zbak("--config", str(config), "find", f"vm:{data}",
                                            "home/alice/notes.txt", "--json")
     assert status == 0, stdout + err
     rows = json.loads(stdout)["versions"]

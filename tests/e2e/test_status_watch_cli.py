@@ -20,8 +20,7 @@ import textwrap
 import time
 
 import pytest
-from support import zbak_process
-from support.cli import zfs
+from support.cli import ZBAK_TIMEOUT, run_zbak, start_zbak, zbak_argv, zfs
 
 from zrepl_py.observe.progress import format_size
 
@@ -47,7 +46,7 @@ def _config(tmp_path, data, target, limit=LIMIT):
         bandwidth_limit = {limit}
         concurrency = 1
     """))
-    assert zbak_process.run(config, "init", "--no-checks")[0] == 0
+    assert run_zbak("--config", str(config), "init", "--no-checks")[0] == 0
     return config
 
 
@@ -55,7 +54,7 @@ def _interruptible(config, *args):
     """Start ``zbak ARGS`` with SIGINT at its default, as Ctrl-C finds it in a terminal: a
     shell that runs the suite in the background starts it with SIGINT ignored, which every
     child keeps (seen: the watchers ignored the test's SIGINT and ran on)."""
-    return subprocess.Popen(zbak_process.argv(config, *args), stdin=subprocess.DEVNULL,
+    return subprocess.Popen(zbak_argv("--config", str(config), *args), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
@@ -104,13 +103,13 @@ def test_watch_in_a_terminal_shows_a_falling_eta_and_the_figures_of_status_json(
     _fill(src.mountpoint / "data" / "random.bin", SIZE)
     zfs("snapshot", f"{data}@s1")
     config = _config(tmp_path, data, f"{bak.name}/replica")
-    watch = shlex.join(zbak_process.argv(config, "status", "--watch", "--interval", "0.5"))
+    watch = shlex.join(zbak_argv("--config", str(config), "status", "--watch", "--interval", "0.5"))
     tmux = Tmux(tmp_path / "tmux.sock", f"{watch} 2>{tmp_path / 'watch.err'}")
     try:
-        proc = zbak_process.start(config, "replicate")
+        proc = start_zbak("--config", str(config), "replicate", text=True)
         etas: list[int] = []
         shown_expected = json_expected = None
-        deadline = time.monotonic() + zbak_process.TIMEOUT
+        deadline = time.monotonic() + ZBAK_TIMEOUT
         screens = []
         while proc.poll() is None and time.monotonic() < deadline:
             screens.append(tmux.capture())
@@ -119,7 +118,7 @@ def test_watch_in_a_terminal_shows_a_falling_eta_and_the_figures_of_status_json(
             if found and (not etas or _seconds(found[1]) != etas[-1]):
                 etas.append(_seconds(found[1]))
                 if json_expected is None:
-                    status, out, err = zbak_process.run(config, "status", "--json", "--offline")
+                    status, out, err = run_zbak("--config", str(config), "status", "--json", "--offline")
                     assert status == 0, out + err
                     (job,) = json.loads(out)
                     (transfer,) = job["transfers"]
@@ -128,7 +127,7 @@ def test_watch_in_a_terminal_shows_a_falling_eta_and_the_figures_of_status_json(
                     assert transfer["rate_limit"] == LIMIT
                     shown_expected = row
             time.sleep(0.2)  # the pane redraws every 0.5 s: sample it between
-        out, err = proc.communicate(timeout=zbak_process.TIMEOUT)
+        out, err = proc.communicate(timeout=ZBAK_TIMEOUT)
         assert proc.returncode == 0, out + err
         rows = [_row(screen, data) for screen in screens]
         print("ETAs seen:", etas, "rows:", [r for i, r in enumerate(rows) if r and rows[i - 1] != r])
@@ -138,7 +137,7 @@ def test_watch_in_a_terminal_shows_a_falling_eta_and_the_figures_of_status_json(
         assert format_size(json_expected) in shown_expected, (shown_expected, json_expected)
         assert "33.6 MB/s" in shown_expected, "the limit in force is shown"
 
-        status, out, err = zbak_process.run(config, "status", "--json", "--offline")
+        status, out, err = run_zbak("--config", str(config), "status", "--json", "--offline")
         (job,) = json.loads(out)
         (run,) = [r for r in job["last_runs"] if r["action"] == "replicate"]
         assert run["result"] == "ok" and run["bytes"] >= SIZE
@@ -165,14 +164,14 @@ def test_watch_off_a_terminal_prints_blocks_and_json_lines_and_an_incremental_et
     zfs("create", data)
     zfs("snapshot", f"{data}@s0")
     config = _config(tmp_path, data, f"{bak.name}/replica", limit=4 * MiB)
-    assert zbak_process.run(config, "replicate")[0] == 0
+    assert run_zbak("--config", str(config), "replicate")[0] == 0
     _fill(src.mountpoint / "data" / "random.bin", 16 * MiB)  # 4 s at the limit
     zfs("snapshot", f"{data}@s1")
-    proc = zbak_process.start(config, "replicate")
+    proc = start_zbak("--config", str(config), "replicate", text=True)
     plain = _interruptible(config, "status", "--watch", "--interval", "0.5")
     lines = _interruptible(config, "status", "--watch", "--json", "--interval", "0.5")
     try:
-        out, err = proc.communicate(timeout=zbak_process.TIMEOUT)
+        out, err = proc.communicate(timeout=ZBAK_TIMEOUT)
         assert proc.returncode == 0, out + err
     finally:
         for watcher in (plain, lines):
@@ -224,11 +223,11 @@ def test_progress_bars_on_a_terminal_show_the_eta(make_pool, tmp_path):
         """))
     for action in ("replicate", "archive"):
         done = tmp_path / f"{action}.done"
-        command = shlex.join(zbak_process.argv(config, action))
+        command = shlex.join(zbak_argv("--config", str(config), action))
         tmux = Tmux(tmp_path / f"{action}.sock", f"sh -c '{command}; touch {done}; sleep 60'")
         etas: list[int] = []
         try:
-            deadline = time.monotonic() + zbak_process.TIMEOUT
+            deadline = time.monotonic() + ZBAK_TIMEOUT
             while not done.exists() and time.monotonic() < deadline:
                 bar = next((line for line in tmux.capture().splitlines()
                             if f"{data}@s1 ->" in line and "ETA" in line), "")

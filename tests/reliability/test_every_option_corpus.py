@@ -161,14 +161,37 @@ def _snapshot_of_dataset(value: str) -> bool:
         f"{DATASET}@{value.removeprefix('@')}")
 
 
+def _file_path_ok(value: str) -> bool:
+    """A file inside a dataset (``restore --path``, ``find PATH``): relative to its
+    mountpoint, so not absolute and no ``..`` component; a path the kernel can be asked
+    about (``_path_ok``)."""
+    return _path_ok(value) and not value.startswith("/") and ".." not in value.split("/")
+
+
+def _interval_ok(value: str) -> bool:
+    """``status --interval``: seconds from 0.2 to 3600, as its --help says."""
+    return _float_ok(value) and 0.2 <= float(value) <= 3600
+
+
+def _mark_ok(value: str) -> bool:
+    """A ZFS user property's value (zfsprops(7): at most 8192 bytes); printable."""
+    return bool(value) and len(value.encode()) <= 8192 and value.isprintable()
+
+
 RULES: dict[tuple[tuple[str, ...], str], Callable[[str], bool]] = {}
 """``(command path, parameter) -> acceptable(value)``: False means every command must refuse
 the value. Every command's own ``--config`` is given after one naming the test's config, so
 no corpus value is acceptable there (``rule``)."""
 for _jobs_command in [("snapshot",), ("replicate",), ("archive",), ("prune",), ("audit",),
                       ("status",), ("list", "datasets"), ("list", "snapshots"),
-                      ("list", "streams"), ("holds", "list"), ("holds", "release-stale")]:
+                      ("list", "streams"), ("holds", "list"), ("holds", "release-stale"),
+                      ("drill",)]:
     RULES[(_jobs_command, "jobs")] = CONFIG_JOBS.__contains__
+RULES[(("failover",), "job")] = RULES[(("failback",), "job")] = CONFIG_JOBS.__contains__
+for _identity_command in [("audit",), ("restore",), ("drill",)]:
+    RULES[(_identity_command, "--identity")] = _path_ok  # an age identity file
+for _replica_verb in ["promote", "demote", "release"]:
+    RULES[(("replica", _replica_verb), "dataset")] = zfs_dataset_ok
 RULES.update({
     (("audit",), "--sample"): lambda v: _float_ok(v, low_open=True, high=100),  # PERCENT
     (("audit",), "--max-duration"): _float_ok,
@@ -178,6 +201,19 @@ RULES.update({
     (("restore",), "--to"): _snapshot_of_dataset,
     (("restore",), "--into"): _in_dataset,
     (("restore",), "--from"): lambda v: v in {"local", "replica", "archive"} | CONFIG_STORES,
+    (("restore",), "--path"): _file_path_ok,
+    (("restore",), "--into-dir"): _path_ok,
+    (("find",), "dataset"): _in_dataset,
+    (("find",), "path"): _file_path_ok,
+    (("drill",), "--from"): lambda v: v in CONFIG_STORES or _in_dataset(v),
+    (("failover",), "--target"): lambda v: False,  # the test's job has no replica target
+    (("failback",), "--target"): lambda v: False,
+    (("replica", "promote"), "--mark"): _mark_ok,
+    (("replica", "promote"), "--mountpoint"): lambda v: v in ("none", "legacy") or (
+        _path_ok(v) and v.startswith("/")),
+    (("digest",), "snapshot"): zfs_snapshot_ok,
+    (("digest",), "--zfs"): _path_ok,
+    (("status",), "--interval"): _interval_ok,
     (("status",), "--prom-textfile"): _path_ok,
     (("catalog", "rebuild"), "store"): CONFIG_STORES.__contains__,
     (("serve",), "--root"): zfs_dataset_ok,
@@ -187,6 +223,7 @@ RULES.update({
     (("serve",), "--keep-newer-than"): _duration_ok,
     (("serve",), "--keep-last"): lambda v: False,  # needs --keep-newer-than (its --help)
     (("serve",), "--floor-journal"): _path_ok,
+    (("serve",), "--failover-mounts"): _path_ok,
     (("serve",), "--log"): _path_ok,
     (("serve",), "--zfs"): _path_ok,
     (("serve",), "--zpool"): _path_ok,
@@ -283,33 +320,34 @@ def _process_cases() -> list[int]:
             strata.setdefault(("*" if shared else path, label), []).append(index)
     picked = {rng.choice(indexes) for indexes in strata.values()}
     rest = sorted(set().union(*strata.values()) - picked)
-    return sorted(picked | set(rng.sample(rest, PROCESS_SAMPLE - len(picked))))
+    return sorted(picked | set(rng.sample(rest, max(0, PROCESS_SAMPLE - len(picked)))))
 
 
 PROCESS_CASES = _process_cases()
 
 
-def _fill(cmd: click.Command, skip: click.Parameter) -> list[str]:
-    """Benign values for the command's other required parameters."""
-    argv: list[str] = []
-    for param in cmd.params:
-        if param is skip or not param.required:
-            continue
-        value = {"to": "@0", "roots": "tank", "store": "cold"}.get(str(param.name), DATASET)
-        argv += [param.opts[-1], value] if isinstance(param, click.Option) else [value]
-    return argv
+def _benign(param: click.Parameter) -> str:
+    """A valid value for a required parameter the case is not about."""
+    return {"to": "@0", "roots": "tank", "store": "cold"}.get(str(param.name), DATASET)
 
 
 def _argv(path: tuple[str, ...], label: str, value: str, config: Path) -> list[str]:
+    """The command line of one case: the tested parameter given ``value``, the command's
+    other required options benign values, and its arguments in their declared order (after
+    ``--`` when the value starts with "-": an argument, not an option; what a careful admin
+    types)."""
     if path == ("--config",):
         return ["--config", value, "status"]
     cmd = dict(_commands())[path]
     param = next(p for p in cmd.params if _label(p) == label)
-    given = [label, value] if isinstance(param, click.Option) else [value]
-    if isinstance(param, click.Argument) and value.startswith("-"):
-        given = ["--", value]  # as an argument, not an option; what a careful admin types
-        return ["--config", str(config), *path, *_fill(cmd, param), *given]
-    return ["--config", str(config), *path, *given, *_fill(cmd, param)]
+    options = [a for p in cmd.params if isinstance(p, click.Option) and p.required
+               and p is not param for a in (p.opts[-1], _benign(p))]
+    if isinstance(param, click.Option):
+        return ["--config", str(config), *path, label, value, *options]
+    arguments = [value if p is param else _benign(p) for p in cmd.params
+                 if isinstance(p, click.Argument) and (p.required or p is param)]
+    dashes = ["--"] if value.startswith("-") else []
+    return ["--config", str(config), *path, *options, *dashes, *arguments]
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,14 @@ from support.restore_facts import CHAIN, DATA, NEAR, S, listing, snap, store
 
 from zrepl_py.config.restore import RestoreConfig
 from zrepl_py.drill.gather import NOT_DRILLED
-from zrepl_py.drill.plan import REPLICA, STORE, DrillFacts, SourceFacts, plan_drill
+from zrepl_py.drill.plan import (
+    REPLICA,
+    STORE,
+    DrillFacts,
+    SourceFacts,
+    plan_drill,
+    select_sources,
+)
 from zrepl_py.errors import UsageError
 from zrepl_py.restore.facts import IntoFacts, Listing, RestoreFacts
 
@@ -37,8 +44,9 @@ EVERY = listing(*range(10))
 
 def drill(*sources: SourceFacts, now: Listing = EVERY, thaw: bool = False,
           unreadable: str | None = None, from_: str | None = None):
-    facts = DrillFacts("data", tuple(sources), {DATA: now}, unreadable, thaw)
-    return plan_drill(facts, from_).sources
+    facts = DrillFacts("data", select_sources("data", sources, from_), {DATA: now},
+                       unreadable, thaw)
+    return plan_drill(facts).sources
 
 
 def test_a_store_drills_the_newest_snapshot_it_can_restore_with_the_restore_planners_path():

@@ -13,6 +13,7 @@ import click
 
 from zrepl_py.cli.common import (
     FilePath,
+    FiniteFloat,
     Invocation,
     emit_json,
     emit_table,
@@ -116,7 +117,7 @@ def _age(seconds: float | None) -> str:
               help="Refresh until Ctrl-C: running transfers (bytes, rate, ETA, limit), the"
                    " runs' queues, the last run per job and the bandwidth limits in force;"
                    " in place on a terminal, else one block (or JSON line) per refresh.")
-@click.option("--interval", type=click.FloatRange(min=0.2, max=3600), default=1.0,
+@click.option("--interval", type=FiniteFloat(min=0.2, max=3600), default=1.0,
               show_default=True, help="Seconds between two refreshes of --watch.")
 @all_option
 @pass_invocation

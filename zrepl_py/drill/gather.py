@@ -18,7 +18,7 @@ from __future__ import annotations
 from zrepl_py.catalog.rows import LIVING_STATES, CursorRow, StreamRow
 from zrepl_py.config.hosts import LOCAL_HOST, parse_endpoint
 from zrepl_py.config.jobs import JobConfig
-from zrepl_py.drill.plan import REPLICA, STORE, DrillFacts, SourceFacts
+from zrepl_py.drill.plan import REPLICA, STORE, DrillFacts, SourceFacts, select_sources
 from zrepl_py.drill.scratch import new_name
 from zrepl_py.errors import DatasetNotFound, ZbakError
 from zrepl_py.invocation.context import Context
@@ -33,10 +33,13 @@ NOT_DRILLED = "not a source of this drill"
 source may be used."""
 
 
-def gather_drill(ctx: Context, name: str, job: JobConfig) -> DrillFacts:
-    """Read the facts the drill of job ``name`` is planned from (see the module doc).
+def gather_drill(ctx: Context, name: str, job: JobConfig, from_: str | None = None
+                 ) -> DrillFacts:
+    """Read the facts the drill of job ``name`` is planned from (see the module doc), of
+    the sources ``from_`` names (all when None; ``plan.select_sources``).
 
     Raises:
+        UsageError: ``from_`` names no source of the job (before the dataset is listed).
         CatalogError: the catalog cannot be read.
     """
     catalog = ctx.catalog()
@@ -46,8 +49,8 @@ def gather_drill(ctx: Context, name: str, job: JobConfig) -> DrillFacts:
         known[snap.dataset] = (*known.get(snap.dataset, ()),
                                CarriedSnapshot(snap.name, snap.guid, snap.createtxg))
     streams = catalog.bulk_streams(host=host, below=root)
-    sources = [*_stores(ctx, job, streams, known),
-               *_replicas(ctx, name, job, known)]
+    sources = select_sources(name, [*_stores(ctx, job, streams, known),
+                                    *_replicas(ctx, name, job, known)], from_)
     thaw = job.drill.thaw if job.drill is not None else False
     originals, unreadable = _originals(ctx, job)
     return DrillFacts(name, tuple(sources), originals, unreadable, thaw)

@@ -120,7 +120,7 @@ def drill_job(ctx: Context, name: str, job: JobConfig, *, from_: str | None = No
     catalog = ctx.catalog()
     with ctx.lock(f"drill {lock_key(job)}", "drill"):
         refuse_beside_deleters(ctx, job, "drill")
-        plan = plan_drill(gather_drill(ctx, name, job), from_)
+        plan = plan_drill(gather_drill(ctx, name, job, from_))
         labels = [s.label for s in plan.sources]
         facts = Facts("drill", name, job.source.host, str(job.source.dataset), tuple(labels))
         with ActionHooks(job.hooks.get("drill"), catalog, ctx.clock, facts) as hooks, \

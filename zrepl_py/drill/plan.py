@@ -223,19 +223,26 @@ def _source_plan(facts: DrillFacts, source: SourceFacts) -> SourcePlan:
     return planned
 
 
-def plan_drill(facts: DrillFacts, from_: str | None = None) -> DrillPlan:
-    """Plan the drill of ``facts.job`` (see the module docstring); ``from_`` limits it to
-    the source with that label, or to the replicas on that host.
+def select_sources(job: str, sources: Sequence[SourceFacts], from_: str | None
+                   ) -> tuple[SourceFacts, ...]:
+    """The sources of job ``job`` that ``zbak drill --from FROM`` names: the one with that
+    label, or the replicas on that host; all of them when ``from_`` is None. Checked before
+    the source dataset is listed, so a wrong ``--from`` starts no process.
 
     Raises:
         UsageError: ``from_`` names no source of the job.
     """
-    sources = facts.sources
-    if from_ is not None:
-        sources = tuple(s for s in sources if from_ in (s.label, s.host if s.kind == REPLICA
-                                                         else None))
-        if not sources:
-            known = ", ".join(s.label for s in facts.sources) or "none"
-            raise UsageError(f"--from {from_}: not a source of job {facts.job} (sources:"
-                             f" {known})")
-    return DrillPlan(facts.job, tuple(_source_plan(facts, s) for s in sources))
+    if from_ is None:
+        return tuple(sources)
+    chosen = tuple(s for s in sources
+                   if from_ in (s.label, s.host if s.kind == REPLICA else None))
+    if not chosen:
+        known = ", ".join(s.label for s in sources) or "none"
+        raise UsageError(f"--from {from_}: not a source of job {job} (sources: {known})")
+    return chosen
+
+
+def plan_drill(facts: DrillFacts) -> DrillPlan:
+    """Plan the drill of ``facts.job`` (see the module docstring): every source in
+    ``facts.sources`` (``select_sources`` chose them)."""
+    return DrillPlan(facts.job, tuple(_source_plan(facts, s) for s in facts.sources))
