@@ -48,7 +48,7 @@ def test_an_archive_to_an_sftp_only_server_killed_mid_volume_resumes_audits_and_
         [jobs.data.archive]
         store = "offsite"
     """)
-    checks = site.process_ok("init")
+    checks = site.ok("init")
     assert f"directory {path} on box" in checks and "posix-rename yes, fsync yes" in checks
     assert (store.stat().st_mode & 0o777) == 0o700
     (site.mount / "big.bin").write_bytes(os.urandom(SIZE))
@@ -62,7 +62,7 @@ def test_an_archive_to_an_sftp_only_server_killed_mid_volume_resumes_audits_and_
     assert f"temporary file {left.name}, {left.stat().st_size:,} bytes" in (
         found[key]["problem"]), found
 
-    rows = json.loads(site.process_ok("archive", "data", "--json"))["rows"]
+    rows = json.loads(site.ok("archive", "data", "--json"))["rows"]
     assert rows[0]["stream"] == "full @big" and "resumed" in rows[0]["volumes"], rows
     assert int(rows[0]["volumes"].split(", ")[1].split()[0]) >= 4, rows
     assert not [p for p in store.rglob("*") if ".partial-" in p.name], sorted(store.rglob(".*"))
@@ -77,10 +77,9 @@ def test_an_archive_to_an_sftp_only_server_killed_mid_volume_resumes_audits_and_
     finally:
         backend.close()
 
-    deep = site.process("audit", "--deep", "--json")
-    assert deep.returncode == ExitStatus.OK, deep.stdout + deep.stderr
+    deep = site.run("audit", "--deep", "--json")
+    assert deep.status == ExitStatus.OK, deep.stdout + deep.stderr
     assert json.loads(deep.stdout)["findings"] == [], deep.stdout
     into = f"{site.pool}/back"
-    site.process_ok("restore", site.data, "--to", "@big", "--into", into, "--from", "offsite",
-                    "--yes")
+    site.ok("restore", site.data, "--to", "@big", "--into", into, "--from", "offsite", "--yes")
     assert restored_content(into) == content_of(f"{site.data}@big", site.pool, "big")
