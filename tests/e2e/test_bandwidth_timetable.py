@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.cli import Zbak, tree_digest, zfs
+from support.cli import InProcessZbak, tree_digest, zfs
 from support.procwatch import cmdline, descendants
 from support.pvmeter import PvSampler
 
@@ -113,7 +113,7 @@ def test_a_zfs_transfer_takes_the_new_rate_within_2_s_of_the_boundary(make_pool,
         bandwidth_limit = {TABLE}
         concurrency = 1
     """))
-    run = Zbak(config, capsys)
+    run = InProcessZbak(config, capsys)  # the shifted clock (docs/reliability.md#in-process-hooks-kept)
     assert run("init", "--no-checks")[0] == ExitStatus.OK
     clock = Shifted(monkeypatch, MORNING)
     # what is in force and until when: the dry run and zbak status say it
@@ -164,7 +164,7 @@ def test_an_rsync_transfer_is_restarted_with_the_new_bwlimit_and_resumes(make_po
         targets = ["local:{target}"]
         bandwidth_limit = {{ "08:00-18:00" = {BEFORE}, default = {AFTER} }}
     """))
-    run = Zbak(config, capsys)
+    run = InProcessZbak(config, capsys)  # the shifted clock (docs/reliability.md#in-process-hooks-kept)
     assert run("init", "--no-checks")[0] == ExitStatus.OK
     Shifted(monkeypatch, MORNING.replace(second=52))
     seen: list[list[str]] = []
@@ -209,7 +209,7 @@ def test_archive_uploads_take_the_stores_new_rate_within_2_s(make_pool, tmp_path
         [jobs.j.archive]
         store = "cold"
     """))
-    run = Zbak(config, capsys)
+    run = InProcessZbak(config, capsys)  # the shifted clock (docs/reliability.md#in-process-hooks-kept)
     assert run("init", "--no-checks")[0] == ExitStatus.OK
     clock = Shifted(monkeypatch, MORNING)
     samples: list[tuple[float, int]] = []
