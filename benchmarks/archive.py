@@ -340,10 +340,12 @@ class Bench:
 
     # -- zbak --------------------------------------------------------------------
 
-    def zbak_setup(self, store: str, template: Path | None = None) -> Path:
+    def zbak_setup(self, store: str, template: Path | None = None, *,
+                   store_tables: str = "") -> Path:
         """A fresh state directory, catalog and config with a job per dataset archiving to
         the store ``cold`` (a new directory, or a new prefix of the bucket for ``s3``);
-        with ``template`` (an earlier such config), a copy of its state and store."""
+        with ``template`` (an earlier such config), a copy of its state and store;
+        ``store_tables``: TOML that follows the store's keys (``[stores.cold.age]``)."""
         self.serial += 1
         run = self.work / f"zbak-{self.serial}"
         run.mkdir()
@@ -354,7 +356,7 @@ class Bench:
             url = f"s3://{BUCKET}/zbak-{self.serial}"
         s3 = (f'endpoint = "{self.endpoint}"\nregion = "us-east-1"\n'
               if store == "s3" else "")
-        text = f'state_dir = "{run / "state"}"\n[stores.cold]\nurl = "{url}"\n{s3}'
+        text = f'state_dir = "{run / "state"}"\n[stores.cold]\nurl = "{url}"\n{s3}{store_tables}'
         for job in JOBS:
             text += textwrap.dedent(f"""\
                 [jobs.{job}]

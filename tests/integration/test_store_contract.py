@@ -8,6 +8,9 @@ real HTTP, ``sftp`` against the real sshd with an SFTP-only chrooted user. A reg
 without a test bed fails the suite. Backend-specific guarantees (temporary files, multipart
 uploads, storage classes, resumed GETs, memory bound) follow in ``TestFileStore`` and
 ``TestS3Store``; the ``sftp://`` store's in ``tests/integration/test_sftp_store.py``.
+``TestSealedStoreContract`` runs the promises about an object's bytes again with age on
+(``[stores.NAME.age]``, a volume through the sealed codec chain), on ``file`` and ``s3``, with
+what only a sealed store promises.
 """
 
 from __future__ import annotations
@@ -23,17 +26,29 @@ import threading
 import time
 from pathlib import Path
 
+import pyrage
 import pytest
 
-from zrepl_py.errors import NeedsThaw, ObjectNotFound, StorePermanent, StoreTransient
+from zrepl_py.errors import (
+    IdentityNeeded,
+    IdentityRefused,
+    NeedsThaw,
+    ObjectNotFound,
+    StorePermanent,
+    StoreTransient,
+    StreamCorrupt,
+)
 from zrepl_py.proc.sshconn import SshConnection
 from zrepl_py.stores import s3 as s3_module
-from zrepl_py.stores.base import Thaw
+from zrepl_py.stores.base import PutResult, Thaw
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.stores.registry import SCHEMES
 from zrepl_py.stores.retry import RetryPolicy
 from zrepl_py.stores.s3 import S3Backend
 from zrepl_py.stores.sftp import SftpBackend
+from zrepl_py.streams import age
+from zrepl_py.streams.codec import Codec, Sealing
+from zrepl_py.streams.frames import Digest
 
 MiB = 1 << 20
 PART = 5 * MiB  # S3's (and moto's) smallest part
@@ -266,6 +281,153 @@ class TestStoreContract:
             ("a", b"a"), ("d/b", b"d/b"), ("d/e/c", b"d/e/c")]
         with pytest.raises(StorePermanent, match="older_than"):
             store.abort_stale_uploads(-1)
+
+
+SEALED_BEDS = ("file", "s3")
+"""The schemes the contract is also run on sealed (``[stores.NAME.age]``): the codec is the
+same whatever the store, so the directory and the bucket stand for the rest."""
+
+
+@pytest.fixture(scope="module")
+def age_keys() -> tuple[pyrage.x25519.Identity, pyrage.x25519.Identity]:
+    """The store's identity, and another one (of no recipient of the store)."""
+    return pyrage.x25519.Identity.generate(), pyrage.x25519.Identity.generate()
+
+
+def sealed_codec(recipient: pyrage.x25519.Identity, *opening: pyrage.x25519.Identity) -> Codec:
+    """The codec of a store sealed to ``recipient``'s public key, as ``stores.sealing``
+    makes it: without ``opening`` identities, the archiving host's (it encrypts only)."""
+    public = str(recipient.to_public())
+    return Codec(sealing=Sealing((public,), tuple(age.recipients([public], "test")),
+                                 opening, store="cold"))
+
+
+def sealed_put(store, codec: Codec, key: str, chunks) -> tuple[PutResult, Digest]:
+    """``Backend.put`` of a volume's raw ``chunks`` through ``codec``, as archive stores a
+    volume (``archive/volumes.py``)."""
+    digest = Digest()
+    return store.put(key, codec.encode(chunks, digest)), digest
+
+
+def opened(store, codec: Codec, key: str) -> bytes:
+    """A volume's raw bytes read back through ``codec``, as restore reads them."""
+    return b"".join(codec.decode(store.get(key), f"{store.name}:{key}"))
+
+
+def age_threads() -> set[threading.Thread]:
+    """The live helper threads of ``streams.age``."""
+    return {t for t in threading.enumerate() if t.name.startswith("zbak-age")}
+
+
+class TestSealedStoreContract:
+    """The contract's promises about an object's bytes with age on (a volume put through
+    the sealed codec chain and read back through it, ``streams/codec.py``), on ``file://``
+    and S3, and what only a sealed store promises (docs/sealed.md). Listing, stat, delete,
+    thaw and keys never see the codec: the contract above covers them on every scheme."""
+
+    @pytest.fixture(params=[pytest.param(name, marks=CONTRACT_BEDS[name][1], id=f"{name}+age")
+                            for name in SEALED_BEDS])
+    def store(self, request):
+        return request.getfixturevalue(CONTRACT_BEDS[request.param][0])
+
+    @pytest.fixture
+    def keys(self, age_keys):
+        """(the archiving host's codec, a restoring host's codec, a wrong identity's)."""
+        mine, other = age_keys
+        return (sealed_codec(mine), sealed_codec(mine, mine), sealed_codec(mine, other))
+
+    @pytest.mark.parametrize("size", [0, 1000, PART, 2 * PART + 123],
+                             ids=["empty", "small", "exactly-one-part", "multi-part"])
+    def test_put_then_get_returns_the_bytes_and_put_reports_the_stored_size_and_sha256(
+            self, store, keys, size):
+        """What the catalog records of a sealed volume (docs/design.md#codec-chain): the
+        size and SHA-256 of the stored (encrypted) bytes, as the store reports them, and the
+        raw ones from the codec; the restoring host reads the raw bytes back."""
+        writing, reading, _ = keys
+        data = payload(size, seed=size)
+        result, digest = sealed_put(store, writing, "streams/vol", chunked(data))
+        stored = read_all(store, "streams/vol")
+        assert stored.startswith(age.MAGIC)
+        assert (result.size, result.sha256) == (len(stored), hashlib.sha256(stored).hexdigest())
+        assert (digest.stored_bytes, digest.sha256) == (result.size, result.sha256)
+        assert store.stat("streams/vol").size == result.size
+        assert (digest.raw_bytes, digest.raw_sha256) == (size, hashlib.sha256(data).hexdigest())
+        assert opened(store, reading, "streams/vol") == data
+
+    def test_the_store_holds_no_plaintext_and_no_hash_of_it(self, store, keys):
+        """docs/sealed.md#what-a-reader-of-the-store-learns-without-an-identity: neither a
+        piece of the raw bytes (random bytes, which zstd stores verbatim) nor their SHA-256
+        (hex or binary) is in the stored object or its metadata."""
+        writing, _, _ = keys
+        data = payload(PART + 1000, seed=7)
+        result, digest = sealed_put(store, writing, "streams/vol", chunked(data))
+        stored = read_all(store, "streams/vol")
+        raw_hash = hashlib.sha256(data)
+        for secret in (data[4096:4160], data[-64:], raw_hash.digest(),
+                       raw_hash.hexdigest().encode()):
+            assert secret not in stored
+        assert raw_hash.hexdigest() not in {result.sha256, store.stat("streams/vol").sha256}
+
+    def test_a_source_failing_midway_keeps_the_earlier_object_and_raises_its_own_error(
+            self, store, keys):
+        """docs/reliability.md#r13-incomplete-upload, with the source read by age's helper
+        thread: the source's own exception reaches the caller (not pyrage's text of it), and
+        the store keeps what it had (nothing where it had nothing, no upload left open)."""
+        writing, reading, _ = keys
+        sealed_put(store, writing, "k", [b"old object"])
+        for key in ("k", "fresh"):
+            with pytest.raises(RuntimeError, match="^source broke$"):
+                sealed_put(store, writing, key,
+                           failing_after(payload(2 * PART + 1), RuntimeError("source broke")))
+        assert opened(store, reading, "k") == b"old object"
+        assert [i.key for i in store.list()] == ["k"]
+        assert store.unfinished_uploads() == []
+
+    def test_a_reader_that_stops_midway_leaves_no_helper_thread(self, store, keys):
+        """A restore stops reading a volume midway when ``zfs receive`` fails: closing the
+        decoding generator stops and joins age's helper thread, which would otherwise wait
+        on its full queue for ever, holding the store's GET open."""
+        writing, reading, _ = keys
+        sealed_put(store, writing, "streams/vol", chunked(payload(8 * MiB, seed=3)))
+        before = age_threads()
+        pieces = reading.decode(store.get("streams/vol"), "cold:streams/vol")
+        assert next(pieces)
+        assert len(age_threads() - before) == 1
+        pieces.close()
+        assert age_threads() - before == set()
+
+    def test_a_wrong_or_missing_identity_fails_at_the_header_with_one_line(self, store, keys):
+        """docs/sealed.md#what-needs-an-identity: an identity the volume was not encrypted to
+        fails before any raw byte comes out, with one line naming the volume; none at all
+        fails before the store is read."""
+        writing, _, wrong = keys
+        sealed_put(store, writing, "streams/vol", chunked(payload(PART, seed=1)))
+        pieces = []
+        with pytest.raises(IdentityRefused) as refused:
+            pieces.extend(wrong.decode(store.get("streams/vol"), f"{store.name}:streams/vol"))
+        assert pieces == []
+        message = str(refused.value)
+        assert "\n" not in message and message.startswith(f"{store.name}:streams/vol: the age"
+                                                          " header opens with none of the"
+                                                          " identities given")
+        with pytest.raises(IdentityNeeded) as needed:
+            writing.decode(iter(()), "cold:streams/vol")
+        assert "\n" not in str(needed.value)
+        assert str(needed.value).startswith("store cold is sealed (age): reading its volumes"
+                                            " needs an identity: pass --identity FILE")
+
+    def test_a_changed_stored_byte_fails_the_read_as_a_damaged_volume(self, store, keys):
+        """age authenticates every 64 KiB payload chunk: a byte flipped near the end of the
+        stored object (written back whole, as an intruder with write access would) fails the
+        read with ``StreamCorrupt`` naming the age file, not as a wrong identity
+        (docs/decisions.md#sealed-volumes-are-age-files)."""
+        writing, reading, _ = keys
+        sealed_put(store, writing, "streams/vol", chunked(payload(3 * MiB, seed=2)))
+        stored = bytearray(read_all(store, "streams/vol"))
+        stored[-100] ^= 0x01
+        store.put("streams/vol", [bytes(stored)])
+        with pytest.raises(StreamCorrupt, match=f"^{store.name}:streams/vol: the age file"):
+            opened(store, reading, "streams/vol")
 
 
 class TestFileStore:

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""zbak archive and restore into a sealed store beside the same commands unsealed, in one run
+(by hand, not CI).
+
+Targets (docs/sealed.md#speed): ``zbak archive`` into a sealed ``file://`` store (zstd, then
+age to one X25519 recipient) >= 0.8x the unsealed archive's throughput on random data and
+>= 0.9x on 50 % compressible data; ``zbak restore`` of that full stream with ``--identity``
+likewise against the unsealed restore; peak RSS of every sealed run <= 200 MiB.
+
+Cases, on snapshots of zfs-fuse datasets of ``--size`` bytes (``benchmarks/archive.py``'s
+test bed, data and table):
+
+- ``archive full random`` / ``archive full 50%``: ``zbak archive`` into a fresh store per
+  run, unsealed and sealed;
+- ``restore full random`` / ``restore full 50%``: ``zbak restore DS --to @s --into NEW
+  --from cold --yes`` of a store archived once (untimed) for each, unsealed and sealed
+  (``--identity KEY``); every received snapshot's guid is checked.
+
+After one untimed warm-up of each tool, each case runs ``--reps`` times, the tools
+alternated and their order rotated per repetition; the ratio is the unsealed median over the
+sealed one (>= 1: sealing costs nothing). Peak RSS is GNU time's ``%M`` of the zbak
+process. The load average is printed before and after. Runs as root (a private zfs-fuse).
+Usage::
+
+    .venv/bin/python benchmarks/sealed.py [--size 512MiB] [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from archive import MIB, PYTHON, REPO, Bench, Results, Run, human, parse_size, run_case
+from zfsbench import load, private_zfs_fuse, sh, target_line
+
+RSS_LIMIT = 200 * MIB
+FLOORS = {"random": 0.8, "50%": 0.9}
+"""Sealed throughput over unsealed (unsealed median / sealed median) each data kind must
+reach, archive and restore alike."""
+PLAIN, SEALED = "unsealed", "sealed"
+
+
+class SealedBench(Bench):
+    """``archive.Bench`` with one identity and configs whose store is sealed to it."""
+
+    def __init__(self, args: argparse.Namespace, workdir: Path):
+        super().__init__(args, workdir)
+        self.key = workdir / "restore.key"
+        subprocess.run(["age-keygen", "-o", str(self.key)], check=True, capture_output=True)
+        recipient = subprocess.run(["age-keygen", "-y", str(self.key)], check=True,
+                                   capture_output=True, text=True).stdout.strip()
+        self.age_table = f'[stores.cold.age]\nrecipients = ["{recipient}"]\n'
+        self.archived: dict[tuple[str, str], Path] = {}
+
+    def make_data(self) -> None:
+        """``rand`` (random) and ``text`` (every other MiB word text) of ``--size``."""
+        for job, text in (("rand", False), ("text", True)):
+            dataset = f"{self.src}/{job}"
+            sh("zfs", "create", dataset)
+            self.write_mixed(dataset, self.args.size, text_share=text)
+            sh("zfs", "snapshot", f"{dataset}@s")
+            self.stream[job] = self.stream_size(["zfs", "send", f"{dataset}@s"])
+
+    def setup(self, kind: str) -> Path:
+        return self.zbak_setup("file", store_tables=self.age_table if kind == SEALED else "")
+
+    def archive(self, job: str, kind: str) -> Run:
+        """``zbak archive JOB`` into a fresh store of ``kind``, dropped afterwards."""
+        config = self.setup(kind)
+        try:
+            return self.zbak(config, "archive", job)
+        finally:
+            self.drop_store(config)
+            shutil.rmtree(config.parent / "state", ignore_errors=True)
+
+    def restore(self, job: str, kind: str) -> Run:
+        """``zbak restore`` of JOB's full from a store of ``kind`` archived once for it."""
+        if (job, kind) not in self.archived:
+            config = self.setup(kind)
+            self.zbak(config, "archive", job)
+            self.archived[job, kind] = config
+        identity = ("--identity", str(self.key)) if kind == SEALED else ()
+        return self.restore_zbak(self.archived[job, kind], job, "s", *identity)
+
+
+def measure(bench: SealedBench, results: Results, reps: int) -> tuple[dict[str, int],
+                                                                       dict[str, str]]:
+    """Every case, unsealed and sealed; (stream bytes per case, baseline tool per case)."""
+    streams: dict[str, int] = {}
+    baseline: dict[str, str] = {}
+    for verb in ("archive", "restore"):
+        for job, label in (("rand", "random"), ("text", "50%")):
+            run = bench.archive if verb == "archive" else bench.restore
+            tools: dict[str, Callable[[], Run]] = {
+                f"zbak {verb} {kind}": (lambda job=job, kind=kind, run=run: run(job, kind))
+                for kind in (PLAIN, SEALED)}
+            run_case(bench, results, f"{verb} full {label}", job, tools, reps, streams,
+                     baseline)
+    return streams, baseline
+
+
+def goal_lines(results: Results, streams: dict[str, int]) -> list[str]:
+    """One line per goal (pure): per case the sealed throughput against the unsealed, and
+    the sealed runs' peak RSS."""
+    lines = []
+    for case in streams:
+        verb, label = case.split()[0], case.split()[-1]
+        plain, sealed = f"zbak {verb} {PLAIN}", f"zbak {verb} {SEALED}"
+        floor = FLOORS[label]
+        failed = results.failures.get((case, sealed), [])
+        lines.append(target_line(
+            case, results.median(case, sealed), results.median(case, plain),
+            ours_failed=failed, reference_failed=results.failures.get((case, plain), []),
+            peer=plain, verdict=lambda ours, theirs, floor=floor: (
+                f"sealed {theirs / ours:.3f}x unsealed (>= {floor}):"
+                f" {'met' if theirs / ours >= floor else 'MISSED'}")))
+        lines.append(target_line(
+            f"{case} sealed peak RSS", results.peak(case, sealed), RSS_LIMIT,
+            ours_failed=failed, verdict=lambda peak, limit: (
+                f"{peak / MIB:.1f} MiB (<= {limit // MIB} MiB):"
+                f" {'met' if peak <= limit else 'MISSED'}")))
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    parser.add_argument("--size", type=parse_size, default=parse_size("512MiB"),
+                        help="data of each dataset (default 512MiB)")
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    # What archive.Bench sizes its pools by; this bench has no chain and no rss runs.
+    args.chain_full = args.chain_step = args.rss_size = 0
+    args.s3, args.compare = False, []
+    if os.geteuid() != 0:
+        raise SystemExit("run as root (zfs-fuse)")
+    for tool in ("zstd", "/usr/bin/time", "age-keygen"):
+        if not shutil.which(tool):
+            raise SystemExit(f"{tool} missing: apt-get install zstd time age")
+    subprocess.run([PYTHON, "-m", "compileall", "-q", str(REPO / "zrepl_py")], check=True)
+    workdir = Path(tempfile.mkdtemp(prefix="zbak-bench-sealed-", dir="/var/tmp"))
+    try:
+        with private_zfs_fuse(workdir) as pidfile:
+            bench = SealedBench(args, workdir)
+            bench.daemon_pid = int(pidfile.read_text().strip())
+            try:
+                before = load()
+                bench.make_pools()
+                bench.make_data()
+                results = Results()
+                streams, baseline = measure(bench, results, args.reps)
+                print()
+                print(f"{human(args.size)} of data per dataset; {args.reps} reps; "
+                      f"{os.cpu_count()} cpus; load average before {before}, after {load()}")
+                print(results.table(streams, baseline))
+                print("(ratio = unsealed median / sealed median; MB/s = 10^6 raw stream bytes"
+                      " per second; CPU s = median user+system of zbak; srv s = median CPU of"
+                      " the zfs-fuse daemon; RSS = zbak's peak)")
+                print()
+                print("\n".join(goal_lines(results, streams)))
+                return 0
+            finally:
+                for pool in (bench.src, bench.dst):
+                    subprocess.run(["zpool", "destroy", "-f", pool], capture_output=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
