@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import os
 import random
@@ -78,8 +79,9 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
@@ -772,12 +774,23 @@ def main() -> int:
     # an archive's start-up in py-spy).
     for tree in [REPO, *(tree for _, tree in args.compare)]:
         subprocess.run([PYTHON, "-m", "compileall", "-q", str(tree / "zrepl_py")], check=True)
-    workdir = Path(tempfile.mkdtemp(prefix="zbak-bench-archive-", dir="/var/tmp"))
+    with bench_bed(Bench, args, "archive") as bench:
+        return run(bench, args, bench.work)
+
+
+B = TypeVar("B", bound=Bench)
+
+
+@contextlib.contextmanager
+def bench_bed(kind: type[B], args: argparse.Namespace, name: str) -> Iterator[B]:
+    """A ``kind`` bench on a new work directory under /var/tmp and a private zfs-fuse
+    daemon (``zfsbench.private_zfs_fuse``); both removed at the end."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"zbak-bench-{name}-", dir="/var/tmp"))
     try:
         with private_zfs_fuse(workdir) as pidfile:
-            bench = Bench(args, workdir)
+            bench = kind(args, workdir)
             bench.daemon_pid = int(pidfile.read_text().strip())
-            return run(bench, args, workdir)
+            yield bench
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -32,14 +32,24 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from archive import MIB, PYTHON, REPO, Bench, Results, Run, human, parse_size, run_case
-from zfsbench import load, private_zfs_fuse, sh, target_line
+from archive import (
+    MIB,
+    PYTHON,
+    REPO,
+    Bench,
+    Results,
+    Run,
+    bench_bed,
+    human,
+    parse_size,
+    run_case,
+)
+from zfsbench import load, sh, target_line
 
 RSS_LIMIT = 200 * MIB
 FLOORS = {"random": 0.8, "50%": 0.9}
@@ -145,32 +155,26 @@ def main() -> int:
         if not shutil.which(tool):
             raise SystemExit(f"{tool} missing: apt-get install zstd time age")
     subprocess.run([PYTHON, "-m", "compileall", "-q", str(REPO / "zrepl_py")], check=True)
-    workdir = Path(tempfile.mkdtemp(prefix="zbak-bench-sealed-", dir="/var/tmp"))
-    try:
-        with private_zfs_fuse(workdir) as pidfile:
-            bench = SealedBench(args, workdir)
-            bench.daemon_pid = int(pidfile.read_text().strip())
-            try:
-                before = load()
-                bench.make_pools()
-                bench.make_data()
-                results = Results()
-                streams, baseline = measure(bench, results, args.reps)
-                print()
-                print(f"{human(args.size)} of data per dataset; {args.reps} reps; "
-                      f"{os.cpu_count()} cpus; load average before {before}, after {load()}")
-                print(results.table(streams, baseline))
-                print("(ratio = unsealed median / sealed median; MB/s = 10^6 raw stream bytes"
-                      " per second; CPU s = median user+system of zbak; srv s = median CPU of"
-                      " the zfs-fuse daemon; RSS = zbak's peak)")
-                print()
-                print("\n".join(goal_lines(results, streams)))
-                return 0
-            finally:
-                for pool in (bench.src, bench.dst):
-                    subprocess.run(["zpool", "destroy", "-f", pool], capture_output=True)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with bench_bed(SealedBench, args, "sealed") as bench:
+        try:
+            before = load()
+            bench.make_pools()
+            bench.make_data()
+            results = Results()
+            streams, baseline = measure(bench, results, args.reps)
+            print()
+            print(f"{human(args.size)} of data per dataset; {args.reps} reps; "
+                  f"{os.cpu_count()} cpus; load average before {before}, after {load()}")
+            print(results.table(streams, baseline))
+            print("(ratio = unsealed median / sealed median; MB/s = 10^6 raw stream bytes"
+                  " per second; CPU s = median user+system of zbak; srv s = median CPU of"
+                  " the zfs-fuse daemon; RSS = zbak's peak)")
+            print()
+            print("\n".join(goal_lines(results, streams)))
+            return 0
+        finally:
+            for pool in (bench.src, bench.dst):
+                subprocess.run(["zpool", "destroy", "-f", pool], capture_output=True)
 
 
 if __name__ == "__main__":
