@@ -383,3 +383,28 @@ def test_the_newest_drill_and_the_newest_success_are_read_per_job_and_source(eng
     assert ok == {("j", "cold"): 10.0, ("j", "backup:tank/r"): 3.0}
     with pytest.raises(ValueError, match="drill result"):
         catalog.record_drill(_drill("j", "cold", 30, "bogus"))
+
+
+def test_0009_drops_the_copy_runs_on_downgrade_keeps_every_other_run_and_upgrades_again(engine):
+    """docs/reliability.md#r27-alembic (rows present): a copy run at head; downgrading to 0008
+    drops only the copy runs (the older action set has no place for them) and refuses new
+    ones; upgrading back with the other runs present takes copy runs again."""
+    db.upgrade(engine)
+    catalog = Catalog(engine)
+    kept = catalog.start_run("j", "archive", "cold:tank/data", T0)
+    drill = catalog.start_run("j", "drill", "cold", T0)
+    catalog.finish_run(catalog.start_run("j", "copy", "offsite:tank/data", T0), result="ok",
+                       now=T0)
+
+    db.downgrade(engine, "0008")
+    with engine.connect() as connection:
+        rows = connection.execute(sa.text("SELECT id, action FROM runs ORDER BY id"))
+        assert [tuple(r) for r in rows] == [(kept, "archive"), (drill, "drill")]
+    with pytest.raises(CatalogError):  # the older check refuses a copy run
+        Catalog(engine).start_run("j", "copy", "offsite:tank/data", T0)
+
+    assert db.upgrade(engine) == ("0008", db.head_revision())
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        assert compare_metadata(context, metadata) == []
+    assert Catalog(engine).start_run("j", "copy", "offsite:tank/data", T0) > drill

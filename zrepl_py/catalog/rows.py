@@ -33,11 +33,12 @@ STREAM_STATES = ("uploading", "uploaded", "verified", "condemned", "bad")
 LIVING_STATES = frozenset({"uploaded", "verified"})
 """Stream states whose objects are complete and may be restored from or built on."""
 RUN_ACTIONS = ("snapshot", "replicate", "archive", "prune", "audit", "restore", "hook",
-               "failover", "failback", "drill")
+               "failover", "failback", "drill", "copy")
 """``hook``: a pre or post command of an action (``zrepl_py.hooks``); its target is
 ``pre-ACTION`` or ``post-ACTION``. ``failover``/``failback``: ``zbak failover``/``failback``
 of one target (revision 0007). ``drill``: one source's restore drill, its target the source
-(``zrepl_py.drill``, revision 0008)."""
+(``zrepl_py.drill``, revision 0008). ``copy``: ``zbak copy`` of a job into a store, its target
+``STORE:DATASET`` (``zrepl_py.copying``, revision 0009)."""
 RUN_RESULTS = ("running", "ok", "failed", "partial", "interrupted")
 """``interrupted``: the process running it died without ending the row (``runlog.sweep_interrupted``)."""
 REPLICATION_METHODS = ("zfs", "rsync")

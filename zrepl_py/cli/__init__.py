@@ -36,6 +36,7 @@ COMMANDS = {
     "snapshot": "snapshot_cmd",
     "replicate": "replicate_cmd",
     "archive": "archive_cmd",
+    "copy": "copy_cmd",
     "prune": "prune_cmd",
     "audit": "audit_cmd",
     "restore": "restore_cmd",

@@ -1,0 +1,224 @@
+"""``zbak copy`` between stores (docs/copies.md), run as the admin types it, against the real
+stores: a ``file://`` store, moto's S3 server and an SFTP-only server (``support.sftpd``).
+
+* file:// -> S3 -> sftp://: a full and an incremental reach each store byte for byte, each store
+  holds exactly what the catalog says of it, a rerun copies nothing, ``zbak audit`` checks
+  every store, restore chooses among the copies and says which it read, and restores from the
+  copy of a copy; a stream marked bad is never copied.
+* A copy to S3 killed with SIGKILL mid-volume of a 64 MiB stream: the rerun keeps the volumes
+  that arrived (checked, not sent again), converges, and leaves no orphan in either store (the
+  multipart upload the kill left open is aborted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import botocore.exceptions
+import pytest
+from conftest import MIB, content_of, restored_content, zfs
+from support.archive_checks import catalog_of, catalogued, converged_problems
+from support.common import hosts_table
+
+from zrepl_py.config.loading import load_config
+from zrepl_py.errors import ExitStatus
+from zrepl_py.stores.registry import open_store
+from zrepl_py.stores.scheme import StoreEnv
+
+pytestmark = [pytest.mark.zfs, pytest.mark.slow]
+
+
+def problems_in(site, store: str) -> list[str]:
+    """``converged_problems`` of store ``store``: it holds exactly the catalog's streams of it
+    (volumes with their sizes and SHA-256, manifests and copies, its catalog export)."""
+    config = load_config(site.config)
+    backend = open_store(store, config.stores[store],
+                         StoreEnv(hosts=config.hosts, known_hosts=site.tmp / "state/known_hosts"))
+    try:
+        with catalog_of(site.config) as catalog:
+            streams = [(s, v) for s, v in catalogued(catalog, site.data) if s.store == store]
+        assert streams, f"store {store} holds no stream"
+        return converged_problems(backend, streams)
+    finally:
+        backend.close()
+
+
+def write_config(site, stores: dict[str, str], *, volume: int = MIB, head: str = "") -> None:
+    """A config of ``stores`` (name -> the TOML lines after ``url = ``... of its table), each
+    in ``volume``-byte volumes, and job ``data`` archiving ``site.data`` to the first."""
+    tables = "".join(f"[stores.{name}]\n{body}\nvolume_size = {volume}\n"
+                     for name, body in stores.items())
+    site.config.write_text(f'state_dir = "{site.tmp / "state"}"\n{head}{tables}'
+                           f'[jobs.data]\ndataset = "{site.data}"\n[jobs.data.archive]\n'
+                           f'store = "{next(iter(stores))}"\ncompression_level = 1\n')
+
+
+def s3_table(s3_server, bucket: str) -> str:
+    """The lines of an S3 store's table on moto's server."""
+    return (f'url = "s3://{bucket}/zbak"\nendpoint = "{s3_server.endpoint_url}"\n'
+            'region = "us-east-1"')
+
+
+def copied(site, *args: str) -> list[dict]:
+    """``zbak copy ARGS --json``, asserting exit 0; its rows."""
+    return json.loads(site.ok("copy", *args, "--json"))["rows"]
+
+
+def test_streams_go_from_file_to_s3_to_sftp_byte_for_byte_and_restore_reads_any_copy(
+        site, s3_server, s3_bucket, sftpd, sftp_dir):
+    path = f"{sftp_dir}/zbak"
+    write_config(site, {"local": f'url = "file://{site.tmp / "local"}"',
+                        "cloud": s3_table(s3_server, s3_bucket),
+                        "box": f'url = "sftp://box{path}"'},
+                 head=hosts_table("box", sftpd.host_config()))
+    site.ok("init")
+    site.snapshot_steps(range(1), size=3 * MIB)
+    site.ok("archive")
+    site.snapshot_steps(range(1, 3), size=2 * MIB)
+    site.ok("archive")
+
+    dry = copied(site, "--to", "cloud", "--dry-run")
+    assert [(r["stream"], r["result"]) for r in dry] == [
+        ("full @0", "planned"), ("incremental @0 -> @2", "planned")], dry
+    rows = copied(site, "--to", "cloud")
+    assert [(r["from"], r["to"], r["stream"], r["result"]) for r in rows] == [
+        ("local", "cloud", "full @0", "copied"),
+        ("local", "cloud", "incremental @0 -> @2", "copied")], rows
+    assert int(rows[0]["volumes"].split()[0]) >= 3, rows  # 3 MiB of random data, 1 MiB volumes
+    assert copied(site, "--to", "cloud") == []  # nothing lacking: a no-op
+    assert [r["result"] for r in copied(site, "--from", "cloud", "--to", "box")] == [
+        "copied", "copied"]
+    for store in ("local", "cloud", "box"):
+        assert problems_in(site, store) == [], store
+    with catalog_of(site.config) as catalog:
+        by_store: dict[str, list[tuple[str, ...]]] = {}
+        for stream, volumes in catalogued(catalog, site.data):
+            by_store.setdefault(stream.store, []).append(
+                (stream.object_prefix, *(v.sha256 for v in volumes)))
+    assert by_store["local"] == by_store["cloud"] == by_store["box"]  # byte-identical volumes
+
+    audit = json.loads(site.run("audit", "--json")[1])
+    assert audit["findings"] == [], audit["findings"]
+
+    # Restore chooses among the copies by the cost order (equal here: by name) and says
+    # which it read; a copy that lost a volume is passed over with its problem.
+    lost = next(sftpd.local(path).rglob("vol-000001.zst"))
+    lost.unlink()
+    into = f"{site.pool}/back"
+    plan = json.loads(site.ok("restore", site.data, "--to", "@2", "--into", into,
+                                      "--from", "archive", "--dry-run", "--json"))
+    options = {o["from"]: o for o in plan["options"] if o["source"] == "archive"}
+    assert sorted(options) == ["box", "cloud", "local"], plan["options"]
+    assert options["box"]["problem"] and not options["cloud"]["problem"], options
+    assert plan["plan"].endswith("from archive cloud"), plan
+    out = site.ok("restore", site.data, "--to", "@2", "--into", into, "--from",
+                          "archive", "--yes")
+    assert "from archive cloud" in out, out
+    assert restored_content(into) == content_of(f"{site.data}@2", site.pool, "back")
+    findings = json.loads(site.run("audit", "--json")[1])["findings"]
+    assert {(f["store"], f["key"]) for f in findings if f["severity"] == "error"} >= {
+        ("box", str(lost.relative_to(sftpd.local(path))))}, findings  # audit reads each store
+
+    # A stream marked bad in the source is never copied, and says why.
+    site.snapshot_steps(range(3, 4))
+    site.ok("archive")
+    with catalog_of(site.config) as catalog:
+        newest = catalog.streams(dataset=site.data, store="local")[-1]
+        catalog.set_stream_state(newest.id, "bad", newest.created_at, reason="volume 0 rotted")
+    rows = copied(site, "--to", "cloud")
+    assert [(r["stream"], r["result"], r["problem"]) for r in rows] == [
+        ("incremental @2 -> @3", "skipped", "marked bad in store local: volume 0 rotted")], rows
+    with catalog_of(site.config) as catalog:
+        assert [s.to_name for s in catalog.streams(dataset=site.data, store="cloud")] == ["0", "2"]
+
+
+def test_a_copy_killed_mid_volume_resumes_keeps_what_arrived_and_leaves_no_orphan(
+        site, s3_server, s3_bucket):
+    """file:// -> S3 in 16 MiB volumes, each a multipart upload of two 8 MiB parts (the
+    store's default part size): the kill lands once a volume arrived and the next one's
+    upload has a part, which the rerun aborts once the stream is done."""
+    source = site.tmp / "a"
+    write_config(site, {"a": f'url = "file://{source}"', "b": s3_table(s3_server, s3_bucket)},
+                 volume=16 * MIB)
+    site.ok("init")
+    (site.mount / "big.bin").write_bytes(os.urandom(64 * MIB))
+    zfs("snapshot", f"{site.data}@big")
+    site.ok("archive")
+    client = s3_server.client()
+
+    def volumes() -> list[str]:
+        listed = client.list_objects_v2(Bucket=s3_bucket, Prefix="zbak/local/")
+        return [o["Key"] for o in listed.get("Contents", ()) if "/vol-" in o["Key"]]
+
+    def in_flight() -> bool:
+        """A volume arrived and the next one's multipart upload has a part."""
+        if not volumes():
+            return False
+        for upload in client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []):
+            try:
+                if client.list_parts(Bucket=s3_bucket, Key=upload["Key"],
+                                     UploadId=upload["UploadId"]).get("Parts"):
+                    return True
+            except botocore.exceptions.ClientError:
+                pass  # NoSuchUpload: it completed between the two calls
+        return False
+
+    site.kill_when(in_flight, "copy", "--to", "b")
+    arrived = len(volumes())
+    assert client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads"), \
+        "the kill should have left a multipart upload open"
+    with catalog_of(site.config) as catalog:
+        assert catalog.streams(dataset=site.data, store="b") == []  # nothing recorded yet
+
+    (row,) = copied(site, "--to", "b")
+    written, kept = (int(part.split()[0]) for part in row["volumes"].split(", "))
+    assert row["result"] == "copied" and kept >= arrived >= 1, row
+    assert written + kept == 5, row  # 64 MiB of random data and the stream's headers
+    assert client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
+    assert problems_in(site, "a") == [] and problems_in(site, "b") == []
+    assert json.loads(site.run("audit", "--json")[1])["findings"] == []
+    into = f"{site.pool}/back"
+    site.ok("restore", site.data, "--to", "@big", "--into", into, "--from", "b", "--yes")
+    assert restored_content(into) == content_of(f"{site.data}@big", site.pool, "big")
+
+
+def test_a_volume_arriving_other_than_the_catalog_says_is_deleted_and_nothing_is_recorded(site):
+    """A source volume whose bytes changed (same size) reaches the target with another SHA-256:
+    the copy stops with exit 1 naming the volume, deletes what arrived and records nothing. A
+    volume already in the target with the right size but other bytes (not one an earlier
+    copy checked) is not kept: it is put again."""
+    source, target = site.tmp / "a", site.tmp / "b"
+    write_config(site, {"a": f'url = "file://{source}"', "b": f'url = "file://{target}"'})
+    site.ok("init")
+    site.snapshot_steps(range(1), size=2 * MIB)
+    site.ok("archive")
+    first = next(source.rglob("vol-000000.zst"))
+    good = first.read_bytes()
+    first.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+
+    done = site.process("copy", "--to", "b")
+    assert done.returncode == ExitStatus.FAILED, done
+    assert "vol-000000.zst of stream 1 arrived in store b with sha256" in done.stdout, done.stdout
+    assert not list(target.rglob("vol-*")), sorted(target.rglob("*"))
+    with catalog_of(site.config) as catalog:
+        assert catalog.streams(dataset=site.data, store="b") == []
+
+    first.write_bytes(good)
+    planted = target / first.relative_to(source)
+    planted.write_bytes(bytes(len(good)))  # the right size, other bytes
+    (row,) = copied(site, "--to", "b")
+    assert (row["result"], row["volumes"]) == ("copied", "3 written, 0 kept"), row
+    assert planted.read_bytes() == good
+    assert problems_in(site, "b") == []
+
+
+def test_copy_refuses_bad_input_with_one_line_and_the_usage_status(site):
+    write_config(site, {"a": f'url = "file://{site.tmp / "a"}"'})
+    for args, says in ((("--to", "a"), "--from and --to are both store a"),
+                       (("--to", "nowhere"), "store 'nowhere' is not under [stores]")):
+        done = site.process("copy", *args)
+        assert done.returncode == ExitStatus.USAGE, done
+        assert done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+    assert Path(site.tmp / "a").exists() is False  # nothing was created

@@ -1,0 +1,50 @@
+"""``zbak copy [JOB...] --to STORE [--from STORE] [--dry-run] [--json]``: copy every stream
+the target store lacks (docs/copies.md)."""
+
+from __future__ import annotations
+
+import click
+
+from zrepl_py.cli.common import (
+    Invocation,
+    emit_json,
+    emit_table,
+    for_each_job,
+    json_option,
+    pass_invocation,
+)
+from zrepl_py.errors import ExitStatus
+
+
+@click.command("copy")
+@click.argument("jobs", nargs=-1)
+@click.option("--from", "source", metavar="STORE",
+              help="The store to copy from (default: the job's archive store).")
+@click.option("--to", "target", metavar="STORE", required=True, help="The store to copy to.")
+@click.option("--dry-run", is_flag=True, help="Show the streams the target lacks; copy nothing.")
+@json_option
+@pass_invocation
+def command(inv: Invocation, jobs: tuple[str, ...], source: str | None, target: str,
+            dry_run: bool, as_json: bool) -> ExitStatus:
+    """Copy each job's streams that store --to lacks from store --from, oldest first, volume
+    by volume: each volume is checked on arrival (SHA-256 and size against the catalog)
+    before the catalog records the copy. A copy interrupted at any point resumes on the next
+    run; a stream marked bad is never copied."""
+    from zrepl_py.copying.job import copy_job, copy_rows  # boto3 only when copying
+
+    with inv.context() as ctx:
+        chosen = [(n, j) for n, j in ctx.select_jobs(jobs) if j.archive is not None or jobs]
+        results, status = for_each_job(chosen, lambda n, j: copy_job(
+            ctx, n, j, source=source, target=target, dry_run=dry_run))
+    rows = copy_rows(results)
+    if as_json:
+        emit_json({"dry_run": dry_run, "rows": rows})
+    else:
+        emit_table("copy" + (" (dry run: nothing copied)" if dry_run else ""),
+                   ["job", "from", "to", "dataset", "stream", "result", "stored bytes",
+                    "volumes", "problem"],
+                   [(r["job"], r["from"], r["to"], r["dataset"], r["stream"], r["result"],
+                     r["bytes"], r["volumes"], r["problem"]) for r in rows])
+    if status == ExitStatus.OK and any(r.failed for r in results):
+        return ExitStatus.FAILED
+    return status

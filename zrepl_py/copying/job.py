@@ -1,0 +1,205 @@
+"""``zbak copy`` for one job: copy every stream of the job's datasets that the target store
+lacks, oldest first (``copying.plan``), one stream at a time (``copying.stream``).
+
+Under the job's lock (an archive or prune of the job waits), one run row per job and target
+(``copy``, target ``STORE:DATASET``). Before anything, the target's catalog exports are
+checked against this machine's high-water marks (``catalog.export.StoreGuard``, as archive
+does: a rolled-back target stops the run); after a run that is not a dry run, the job's
+export in the target is rewritten with the target's streams. A dataset whose stream fails
+stops there (its later streams apply on it) and the other datasets still run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from zrepl_py.archive.throttle import Throttle
+from zrepl_py.catalog.export import StoreGuard
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import StreamRow
+from zrepl_py.config.jobs import JobConfig
+from zrepl_py.copying.plan import CopyPlan, plan_copy
+from zrepl_py.copying.stream import CopiedStream, StreamCopy, copy_stream
+from zrepl_py.errors import CodecsDiffer, UsageError, ZbakError
+from zrepl_py.invocation.context import Context, lock_key
+from zrepl_py.observe.runlog import RunSet
+from zrepl_py.pruning.archive import job_streams
+from zrepl_py.stores.sealing import writing_codec
+from zrepl_py.streams.codec import Codec
+
+
+@dataclasses.dataclass
+class CopyResult:
+    """One job's copy from store ``source`` to store ``target``.
+
+    Attributes:
+        plan: what the target lacked.
+        copied: each stream copied (source row) with what copying it did.
+        failed: the stream that failed per dataset, with the error.
+    """
+
+    job: str
+    source: str
+    target: str
+    dry_run: bool
+    plan: CopyPlan
+    copied: list[tuple[StreamRow, CopiedStream]] = dataclasses.field(default_factory=list)
+    failed: list[tuple[StreamRow, str]] = dataclasses.field(default_factory=list)
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes put into the target by this run."""
+        return sum(c.stored_bytes for _, c in self.copied)
+
+
+def stores_of(ctx: Context, name: str, job: JobConfig, source: str | None,
+              target: str | None) -> tuple[str, str]:
+    """The source and target store of a copy of job ``name``: ``source`` or the job's archive
+    store, and ``target``.
+
+    Raises:
+        UsageError: no target, no source (the job has no archive store), the same store
+            twice, or a name that is not under ``[stores]``.
+    """
+    if source is None:
+        if job.archive is None:
+            raise UsageError(f"job {name} has no [jobs.{name}.archive] section in"
+                             f" {ctx.config_path}: name the store to copy from with --from")
+        source = job.archive.store
+    if target is None:
+        raise UsageError("name the store to copy to with --to STORE")
+    for store in (source, target):
+        if store not in ctx.config.stores:
+            known = ", ".join(ctx.config.stores) or "none"
+            raise UsageError(f"store {store!r} is not under [stores] in {ctx.config_path}"
+                             f" (stores: {known})")
+    if source == target:
+        raise UsageError(f"--from and --to are both store {source}: name two stores")
+    return source, target
+
+
+def copy_job(ctx: Context, name: str, job: JobConfig, *, source: str | None = None,
+             target: str | None = None, dry_run: bool = False) -> CopyResult:
+    """Copy job ``name``'s streams from ``source`` (default: its archive store) to ``target``
+    (see the module docstring).
+
+    Raises:
+        UsageError: as :func:`stores_of`.
+        CodecsDiffer: a stream to copy was written with another codec chain than the
+            target's (nothing is copied).
+        Locked: another run holds the job's lock (exit 3).
+        CatalogReplay, CatalogExportCorrupt: the target's catalog export is older than this
+            machine wrote, gone, or damaged.
+        CatalogError, StoreError: reading the catalog, or listing or writing the target's
+            export, failed (a stream's failure is in the result instead).
+    """
+    source, target = stores_of(ctx, name, job, source, target)
+    catalog = ctx.catalog()
+    host, root = job.source.host, str(job.source.dataset)
+    src_backend, dst_backend = ctx.store(source), ctx.store(target)
+    dst_cfg = ctx.config.stores[target]
+    with ctx.lock(lock_key(job), "copy"), \
+            RunSet(catalog, ctx.clock, name, "copy",
+                   [] if dry_run else [f"{target}:{root}"]) as runs:
+        guard = StoreGuard(dst_backend, target, ctx.state_dir, job=name)
+        guard.check()
+        originals = _streams(catalog, job, host, root, source)
+        plan = plan_copy(originals, _streams(catalog, job, host, root, target))
+        _check_codecs(plan, source, _codec(ctx, source), target, _codec(ctx, target))
+        result = CopyResult(name, source, target, dry_run, plan)
+        if dry_run:
+            return result
+        volumes = catalog.bulk_volumes(host=host, below=root, store=source)
+        throttle = Throttle(dst_cfg.bandwidth_limit, ctx.clock)
+        there = {s.object_prefix: s.id for s in _streams(catalog, job, host, root, target)}
+        prefixes = {s.id: s.object_prefix for s in originals}
+        stopped: set[str] = set()
+        for stream in plan.copy:
+            if stream.dataset in stopped:
+                continue
+            parent = (None if stream.parent_id is None
+                      else there.get(prefixes[stream.parent_id]))
+            item = StreamCopy(
+                stream, volumes.get(stream.id, ()), parent,
+                dst_cfg.storage_class.full if stream.kind == "full"
+                else dst_cfg.storage_class.incremental)
+            try:
+                copied = copy_stream(item, src_backend, dst_backend, catalog, ctx.clock.now,
+                                     throttle)
+            except ZbakError as exc:
+                result.failed.append((stream, str(exc)))
+                stopped.add(stream.dataset)
+                continue
+            there[stream.object_prefix] = copied.stream_id
+            result.copied.append((stream, copied))
+        guard.publish(_streams(catalog, job, host, root, target), ctx.clock.now())
+        record = runs.records[f"{target}:{root}"]
+        record.bytes = result.stored_bytes
+        if result.failed:
+            record.result = "partial" if result.copied else "failed"
+            record.error = "; ".join(f"{s.dataset}@{s.to_name}: {e}" for s, e in result.failed)
+    return result
+
+
+def _streams(catalog: Catalog, job: JobConfig, host: str, root: str,
+             store: str) -> list[StreamRow]:
+    """The job's streams in ``store``, in chain order per dataset."""
+    by_dataset = job_streams(job, catalog.bulk_streams(host=host, below=root, store=store), store)
+    return [s for dataset in sorted(by_dataset) for s in by_dataset[dataset]]
+
+
+def _codec(ctx: Context, store: str) -> Codec:
+    """The codec chain store ``store`` writes (the level does not matter to a byte copy)."""
+    return writing_codec(store, ctx.config.stores[store], 3)
+
+
+def _check_codecs(plan: CopyPlan, source: str, from_codec: Codec, target: str,
+                  to_codec: Codec) -> None:
+    """Refuse a copy whose volumes the target could not read with its own codec chain.
+
+    Raises:
+        CodecsDiffer: a stream's chain is not the target's, or both are sealed to other
+            recipients.
+    """
+    chains = sorted({s.compression for s in plan.copy})
+    if any(chain != to_codec.name for chain in chains):
+        raise CodecsDiffer(
+            f"store {source}'s streams are {'/'.join(chains)}, store {target} writes"
+            f" {to_codec.name}: zbak copy copies volumes byte for byte between stores of one"
+            " codec chain only (re-encoding is not built yet)")
+    if chains and to_codec.sealing is not None and (
+            from_codec.sealing is None
+            or sorted(from_codec.sealing.keys) != sorted(to_codec.sealing.keys)):
+        raise CodecsDiffer(
+            f"stores {source} and {target} are sealed to other recipients: a byte copy would"
+            f" not be readable with store {target}'s identities (re-encoding is not built yet)")
+
+
+def copy_rows(results: Sequence[CopyResult]) -> list[dict[str, object]]:
+    """One row per stream copied, failed, skipped or planned (dry run), for the CLI table
+    and ``--json``."""
+    rows: list[dict[str, object]] = []
+    for r in results:
+        base = {"job": r.job, "from": r.source, "to": r.target}
+        done = {s.id: c for s, c in r.copied}
+        failed = dict((s.id, e) for s, e in r.failed)
+        for s in r.plan.copy:
+            c = done.get(s.id)
+            state = ("planned" if r.dry_run else "copied" if c else
+                     "failed" if s.id in failed else "not reached")
+            rows.append({**base, "dataset": s.dataset, "stream": _label(s), "result": state,
+                         "bytes": c.stored_bytes if c else 0,
+                         "volumes": (f"{c.volumes_written} written, {c.volumes_kept} kept"
+                                     if c else ""),
+                         "problem": failed.get(s.id)})
+        for skip in r.plan.skipped:
+            rows.append({**base, "dataset": skip.stream.dataset, "stream": _label(skip.stream),
+                         "result": "skipped", "bytes": 0, "volumes": "", "problem": skip.reason})
+    return rows
+
+
+def _label(s: StreamRow) -> str:
+    return (f"full @{s.to_name}" if s.kind == "full"
+            else f"incremental @{s.from_name} -> @{s.to_name}")
+

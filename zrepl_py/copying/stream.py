@@ -1,0 +1,149 @@
+"""Copy one catalogued stream from one store to another, in the order that keeps the catalog
+honest (docs/copies.md#order-of-a-copy):
+
+1. each volume, read from the source store and put under the same key in the target, its
+   bytes hashed as they pass: the SHA-256 and the size the target reports must be the
+   catalog's before the next volume (a mismatch deletes what arrived and stops the stream);
+   a volume the target already holds (a copy killed earlier) is checked the same way
+   (the store's own SHA-256 where it keeps one, else read back) and kept;
+2. ``manifest.json`` and its copy: the source's manifest, checked against the catalog, with
+   the storage class the target used;
+3. the catalog row of the target store (state ``uploaded``), with its volumes and carried
+   snapshots.
+
+A copy killed before 3 leaves volumes (and maybe the manifest) that the next run checks and
+keeps, and at most one unfinished put, removed once the stream is done (``drop_unfinished``);
+no catalog row names an object that was not checked. The volumes are byte-identical: the
+target must use the source's codec chain (``job`` checks it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
+
+from zrepl_py.archive.throttle import Throttle
+from zrepl_py.archive.writer import drop_unfinished
+from zrepl_py.catalog.repository import Catalog
+from zrepl_py.catalog.rows import StreamRow, VolumeRow, manifest_rows
+from zrepl_py.errors import ObjectNotFound, StreamCorrupt
+from zrepl_py.objects.checked import put_with_copy, read_with_copy
+from zrepl_py.objects.layout import MANIFEST
+from zrepl_py.objects.manifest import Manifest, VolumeRecord
+from zrepl_py.stores.base import Backend
+
+
+@dataclasses.dataclass(frozen=True)
+class CopiedStream:
+    """What copying one stream did: the target's new stream id, the bytes put, and how many
+    volumes were put and how many an earlier, interrupted copy had put already."""
+
+    stream_id: int
+    stored_bytes: int
+    volumes_written: int
+    volumes_kept: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamCopy:
+    """One stream to copy.
+
+    Attributes:
+        stream: the source store's catalog row.
+        volumes: its volume rows, by index.
+        parent_id: the target store's stream this one applies on (None for a full).
+        storage_class: the class asked of the target for the volumes.
+    """
+
+    stream: StreamRow
+    volumes: Sequence[VolumeRow]
+    parent_id: int | None
+    storage_class: str
+
+
+def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Catalog,
+                now: Callable[[], dt.datetime], throttle: Throttle | None = None) -> CopiedStream:
+    """Copy ``item`` from ``source`` to ``target`` and record it in the target store (see the
+    module docstring for the order).
+
+    Raises:
+        StreamCorrupt: a volume arrived with another SHA-256 or size than the catalog's (the
+            source's copy is damaged: ``zbak audit --deep`` of the source store), or the
+            source's manifest disagrees with the catalog.
+        StoreError: either store failed; ObjectNotFound: a volume or the manifest is gone
+            from the source.
+        ChainBroken, CatalogError: the catalog refused the row.
+    """
+    began = dt.datetime.now(dt.UTC)  # the store's clock: leftovers are told apart by it
+    stream = item.stream
+    written = kept = 0
+    used_class = item.storage_class
+    for volume in item.volumes:
+        if _arrived(target, volume):
+            kept += 1
+            continue
+        chunks = source.get(volume.key)
+        result = target.put(volume.key, throttle.chunks(chunks) if throttle else chunks,
+                            storage_class=item.storage_class)
+        used_class = result.storage_class
+        size = target.stat(volume.key).size
+        if (result.sha256, result.size, size) != (volume.sha256, volume.stored_bytes,
+                                                  volume.stored_bytes):
+            target.delete(volume.key)
+            raise StreamCorrupt(
+                f"volume {volume.key} of stream {stream.id} arrived in store {target.name} with"
+                f" sha256 {result.sha256} and {size} bytes; the catalog says {volume.sha256} and"
+                f" {volume.stored_bytes}: the copy in store {source.name} is damaged (check it"
+                f" with `zbak audit --deep`); the arrived object was deleted")
+        written += 1
+    manifest = _manifest(item, source, used_class)
+    put_with_copy(target, stream.object_prefix + MANIFEST, manifest.to_json())
+    row, volumes = manifest_rows(manifest, store=target.name, prefix=stream.object_prefix,
+                                 parent_id=item.parent_id, uploaded_at=now())
+    stream_id = catalog.add_stream(row, volumes, manifest.snapshots)
+    drop_unfinished(target, stream.object_prefix, began)
+    return CopiedStream(stream_id, manifest.stored_bytes, written, kept)
+
+
+def _arrived(target: Backend, volume: VolumeRow) -> bool:
+    """Whether ``target`` already holds ``volume`` as the catalog records it (an earlier,
+    interrupted copy put it): the size, then the SHA-256 the store keeps or, without one,
+    the object read back and hashed."""
+    try:
+        info = target.stat(volume.key)
+    except ObjectNotFound:
+        return False
+    if info.size != volume.stored_bytes:
+        return False
+    if info.sha256 is not None:
+        return info.sha256 == volume.sha256
+    return _sha256(target.get(volume.key)) == volume.sha256
+
+
+def _sha256(chunks: Iterable[bytes]) -> str:
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _manifest(item: StreamCopy, source: Backend, storage_class: str) -> Manifest:
+    """The source's manifest of the stream, checked against the catalog's volume rows, with
+    the target's ``storage_class``.
+
+    Raises:
+        StreamCorrupt: the manifest (and its copy) is damaged or describes other volumes.
+        ObjectNotFound: neither the manifest nor its copy is in the source store.
+    """
+    key = item.stream.object_prefix + MANIFEST
+    manifest = read_with_copy(source, key, Manifest.from_json, StreamCorrupt).value
+    recorded = tuple(VolumeRecord(v.index, v.key, v.raw_bytes, v.stored_bytes, v.sha256)
+                     for v in item.volumes)
+    if manifest.volumes != recorded or manifest.to_snap.guid != item.stream.to_guid:
+        raise StreamCorrupt(f"manifest {source.name}:{key} describes other volumes than the"
+                            f" catalog's stream {item.stream.id}: check store {source.name}"
+                            " with `zbak audit`")
+    return dataclasses.replace(manifest, storage_class=storage_class)
+
