@@ -1,7 +1,8 @@
 """``zbak copy`` between stores (docs/copies.md), run as the admin types it, against the real
 stores: a ``file://`` store, moto's S3 server and an SFTP-only server (``support.sftpd``).
 
-* file:// -> S3 -> sftp://: a full and an incremental reach each store byte for byte, each store
+* file:// -> S3 -> sftp:// as ``[jobs.NAME.copy.STORE]`` says (the copy's ``from`` and storage
+  class): a full and an incremental reach each store byte for byte, each store
   holds exactly what the catalog says of it, a rerun copies nothing, ``zbak audit`` checks
   every store, restore chooses among the copies and says which it read, and restores from the
   copy of a copy; a stream marked bad is never copied.
@@ -45,14 +46,16 @@ def problems_in(site, store: str) -> list[str]:
         backend.close()
 
 
-def write_config(site, stores: dict[str, str], *, volume: int = MIB, head: str = "") -> None:
-    """A config of ``stores`` (name -> the TOML lines after ``url = ``... of its table), each
-    in ``volume``-byte volumes, and job ``data`` archiving ``site.data`` to the first."""
+def write_config(site, stores: dict[str, str], *, volume: int = MIB, head: str = "",
+                 tail: str = "") -> None:
+    """A config of ``stores`` (name -> the lines of its table), each in ``volume``-byte
+    volumes, and job ``data`` archiving ``site.data`` to the first; ``head`` and ``tail``
+    go before and after (TOML)."""
     tables = "".join(f"[stores.{name}]\n{body}\nvolume_size = {volume}\n"
                      for name, body in stores.items())
     site.config.write_text(f'state_dir = "{site.tmp / "state"}"\n{head}{tables}'
                            f'[jobs.data]\ndataset = "{site.data}"\n[jobs.data.archive]\n'
-                           f'store = "{next(iter(stores))}"\ncompression_level = 1\n')
+                           f'store = "{next(iter(stores))}"\ncompression_level = 1\n{tail}')
 
 
 def s3_table(s3_server, bucket: str) -> str:
@@ -72,24 +75,31 @@ def test_streams_go_from_file_to_s3_to_sftp_byte_for_byte_and_restore_reads_any_
     write_config(site, {"local": f'url = "file://{site.tmp / "local"}"',
                         "cloud": s3_table(s3_server, s3_bucket),
                         "box": f'url = "sftp://box{path}"'},
-                 head=hosts_table("box", sftpd.host_config()))
+                 head=hosts_table("box", sftpd.host_config()),
+                 tail='[jobs.data.copy.cloud]\nstorage_class = { full = "STANDARD_IA" }\n'
+                      '[jobs.data.copy.box]\nfrom = "cloud"\n')
     site.ok("init")
     site.snapshot_steps(range(1), size=3 * MIB)
     site.ok("archive")
     site.snapshot_steps(range(1, 3), size=2 * MIB)
     site.ok("archive")
 
-    dry = copied(site, "--to", "cloud", "--dry-run")
-    assert [(r["stream"], r["result"]) for r in dry] == [
-        ("full @0", "planned"), ("incremental @0 -> @2", "planned")], dry
-    rows = copied(site, "--to", "cloud")
+    # `zbak copy` copies to every [jobs.data.copy.STORE], in the config's order: the box from
+    # the cloud once the cloud holds the streams.
+    dry = copied(site, "--dry-run")
+    assert [(r["to"], r["stream"], r["result"]) for r in dry] == [
+        ("cloud", "full @0", "planned"), ("cloud", "incremental @0 -> @2", "planned")], dry
+    rows = copied(site)
     assert [(r["from"], r["to"], r["stream"], r["result"]) for r in rows] == [
         ("local", "cloud", "full @0", "copied"),
-        ("local", "cloud", "incremental @0 -> @2", "copied")], rows
+        ("local", "cloud", "incremental @0 -> @2", "copied"),
+        ("cloud", "box", "full @0", "copied"),
+        ("cloud", "box", "incremental @0 -> @2", "copied")], rows
     assert int(rows[0]["volumes"].split()[0]) >= 3, rows  # 3 MiB of random data, 1 MiB volumes
-    assert copied(site, "--to", "cloud") == []  # nothing lacking: a no-op
-    assert [r["result"] for r in copied(site, "--from", "cloud", "--to", "box")] == [
-        "copied", "copied"]
+    assert copied(site) == []  # nothing lacking: a no-op
+    with catalog_of(site.config) as catalog:
+        assert [s.storage_class for s in catalog.streams(dataset=site.data, store="cloud")] == [
+            "STANDARD_IA", "STANDARD"]  # the copy's storage_class, else the store's
     for store in ("local", "cloud", "box"):
         assert problems_in(site, store) == [], store
     with catalog_of(site.config) as catalog:

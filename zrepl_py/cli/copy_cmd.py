@@ -1,5 +1,5 @@
-"""``zbak copy [JOB...] --to STORE [--from STORE] [--dry-run] [--json]``: copy every stream
-the target store lacks (docs/copies.md)."""
+"""``zbak copy [JOB...] [--to STORE] [--from STORE] [--dry-run] [--json]``: copy every
+stream the target store lacks (docs/copies.md)."""
 
 from __future__ import annotations
 
@@ -20,22 +20,26 @@ from zrepl_py.errors import ExitStatus
 @click.argument("jobs", nargs=-1)
 @click.option("--from", "source", metavar="STORE",
               help="The store to copy from (default: the job's archive store).")
-@click.option("--to", "target", metavar="STORE", required=True, help="The store to copy to.")
+@click.option("--to", "target", metavar="STORE",
+              help="The store to copy to (default: every [jobs.NAME.copy.STORE]).")
 @click.option("--dry-run", is_flag=True, help="Show the streams the target lacks; copy nothing.")
 @json_option
 @pass_invocation
-def command(inv: Invocation, jobs: tuple[str, ...], source: str | None, target: str,
+def command(inv: Invocation, jobs: tuple[str, ...], source: str | None, target: str | None,
             dry_run: bool, as_json: bool) -> ExitStatus:
-    """Copy each job's streams that store --to lacks from store --from, oldest first, volume
-    by volume: each volume is checked on arrival (SHA-256 and size against the catalog)
+    """Copy each job's streams that store --to (default: each store of the job's
+    [jobs.NAME.copy.STORE] tables) lacks from store --from (default: the copy's from, else
+    the job's archive store), oldest first, volume by volume: each volume is checked on arrival (SHA-256 and size against the catalog)
     before the catalog records the copy. A copy interrupted at any point resumes on the next
     run; a stream marked bad is never copied."""
     from zrepl_py.copying.job import copy_job, copy_rows  # boto3 only when copying
 
     with inv.context() as ctx:
-        chosen = [(n, j) for n, j in ctx.select_jobs(jobs) if j.archive is not None or jobs]
-        results, status = for_each_job(chosen, lambda n, j: copy_job(
+        chosen = [(n, j) for n, j in ctx.select_jobs(jobs)
+                  if jobs or j.copies or (target is not None and j.archive is not None)]
+        done, status = for_each_job(chosen, lambda n, j: copy_job(
             ctx, n, j, source=source, target=target, dry_run=dry_run))
+    results = [r for each in done for r in each]
     rows = copy_rows(results)
     if as_json:
         emit_json({"dry_run": dry_run, "rows": rows})

@@ -7,9 +7,10 @@ import datetime as dt
 import functools
 from typing import Literal
 
-from pydantic import StrictBool, field_validator, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
 from zrepl_py.config.archive import ArchiveConfig
+from zrepl_py.config.copies import CopyConfig
 from zrepl_py.config.daemon import DaemonAction
 from zrepl_py.config.drill import DrillConfig
 from zrepl_py.config.hosts import DatasetEndpoint, Endpoint, parse_endpoint
@@ -143,6 +144,10 @@ class JobConfig(Table):
     snapshot: SnapshotPolicy = SnapshotPolicy()
     replicate: ReplicateConfig | None = None
     archive: ArchiveConfig | None = None
+    copies: dict[str, CopyConfig] = Field({}, alias="copy")
+    """``[jobs.NAME.copy.STORE]``: the stores ``zbak copy NAME`` copies the job's streams to
+    (docs/copies.md); ``copy`` is the key (a field named ``copy`` would shadow
+    ``BaseModel.copy``)."""
     drill: DrillConfig | None = None
     """Scheduled restore drills (``zbak drill``); without it the daemon drills nothing."""
     hooks: dict[DaemonAction, HookConfig] = {}

@@ -12,6 +12,7 @@ so the loader can name the exact key path.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Literal
 
@@ -110,11 +111,32 @@ class Config(Table):
                     (f"jobs.{name}.archive.store",
                      f"store {job.archive.store!r} is not defined under [stores]")
                 )
+            problems += _copy_problems(name, job, self.stores)
         for name, store in self.stores.items():
             for host in store.host_names():
                 need_host(host, f"stores.{name}.url")
         return problems
 
+
+def _copy_problems(name: str, job: JobConfig, stores: Collection[str]) -> list[tuple[str, str]]:
+    """What is wrong with the job's ``[jobs.NAME.copy.STORE]`` tables: a store not under
+    ``[stores]``, no store to copy from, or a copy from the store itself."""
+    problems = []
+    for store, copy in job.copies.items():
+        key = f"jobs.{name}.copy.{store}"
+        source = copy.source or (job.archive.store if job.archive else None)
+        if store not in stores:
+            problems.append((key, f"store {store!r} is not defined under [stores]"))
+        if source is None:
+            problems.append((key, "the job has no [archive] store: name the store to copy"
+                                  " from with from = \"STORE\""))
+        elif source == store:
+            problems.append((f"{key}.from" if copy.source else key,
+                             f"a copy of store {store} into itself: from names another store"))
+        elif copy.source is not None and copy.source not in stores:
+            problems.append((f"{key}.from", f"store {copy.source!r} is not defined under"
+                                            " [stores]"))
+    return problems
 
 
 def replica_datasets(config: Config, host: str) -> dict[DatasetName, str]:

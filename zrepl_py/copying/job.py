@@ -53,39 +53,45 @@ class CopyResult:
         return sum(c.stored_bytes for _, c in self.copied)
 
 
-def stores_of(ctx: Context, name: str, job: JobConfig, source: str | None,
-              target: str | None) -> tuple[str, str]:
-    """The source and target store of a copy of job ``name``: ``source`` or the job's archive
-    store, and ``target``.
+def copy_pairs(ctx: Context, name: str, job: JobConfig, source: str | None,
+               target: str | None) -> list[tuple[str, str]]:
+    """The ``(from store, to store)`` pairs a copy of job ``name`` runs: to ``target``, else
+    to every store of ``[jobs.NAME.copy.STORE]``; from ``source``, else the copy's ``from``,
+    else the job's archive store.
 
     Raises:
-        UsageError: no target, no source (the job has no archive store), the same store
-            twice, or a name that is not under ``[stores]``.
+        UsageError: no target and no ``[jobs.NAME.copy.STORE]``, no source (no archive
+            store), the same store twice, or a name that is not under ``[stores]``.
     """
-    if source is None:
-        if job.archive is None:
+    if target is None and not job.copies:
+        raise UsageError(f"job {name} has no [jobs.{name}.copy.STORE] in {ctx.config_path}:"
+                         " name the store to copy to with --to STORE")
+    pairs = []
+    for to in [target] if target is not None else list(job.copies):
+        chosen = job.copies.get(to)
+        origin = source or (chosen.source if chosen else None) or (
+            job.archive.store if job.archive else None)
+        if origin is None:
             raise UsageError(f"job {name} has no [jobs.{name}.archive] section in"
                              f" {ctx.config_path}: name the store to copy from with --from")
-        source = job.archive.store
-    if target is None:
-        raise UsageError("name the store to copy to with --to STORE")
-    for store in (source, target):
-        if store not in ctx.config.stores:
-            known = ", ".join(ctx.config.stores) or "none"
-            raise UsageError(f"store {store!r} is not under [stores] in {ctx.config_path}"
-                             f" (stores: {known})")
-    if source == target:
-        raise UsageError(f"--from and --to are both store {source}: name two stores")
-    return source, target
+        for store in (origin, to):
+            if store not in ctx.config.stores:
+                known = ", ".join(ctx.config.stores) or "none"
+                raise UsageError(f"store {store!r} is not under [stores] in {ctx.config_path}"
+                                 f" (stores: {known})")
+        if origin == to:
+            raise UsageError(f"--from and --to are both store {to}: name two stores")
+        pairs.append((origin, to))
+    return pairs
 
 
 def copy_job(ctx: Context, name: str, job: JobConfig, *, source: str | None = None,
-             target: str | None = None, dry_run: bool = False) -> CopyResult:
-    """Copy job ``name``'s streams from ``source`` (default: its archive store) to ``target``
-    (see the module docstring).
+             target: str | None = None, dry_run: bool = False) -> list[CopyResult]:
+    """Copy job ``name``'s streams for each pair of :func:`copy_pairs` (see the module
+    docstring), one result per pair.
 
     Raises:
-        UsageError: as :func:`stores_of`.
+        UsageError: as :func:`copy_pairs`.
         CodecsDiffer: a stream to copy was written with another codec chain than the
             target's (nothing is copied).
         Locked: another run holds the job's lock (exit 3).
@@ -94,11 +100,19 @@ def copy_job(ctx: Context, name: str, job: JobConfig, *, source: str | None = No
         CatalogError, StoreError: reading the catalog, or listing or writing the target's
             export, failed (a stream's failure is in the result instead).
     """
-    source, target = stores_of(ctx, name, job, source, target)
+    return [_copy(ctx, name, job, origin, to, dry_run)
+            for origin, to in copy_pairs(ctx, name, job, source, target)]
+
+
+def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
+          dry_run: bool) -> CopyResult:
+    """Copy job ``name``'s streams from store ``source`` to store ``target``."""
     catalog = ctx.catalog()
     host, root = job.source.host, str(job.source.dataset)
     src_backend, dst_backend = ctx.store(source), ctx.store(target)
     dst_cfg = ctx.config.stores[target]
+    chosen = job.copies.get(target)
+    classes = (chosen.storage_class if chosen else None) or dst_cfg.storage_class
     with ctx.lock(lock_key(job), "copy"), \
             RunSet(catalog, ctx.clock, name, "copy",
                    [] if dry_run else [f"{target}:{root}"]) as runs:
@@ -122,8 +136,7 @@ def copy_job(ctx: Context, name: str, job: JobConfig, *, source: str | None = No
                       else there.get(prefixes[stream.parent_id]))
             item = StreamCopy(
                 stream, volumes.get(stream.id, ()), parent,
-                dst_cfg.storage_class.full if stream.kind == "full"
-                else dst_cfg.storage_class.incremental)
+                classes.full if stream.kind == "full" else classes.incremental)
             try:
                 copied = copy_stream(item, src_backend, dst_backend, catalog, ctx.clock.now,
                                      throttle)

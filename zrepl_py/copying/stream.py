@@ -81,7 +81,7 @@ def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Cat
     written = kept = 0
     used_class = item.storage_class
     for volume in item.volumes:
-        if _arrived(target, volume):
+        if arrived(target, volume):
             kept += 1
             continue
         chunks = source.get(volume.key)
@@ -107,10 +107,16 @@ def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Cat
     return CopiedStream(stream_id, manifest.stored_bytes, written, kept)
 
 
-def _arrived(target: Backend, volume: VolumeRow) -> bool:
+def arrived(target: Backend, volume: VolumeRow) -> bool:
     """Whether ``target`` already holds ``volume`` as the catalog records it (an earlier,
     interrupted copy put it): the size, then the SHA-256 the store keeps or, without one,
-    the object read back and hashed."""
+    the object read back and hashed. An object in a cold class without a SHA-256 of its own
+    (an S3 multipart upload into DEEP_ARCHIVE) cannot be read back: it is not trusted, and
+    put again.
+
+    Raises:
+        StoreTransient, StorePermanent: the target failed.
+    """
     try:
         info = target.stat(volume.key)
     except ObjectNotFound:
@@ -119,7 +125,7 @@ def _arrived(target: Backend, volume: VolumeRow) -> bool:
         return False
     if info.sha256 is not None:
         return info.sha256 == volume.sha256
-    return _sha256(target.get(volume.key)) == volume.sha256
+    return info.readable and _sha256(target.get(volume.key)) == volume.sha256
 
 
 def _sha256(chunks: Iterable[bytes]) -> str:

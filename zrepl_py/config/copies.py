@@ -1,0 +1,22 @@
+"""``[jobs.NAME.copy.STORE]``: a copy of the job's chains in store STORE (docs/copies.md)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from zrepl_py.stores.settings import StorageClasses
+from zrepl_py.values.fields import Table
+
+
+class CopyConfig(Table):
+    """``[jobs.NAME.copy.STORE]``: ``zbak copy NAME`` copies the job's streams that store STORE
+    lacks from the store ``from``.
+
+    Attributes:
+        source: the store copied from, written ``from`` (a field named ``from`` is a Python
+            keyword); None: the job's archive store.
+        storage_class: the classes the copy's volumes are put in; None: the store's.
+    """
+
+    source: str | None = Field(None, alias="from")
+    storage_class: StorageClasses | None = None
