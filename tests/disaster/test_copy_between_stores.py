@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import botocore.exceptions
 import pytest
-from conftest import MIB, content_of, restored_content, zfs
+from conftest import MIB, content_of, prop, restored_content, zfs
 from support.archive_checks import catalog_of, catalogued, converged_problems
 from support.common import hosts_table
 
@@ -198,7 +199,8 @@ def test_a_volume_arriving_other_than_the_catalog_says_is_deleted_and_nothing_is
     """A source volume whose bytes changed (same size) reaches the target with another SHA-256:
     the copy stops with exit 1 naming the volume, deletes what arrived and records nothing. A
     volume already in the target with the right size but other bytes (not one an earlier
-    copy checked) is not kept: it is put again."""
+    copy checked) is not kept: it is put again. A target whose catalog export is gone while
+    the catalog has streams there is refused as rolled back."""
     source, target = site.tmp / "a", site.tmp / "b"
     write_config(site, {"a": f'url = "file://{source}"', "b": f'url = "file://{target}"'})
     site.ok("init")
@@ -223,6 +225,11 @@ def test_a_volume_arriving_other_than_the_catalog_says_is_deleted_and_nothing_is
     assert planted.read_bytes() == good
     assert problems_in(site, "b") == []
 
+    # b rolled back (its catalog export gone) while the catalog has streams there: refused.
+    shutil.rmtree(target / "_zbak")
+    done = site.process("copy", "--to", "b")
+    assert done.returncode == ExitStatus.FAILED and "was rolled back" in done.stderr, done
+
 
 def test_copy_refuses_bad_input_with_one_line_and_the_usage_status(site):
     write_config(site, {"a": f'url = "file://{site.tmp / "a"}"'})
@@ -232,3 +239,45 @@ def test_copy_refuses_bad_input_with_one_line_and_the_usage_status(site):
         assert done.returncode == ExitStatus.USAGE, done
         assert done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
     assert Path(site.tmp / "a").exists() is False  # nothing was created
+
+
+def test_store_a_and_the_catalog_lost_rebuild_from_b_restore_everything_then_refill_a(site):
+    """The 3-2-1 disaster: store A (the archive store) and the catalog are gone. ``zbak catalog
+    rebuild B`` brings the chains back from B's manifests, every snapshot restores from B with
+    its guid and files, and ``zbak copy --from B --to A`` refills A: the catalog holds none of
+    the job's streams in A, so this machine's export mark of A (which a wiped A is behind) no
+    longer blocks it, and the copy checks every volume it puts."""
+    source, target = site.tmp / "a", site.tmp / "b"
+    write_config(site, {"a": f'url = "file://{source}"', "b": f'url = "file://{target}"'},
+                 tail='[jobs.data.copy.b]\n')
+    site.ok("init")
+    site.snapshot_steps(range(1))
+    site.ok("archive")
+    site.snapshot_steps(range(1, 3))
+    site.ok("archive")
+    site.ok("copy")
+    guids = {name: prop(f"{site.data}@{name}", "guid") for name in ("0", "2")}
+    contents = {name: content_of(f"{site.data}@{name}", site.pool, f"c{name}") for name in guids}
+
+    shutil.rmtree(source)
+    for db in (site.tmp / "state").glob("catalog.sqlite*"):
+        db.unlink()
+    site.ok("init")
+    site.ok("catalog", "rebuild", "b")
+    for name in guids:
+        into = f"{site.pool}/back{name}"
+        out = site.ok("restore", site.data, "--to", f"@{name}", "--into", into, "--from", "b",
+                      "--yes")
+        assert "from archive b" in out, out
+        assert prop(f"{into}@{name}", "guid") == guids[name]
+        assert restored_content(into) == contents[name]
+
+    dry = copied(site, "--from", "b", "--to", "a", "--dry-run")  # forgets nothing, refuses not
+    assert [(r["stream"], r["result"]) for r in dry] == [
+        ("full @0", "planned"), ("incremental @0 -> @2", "planned")], dry
+    rows = copied(site, "--from", "b", "--to", "a")
+    assert [(r["stream"], r["result"]) for r in rows] == [
+        ("full @0", "copied"), ("incremental @0 -> @2", "copied")], rows
+    assert problems_in(site, "a") == [] and problems_in(site, "b") == []
+    assert json.loads(site.run("audit", "--json")[1])["findings"] == []
+    site.ok("archive")  # the archive goes on in the refilled store

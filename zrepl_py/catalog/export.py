@@ -294,6 +294,25 @@ class StoreGuard:
                              mark, path)
         self._checked = True
 
+    def forget(self) -> None:
+        """Remove this machine's mark of the job's export in the store, for a refill: when the
+        catalog holds none of the job's streams in the store, a store behind the mark (wiped,
+        replaced) hides nothing the catalog relies on, and ``zbak copy`` checks every volume
+        it puts there (docs/copies.md#refilling-a-lost-store).
+
+        Raises:
+            ValueError: the guard has no job.
+            OSError: the mark could not be removed.
+        """
+        if self.key is None:
+            raise ValueError("a StoreGuard without a job has no mark of its own")
+        path = mark_file(self.state_dir, self.store, self.key)
+        if path.exists():
+            path.unlink()
+            log.warning("store %s: the catalog holds no stream of job %s there: forgot this"
+                        " machine's mark of its export %s; the store is filled again from"
+                        " the start", self.store, self.job, self.key)
+
     def publish(self, streams: Sequence[StreamRow], now: dt.datetime) -> int | None:
         """Write the job's export for ``streams`` when it differs from the stored one or is
         not healthy, then record the new generation as the mark; return it (None: nothing

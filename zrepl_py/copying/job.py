@@ -4,7 +4,9 @@ lacks, oldest first (``copying.plan``), one stream at a time (``copying.stream``
 Under the job's lock (an archive or prune of the job waits), one run row per job and target
 (``copy``, target ``STORE:DATASET``). Before anything, the target's catalog exports are
 checked against this machine's high-water marks (``catalog.export.StoreGuard``, as archive
-does: a rolled-back target stops the run); after a run that is not a dry run, the job's
+does: a rolled-back target stops the run), except the job's own mark when the catalog holds
+none of the job's streams in the target: that mark is forgotten first (a refill of a lost
+store, docs/copies.md#refilling-a-lost-store). After a run that is not a dry run, the job's
 export in the target is rewritten with the target's streams. A dataset whose stream fails
 stops there (its later streams apply on it) and the other datasets still run.
 """
@@ -117,9 +119,13 @@ def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
             RunSet(catalog, ctx.clock, name, "copy",
                    [] if dry_run else [f"{target}:{root}"]) as runs:
         guard = StoreGuard(dst_backend, target, ctx.state_dir, job=name)
-        guard.check()
+        existing = _streams(catalog, job, host, root, target)
+        if not existing and not dry_run:
+            guard.forget()  # a refill: docs/copies.md#refilling-a-lost-store
+        if existing or not dry_run:  # a dry run of a refill forgets nothing, so checks none
+            guard.check()
         originals = _streams(catalog, job, host, root, source)
-        plan = plan_copy(originals, _streams(catalog, job, host, root, target))
+        plan = plan_copy(originals, existing)
         _check_codecs(plan, source, _codec(ctx, source), target, _codec(ctx, target))
         result = CopyResult(name, source, target, dry_run, plan)
         if dry_run:
