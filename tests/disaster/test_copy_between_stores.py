@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import botocore.exceptions
@@ -49,10 +50,10 @@ def problems_in(site, store: str) -> list[str]:
 
 def write_config(site, stores: dict[str, str], *, volume: int = MIB, head: str = "",
                  tail: str = "") -> None:
-    """A config of ``stores`` (name -> the lines of its table), each in ``volume``-byte
-    volumes, and job ``data`` archiving ``site.data`` to the first; ``head`` and ``tail``
+    """A config of ``stores`` (name -> the lines of its table, subtables after them), each
+    in ``volume``-byte volumes, and job ``data`` archiving ``site.data`` to the first; ``head`` and ``tail``
     go before and after (TOML)."""
-    tables = "".join(f"[stores.{name}]\n{body}\nvolume_size = {volume}\n"
+    tables = "".join(f"[stores.{name}]\nvolume_size = {volume}\n{body}\n"
                      for name, body in stores.items())
     site.config.write_text(f'state_dir = "{site.tmp / "state"}"\n{head}{tables}'
                            f'[jobs.data]\ndataset = "{site.data}"\n[jobs.data.archive]\n'
@@ -281,3 +282,34 @@ def test_store_a_and_the_catalog_lost_rebuild_from_b_restore_everything_then_ref
     assert problems_in(site, "a") == [] and problems_in(site, "b") == []
     assert json.loads(site.run("audit", "--json")[1])["findings"] == []
     site.ok("archive")  # the archive goes on in the refilled store
+
+
+def age_recipient(path: Path) -> str:
+    """``age-keygen -o PATH``; the public key (``age1...``)."""
+    subprocess.run(["age-keygen", "-o", str(path)], check=True, capture_output=True)
+    return subprocess.run(["age-keygen", "-y", str(path)], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_volumes_are_copied_only_between_stores_of_one_codec_chain(site):
+    """docs/copies.md#codec-chains: from a store sealed to key 1, a copy into a store sealed
+    to key 1 too goes byte for byte; into one sealed to key 2, or a plain one, it is refused
+    with exit 2 before anything is put."""
+    one, two = age_recipient(site.tmp / "one.key"), age_recipient(site.tmp / "two.key")
+    stores = {name: site.tmp / name for name in ("sealed", "same", "other", "plain")}
+    write_config(site, {
+        "sealed": f'url = "file://{stores["sealed"]}"\n[stores.sealed.age]\nrecipients = ["{one}"]',
+        "same": f'url = "file://{stores["same"]}"\n[stores.same.age]\nrecipients = ["{one}"]',
+        "other": f'url = "file://{stores["other"]}"\n[stores.other.age]\nrecipients = ["{two}"]',
+        "plain": f'url = "file://{stores["plain"]}"'})
+    site.ok("init")
+    site.snapshot_steps(range(1))
+    site.ok("archive")
+    for target, says in (("other", "stores sealed and other are sealed to other recipients"),
+                         ("plain", "store sealed's streams are zstd+age, store plain writes zstd")):
+        done = site.process("copy", "--to", target)
+        assert done.returncode == ExitStatus.USAGE and says in done.stderr, done
+        assert not list(stores[target].rglob("vol-*")), target
+    (row,) = copied(site, "--to", "same")
+    assert row["result"] == "copied", row
+    assert problems_in(site, "same") == []
