@@ -132,7 +132,7 @@ def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
             return result
         volumes = catalog.bulk_volumes(host=host, below=root, store=source)
         throttle = Throttle(dst_cfg.bandwidth_limit, ctx.clock)
-        there = {s.object_prefix: s.id for s in _streams(catalog, job, host, root, target)}
+        there = {s.object_prefix: s.id for s in existing}
         prefixes = {s.id: s.object_prefix for s in originals}
         stopped: set[str] = set()
         for stream in plan.copy:
