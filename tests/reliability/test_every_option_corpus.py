@@ -185,7 +185,7 @@ no corpus value is acceptable there (``rule``)."""
 for _jobs_command in [("snapshot",), ("replicate",), ("archive",), ("prune",), ("audit",),
                       ("status",), ("list", "datasets"), ("list", "snapshots"),
                       ("list", "streams"), ("holds", "list"), ("holds", "release-stale"),
-                      ("drill",)]:
+                      ("drill",), ("copy",)]:
     RULES[(_jobs_command, "jobs")] = CONFIG_JOBS.__contains__
 RULES[(("failover",), "job")] = RULES[(("failback",), "job")] = CONFIG_JOBS.__contains__
 for _identity_command in [("audit",), ("restore",), ("drill",)]:
@@ -206,6 +206,8 @@ RULES.update({
     (("find",), "dataset"): _in_dataset,
     (("find",), "path"): _file_path_ok,
     (("drill",), "--from"): lambda v: v in CONFIG_STORES or _in_dataset(v),
+    (("copy",), "--from"): CONFIG_STORES.__contains__,
+    (("copy",), "--to"): CONFIG_STORES.__contains__,
     (("failover",), "--target"): lambda v: False,  # the test's job has no replica target
     (("failback",), "--target"): lambda v: False,
     (("replica", "promote"), "--mark"): _mark_ok,

@@ -32,9 +32,10 @@ def command(inv: Invocation, jobs: tuple[str, ...], source: str | None, target: 
     the job's archive store), oldest first, volume by volume: each volume is checked on arrival (SHA-256 and size against the catalog)
     before the catalog records the copy. A copy interrupted at any point resumes on the next
     run; a stream marked bad is never copied."""
-    from zrepl_py.copying.job import copy_job, copy_rows  # boto3 only when copying
+    from zrepl_py.copying.job import copy_job, copy_rows, known_stores  # boto3 when copying
 
     with inv.context() as ctx:
+        known_stores(ctx, source, target)  # even when no job has a copy to make
         chosen = [(n, j) for n, j in ctx.select_jobs(jobs)
                   if jobs or j.copies or (target is not None and j.archive is not None)]
         done, status = for_each_job(chosen, lambda n, j: copy_job(

@@ -76,15 +76,24 @@ def copy_pairs(ctx: Context, name: str, job: JobConfig, source: str | None,
         if origin is None:
             raise UsageError(f"job {name} has no [jobs.{name}.archive] section in"
                              f" {ctx.config_path}: name the store to copy from with --from")
-        for store in (origin, to):
-            if store not in ctx.config.stores:
-                known = ", ".join(ctx.config.stores) or "none"
-                raise UsageError(f"store {store!r} is not under [stores] in {ctx.config_path}"
-                                 f" (stores: {known})")
+        known_stores(ctx, origin, to)
         if origin == to:
             raise UsageError(f"--from and --to are both store {to}: name two stores")
         pairs.append((origin, to))
     return pairs
+
+
+def known_stores(ctx: Context, *names: str | None) -> None:
+    """Check that every name given (None: not given) is a store of the config.
+
+    Raises:
+        UsageError: one is not under ``[stores]``.
+    """
+    for store in names:
+        if store is not None and store not in ctx.config.stores:
+            known = ", ".join(ctx.config.stores) or "none"
+            raise UsageError(f"store {store!r} is not under [stores] in {ctx.config_path}"
+                             f" (stores: {known})")
 
 
 def copy_job(ctx: Context, name: str, job: JobConfig, *, source: str | None = None,
