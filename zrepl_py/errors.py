@@ -440,6 +440,14 @@ class StorePermanent(StoreError):
     """A failure retrying cannot fix: access denied, no such bucket, invalid storage class."""
 
 
+class StoreNotLockable(StorePermanent):
+    """A store configured with ``[stores.NAME.object_lock]`` whose bucket has no versioning
+    or no Object Lock, so no object version can be locked: the admin's set-up to fix (a
+    bucket gets Object Lock only when created with it), hence exit 2."""
+
+    exit_status = ExitStatus.USAGE
+
+
 class ObjectNotFound(StorePermanent):
     """The object does not exist in the store (deleted behind zbak's back, or never written)."""
 

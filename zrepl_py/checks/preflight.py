@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from zrepl_py.checks.source import missing_source, source_errors
 from zrepl_py.config.hosts import Endpoint
 from zrepl_py.config.jobs import JobConfig, no_zfs_fallback
-from zrepl_py.errors import CommandFailed, ZbakError
+from zrepl_py.errors import CommandFailed, ExitStatus, ZbakError
 from zrepl_py.invocation.context import Context
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
 from zrepl_py.zfs.capabilities import Capabilities
@@ -25,11 +25,14 @@ from zrepl_py.zfs.client import Zfs
 
 @dataclasses.dataclass(frozen=True)
 class Check:
-    """One preflight result: what was checked, whether it passed, and the detail."""
+    """One preflight result: what was checked, whether it passed, and the detail.
+    ``status`` is the exit status a failed check asks of ``zbak init``: ``USAGE`` (2) when
+    the config must change (a lock store whose bucket cannot lock objects), else ``FAILED``."""
 
     subject: str
     ok: bool
     detail: str
+    status: ExitStatus = ExitStatus.FAILED
 
 
 def _capabilities_text(caps: Capabilities) -> str:
@@ -106,4 +109,4 @@ def run_checks(ctx: Context, *, source_checks: Sequence[SourceCheck] = ()) -> It
         try:  # the store probes itself (Backend.probe): ExtraMissing, StoreError
             yield Check(f"store {name}", True, ctx.store(name).probe())
         except ZbakError as exc:
-            yield Check(f"store {name}", False, str(exc))
+            yield Check(f"store {name}", False, str(exc), exc.exit_status)

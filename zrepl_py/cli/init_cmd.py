@@ -33,10 +33,15 @@ def command(inv: Invocation, no_checks: bool, as_json: bool) -> ExitStatus:
     migrated = "up to date" if before == after else f"migrated {before or 'empty'} -> {after}"
     if as_json:
         emit_json({"catalog": {"revision": after, "previous": before},
-                   "checks": [c.__dict__ for c in checks]})
+                   "checks": [{"subject": c.subject, "ok": c.ok, "detail": c.detail}
+                               for c in checks]})
     else:
         click.echo(f"catalog: {migrated} (revision {after})")
         if checks:
             emit_table("checks", ["subject", "ok", "detail"],
                        [(c.subject, "ok" if c.ok else "FAILED", c.detail) for c in checks])
-    return ExitStatus.OK if all(c.ok for c in checks) else ExitStatus.FAILED
+    failed = {c.status for c in checks if not c.ok}
+    if not failed:
+        return ExitStatus.OK
+    # 2 only when every failure is the config's to fix (a bucket without Object Lock)
+    return ExitStatus.USAGE if failed == {ExitStatus.USAGE} else ExitStatus.FAILED

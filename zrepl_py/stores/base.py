@@ -94,11 +94,15 @@ class ObjectInfo(NamedTuple):
 @dataclasses.dataclass(frozen=True)
 class PutResult:
     """What ``put`` stored: ``size`` bytes whose SHA-256 is ``sha256`` (lowercase hex), in
-    ``storage_class`` (the class actually used: ``file://`` stores everything STANDARD)."""
+    ``storage_class`` (the class actually used: ``file://`` stores everything STANDARD),
+    as version ``version_id`` of its key (S3 on a versioned bucket; else None), locked until
+    ``retain_until`` (aware UTC) on a store with Object Lock (else None)."""
 
     size: int
     sha256: str
     storage_class: str
+    version_id: str | None = None
+    retain_until: dt.datetime | None = None
 
 
 class Unfinished(NamedTuple):

@@ -47,6 +47,7 @@ from zrepl_py.errors import (
     NeedsThaw,
     ObjectNotFound,
     StoreError,
+    StoreNotLockable,
     StorePermanent,
     StoreReadCorrupt,
     StoreTransient,
@@ -61,6 +62,7 @@ from zrepl_py.stores.base import (
     under_any,
 )
 from zrepl_py.stores.keys import check_key, check_prefix
+from zrepl_py.stores.object_lock import LockPolicy
 from zrepl_py.stores.parts import cut, send_all
 from zrepl_py.stores.retry import RetryPolicy
 
@@ -113,6 +115,11 @@ class _RestoreInProgress(StorePermanent):
     """RestoreObject answered RestoreAlreadyInProgress (HTTP 409); request_thaw catches it."""
 
 
+class _NoLockConfiguration(StorePermanent):
+    """GetObjectLockConfiguration answered ObjectLockConfigurationNotFoundError: the bucket
+    has no Object Lock; probe catches it."""
+
+
 class _NoSuchUpload(StorePermanent):
     """The multipart upload no longer exists: completed, or aborted by someone else."""
 
@@ -140,6 +147,10 @@ class S3Backend(Backend):
             PutObject and CreateMultipartUpload; a CopyObject must send them too, since S3
             applies no source or bucket setting to a copy's encryption unless asked (AWS S3
             user guide, "Specifying server-side encryption with AWS KMS").
+        lock: the store's Object Lock: every version ``put`` writes is locked with
+            PutObjectRetention once uploaded (S3 applies no lock from a multipart upload's
+            headers on every implementation: moto applies none), and ``probe`` checks the
+            bucket has versioning and Object Lock; None: nothing is locked.
 
     Raises:
         StorePermanent: a part size or concurrency out of range, a bad prefix, an unknown
@@ -160,6 +171,7 @@ class S3Backend(Backend):
         client: Any = None,
         retry: RetryPolicy | None = None,
         object_params: Mapping[str, str] | None = None,
+        lock: LockPolicy | None = None,
     ):
         prefix = prefix.strip("/")
         if prefix:
@@ -180,6 +192,7 @@ class S3Backend(Backend):
         self.concurrency = concurrency
         self._retry = retry or RetryPolicy()
         self._object_params = dict(object_params or {})
+        self.lock = lock
         self._own_client = client is None
         self._client = client if client is not None else self._make_client(
             endpoint_url, region, profile)
@@ -213,7 +226,9 @@ class S3Backend(Backend):
         ``concurrency`` parts in flight; S3 makes the object visible only on
         CompleteMultipartUpload, so an earlier object under ``key`` stays until then. On any
         failure, KeyboardInterrupt and the caller's exception included, queued parts are
-        cancelled, running ones finish, and the upload is aborted.
+        cancelled, running ones finish, and the upload is aborted. On a lock store the new
+        version is then locked (``_lock_version``); a failure there raises, leaving the
+        version stored but unlocked.
 
         Raises:
             StorePermanent: invalid key or storage class, access denied, no such bucket, more
@@ -229,7 +244,7 @@ class S3Backend(Backend):
         first = next(parts)
         second = next(parts) if len(first) == self.part_size else bytearray()
         if not second:  # the whole object fits in one part: one request
-            self._retry.call(
+            stored = self._retry.call(
                 self._op, "put_object", key,
                 Bucket=self.bucket, Key=self._full(key), Body=first, StorageClass=storage_class,
                 ChecksumAlgorithm="SHA256", ChecksumSHA256=_b64sha256(first),
@@ -238,8 +253,11 @@ class S3Backend(Backend):
         else:
             head = [first, second]
             del first, second  # only ``head`` may hold them, and it lets go once they are sent
-            self._multipart(key, storage_class, head, parts)
-        return PutResult(size=counter[0], sha256=digest.hexdigest(), storage_class=storage_class)
+            stored = self._multipart(key, storage_class, head, parts)
+        version_id = stored.get("VersionId")
+        retain_until = None if self.lock is None else self._lock_version(key, version_id)
+        return PutResult(size=counter[0], sha256=digest.hexdigest(), storage_class=storage_class,
+                         version_id=version_id, retain_until=retain_until)
 
     def get(self, key: str, *, chunk_size: int = 1 << 20) -> Iterator[bytes]:
         """Send the GetObject now (so a missing or frozen object raises here, before any byte)
@@ -502,14 +520,34 @@ class S3Backend(Backend):
     def probe(self) -> str:
         """HeadBucket with this backend's credential: S3 answers 200 when the bucket
         exists and the credential may list it, 404 or 403 otherwise (AWS S3 API reference,
-        HeadBucket). Retried as every call is.
+        HeadBucket). On a lock store also GetBucketVersioning (``Status`` ``Enabled``) and
+        GetObjectLockConfiguration (``ObjectLockEnabled`` ``Enabled``; a bucket without
+        one answers ``ObjectLockConfigurationNotFoundError``). Retried as every call is.
 
         Raises:
+            StoreNotLockable: a lock store whose bucket lacks versioning or Object Lock.
             StorePermanent: no such bucket (check url, endpoint, region), access denied.
             StoreTransient: the endpoint did not answer within the retries.
         """
         self._retry.call(self._op, "head_bucket", None, Bucket=self.bucket)
-        return f"bucket {self.bucket} reachable"
+        if self.lock is None:
+            return f"bucket {self.bucket} reachable"
+        versioning = self._retry.call(self._op, "get_bucket_versioning", None,
+                                      Bucket=self.bucket).get("Status") or "never enabled"
+        try:
+            found = self._retry.call(self._op, "get_object_lock_configuration", None,
+                                     Bucket=self.bucket)["ObjectLockConfiguration"]
+            enabled = found.get("ObjectLockEnabled") == "Enabled"
+        except _NoLockConfiguration:
+            enabled = False
+        if versioning != "Enabled" or not enabled:
+            raise StoreNotLockable(
+                f"store {self.name}: bucket {self.bucket} cannot lock objects (versioning"
+                f" {versioning.lower()}, Object Lock {'on' if enabled else 'off'}), which"
+                f" [stores.{self.name}.object_lock] needs: use a bucket created with Object"
+                " Lock enabled (it turns versioning on)", store=self.name)
+        return (f"bucket {self.bucket} reachable, versioned, Object Lock on"
+                f" ({self.lock.mode} for {_days(self.lock.period)})")
 
     def close(self) -> None:
         """Close the client's connection pool when this backend built the client."""
@@ -539,7 +577,9 @@ class S3Backend(Backend):
         return cut(chunks, self.part_size, digest, counted)
 
     def _multipart(self, key: str, storage_class: str, head: builtins.list[bytearray],
-                   rest: Iterator[bytearray]) -> None:
+                   rest: Iterator[bytearray]) -> dict[str, Any]:
+        """Upload ``head`` then ``rest`` as the parts of one multipart upload; return the
+        CompleteMultipartUpload answer (its ``VersionId`` on a versioned bucket)."""
         created = self._retry.call(
             self._op, "create_multipart_upload", key, Bucket=self.bucket, Key=self._full(key),
             StorageClass=storage_class, ChecksumAlgorithm="SHA256", **self._object_params,
@@ -557,12 +597,14 @@ class S3Backend(Backend):
         try:
             done = send_all(all_parts(), upload, concurrency=self.concurrency,
                             thread_name=f"zbak-s3-{self.name}")
-            self._retry.call(self._complete, key, upload_id, done)
+            completed: dict[str, Any] = self._retry.call(self._complete, key, upload_id, done)
+            return completed
         except BaseException:
             self._abort(key, upload_id)
             raise
 
-    def _complete(self, key: str, upload_id: str, parts: builtins.list[dict[str, Any]]) -> None:
+    def _complete(self, key: str, upload_id: str,
+                  parts: builtins.list[dict[str, Any]]) -> dict[str, Any]:
         """CompleteMultipartUpload, and check its answer: S3 may answer HTTP 200 and still
         fail, with an ``<Error>`` in the body ("a 200 OK response can contain either a
         success or an error", AWS S3 API reference, CompleteMultipartUpload; pgBackRest
@@ -585,6 +627,28 @@ class S3Backend(Backend):
                                     "Message": "the answer names no ETag of the new object"},
                  "ResponseMetadata": response.get("ResponseMetadata", {})}),
                 "CompleteMultipartUpload"), "complete_multipart_upload (HTTP 200)", key)
+        return response
+
+    def _lock_version(self, key: str, version_id: str | None) -> dt.datetime:
+        """Lock version ``version_id`` of ``key`` until now + the lock period
+        (PutObjectRetention: one call per version, S3 has no batch form); return the
+        retain-until date (aware UTC).
+
+        Raises:
+            StoreNotLockable: S3 named no version (the bucket is not versioned).
+            StoreTransient, StorePermanent: the call failed (the version stays unlocked).
+        """
+        assert self.lock is not None
+        if version_id is None:
+            raise StoreNotLockable(
+                f"{self._where(key)}: the bucket returned no version id, so the object cannot"
+                " be locked: the bucket needs versioning and Object Lock", store=self.name,
+                key=key)
+        until = self.lock.retain_until(dt.datetime.now(dt.UTC))
+        self._retry.call(self._op, "put_object_retention", key, Bucket=self.bucket,
+                         Key=self._full(key), VersionId=version_id,
+                         Retention={"Mode": self.lock.mode, "RetainUntilDate": until})
+        return until
 
     def _upload_part(self, key: str, upload_id: str, number: int,
                      data: bytearray) -> dict[str, Any]:
@@ -697,6 +761,8 @@ class S3Backend(Backend):
                              " request a thaw and read it once it is ready", **kw)
         if code == "NoSuchUpload":
             return _NoSuchUpload(f"{where}: {detail}", **kw)
+        if code == "ObjectLockConfigurationNotFoundError":
+            return _NoLockConfiguration(f"{where}: {detail}", **kw)
         if code == "RestoreAlreadyInProgress":
             return _RestoreInProgress(f"{where}: a restore is already in progress", **kw)
         if code in _TRANSIENT_CODES or status >= 500 or status == 429:
@@ -760,6 +826,15 @@ def _full_object_sha256(head: dict[str, Any]) -> str | None:
     except ValueError:
         return None
     return digest.hex() if len(digest) == 32 else None
+
+
+def _days(period: dt.timedelta) -> str:
+    """A lock period as a probe line says it: ``30d``, or ``36h``, ``90s`` when not whole
+    days."""
+    seconds = int(period.total_seconds())
+    if seconds % 86400 == 0:
+        return f"{seconds // 86400}d"
+    return f"{seconds // 3600}h" if seconds % 3600 == 0 else f"{seconds}s"
 
 
 def _utc(value: dt.datetime) -> dt.datetime:

@@ -1,24 +1,27 @@
 """``s3://BUCKET[/PREFIX]``: a store in an S3 bucket (AWS, MinIO, Ceph RGW, ...), through boto3
 (``zbak[s3]``; the backend is ``zrepl_py.stores.s3``).
 
-Its own keys: ``endpoint``, ``region``, ``profile``, ``prune_profile``, ``encryption``.
+Its own keys: ``endpoint``, ``region``, ``profile``, ``prune_profile``, ``encryption``,
+``object_lock``.
 Credentials come only from the standard AWS chain; no key is ever in the config.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import field_validator, model_validator
 
 from zrepl_py.errors import StorePermanent
 from zrepl_py.runtime.extras import Extra
 from zrepl_py.stores.base import Backend
+from zrepl_py.stores.object_lock import LockPolicy
 from zrepl_py.stores.scheme import Scheme, StoreEnv
 from zrepl_py.stores.settings import StoreConfig
-from zrepl_py.values.fields import Table
+from zrepl_py.values.fields import Duration, Table
 
 MiB = 1 << 20
 _URL = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>.*))?")
@@ -53,6 +56,33 @@ class StoreEncryption(Table):
         return params
 
 
+class ObjectLockSettings(Table):
+    """``[stores.NAME.object_lock]``: every object version zbak writes to the store is locked
+    for ``period`` (S3 Object Lock; docs/design.md#object-lock). The bucket must
+    have versioning and Object Lock (``zbak init`` checks).
+
+    Attributes:
+        mode: ``"compliance"`` (nobody can shorten or remove a lock) or ``"governance"``
+            (a user with ``s3:BypassGovernanceRetention`` can).
+        period: how long each version stays locked after it is written, e.g. ``"30d"``.
+    """
+
+    mode: Literal["compliance", "governance"]
+    period: Duration
+
+    @field_validator("period")
+    @classmethod
+    def _positive(cls, value: dt.timedelta) -> dt.timedelta:
+        if value < dt.timedelta(seconds=1):
+            raise ValueError("a lock period must be at least 1s")
+        return value
+
+    def policy(self) -> LockPolicy:
+        """The policy the backend applies (the mode as S3 spells it)."""
+        return LockPolicy(mode="COMPLIANCE" if self.mode == "compliance" else "GOVERNANCE",
+                          period=self.period)
+
+
 class S3StoreConfig(StoreConfig):
     """``[stores.NAME]`` with ``url = "s3://BUCKET[/PREFIX]"``."""
 
@@ -66,6 +96,15 @@ class S3StoreConfig(StoreConfig):
     (docs/reliability.md#r42-least-privilege-s3-credentials). None: ``profile`` deletes
     too."""
     encryption: StoreEncryption | None = None
+    object_lock: ObjectLockSettings | None = None
+    """Rolling S3 Object Lock of every version written; None: nothing is locked."""
+
+    @property
+    def keeps_progress_locally(self) -> bool:
+        """A sealed store's upload progress, and a lock store's, lives in the state
+        directory: on a lock store no key is written twice
+        (docs/design.md#object-lock)."""
+        return self.age is not None or self.object_lock is not None
 
     @classmethod
     def check_url(cls, url: str) -> None:
@@ -98,8 +137,9 @@ def _bucket_and_prefix(url: str) -> tuple[str, str]:
 
 
 def _open(name: str, settings: S3StoreConfig, env: StoreEnv) -> Backend:
-    """An ``S3Backend`` with the settings' endpoint, region, profile, upload concurrency and
-    server-side encryption (``encryption``, sent with every object it writes);
+    """An ``S3Backend`` with the settings' endpoint, region, profile, upload concurrency,
+    server-side encryption (``encryption``, sent with every object it writes) and Object Lock
+    (``object_lock``, set on every object it writes);
     its part size is 8 MiB, or more when ``volume_size`` needs it to fit in S3's 10,000
     parts (rounded up to whole MiB). With ``prune_profile``, a ``PruneCredentialBackend``
     whose deletes use that profile's credential and everything else ``profile``'s.
@@ -123,6 +163,7 @@ def _open(name: str, settings: S3StoreConfig, env: StoreEnv) -> Backend:
             region=settings.region, profile=profile, part_size=part_size,
             concurrency=concurrency, retry=env.retry,
             object_params=settings.encryption.request_params() if settings.encryption else None,
+            lock=settings.object_lock.policy() if settings.object_lock else None,
         )
 
     writer = backend(settings.profile, settings.upload_concurrency)

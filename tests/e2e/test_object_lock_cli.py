@@ -1,0 +1,123 @@
+"""S3 Object Lock as the admin sets it up (docs/design.md#object-lock), on moto's
+server over HTTP through the real CLI: ``zbak init`` refuses a bucket that cannot lock
+objects with one line and exit 2; ``zbak archive`` into a lock store locks every version it
+writes (volumes in one PutObject and in a multipart upload, manifests, the catalog export)
+and keeps its upload progress out of the bucket; an intruder holding the master's keys
+cannot delete any of them, and can when the store has no ``object_lock``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import uuid
+from pathlib import Path
+
+import botocore.exceptions
+import pytest
+from support.cli import Zbak, initialised, prop, zfs
+
+from zrepl_py.errors import ExitStatus
+
+MiB = 1 << 20
+LOCK = 'object_lock = { mode = "compliance", period = "3d" }'
+
+
+def _config(tmp: Path, s3_server, bucket: str, *extra: str) -> Path:
+    config = tmp / "zbak.toml"
+    config.write_text("\n".join([
+        f'state_dir = "{tmp / "state"}"', "[stores.cold]", f'url = "s3://{bucket}/zbak"',
+        f'endpoint = "{s3_server.endpoint_url}"', f'region = "{s3_server.region}"', *extra]))
+    return config
+
+
+@pytest.mark.parametrize("versioned", [False, True], ids=["plain", "versioned-only"])
+def test_init_refuses_a_bucket_that_cannot_lock_objects_with_one_line_and_exit_2(
+        tmp_path, s3_server, s3_bucket, capsys, versioned):
+    if versioned:
+        s3_server.client().put_bucket_versioning(
+            Bucket=s3_bucket, VersioningConfiguration={"Status": "Enabled"})
+    run = Zbak(_config(tmp_path, s3_server, s3_bucket, LOCK), capsys)
+    status, out, err = run("init")
+    assert status == ExitStatus.USAGE, out + err
+    (line,) = [line for line in out.splitlines() if "store cold" in line]
+    assert "FAILED" in line and f"bucket {s3_bucket} cannot lock objects" in line
+    assert ("versioning enabled" if versioned else "versioning never enabled") in line
+    assert "Object Lock off" in line and "[stores.cold.object_lock]" in line
+    assert "Traceback" not in out + err
+
+
+def test_init_accepts_a_bucket_created_with_object_lock(tmp_path, s3_server, s3_bucket, capsys):
+    bucket = f"zbak-lock-{uuid.uuid4().hex[:12]}"
+    s3_server.client().create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=True)
+    run = Zbak(_config(tmp_path, s3_server, bucket, LOCK), capsys)
+    status, out, err = run("init")
+    assert status == ExitStatus.OK, out + err
+    assert "versioned, Object Lock on (COMPLIANCE for 3d)" in out
+
+
+def test_a_wrong_lock_mode_exits_2_naming_the_key_and_the_file(tmp_path, s3_server, s3_bucket,
+                                                                capsys):
+    config = _config(tmp_path, s3_server, s3_bucket,
+                     'object_lock = { mode = "strict", period = "3d" }')
+    status, out, err = Zbak(config, capsys)("config", "check")
+    assert status == ExitStatus.USAGE
+    assert "stores.cold.object_lock.mode" in err and str(config) in err
+    assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("locked", [True, False], ids=["locked", "unlocked"])
+def test_every_version_an_archive_writes_is_locked_and_the_masters_keys_cannot_delete_it(
+        zpool, tmp_path, s3_server, s3_bucket, capsys, locked):
+    """9 MiB of random data: the volume goes up in a multipart upload (8 MiB parts), the
+    manifests and the catalog export in single PutObjects. Unlocked (the same bucket, the
+    store without ``object_lock``), the intruder's deletes by version id succeed."""
+    bucket = f"zbak-lock-{uuid.uuid4().hex[:12]}"
+    client = s3_server.client()
+    client.create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=True)
+    data = f"{zpool.name}/data"
+    zfs("create", data)
+    (Path(prop(data, "mountpoint")) / "f").write_bytes(os.urandom(9 * MiB))
+    zfs("snapshot", f"{data}@1")
+    run = initialised(tmp_path, f"""
+        [stores.cold]
+        url = "s3://{bucket}/zbak"
+        endpoint = "{s3_server.endpoint_url}"
+        region = "{s3_server.region}"
+        volume_size = "64MiB"
+        {LOCK if locked else ""}
+        [jobs.data]
+        dataset = "{data}"
+        [jobs.data.archive]
+        store = "cold"
+    """, capsys)
+    before = dt.datetime.now(dt.UTC)
+    status, out, err = run("archive")
+    after = dt.datetime.now(dt.UTC)
+    assert status == ExitStatus.OK, out + err
+    listing = client.list_object_versions(Bucket=bucket)
+    versions = listing.get("Versions", [])
+    keys = {v["Key"] for v in versions}
+    assert any(k.endswith(".zst") for k in keys) and any("manifest" in k for k in keys)
+    assert any("_zbak/catalog/" in k for k in keys)
+    heads = {v["VersionId"]: client.head_object(Bucket=bucket, Key=v["Key"],
+                                                VersionId=v["VersionId"]) for v in versions}
+    assert any("-" in h["ETag"] for h in heads.values())  # the volume: a multipart upload
+    if locked:
+        # the upload progress stayed on the host: no progress key, no delete marker
+        assert not listing.get("DeleteMarkers") and not any("progress" in k for k in keys)
+        for version, head in heads.items():
+            assert head.get("ObjectLockMode") == "COMPLIANCE", version
+            until = head["ObjectLockRetainUntilDate"]
+            assert before + dt.timedelta(days=3) <= until <= after + dt.timedelta(days=3, seconds=1)
+    else:
+        assert not any(h.get("ObjectLockMode") for h in heads.values())
+    for v in versions:  # the intruder, with the master's keys (moto's test keys)
+        delete = {"Bucket": bucket, "Key": v["Key"], "VersionId": v["VersionId"]}
+        if not locked:
+            client.delete_object(**delete)
+            continue
+        with pytest.raises(botocore.exceptions.ClientError) as refused:
+            client.delete_object(**delete)
+        assert refused.value.response["Error"]["Code"] == "AccessDenied", v["Key"]
+    left = client.list_object_versions(Bucket=bucket).get("Versions", [])
+    assert len(left) == (len(versions) if locked else 0)
