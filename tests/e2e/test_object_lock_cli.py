@@ -14,8 +14,11 @@ from pathlib import Path
 
 import botocore.exceptions
 import pytest
+import sqlalchemy as sa
 from support.cli import Zbak, initialised, prop, zfs
 
+from zrepl_py.catalog.db import make_engine
+from zrepl_py.catalog.models import volume_table
 from zrepl_py.errors import ExitStatus
 
 MiB = 1 << 20
@@ -121,3 +124,23 @@ def test_every_version_an_archive_writes_is_locked_and_the_masters_keys_cannot_d
         assert refused.value.response["Error"]["Code"] == "AccessDenied", v["Key"]
     left = client.list_object_versions(Bucket=bucket).get("Versions", [])
     assert len(left) == (len(versions) if locked else 0)
+    # the catalog records each volume's version and its lock, as the upload learnt them
+    recorded = _catalogued_versions(tmp_path / "state" / "catalog.sqlite")
+    assert recorded
+    by_key = {v["Key"].removeprefix("zbak/"): v["VersionId"] for v in versions}
+    for key, version_id, retain_until in recorded:
+        assert version_id == by_key[key], key
+        assert retain_until == (heads[version_id]["ObjectLockRetainUntilDate"] if locked
+                                else None), key
+
+
+def _catalogued_versions(catalog: Path) -> list[tuple]:
+    """``(key, version_id, retain_until)`` of every catalogued volume."""
+    engine = make_engine(f"sqlite:///{catalog}")
+    try:
+        v = volume_table.c
+        with engine.connect() as connection:
+            return [tuple(r) for r in connection.execute(
+                sa.select(v.key, v.version_id, v.retain_until).order_by(v.id))]
+    finally:
+        engine.dispose()

@@ -14,9 +14,9 @@ from alembic.script import ScriptDirectory
 from support.common import free_port
 
 from zrepl_py.catalog import db
-from zrepl_py.catalog.models import metadata
+from zrepl_py.catalog.models import metadata, volume_table
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.catalog.rows import DrillRow, NewStream
+from zrepl_py.catalog.rows import DrillRow, NewStream, NewVolume
 from zrepl_py.errors import CatalogError, CatalogNotCurrent, CatalogUnavailable
 
 T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
@@ -408,3 +408,60 @@ def test_0009_drops_the_copy_runs_on_downgrade_keeps_every_other_run_and_upgrade
         context = MigrationContext.configure(connection, opts={"compare_type": True})
         assert compare_metadata(context, metadata) == []
     assert Catalog(engine).start_run("j", "copy", "offsite:tank/data", T0) > drill
+
+
+def _volume_versions(engine) -> list[tuple]:
+    """Each volume's stream, key, version id and retain-until (aware UTC), in id order."""
+    v = volume_table.c
+    with engine.connect() as connection:
+        rows = connection.execute(sa.select(v.stream_id, v.key, v.version_id, v.retain_until)
+                                  .order_by(v.id))
+        return [tuple(r) for r in rows]
+
+
+def test_0010_keeps_every_volume_across_a_downgrade_and_its_versions_read_as_unknown_after(
+        engine):
+    """docs/reliability.md#r27-alembic (rows present): a stream whose volumes have a stored
+    version (one locked, one not) and a stream without; downgrading to 0009 drops only the two
+    columns, every volume stays; upgrading back leaves them NULL (not known), and a new stream
+    records its versions and lock date."""
+    db.upgrade(engine)
+    catalog = Catalog(engine)
+    sha = "ab" * 32
+    until = T0 + dt.timedelta(days=30)
+    locked = catalog.add_stream(
+        NewStream(dataset="tank/data", store="cold", kind="full", to_guid=1, to_name="a",
+                  to_createtxg=10, object_prefix="tank/data/a", storage_class="STANDARD",
+                  compression="zstd", created_at=T0),
+        [NewVolume(0, "tank/data/a/vol-000000.zst", 10, 5, sha, "v-locked", until),
+         NewVolume(1, "tank/data/a/vol-000001.zst", 10, 5, sha, "v-open", None)])
+    plain = catalog.add_stream(
+        NewStream(dataset="tank/data", store="dir", kind="full", to_guid=1, to_name="a",
+                  to_createtxg=10, object_prefix="tank/data/a", storage_class="STANDARD",
+                  compression="zstd", created_at=T0),
+        [NewVolume(0, "tank/data/a/vol-000000.zst", 10, 5, sha)])
+    assert _volume_versions(engine) == [
+        (locked, "tank/data/a/vol-000000.zst", "v-locked", until),
+        (locked, "tank/data/a/vol-000001.zst", "v-open", None),
+        (plain, "tank/data/a/vol-000000.zst", None, None)]
+
+    db.downgrade(engine, "0009")
+    columns = {c["name"] for c in sa.inspect(engine).get_columns("volumes")}
+    assert not {"version_id", "retain_until"} & columns
+    assert [v.key for s in (locked, plain) for v in Catalog(engine).volumes(s)] == [
+        "tank/data/a/vol-000000.zst", "tank/data/a/vol-000001.zst",
+        "tank/data/a/vol-000000.zst"]
+
+    assert db.upgrade(engine) == ("0009", db.head_revision())
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        assert compare_metadata(context, metadata) == []
+    assert [v[2:] for v in _volume_versions(engine)] == [(None, None)] * 3
+    catalog = Catalog(engine)
+    tip = catalog.add_stream(
+        NewStream(dataset="tank/data", store="cold", kind="incremental", parent_id=locked,
+                  from_guid=1, from_name="a", to_guid=2, to_name="b", to_createtxg=20,
+                  object_prefix="tank/data/b", storage_class="STANDARD", compression="zstd",
+                  created_at=T0),
+        [NewVolume(0, "tank/data/b/vol-000000.zst", 10, 5, sha, "v-new", until)])
+    assert _volume_versions(engine)[-1] == (tip, "tank/data/b/vol-000000.zst", "v-new", until)

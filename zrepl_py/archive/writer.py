@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from zrepl_py import __version__
 from zrepl_py.archive.planner import PlannedStream
@@ -38,7 +38,7 @@ from zrepl_py.archive.progress import DoneVolume, InStore, ProgressHome
 from zrepl_py.archive.throttle import Throttle
 from zrepl_py.archive.volumes import RestartNeeded, write_volumes
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.catalog.rows import manifest_rows
+from zrepl_py.catalog.rows import StoredVersion, manifest_rows
 from zrepl_py.errors import ObjectNotFound, StoreError, StreamCorrupt
 from zrepl_py.objects.checked import put_with_copy, read_object, read_with_copy
 from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, copy_key
@@ -160,9 +160,10 @@ def write_stream(
         delete_prefix(backend, spec.prefix, began)
         counts.update(written=0, skipped=0)
         volumes, used_class = _send(spec, backend, home, (), count, progress, throttle)
-    manifest = _manifest(spec, volumes, used_class, now())
+    manifest = _manifest(spec, [v.record for v in volumes], used_class, now())
     put_with_copy(backend, spec.prefix + MANIFEST, manifest.to_json())
-    stream_id = _catalog(spec, manifest, catalog, now())
+    stream_id = _catalog(spec, manifest, catalog, now(),
+                         {v.record.index: v.version for v in volumes if v.version is not None})
     home.delete(spec.prefix)
     if interrupted is not None:
         drop_unfinished(backend, spec.prefix, began)
@@ -173,7 +174,7 @@ def write_stream(
 def _send(spec: StreamSpec, backend: Backend, home: ProgressHome, done: Sequence[DoneVolume],
           on_volume: Callable[[VolumeRecord, bool], None],
           progress: Callable[[int, float], None] | None = None,
-          throttle: Throttle | None = None) -> tuple[list[VolumeRecord], str]:
+          throttle: Throttle | None = None) -> tuple[list[DoneVolume], str]:
     with SendReader(spec.send_stages) as reader:
         return write_volumes(MeteredReader(reader, progress), backend, spec.prefix,
                              volume_size=spec.volume_size,
@@ -268,7 +269,8 @@ def _repair_copies(backend: Backend, key: str, good: str) -> None:
             backend.put(other, [data], storage_class="STANDARD")
 
 
-def _catalog(spec: StreamSpec, manifest: Manifest, catalog: Catalog, now: dt.datetime) -> int:
+def _catalog(spec: StreamSpec, manifest: Manifest, catalog: Catalog, now: dt.datetime,
+             versions: Mapping[int, StoredVersion] | None = None) -> int:
     stream, volumes = manifest_rows(manifest, store=spec.store, prefix=spec.prefix,
-                                    parent_id=spec.parent_id, uploaded_at=now)
+                                    parent_id=spec.parent_id, uploaded_at=now, versions=versions)
     return catalog.add_stream(stream, volumes, manifest.snapshots)

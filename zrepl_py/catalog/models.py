@@ -46,6 +46,8 @@ NAMING_CONVENTION = {
 
 NAME_LEN = 255  # ZFS_MAX_DATASET_NAME_LEN - 1: the longest dataset or snapshot name
 KEY_LEN = 1024  # S3's object key limit in bytes
+VERSION_ID_LEN = 1024  # S3: "no more than 1,024 bytes long" (user guide, "Working with objects
+# in a versioning-enabled bucket")
 
 
 def _one_of(column: str, values: tuple[str, ...]) -> str:
@@ -181,6 +183,8 @@ volume_table = sa.Table(
     _column("raw_bytes", sa.BigInteger),
     _column("stored_bytes", sa.BigInteger),
     _column("sha256", sa.String(64)),
+    _column("version_id", sa.String(VERSION_ID_LEN), nullable=True),
+    _column("retain_until", UtcDateTime, nullable=True),
     sa.UniqueConstraint("stream_id", "index"),
     sa.CheckConstraint('"index" >= 0', name="index"),
     sa.CheckConstraint("raw_bytes >= 0 AND stored_bytes >= 0", name="sizes"),
@@ -188,7 +192,10 @@ volume_table = sa.Table(
 )
 """One stored object of a stream: ``index`` 0, 1, ... in stream order.
 
-``sha256`` is the hex digest of the stored (compressed) bytes; sizes are bytes.
+``sha256`` is the hex digest of the stored (compressed) bytes; sizes are bytes. ``version_id``
+is the version of ``key`` the upload made (S3 on a versioned bucket; NULL elsewhere, and for a
+stream catalogued from its manifest), ``retain_until`` when its Object Lock lapses (NULL: not
+locked; docs/design.md#object-lock).
 """
 
 stream_snapshot_table = sa.Table(

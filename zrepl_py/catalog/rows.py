@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -180,16 +180,28 @@ class NewStream:
     verified_at: dt.datetime | None = None
 
 
+class StoredVersion(NamedTuple):
+    """Which version of its key a volume is (S3 ``VersionId``, on a versioned bucket) and
+    when its Object Lock lapses (aware UTC; None: not locked)."""
+
+    version_id: str
+    retain_until: dt.datetime | None
+
+
 @dataclasses.dataclass(frozen=True)
 class NewVolume:
     """One stored object of a stream: ``index`` 0, 1, ... in stream order; sizes in bytes;
-    ``sha256`` the lowercase hex digest of the stored (compressed) bytes."""
+    ``sha256`` the lowercase hex digest of the stored (compressed) bytes; ``version_id`` and
+    ``retain_until`` its :class:`StoredVersion` when the store keeps versions (else None:
+    a ``file://`` store, an unversioned bucket, a stream catalogued from its manifest)."""
 
     index: int
     key: str
     raw_bytes: int
     stored_bytes: int
     sha256: str
+    version_id: str | None = None
+    retain_until: dt.datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,7 +320,8 @@ class DatasetStreams(NamedTuple):
 
 
 def manifest_rows(manifest: Manifest, *, store: str, prefix: str, parent_id: int | None,
-                  uploaded_at: dt.datetime) -> tuple[NewStream, list[NewVolume]]:
+                  uploaded_at: dt.datetime, versions: Mapping[int, StoredVersion] | None = None,
+                  ) -> tuple[NewStream, list[NewVolume]]:
     """The catalog rows of ``manifest``'s stream (state ``uploaded``), for
     ``Catalog.add_stream`` with ``manifest.snapshots`` as the carried snapshots.
 
@@ -316,6 +329,8 @@ def manifest_rows(manifest: Manifest, *, store: str, prefix: str, parent_id: int
         store: the store's name; prefix: the stream's key prefix there.
         parent_id: the catalogued stream an incremental applies on (None for a full).
         uploaded_at: aware UTC.
+        versions: the stored version of each volume by index, as the upload learnt it (a
+            manifest names keys only, docs/design.md#object-lock); None: not known.
     """
     stream = NewStream(
         host=manifest.host, dataset=manifest.dataset, store=store, kind=manifest.kind,
@@ -328,7 +343,9 @@ def manifest_rows(manifest: Manifest, *, store: str, prefix: str, parent_id: int
         raw_bytes=manifest.raw_bytes, stored_bytes=manifest.stored_bytes,
         state="uploaded", uploaded_at=uploaded_at,
     )
-    volumes = [NewVolume(v.index, v.key, v.raw_bytes, v.stored_bytes, v.sha256)
+    known = versions or {}
+    volumes = [NewVolume(v.index, v.key, v.raw_bytes, v.stored_bytes, v.sha256,
+                         *(known.get(v.index) or (None, None)))
                for v in manifest.volumes]
     return stream, volumes
 
