@@ -15,7 +15,7 @@ from pathlib import Path
 import botocore.exceptions
 import pytest
 import sqlalchemy as sa
-from support.cli import Zbak, initialised, prop, zfs
+from support.cli import Zbak, exists, initialised, prop, restored_content, tree_digest, zfs
 
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.models import volume_table
@@ -74,25 +74,12 @@ def test_every_version_an_archive_writes_is_locked_and_the_masters_keys_cannot_d
     """9 MiB of random data: the volume goes up in a multipart upload (8 MiB parts), the
     manifests and the catalog export in single PutObjects. Unlocked (the same bucket, the
     store without ``object_lock``), the intruder's deletes by version id succeed."""
-    bucket = f"zbak-lock-{uuid.uuid4().hex[:12]}"
-    client = s3_server.client()
-    client.create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=True)
+    bucket, client = _lock_bucket(s3_server)
     data = f"{zpool.name}/data"
     zfs("create", data)
     (Path(prop(data, "mountpoint")) / "f").write_bytes(os.urandom(9 * MiB))
     zfs("snapshot", f"{data}@1")
-    run = initialised(tmp_path, f"""
-        [stores.cold]
-        url = "s3://{bucket}/zbak"
-        endpoint = "{s3_server.endpoint_url}"
-        region = "{s3_server.region}"
-        volume_size = "64MiB"
-        {LOCK if locked else ""}
-        [jobs.data]
-        dataset = "{data}"
-        [jobs.data.archive]
-        store = "cold"
-    """, capsys)
+    run = _archiving(tmp_path, s3_server, bucket, data, capsys, "64MiB", locked)
     before = dt.datetime.now(dt.UTC)
     status, out, err = run("archive")
     after = dt.datetime.now(dt.UTC)
@@ -132,6 +119,83 @@ def test_every_version_an_archive_writes_is_locked_and_the_masters_keys_cannot_d
         assert version_id == by_key[key], key
         assert retain_until == (heads[version_id]["ObjectLockRetainUntilDate"] if locked
                                 else None), key
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["versions-recorded", "no-versions"])
+def test_a_restore_reads_the_recorded_versions_whatever_the_intruder_wrote_over_them(
+        zpool, tmp_path, s3_server, s3_bucket, capsys, recorded):
+    """A full and an incremental in a lock store; the intruder, with the master's keys,
+    overwrites one volume key with garbage of the same size, another with a short one, hides
+    the rest and both manifests behind delete markers. The restore reads the versions the
+    catalog records and brings back @2 with its guid and files. With no versions in the
+    catalog (a catalog from before revision 0009: the columns emptied), it reads the newest
+    versions and fails, receiving nothing."""
+    bucket, client = _lock_bucket(s3_server)
+    data = f"{zpool.name}/data"
+    zfs("create", data)
+    mount = Path(prop(data, "mountpoint"))
+    (mount / "a").write_bytes(os.urandom(3 * MiB))
+    zfs("snapshot", f"{data}@1")
+    (mount / "b").write_bytes(os.urandom(1 * MiB))
+    zfs("snapshot", f"{data}@2")
+    run = _archiving(tmp_path, s3_server, bucket, data, capsys, "1MiB", True)
+    status, out, err = run("archive")
+    assert status == ExitStatus.OK, out + err
+    catalog = tmp_path / "state" / "catalog.sqlite"
+    volumes = [key for key, _, _ in _catalogued_versions(catalog)]
+    assert len(volumes) >= 4
+    keys = [v["Key"] for v in client.list_object_versions(Bucket=bucket)["Versions"]]
+    same = client.head_object(Bucket=bucket, Key=f"zbak/{volumes[0]}")["ContentLength"]
+    client.put_object(Bucket=bucket, Key=f"zbak/{volumes[0]}", Body=os.urandom(same))
+    client.put_object(Bucket=bucket, Key=f"zbak/{volumes[1]}", Body=b"junk")
+    for key in volumes[2:] + [k.removeprefix("zbak/") for k in keys if "manifest" in k]:
+        client.delete_object(Bucket=bucket, Key=f"zbak/{key}")  # a delete marker
+    if not recorded:
+        _forget_versions(catalog)
+    status, out, err = run("restore", data, "--to", "@2", "--into", f"{zpool.name}/back",
+                           "--from", "cold", "--yes")
+    if not recorded:
+        assert status != ExitStatus.OK and not exists(f"{zpool.name}/back"), out + err
+        return
+    assert status == ExitStatus.OK, out + err
+    assert prop(f"{zpool.name}/back@2", "guid") == prop(f"{data}@2", "guid")
+    assert restored_content(f"{zpool.name}/back") == tree_digest(mount)
+
+
+def _lock_bucket(s3_server):
+    """A new bucket with Object Lock, and a client holding the master's keys."""
+    bucket = f"zbak-lock-{uuid.uuid4().hex[:12]}"
+    client = s3_server.client()
+    client.create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=True)
+    return bucket, client
+
+
+def _archiving(tmp: Path, s3_server, bucket: str, data: str, capsys, volume_size: str,
+               locked: bool) -> Zbak:
+    """``zbak init`` of job ``data`` archiving ``data`` to store ``cold`` in ``bucket``
+    (with ``object_lock`` when ``locked``); the CLI runner."""
+    return initialised(tmp, f"""
+        [stores.cold]
+        url = "s3://{bucket}/zbak"
+        endpoint = "{s3_server.endpoint_url}"
+        region = "{s3_server.region}"
+        volume_size = "{volume_size}"
+        {LOCK if locked else ""}
+        [jobs.data]
+        dataset = "{data}"
+        [jobs.data.archive]
+        store = "cold"
+    """, capsys)
+
+
+def _forget_versions(catalog: Path) -> None:
+    engine = make_engine(f"sqlite:///{catalog}")
+    try:
+        with engine.begin() as connection:
+            connection.execute(sa.update(volume_table).values(version_id=None,
+                                                              retain_until=None))
+    finally:
+        engine.dispose()
 
 
 def _catalogued_versions(catalog: Path) -> list[tuple]:

@@ -12,7 +12,7 @@ import botocore.exceptions
 import pytest
 
 from zrepl_py.config.loading import parse_config
-from zrepl_py.errors import ConfigError, StoreNotLockable
+from zrepl_py.errors import ConfigError, ObjectNotFound, StoreNotLockable, StorePermanent
 from zrepl_py.stores.registry import open_store
 
 MiB = 1 << 20
@@ -110,3 +110,25 @@ def test_a_lock_on_a_directory_store_is_refused_as_an_s3_key():
     with pytest.raises(ConfigError, match="object_lock applies to s3:// stores only"):
         parse_config({"stores": {"cold": {"url": "file:///srv/cold", "object_lock": {
             "mode": "compliance", "period": "1d"}}}}, "zbak.toml")
+
+
+def test_a_version_reads_back_the_bytes_zbak_wrote_after_an_overwrite_and_a_delete_marker(
+        s3_server, lock_bucket, tmp_path):
+    store = _store(s3_server, lock_bucket, {"mode": "governance", "period": "1d"})
+    try:
+        first = store.put("vol", [b"zbak's bytes"])
+        client = s3_server.client()
+        client.put_object(Bucket=lock_bucket, Key="z/vol", Body=b"an intruder's")
+        client.delete_object(Bucket=lock_bucket, Key="z/vol")  # a delete marker on top
+        assert b"".join(store.get_version("vol", first.version_id)) == b"zbak's bytes"
+        assert store.stat_version("vol", first.version_id).size == len(b"zbak's bytes")
+        with pytest.raises(ObjectNotFound):
+            store.stat_version("vol", "no-such-version")
+        with pytest.raises(ObjectNotFound):
+            store.get_version("vol", "no-such-version")
+    finally:
+        store.close()
+    directory = open_store("dir", parse_config(
+        {"stores": {"dir": {"url": f"file://{tmp_path}"}}}, "zbak.toml").stores["dir"])
+    with pytest.raises(StorePermanent, match="keeps no object versions"):
+        directory.get_version("vol", first.version_id)

@@ -164,7 +164,8 @@ class BulkReads(CatalogBase):
         each list in index order; streams without volumes are absent."""
         volume = volume_table.c
         query = sa.select(volume.id, volume.stream_id, volume.index, volume.key,
-                          volume.raw_bytes, volume.stored_bytes, volume.sha256)
+                          volume.raw_bytes, volume.stored_bytes, volume.sha256,
+                          volume.version_id)  # VolumeRow's fields, in order
         if host is not None or below is not None or store is not None or datasets is not None:
             query = query.where(volume.stream_id.in_(
                 sa.select(stream_table.c.id).where(*stream_scope(host, below, store,

@@ -273,7 +273,8 @@ def bad_reason(problem: str, action: str, now: dt.datetime) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class VolumeRow:
-    """A catalogued volume of stream ``stream_id`` (see :class:`NewVolume`)."""
+    """A catalogued volume of stream ``stream_id`` (see :class:`NewVolume`); readers read
+    version ``version_id`` of its key when the catalog records one."""
 
     id: int
     stream_id: int
@@ -282,6 +283,7 @@ class VolumeRow:
     raw_bytes: int
     stored_bytes: int
     sha256: str
+    version_id: str | None = None
 
 
 class StreamLink(NamedTuple):

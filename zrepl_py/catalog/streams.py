@@ -290,7 +290,8 @@ class Streams(CatalogBase):
         """Return the volumes of stream ``stream_id`` by index (empty for an unknown stream)."""
         volume = volume_table.c
         query = (sa.select(volume.id, volume.stream_id, volume.index, volume.key, volume.raw_bytes,
-                           volume.stored_bytes, volume.sha256)  # VolumeRow's fields, in order
+                           volume.stored_bytes, volume.sha256,
+                           volume.version_id)  # VolumeRow's fields, in order
                  .where(volume.stream_id == stream_id).order_by(volume.index))
         with self._transaction(f"listing the volumes of stream {stream_id}") as conn:
             return [VolumeRow(*row) for row in conn.execute(query)]

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from zrepl_py.catalog.rows import VolumeRow
 from zrepl_py.errors import ObjectNotFound, RestoreError, StreamCorrupt
-from zrepl_py.stores.base import Backend
+from zrepl_py.stores.base import Backend, get_recorded, stat_recorded
 from zrepl_py.streams.codec import Codec
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def check_present(backend: Backend, volumes: Sequence[VolumeRow], concurrency: i
     """
     def size_of(volume: VolumeRow) -> int | None:
         try:
-            return backend.stat(volume.key).size
+            return stat_recorded(backend, volume.key, volume.version_id).size
         except ObjectNotFound:
             return None
 
@@ -159,7 +159,7 @@ def _download_verified(backend: Backend, volume: VolumeRow, partial: Path, where
     """
     with open(partial, "wb") as out:
         def written() -> Iterator[bytes]:
-            for chunk in backend.get(volume.key):
+            for chunk in get_recorded(backend, volume.key, volume.version_id):
                 out.write(chunk)
                 yield chunk
 

@@ -138,6 +138,26 @@ def under_any(key: str, prefixes: Collection[str]) -> bool:
     return False
 
 
+def get_recorded(backend: Backend, key: str, version_id: str | None) -> Iterator[bytes]:
+    """The bytes of ``key`` as the catalog recorded it: version ``version_id`` when it
+    records one (an overwrite or a delete marker since changes nothing read;
+    docs/design.md#object-lock), else the newest.
+
+    Raises:
+        as :meth:`Backend.get` and :meth:`Backend.get_version`.
+    """
+    return backend.get(key) if version_id is None else backend.get_version(key, version_id)
+
+
+def stat_recorded(backend: Backend, key: str, version_id: str | None) -> ObjectInfo:
+    """:func:`get_recorded`'s object as ``stat`` sees it.
+
+    Raises:
+        as :meth:`Backend.stat` and :meth:`Backend.stat_version`.
+    """
+    return backend.stat(key) if version_id is None else backend.stat_version(key, version_id)
+
+
 class Backend(abc.ABC):
     """One store: a bucket and prefix, or a directory.
 
@@ -195,6 +215,29 @@ class Backend(abc.ABC):
             StoreTransient, StorePermanent (also for a prefix starting with ``/`` or holding
             a ``..`` segment).
         """
+
+    def get_version(self, key: str, version_id: str, *,
+                    chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """:meth:`get` of version ``version_id`` of ``key`` (S3 ``VersionId``): the bytes
+        zbak wrote there, whatever was written or deleted under the key since.
+
+        Raises:
+            as :meth:`get`; ``ObjectNotFound`` when the version is gone; ``StorePermanent``
+            on a store that keeps no versions (this default).
+        """
+        raise self._no_versions(key)
+
+    def stat_version(self, key: str, version_id: str) -> ObjectInfo:
+        """:meth:`stat` of version ``version_id`` of ``key``.
+
+        Raises:
+            as :meth:`get_version`.
+        """
+        raise self._no_versions(key)
+
+    def _no_versions(self, key: str) -> StorePermanent:
+        return StorePermanent(f"store {self.name} keeps no object versions: {key!r} cannot be"
+                              " read by version", store=self.name, key=key)
 
     def list_outside(self, prefix: str, skip: Collection[str]) -> Iterator[ObjectInfo]:
         """:meth:`list` of ``prefix`` without the objects under any of the prefixes in

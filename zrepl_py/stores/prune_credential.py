@@ -45,6 +45,15 @@ class PruneCredentialBackend(Backend):
         """``writer.stat``."""
         return self.writer.stat(key)
 
+    def get_version(self, key: str, version_id: str, *,
+                    chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """``writer.get_version``."""
+        return self.writer.get_version(key, version_id, chunk_size=chunk_size)
+
+    def stat_version(self, key: str, version_id: str) -> ObjectInfo:
+        """``writer.stat_version``."""
+        return self.writer.stat_version(key, version_id)
+
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """``writer.list``."""
         return self.writer.list(prefix)

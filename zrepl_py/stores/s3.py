@@ -273,10 +273,22 @@ class S3Backend(Backend):
             StoreTransient, StorePermanent (also ``PreconditionFailed`` when the object was
             replaced during the read).
         """
+        return self._get(key, {}, chunk_size)
+
+    def get_version(self, key: str, version_id: str, *,
+                    chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """:meth:`get` with ``VersionId`` (its ranged resumes too).
+
+        Raises:
+            as :meth:`get`; ObjectNotFound for a version that does not exist (NoSuchVersion).
+        """
+        return self._get(key, {"VersionId": version_id}, chunk_size)
+
+    def _get(self, key: str, version: dict[str, str], chunk_size: int) -> Iterator[bytes]:
         check_key(key, store=self.name)
         response = self._retry.call(self._op, "get_object", key,
-                                    Bucket=self.bucket, Key=self._full(key))
-        return self._stream(key, response, chunk_size)
+                                    Bucket=self.bucket, Key=self._full(key), **version)
+        return self._stream(key, response, chunk_size, version)
 
     def stat(self, key: str) -> ObjectInfo:
         """HeadObject: size, class (absent means STANDARD), modified time and thaw state from
@@ -291,9 +303,20 @@ class S3Backend(Backend):
             ObjectNotFound (a HEAD 404; S3 answers 403 AccessDenied instead when the
             credentials may not list the bucket), StoreTransient, StorePermanent.
         """
+        return self._stat(key, {})
+
+    def stat_version(self, key: str, version_id: str) -> ObjectInfo:
+        """:meth:`stat` with ``VersionId``.
+
+        Raises:
+            as :meth:`stat`.
+        """
+        return self._stat(key, {"VersionId": version_id})
+
+    def _stat(self, key: str, version: dict[str, str]) -> ObjectInfo:
         check_key(key, store=self.name)
-        head = self._retry.call(self._op, "head_object", key,
-                                Bucket=self.bucket, Key=self._full(key), ChecksumMode="ENABLED")
+        head = self._retry.call(self._op, "head_object", key, Bucket=self.bucket,
+                                Key=self._full(key), ChecksumMode="ENABLED", **version)
         storage_class = head.get("StorageClass") or "STANDARD"
         thaw, expires = _thaw_state(storage_class, head.get("Restore"))
         modified = _utc(head["LastModified"])
@@ -673,7 +696,8 @@ class S3Backend(Backend):
 
     # -- get helpers --------------------------------------------------------------------------
 
-    def _stream(self, key: str, response: dict[str, Any], chunk_size: int) -> Iterator[bytes]:
+    def _stream(self, key: str, response: dict[str, Any], chunk_size: int,
+                version: dict[str, str]) -> Iterator[bytes]:
         total = response["ContentLength"]
         etag = response.get("ETag")
         body = response["Body"]
@@ -697,7 +721,7 @@ class S3Backend(Backend):
                              self.name, key, offset, total, exc)
                     time.sleep(self._retry.backoff(failures))
                     params: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full(key),
-                                              "Range": f"bytes={offset}-"}
+                                              "Range": f"bytes={offset}-", **version}
                     if etag:
                         params["IfMatch"] = etag
                     body = self._retry.call(self._op, "get_object", key, **params)["Body"]
@@ -753,8 +777,8 @@ class S3Backend(Backend):
         if code == "NoSuchBucket" or (operation == "head_bucket" and status == 404):
             return StorePermanent(f"{where}: bucket {self.bucket!r} does not exist (check the"
                                   f" store url, endpoint and region) [{detail}]", **kw)
-        if key is not None and (code in ("NoSuchKey", "NotFound", "404") or (
-                status == 404 and code not in ("NoSuchUpload", "NoSuchVersion"))):
+        if key is not None and (code in ("NoSuchKey", "NoSuchVersion", "NotFound", "404") or (
+                status == 404 and code != "NoSuchUpload")):
             return ObjectNotFound(f"{where}: no such object", **kw)
         if code == "InvalidObjectState":
             return NeedsThaw(f"{where}: the object is in a cold storage class and not restored:"
