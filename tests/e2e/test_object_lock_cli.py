@@ -128,7 +128,7 @@ def test_a_restore_reads_the_recorded_versions_whatever_the_intruder_wrote_over_
     overwrites one volume key with garbage of the same size, another with a short one, hides
     the rest and both manifests behind delete markers. The restore reads the versions the
     catalog records and brings back @2 with its guid and files. With no versions in the
-    catalog (a catalog from before revision 0009: the columns emptied), it reads the newest
+    catalog (a catalog from before revision 0010: the columns emptied), it reads the newest
     versions and fails, receiving nothing."""
     bucket, client = _lock_bucket(s3_server)
     data = f"{zpool.name}/data"
