@@ -254,7 +254,13 @@ class S3Backend(Backend):
             head = [first, second]
             del first, second  # only ``head`` may hold them, and it lets go once they are sent
             stored = self._multipart(key, storage_class, head, parts)
+        # "null" is the version of a write to a bucket whose versioning is off or suspended
+        # (moto answers it for a multipart upload to an unversioned bucket): the next write
+        # replaces it, so it names nothing a reader could ask for later (S3 User Guide,
+        # "Working with objects in a versioning-suspended bucket").
         version_id = stored.get("VersionId")
+        if version_id == "null":
+            version_id = None
         retain_until = None if self.lock is None else self._lock_version(key, version_id)
         return PutResult(size=counter[0], sha256=digest.hexdigest(), storage_class=storage_class,
                          version_id=version_id, retain_until=retain_until)
