@@ -174,10 +174,16 @@ def test_no_common_snapshot_offers_the_full_resend_and_needs_full():
 
 
 def test_a_dataset_made_on_the_replica_after_the_failover_is_sent_whole_without_asking():
-    plan = back(facts([replica("", A, B, F), replica("new", F)],
-                      {"": source("", A, B)}))
-    assert [(b.rel, b.action) for b in plan.datasets] == [("", "receive"), ("new", "full")]
-    assert not plan.blockers and not plan.needs_full
+    """It carries no mark (the failover marked the datasets there were): it is in the
+    failback all the same, and so in its version check."""
+    for marked in (True, False):
+        plan = back(facts([replica("", A, B, F), replica("new", F, marked=marked)],
+                          {"": source("", A, B)}))
+        assert [(b.rel, b.action) for b in plan.datasets] == [("", "receive"), ("new", "full")]
+        assert not plan.blockers and not plan.needs_full
+    released = back(facts([replica("", A, B, F), replica("kid", A, B, marked=False)],
+                          {"": source("", A, B), "kid": source("kid", A, B)}))
+    assert [b.rel for b in released.datasets] == [""], "a replica of the source's own kid"
 
 
 def test_the_version_check_names_what_the_source_pool_cannot_receive():
@@ -187,8 +193,13 @@ def test_the_version_check_names_what_the_source_pool_cannot_receive():
     text = "; ".join(plan.blockers)
     assert "ZPL version 5" in text and "at most version 4" in text
     assert "encrypted" in text and "large dnodes" in text
-    assert not back(facts([replica("", A, B, F)], {"": source("", A, B)},
-                          receiver=limits)).blockers
+    assert "ZPL version 5; the source's pool" in plan.versions
+    assert plan.versions.endswith("cannot receive the newer ones (blockers)")
+    fits = back(facts([replica("", A, B, F)], {"": source("", A, B)}, receiver=limits))
+    assert not fits.blockers
+    assert fits.versions == ("version check: the replica's datasets are ZPL version 4; the "
+                             "source's pool tank writes up to version 4: it can receive them")
+    assert back(facts([replica("", A, B, F)], {"": source("", A, B)})).versions == ""
 
 
 def test_a_missing_pool_another_jobs_mark_and_a_pool_root_source_are_blockers():

@@ -23,12 +23,15 @@ def _show(plan: FailbackPlan, *, as_json: bool) -> None:
         emit_json({"job": plan.job, "target": plan.target, "source": plan.source_root,
                    "kept": plan.kept_root, "needs_full": plan.needs_full,
                    "blockers": plan.blockers, "finishing": plan.finishing,
+                   "versions": plan.versions,
                    "steps": [dict(zip(("replica", "source", "what", "why"), r, strict=True))
                              for r in rows]})
         return
     when = f", failed over {plan.mark.at:%Y-%m-%d %H:%M:%SZ}" if plan.mark else ""
     emit_table(f"failback of job {plan.job} from {plan.target}{when}",
                ["replica", "source", "what", "why"], rows)
+    if plan.versions:
+        click.echo(plan.versions)
     if not plan.finishing:
         click.echo("first: each replica dataset read-only and unmounted, then a last snapshot "
                    "of it; last: the replica released (a replica again), the source live")

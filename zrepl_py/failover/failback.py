@@ -217,8 +217,11 @@ def failback_job(ctx: Context, name: str, job: JobConfig, *, target_name: str | 
 def _execute(run: _Run, result: FailbackResult) -> None:
     """Carry out ``result.plan`` (steps 1-8 of the module doc)."""
     plan = result.plan
+    # The replica datasets still to demote, snapshot and send: the marked ones, and those
+    # made on the live replica after the failover (unmarked, sent whole).
     marked = [b for b in plan.datasets
-              if (replica := run.replicas.get(b.replica)) is not None and replica.mark is not None]
+              if (replica := run.replicas.get(b.replica)) is not None
+              and (replica.mark is not None or b.action == "full")]
     host = ReplicaHost(run.dst, local=run.target.host == LOCAL_HOST)
     if not plan.finishing:
         for back in reversed(marked):

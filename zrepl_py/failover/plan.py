@@ -410,6 +410,8 @@ class FailbackPlan:
         blockers: why it cannot go on (nothing is changed then).
         needs_full: a dataset has no common snapshot; only ``--full`` sends it whole.
         finishing: the replica is released already: only the source is made live.
+        versions: the version check as the plan says it (what the replica's datasets are,
+            what the source's pool takes); "" where nothing was known to check.
     """
 
     job: str
@@ -425,6 +427,7 @@ class FailbackPlan:
     blockers: tuple[str, ...] = ()
     needs_full: bool = False
     finishing: bool = False
+    versions: str = ""
 
 
 def _common(replica: ReplicaState, side: SourceState | None) -> SnapRef | None:
@@ -476,6 +479,19 @@ def _limits(replica: ReplicaState, receiver: ReceiverLimits, host_text: str) -> 
     return found
 
 
+def _versions(replicas: Sequence[ReplicaState], receiver: ReceiverLimits, pool: str) -> str:
+    """The version check in words: the replica's ZPL versions against the newest the
+    source's pool writes (zfs-fuse's pool v23 writes ZPL 4, OpenZFS 2.x ZPL 5)."""
+    found = sorted({r.zpl_version for r in replicas if r.zpl_version is not None})
+    if not found or receiver.zpl_version is None:
+        return ""
+    fits = found[-1] <= receiver.zpl_version
+    return (f"version check: the replica's datasets are ZPL version "
+            f"{', '.join(map(str, found))}; the source's pool {pool} writes up to version "
+            f"{receiver.zpl_version}: " + ("it can receive them" if fits else
+                                           "it cannot receive the newer ones (blockers)"))
+
+
 def _clone_mark(kept: SourceState, now_mark: FailoverMark) -> SourceMark:
     """The mark of a clone made from ``kept``: its own readonly to put back (the one it had
     before zbak froze it, when it carries a mark)."""
@@ -515,9 +531,7 @@ def plan_failback(facts: FailbackFacts, *, now: dt.datetime) -> FailbackPlan:
     if not facts.source_pool:
         blockers.append(f"the source's pool {facts.source_root.pool} does not exist: import "
                         "it, or create it and run with --full to send everything again")
-    in_scope = [r for r in facts.replicas if r.mark is not None
-                or (facts.sources.get(r.name.relative_to(facts.replica_root)) is not None
-                    and facts.sources[r.name.relative_to(facts.replica_root)].mark is not None)]
+    in_scope = [r for r in facts.replicas if _in_scope(facts, r)]
     kept_root = None
     try:
         kept_root = kept_name(facts.source_root, base_mark)
@@ -605,7 +619,19 @@ def plan_failback(facts: FailbackFacts, *, now: dt.datetime) -> FailbackPlan:
         facts.job, facts.target, facts.replica_root, facts.source_root, mark, tuple(datasets),
         kept_root=kept_root if keep else None, kept_because=tuple(reasons), rename=rename,
         back=back if keep else (),
-        blockers=tuple(dict.fromkeys(blockers)), needs_full=needs_full)
+        blockers=tuple(dict.fromkeys(blockers)), needs_full=needs_full,
+        versions=_versions(in_scope, facts.receiver, facts.source_root.pool))
+
+
+def _in_scope(facts: FailbackFacts, replica: ReplicaState) -> bool:
+    """Whether ``replica`` fails back: it carries the mark, its source dataset does (a run
+    released it already), or it has no mark and no source dataset anywhere: it was made on
+    the live replica after the failover (the failover marked every dataset there was)."""
+    rel = replica.name.relative_to(facts.replica_root)
+    side = facts.sources.get(rel)
+    if replica.mark is not None or (side is not None and side.mark is not None):
+        return True
+    return bool(rel) and side is None and rel not in facts.kept
 
 
 def _on_replica(facts: FailbackFacts, rel: str) -> bool:
