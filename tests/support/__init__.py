@@ -27,7 +27,9 @@ unmodified against real stores, real processes and real ZFS:
     runs ``zbak`` (``zrepl_py.cli.main``) with every store opened through a ``FaultyBackend``
     that SIGKILLs the process after the k-th store or catalog step (``ZBAK_FAULT_KILL_AFTER``),
     recording each step (``ZBAK_FAULT_STEPS_FILE``): "crash at every step" without an exception
-    the code under test could catch. ``archive_checks`` reads what such a run left behind.
+    the code under test could catch; with ``ZBAK_FAULT_ZFS_STEPS=1`` every zfs command that
+    changes state and every run, cursor and failover row are steps too (failover, failback).
+    ``archive_checks`` reads what such a run left behind.
 
 Tests import this package as ``support`` (``tests/`` is on ``sys.path`` through the rootdir
 conftest).

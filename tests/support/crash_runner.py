@@ -12,6 +12,11 @@ build it with ``support.cli.faulty_zbak``):
 ``ZBAK_FAULT_STEPS_FILE=path``
     each step is appended as ``COUNT<TAB>OP<TAB>KEY`` and fsync'ed before the next action, so
     the test knows every step of a run and which one was the last.
+``ZBAK_FAULT_ZFS_STEPS=1``
+    the zfs commands that change state count as steps too (``ZFS_STEPS`` of the ``Zfs``
+    client, on this host or over ssh, and each send/receive step of replication or a
+    failback), and so do the catalog writes of runs, cursors and failovers
+    (``RECORD_STEPS``): the steps of ``zbak failover`` and ``zbak failback``.
 
 ``ZBAK_FAULT_STORE={"flip_byte_at": N, "keys": "vol-000002", ...}``
     the ``FaultyBackend`` keyword arguments (JSON; ``append`` as hex) every store is opened
@@ -23,8 +28,10 @@ build it with ``support.cli.faulty_zbak``):
 A step is a call that changes durable state: ``put`` and ``delete`` on a store (every store
 is opened through ``support.backend.FaultyBackend`` around the real backend) and the catalog
 writes of an archive or prune (``Catalog.add_stream``, ``set_stream_state``,
-``condemn_streams``, ``delete_stream``). The factory ``stores.registry.open_store`` is replaced (every
-store is opened through it, by ``Context.store``); the code under test is otherwise unchanged.
+``condemn_streams``, ``delete_stream``), and with ``ZBAK_FAULT_ZFS_STEPS`` the zfs and
+catalog steps above. The factory ``stores.registry.open_store`` is replaced (every store is
+opened through it, by ``Context.store``), and the methods named are wrapped on their classes
+(a step is counted when the call returned); the code under test is otherwise unchanged.
 """
 
 from __future__ import annotations
@@ -42,6 +49,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ``import support
 from support.backend import FaultyBackend
 
 CATALOG_STEPS = ("add_stream", "set_stream_state", "condemn_streams", "delete_stream")
+ZFS_STEPS = ("set_property", "set_property_many", "inherit_property", "snapshot",
+             "snapshot_many", "destroy_snapshot", "hold", "hold_many", "release",
+             "release_many", "bookmark", "destroy_bookmark", "abort_resume", "rollback",
+             "create_filesystem", "destroy_filesystem", "clone", "promote", "rename", "mount",
+             "unmount")
+RECORD_STEPS = ("start_run", "finish_run", "set_cursor", "set_cursors", "record_failover",
+                "end_failover")
 
 
 class Steps:
@@ -63,10 +77,47 @@ class Steps:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _count(cls: type, methods: tuple[str, ...], prefix: str, steps: Steps) -> None:
+    """Wrap ``methods`` of ``cls`` so that each call that returns is a step."""
+    for method in methods:
+        real = getattr(cls, method, None)
+        if real is None:
+            continue
+
+        def wrapped(self, *args, _real=real, _method=method, **kwargs):
+            result = _real(self, *args, **kwargs)
+            steps.step(f"{prefix}{_method}", args[0] if args else "")
+            return result
+
+        setattr(cls, method, functools.wraps(real)(wrapped))
+
+
+def _count_zfs(steps: Steps) -> None:
+    """``ZBAK_FAULT_ZFS_STEPS``: the zfs commands that change state, every send/receive
+    step (the module global callers look up, before ``failover.failback`` imports it) and
+    the run, cursor and failover rows."""
+    from zrepl_py.catalog import repository
+    from zrepl_py.replication import zfs_target
+    from zrepl_py.zfs.client import Zfs
+
+    _count(Zfs, ZFS_STEPS, "zfs.", steps)
+    _count(repository.Catalog, RECORD_STEPS, "catalog.", steps)
+    real = zfs_target.execute_step
+
+    @functools.wraps(real)
+    def execute_step(step, dataset, target_ds, *args, **kwargs):
+        result = real(step, dataset, target_ds, *args, **kwargs)
+        steps.step(f"zfs.{type(step).__name__.lower()}", f"{dataset} -> {target_ds}")
+        return result
+
+    zfs_target.execute_step = execute_step
+
+
 def install(steps: Steps, faults: dict[str, Any] | None = None,
-            calls_path: str | None = None) -> None:
+            calls_path: str | None = None, *, zfs_steps: bool = False) -> None:
     """Route every store (with the ``FaultyBackend`` ``faults``) and the catalog writes
-    through ``steps``; log every store call to ``calls_path`` when given."""
+    (and with ``zfs_steps`` the zfs commands and run records) through ``steps``; log every
+    store call to ``calls_path`` when given."""
     from zrepl_py.catalog import repository
     from zrepl_py.stores import registry as store_registry
 
@@ -86,18 +137,9 @@ def install(steps: Steps, faults: dict[str, Any] | None = None,
                       after_call=lambda _n, op, key: steps.step(op, key))
 
     store_registry.open_store = open_store
-
-    for method in CATALOG_STEPS:
-        real = getattr(repository.Catalog, method, None)
-        if real is None:
-            continue
-
-        def wrapped(self, *args, _real=real, _method=method, **kwargs):
-            result = _real(self, *args, **kwargs)
-            steps.step(f"catalog.{_method}", args[0] if args else "")
-            return result
-
-        setattr(repository.Catalog, method, functools.wraps(real)(wrapped))
+    _count(repository.Catalog, CATALOG_STEPS, "catalog.", steps)
+    if zfs_steps:
+        _count_zfs(steps)
 
 
 def main() -> int:
@@ -107,7 +149,8 @@ def main() -> int:
     if "append" in faults:
         faults["append"] = bytes.fromhex(faults["append"])
     install(Steps(int(kill) if kill else None, os.environ.get("ZBAK_FAULT_STEPS_FILE")),
-            faults, os.environ.get("ZBAK_FAULT_CALLS"))
+            faults, os.environ.get("ZBAK_FAULT_CALLS"),
+            zfs_steps=os.environ.get("ZBAK_FAULT_ZFS_STEPS") == "1")
     from zrepl_py.cli import main as zbak_main
 
     return int(zbak_main(sys.argv[1:]))

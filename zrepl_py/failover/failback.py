@@ -43,6 +43,7 @@ from zrepl_py.errors import (
     DatasetNotFound,
     Diverged,
     HoldNotFound,
+    InvalidName,
     UsageError,
     ZfsError,
 )
@@ -73,6 +74,7 @@ from zrepl_py.values.failover import (
     MARK_PROPERTIES,
     MOUNTPOINT_PROPERTY,
     SOURCE_PROPERTY,
+    FailoverMark,
     SourceMark,
     kept_name,
 )
@@ -181,6 +183,8 @@ def failback_job(ctx: Context, name: str, job: JobConfig, *, target_name: str | 
         modified: frozenset[str] = frozenset()
         plan = plan_failback(run.facts(modified), now=ctx.clock.now())
         if not plan.datasets:
+            if _record_finished(ctx, name, job, target):
+                return None
             raise UsageError(f"job {name} is not failed over to {target} (no zbak:failover "
                              f"mark on {target.dataset}, no zbak:failover-source on "
                              f"{job.source.dataset}): nothing to fail back")
@@ -212,6 +216,38 @@ def failback_job(ctx: Context, name: str, job: JobConfig, *, target_name: str | 
                     ctx.clock.now()), ctx.clock.now(),
                     str(result.plan.kept_root) if result.plan.kept_root else None)
     return result
+
+
+def _record_finished(ctx: Context, name: str, job: JobConfig, target: DatasetEndpoint) -> bool:
+    """Record as failed back each failover of ``target`` the catalog still has open while
+    no mark on either side says it is failed over: a failback killed after its last zfs
+    step (the source root's mark cleared) and before its record
+    (docs/failover.md#when-a-failover-or-failback-is-killed). Its kept tree is named where
+    it exists. Return whether there was one.
+
+    Raises:
+        ZfsError, HostUnreachable: the source could not be read.
+    """
+    catalog = usable_catalog(ctx)
+    if catalog is None:
+        return False
+    rows = [r for r in catalog.failovers(name)
+            if r.target == str(target) and r.failed_back_at is None]
+    src = ctx.zfs(job.source.host, job.source.dataset.pool)
+    for row in rows:
+        try:
+            kept: str | None = str(kept_name(job.source.dataset,
+                                             FailoverMark(row.failed_over_at, name)))
+        except InvalidName:  # a pool's root dataset: nothing was kept
+            kept = None
+        found = kept if kept is not None and src.exists(kept) else None
+        log.warning("the failover of job %s to %s at %s is failed back (no mark on either "
+                    "side says otherwise) but was not recorded so: a failback stopped before "
+                    "its record; recorded now%s", name, target,
+                    f"{row.failed_over_at:%Y-%m-%d %H:%M:%SZ}",
+                    f", the source as it was kept as {found}" if found else "")
+        catalog.end_failover(row, ctx.clock.now(), found)
+    return bool(rows)
 
 
 def _execute(run: _Run, result: FailbackResult) -> None:

@@ -90,11 +90,12 @@ def promote_replica(zfs: Zfs, dataset: DatasetName, mark: FailoverMark,
     props = _state(zfs, dataset)
     if props.get(FAILOVER_PROPERTY, "-") == "-":
         zfs.set_property(dataset, FAILOVER_PROPERTY, mark.value())
-        if mark.base is not None:
-            try:
-                zfs.hold(SnapshotName.of(dataset, mark.base), hold_tag(mark.job))
-            except HoldExists:
-                pass
+    if mark.base is not None:
+        # Also where the mark is set already: a run killed between the two left it unheld.
+        try:
+            zfs.hold(SnapshotName.of(dataset, mark.base), hold_tag(mark.job))
+        except HoldExists:
+            pass
     if props.get("readonly") != "off":
         zfs.set_property(dataset, "readonly", "off")
     if props.get("type") != "filesystem":
