@@ -28,12 +28,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.cli import prop, tree_digest, write_synced, zfs
+from support.cli import CRASH_RUNNER, prop, tree_digest, write_synced, zfs
 from support.failover import Site
 
 pytestmark = [pytest.mark.zfs, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-RUNNER = Path(__file__).resolve().parents[1] / "support" / "crash_runner.py"
 KiB = 1 << 10
 
 
@@ -44,10 +43,10 @@ def crash(site: Site, k: int, *args: str) -> tuple[int, list[str], str]:
     steps_file.unlink(missing_ok=True)
     env = dict(os.environ, ZBAK_FAULT_STEPS_FILE=str(steps_file), ZBAK_FAULT_ZFS_STEPS="1",
                ZBAK_FAULT_KILL_AFTER=str(k), ZBAK_LOG_LEVEL="WARNING")
-    # Output to a file, not a pipe: the ssh master a killed run started (ControlPersist)
-    # inherits its stderr and would hold a pipe open past the run.
+    # Output to a file, not a pipe (as support.cli.faulty_zbak has): the ssh master a killed
+    # run started (ControlPersist) inherits its stderr and would hold a pipe open past it.
     with open(site.tmp / "stderr", "w+") as stderr:
-        done = subprocess.run([sys.executable, str(RUNNER), "--config", str(site.config),
+        done = subprocess.run([sys.executable, str(CRASH_RUNNER), "--config", str(site.config),
                                *args], env=env, stdout=subprocess.DEVNULL, stderr=stderr,
                               timeout=120, stdin=subprocess.DEVNULL)
         stderr.seek(0)
