@@ -219,11 +219,11 @@ def failback_job(ctx: Context, name: str, job: JobConfig, *, target_name: str | 
 
 
 def _record_finished(ctx: Context, name: str, job: JobConfig, target: DatasetEndpoint) -> bool:
-    """Record as failed back each failover of ``target`` the catalog still has open while
-    no mark on either side says it is failed over: a failback killed after its last zfs
-    step (the source root's mark cleared) and before its record
-    (docs/failover.md#when-a-failover-or-failback-is-killed). Its kept tree is named where
-    it exists. Return whether there was one.
+    """Whether the failover of ``target`` the catalog knows last is failed back, while no
+    mark on either side says it is failed over: a failback killed after its last zfs step
+    (the source root's mark cleared), before or after its record
+    (docs/failover.md#when-a-failover-or-failback-is-killed). A row still open is recorded
+    as failed back now, naming its kept tree where it exists.
 
     Raises:
         ZfsError, HostUnreachable: the source could not be read.
@@ -231,23 +231,29 @@ def _record_finished(ctx: Context, name: str, job: JobConfig, target: DatasetEnd
     catalog = usable_catalog(ctx)
     if catalog is None:
         return False
-    rows = [r for r in catalog.failovers(name)
-            if r.target == str(target) and r.failed_back_at is None]
+    rows = [r for r in catalog.failovers(name) if r.target == str(target)]
+    if not rows:
+        return False
+    row = rows[-1]
+    if row.failed_back_at is not None:
+        log.warning("the failover of job %s to %s at %s was failed back at %s: nothing left "
+                    "to do", name, target, f"{row.failed_over_at:%Y-%m-%d %H:%M:%SZ}",
+                    f"{row.failed_back_at:%Y-%m-%d %H:%M:%SZ}")
+        return True
+    try:
+        kept: str | None = str(kept_name(job.source.dataset,
+                                         FailoverMark(row.failed_over_at, name)))
+    except InvalidName:  # a pool's root dataset: nothing was kept
+        kept = None
     src = ctx.zfs(job.source.host, job.source.dataset.pool)
-    for row in rows:
-        try:
-            kept: str | None = str(kept_name(job.source.dataset,
-                                             FailoverMark(row.failed_over_at, name)))
-        except InvalidName:  # a pool's root dataset: nothing was kept
-            kept = None
-        found = kept if kept is not None and src.exists(kept) else None
-        log.warning("the failover of job %s to %s at %s is failed back (no mark on either "
-                    "side says otherwise) but was not recorded so: a failback stopped before "
-                    "its record; recorded now%s", name, target,
-                    f"{row.failed_over_at:%Y-%m-%d %H:%M:%SZ}",
-                    f", the source as it was kept as {found}" if found else "")
-        catalog.end_failover(row, ctx.clock.now(), found)
-    return bool(rows)
+    found = kept if kept is not None and src.exists(kept) else None
+    log.warning("the failover of job %s to %s at %s is failed back (no mark on either side "
+                "says otherwise) but was not recorded so: a failback stopped before its "
+                "record; recorded now%s", name, target,
+                f"{row.failed_over_at:%Y-%m-%d %H:%M:%SZ}",
+                f", the source as it was kept as {found}" if found else "")
+    catalog.end_failover(row, ctx.clock.now(), found)
+    return True
 
 
 def _execute(run: _Run, result: FailbackResult) -> None:
