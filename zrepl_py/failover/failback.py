@@ -215,6 +215,8 @@ def failback_job(ctx: Context, name: str, job: JobConfig, *, target_name: str | 
                     name, str(target), str(target.dataset), plan.mark.at, plan.mark.planned,
                     ctx.clock.now()), ctx.clock.now(),
                     str(result.plan.kept_root) if result.plan.kept_root else None)
+            elif plan.finishing:  # the replica's mark is gone: the killed run's row is open
+                _record_finished(ctx, name, job, target)
     return result
 
 
