@@ -35,10 +35,13 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
+import tenacity
+
 from zrepl_py.catalog.rows import CursorRow, FailoverRow
 from zrepl_py.config.hosts import LOCAL_HOST, DatasetEndpoint
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.errors import (
+    DatasetBusy,
     DatasetExists,
     DatasetNotFound,
     Diverged,
@@ -85,6 +88,8 @@ from zrepl_py.zfs.resume import describe_token
 from zrepl_py.zfs.steps import SnapRef
 
 log = logging.getLogger(__name__)
+RENAME_BUSY_SECONDS = 15.0
+"""How long a rename of a just unmounted tree is tried again while zfs calls it busy."""
 
 _NOT_COPIED = frozenset({"readonly", *MARK_PROPERTIES, MOUNTPOINT_PROPERTY})
 """Local properties of a kept dataset its clone does not take: ``readonly`` zbak sets while
@@ -276,7 +281,7 @@ def _execute(run: _Run, result: FailbackResult) -> None:
         if plan.rename and plan.kept_root is not None:
             _unmount_tree(run.src, plan.source_root)
             log.info("keeping %s as %s", plan.source_root, plan.kept_root)
-            run.src.rename(plan.source_root, plan.kept_root)
+            _rename_unmounted(run.src, plan.source_root, plan.kept_root)
         transfer = _transfer(run)
         for back in plan.datasets:
             _prepare(run.src, back)
@@ -306,6 +311,21 @@ def _last_snapshot(run: _Run, marked: list[DatasetBack]) -> str | None:
             pass  # taken by this run before it planned again, or in the same second
         taken = short
     return taken
+
+
+@tenacity.retry(retry=tenacity.retry_if_exception_type(DatasetBusy), reraise=True,
+                stop=tenacity.stop_after_delay(RENAME_BUSY_SECONDS),
+                wait=tenacity.wait_exponential(multiplier=0.1, max=1.0))
+def _rename_unmounted(zfs: Zfs, old: DatasetName, new: DatasetName) -> None:
+    """``zfs rename OLD NEW`` of a tree just unmounted, again while zfs answers "dataset is
+    busy" for up to ``RENAME_BUSY_SECONDS``: zfs-fuse can still call a tree busy right after
+    its last unmount returned (seen in two of four runs of the failback's whole-cycle test).
+
+    Raises:
+        DatasetBusy: still busy after ``RENAME_BUSY_SECONDS``.
+        DatasetExists, DatasetNotFound: as ``Zfs.rename``.
+    """
+    zfs.rename(old, new)
 
 
 def _unmount_tree(zfs: Zfs, root: DatasetName) -> None:
@@ -408,7 +428,7 @@ def _settle_kept(zfs: Zfs, plan: FailbackPlan) -> None:
     assert plan.kept_root is not None
     for rel in plan.back:
         log.info("moving %s back to %s", plan.kept_root.child(rel), plan.source_root.child(rel))
-        zfs.rename(plan.kept_root.child(rel), plan.source_root.child(rel))
+        _rename_unmounted(zfs, plan.kept_root.child(rel), plan.source_root.child(rel))
     for back in plan.datasets:
         if back.kept_as is None:
             continue
