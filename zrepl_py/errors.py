@@ -387,13 +387,48 @@ class ResumeTokenRefused(ZfsError):
     turns it into ``ResumeTokenInvalid``."""
 
 
+RSYNC_EXIT_VALUES = {
+    1: "syntax or usage error",
+    2: "protocol incompatibility",
+    3: "errors selecting input/output files, dirs",
+    4: "requested action not supported",
+    5: "error starting client-server protocol",
+    6: "daemon unable to append to log-file",
+    10: "error in socket I/O",
+    11: "error in file I/O",
+    12: "error in rsync protocol data stream",
+    13: "errors with program diagnostics",
+    14: "error in IPC code",
+    20: "received SIGUSR1 or SIGINT",
+    21: "some error returned by waitpid()",
+    22: "error allocating core memory buffers",
+    23: "partial transfer due to error",
+    24: "partial transfer due to vanished source files",
+    25: "the --max-delete limit stopped deletions",
+    30: "timeout in data send/receive",
+    35: "timeout waiting for daemon connection",
+}
+"""rsync's exit statuses and their meanings, from rsync(1) "EXIT VALUES"."""
+
+
 class RsyncFailed(CommandFailed):
     """rsync exited with a failure: any exit status but 0 and 24 (rsync(1) "EXIT VALUES";
     23 "partial transfer due to error" is a failure), or it was killed or timed out
     (``returncode`` None). No snapshot tree was recorded on the target.
 
+    The message names the status's meaning from rsync(1) besides rsync's stderr: a remote
+    rsync's own error line travels in the protocol stream and can be lost when that side
+    exits first, leaving the status as the only account of what failed
+    (docs/reliability.md#r43-rsync-exit-codes).
+
     Attributes: as CommandFailed (``argv``, ``returncode``, ``stderr``, ``host``).
     """
+
+    def __init__(self, argv: list[str], returncode: int | None, stderr: str, host: str = "local"):
+        super().__init__(argv, returncode, stderr, host)
+        meaning = RSYNC_EXIT_VALUES.get(returncode) if returncode is not None else None
+        if meaning:
+            self.args = (f"{self.args[0]} (rsync: {meaning})",)
 
 
 class RsyncNotFound(RsyncFailed):
