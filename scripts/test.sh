@@ -9,6 +9,13 @@ cd "$(dirname "$0")/.."
 # before a test starts.
 .venv/bin/ruff check .
 .venv/bin/mypy
+# The user guide (mkdocs.yml over docs/) with every warning an error: a link to a missing
+# page or heading, or a page left out of the nav, fails the run. Built into a temporary
+# directory, never the tree. No --quiet: it hides the warnings from the count --strict fails on
+# (a broken link passed with it).
+site=$(mktemp -d /tmp/zbak-site.XXXXXX)
+.venv/bin/mkdocs build --strict --site-dir "$site" || { rm -rf "$site"; exit 1; }
+rm -rf "$site"
 # The image of the OpenZFS 2.3 guest for the `openzfs` tier, built before pytest so a cold
 # build (~5 min, then cached in /var/cache/zfsvm) never runs inside a test timeout.
 ./scripts/openzfs-vm.sh build
