@@ -9,7 +9,7 @@ peak RSS <= 200 MiB at any stream size; ``zbak restore`` of a chain of 1 full + 
 0.9x receiving the same volume files locally (``zstd -d < f | zfs receive`` per stream, in order),
 from ``file://`` and S3; planning that restore (``zbak restore --dry-run``) < 0.5 s.
 
-Cases (the rows of README, Performance), each timing the ``zbak`` command as a subprocess beside its
+Cases (the rows of docs/performance.md#archive-and-restore), each timing the ``zbak`` command as a subprocess beside its
 baseline, on snapshots of zfs-fuse datasets:
 
 - ``archive full random``: ``--size`` bytes of random (incompressible) data, a fresh catalog

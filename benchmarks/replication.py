@@ -75,12 +75,12 @@ would weigh on the tools in proportion to their remote command count. So by defa
 benchmark bind-mounts /dev/null over ``~/.bashrc`` inside its private mount namespace (the
 real file is untouched); ``--keep-bashrc`` measures with it.
 
-Measured 2026-11-21 (2 vCPUs; README "Performance"), after zbak's data path took AES-GCM and
+Measured 2026-11-21 (2 vCPUs; docs/performance.md), after zbak's data path took AES-GCM and
 the receive buffer: full 1 GiB 1.13x, incremental 1 GiB 1.16x the raw pipe (5 reps; syncoid
 0.93x and, with the shim, 0.84x); full 512 MiB 1.02x, incremental 256 MiB 0.76x (3 reps).
 ``raw, zbak's path`` is 1.41-1.50x the raw pipe; zbak's fixed cost against it, 1.1-1.4 s per
 run, is what remains. No-op cycle over 101 datasets 9-12x faster than syncoid+shim. The tree
-cases: README "Performance". Before (plain ChaCha20-Poly1305, no buffer): 512 MiB 0.75x, 256 MiB
+cases: docs/performance.md#replication. Before (plain ChaCha20-Poly1305, no buffer): 512 MiB 0.75x, 256 MiB
 0.58x, 8 GiB 0.956x / 0.980x.
 
 Runs as root on the test bed of tests/support: a private mount namespace with its own
@@ -94,7 +94,7 @@ of real disk at most) and sshd on 127.0.0.1, all removed at the end. Usage::
 ``--bandwidth-limit`` gives zbak's jobs a ``bandwidth_limit`` (the other tools run without
 one): set high enough that the link never fills, the tree case shows what sharing one limit
 among concurrent pipelines costs (``proc.ratelimit``; measured 2026-11-26 with 1 GB/s, see
-the README's Performance).
+docs/performance.md).
 """
 
 from __future__ import annotations
@@ -955,7 +955,7 @@ def run(bench: Bench, args: argparse.Namespace, workdir: Path) -> int:
                       f"(zbak's fixed cost: {ours - theirs:+.2f} s)")
         ours, theirs = (results.median("incremental", ZBAK_MASTER_UP),
                         results.median("incremental", "raw pipe"))
-        if ours and theirs:  # the share of the gap that is the ssh login (README Performance)
+        if ours and theirs:  # the share of the gap that is the ssh login (docs/performance.md)
             print(f"incremental with the ssh master up: zbak {theirs / ours:.3f}x vs raw pipe")
         print()
         print(profile)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the zbak image from docker/Dockerfile and run `zbak --version` and
 # `zbak config check` (docker/zbak.toml) in it, with the first container builder that works
-# on this machine: podman, docker with a running engine, or buildah (README "Docker").
+# on this machine: podman, docker with a running engine, or buildah (docs/install.md#docker).
 #
 #   ./scripts/container-check.sh        (as root; rootful podman is what it was tested with)
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's main job: a real zbak cycle on real pools and real data.
+# The README's main job (docs/development.md#the-main-job-scriptsdemosh): a real zbak cycle on real pools and real data.
 # Creates a source and a backup pool on sparse files, fills a dataset tree with a copy of
 # /usr/share/doc, then runs every zbak command that exists, with changes between snapshots.
 # Pools are destroyed at the end unless ZBAK_DEMO_KEEP=1.

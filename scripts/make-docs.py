@@ -6,7 +6,7 @@ OUTDIR/man1/ gets one page per command, git style (click-man): zbak(1) lists eve
 and its exit status, zbak-init(1), zbak-config-check(1), ... describe one each.
 OUTDIR/completion/ gets zbak.bash, _zbak (zsh) and zbak.fish: click's own completion
 scripts, the same text ``_ZBAK_COMPLETE=bash_source zbak`` prints; each asks ``zbak`` for
-the words at every TAB. README "Man pages and shell completion" says where they go.
+the words at every TAB. docs/install.md#man-pages-and-shell-completion says where they go.
 Needs zbak and click-man in the running Python (``pip install 'zbak[docs]'``).
 """
 

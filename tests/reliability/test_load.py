@@ -4,7 +4,7 @@ descriptor and memory bounds, with a bounded number of commands per dataset (non
 snapshot), every snapshot arriving, a chain per dataset, and a second replication a no-op.
 
 Scale: ``ZBAK_LOAD_SCALE=DATASETSxSNAPSHOTS``, 60x10 by default (1.5-4 minutes: zfs-fuse
-receiving is the cost), 200x50 for the figures in the README (about 40 minutes). A job over
+receiving is the cost), 200x50 for the figures in docs/safety.md#load (about 40 minutes). A job over
 a tenth of the datasets runs first: the descriptor peak of the large run must not exceed the
 small run's by more than a few (a leak of one per dataset or per snapshot would add tens to
 thousands). ``zbak`` runs as a subprocess (``python -m zrepl_py --debug``) watched through

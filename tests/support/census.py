@@ -1,7 +1,7 @@
 """The test suite's census: per tier, how many test functions, collected cases, cases on a
 real component, and test functions that run ``zbak`` as a process.
 
-Run by hand from the repository root (the README's Tests section quotes its table)::
+Run by hand from the repository root (docs/development.md#tests quotes its table)::
 
     .venv/bin/python tests/support/census.py [--markdown]
 

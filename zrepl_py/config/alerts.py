@@ -1,5 +1,5 @@
 """``[alerts]`` and ``[metrics]``: where alerts go, when staleness is alerted, and the
-Prometheus exposition (README "Alerts and metrics")."""
+Prometheus exposition (docs/alerts.md)."""
 
 from __future__ import annotations
 

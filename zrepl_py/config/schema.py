@@ -1,5 +1,5 @@
 """The config schema: the whole file as one frozen pydantic model, validated once at load
-(README "Config"; the sections as built: docs/design.md#config-toml).
+(docs/configuration.md; the sections as built: docs/design.md#config-toml).
 
 Each section's tables live in a module of their own (``hosts``, ``catalog``, ``jobs`` with
 ``retention``, ``replicate`` and ``archive``, ``restore``, ``alerts``, ``daemon``; a store's
