@@ -441,6 +441,12 @@ class DigestError(ZbakError):
     that cannot be read, or a host's output that is not a whole manifest."""
 
 
+class ScratchLeft(ZbakError):
+    """A drill's scratch dataset could not be destroyed after the drill (the host refused or
+    failed the destroy); the message names it and what to do. It holds space until the next
+    drill or the admin destroys it."""
+
+
 class DrillMismatch(ZbakError):
     """A drill's restored copy differs from the source snapshot it claims to be (a file's
     content, metadata, or a path missing or extra); the message names the paths."""

@@ -42,13 +42,14 @@ class Rig:
     with a drill."""
 
     def __init__(self, make_pool, sshd_factory, tmp_path, capsys, monkeypatch, *,
-                 replicas_checksum: str = "on"):
+                 replicas_checksum: str = "on", allow_drill: bool = True):
         pools = served_pools(make_pool)
         self.src, self.bak, self.data = pools.src, pools.bak, pools.data
         self.root, self.replica = pools.root, pools.replica
         zfs("set", f"checksum={replicas_checksum}", self.root)
         self.log = tmp_path / "serve.log"
-        server = sshd_factory(forced_command=f"{ZBAK} serve --root {self.root} --allow-drill"
+        flag = " --allow-drill" if allow_drill else ""
+        server = sshd_factory(forced_command=f"{ZBAK} serve --root {self.root}{flag}"
                                              f" --log {self.log}")
         self.receiver = Receiver("/alerts")
         monkeypatch.setenv("ZBAK_TEST_ALERTS_AT", self.receiver.url)
@@ -148,3 +149,22 @@ def test_a_damaged_replica_fails_its_drill_alerts_and_records_it(rig, seen):
     (drill,) = job["drills"]
     assert drill["result"] == "failed" and seen in drill["detail"]
     assert job["drill_successes"] == [], "a failed drill is no success"
+
+
+def test_a_serve_without_allow_drill_fails_the_drill_in_one_line_naming_the_scratch_left(
+        make_pool, sshd_factory, tmp_path, capsys, monkeypatch):
+    """A forced command without --allow-drill refuses the scratch's destroy: the drill fails
+    (exit 1) with a line naming the scratch and what to do, never an internal error."""
+    rig = Rig(make_pool, sshd_factory, tmp_path, capsys, monkeypatch, allow_drill=False)
+    try:
+        status, out, err = rig.run("drill", "--json")
+    finally:
+        rig.receiver.close()
+    assert status == ExitStatus.FAILED, out + err
+    assert "internal error" not in out + err
+    (row,) = json.loads(out)["drills"]
+    assert row["result"] == "failed"
+    left = rig.scratch_left()
+    assert left and f"the scratch backup:{left[0].split('/zbak-drill-')[0]}/zbak-drill-" in row[
+        "detail"], row["detail"]
+    assert "could not be destroyed" in row["detail"]

@@ -42,7 +42,7 @@ from zrepl_py.config.jobs import JobConfig
 from zrepl_py.drill import manifest, scratch
 from zrepl_py.drill.gather import gather_drill
 from zrepl_py.drill.plan import STORE, DrillItem, SourcePlan, plan_drill, thaw_text
-from zrepl_py.errors import DrillMismatch, ThawPending, ZbakError
+from zrepl_py.errors import DrillMismatch, ScratchLeft, ThawPending, ZbakError
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts
 from zrepl_py.invocation.context import Context, lock_key
@@ -228,12 +228,12 @@ def _destroy(zfs: Zfs, name: str) -> None:
     """Destroy the scratch; a failure is the drill's (it holds space until destroyed).
 
     Raises:
-        ZbakError: naming the scratch and what to do.
+        ScratchLeft: naming the scratch and what to do.
     """
     try:
         scratch.destroy(zfs, name)
     except ZbakError as exc:
-        raise type(exc)(f"the scratch {zfs.host}:{name} could not be destroyed ({exc}); the"
+        raise ScratchLeft(f"the scratch {zfs.host}:{name} could not be destroyed ({exc}); the"
                         " next drill destroys it, or zfs destroy its datasets yourself") from exc
 
 
