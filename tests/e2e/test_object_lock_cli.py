@@ -8,6 +8,7 @@ cannot delete any of them, and can when the store has no ``object_lock``."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import uuid
 from pathlib import Path
@@ -18,7 +19,7 @@ import sqlalchemy as sa
 from support.cli import Zbak, exists, initialised, prop, restored_content, tree_digest, zfs
 
 from zrepl_py.catalog.db import make_engine
-from zrepl_py.catalog.models import volume_table
+from zrepl_py.catalog.models import stream_table, volume_table
 from zrepl_py.errors import ExitStatus
 
 MiB = 1 << 20
@@ -131,16 +132,7 @@ def test_a_restore_reads_the_recorded_versions_whatever_the_intruder_wrote_over_
     catalog (a catalog from before revision 0010: the columns emptied), it reads the newest
     versions and fails, receiving nothing."""
     bucket, client = _lock_bucket(s3_server)
-    data = f"{zpool.name}/data"
-    zfs("create", data)
-    mount = Path(prop(data, "mountpoint"))
-    (mount / "a").write_bytes(os.urandom(3 * MiB))
-    zfs("snapshot", f"{data}@1")
-    (mount / "b").write_bytes(os.urandom(1 * MiB))
-    zfs("snapshot", f"{data}@2")
-    run = _archiving(tmp_path, s3_server, bucket, data, capsys, "1MiB", True)
-    status, out, err = run("archive")
-    assert status == ExitStatus.OK, out + err
+    data, mount, run = _two_streams(zpool, tmp_path, s3_server, bucket, capsys)
     catalog = tmp_path / "state" / "catalog.sqlite"
     volumes = [key for key, _, _ in _catalogued_versions(catalog)]
     assert len(volumes) >= 4
@@ -160,6 +152,85 @@ def test_a_restore_reads_the_recorded_versions_whatever_the_intruder_wrote_over_
     assert status == ExitStatus.OK, out + err
     assert prop(f"{zpool.name}/back@2", "guid") == prop(f"{data}@2", "guid")
     assert restored_content(f"{zpool.name}/back") == tree_digest(mount)
+
+
+def test_audit_names_every_tampered_key_and_marks_nothing_bad_and_archive_carries_on(
+        zpool, tmp_path, s3_server, s3_bucket, capsys):
+    """A full and an incremental in 1 MiB volumes in a lock store. The intruder, with the
+    master's keys, overwrites one volume with same-size garbage twice, another with a short
+    object, hides a third behind a delete marker, overwrites the full's manifest and hides the
+    incremental's. ``zbak audit`` exits 4 with an error naming each of those keys as
+    tampering and the older garbage as a version the catalog does not know, and marks no
+    stream bad (zbak's versions are all there), nor does ``--deep``, which verifies both
+    streams reading them back; the next ``zbak archive`` continues the chain
+    (no new full, nothing marked bad) and ``@3`` restores with its guid and files."""
+    bucket, client = _lock_bucket(s3_server)
+    data, mount, run = _two_streams(zpool, tmp_path, s3_server, bucket, capsys)
+    catalog = tmp_path / "state" / "catalog.sqlite"
+    volumes = [key for key, _, _ in _catalogued_versions(catalog)]
+    manifests = sorted(v["Key"].removeprefix("zbak/") for v in
+                       client.list_object_versions(Bucket=bucket)["Versions"]
+                       if v["Key"].endswith("manifest.json"))
+    assert len(volumes) >= 4 and len(manifests) == 2
+
+    def put(key: str, body: bytes) -> str:
+        return client.put_object(Bucket=bucket, Key=f"zbak/{key}", Body=body)["VersionId"]
+
+    size = client.head_object(Bucket=bucket, Key=f"zbak/{volumes[0]}")["ContentLength"]
+    older_garbage = put(volumes[0], os.urandom(size))
+    put(volumes[0], os.urandom(size))
+    put(volumes[1], b"junk")
+    put(manifests[0], b"{}")
+    for key in (volumes[2], manifests[1]):
+        client.delete_object(Bucket=bucket, Key=f"zbak/{key}")  # a delete marker
+    tampered = {volumes[0], volumes[1], volumes[2], *manifests}
+
+    status, out, err = run("audit", "--json")
+    assert status == ExitStatus.AUDIT_FINDINGS, out + err
+    doc = json.loads(out)
+    errors = [f for f in doc["findings"] if f["severity"] == "error"]
+    assert {f["key"] for f in errors} == tampered, errors
+    assert all(f["problem"].startswith("tampering: ") for f in errors), errors
+    hidden = next(f for f in errors if f["key"] == volumes[2])
+    assert "hidden by a delete marker" in hidden["problem"]
+    unknown = [f for f in doc["findings"] if f["severity"] == "info" and older_garbage
+               in f["problem"]]
+    assert [f["key"] for f in unknown] == [volumes[0]], doc["findings"]
+    assert doc["jobs"][0]["bad"] == [] and _states(catalog) == ["uploaded", "uploaded"]
+    status, out, err = run("audit", "--deep", "--json")  # reads zbak's versions back
+    doc = json.loads(out)
+    assert status == ExitStatus.AUDIT_FINDINGS and doc["jobs"][0]["bad"] == [], out + err
+    assert not [f for f in doc["findings"] if f["level"] == "deep"], doc["findings"]
+    assert _states(catalog) == ["verified", "verified"]
+
+    (mount / "c").write_bytes(os.urandom(1 * MiB))
+    zfs("snapshot", f"{data}@3")
+    status, out, err = run("archive")
+    assert status == ExitStatus.OK, out + err
+    assert _states(catalog) == ["verified", "verified", "uploaded"]
+    assert _kinds(catalog) == ["full", "incremental", "incremental"]
+    status, out, err = run("restore", data, "--to", "@3", "--into", f"{zpool.name}/back",
+                           "--from", "cold", "--yes")
+    assert status == ExitStatus.OK, out + err
+    assert prop(f"{zpool.name}/back@3", "guid") == prop(f"{data}@3", "guid")
+    assert restored_content(f"{zpool.name}/back") == tree_digest(mount)
+
+
+def _two_streams(zpool, tmp: Path, s3_server, bucket: str, capsys) -> tuple[str, Path, Zbak]:
+    """Dataset ``data`` (3 MiB at @1, 1 MiB more at @2) archived to a lock store in
+    ``bucket`` in 1 MiB volumes: a full of four volumes and an incremental. Returns the
+    dataset, its mountpoint and the CLI runner."""
+    data = f"{zpool.name}/data"
+    zfs("create", data)
+    mount = Path(prop(data, "mountpoint"))
+    (mount / "a").write_bytes(os.urandom(3 * MiB))
+    zfs("snapshot", f"{data}@1")
+    (mount / "b").write_bytes(os.urandom(1 * MiB))
+    zfs("snapshot", f"{data}@2")
+    run = _archiving(tmp, s3_server, bucket, data, capsys, "1MiB", True)
+    status, out, err = run("archive")
+    assert status == ExitStatus.OK, out + err
+    return data, mount, run
 
 
 def _lock_bucket(s3_server):
@@ -196,6 +267,24 @@ def _forget_versions(catalog: Path) -> None:
                                                               retain_until=None))
     finally:
         engine.dispose()
+
+
+def _streams(catalog: Path, column: str) -> list[str]:
+    engine = make_engine(f"sqlite:///{catalog}")
+    try:
+        with engine.connect() as connection:
+            return [row[0] for row in connection.execute(
+                sa.select(stream_table.c[column]).order_by(stream_table.c.id))]
+    finally:
+        engine.dispose()
+
+
+def _states(catalog: Path) -> list[str]:
+    return _streams(catalog, "state")
+
+
+def _kinds(catalog: Path) -> list[str]:
+    return _streams(catalog, "kind")
 
 
 def _catalogued_versions(catalog: Path) -> list[tuple]:

@@ -48,7 +48,7 @@ from zrepl_py.archive.throttle import Throttle
 from zrepl_py.archive.writer import StreamSpec, WrittenStream, delete_prefix, write_stream
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.export import StoreGuard
-from zrepl_py.catalog.rows import StreamRow, VolumeRow
+from zrepl_py.catalog.rows import StreamRow, VolumeRow, recorded_versions
 from zrepl_py.checks.health import source_warnings
 from zrepl_py.checks.source import source_errors
 from zrepl_py.config.jobs import JobConfig
@@ -74,6 +74,7 @@ from zrepl_py.objects.layout import (
     stream_prefix,
 )
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
+from zrepl_py.objects.versions import as_written
 from zrepl_py.observe.runlog import RunSet, recorded_run
 from zrepl_py.observe.transfers import Queue, Slot, reporting
 from zrepl_py.pruning.archive import job_streams
@@ -188,8 +189,10 @@ class _Tree:
         for stream in run.catalog.bulk_streams(host=host, below=root, store=run.store):
             streams.setdefault(stream.dataset, []).append(stream)
         listed_at = run.clock.now()
-        listing = {info.key: info for info in run.backend.list(dataset_prefix(host, root))}
+        prefix = dataset_prefix(host, root)
+        listing = {info.key: info for info in run.backend.list(prefix)}
         volumes = run.catalog.bulk_volumes(host=host, below=root, store=run.store)
+        listing = _as_written(run.backend, listing, prefix, streams, volumes)
         return cls(streams, volumes, listing, _leaves(listing), listed_at)
 
     def refresh(self, run: _ArchiveRun, host: str, dataset: str) -> None:
@@ -199,7 +202,8 @@ class _Tree:
             return
         prefix = dataset_prefix(host, dataset)
         log.debug("the store's listing is from %s: listing %s again", self.listed_at, prefix)
-        fresh = {info.key: info for info in run.backend.list(prefix)}
+        fresh = _as_written(run.backend, {info.key: info for info in run.backend.list(prefix)},
+                            prefix, self.streams, self.volumes)
         self.listing = {k: v for k, v in self.listing.items() if not k.startswith(prefix)}
         self.listing.update(fresh)
         self.leaves = {k: v for k, v in self.leaves.items() if not k.startswith(prefix)}
@@ -218,6 +222,20 @@ class _Tree:
                     parent = stream[:stream.rstrip("/").rfind("/") + 1]
                     self._by_dataset.setdefault(parent, {})[stream] = names
         return self._by_dataset.get(prefix, {})
+
+
+def _as_written(backend: Backend, listing: dict[str, ObjectInfo], prefix: str,
+                streams: Mapping[str, Sequence[StreamRow]],
+                volumes: Mapping[int, Sequence[VolumeRow]]) -> dict[str, ObjectInfo]:
+    """``listing`` of ``prefix``, on a write-once store (``Backend.keeps_versions``) with the
+    catalogued streams' objects as zbak wrote them (``objects.versions.as_written``): an
+    overwrite or a delete marker neither makes the damage check mark a stream bad nor the
+    planner upload it again (raises ``StoreError``)."""
+    if not backend.keeps_versions:
+        return listing
+    mine = {s.object_prefix for rows in streams.values() for s in rows
+            if s.object_prefix.startswith(prefix)}
+    return as_written(backend, listing, [prefix], mine, recorded_versions(volumes))[0]
 
 
 def _leaves(listing: Mapping[str, ObjectInfo]) -> dict[str, set[str]]:

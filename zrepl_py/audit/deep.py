@@ -59,7 +59,7 @@ from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.proc.python_end import ReceiveWriter
 from zrepl_py.replication.stages import Side
 from zrepl_py.restore.thaw import request_thaws
-from zrepl_py.stores.base import COLD_CLASSES, Backend
+from zrepl_py.stores.base import COLD_CLASSES, Backend, get_recorded
 from zrepl_py.streams.codec import Codec
 from zrepl_py.streams.frames import Digest
 from zrepl_py.streams.records import RecordWalker, StreamSummary
@@ -164,7 +164,8 @@ def read_stream(backend: Backend, stream: StreamRow, volumes: Sequence[VolumeRow
         where = f"{backend.name}:{volume.key}"
         digest = Digest()
         try:
-            for chunk in codec.decode(backend.get(volume.key), where, digest):
+            for chunk in codec.decode(get_recorded(backend, volume.key, volume.version_id), where,
+                                     digest):
                 if walk_error is None and not damaged:
                     try:
                         walker.feed(chunk)
@@ -186,7 +187,7 @@ def read_stream(backend: Backend, stream: StreamRow, volumes: Sequence[VolumeRow
         except IdentityRefused:
             # Decryption stopped at the header, before the hash saw the whole volume: only
             # the stored bytes' SHA-256 tells a damaged header from a wrong identity.
-            if _stored_sha256(backend, volume.key) == volume.sha256:
+            if _stored_sha256(backend, volume.key, volume.version_id) == volume.sha256:
                 raise
             check.problems.append((f"volume {volume.index} is damaged: its age header does"
                                    " not open and its SHA-256 differs from the catalog's",
@@ -219,9 +220,9 @@ def read_stream(backend: Backend, stream: StreamRow, volumes: Sequence[VolumeRow
     return check
 
 
-def _stored_sha256(backend: Backend, key: str) -> str:
+def _stored_sha256(backend: Backend, key: str, version_id: str | None) -> str:
     sha = hashlib.sha256()
-    for chunk in backend.get(key):
+    for chunk in get_recorded(backend, key, version_id):
         sha.update(chunk)
     return sha.hexdigest()
 

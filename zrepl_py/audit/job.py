@@ -60,10 +60,18 @@ from zrepl_py.audit.deep import Deadline, DeepAudit, DeepResult, ScratchPool, ch
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.audit.graph import ChainStream, GraphInput, TargetListing, audit_graph, sort_findings
 from zrepl_py.audit.load import load_graph_input
-from zrepl_py.audit.objects import audit_objects, unfinished_findings
+from zrepl_py.audit.objects import audit_objects, owners, unfinished_findings, version_findings
 from zrepl_py.audit.restorable import Coverage, coverage, coverage_findings, stray, strays_of
 from zrepl_py.catalog.base import CHUNK
-from zrepl_py.catalog.rows import CursorRow, DatasetStreams, SnapshotRow, VolumeRow, first_three
+from zrepl_py.catalog.rows import (
+    CursorRow,
+    DatasetStreams,
+    SnapshotRow,
+    StreamRow,
+    VolumeRow,
+    first_three,
+    recorded_versions,
+)
 from zrepl_py.config.hosts import LOCAL_HOST, parse_endpoint
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.config.schema import replica_datasets
@@ -88,12 +96,13 @@ from zrepl_py.objects.layout import (
     volume_index,
 )
 from zrepl_py.objects.manifest import Manifest
+from zrepl_py.objects.versions import as_written
 from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.replication.stages import Side
 from zrepl_py.runtime.prefetch import Prefetch
 from zrepl_py.snapshots.inventory import left_out_now
 from zrepl_py.snapshots.selection import covers
-from zrepl_py.stores.base import Backend, ObjectInfo
+from zrepl_py.stores.base import Backend, ObjectInfo, stat_recorded, under_any
 from zrepl_py.zfs.names import DatasetName
 
 if TYPE_CHECKING:
@@ -507,18 +516,39 @@ def _drop_stale_volume_findings(backend: Backend, findings: list[Finding],
     Raises:
         StoreError: a ``stat`` failed other than by the object being absent.
     """
-    sizes = {v.key: v.stored_bytes for rows in volumes.values() for v in rows}
+    rows = {v.key: v for each in volumes.values() for v in each}
     kept = []
     for finding in findings:
-        if (finding.severity is Severity.ERROR and finding.key in sizes
+        if (finding.severity is Severity.ERROR and finding.key in rows
                 and volume_index(finding.key) is not None):
+            row = rows[finding.key]
             try:
-                if backend.stat(finding.key).size == sizes[finding.key]:
+                if stat_recorded(backend, row.key, row.version_id).size == row.stored_bytes:
                     continue
             except ObjectNotFound:
                 pass
         kept.append(finding)
     return kept
+
+
+def _by_version(backend: Backend, host: str, streams: Sequence[StreamRow],
+                volumes: dict[int, list[VolumeRow]], listing: dict[str, ObjectInfo]
+                ) -> tuple[dict[str, ObjectInfo], dict[str, str], list[Finding]]:
+    """On a write-once store (``Backend.keeps_versions``): ``listing`` with the objects of
+    ``streams`` as zbak wrote them (``objects.versions.as_written``, one version listing per
+    dataset directory), so an overwrite or a delete marker does not make a volume look
+    lost; key -> that version id, for the manifest reads; and the findings naming the
+    tampering and the versions the catalog does not know
+    (``audit.objects.version_findings``).
+
+    Raises:
+        StoreError: the version listing failed.
+    """
+    directories = {dataset_prefix(host, s.dataset) for s in streams}
+    outermost = sorted(d for d in directories if not under_any(d[:-1], directories))
+    merged, pinned = as_written(backend, listing, outermost, {s.object_prefix for s in streams},
+                                recorded_versions(volumes))
+    return merged, pinned.versions, version_findings(pinned, owners(streams, volumes))
 
 
 def _stray_manifest(backend: Backend, prefix: str, leaves: set[str]) -> Manifest | None:
@@ -572,9 +602,13 @@ def _audit_store(ctx: Context, backend: Backend, name: str, job: JobConfig, host
     # --deep reads every manifest again, as it reads the volumes.
     stamps = catalog.manifest_stamps(**scope) if reads and not deep else {}
     now = ctx.clock.now()
+    versions: dict[str, str] | None = None
+    tampering: list[Finding] = []
+    if backend.keeps_versions and every:
+        listing, versions, tampering = _by_version(backend, host, every, volumes, listing)
     checked = audit_objects(backend, mine, volumes, carried, listing, known_streams=every,
                             concurrency=ctx.config.stores[store].upload_concurrency,
-                            stamps=stamps, now=now)
+                            stamps=stamps, now=now, versions=versions)
     findings = _drop_stale_volume_findings(backend, checked.findings, volumes)
     result.manifests_read += checked.read
     result.manifests_trusted += checked.trusted
@@ -595,6 +629,8 @@ def _audit_store(ctx: Context, backend: Backend, name: str, job: JobConfig, host
               if mark_bad(catalog, by_id[stream_id], first_three(problems), ctx.clock.now(),
                           job=name, action="audit")]
     bad += marked
+    # Tampering marks nothing bad: zbak's versions are still there and read.
+    findings = tampering + findings
     mine = [dataclasses.replace(s, state="bad") if s.id in marked else s for s in mine]
     strays = [stray(host, dataset, store, prefix, leaves, _stray_manifest(backend, prefix, leaves))
               for prefix, (dataset, leaves) in strays_of(

@@ -51,6 +51,7 @@ from zrepl_py.objects.layout import (
     stream_dataset,
 )
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
+from zrepl_py.objects.versions import Pinned
 from zrepl_py.stores.base import Backend, ObjectInfo, Unfinished
 
 MANIFEST_CLASS = "STANDARD"
@@ -176,6 +177,59 @@ def leftovers(listing: Mapping[str, ObjectInfo], known: set[str],
     return found
 
 
+def owners(streams: Sequence[StreamRow], volumes: Mapping[int, Sequence[VolumeRow]]
+           ) -> dict[str, StreamRow]:
+    """Key -> the stream whose volume, manifest or manifest copy it is, for the streams
+    not condemned (a prune that stopped may have deleted a condemned stream's keys)."""
+    by_key: dict[str, StreamRow] = {}
+    for stream in streams:
+        if stream.state == "condemned":
+            continue
+        by_key[stream.object_prefix + MANIFEST] = stream
+        by_key[stream.object_prefix + MANIFEST_COPY] = stream
+        for volume in volumes.get(stream.id, ()):
+            by_key[volume.key] = stream
+    return by_key
+
+
+def version_findings(pinned: Pinned, owned: Mapping[str, StreamRow]) -> list[Finding]:
+    """Findings of a write-once store's versions (pure; ``objects.versions``): an error
+    per catalogued key whose newest version or delete marker is not zbak's (tampering,
+    docs/design.md#immutable-cold-storage), naming the key, zbak's version and the
+    intruder's; information for the other versions of catalogued keys the catalog does
+    not know. ``owned``: :func:`owners`. zbak's version is still there, so nothing is
+    marked bad: restore and audit read it."""
+    found = []
+    named: set[tuple[str, str]] = set()
+    for tampered in pinned.tampered:
+        stream = owned.get(tampered.key)
+        if stream is None:
+            continue
+        latest = tampered.latest
+        when = f"{latest.info.modified:%Y-%m-%d %H:%M:%S}Z"
+        what = (f"hidden by a delete marker ({when})" if latest.marker else
+                f"overwritten by version {latest.version_id} ({latest.info.size:,} bytes,"
+                f" {when})")
+        named.add((tampered.key, latest.version_id))
+        found.append(_finding(
+            stream, Severity.ERROR, f"tampering: {tampered.key} of stream {stream.id}"
+            f" (@{stream.to_name}) in store {stream.store} was {what} after zbak wrote"
+            f" version {tampered.own.version_id}; zbak writes each key once",
+            "someone holding the store's credentials wrote it: find out who and replace the"
+            " keys; restores read zbak's version, which is still there", tampered.key))
+    for key, versions in pinned.unknown.items():
+        stream = owned.get(key)
+        others = [v for v in versions if (key, v.version_id) not in named]
+        if stream is None or not others:
+            continue
+        found.append(_finding(
+            stream, Severity.INFO, f"{len(others)} version(s) of {key} the catalog does not"
+            f" know: {', '.join(v.version_id for v in others[:3])}"
+            + (f" and {len(others) - 3} more" if len(others) > 3 else ""),
+            "nothing reads them; check what wrote them", key))
+    return found
+
+
 def unfinished_findings(uploads: Sequence[Unfinished], *, host: str, store: str,
                         now: dt.datetime, stale_after: dt.timedelta) -> list[Finding]:
     """A finding per leftover of an unfinished put (``Backend.unfinished_uploads``) under
@@ -202,8 +256,9 @@ def unfinished_findings(uploads: Sequence[Unfinished], *, host: str, store: str,
     return found
 
 
-def _read_manifest(backend: Backend, key: str) -> Loaded[Manifest]:
-    return read_with_copy(backend, key, Manifest.from_json, StreamCorrupt)
+def _read_manifest(backend: Backend, key: str,
+                   versions: Mapping[str, str] | None) -> Loaded[Manifest]:
+    return read_with_copy(backend, key, Manifest.from_json, StreamCorrupt, versions)
 
 
 def must_read(stream_id: int, info: ObjectInfo, stamp: tuple[str, dt.datetime] | None,
@@ -251,6 +306,7 @@ def audit_objects(
     concurrency: int = 4,
     stamps: Mapping[int, tuple[str, dt.datetime]] | None = None,
     now: dt.datetime | None = None,
+    versions: Mapping[str, str] | None = None,
 ) -> ObjectsAudit:
     """Check the objects of ``streams`` (all in ``backend``'s store) and list leftovers.
 
@@ -268,6 +324,8 @@ def audit_objects(
         stamps: ``Catalog.manifest_stamps`` of the streams: manifests :func:`must_read`
             lets pass are not read; None or empty: every manifest is read.
         now: aware UTC, for the stamps' age (required with ``stamps``).
+        versions: on a write-once store, key -> zbak's version of it
+            (``objects.versions.Pinned.versions``): manifests are read by version.
     """
     result = ObjectsAudit([])
     findings = result.findings
@@ -288,7 +346,7 @@ def audit_objects(
             continue
         reads.append((stream, key))
     result.read = len(reads)
-    _read_manifests(backend, reads, listing, volumes, carried, concurrency, result)
+    _read_manifests(backend, reads, listing, volumes, carried, concurrency, result, versions)
     known: set[str] = set()
     known_prefixes: set[str] = set()
     for stream in known_streams if known_streams is not None else streams:
@@ -332,13 +390,15 @@ def _read_manifests(backend: Backend, reads: Sequence[tuple[StreamRow, str]],
                     listing: Mapping[str, ObjectInfo],
                     volumes: Mapping[int, Sequence[VolumeRow]],
                     carried: Mapping[int, Sequence[CarriedSnapshot]],
-                    concurrency: int, result: ObjectsAudit) -> None:
+                    concurrency: int, result: ObjectsAudit,
+                    versions: Mapping[str, str] | None) -> None:
     """Read the manifests ``reads`` names (``concurrency`` at once, the copy where the primary
     fails), compare each with its stream's catalog rows, and add the findings, the
     identities to stamp and the streams whose manifest failed to ``result``."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency))
     try:
-        for stream, key, future in _in_window(pool, reads, backend, 4 * max(1, concurrency)):
+        for stream, key, future in _in_window(pool, reads, backend, 4 * max(1, concurrency),
+                                              versions):
             try:
                 loaded = future.result()
             except (StreamCorrupt, ObjectNotFound, NeedsThaw, StoreError) as exc:
@@ -371,13 +431,14 @@ _Reading = tuple[StreamRow, str, concurrent.futures.Future[Loaded[Manifest]]]
 
 
 def _in_window(pool: concurrent.futures.Executor, reads: Sequence[tuple[StreamRow, str]],
-               backend: Backend, window: int) -> Iterator[_Reading]:
+               backend: Backend, window: int,
+               versions: Mapping[str, str] | None) -> Iterator[_Reading]:
     """``(stream, key, future of its manifest)`` in the order of ``reads``, at most
     ``window`` reads submitted ahead: the first audit of 100,000 streams held every parsed
     manifest at once (1 GiB) when all were submitted up front."""
     pending: collections.deque[_Reading] = collections.deque()
     for stream, key in reads:
-        pending.append((stream, key, pool.submit(_read_manifest, backend, key)))
+        pending.append((stream, key, pool.submit(_read_manifest, backend, key, versions)))
         if len(pending) >= window:
             yield pending.popleft()
     while pending:

@@ -389,3 +389,9 @@ class DrillRow:
     snapshot: str | None = None
     thaw: str | None = None
     detail: str | None = None
+
+
+def recorded_versions(volumes: Mapping[int, Sequence[VolumeRow]]) -> dict[str, str]:
+    """Key -> version id of every volume row that records one (``volumes`` by stream id)."""
+    return {v.key: v.version_id for rows in volumes.values() for v in rows
+            if v.version_id is not None}

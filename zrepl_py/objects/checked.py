@@ -17,12 +17,12 @@ import dataclasses
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from zrepl_py.errors import ObjectNotFound, StoreError, ZbakError
 from zrepl_py.objects.layout import copy_key
-from zrepl_py.stores.base import Backend
+from zrepl_py.stores.base import Backend, get_recorded
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -64,17 +64,20 @@ class Loaded(Generic[T]):
         return self.primary_problem is not None
 
 
-def read_object(backend: Backend, key: str) -> bytes:
-    """The whole object ``key`` (metadata objects are small).
+def read_object(backend: Backend, key: str, versions: Mapping[str, str] | None = None) -> bytes:
+    """The whole object ``key`` (metadata objects are small): the version ``versions``
+    names for it (key -> version id: zbak's own on a write-once store,
+    ``objects.versions``), else the newest.
 
     Raises:
         ObjectNotFound, NeedsThaw, StoreTransient, StorePermanent.
     """
-    return b"".join(backend.get(key))
+    return b"".join(get_recorded(backend, key, (versions or {}).get(key)))
 
 
 def read_with_copy(backend: Backend, key: str, parse: Callable[[bytes, str], T],
-                   corrupt: type[ZbakError]) -> Loaded[T]:
+                   corrupt: type[ZbakError],
+                   versions: Mapping[str, str] | None = None) -> Loaded[T]:
     """Read ``key`` with ``parse(data, where)``; fall back to ``KEY.copy`` (module docstring).
 
     Args:
@@ -83,6 +86,7 @@ def read_with_copy(backend: Backend, key: str, parse: Callable[[bytes, str], T],
         parse: turns the bytes into a value; raises ``corrupt`` on a bad checksum or format.
             ``where`` is ``STORE:KEY`` for messages.
         corrupt: the error type ``parse`` raises, also raised when both objects fail.
+        versions: key -> the version to read, as :func:`read_object`.
 
     Raises:
         ObjectNotFound: neither the primary nor the copy exists.
@@ -92,11 +96,12 @@ def read_with_copy(backend: Backend, key: str, parse: Callable[[bytes, str], T],
     """
     second_key = copy_key(key)
     try:
-        return Loaded(parse(read_object(backend, key), f"{backend.name}:{key}"), key)
+        return Loaded(parse(read_object(backend, key, versions), f"{backend.name}:{key}"), key)
     except (StoreError, corrupt) as exc:
         first = exc
     try:
-        value = parse(read_object(backend, second_key), f"{backend.name}:{second_key}")
+        value = parse(read_object(backend, second_key, versions),
+                      f"{backend.name}:{second_key}")
     except ObjectNotFound:
         raise first from None  # no copy: written before copies existed, or being written
     except (StoreError, corrupt) as exc:

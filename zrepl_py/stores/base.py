@@ -105,6 +105,24 @@ class PutResult:
     retain_until: dt.datetime | None = None
 
 
+class Version(NamedTuple):
+    """One version of a key in a store that keeps versions (S3 ListObjectVersions), or a
+    delete marker.
+
+    Attributes:
+        info: the version as :meth:`Backend.list` would show it (a delete marker: size 0).
+        version_id: S3's ``VersionId``.
+        latest: S3's ``IsLatest``: what a read without a version id gets (a delete marker
+            latest hides the key).
+        marker: True for a delete marker (no bytes).
+    """
+
+    info: ObjectInfo
+    version_id: str
+    latest: bool
+    marker: bool
+
+
 class Unfinished(NamedTuple):
     """What an unfinished put left in the store: an S3 multipart upload never completed nor
     aborted, or a ``file://`` temporary file (a process killed mid-put leaves one; neither
@@ -234,6 +252,23 @@ class Backend(abc.ABC):
             as :meth:`get_version`.
         """
         raise self._no_versions(key)
+
+    @property
+    def keeps_versions(self) -> bool:
+        """True when the store's objects are versioned and locked (S3 with
+        ``[stores.NAME.object_lock]``): its keys are write-once, so what zbak wrote is a
+        version of its own and reads and checks go by version
+        (docs/design.md#immutable-cold-storage). False here."""
+        return False
+
+    def list_versions(self, prefix: str) -> Iterator[Version]:
+        """Every version and delete marker of every key under ``prefix``, by key in key
+        order, each key's versions newest first (S3 ListObjectVersions' order).
+
+        Raises:
+            StoreTransient, StorePermanent (this default: the store keeps no versions).
+        """
+        raise self._no_versions(prefix)
 
     def _no_versions(self, key: str) -> StorePermanent:
         return StorePermanent(f"store {self.name} keeps no object versions: {key!r} cannot be"

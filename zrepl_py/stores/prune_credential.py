@@ -6,7 +6,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Collection, Iterable, Iterator
 
-from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw, Unfinished
+from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw, Unfinished, Version
 
 
 class PruneCredentialBackend(Backend):
@@ -57,6 +57,15 @@ class PruneCredentialBackend(Backend):
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """``writer.list``."""
         return self.writer.list(prefix)
+
+    @property
+    def keeps_versions(self) -> bool:
+        """``writer.keeps_versions``."""
+        return self.writer.keeps_versions
+
+    def list_versions(self, prefix: str) -> Iterator[Version]:
+        """``writer.list_versions``."""
+        return self.writer.list_versions(prefix)
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
         """``writer.sizes``."""

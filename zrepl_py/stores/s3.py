@@ -59,6 +59,7 @@ from zrepl_py.stores.base import (
     PutResult,
     Thaw,
     Unfinished,
+    Version,
     under_any,
 )
 from zrepl_py.stores.keys import check_key, check_prefix
@@ -439,6 +440,53 @@ class S3Backend(Backend):
             if not page.get("IsTruncated"):
                 return
             params["ContinuationToken"] = page["NextContinuationToken"]
+
+    @property
+    def keeps_versions(self) -> bool:
+        """True with ``[stores.NAME.object_lock]`` (``zbak init`` checked the bucket keeps
+        versions and locks them)."""
+        return self.lock is not None
+
+    def list_versions(self, prefix: str) -> Iterator[Version]:
+        """ListObjectVersions under the store prefix + ``prefix``, page by page (KeyMarker,
+        VersionIdMarker). S3 answers versions and delete markers in two lists; each page's
+        are merged by key, newest first within a key ("Versions are sorted latest first",
+        S3 API reference, ListObjectVersions), a key's markers placed by LastModified.
+        Keys that are not zbak keys are skipped, as by :meth:`list`.
+
+        Raises:
+            StoreTransient, StorePermanent (e.g. AccessDenied without
+            s3:ListBucketVersions).
+        """
+        check_prefix(prefix, store=self.name)
+        params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
+        cut = len(self.prefix)
+        while True:
+            page = self._retry.call(self._op, "list_object_versions", None, **params)
+            entries = [(item, False) for item in page.get("Versions", ())]
+            entries += [(item, True) for item in page.get("DeleteMarkers", ())]
+            # Stable: within a key, versions keep S3's newest-first order; a marker goes by
+            # its time, before the versions of the same second (it came later or is latest).
+            entries.sort(key=lambda e: (e[0]["Key"], not e[0].get("IsLatest"),
+                                        -e[0]["LastModified"].timestamp(), not e[1]))
+            for item, marker in entries:
+                key = item["Key"][cut:]
+                try:
+                    check_key(key, store=self.name)
+                except StorePermanent:
+                    continue
+                modified = _utc(item["LastModified"])
+                storage_class = item.get("StorageClass") or "STANDARD"
+                info = ObjectInfo(
+                    key=key, size=0 if marker else item["Size"], storage_class=storage_class,
+                    modified=modified,
+                    thaw=Thaw.FROZEN if storage_class in COLD_CLASSES else Thaw.NOT_NEEDED,
+                    etag=None if marker else _etag(item, modified))
+                yield Version(info, item["VersionId"], bool(item.get("IsLatest")), marker)
+            if not page.get("IsTruncated"):
+                return
+            params["KeyMarker"] = page["NextKeyMarker"]
+            params["VersionIdMarker"] = page["NextVersionIdMarker"]
 
     def delete(self, key: str) -> None:
         """DeleteObject; S3 answers 204 whether or not the key existed (idempotent).
