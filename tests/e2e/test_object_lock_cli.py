@@ -216,6 +216,57 @@ def test_audit_names_every_tampered_key_and_marks_nothing_bad_and_archive_carrie
     assert restored_content(f"{zpool.name}/back") == tree_digest(mount)
 
 
+def test_archive_and_audit_extend_each_lock_once_less_than_half_the_period_is_left(
+        zpool, tmp_path, s3_server, s3_bucket, capsys):
+    """Period 3 days. The locks of all volumes but the last are set back to 1 day left (in
+    moto, which lets a lock be shortened, and in the catalog): ``zbak audit`` extends each of
+    them to now + 3 days (moto's date and the catalog's move) and leaves the last one, with
+    more than half the period left, alone. Set back again, ``zbak archive`` (nothing new to
+    write) extends them too."""
+    bucket, client = _lock_bucket(s3_server)
+    _, _, run = _two_streams(zpool, tmp_path, s3_server, bucket, capsys)
+    catalog = tmp_path / "state" / "catalog.sqlite"
+    recorded = _catalogued_versions(catalog)
+    *aged, fresh = recorded
+    assert len(aged) >= 4
+
+    def lock_of(key: str, version_id: str) -> dt.datetime:
+        return client.head_object(Bucket=bucket, Key=f"zbak/{key}",
+                                  VersionId=version_id)["ObjectLockRetainUntilDate"]
+
+    for command in ("audit", "archive"):
+        short = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).replace(microsecond=0)
+        for key, version_id, _ in aged:
+            client.put_object_retention(Bucket=bucket, Key=f"zbak/{key}", VersionId=version_id,
+                                        Retention={"Mode": "COMPLIANCE",
+                                                   "RetainUntilDate": short})
+            assert lock_of(key, version_id) == short
+        _set_retain_until(catalog, {version_id: short for _, version_id, _ in aged})
+        before = dt.datetime.now(dt.UTC)
+        status, out, err = run(command)
+        assert status == ExitStatus.OK, out + err
+        after = dt.datetime.now(dt.UTC)
+        now_recorded = {v: until for _, v, until in _catalogued_versions(catalog)}
+        for key, version_id, _ in aged:
+            until = lock_of(key, version_id)
+            assert (before + dt.timedelta(days=3) <= until
+                    <= after + dt.timedelta(days=3, seconds=1)), (command, key)
+            assert now_recorded[version_id] == until, (command, key)
+        assert lock_of(fresh[0], fresh[1]) == fresh[2] == now_recorded[fresh[1]], command
+
+
+def _set_retain_until(catalog: Path, until: dict[str, dt.datetime]) -> None:
+    engine = make_engine(f"sqlite:///{catalog}")
+    try:
+        with engine.begin() as connection:
+            for version_id, date in until.items():
+                connection.execute(sa.update(volume_table)
+                                   .where(volume_table.c.version_id == version_id)
+                                   .values(retain_until=date))
+    finally:
+        engine.dispose()
+
+
 def _two_streams(zpool, tmp: Path, s3_server, bucket: str, capsys) -> tuple[str, Path, Zbak]:
     """Dataset ``data`` (3 MiB at @1, 1 MiB more at @2) archived to a lock store in
     ``bucket`` in 1 MiB volumes: a full of four volumes and an incremental. Returns the

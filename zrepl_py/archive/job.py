@@ -44,11 +44,12 @@ from typing import TYPE_CHECKING
 from zrepl_py.archive.damage import chain_damage, mark_bad
 from zrepl_py.archive.planner import ArchivePlan, ChainPolicy, PlannedStream, plan_archive
 from zrepl_py.archive.progress import ProgressHome, progress_home
+from zrepl_py.archive.rolling_lock import roll_locks
 from zrepl_py.archive.throttle import Throttle
 from zrepl_py.archive.writer import StreamSpec, WrittenStream, delete_prefix, write_stream
 from zrepl_py.catalog.chains import current_chain
 from zrepl_py.catalog.export import StoreGuard
-from zrepl_py.catalog.rows import StreamRow, VolumeRow, recorded_versions
+from zrepl_py.catalog.rows import StreamRow, VolumeRow, first_three, recorded_versions
 from zrepl_py.checks.health import source_warnings
 from zrepl_py.checks.source import source_errors
 from zrepl_py.config.jobs import JobConfig
@@ -56,6 +57,7 @@ from zrepl_py.config.schema import replica_datasets
 from zrepl_py.errors import (
     ObjectNotFound,
     RawSendUnavailable,
+    StorePermanent,
     StreamCorrupt,
     Unsupported,
     UsageError,
@@ -330,6 +332,7 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
             if queue is not None:
                 queue.ended(str(info.name))
         if not dry_run:
+            _roll_locks(run, tree, store_cfg.upload_concurrency)
             by_dataset = job_streams(job, run.catalog.bulk_streams(
                 host=source.host, below=str(source.dataset), store=cfg.store), cfg.store)
             guard.publish([s for d in sorted(by_dataset) for s in by_dataset[d]],
@@ -337,6 +340,23 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
         result = ArchiveResult(name, cfg.store, dry_run, results)
         _tell_hooks(hooks.outcome, result, str(source.dataset))
     return result
+
+
+def _roll_locks(run: _ArchiveRun, tree: _Tree, concurrency: int) -> None:
+    """Extend the Object Lock of the catalogued volumes where it is due
+    (``archive.rolling_lock``; the streams written by this run are locked afresh).
+
+    Raises:
+        StoreError: an extension failed (the run fails: a lock left to lapse is what the
+            rolling lock is for), CatalogError.
+    """
+    streams = [s for rows in tree.streams.values() for s in rows]
+    rolled = roll_locks(run.backend, run.catalog, streams, tree.volumes, run.clock.now(),
+                        concurrency=concurrency)
+    if rolled.failed:
+        raise StorePermanent(f"store {run.store}: the Object Lock of {len(rolled.failed)}"
+                             f" version(s) could not be extended: {first_three(rolled.failed)}",
+                             store=run.store)
 
 
 def _tell_hooks(outcome: Outcome, result: ArchiveResult, root: str) -> None:

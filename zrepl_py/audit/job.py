@@ -56,6 +56,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from zrepl_py.archive.damage import mark_bad
+from zrepl_py.archive.rolling_lock import roll_locks
 from zrepl_py.audit.deep import Deadline, DeepAudit, DeepResult, ScratchPool, choose
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.audit.graph import ChainStream, GraphInput, TargetListing, audit_graph, sort_findings
@@ -531,6 +532,21 @@ def _drop_stale_volume_findings(backend: Backend, findings: list[Finding],
     return kept
 
 
+def _rolled(ctx: Context, backend: Backend, catalog: Catalog, store: str,
+            streams: Sequence[StreamRow], volumes: dict[int, list[VolumeRow]]) -> list[Finding]:
+    """Extend the Object Lock of the streams' volumes where it is due
+    (``archive.rolling_lock``); a warning naming the versions whose extension failed."""
+    rolled = roll_locks(backend, catalog, streams, volumes, ctx.clock.now(),
+                        concurrency=ctx.config.stores[store].upload_concurrency)
+    if not rolled.failed:
+        return []
+    return [Finding(Severity.WARNING, "objects", f"the Object Lock of {len(rolled.failed)}"
+                    f" version(s) in store {store} could not be extended:"
+                    f" {first_three(rolled.failed)}", "check the store's credential may"
+                    " s3:PutObjectRetention; the next audit or archive tries again before the"
+                    " locks lapse", store=store)]
+
+
 def _by_version(backend: Backend, host: str, streams: Sequence[StreamRow],
                 volumes: dict[int, list[VolumeRow]], listing: dict[str, ObjectInfo]
                 ) -> tuple[dict[str, ObjectInfo], dict[str, str], list[Finding]]:
@@ -629,6 +645,7 @@ def _audit_store(ctx: Context, backend: Backend, name: str, job: JobConfig, host
               if mark_bad(catalog, by_id[stream_id], first_three(problems), ctx.clock.now(),
                           job=name, action="audit")]
     bad += marked
+    findings += _rolled(ctx, backend, catalog, store, mine, volumes)
     # Tampering marks nothing bad: zbak's versions are still there and read.
     findings = tampering + findings
     mine = [dataclasses.replace(s, state="bad") if s.id in marked else s for s in mine]

@@ -165,7 +165,7 @@ class BulkReads(CatalogBase):
         volume = volume_table.c
         query = sa.select(volume.id, volume.stream_id, volume.index, volume.key,
                           volume.raw_bytes, volume.stored_bytes, volume.sha256,
-                          volume.version_id)  # VolumeRow's fields, in order
+                          volume.version_id, volume.retain_until)  # VolumeRow's fields, in order
         if host is not None or below is not None or store is not None or datasets is not None:
             query = query.where(volume.stream_id.in_(
                 sa.select(stream_table.c.id).where(*stream_scope(host, below, store,
@@ -176,7 +176,9 @@ class BulkReads(CatalogBase):
         # Sorted here, not in SQL (see carried_columns): rows come in stream order already.
         rows.sort(key=_stream_and_index)
         for row in rows:
-            found.setdefault(row[1], []).append(VolumeRow(*row))
+            vid, sid, index, key, raw, stored, sha, version, until = row
+            found.setdefault(sid, []).append(
+                VolumeRow(vid, sid, index, key, raw, stored, sha, version, utc_of(until)))
         return found
 
     def bulk_carried(

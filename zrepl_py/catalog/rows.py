@@ -284,6 +284,7 @@ class VolumeRow:
     stored_bytes: int
     sha256: str
     version_id: str | None = None
+    retain_until: dt.datetime | None = None
 
 
 class StreamLink(NamedTuple):

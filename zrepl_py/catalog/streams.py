@@ -7,7 +7,7 @@ import dataclasses
 import datetime as dt
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -291,10 +291,25 @@ class Streams(CatalogBase):
         volume = volume_table.c
         query = (sa.select(volume.id, volume.stream_id, volume.index, volume.key, volume.raw_bytes,
                            volume.stored_bytes, volume.sha256,
-                           volume.version_id)  # VolumeRow's fields, in order
+                           volume.version_id, volume.retain_until)  # VolumeRow's fields, in order
                  .where(volume.stream_id == stream_id).order_by(volume.index))
         with self._transaction(f"listing the volumes of stream {stream_id}") as conn:
             return [VolumeRow(*row) for row in conn.execute(query)]
+
+    def set_retain_until(self, volumes: Mapping[int, dt.datetime]) -> None:
+        """Record each volume's new Object Lock retain-until date (volume id -> aware UTC),
+        after the store extended the lock (``archive.rolling_lock``).
+
+        Raises:
+            CatalogError: the write failed.
+        """
+        if not volumes:
+            return
+        volume = volume_table.c
+        query = (sa.update(volume_table).where(volume.id == sa.bindparam("vid"))
+                 .values(retain_until=sa.bindparam("until")))
+        with self._transaction(f"recording the locks of {len(volumes)} volume(s)") as conn:
+            conn.execute(query, [{"vid": vid, "until": until} for vid, until in volumes.items()])
 
     def set_stream_state(
         self,

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from zrepl_py.errors import StorePermanent
+from zrepl_py.stores.object_lock import LockPolicy
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +261,21 @@ class Backend(abc.ABC):
         version of its own and reads and checks go by version
         (docs/design.md#immutable-cold-storage). False here."""
         return False
+
+    @property
+    def lock_policy(self) -> LockPolicy | None:
+        """How the store locks what it writes (``[stores.NAME.object_lock]``); None here."""
+        return None
+
+    def lock_version(self, key: str, version_id: str) -> dt.datetime:
+        """Lock version ``version_id`` of ``key`` until now + :attr:`lock_policy`'s period
+        (set when written, extended by ``archive.rolling_lock``); return the new retain-until
+        date (aware UTC).
+
+        Raises:
+            StoreTransient, StorePermanent (this default: the store keeps no versions).
+        """
+        raise self._no_versions(key)
 
     def list_versions(self, prefix: str) -> Iterator[Version]:
         """Every version and delete marker of every key under ``prefix``, by key in key

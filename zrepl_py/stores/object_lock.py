@@ -29,6 +29,12 @@ class LockPolicy:
     mode: LockMode
     period: dt.timedelta
 
+    def due(self, retain_until: dt.datetime, now: dt.datetime) -> bool:
+        """Whether a lock until ``retain_until`` is extended at ``now`` (both aware UTC): once
+        less than half the period is left (docs/design.md#immutable-cold-storage), so a
+        daily archive or audit extends each lock about once per half period."""
+        return retain_until - now < self.period / 2
+
     def retain_until(self, now: dt.datetime) -> dt.datetime:
         """The retain-until date of a lock set at ``now`` (aware UTC): ``now + period``,
         whole seconds (S3 keeps the date to the second), rounded up so the lock never

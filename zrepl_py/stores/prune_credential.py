@@ -4,9 +4,11 @@ other call with the writer's (docs/reliability.md#r42-least-privilege-s3-credent
 from __future__ import annotations
 
 import builtins
+import datetime as dt
 from collections.abc import Collection, Iterable, Iterator
 
 from zrepl_py.stores.base import Backend, ObjectInfo, PutResult, Thaw, Unfinished, Version
+from zrepl_py.stores.object_lock import LockPolicy
 
 
 class PruneCredentialBackend(Backend):
@@ -57,6 +59,15 @@ class PruneCredentialBackend(Backend):
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """``writer.list``."""
         return self.writer.list(prefix)
+
+    @property
+    def lock_policy(self) -> LockPolicy | None:
+        """``writer.lock_policy``."""
+        return self.writer.lock_policy
+
+    def lock_version(self, key: str, version_id: str) -> dt.datetime:
+        """``writer.lock_version``: extending a lock is part of writing."""
+        return self.writer.lock_version(key, version_id)
 
     @property
     def keeps_versions(self) -> bool:

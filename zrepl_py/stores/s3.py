@@ -442,6 +442,22 @@ class S3Backend(Backend):
             params["ContinuationToken"] = page["NextContinuationToken"]
 
     @property
+    def lock_policy(self) -> LockPolicy | None:
+        """``lock``."""
+        return self.lock
+
+    def lock_version(self, key: str, version_id: str) -> dt.datetime:
+        """PutObjectRetention of the version (``Backend.lock_version``).
+
+        Raises:
+            StoreTransient, StorePermanent: the call failed, or the store has no
+                ``object_lock``.
+        """
+        if self.lock is None:
+            raise self._no_versions(key)
+        return self._lock_version(key, version_id)
+
+    @property
     def keeps_versions(self) -> bool:
         """True with ``[stores.NAME.object_lock]`` (``zbak init`` checked the bucket keeps
         versions and locks them)."""
