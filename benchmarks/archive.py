@@ -44,9 +44,10 @@ second), the ratio (pipe median / zbak median: >= 1 means zbak is as fast), CPU 
 the peak RSS. Every received snapshot's guid is checked against the source's. The load
 average (``uptime``) is printed before and after.
 
-``--compare NAME=DIR`` adds, to each archive case, ``zbak archive`` run from another checkout
-(``DIR``, e.g. ``git archive COMMIT | tar -x -C DIR``) as one more tool, interleaved with the
-others: the old code beside the new in one run, on the same data and load.
+``--compare REV`` adds, to each archive case, ``zbak archive`` run from the git revision
+``REV`` of this repository (``main``, a commit: ``git archive`` into a temporary directory) as
+one more tool, interleaved with the others: the old code beside the new in one run, on the
+same data and load; ``--compare NAME=DIR`` runs the checkout ``DIR`` as tool ``NAME``.
 
 ``--profile DIR`` runs each zbak case once under py-spy (``pip install py-spy``; raw
 collapsed stacks of every thread, idle ones included, one file per run) instead of timing,
@@ -65,6 +66,7 @@ at the end. Usage::
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import contextlib
 import dataclasses
@@ -467,14 +469,16 @@ class Bench:
         if guid(f"{target}@{snapshot}") != guid(f"{self.src}/{dataset}@{snapshot}"):
             raise RuntimeError(f"{target}@{snapshot} has the wrong guid")
 
-    def restore_zbak(self, config: Path, job: str, snapshot: str, *extra: str) -> Run:
+    def restore_zbak(self, config: Path, job: str, snapshot: str, *extra: str,
+                     tree: Path = REPO) -> Run:
         """``zbak restore SRC/JOB --to @SNAPSHOT --into NEW --from cold --yes``; NEW is
-        checked and destroyed afterwards (not timed)."""
+        checked and destroyed afterwards (not timed); ``tree``: the checkout whose code runs
+        (``--compare``)."""
         self.serial += 1
         target = f"{self.dst}/zbak-{self.serial}"
         try:
             result = self.zbak(config, "restore", f"{self.src}/{job}", "--to", f"@{snapshot}",
-                               "--into", target, "--from", "cold", "--yes", *extra)
+                               "--into", target, "--from", "cold", "--yes", *extra, tree=tree)
             self.check_restored(job, target, snapshot)
             return result
         finally:
@@ -566,6 +570,12 @@ class Results:
     def median(self, case: str, tool: str) -> float | None:
         values = [r.seconds for r in self.runs.get((case, tool), [])]
         return statistics.median(values) if values else None
+
+    def cpu_per_gib(self, case: str, tool: str, stream: int) -> float | None:
+        """Median CPU seconds (user + system) of ``tool`` per GiB of the case's raw stream
+        (``stream`` bytes)."""
+        values = [r.cpu for r in self.runs.get((case, tool), [])]
+        return statistics.median(values) * (1 << 30) / stream if values and stream else None
 
     def peak(self, case: str, tool: str) -> int | None:
         values = [r.rss for r in self.runs.get((case, tool), [])]
@@ -754,11 +764,7 @@ def main() -> int:
                              " --only restore; the rss runs follow --rss-size)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 64MiB, chain 16MiB + 30 x 1MiB, rss-size 0, 1 rep")
-    parser.add_argument("--compare", action="append", default=[], metavar="NAME=DIR",
-                        type=lambda text: (text.partition("=")[0], Path(text.partition("=")[2])),
-                        help="also run zbak archive from the checkout DIR, as tool NAME")
-    parser.add_argument("--profile", type=Path, default=None,
-                        help="run each zbak case once under py-spy, raw stacks into this dir")
+    add_compare_and_profile(parser, "zbak archive")
     args = parser.parse_args()
     if args.quick:
         args.size, args.chain_full, args.chain_step = 64 * MIB, 16 * MIB, MIB
@@ -776,6 +782,32 @@ def main() -> int:
         subprocess.run([PYTHON, "-m", "compileall", "-q", str(tree / "zrepl_py")], check=True)
     with bench_bed(Bench, args, "archive") as bench:
         return run(bench, args, bench.work)
+
+
+def add_compare_and_profile(parser: argparse.ArgumentParser, what: str) -> None:
+    """The options ``--compare`` (:func:`compare_tree`; ``what``: the runs it adds) and
+    ``--profile`` of both benchmarks."""
+    parser.add_argument("--compare", action="append", default=[], metavar="REV|NAME=DIR",
+                        type=compare_tree,
+                        help=f"also run {what} with the zbak of the git revision REV (a"
+                             " temporary checkout) or of the checkout DIR, as tool REV or NAME")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="run each zbak case once under py-spy, raw stacks into this dir")
+
+
+def compare_tree(text: str) -> tuple[str, Path]:
+    """``--compare``'s value: ``NAME=DIR`` (a checkout made by hand) or a git revision of
+    this repository (``main``, a commit), unpacked by ``git archive`` into a temporary
+    directory removed at exit; returns (tool name, checkout)."""
+    if "=" in text:
+        name, _, tree = text.partition("=")
+        return name, Path(tree)
+    tree = Path(tempfile.mkdtemp(prefix="zbak-bench-compare-", dir="/var/tmp"))
+    atexit.register(shutil.rmtree, tree, ignore_errors=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", text], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return text, tree
 
 
 B = TypeVar("B", bound=Bench)

@@ -22,7 +22,13 @@ sealed one (>= 1: sealing costs nothing). Peak RSS is GNU time's ``%M`` of the z
 process. The load average is printed before and after. Runs as root (a private zfs-fuse).
 Usage::
 
-    .venv/bin/python benchmarks/sealed.py [--size 512MiB] [--reps 5]
+    .venv/bin/python benchmarks/sealed.py [--size 512MiB] [--reps 5] [--compare REV]
+        [--profile DIR]
+
+``--compare REV`` adds each sealed case run by the zbak of the git revision ``REV``
+(``main``: a temporary checkout; ``NAME=DIR`` for a checkout made by hand), interleaved with
+the others: old and new code on the same data and load. ``--profile DIR`` runs each zbak case once under py-spy instead of timing
+(``benchmarks/archive.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,10 +50,12 @@ from archive import (
     Bench,
     Results,
     Run,
+    add_compare_and_profile,
     bench_bed,
     human,
     parse_size,
     run_case,
+    summarize_profile,
 )
 from zfsbench import load, sh, target_line
 
@@ -82,23 +90,25 @@ class SealedBench(Bench):
     def setup(self, kind: str) -> Path:
         return self.zbak_setup("file", store_tables=self.age_table if kind == SEALED else "")
 
-    def archive(self, job: str, kind: str) -> Run:
-        """``zbak archive JOB`` into a fresh store of ``kind``, dropped afterwards."""
+    def archive(self, job: str, kind: str, tree: Path = REPO) -> Run:
+        """``zbak archive JOB`` into a fresh store of ``kind``, dropped afterwards; ``tree``:
+        the checkout whose code runs (``--compare``)."""
         config = self.setup(kind)
         try:
-            return self.zbak(config, "archive", job)
+            return self.zbak(config, "archive", job, tree=tree)
         finally:
             self.drop_store(config)
             shutil.rmtree(config.parent / "state", ignore_errors=True)
 
-    def restore(self, job: str, kind: str) -> Run:
-        """``zbak restore`` of JOB's full from a store of ``kind`` archived once for it."""
+    def restore(self, job: str, kind: str, tree: Path = REPO) -> Run:
+        """``zbak restore`` of JOB's full from a store of ``kind`` archived once for it (by
+        this checkout's zbak); ``tree``: the checkout whose code restores (``--compare``)."""
         if (job, kind) not in self.archived:
             config = self.setup(kind)
             self.zbak(config, "archive", job)
             self.archived[job, kind] = config
         identity = ("--identity", str(self.key)) if kind == SEALED else ()
-        return self.restore_zbak(self.archived[job, kind], job, "s", *identity)
+        return self.restore_zbak(self.archived[job, kind], job, "s", *identity, tree=tree)
 
 
 def measure(bench: SealedBench, results: Results, reps: int) -> tuple[dict[str, int],
@@ -112,31 +122,41 @@ def measure(bench: SealedBench, results: Results, reps: int) -> tuple[dict[str, 
             tools: dict[str, Callable[[], Run]] = {
                 f"zbak {verb} {kind}": (lambda job=job, kind=kind, run=run: run(job, kind))
                 for kind in (PLAIN, SEALED)}
+            for name, tree in bench.args.compare:
+                tools[f"zbak {verb} {SEALED} ({name})"] = (
+                    lambda job=job, run=run, tree=tree: run(job, SEALED, tree))
             run_case(bench, results, f"{verb} full {label}", job, tools, reps, streams,
                      baseline)
     return streams, baseline
 
 
-def goal_lines(results: Results, streams: dict[str, int]) -> list[str]:
-    """One line per goal (pure): per case the sealed throughput against the unsealed, and
-    the sealed runs' peak RSS."""
+def goal_lines(results: Results, streams: dict[str, int],
+               compare: Sequence[str] = ()) -> list[str]:
+    """One line per goal (pure), MET or MISSED: per case and sealed tool (this checkout's,
+    then each ``--compare NAME``) the sealed throughput against the unsealed with both
+    tools' CPU seconds per GiB of raw stream, and the sealed runs' peak RSS."""
     lines = []
     for case in streams:
         verb, label = case.split()[0], case.split()[-1]
-        plain, sealed = f"zbak {verb} {PLAIN}", f"zbak {verb} {SEALED}"
+        plain = f"zbak {verb} {PLAIN}"
         floor = FLOORS[label]
-        failed = results.failures.get((case, sealed), [])
-        lines.append(target_line(
-            case, results.median(case, sealed), results.median(case, plain),
-            ours_failed=failed, reference_failed=results.failures.get((case, plain), []),
-            peer=plain, verdict=lambda ours, theirs, floor=floor: (
-                f"sealed {theirs / ours:.3f}x unsealed (>= {floor}):"
-                f" {'met' if theirs / ours >= floor else 'MISSED'}")))
-        lines.append(target_line(
-            f"{case} sealed peak RSS", results.peak(case, sealed), RSS_LIMIT,
-            ours_failed=failed, verdict=lambda peak, limit: (
-                f"{peak / MIB:.1f} MiB (<= {limit // MIB} MiB):"
-                f" {'met' if peak <= limit else 'MISSED'}")))
+        plain_cpu = results.cpu_per_gib(case, plain, streams[case])
+        for sealed in [f"zbak {verb} {SEALED}", *(f"zbak {verb} {SEALED} ({name})"
+                                                   for name in compare)]:
+            failed = results.failures.get((case, sealed), [])
+            cpu = results.cpu_per_gib(case, sealed, streams[case])
+            lines.append(target_line(
+                f"{case} {sealed}", results.median(case, sealed), results.median(case, plain),
+                ours_failed=failed, reference_failed=results.failures.get((case, plain), []),
+                peer=plain, verdict=lambda ours, theirs, floor=floor, cpu=cpu, pc=plain_cpu: (
+                    f"sealed {theirs / ours:.3f}x unsealed (>= {floor}):"
+                    f" {'MET' if theirs / ours >= floor else 'MISSED'};"
+                    f" CPU {cpu or 0:.2f} s/GiB sealed, {pc or 0:.2f} unsealed")))
+            lines.append(target_line(
+                f"{case} {sealed} peak RSS", results.peak(case, sealed), RSS_LIMIT,
+                ours_failed=failed, verdict=lambda peak, limit: (
+                    f"{peak / MIB:.1f} MiB (<= {limit // MIB} MiB):"
+                    f" {'MET' if peak <= limit else 'MISSED'}")))
     return lines
 
 
@@ -145,23 +165,33 @@ def main() -> int:
     parser.add_argument("--size", type=parse_size, default=parse_size("512MiB"),
                         help="data of each dataset (default 512MiB)")
     parser.add_argument("--reps", type=int, default=5)
+    add_compare_and_profile(parser, "the sealed cases")
     args = parser.parse_args()
     # What archive.Bench sizes its pools by; this bench has no chain and no rss runs.
     args.chain_full = args.chain_step = args.rss_size = 0
-    args.s3, args.compare = False, []
+    args.s3 = False
     if os.geteuid() != 0:
         raise SystemExit("run as root (zfs-fuse)")
-    for tool in ("zstd", "/usr/bin/time", "age-keygen"):
+    for tool in ("zstd", "/usr/bin/time", "age-keygen") + (("py-spy",) if args.profile else ()):
         if not shutil.which(tool):
-            raise SystemExit(f"{tool} missing: apt-get install zstd time age")
-    subprocess.run([PYTHON, "-m", "compileall", "-q", str(REPO / "zrepl_py")], check=True)
+            raise SystemExit(f"{tool} missing: apt-get install zstd time age; pip install"
+                             " py-spy")
+    for tree in [REPO, *(tree for _, tree in args.compare)]:
+        subprocess.run([PYTHON, "-m", "compileall", "-q", str(tree / "zrepl_py")], check=True)
     with bench_bed(SealedBench, args, "sealed") as bench:
         try:
             before = load()
             bench.make_pools()
             bench.make_data()
+            if args.profile:
+                args.profile.mkdir(parents=True, exist_ok=True)
+                bench.profile_to = args.profile
             results = Results()
             streams, baseline = measure(bench, results, args.reps)
+            if args.profile:
+                for path in sorted(args.profile.glob("*.txt")):
+                    print(f"{path}:\n{summarize_profile(path)}")
+                return 0
             print()
             print(f"{human(args.size)} of data per dataset; {args.reps} reps; "
                   f"{os.cpu_count()} cpus; load average before {before}, after {load()}")
@@ -170,7 +200,8 @@ def main() -> int:
                   " per second; CPU s = median user+system of zbak; srv s = median CPU of"
                   " the zfs-fuse daemon; RSS = zbak's peak)")
             print()
-            print("\n".join(goal_lines(results, streams)))
+            print("\n".join(goal_lines(results, streams,
+                                        [name for name, _ in args.compare])))
             return 0
         finally:
             for pool in (bench.src, bench.dst):

@@ -57,7 +57,7 @@ from zrepl_py.observe.transfers import job_of, reporting
 from zrepl_py.proc.pipeline import Meter, run_pipeline
 from zrepl_py.proc.python_end import ReceiveWriter
 from zrepl_py.replication.stages import Side, metered_transfer
-from zrepl_py.restore.fetch import VolumeFetch, file_chunks
+from zrepl_py.restore.fetch import VolumeFetch
 from zrepl_py.restore.mark import RESTORING, mark_value
 from zrepl_py.restore.plan import RestorePlan
 from zrepl_py.restore.thaw import request_thaws
@@ -247,8 +247,8 @@ def _stream_bytes(fetch: VolumeFetch, store: str, volumes: Sequence[VolumeRow], 
             file = fetch.path(volume)
         except Exception as exc:
             raise _Unverified(exc) from exc
-        for chunk in codec.decode(file_chunks(file), f"{store}:{volume.key}",
-                                  raw_bytes=volume.raw_bytes):
+        for chunk in codec.decode_file(file, f"{store}:{volume.key}",
+                                       raw_bytes=volume.raw_bytes):
             if first and fetch.failed():
                 _wait_verified(fetch)
             if held:

@@ -46,19 +46,9 @@ from pathlib import Path
 from zrepl_py.catalog.rows import VolumeRow
 from zrepl_py.errors import ObjectNotFound, RestoreError, StreamCorrupt
 from zrepl_py.stores.base import Backend, get_recorded, stat_recorded
-from zrepl_py.streams.codec import Codec
+from zrepl_py.streams.codec import Codec, file_chunks
 
 log = logging.getLogger(__name__)
-
-READ_CHUNK = 1 << 20  # bytes
-
-
-def file_chunks(path: Path) -> Iterator[bytes]:
-    """Yield the file's bytes in chunks."""
-    with open(path, "rb") as f:
-        while chunk := f.read(READ_CHUNK):
-            yield chunk
-
 
 def check_present(backend: Backend, volumes: Sequence[VolumeRow], concurrency: int = 1) -> None:
     """Every volume exists with its recorded size (one stat each, ``concurrency`` at once:

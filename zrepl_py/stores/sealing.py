@@ -93,4 +93,5 @@ def _opening(name: str, settings: StoreConfig | None, identity: Path | None) -> 
     from zrepl_py.streams import age
 
     keys = settings.age.recipients if settings is not None and settings.age else ()
-    return Sealing(tuple(keys), identities=tuple(age.identities(identity)), store=name)
+    return Sealing(tuple(keys), identities=tuple(age.identities(identity)), store=name,
+                   identity_file=identity)

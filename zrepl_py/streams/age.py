@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zrepl_py.errors import IdentityRefused, IdentityUnusable, StreamCorrupt
+from zrepl_py.errors import IdentityRefused, IdentityUnusable, PipelineFailed, StreamCorrupt
 
 if TYPE_CHECKING:
     from pyrage import _Identity, _Recipient
@@ -40,6 +40,9 @@ MAGIC = b"age-encryption.org/v1\n"
 """The first line of every age file (age-encryption.org/v1, "Header")."""
 PIECE = 1 << 20
 """Bytes handed to the consumer at a time."""
+COMMAND = "age"
+"""The age command (age-encryption.org's ``age``, Debian's ``age`` package) that
+:func:`decrypt_file` runs when it is on the PATH."""
 PIECES_AHEAD = 4
 """Pieces the helper thread may have ready before it waits for the consumer."""
 RECIPIENT = re.compile(r"age1[02-9ac-hj-np-z]{58}|ssh-ed25519 [A-Za-z0-9+/]+={0,2}(?: .*)?")
@@ -166,6 +169,50 @@ def decrypt(chunks: Iterable[bytes], keys: Sequence[_Identity], what: str) -> It
         if held:
             yield held
         held = piece
+    if held:
+        yield held
+
+
+def decrypt_file(command: str, path: Path, identity: Path, what: str) -> Iterator[bytes]:
+    """Yield the plaintext of the age file ``path``, decrypted by the age command
+    ``command`` in its own process (``age -d -i IDENTITY PATH``: the identity file's path in
+    its argv, never a key; its environment without zbak's secrets, ``proc.spawn``), read
+    from its standard output in pieces of up to ``PIECE``; the last piece only once the
+    command exited 0, i.e. once the file's last chunk authenticated (age's STREAM writes a
+    64 KiB chunk only once it authenticated, and fails on a file cut or extended).
+    Why a process: docs/decisions.md#sealed-restore-decrypts-with-the-age-command.
+
+    Args:
+        command: the age command's path (``shutil.which(COMMAND)``).
+        path: the volume's file (verified against the catalog's SHA-256 by the caller).
+        identity: the identity file (an age identity file or an OpenSSH ed25519 key).
+        what: names the volume in messages (store and key).
+
+    Raises:
+        IdentityRefused: the command failed before any plaintext came out: the header
+            opened with no identity in the file (or the volume is damaged), as
+            :func:`decrypt`.
+        StreamCorrupt: it failed later (a payload chunk did not authenticate, the file is
+            truncated or extended).
+    """
+    from zrepl_py.proc.pipeline import Stage
+    from zrepl_py.proc.python_end import SendReader
+
+    stage = Stage("age -d", (command, "-d", "-i", str(identity.absolute()),
+                             str(path.absolute())))
+    held = b""
+    try:
+        with SendReader([stage]) as reader:
+            while piece := reader.read(PIECE):
+                if held:
+                    yield held
+                held = piece
+    except PipelineFailed as exc:
+        if held:
+            raise StreamCorrupt(f"{what}: the age file does not decrypt: {exc}") from None
+        raise IdentityRefused(f"{what}: the age header opens with none of the identities in"
+                              f" {identity} ({exc}): the identity is not one of the store's"
+                              " recipients, or the volume is damaged") from None
     if held:
         yield held
 

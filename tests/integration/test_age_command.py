@@ -1,0 +1,103 @@
+"""A sealed volume file decoded by Debian's ``age`` command (``Codec.decode_file``,
+``streams.age.decrypt_file``; docs/decisions.md#sealed-restore-decrypts-with-the-age-command):
+the command gets the identity file's path and the volume's path, never a key; a wrong
+identity is ``IdentityRefused`` before any plaintext; a damaged payload is ``StreamCorrupt``
+after some; without the command on the PATH pyrage decodes the same bytes. Real ``age``,
+``age-keygen`` and pyrage; volumes of 3 MiB (48 age chunks of 64 KiB)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from zrepl_py.errors import IdentityRefused, StreamCorrupt
+from zrepl_py.streams import age
+from zrepl_py.streams.codec import Codec, Sealing
+from zrepl_py.streams.frames import Digest
+
+MIB = 1 << 20
+RAW = os.urandom(2 * MIB) + b"compressible " * 80_000
+
+pytestmark = pytest.mark.skipif(shutil.which("age") is None, reason="needs Debian's age")
+
+
+def keygen(path: Path) -> str:
+    """``age-keygen -o PATH``; return the public key."""
+    subprocess.run(["age-keygen", "-o", str(path)], check=True, capture_output=True)
+    return subprocess.run(["age-keygen", "-y", str(path)], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def reading(identity: Path) -> Codec:
+    """The codec a restore reads a sealed store with, from the identity file (as
+    ``stores.sealing`` builds it)."""
+    return Codec.named("zstd+age", sealing=Sealing(
+        identities=tuple(age.identities(identity)), identity_file=identity, store="cold"))
+
+
+@pytest.fixture
+def volume(tmp_path: Path) -> tuple[Path, Path]:
+    """(a sealed volume file of RAW encrypted to ``key``, ``key``)."""
+    key = tmp_path / "key.txt"
+    recipient = keygen(key)
+    codec = Codec(sealing=Sealing((recipient,), tuple(age.recipients([recipient], "test"))))
+    path = tmp_path / "vol-000000.zst"
+    path.write_bytes(b"".join(codec.encode([RAW[i:i + MIB] for i in range(0, len(RAW), MIB)],
+                                           Digest(hash_stored=False))))
+    return path, key
+
+
+@pytest.fixture
+def logged_age(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An ``age`` first on the PATH that logs its argv, one argument a line, and runs the
+    real one; returns the log."""
+    real = shutil.which("age")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "age-argv.log"
+    (bin_dir / "age").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {log}\nexec {real} "$@"\n')
+    (bin_dir / "age").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return log
+
+
+def test_the_age_command_decrypts_a_volume_file_given_the_identity_path_only(volume, logged_age):
+    path, key = volume
+    assert b"".join(reading(key).decode_file(path, "cold:vol", raw_bytes=len(RAW))) == RAW
+    argv = logged_age.read_text().splitlines()
+    assert argv == ["-d", "-i", str(key), str(path)]
+    assert not any("AGE-SECRET-KEY" in arg for arg in argv)
+
+
+def test_a_wrong_identity_is_refused_before_any_plaintext(volume, logged_age, tmp_path):
+    path, _ = volume
+    other = tmp_path / "other.txt"
+    keygen(other)
+    out: list[bytes] = []
+    with pytest.raises(IdentityRefused, match="none of the identities"):
+        out.extend(reading(other).decode_file(path, "cold:vol"))
+    assert out == [] and logged_age.exists()
+
+
+def test_a_damaged_payload_fails_as_a_corrupt_volume_after_some_plaintext(volume, tmp_path):
+    path, key = volume
+    data = bytearray(path.read_bytes())
+    data[-200_000] ^= 1  # in the payload's last MiB: earlier chunks authenticate and come out
+    path.write_bytes(bytes(data))
+    out: list[bytes] = []
+    with pytest.raises(StreamCorrupt, match="does not decrypt"):
+        out.extend(age.decrypt_file(shutil.which("age") or "age", path, key, "cold:vol"))
+    assert 0 < sum(map(len, out)) < len(data)
+
+
+def test_without_the_age_command_pyrage_decodes_the_file(volume, monkeypatch, tmp_path):
+    path, key = volume
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    assert shutil.which("age") is None
+    assert b"".join(reading(key).decode_file(path, "cold:vol", raw_bytes=len(RAW))) == RAW
