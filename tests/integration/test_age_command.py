@@ -2,8 +2,9 @@
 ``streams.age.decrypt_file``; docs/decisions.md#sealed-restore-decrypts-with-the-age-command):
 the command gets the identity file's path and the volume's path, never a key; a wrong
 identity is ``IdentityRefused`` before any plaintext; a damaged payload is ``StreamCorrupt``
-after some; without the command on the PATH pyrage decodes the same bytes. Real ``age``,
-``age-keygen`` and pyrage; volumes of 3 MiB (48 age chunks of 64 KiB)."""
+after some; an OpenSSH ed25519 identity file works as an age one; without the command on
+the PATH pyrage decodes the same bytes. Real ``age``, ``age-keygen``, ``ssh-keygen`` and
+pyrage; volumes of about 3 MiB of raw data (48 age chunks of 64 KiB)."""
 
 from __future__ import annotations
 
@@ -101,3 +102,15 @@ def test_without_the_age_command_pyrage_decodes_the_file(volume, monkeypatch, tm
     monkeypatch.setenv("PATH", str(empty))
     assert shutil.which("age") is None
     assert b"".join(reading(key).decode_file(path, "cold:vol", raw_bytes=len(RAW))) == RAW
+
+
+def test_an_ssh_ed25519_identity_file_decrypts_through_the_age_command(tmp_path, logged_age):
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "admin@laptop",
+                    "-f", str(key)], check=True)
+    public = key.with_suffix(".pub").read_text().strip()
+    writing = Codec(sealing=Sealing((public,), tuple(age.recipients([public], "test"))))
+    path = tmp_path / "vol-000000.zst"
+    path.write_bytes(b"".join(writing.encode([RAW], Digest(hash_stored=False))))
+    assert b"".join(reading(key).decode_file(path, "cold:vol", raw_bytes=len(RAW))) == RAW
+    assert logged_age.read_text().splitlines() == ["-d", "-i", str(key), str(path)]
