@@ -311,3 +311,72 @@ def test_volumes_are_copied_only_between_stores_of_one_codec_chain(site):
     (row,) = copied(site, "--to", "same")
     assert row["result"] == "copied", row
     assert problems_in(site, "same") == []
+
+
+def test_each_store_prunes_by_its_own_retention_and_keeps_the_last_copy_another_store_keeps(
+        site):
+    """docs/copies.md#retention-per-store, on two file:// stores: a short retention in the copy
+    store prunes there only (and the next copy does not bring the pruned chain back); then a
+    short retention in the archive store keeps the one chain the copy store's retention keeps
+    but lacks (its copy lags), saying why in ``prune --dry-run``, and lets it go once copied."""
+    stores = {"a": f'url = "file://{site.tmp / "a"}"', "b": f'url = "file://{site.tmp / "b"}"'}
+
+    def configure(keep_a: int, keep_b: int) -> None:
+        write_config(site, stores, tail=f"keep_chains = {keep_a}\n[jobs.data.copy.b]\n"
+                                        f"retention = {{ keep_chains = {keep_b} }}\n")
+
+    def held(store: str) -> list[str]:
+        """The fulls of store ``store`` the catalog and the store's directory both hold."""
+        with catalog_of(site.config) as catalog:
+            names = [s.to_name for s in catalog.streams(dataset=site.data, store=store)]
+        assert problems_in(site, store) == [], store
+        return names
+
+    def verify(snap: str) -> None:
+        """The full @SNAP verified (as ``zbak audit --deep`` marks it) in every store."""
+        with catalog_of(site.config) as catalog:
+            for s in catalog.streams(dataset=site.data):
+                if s.to_name == snap:
+                    catalog.set_stream_state(s.id, "verified", s.created_at)
+
+    def plan() -> dict[tuple[str, str], tuple[str, list[str]]]:
+        """``prune --dry-run``'s action and reasons by (store, stream)."""
+        rows = json.loads(site.ok("prune", "--dry-run", "--json"))["streams"]
+        return {(r["store"], r["stream"]): (r["action"], r["reasons"]) for r in rows}
+
+    configure(3, 1)
+    site.ok("init")
+    for step in range(2):
+        site.snapshot_steps(range(step, step + 1), size=64 * 1024)
+        site.ok("archive", "--full")
+        copied(site)
+    verify("1")
+    found = plan()
+    assert found["b", "full @0"][0] == "delete" and found["a", "full @0"][0] == "keep", found
+    site.ok("prune")
+    assert held("a") == ["0", "1"] and held("b") == ["1"]
+    assert [(r["stream"], r["result"], r["problem"]) for r in copied(site)] == [
+        ("full @0", "skipped", "its chain is beyond the retention of the store copied to")]
+
+    configure(1, 3)  # b now keeps three chains, a one; b's copy lags behind a new full @2
+    site.snapshot_steps(range(2, 3), size=64 * 1024)
+    site.ok("archive", "--full")
+    verify("2")
+    found = plan()
+    assert found["a", "full @1"][0] == "delete", found  # b holds it
+    assert found["a", "full @0"] == ("keep", [
+        f"the last sound copy of @0 (stream {stream_id(site, 'a', '0')}): the retention of"
+        " store b keeps its chain and no other store holds it sound (zbak copy --to b first)"])
+    site.ok("prune")
+    assert held("a") == ["0", "2"] and held("b") == ["1"]
+    copied(site)
+    site.ok("prune")
+    assert held("a") == ["2"] and held("b") == ["0", "1", "2"]
+
+
+def stream_id(site, store: str, snap: str) -> int:
+    """The catalog id of the full @SNAP in ``store``."""
+    with catalog_of(site.config) as catalog:
+        (found,) = [s.id for s in catalog.streams(dataset=site.data, store=store)
+                    if s.to_name == snap]
+    return found

@@ -27,6 +27,8 @@ PLANNERS = (
     "zrepl_py.pruning.rules",
     "zrepl_py.pruning.snapshot_plan",
     "zrepl_py.pruning.chain_plan",
+    "zrepl_py.pruning.last_copy",
+    "zrepl_py.copying.plan",
     "zrepl_py.restore.paths",
     "zrepl_py.restore.plan",
     "zrepl_py.audit.graph",

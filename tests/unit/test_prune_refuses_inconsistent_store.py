@@ -15,7 +15,12 @@ import pytest
 
 from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.errors import ObjectNotFound, StoreInconsistent
-from zrepl_py.pruning.archive import StoreCheck, prune_dataset_chains
+from zrepl_py.pruning.archive import (
+    StoreCheck,
+    StoreScope,
+    execute_dataset_chains,
+    plan_dataset_chains,
+)
 from zrepl_py.pruning.chain_delete import execute_chain_prune
 from zrepl_py.pruning.chain_plan import ChainRetention, plan_chain_retention
 from zrepl_py.stores.base import ObjectInfo, Thaw
@@ -100,6 +105,14 @@ class Catalog:
         self.writes.append(("delete", stream_id))
 
 
+def prune(store: Store, catalog: Catalog, streams):
+    """What the job driver does for one dataset of a job with one store: plan, then execute."""
+    scope = StoreScope("s", store, ChainRetention(1), check(store, catalog, streams))
+    result = plan_dataset_chains([scope], "tank/d", {"s": streams}, NOW)["s"]
+    execute_dataset_chains(result, store, catalog, NOW)
+    return result
+
+
 def full_store(streams) -> dict[str, int]:
     objects = {}
     for s in streams:
@@ -113,8 +126,7 @@ def test_a_consistent_store_lets_retention_delete_the_old_chains():
     present, the same plan deletes A and B, so the refusal below is caused by the missing object
     alone."""
     store, catalog = Store(full_store(STREAMS)), Catalog(STREAMS)
-    result = prune_dataset_chains(store, catalog, "tank/d", STREAMS, ChainRetention(1), NOW,
-                                  dry_run=False, check=check(store, catalog, STREAMS))
+    result = prune(store, catalog, STREAMS)
     assert result.error is None and result.outcome.error is None
     assert sorted(result.outcome.deleted) == [1, 2, 3, 4]
 
@@ -130,8 +142,7 @@ def test_one_catalogued_object_missing_makes_prune_refuse_the_whole_dataset_and_
     objects = full_store(STREAMS)
     del objects[missing]
     store, catalog = Store(objects), Catalog(streams)
-    result = prune_dataset_chains(store, catalog, "tank/d", streams, ChainRetention(1), NOW,
-                                  dry_run=False, check=check(store, catalog, streams))
+    result = prune(store, catalog, streams)
     assert result.error and "store is inconsistent" in result.error and "run zbak audit" in result.error
     assert result.outcome is None
     assert store.deleted == [] and catalog.writes == []

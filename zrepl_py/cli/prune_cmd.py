@@ -42,11 +42,14 @@ def _recheck_text(d: DatasetChains, full_id: int) -> str:
 def _stream_rows(result: PruneResult) -> Iterator[dict[str, Any]]:
     """One row per archived stream: kept (with reasons), deleted, or finished; a deleted
     one names the chain that releases it and its re-check (planned or done)."""
-    archive = result.archive
-    if archive is None:
-        return
+    for archive in result.stores:
+        yield from _store_rows(result.job, archive)
+
+
+def _store_rows(job: str, archive: ArchivePruneResult) -> Iterator[dict[str, Any]]:
+    """``_stream_rows`` of one store."""
     for d in archive.datasets:
-        base = {"job": result.job, "store": archive.store, "dataset": d.dataset}
+        base = {"job": job, "store": archive.store, "dataset": d.dataset}
         if d.plan is None:
             yield {**base, "stream_id": None, "stream": "", "state": "", "action": "error",
                    "reasons": [d.error or ""]}
@@ -135,6 +138,8 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, accept_early_
                                         if t.outcome is not None} for r in results},
             "streams": streams,
             "archive": {r.job: _archive_summary(r.archive) for r in results if r.archive},
+            "stores": {r.job: {s.store: _archive_summary(s) for s in r.stores}
+                       for r in results if r.stores},
         })
     else:
         _print_tables(rows, replica, list(streams), outcomes, results, dry_run, show_all)
@@ -230,8 +235,8 @@ def _print_tables(rows: list[dict[str, Any]], replica: list[dict[str, Any]], str
         for target in result.replicas:
             if target.outcome is not None:
                 _print_outcome(f"{result.job} -> {target.target}", target.outcome)
-        if result.archive is not None:
-            _print_archive_lines(result.job, result.archive, show_all)
+        for store in result.stores:
+            _print_archive_lines(result.job, store, show_all)
 
 
 def _print_outcome(where: str, o: PruneOutcome) -> None:
@@ -288,16 +293,19 @@ def _report_errors(results: Sequence[PruneResult]) -> None:
             if target.error:
                 click.echo(f"zbak: job {result.job}: target {target.target}: {target.error}",
                            err=True)
-        archive = result.archive
-        if archive is None:
-            continue
-        if archive.error:
-            click.echo(f"zbak: job {result.job}: store {archive.store}: {archive.error}", err=True)
-        for d in archive.datasets:
-            problem = d.problem
-            if problem:
-                then = "" if d.plan is not None and d.plan.refused or (
-                    d.outcome is not None and d.outcome.mismatch) else (
-                    "; run zbak prune again to finish")
-                click.echo(f"zbak: job {result.job}: store {archive.store}: {d.dataset}: {problem}"
-                           + then, err=True)
+        for archive in result.stores:
+            _report_store_errors(result.job, archive)
+
+
+def _report_store_errors(job: str, archive: ArchivePruneResult) -> None:
+    """``_report_errors`` of one store."""
+    if archive.error:
+        click.echo(f"zbak: job {job}: store {archive.store}: {archive.error}", err=True)
+    for d in archive.datasets:
+        problem = d.problem
+        if problem:
+            then = "" if d.plan is not None and d.plan.refused or (
+                d.outcome is not None and d.outcome.mismatch) else (
+                "; run zbak prune again to finish")
+            click.echo(f"zbak: job {job}: store {archive.store}: {d.dataset}: {problem}" + then,
+                       err=True)

@@ -29,8 +29,9 @@ DEFAULT_MIN_STORAGE_DURATION: dict[str, dt.timedelta] = {
 }
 
 
-class ArchiveConfig(Table):
-    """``[jobs.NAME.archive]``: the chain policy and retention for one store.
+class ChainRetentionConfig(Table):
+    """The retention of a job's chains in one store: ``[jobs.NAME.archive]``'s keys, and
+    ``[jobs.NAME.copy.STORE] retention`` (docs/copies.md#retention-per-store).
 
     Retention (``zbak prune``, ``zrepl_py.pruning.chain_plan``) deletes whole chains only:
     the ``keep_chains`` newest chains are kept; with ``max_age``, a chain whose newest stream
@@ -41,11 +42,6 @@ class ArchiveConfig(Table):
     ``min_storage_duration``.
     """
 
-    store: str
-    schedule: CronSchedule | None = "30 2 * * *"
-    full_every: Duration = dt.timedelta(days=30)
-    max_chain_length: int = Field(30, ge=1)
-    max_chain_bytes: ByteSize | None = None
     keep_chains: int = Field(2, ge=1)
     max_age: Duration | None = None
     """A chain whose newest stream is older than this may be deleted even within
@@ -56,9 +52,6 @@ class ArchiveConfig(Table):
     """How long a stream's ``verified`` mark (``zbak audit --deep``) lets its chain release
     older chains; after that the chain releases nothing until re-verified: bytes verified
     once can rot later (docs/design.md#catalog-and-chain-validity)."""
-    storage_class: StorageClasses | None = None
-    """Overrides the store's classes for this job."""
-    compression_level: int = Field(3, ge=1, le=22)
 
     def min_storage(self, storage_class: str) -> dt.timedelta:
         """The minimum storage duration of ``storage_class``: the override, else S3's
@@ -72,3 +65,17 @@ class ArchiveConfig(Table):
     def min_storage_durations(self) -> dict[str, dt.timedelta]:
         """Every known class's minimum storage duration, overrides applied."""
         return {cls: self.min_storage(cls) for cls in S3_STORAGE_CLASSES}
+
+
+class ArchiveConfig(ChainRetentionConfig):
+    """``[jobs.NAME.archive]``: the chain policy of one job's archive store and its retention
+    there (``ChainRetentionConfig``'s keys)."""
+
+    store: str
+    schedule: CronSchedule | None = "30 2 * * *"
+    full_every: Duration = dt.timedelta(days=30)
+    max_chain_length: int = Field(30, ge=1)
+    max_chain_bytes: ByteSize | None = None
+    storage_class: StorageClasses | None = None
+    """Overrides the store's classes for this job."""
+    compression_level: int = Field(3, ge=1, le=22)

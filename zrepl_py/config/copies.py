@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from zrepl_py.config.archive import ChainRetentionConfig
 from zrepl_py.stores.settings import StorageClasses
 from zrepl_py.values.fields import Table
 
@@ -16,7 +17,12 @@ class CopyConfig(Table):
         source: the store copied from, written ``from`` (a field named ``from`` is a Python
             keyword); None: the job's archive store.
         storage_class: the classes the copy's volumes are put in; None: the store's.
+        retention: the chains ``zbak prune`` keeps in STORE (the archive's keys:
+            ``keep_chains``, ``max_age``, ``reverify_after``, ``min_storage_duration``);
+            None: every chain copied there is kept, and the store's retention wants every
+            chain (docs/copies.md#retention-per-store).
     """
 
     source: str | None = Field(None, alias="from")
     storage_class: StorageClasses | None = None
+    retention: ChainRetentionConfig | None = None

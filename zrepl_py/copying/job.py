@@ -26,7 +26,8 @@ from zrepl_py.copying.stream import CopiedStream, StreamCopy, copy_stream
 from zrepl_py.errors import CodecsDiffer, UsageError, ZbakError
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.observe.runlog import RunSet
-from zrepl_py.pruning.archive import job_streams
+from zrepl_py.pruning.archive import chain_retention, job_stores, job_streams
+from zrepl_py.pruning.last_copy import wanted_prefixes
 from zrepl_py.stores.sealing import writing_codec
 from zrepl_py.streams.codec import Codec
 
@@ -134,7 +135,7 @@ def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
         if existing or not dry_run:  # a dry run of a refill forgets nothing, so checks none
             guard.check()
         originals = _streams(catalog, job, host, root, source)
-        plan = plan_copy(originals, existing)
+        plan = plan_copy(originals, existing, _wanted(ctx, job, catalog, target, source))
         _check_codecs(plan, source, _codec(ctx, source), target, _codec(ctx, target))
         result = CopyResult(name, source, target, dry_run, plan)
         if dry_run:
@@ -175,6 +176,29 @@ def _streams(catalog: Catalog, job: JobConfig, host: str, root: str,
     """The job's streams in ``store``, in chain order per dataset."""
     by_dataset = job_streams(job, catalog.bulk_streams(host=host, below=root, store=store), store)
     return [s for dataset in sorted(by_dataset) for s in by_dataset[dataset]]
+
+
+def _wanted(ctx: Context, job: JobConfig, catalog: Catalog, target: str,
+            source: str) -> frozenset[str] | None:
+    """The object prefixes the retention of ``target`` (its copy table's ``retention``) wants
+    among the job's streams in its stores and ``source`` (``pruning.last_copy``); None: no
+    retention there, every stream is wanted."""
+    chosen = job.copies.get(target)
+    if chosen is None or chosen.retention is None:
+        return None
+    policy = chain_retention(chosen.retention, accept_early_delete_fee=False)
+    host, root = job.source.host, str(job.source.dataset)
+    stores = {store for store, _ in job_stores(job, accept_early_delete_fee=False)} | {source}
+    every = catalog.bulk_streams(host=host, below=root)
+    now = ctx.clock.now()
+    wanted: set[str] = set()
+    by_dataset: dict[str, list[StreamRow]] = {}
+    for store in stores:
+        for dataset, rows in job_streams(job, every, store).items():
+            by_dataset.setdefault(dataset, []).extend(rows)
+    for rows in by_dataset.values():
+        wanted |= wanted_prefixes(policy, rows, now)
+    return frozenset(wanted)
 
 
 def _codec(ctx: Context, store: str) -> Codec:

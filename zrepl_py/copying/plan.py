@@ -11,7 +11,7 @@ that applies on it: the copy would hold a chain no restore can use
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from zrepl_py.catalog.rows import LIVING_STATES, StreamRow
 
@@ -39,10 +39,15 @@ class CopyPlan:
     skipped: tuple[Skipped, ...]
 
 
-def plan_copy(source: Sequence[StreamRow], target: Sequence[StreamRow]) -> CopyPlan:
+def plan_copy(source: Sequence[StreamRow], target: Sequence[StreamRow],
+              wanted: Collection[str] | None = None) -> CopyPlan:
     """Plan the copy of ``source`` (the job's streams in the source store, in chain order:
     ``Catalog.bulk_streams``) into the store holding ``target`` (the same datasets' streams
     there).
+
+    ``wanted``: the object prefixes the target's retention keeps
+    (``pruning.last_copy.wanted_prefixes``); a stream outside it is not copied (the next
+    prune of the target would delete it again); None: every stream is wanted.
 
     A target stream at a source stream's prefix that is not complete (condemned by a prune,
     marked bad) is left alone and blocks that stream and its descendants: prune or audit
@@ -55,6 +60,9 @@ def plan_copy(source: Sequence[StreamRow], target: Sequence[StreamRow]) -> CopyP
     present = 0
     for stream in source:
         reason = _why_not(stream, there.get(stream.object_prefix), blocked)
+        if wanted is not None and stream.object_prefix not in wanted and (
+                stream.object_prefix not in there):
+            reason = "its chain is beyond the retention of the store copied to"
         if reason is not None:
             blocked[stream.id] = reason
             skipped.append(Skipped(stream, reason))

@@ -1,18 +1,22 @@
-"""Archive retention for one job: per dataset, check the store, plan whole chains, delete.
+"""Chain retention for one job in each of its stores: per dataset, plan every store's whole
+chains together, check the stores, delete.
 
-Per dataset of the job (the catalog's streams below the job's dataset, excludes left out,
-including datasets since destroyed on the source, and leaving out datasets the job's
-selection leaves out now: another job's datasets under a shared root, ``select``) in the
-job's store: the pure planner
-(``pruning.chain_plan``) decides; when the plan deletes something, a listing of the store
-finds streams with missing objects (``pruning.chain_delete.find_damaged``; one listing of
-the job's tree and one read of its volume rows for every dataset,
-docs/decisions.md#catalog-commands-stay-fast-at-100000-streams) and the plan is made again knowing
-them; unless it is a dry run ``pruning.chain_delete`` executes, re-checking each chain that releases
-a deleted one first (``pruning.recheck``; the plan counts the objects it will check); a dataset with
-a damaged stream is refused whole (``StoreInconsistent``, nothing deleted), and so is one whose
-releasing chain fails the re-check (``ReleaserMismatch``). A dataset whose store or catalog fails is
-reported and the others still run.
+The stores are the job's archive store and each ``[jobs.NAME.copy.STORE]`` store
+(``job_stores``; a copy without ``retention`` is not pruned but holds copies). Per dataset of
+the job (the catalog's streams below the job's dataset, excludes left out, including datasets
+since destroyed on the source, and leaving out datasets the job's selection leaves out now:
+another job's datasets under a shared root, ``select``): the pure planner
+(``pruning.chain_plan``) decides for each pruned store; when a plan deletes something, a
+listing of each store finds streams with missing objects (``pruning.chain_delete.find_damaged``;
+one listing of the job's tree and one read of its volume rows per store for every dataset,
+docs/decisions.md#catalog-commands-stay-fast-at-100000-streams) and the plans are made again
+knowing them; then no store deletes the last sound copy of a stream another store's retention
+wants (``pruning.last_copy``, docs/decisions.md#retention-across-stores). Unless it is a dry
+run ``pruning.chain_delete`` executes each store's plan, re-checking each chain that releases a
+deleted one first (``pruning.recheck``; the plan counts the objects it will check); a dataset
+with a damaged stream is refused whole in that store (``StoreInconsistent``, nothing deleted),
+and so is one whose releasing chain fails the re-check (``ReleaserMismatch``). A dataset whose
+store or catalog fails is reported and the others still run.
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ from typing import Generic, TypeVar, cast
 
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
-from zrepl_py.config.archive import ArchiveConfig
+from zrepl_py.config.archive import ChainRetentionConfig
 from zrepl_py.config.jobs import JobConfig
-from zrepl_py.errors import StoreInconsistent, UsageError, ZbakError
+from zrepl_py.errors import StoreError, StoreInconsistent, ZbakError
 from zrepl_py.objects.layout import dataset_prefix
 from zrepl_py.pruning.chain_delete import ChainPruneOutcome, execute_chain_prune, find_damaged
 from zrepl_py.pruning.chain_plan import ChainPlan, ChainRetention, plan_chain_retention
+from zrepl_py.pruning.last_copy import StorePlan, keep_last_copies, wanted_prefixes
 from zrepl_py.pruning.recheck import planned_objects
 from zrepl_py.snapshots.selection import covers
 from zrepl_py.stores.base import Backend
@@ -78,8 +83,10 @@ class ArchivePruneResult:
         return bool(self.error) or any(d.failed for d in self.datasets)
 
 
-def chain_retention(cfg: ArchiveConfig, *, accept_early_delete_fee: bool) -> ChainRetention:
-    """The planner's policy from ``[jobs.NAME.archive]`` and the command-line flag."""
+def chain_retention(cfg: ChainRetentionConfig, *,
+                    accept_early_delete_fee: bool) -> ChainRetention:
+    """The planner's policy from ``[jobs.NAME.archive]`` (or a copy's ``retention``) and the
+    command-line flag."""
     return ChainRetention(cfg.keep_chains, cfg.max_age, cfg.min_storage_durations(),
                           accept_early_delete_fee, cfg.reverify_after)
 
@@ -142,88 +149,175 @@ class _Once(Generic[T]):
         return cast(T, self._value)  # set by the read that raised no error
 
 
-def prune_dataset_chains(
-    backend: Backend,
-    catalog: Catalog,
-    dataset: str,
-    streams: Sequence[StreamRow],
-    policy: ChainRetention,
-    now: dt.datetime,
-    *,
-    dry_run: bool,
-    check: StoreCheck,
-) -> DatasetChains:
-    """Plan, check and (unless ``dry_run``) execute retention for one dataset's ``streams``
-    (all of one store). Store and catalog errors are reported in the result.
+@dataclasses.dataclass
+class StoreScope:
+    """One store of a job's prune: its name, its backend (None: it could not be opened, so
+    none of its copies counts as sound), its retention (None: it is not pruned, only holds
+    copies) and the damage check of the job's tree in it (None with no backend)."""
 
-    The plan is made first; only when it deletes or finishes something is the store
-    checked for damaged streams (``check``: the listing and volume rows it reads once for
-    the job's tree) and the plan made again with what is damaged: a
-    damaged stream only ever keeps more, so a plan that deletes nothing needs no check
-    (a prune of 100,000 streams then lists nothing; ``zbak audit`` checks every
-    object).
+    name: str
+    backend: Backend | None
+    policy: ChainRetention | None
+    check: StoreCheck | None
+
+
+def plan_dataset_chains(
+    scopes: Sequence[StoreScope],
+    dataset: str,
+    streams: Mapping[str, Sequence[StreamRow]],
+    now: dt.datetime,
+) -> dict[str, DatasetChains]:
+    """Plan retention for one dataset in every pruned store of ``scopes`` (the job's order:
+    the archive store first), store and catalog errors reported in the results.
+
+    Each pruned store's own plan is made first; only when one of them deletes or finishes
+    something are the stores checked for damaged streams (``check``: the listing and volume
+    rows read once for the job's tree) and the plans made again with what is damaged: a
+    damaged stream only ever keeps more, so a plan that deletes nothing needs no check (a
+    prune of 100,000 streams then lists nothing; ``zbak audit`` checks every object). Then
+    no store deletes the last sound copy of a stream some store's retention wants
+    (``pruning.last_copy``; a store whose check failed holds no sound copy).
+
+    Args:
+        streams: the dataset's streams by store name (the stores of ``scopes``).
+
+    Returns:
+        ``{store: DatasetChains}`` for each pruned store that holds streams of the dataset.
     """
-    result = DatasetChains(dataset, None)
+    pruned = [p for p in scopes if p.policy is not None and streams.get(p.name)]
+    results = {p.name: DatasetChains(dataset, None) for p in pruned}
+    damaged: dict[str, dict[int, str]] = {}
     try:
-        result.plan = plan_chain_retention(streams, policy, now)
-        if result.plan.to_delete or result.plan.unfinished:
-            result.damaged = find_damaged(check.listing, check.volumes, streams)
-            if result.damaged:
-                result.plan = plan_chain_retention(streams, policy, now, damaged=result.damaged)
-            result.recheck_planned = {chain[0].id: planned_objects(check.volumes, chain)
-                                      for chain in result.plan.releasers}
+        plans = {p.name: plan_chain_retention(streams[p.name], p.policy, now)
+                 for p in pruned if p.policy is not None}
+        if any(plan.to_delete or plan.unfinished for plan in plans.values()):
+            for scope in scopes:
+                damaged[scope.name], error = _damaged(scope, streams.get(scope.name, ()))
+                if error is not None and scope.name in plans:
+                    del plans[scope.name]  # this store is not pruned now; see its error
+                    results[scope.name].error = error
+                elif damaged[scope.name] and scope.policy is not None and scope.name in plans:
+                    plans[scope.name] = plan_chain_retention(
+                        streams[scope.name], scope.policy, now, damaged=damaged[scope.name])
+        every = [s for p in scopes for s in streams.get(p.name, ())]
+        wanted = {p.name: wanted_prefixes(p.policy, every, now) for p in scopes}
+        kept = keep_last_copies([StorePlan(p.name, plans.get(p.name), damaged.get(p.name, {}))
+                                 for p in scopes], every, wanted)
     except ZbakError as exc:
-        log.error("checking the chains of %s in store %s failed: %s", dataset, backend.name, exc)
-        result.error = str(exc)
-        return result
+        log.error("checking the chains of %s failed: %s", dataset, exc)
+        for result in results.values():
+            result.error = str(exc)
+        return results
+    for scope in pruned:
+        result = results[scope.name]
+        if scope.name in kept:
+            result.plan, result.damaged = kept[scope.name], damaged.get(scope.name, {})
+            _finish_plan(scope, result)
+    return results
+
+
+def _damaged(scope: StoreScope, streams: Sequence[StreamRow]) -> tuple[dict[int, str], str | None]:
+    """``find_damaged`` of ``streams`` in the scope's store, and None; when the store could
+    not be opened or listed (``StoreError``), every stream (no copy there counts as sound)
+    and why.
+
+    Raises:
+        CatalogError: the volume rows could not be read.
+    """
+    if not streams:
+        return {}, None
+    error = None
+    if scope.check is None:
+        error = "the store could not be opened"
+    else:
+        try:
+            return find_damaged(scope.check.listing, scope.check.volumes, streams), None
+        except StoreError as exc:
+            log.error("listing store %s failed: %s", scope.name, exc)
+            error = str(exc)
+    return dict.fromkeys((s.id for s in streams), error), error
+
+
+def _finish_plan(scope: StoreScope, result: DatasetChains) -> None:
+    """Log the damaged streams, count the objects of each releasing chain to re-check, and
+    turn a refused plan into the result's error."""
+    assert result.plan is not None and scope.check is not None
     for stream_id, what in result.damaged.items():
         log.warning("stream %d of %s in store %s is damaged (%s): its chain is left alone;"
-                    " run zbak audit", stream_id, dataset, backend.name, what)
+                    " run zbak audit", stream_id, result.dataset, scope.name, what)
+    try:
+        result.recheck_planned = {chain[0].id: planned_objects(scope.check.volumes, chain)
+                                  for chain in result.plan.releasers}
+    except ZbakError as exc:
+        log.error("reading the volumes of %s in store %s failed: %s", result.dataset,
+                  scope.name, exc)
+        result.error = str(exc)
+        return
     if result.plan.refused:
-        # docs/reliability.md#r19-prune-refuses-on-an-inconsistent-store: an inconsistent store is
-        # an error of the run, dry or not.
-        result.error = str(StoreInconsistent(f"{dataset} in store {backend.name}:"
+        # docs/reliability.md#r19-prune-refuses-on-an-inconsistent-store: an inconsistent store
+        # is an error of the run, dry or not.
+        result.error = str(StoreInconsistent(f"{result.dataset} in store {scope.name}:"
                                              f" {result.plan.refused}"))
         log.error("prune refused: %s", result.error)
-        return result
-    if not dry_run:
+
+
+def execute_dataset_chains(result: DatasetChains, backend: Backend, catalog: Catalog,
+                           now: dt.datetime) -> None:
+    """Carry out a planned result of :func:`plan_dataset_chains` (nothing when it has an
+    error); what executing did goes in ``result.outcome``."""
+    if result.plan is not None and result.error is None:
         result.outcome = execute_chain_prune(result.plan, backend, catalog, now=now)
-    return result
 
 
-def prune_archive(
-    backend: Backend,
-    catalog: Catalog,
+def job_stores(job: JobConfig, *, accept_early_delete_fee: bool
+               ) -> list[tuple[str, ChainRetention | None]]:
+    """The stores a prune of ``job`` looks at, in order: the archive store, then each store
+    of ``[jobs.NAME.copy.STORE]``; each with its retention (None: a copy without
+    ``retention``, kept whole)."""
+    found: dict[str, ChainRetention | None] = {}
+    if job.archive is not None:
+        found[job.archive.store] = chain_retention(
+            job.archive, accept_early_delete_fee=accept_early_delete_fee)
+    for store, copy in job.copies.items():
+        found.setdefault(store, None if copy.retention is None else chain_retention(
+            copy.retention, accept_early_delete_fee=accept_early_delete_fee))
+    return list(found.items())
+
+
+def plan_stores(
+    scopes: Sequence[StoreScope],
     job: JobConfig,
     streams: Sequence[StreamRow],
     now: dt.datetime,
     *,
-    dry_run: bool,
-    accept_early_delete_fee: bool,
     left_out: Collection[str] = (),
-) -> ArchivePruneResult:
-    """Apply the job's archive retention to every dataset it has streams of in ``backend``
-    (``job_streams``; ``left_out`` as there).
+) -> dict[str, ArchivePruneResult]:
+    """Plan the retention of every pruned store of ``scopes`` for every dataset of the job
+    (``job_streams``; ``left_out`` as there), dataset by dataset (``plan_dataset_chains``).
 
     Args:
         streams: the catalog's streams of the job's host at or below its dataset, any
             store (``Catalog.bulk_streams``).
 
-    Raises:
-        UsageError: the job has no ``[archive]`` section.
+    Returns:
+        ``{store: result}`` for each pruned store, datasets planned and not executed.
     """
-    cfg = job.archive
-    if cfg is None:
-        raise UsageError("this job has no [archive] section")
-    policy = chain_retention(cfg, accept_early_delete_fee=accept_early_delete_fee)
-    result = ArchivePruneResult(cfg.store)
+    by_store = {p.name: job_streams(job, streams, p.name, left_out=left_out) for p in scopes}
+    results = {p.name: ArchivePruneResult(p.name) for p in scopes if p.policy is not None}
+    datasets = sorted({d for found in by_store.values() for d in found})
+    for dataset in datasets:
+        planned = plan_dataset_chains(
+            scopes, dataset, {p.name: by_store[p.name].get(dataset, []) for p in scopes}, now)
+        for name, result in planned.items():
+            results[name].datasets.append(result)
+    return results
+
+
+def store_check(backend: Backend, catalog: Catalog, job: JobConfig, store: str) -> StoreCheck:
+    """The damage check of the job's tree in ``store``: one listing of the tree and one read
+    of its volume rows serve every dataset that needs it (one per dataset cost 218 s for
+    100,000 streams)."""
     source = job.source
     root = str(source.dataset)
-    # One listing of the job's tree and one read of its volume rows serve every dataset
-    # that needs the check (one per dataset cost 218 s for 100,000 streams).
-    check = StoreCheck(backend, dataset_prefix(source.host, root), lambda: catalog.bulk_volumes(
-        host=source.host, below=root, store=cfg.store))
-    for dataset, rows in job_streams(job, streams, cfg.store, left_out=left_out).items():
-        result.datasets.append(prune_dataset_chains(backend, catalog, dataset, rows, policy,
-                                                    now, dry_run=dry_run, check=check))
-    return result
+    return StoreCheck(backend, dataset_prefix(source.host, root), lambda: catalog.bulk_volumes(
+        host=source.host, below=root, store=store))

@@ -8,11 +8,14 @@ one fresh listing of the source plus the catalog:
    archive hold left on the tip of a chain a newer full has closed is released first;
 2. each ZFS target with a ``retention``: the target's zbak snapshots (``pruning.replica``),
    under the target's lock too;
-3. the job's archive: whole chains (``pruning.archive``, ``pruning.chain_plan``, ``pruning.chain_delete``).
+3. the job's chains in each store with a retention (the archive store, each copy store with a
+   ``retention``): whole chains (``pruning.archive``, ``pruning.chain_plan``,
+   ``pruning.chain_delete``), never the last sound copy of a stream another store's retention
+   wants (``pruning.last_copy``).
 
 Each part's failure is reported in the result and the other parts still run. With
 ``dry_run`` nothing is destroyed or deleted and no run is recorded; otherwise each part is
-a recorded run (``prune`` with target None, the replica target, or ``archive:STORE``).
+a recorded run (``prune`` with target None, the replica target, or ``archive:STORE`` per store).
 """
 
 from __future__ import annotations
@@ -33,7 +36,15 @@ from zrepl_py.hooks.environment import Facts
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
-from zrepl_py.pruning.archive import ArchivePruneResult, job_streams, prune_archive
+from zrepl_py.pruning.archive import (
+    ArchivePruneResult,
+    StoreScope,
+    execute_dataset_chains,
+    job_stores,
+    job_streams,
+    plan_stores,
+    store_check,
+)
 from zrepl_py.pruning.replica import ReplicaPruneResult, plan_replica_prune, zfs_targets
 from zrepl_py.pruning.snapshot_plan import PrunePlan
 from zrepl_py.pruning.source import (
@@ -46,6 +57,7 @@ from zrepl_py.pruning.source import (
 )
 from zrepl_py.replication.protect import hold_tag
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
+from zrepl_py.stores.base import Backend
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import SnapshotName
 
@@ -55,20 +67,27 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True)
 class PruneResult:
     """The source plan per dataset and, unless it was a dry run, what executing it did; the
-    replica targets' results; the archive's result (None when the job has no archive)."""
+    replica targets' results; each pruned store's result (the archive store first, then the
+    copy stores with a ``retention``)."""
 
     job: str
     plans: dict[str, PrunePlan]
     outcome: PruneOutcome | None
     replicas: tuple[ReplicaPruneResult, ...] = ()
-    archive: ArchivePruneResult | None = None
+    stores: tuple[ArchivePruneResult, ...] = ()
+    archive_store: str | None = None
+
+    @property
+    def archive(self) -> ArchivePruneResult | None:
+        """The result of the job's archive store (None: no archive, or not pruned)."""
+        return next((s for s in self.stores if s.store == self.archive_store), None)
 
     @property
     def failed(self) -> bool:
-        """True when any part failed (source destroys, a target, the archive)."""
+        """True when any part failed (source destroys, a target, a store)."""
         return bool((self.outcome and self.outcome.failed)
                     or any(r.failed for r in self.replicas)
-                    or (self.archive and self.archive.failed))
+                    or any(s.failed for s in self.stores))
 
     def problems(self) -> list[str]:
         """One line per failed part: each source snapshot not destroyed, each target and
@@ -77,11 +96,11 @@ class PruneResult:
         found += [f"target {r.target}: {r.error}" for r in self.replicas if r.error]
         found += [f"target {r.target}: {n}: {e}" for r in self.replicas if r.outcome
                   for n, e in r.outcome.failed]
-        if self.archive is not None:
-            if self.archive.error:
-                found.append(f"store {self.archive.store}: {self.archive.error}")
-            found += [f"store {self.archive.store}: {d.dataset}: {d.problem}"
-                      for d in self.archive.datasets if d.failed]
+        for store in self.stores:
+            if store.error:
+                found.append(f"store {store.store}: {store.error}")
+            found += [f"store {store.store}: {d.dataset}: {d.problem}"
+                      for d in store.datasets if d.failed]
         return found
 
 
@@ -106,8 +125,9 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
     """
     source = job.source
     catalog = ctx.catalog()
-    targets = tuple(str(t) for t in zfs_targets(job)) + ((job.archive.store,) if job.archive
-                                                         else ())
+    targets = tuple(str(t) for t in zfs_targets(job)) + tuple(
+        store for store, policy in job_stores(job, accept_early_delete_fee=False)
+        if policy is not None)
     with ctx.lock(lock_key(job), "prune"), \
             ActionHooks(job.hooks.get("prune"), catalog, ctx.clock,
                         Facts("prune", name, source.host, str(source.dataset), targets),
@@ -141,12 +161,11 @@ def prune_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool,
             stack.close()  # the source's run ends here; targets and the archive have their own
         replicas = tuple(_prune_target(ctx, name, job, target, inventory, dry_run=dry_run)
                          for target in zfs_targets(job))
-        archive = None
-        if job.archive is not None:
-            archive = _prune_archive(ctx, name, job, streams, dry_run=dry_run,
-                                     accept_early_delete_fee=accept_early_delete_fee,
-                                     left_out=inventory.left_out)
-        result = PruneResult(name, plans, outcome, replicas, archive)
+        stores = _prune_stores(ctx, name, job, streams, dry_run=dry_run,
+                               accept_early_delete_fee=accept_early_delete_fee,
+                               left_out=inventory.left_out)
+        result = PruneResult(name, plans, outcome, replicas, tuple(stores),
+                             job.archive.store if job.archive else None)
         hooks.outcome.datasets = tuple(plans)
         hooks.outcome.result = "partial" if result.failed else "ok"
         hooks.outcome.error = "; ".join(result.problems()) or None
@@ -208,44 +227,64 @@ def _prune_target(ctx: Context, name: str, job: JobConfig, target: Endpoint,
     return result
 
 
-def _prune_archive(ctx: Context, name: str, job: JobConfig, streams: list[StreamRow], *,
-                   dry_run: bool,
-                   accept_early_delete_fee: bool, left_out: tuple[str, ...]) -> ArchivePruneResult:
-    """Open the job's store and apply archive retention to the job's datasets but those
-    its selection ``left_out`` (``pruning.archive.job_streams``), over ``streams`` (the
-    catalog's streams of the job's tree, read once for the whole prune); errors go in the
-    result.
-    The store's catalog export lists every stream under the job's dataset, as archive's."""
-    assert job.archive is not None
-    cfg = job.archive
+def _prune_stores(ctx: Context, name: str, job: JobConfig, streams: list[StreamRow], *,
+                  dry_run: bool, accept_early_delete_fee: bool,
+                  left_out: tuple[str, ...]) -> list[ArchivePruneResult]:
+    """Apply each store's retention to the job's chains there (``pruning.archive.job_stores``:
+    the archive store, then each copy store with a ``retention``), planned together so that
+    no store deletes the last sound copy of a stream another store's retention wants
+    (``pruning.last_copy``), over ``streams`` (the catalog's streams of the job's tree, read
+    once for the whole prune); errors go in the results, one per pruned store.
+    Each pruned store's catalog export lists every stream of the job there afterwards."""
+    scopes, guards, results = [], {}, {}
+    order = job_stores(job, accept_early_delete_fee=accept_early_delete_fee)
+    for store, policy in order:
+        try:
+            backend = ctx.store(store)
+            if policy is not None:
+                # docs/reliability.md#r25-catalog-rollback-detection: a rolled-back store is
+                # refused before any chain is touched.
+                guards[store] = StoreGuard(backend, store, ctx.state_dir, job=name)
+                guards[store].check()
+        except ZbakError as exc:
+            log.error("job %s: pruning store %s failed: %s", name, store, exc)
+            if policy is not None:
+                results[store] = ArchivePruneResult(store, error=str(exc))
+            scopes.append(StoreScope(store, None, None, None))  # its copies are not sound
+            continue
+        scopes.append(StoreScope(store, backend, policy,
+                                 store_check(backend, ctx.catalog(), job, store)))
     try:
-        backend = ctx.store(cfg.store)
+        planned = plan_stores(scopes, job, streams, ctx.clock.now(), left_out=left_out)
     except ZbakError as exc:
-        return ArchivePruneResult(cfg.store, error=str(exc))
+        log.error("job %s: planning the chains' retention failed: %s", name, exc)
+        planned = {p.name: ArchivePruneResult(p.name, error=str(exc))
+                   for p in scopes if p.policy is not None}
+    results.update(planned)
+    if not dry_run:
+        for scope in scopes:
+            if scope.backend is not None and scope.name in planned:
+                _execute_store(ctx, name, job, scope.backend, guards[scope.name],
+                               planned[scope.name])
+    return [results[store] for store, _ in order if store in results]
+
+
+def _execute_store(ctx: Context, name: str, job: JobConfig, backend: Backend,
+                   guard: StoreGuard, result: ArchivePruneResult) -> None:
+    """Execute a store's planned datasets as one recorded run (``prune``, target
+    ``archive:STORE``), then publish the store's catalog export; errors go in ``result``."""
+    store = result.store
     try:
-        # docs/reliability.md#r25-catalog-rollback-detection: a rolled-back store is refused before
-        # any chain is touched.
-        guard = StoreGuard(backend, cfg.store, ctx.state_dir, job=name)
-        guard.check()
-        if dry_run:
-            return prune_archive(backend, ctx.catalog(), job, streams, ctx.clock.now(),
-                                 dry_run=True, accept_early_delete_fee=accept_early_delete_fee,
-                                 left_out=left_out)
-        target = f"archive:{cfg.store}"
-        with recorded_run(ctx.catalog(), ctx.clock, name, "prune", target) as record:
-            result = prune_archive(backend, ctx.catalog(), job, streams, ctx.clock.now(),
-                                   dry_run=False,
-                                   accept_early_delete_fee=accept_early_delete_fee,
-                                   left_out=left_out)
-            errors = [f"{d.dataset}: {d.problem}" for d in result.datasets
-                      if d.failed]
+        with recorded_run(ctx.catalog(), ctx.clock, name, "prune", f"archive:{store}") as record:
+            for dataset in result.datasets:
+                execute_dataset_chains(dataset, backend, ctx.catalog(), ctx.clock.now())
+            errors = [f"{d.dataset}: {d.problem}" for d in result.datasets if d.failed]
             if errors:
                 record.result, record.error = "partial", "; ".join(errors)
             by_dataset = job_streams(job, ctx.catalog().bulk_streams(
-                host=job.source.host, below=str(job.source.dataset), store=cfg.store), cfg.store)
+                host=job.source.host, below=str(job.source.dataset), store=store), store)
             guard.publish([s for d in sorted(by_dataset) for s in by_dataset[d]],
                           ctx.clock.now())
-        return result
     except ZbakError as exc:
-        log.error("job %s: pruning store %s failed: %s", name, cfg.store, exc)
-        return ArchivePruneResult(cfg.store, error=str(exc))
+        log.error("job %s: pruning store %s failed: %s", name, store, exc)
+        result.error = str(exc)
