@@ -94,14 +94,7 @@ class Rig:
         self.logs = 0
 
     def write_config(self, *, every: str, replicate: str = "", snapshot_schedule: str = NEVER):
-        self.config.write_text(textwrap.dedent(f"""
-            state_dir = "{self.state}"
-            [daemon]
-            log_format = "json"
-            prune_schedule = "{NEVER}"
-            audit_schedule = "{NEVER}"
-            stop_timeout = "20s"
-            every = {{ {every} }}
+        self.config.write_text(self.head(every) + textwrap.dedent(f"""
             [jobs.j]
             dataset = "{self.data}"
             [jobs.j.snapshot]
@@ -111,6 +104,19 @@ class Rig:
             targets = ["local:{self.replica}"]
             schedule = "{NEVER}"
         """) + textwrap.dedent(replicate))
+
+    def head(self, every: str) -> str:
+        """The config's ``state_dir`` and ``[daemon]`` table: JSON logs, prune and audit out
+        of the way, ``every`` (the inside of its inline table)."""
+        return textwrap.dedent(f"""
+            state_dir = "{self.state}"
+            [daemon]
+            log_format = "json"
+            prune_schedule = "{NEVER}"
+            audit_schedule = "{NEVER}"
+            stop_timeout = "20s"
+            every = {{ {every} }}
+        """)
 
     def cli(self, *args: str):
         return run_zbak("--config", str(self.config), *args)
@@ -289,6 +295,74 @@ def test_plan_has_one_entry_per_job_and_scheduled_action_and_every_replaces_cron
         ("a:prune", "cron 0 4 * * *"),
         ("b:prune", "cron 0 4 * * *"),
     ]
+
+
+def test_plan_has_one_copy_entry_per_copy_store_with_a_schedule_running_copy_to_that_store():
+    """docs/copies.md#the-copy-schedule: ``copy:STORE`` per scheduled copy table, after the
+    archive; ``every.copy`` replaces the cron line of scheduled copies only."""
+    from zrepl_py.config.schema import Config
+    from zrepl_py.daemon.child import action_argv
+    from zrepl_py.daemon.plan import plan_entries, split_id
+
+    def entries(every: dict[str, str]) -> list[tuple[str, str, int]]:
+        config = Config.model_validate({
+            "daemon": {"every": every, "prune_schedule": None, "audit_schedule": None},
+            "stores": {n: {"url": f"file:///s/{n}"} for n in ("a", "b", "c")},
+            "jobs": {"j": {"dataset": "p/j", "snapshot": {"schedule": None},
+                           "archive": {"store": "a"},
+                           "copy": {"b": {"schedule": "15 3 * * *"}, "c": {}}}},
+        })
+        return [(e.id, e.schedule, e.order) for e in plan_entries(config)]
+
+    assert entries({}) == [("j:archive", "cron 30 2 * * *", 2),
+                           ("j:copy:b", "cron 15 3 * * *", 3)]
+    assert entries({"copy": "2s"})[1] == ("j:copy:b", "every 2s", 3)
+    assert split_id("j:copy:b") == ("j", "copy:b")
+    assert action_argv(Path("/z.toml"), "copy:b", "j")[-6:] == [
+        "--config", "/z.toml", "copy", "j", "--to", "b"]
+
+
+def test_the_daemon_runs_a_scheduled_copy_to_its_store_only(rig):
+    """docs/copies.md#the-copy-schedule (E): ``every.copy`` fires the copy of the store with a
+    ``schedule`` (b) within seconds: ``zbak copy j --to b`` runs as a child, logged under
+    action ``copy:b``, and b holds the archived stream; c, without a schedule, is not copied."""
+    stores = {n: rig.tmp / n for n in ("a", "b", "c")}
+    for path in stores.values():
+        path.mkdir()
+    rig.config.write_text(rig.head('copy = "2s"') + "".join(f'[stores.{n}]\nurl = "file://{path}"\n' for n, path in stores.items())
+        + textwrap.dedent(f"""
+        [jobs.j]
+        dataset = "{rig.data}"
+        [jobs.j.snapshot]
+        schedule = "{NEVER}"
+        [jobs.j.archive]
+        store = "a"
+        schedule = "{NEVER}"
+        [jobs.j.copy.b]
+        schedule = "{NEVER}"
+        [jobs.j.copy.c]
+    """))
+    (rig.mount / "f.bin").write_bytes(os.urandom(100_000))
+    zfs("snapshot", f"{rig.data}@s1")
+    assert rig.cli("archive").status == ExitStatus.OK
+    daemon = rig.daemon()
+    try:
+        daemon.wait_for(done("copy:b"), what="a scheduled copy to b")
+    finally:
+        assert daemon.stop() == 0
+    assert not [r for r in daemon.records() if r["action"] == "copy:c"]
+    assert [p.parent.name for p in stores["b"].rglob("manifest.json")] == [
+        p.parent.name for p in stores["a"].rglob("manifest.json")] != []
+    assert list(stores["c"].iterdir()) == []
+    (state,) = json.loads(rig.cli("status", "--json").out)
+    assert ("copy", f"b:{rig.data}") in {(s["action"], s["target"]) for s in state["last_success"]}
+    assert "copy:b" in state["next_runs"] and "copy:c" not in state["next_runs"], state
+    assert rig.cli("status", "--check").status == ExitStatus.OK
+    textfile = rig.tmp / "zbak.prom"
+    assert rig.cli("status", "--prom-textfile", str(textfile)).status == ExitStatus.OK
+    metrics = textfile.read_text()
+    assert f'zbak_last_success_timestamp_seconds{{action="copy",job="j",target="b:{rig.data}"}}' \
+        in metrics and 'zbak_stale_after_seconds{action="copy"} 180000' in metrics, metrics
 
 
 def test_a_dataset_gate_lets_actions_due_together_in_action_order_and_frees_waiters_on_stop():

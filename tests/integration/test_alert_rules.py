@@ -88,6 +88,11 @@ CASES: dict[str, list[dict]] = {
         {"action": "archive", "target": "cold:tank/data"},
         "zbak job a: no successful archive to cold:tank/data for 1h 10m 0s",
         "Longer than [alerts] stale_after.archive. Run `zbak status a` and `zbak archive a`.")],
+    "ZbakCopyStale": [stale_case(
+        "ZbakCopyStale", "zbak_last_success_timestamp_seconds", "copy",
+        {"action": "copy", "target": "offsite:tank/data"},
+        "zbak job a: no successful copy to offsite:tank/data for 1h 10m 0s",
+        "Longer than [alerts] stale_after.copy. Run `zbak status a` and `zbak copy a`.")],
     "ZbakDrillStale": [stale_case(
         "ZbakDrillStale", "zbak_drill_last_success_timestamp_seconds", "drill",
         {"source": "cold"},
@@ -173,7 +178,7 @@ def promtool():
 def test_promtool_check_rules_passes(promtool):
     done = promtool("check", "rules", RULES)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 8 rules found" in done.stdout
+    assert "SUCCESS: 9 rules found" in done.stdout
 
 
 def test_every_alert_of_the_rules_file_has_a_case():

@@ -404,3 +404,35 @@ def test_a_drill_source_is_stale_after_stale_after_without_an_ok_drill_and_skipp
                                                            ("drill", "cold")]
     assert any(e.message.startswith("no successful drill of job nightly from cold since"
                                     " 2026-03-01 02:00Z") for e in found)
+
+
+def test_a_scheduled_copy_is_stale_per_store_without_an_ok_copy_to_it(
+    receiver, mailsink, tmp_path, catalog
+):
+    """docs/copies.md#the-copy-schedule: each store with a scheduled copy is stale on its own
+    after ``stale_after.copy`` (50 h by default) without an ok ``copy`` run to it (targets
+    ``STORE:DATASET``); a copy store without a schedule is not watched."""
+    config = Config.model_validate({
+        **config_for(receiver, mailsink, tmp_path).model_dump(exclude={"jobs", "alerts"}),
+        "stores": {n: {"url": f"file://{tmp_path / n}"} for n in ("cold", "offsite", "box", "usb")},
+        "jobs": {"nightly": {"dataset": "tank/data", "archive": {"store": "cold"},
+                             "copy": {"offsite": {"schedule": "0 3 * * *"},
+                                      "box": {"schedule": "0 4 * * *"}, "usb": {}}}},
+    })
+    assert config.alerts.stale_after["copy"] == dt.timedelta(hours=50)
+    clock = FixedClock(T0)
+    for target in ("offsite:tank/data", "usb:tank/data"):
+        with recorded_run(catalog, clock, "nightly", "copy", target):
+            pass
+    clock.advance(dt.timedelta(hours=40))
+    with recorded_run(catalog, clock, "nightly", "copy", "box:tank/data"):
+        pass
+
+    def stale(hours: int) -> list[tuple[str | None, str]]:
+        return [(e.target, e.message) for e in alerts.staleness.stale_events(
+            catalog, config, T0 + dt.timedelta(hours=hours), since=T0) if e.action == "copy"]
+
+    assert stale(49) == []
+    assert stale(51) == [("offsite", "no successful copy of job nightly to store offsite since"
+                                     " 2026-03-01 02:00Z (51h ago; stale_after 50h)")]
+    assert [target for target, _ in stale(91)] == ["box", "offsite"]

@@ -79,3 +79,14 @@ def test_a_job_with_a_drill_section_is_drilled_on_sundays_at_six_utc_by_default(
                        NOW, None) == []
     assert due_entries([drill], {("db", "drill"): sunday - dt.timedelta(minutes=1)},
                        NOW, None) == [drill]
+
+
+def test_a_copy_counts_per_store_it_copied_to():
+    """docs/copies.md#the-copy-schedule: a copy run's target is ``STORE:DATASET``; its entry is
+    ``copy:STORE``, due by that store's runs alone."""
+    early, late = NOW - dt.timedelta(hours=3), NOW - dt.timedelta(minutes=3)
+    starts = last_starts([run("copy", early, "b:tank/db"), run("copy", late, "c:tank/db")])
+    assert starts == {("db", "copy:b"): early, ("db", "copy:c"): late}
+    copy_b = Entry("db", "copy:b", cron="0 * * * *")
+    assert due_entries([copy_b], starts, NOW, None) == [copy_b]
+    assert due_entries([copy_b], {("db", "copy:b"): late}, NOW, None) == []

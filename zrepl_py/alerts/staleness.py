@@ -8,6 +8,8 @@ action:
 
 * ``replicate``: per target of the job (``runs.target`` is the target string);
 * ``archive``: per store, the newest ok archive run of any dataset (targets ``STORE:DATASET``);
+* ``copy``: per store with a scheduled copy (daemon action ``copy:STORE``), the newest ok copy
+  run to it (targets ``STORE:DATASET``, docs/copies.md#the-copy-schedule);
 * ``drill``: per source, the newest drill that ended ok (``Catalog.last_drill_successes``;
   a skipped or pending drill is a run that ended ok, not a drill that restored anything),
   over the sources whose newest drill was not skipped by design (a cold store without
@@ -56,11 +58,13 @@ def stale_events(catalog: Catalog, config: Config, now: dt.datetime, *,
     Raises:
         CatalogError: the catalog cannot be read.
     """
-    from zrepl_py.daemon.plan import plan_entries
+    from zrepl_py.daemon.plan import base_action, plan_entries
 
     found: list[Event] = []
     limits = config.alerts.stale_after
-    scheduled = {(e.job, e.action) for e in plan_entries(config)}
+    entries = plan_entries(config)
+    scheduled = {(e.job, base_action(e.action)) for e in entries}
+    copies = {(e.job, e.action.partition(":")[2]) for e in entries if base_action(e.action) == "copy"}
     successes: dict[str, dict[tuple[str, str | None], RunRow]] = {}
     for name, job in config.jobs.items():
         for action, limit in limits.items():
@@ -72,7 +76,8 @@ def stale_events(catalog: Catalog, config: Config, now: dt.datetime, *,
                 if action not in successes:
                     successes[action] = catalog.last_successes(action)
                 runs = {t: r for (j, t), r in successes[action].items() if j == name}
-                last_by_key = _last_by_key(job, action, runs)
+                last_by_key = _last_by_key(job, action, runs,
+                                           [store for j, store in copies if j == name])
             for target, last in last_by_key.items():
                 event = _judge(name, action, target, last, limit, now, since)
                 if event is not None:
@@ -90,17 +95,22 @@ def _last_drills(catalog: Catalog, job: str) -> dict[str | None, dt.datetime | N
     return {source: ok.get(source) for source in drilled}
 
 
-def _last_by_key(job: JobConfig, action: str, runs: dict[str | None, RunRow]
-                 ) -> dict[str | None, dt.datetime | None]:
+def _last_by_key(job: JobConfig, action: str, runs: dict[str | None, RunRow],
+                 copy_stores: list[str]) -> dict[str | None, dt.datetime | None]:
     # A scheduled replicate or archive action means the job has that section.
     if action == "replicate" and job.replicate is not None:
         return {t: (_when(runs[t]) if t in runs else None) for t in job.replicate.targets}
     if action == "archive" and job.archive is not None:
-        store = job.archive.store
-        times = [_when(r) for t, r in runs.items()
-                 if t == store or (t or "").startswith(f"{store}:")]
-        return {store: max(times, default=None)}
+        return {job.archive.store: _newest_in(job.archive.store, runs)}
+    if action == "copy":
+        return {store: _newest_in(store, runs) for store in sorted(copy_stores)}
     return {None: max((_when(r) for r in runs.values()), default=None)}
+
+
+def _newest_in(store: str, runs: dict[str | None, RunRow]) -> dt.datetime | None:
+    """When the newest of ``runs`` to ``store`` (target ``STORE`` or ``STORE:DATASET``) ended."""
+    times = [_when(r) for t, r in runs.items() if t == store or (t or "").startswith(f"{store}:")]
+    return max(times, default=None)
 
 
 def _judge(job: str, action: str, target: str | None, last: dt.datetime | None,

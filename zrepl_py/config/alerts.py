@@ -63,7 +63,7 @@ class SecretRef(Table):
 
 AlertKind = Literal["failure", "recovery", "stale", "budget", "degraded"]
 ALERT_KINDS: tuple[AlertKind, ...] = get_args(AlertKind)
-StaleAction = Literal["snapshot", "replicate", "archive", "prune", "audit", "drill"]
+StaleAction = Literal["snapshot", "replicate", "archive", "copy", "prune", "audit", "drill"]
 
 
 class WebhookConfig(Table):
@@ -169,6 +169,7 @@ class AlertsConfig(Table):
     stale_after: dict[StaleAction, Duration] = {
         "replicate": dt.timedelta(hours=26),
         "archive": dt.timedelta(hours=50),
+        "copy": dt.timedelta(hours=50),
         "drill": dt.timedelta(days=8),
     }
     repeat_after: Duration = dt.timedelta(hours=24)

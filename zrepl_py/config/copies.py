@@ -6,7 +6,7 @@ from pydantic import Field
 
 from zrepl_py.config.archive import ChainRetentionConfig
 from zrepl_py.stores.settings import StorageClasses
-from zrepl_py.values.fields import Table
+from zrepl_py.values.fields import CronSchedule, Table
 
 
 class CopyConfig(Table):
@@ -17,6 +17,8 @@ class CopyConfig(Table):
         source: the store copied from, written ``from`` (a field named ``from`` is a Python
             keyword); None: the job's archive store.
         storage_class: the classes the copy's volumes are put in; None: the store's.
+        schedule: when ``zbak daemon`` runs ``zbak copy NAME --to STORE`` (crontab, UTC);
+            None: the daemon does not copy to STORE.
         retention: the chains ``zbak prune`` keeps in STORE (the archive's keys:
             ``keep_chains``, ``max_age``, ``reverify_after``, ``min_storage_duration``);
             None: every chain copied there is kept, and the store's retention wants every
@@ -25,4 +27,5 @@ class CopyConfig(Table):
 
     source: str | None = Field(None, alias="from")
     storage_class: StorageClasses | None = None
+    schedule: CronSchedule | None = None
     retention: ChainRetentionConfig | None = None

@@ -11,9 +11,12 @@ from pydantic import field_validator
 from zrepl_py.values.fields import CronSchedule, Duration, Table
 
 DaemonAction = Literal["snapshot", "replicate", "archive", "prune", "audit", "drill"]
-DAEMON_ACTIONS: tuple[DaemonAction, ...] = ("snapshot", "replicate", "archive", "prune", "audit",
-                                           "drill")
-"""What ``zbak daemon`` schedules, in the order it runs a job's actions that are due together."""
+"""The actions with hooks (``[jobs.NAME.hooks.ACTION]``)."""
+ScheduledAction = Literal["snapshot", "replicate", "archive", "copy", "prune", "audit", "drill"]
+DAEMON_ACTIONS: tuple[ScheduledAction, ...] = ("snapshot", "replicate", "archive", "copy", "prune",
+                                              "audit", "drill")
+"""What ``zbak daemon`` schedules, in the order it runs a job's actions that are due together
+(``copy`` once per ``[jobs.NAME.copy.STORE]`` with a ``schedule``)."""
 
 
 class DaemonConfig(Table):
@@ -21,7 +24,8 @@ class DaemonConfig(Table):
 
     Every job gets one trigger per action: ``snapshot``, ``replicate``, ``archive`` and
     ``drill`` from the job's ``schedule`` keys (an action whose section is missing or whose
-    schedule is unset is not scheduled); ``prune`` and ``audit`` from ``prune_schedule`` and
+    schedule is unset is not scheduled), ``copy`` from each ``[jobs.NAME.copy.STORE]
+    schedule`` (one trigger per copy store, running ``zbak copy NAME --to STORE``); ``prune`` and ``audit`` from ``prune_schedule`` and
     ``audit_schedule`` here, for every job (unset: not scheduled). Schedules are five-field
     crontab lines in UTC. ``every`` replaces an action's cron schedule for every job by a
     fixed interval (``{ snapshot = "5s", replicate = "10s" }``): for demos and tests;
@@ -38,7 +42,7 @@ class DaemonConfig(Table):
     daemons share (a PostgreSQL fleet): each daemon needs its own. Unset: ``zbak_schedule``."""
     prune_schedule: CronSchedule | None = "0 4 * * *"
     audit_schedule: CronSchedule | None = "0 5 * * 0"
-    every: dict[DaemonAction, Duration] = {}
+    every: dict[ScheduledAction, Duration] = {}
     misfire_grace_time: Duration | None = None
     """How late a missed run may still start; unset: any missed run is caught up once."""
     stop_timeout: Duration = dt.timedelta(seconds=30)
@@ -56,8 +60,8 @@ class DaemonConfig(Table):
 
     @field_validator("every")
     @classmethod
-    def _every(cls, value: dict[DaemonAction, dt.timedelta]
-               ) -> dict[DaemonAction, dt.timedelta]:
+    def _every(cls, value: dict[ScheduledAction, dt.timedelta]
+               ) -> dict[ScheduledAction, dt.timedelta]:
         for action, interval in value.items():
             if interval < dt.timedelta(seconds=1):
                 raise ValueError(f"every.{action}: an interval must be at least 1 second")

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from zrepl_py.daemon.logs import RunLogger, run_logger
+from zrepl_py.daemon.plan import action_command
 from zrepl_py.errors import ExitStatus
 from zrepl_py.proc import spawn
 
@@ -45,14 +46,15 @@ _LINE = re.compile(
 
 
 def action_argv(config_path: Path, action: str, job: str, *, debug: bool = False) -> list[str]:
-    """``[setpriv --pdeathsig TERM --] python -m zrepl_py --config PATH [--debug] ACTION JOB``."""
+    """``[setpriv --pdeathsig TERM --] python -m zrepl_py --config PATH [--debug] ACTION JOB``
+    (``copy JOB --to STORE`` for action ``copy:STORE``, ``daemon.plan.action_command``)."""
     prefix = []
     setpriv = shutil.which("setpriv")
     if setpriv:
         prefix = [setpriv, "--pdeathsig", "TERM", "--"]
     flags = ["--debug"] if debug else []
     return [*prefix, sys.executable, "-m", "zrepl_py", "--config", str(config_path), *flags,
-            action, job]
+            *action_command(action, job)]
 
 
 def start(argv: list[str], env: Mapping[str, str]) -> spawn.Popen[str]:

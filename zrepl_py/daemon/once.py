@@ -25,7 +25,7 @@ from pathlib import Path
 from zrepl_py.catalog.rows import RunRow
 from zrepl_py.daemon import child
 from zrepl_py.daemon.logs import run_logger
-from zrepl_py.daemon.plan import Entry, make_trigger
+from zrepl_py.daemon.plan import Entry, copy_action, make_trigger
 from zrepl_py.errors import ExitStatus
 from zrepl_py.proc import spawn
 
@@ -37,10 +37,13 @@ run held the lock (it runs again next time), waiting for a thaw (the next run go
 
 
 def last_starts(runs: Iterable[RunRow]) -> dict[tuple[str, str], dt.datetime]:
-    """The newest start of each (job, action) among ``runs``, over all its targets."""
+    """The newest start of each (job, action) among ``runs``, over all its targets; a copy
+    counts per store copied to (action ``copy:STORE``: its runs' targets are
+    ``STORE:DATASET``)."""
     found: dict[tuple[str, str], dt.datetime] = {}
     for run in runs:
-        key = (run.job, run.action)
+        key = (run.job, run.action if run.action != "copy" or run.target is None
+               else copy_action(run.target.partition(":")[0]))
         if key not in found or run.started_at > found[key]:
             found[key] = run.started_at
     return found

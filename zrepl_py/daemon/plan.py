@@ -1,6 +1,7 @@
 """Which action of which job the daemon runs when: one ``Entry`` per (job, action) (pure).
 
-Cron lines come from ``[jobs.NAME.snapshot|replicate|archive|drill] schedule`` and ``[daemon]
+Cron lines come from ``[jobs.NAME.snapshot|replicate|archive|drill] schedule``, ``[jobs.NAME.
+copy.STORE] schedule`` (action ``copy:STORE``, one per copy store) and ``[daemon]
 prune_schedule`` / ``audit_schedule``; ``[daemon] every`` replaces an action's cron line by a
 fixed interval for every job (see ``DaemonConfig``). Entries are compared across restarts by
 ``Entry.name``, which spells the schedule: a changed schedule replaces the stored job (its
@@ -37,7 +38,8 @@ class Entry:
 
     Attributes:
         job: the ``[jobs.NAME]`` key.
-        action: one of ``DAEMON_ACTIONS``.
+        action: one of ``DAEMON_ACTIONS``, or ``copy:STORE`` for the copy to store STORE
+            (``copy_action``; job and store names hold no ``:``).
         cron: a five-field crontab line (UTC), or None when ``every`` is set.
         every: seconds between runs, or None for a cron schedule.
     """
@@ -65,7 +67,30 @@ class Entry:
     @property
     def order(self) -> int:
         """Rank among a job's actions due together: snapshot first, audit last."""
-        return DAEMON_ACTIONS.index(self.action)
+        return DAEMON_ACTIONS.index(base_action(self.action))
+
+
+def copy_action(store: str) -> str:
+    """The daemon's action name of the copy to ``store``: ``copy:STORE``."""
+    return f"copy:{store}"
+
+
+def base_action(action: str) -> str:
+    """The command an action runs (``copy`` for ``copy:STORE``), one of ``DAEMON_ACTIONS``."""
+    return action.partition(":")[0]
+
+
+def action_command(action: str, job: str) -> list[str]:
+    """The ``zbak`` arguments of one run: ``ACTION JOB``; ``copy JOB --to STORE`` for
+    ``copy:STORE``."""
+    base, _, store = action.partition(":")
+    return [base, job, "--to", store] if store else [action, job]
+
+
+def split_id(job_id: str) -> tuple[str, str]:
+    """``(job, action)`` of an ``Entry.id`` (``JOB:ACTION``; the action may hold a ``:``)."""
+    job, _, action = job_id.partition(":")
+    return job, action
 
 
 def _cron(config: Config, job: JobConfig, action: str) -> str | None:
@@ -101,16 +126,21 @@ def plan_entries(config: Config) -> list[Entry]:
     entries = []
     for name, job in config.jobs.items():
         for action in DAEMON_ACTIONS:
-            if not _has_section(job, action):
-                continue
-            cron = _cron(config, job, action)
-            if cron is None:
+            if action == "copy":
+                crons = [(copy_action(store), copy.schedule)
+                         for store, copy in job.copies.items()]
+            elif _has_section(job, action):
+                crons = [(action, _cron(config, job, action))]
+            else:
                 continue
             every = config.daemon.every.get(action)
-            if every is not None:
-                entries.append(Entry(name, action, every=every.total_seconds()))
-            else:
-                entries.append(Entry(name, action, cron=cron))
+            for run, cron in crons:
+                if cron is None:
+                    continue
+                if every is not None:
+                    entries.append(Entry(name, run, every=every.total_seconds()))
+                else:
+                    entries.append(Entry(name, run, cron=cron))
     return entries
 
 

@@ -40,7 +40,7 @@ from zrepl_py.config.schema import Config
 from zrepl_py.daemon import child
 from zrepl_py.daemon.gate import Gate
 from zrepl_py.daemon.logs import RunLogger, run_logger
-from zrepl_py.daemon.plan import make_trigger, missed_runs, plan_entries
+from zrepl_py.daemon.plan import base_action, make_trigger, missed_runs, plan_entries, split_id
 from zrepl_py.errors import ExitStatus
 from zrepl_py.invocation.context import lock_key
 from zrepl_py.proc import spawn
@@ -247,7 +247,7 @@ class Daemon:
 
         if event.job_id.startswith(TASK_PREFIX) and event.code != EVENT_JOB_ERROR:
             return
-        job, _, action = event.job_id.rpartition(":")
+        job, action = split_id(event.job_id)
         logger = run_logger(log, job or None, action or None)
         if event.code == EVENT_JOB_SUBMITTED:
             with self._lock:
@@ -295,7 +295,7 @@ class Daemon:
             self._not_started(job_id, logger)
             return
         gate = self._gates[lock_key(config)]
-        if not gate.acquire(DAEMON_ACTIONS.index(action), self._stopping):
+        if not gate.acquire(DAEMON_ACTIONS.index(base_action(action)), self._stopping):
             self._not_started(job_id, logger)
             return
         try:
@@ -331,7 +331,7 @@ class Daemon:
                 self._interrupted[job_id] = self._due.get(job_id, started)
             logger.warning("interrupted by shutdown after %.1f s (exit %d)", seconds, code)
         else:
-            child.log_exit(logger, job_id.rpartition(":")[0], code, seconds, messages)
+            child.log_exit(logger, split_id(job_id)[0], code, seconds, messages)
 
     def _shutdown_runs(self) -> None:
         """Stop queued and running runs: SIGTERM, wait ``stop_timeout``, then SIGKILL."""

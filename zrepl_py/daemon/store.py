@@ -16,6 +16,7 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 from zrepl_py.config.daemon import DaemonConfig
+from zrepl_py.daemon.plan import split_id
 
 if TYPE_CHECKING:
     from apscheduler.jobstores.base import BaseJobStore
@@ -82,7 +83,7 @@ def scheduled_runs(engine: Engine, config: DaemonConfig) -> list[ScheduledRun]:
             found = connection.execute(sa.select(rows.c.id, rows.c.next_run_time)).all()
     runs = []
     for job_id, stamp in found:
-        job, _, action = job_id.rpartition(":")
+        job, action = split_id(job_id)
         when = dt.datetime.fromtimestamp(stamp, UTC) if stamp is not None else None
         runs.append(ScheduledRun(job, action, when))
     return sorted(runs, key=lambda r: (r.job, r.action))
