@@ -199,10 +199,13 @@ def plan_dataset_chains(
                 elif damaged[scope.name] and scope.policy is not None and scope.name in plans:
                     plans[scope.name] = plan_chain_retention(
                         streams[scope.name], scope.policy, now, damaged=damaged[scope.name])
-        every = [s for p in scopes for s in streams.get(p.name, ())]
-        wanted = {p.name: wanted_prefixes(p.policy, every, now) for p in scopes}
-        kept = keep_last_copies([StorePlan(p.name, plans.get(p.name), damaged.get(p.name, {}))
-                                 for p in scopes], every, wanted)
+        kept = plans
+        if len(scopes) > 1:  # one store: its own plan keeps all its retention wants
+            every = [s for p in scopes for s in streams.get(p.name, ())]
+            wanted = {p.name: wanted_prefixes(p.policy, every, now) for p in scopes}
+            kept = keep_last_copies([StorePlan(p.name, plans.get(p.name),
+                                               damaged.get(p.name, {})) for p in scopes],
+                                    every, wanted)
     except ZbakError as exc:
         log.error("checking the chains of %s failed: %s", dataset, exc)
         for result in results.values():

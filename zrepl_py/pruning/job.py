@@ -254,12 +254,8 @@ def _prune_stores(ctx: Context, name: str, job: JobConfig, streams: list[StreamR
             continue
         scopes.append(StoreScope(store, backend, policy,
                                  store_check(backend, ctx.catalog(), job, store)))
-    try:
-        planned = plan_stores(scopes, job, streams, ctx.clock.now(), left_out=left_out)
-    except ZbakError as exc:
-        log.error("job %s: planning the chains' retention failed: %s", name, exc)
-        planned = {p.name: ArchivePruneResult(p.name, error=str(exc))
-                   for p in scopes if p.policy is not None}
+    # (planning reports a dataset's store and catalog errors in its result, raising none)
+    planned = plan_stores(scopes, job, streams, ctx.clock.now(), left_out=left_out)
     results.update(planned)
     if not dry_run:
         for scope in scopes:
