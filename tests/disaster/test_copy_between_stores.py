@@ -339,9 +339,9 @@ def test_each_store_prunes_by_its_own_retention_and_keeps_the_last_copy_another_
                 if s.to_name == snap:
                     catalog.set_stream_state(s.id, "verified", s.created_at)
 
-    def plan() -> dict[tuple[str, str], tuple[str, list[str]]]:
-        """``prune --dry-run``'s action and reasons by (store, stream)."""
-        rows = json.loads(site.ok("prune", "--dry-run", "--json"))["streams"]
+    def prune(*args: str) -> dict[tuple[str, str], tuple[str, list[str]]]:
+        """``prune ARGS --json``'s action and reasons by (store, stream)."""
+        rows = json.loads(site.ok("prune", *args, "--json"))["streams"]
         return {(r["store"], r["stream"]): (r["action"], r["reasons"]) for r in rows}
 
     configure(3, 1)
@@ -351,9 +351,8 @@ def test_each_store_prunes_by_its_own_retention_and_keeps_the_last_copy_another_
         site.ok("archive", "--full")
         copied(site)
     verify("1")
-    found = plan()
+    found = prune()
     assert found["b", "full @0"][0] == "delete" and found["a", "full @0"][0] == "keep", found
-    site.ok("prune")
     assert held("a") == ["0", "1"] and held("b") == ["1"]
     assert [(r["stream"], r["result"], r["problem"]) for r in copied(site)] == [
         ("full @0", "skipped", "its chain is beyond the retention of the store copied to")]
@@ -362,7 +361,7 @@ def test_each_store_prunes_by_its_own_retention_and_keeps_the_last_copy_another_
     site.snapshot_steps(range(2, 3), size=64 * 1024)
     site.ok("archive", "--full")
     verify("2")
-    found = plan()
+    found = prune("--dry-run")
     assert found["a", "full @1"][0] == "delete", found  # b holds it
     assert found["a", "full @0"] == ("keep", [
         f"the last sound copy of @0 (stream {stream_id(site, 'a', '0')}): the retention of"
