@@ -40,13 +40,17 @@ STRIDE = int(os.environ.get("ZBAK_CRASH_STRIDE", "5"))
 host, over the suite's budget); the suite runs every fifth (k = 1, 6, 11, ...)."""
 
 
-def crash(site: Site, k: int, *args: str) -> tuple[int, list[str], str]:
-    """``zbak ARGS`` under the crash runner, killed after step ``k``; return its exit status
-    (-9 when killed), the steps it completed and its stderr."""
+def crash(site: Site, k: int | None, *args: str, at: str | None = None
+          ) -> tuple[int, list[str], str]:
+    """``zbak ARGS`` under the crash runner, killed after step ``k`` (or after the step
+    whose ``OP<TAB>KEY`` contains ``at``; neither: not killed); return its exit status (-9
+    when killed), the steps it completed and its stderr."""
     steps_file = site.tmp / "steps"
     steps_file.unlink(missing_ok=True)
+    kill = {"ZBAK_FAULT_KILL_AFTER": str(k)} if k is not None else {}
+    kill |= {"ZBAK_FAULT_KILL_AT": at} if at is not None else {}
     env = dict(os.environ, ZBAK_FAULT_STEPS_FILE=str(steps_file), ZBAK_FAULT_ZFS_STEPS="1",
-               ZBAK_FAULT_KILL_AFTER=str(k), ZBAK_LOG_LEVEL="WARNING")
+               ZBAK_LOG_LEVEL="WARNING", **kill)
     # Output to a file, not a pipe (as support.cli.faulty_zbak has): the ssh master a killed
     # run started (ControlPersist) inherits its stderr and would hold a pipe open past it.
     with open(site.tmp / "stderr", "w+") as stderr:
@@ -211,4 +215,37 @@ def test_a_failback_that_keeps_the_masters_write_killed_after_any_step_converges
         assert tree_digest(Path(prop(new, "mountpoint"))) == master, f"k={k}: the master's"
         zfs("unmount", new)
     assert run.finished == {"failback"}
+    assert site.nightly(64 * KiB) < 1 << 20, "replication goes on incrementally"
+
+
+def test_a_failback_killed_between_a_full_stream_and_its_mark_converges(
+        make_pool, sshd, tmp_path):
+    """A dataset made on the live replica after the failover goes to the master as a full
+    stream; the failback killed right after that stream, before the new dataset is marked
+    (docs/failover.md#when-a-failover-or-failback-is-killed), and run again: no second full
+    stream, nothing destroyed, the new dataset held for the target like the others and its
+    files at its place, the replica a replica."""
+    site = Site(make_pool, sshd, tmp_path)
+    site.nightly(64 * KiB)
+    run = Run(site)
+    site.export()
+    site.ok("failover", "j")
+    zfs("create", f"{site.replica}/new")
+    _write(Path(prop(f"{site.replica}/new", "mountpoint")), "made-there")
+    written = tree_digest(site.live)
+    site.import_()
+    full = f"zfs.full\t{site.replica}/new -> {site.data}/new"
+    code, steps, stderr = crash(site, None, "failback", "j", "--yes", at=full)
+    assert code == -signal.SIGKILL and full in steps[-1], f"{steps[-1:]} {stderr}"
+    assert not (writable(site.replica) and writable(site.data)), "writable on both sides"
+    run.kept("killed after the full stream")
+    made = prop(f"{site.data}/new", "guid")
+    code, steps, stderr = crash(site, None, "failback", "j", "--yes")
+    assert code == 0, stderr
+    assert not [s for s in steps if "\tzfs.full\t" in s], "no second full stream"
+    assert prop(f"{site.data}/new", "guid") == made, "the new dataset is the one received"
+    run.kept("rerun")
+    _failed_back(site, written, "rerun")
+    newest = site.snaps(f"{site.data}/new")[-1]
+    assert prop(f"{site.data}/new@{newest}", "userrefs") == "1", "held for the target"
     assert site.nightly(64 * KiB) < 1 << 20, "replication goes on incrementally"

@@ -9,6 +9,9 @@ build it with ``support.cli.faulty_zbak``):
     after the k-th step has completed, the process sends itself SIGKILL: no exception, no
     ``finally``, no atexit; exactly what a power cut or the OOM killer leaves behind (the
     pipeline stages die with it: ``setpriv --pdeathsig``). Unset: run to the end.
+``ZBAK_FAULT_KILL_AT=TEXT``
+    SIGKILL after the first step whose ``OP<TAB>KEY`` (as the steps file writes it) contains
+    TEXT: a kill at one named step (``zfs.full\tPOOL/rep/data/new ->``) without counting.
 ``ZBAK_FAULT_STEPS_FILE=path``
     each step is appended as ``COUNT<TAB>OP<TAB>KEY`` and fsync'ed before the next action, so
     the test knows every step of a run and which one was the last.
@@ -61,8 +64,9 @@ RECORD_STEPS = ("start_run", "finish_run", "set_cursor", "set_cursors", "record_
 class Steps:
     """Counts steps across stores and the catalog; kills the process after step ``kill_after``."""
 
-    def __init__(self, kill_after: int | None, log_path: str | None):
+    def __init__(self, kill_after: int | None, log_path: str | None, kill_at: str | None = None):
         self.kill_after = kill_after
+        self.kill_at = kill_at
         self.count = 0
         self.log = open(log_path, "a", encoding="utf-8") if log_path else None
 
@@ -73,7 +77,8 @@ class Steps:
             self.log.write(f"{self.count}\t{op}\t{key}\n")
             self.log.flush()
             os.fsync(self.log.fileno())
-        if self.kill_after is not None and self.count >= self.kill_after:
+        if (self.kill_after is not None and self.count >= self.kill_after) \
+                or (self.kill_at is not None and self.kill_at in f"{op}\t{key}"):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -148,7 +153,8 @@ def main() -> int:
     faults = json.loads(os.environ.get("ZBAK_FAULT_STORE", "{}"))
     if "append" in faults:
         faults["append"] = bytes.fromhex(faults["append"])
-    install(Steps(int(kill) if kill else None, os.environ.get("ZBAK_FAULT_STEPS_FILE")),
+    install(Steps(int(kill) if kill else None, os.environ.get("ZBAK_FAULT_STEPS_FILE"),
+                  os.environ.get("ZBAK_FAULT_KILL_AT")),
             faults, os.environ.get("ZBAK_FAULT_CALLS"),
             zfs_steps=os.environ.get("ZBAK_FAULT_ZFS_STEPS") == "1")
     from zrepl_py.cli import main as zbak_main

@@ -186,6 +186,34 @@ def test_a_dataset_made_on_the_replica_after_the_failover_is_sent_whole_without_
     assert [b.rel for b in released.datasets] == [""], "a replica of the source's own kid"
 
 
+def test_a_rerun_after_a_full_stream_killed_before_its_mark_receives_no_second_full():
+    """A failback killed between the full stream of a dataset made on the replica (every
+    snapshot newer than the failover's base, @b) and its mark left it on the source unmarked:
+    the rerun has it in scope (held, its cursor moved, made live) and sends it incrementally
+    from what the stream brought, never whole again. A killed --full resend of the root
+    likewise."""
+    frozen = source("", A, B, F, mark=SourceMark(AT, "j"), readonly=True)
+    made = source("new", F, mounted=False, written=None)
+    plan = back(facts([replica("", A, B, F), replica("new", F, marked=False)],
+                      {"": frozen, "new": made}))
+    assert [(b.rel, b.action, b.common) for b in plan.datasets] == [
+        ("", "receive", F), ("new", "receive", F)]
+    assert not plan.blockers and not plan.needs_full and plan.kept_root is None
+    resent = back(facts([replica("", F)], {"": source("", F, mounted=False, written=None)},
+                        full=True))
+    assert [(b.action, b.common) for b in resent.datasets] == [("receive", F)]
+
+
+def test_the_sources_own_dataset_named_as_one_made_on_the_replica_is_kept_aside():
+    """No snapshot in common: the source's is kept (renamed with the tree), the replica's
+    goes whole only with --full."""
+    plan = back(facts([replica("", A, B, F), replica("new", F, marked=False)],
+                      {"": source("", A, B), "new": source("new", X)}))
+    assert plan.rename and plan.kept_root == KEPT
+    assert [(b.rel, b.action) for b in plan.datasets] == [("", "clone"), ("new", "full")]
+    assert plan.needs_full and any("--full" in b for b in plan.blockers)
+
+
 def test_the_version_check_names_what_the_source_pool_cannot_receive():
     limits = ReceiverLimits(zpl_version=4, encryption=False, large_dnode=False)
     plan = back(facts([replica("", A, B, F, zpl_version=5, encrypted=True, large_dnodes=True)],

@@ -625,13 +625,28 @@ def plan_failback(facts: FailbackFacts, *, now: dt.datetime) -> FailbackPlan:
 
 def _in_scope(facts: FailbackFacts, replica: ReplicaState) -> bool:
     """Whether ``replica`` fails back: it carries the mark, its source dataset does (a run
-    released it already), or it has no mark and no source dataset anywhere: it was made on
-    the live replica after the failover (the failover marked every dataset there was)."""
+    released it already), or it has no mark and was made on the live replica after the
+    failover (the failover marked every dataset there was): it has no source dataset
+    anywhere, or every snapshot of it is newer than the failover, so a source dataset of
+    that name holds what a killed run's full stream of it made (or the source's own, which
+    has no snapshot in common with it and is kept aside: ``_dirty``;
+    docs/decisions.md#a-dataset-made-on-the-live-replica-is-known-by-its-snapshots)."""
     rel = replica.name.relative_to(facts.replica_root)
     side = facts.sources.get(rel)
     if replica.mark is not None or (side is not None and side.mark is not None):
         return True
-    return bool(rel) and side is None and rel not in facts.kept
+    return bool(rel) and ((side is None and rel not in facts.kept)
+                          or _made_after_failover(facts, replica))
+
+
+def _made_after_failover(facts: FailbackFacts, replica: ReplicaState) -> bool:
+    """``replica``'s oldest snapshot is newer (createtxg, one pool's counter) than the
+    replica root's snapshot that was newest at the failover (its mark's ``base``)."""
+    root = next((r for r in facts.replicas if r.name == facts.replica_root), None)
+    if root is None or root.mark is None or root.mark.base is None or not replica.snapshots:
+        return False
+    base = next((s for s in root.snapshots if s.name == root.mark.base), None)
+    return base is not None and replica.snapshots[0].createtxg > base.createtxg
 
 
 def _on_replica(facts: FailbackFacts, rel: str) -> bool:
