@@ -21,8 +21,11 @@ from support.failover import ZBAK, Site
 pytestmark = [pytest.mark.zfs, pytest.mark.ssh]
 
 MiB = 1 << 20
+NEW = 64 * 1024
+"""Bytes written in the dataset ``_made_on_the_replica`` makes."""
 CHANGES = 2 * MiB + 256 * 1024
-"""Bytes ``_live_replica_writes`` writes (and the few of one rewritten file)."""
+"""Bytes ``_live_replica_writes`` writes (and the few of one rewritten file); with a new
+dataset, ``NEW`` more."""
 
 
 def _only_the_changes(sent: int, full: int) -> None:
@@ -32,13 +35,24 @@ def _only_the_changes(sent: int, full: int) -> None:
         f"{sent} bytes sent: the changes ({CHANGES}), not the dataset ({full})"
 
 
-def _live_replica_writes(site: Site) -> dict[str, str]:
-    """Write on the promoted replica (root and child); return its files' digests."""
+def _live_replica_writes(site: Site, *, new: bool = False) -> dict[str, str]:
+    """Write on the promoted replica (root and child; with ``new`` in a dataset made there,
+    ``data/new``); return its files' digests (the root's with the children's below it)."""
     site.write(site.live, "on-replica", 2 * MiB)
     (site.live / "n1").write_bytes(b"changed on the replica\n")
     kid = Path(prop(f"{site.replica}/kid", "mountpoint"))
     site.write(kid, "kid-on-replica", 256 * 1024)
+    if new:
+        _made_on_the_replica(site)
     return {"": tree_digest(site.live), "kid": tree_digest(kid)}
+
+
+def _made_on_the_replica(site: Site) -> None:
+    """A dataset made on the live replica after the failover, ``data/new``, with a file:
+    the failback sends it whole (in ``CHANGES``) and it must show at its place below the
+    source's mountpoint, which the callers' digests of the whole tree check."""
+    zfs("create", f"{site.replica}/new")
+    site.write(Path(prop(f"{site.replica}/new", "mountpoint")), "made-there", NEW)
 
 
 @pytest.mark.parametrize("mode,source_wrote", [("push", True), ("pull", False)],
@@ -68,7 +82,7 @@ def test_the_whole_cycle_keeps_every_byte_and_sends_only_the_changes(
     assert prop(site.replica, "readonly") == "off" and os.path.ismount(site.live)
     status = json.loads(site.ok("status", "--json", "--offline").stdout)
     assert status[0]["targets"][0]["failed_over"]["failed_over_at"]
-    written = _live_replica_writes(site)
+    written = _live_replica_writes(site, new=True)
     site.import_()
     if not source_wrote:
         zfs("unmount", f"{site.data}/kid")
@@ -86,7 +100,8 @@ def test_the_whole_cycle_keeps_every_byte_and_sends_only_the_changes(
     assert ("renamed to" in done.stdout) is source_wrote, "the plan shown first"
     assert tree_digest(site.source_dir) == written[""], "every byte written on the replica"
     assert tree_digest(Path(prop(f"{site.data}/kid", "mountpoint"))) == written["kid"]
-    _only_the_changes(site.run_bytes("failback"), full)
+    assert prop(f"{site.data}/new", "mounted") == "yes"
+    _only_the_changes(site.run_bytes("failback") - NEW, full)
     assert site.marks(site.replica) == {} and prop(site.replica, "readonly") == "on"
     assert prop(site.replica, "mounted") == "no"
     assert common in site.snaps(site.data)
@@ -150,6 +165,7 @@ def test_a_planned_switchover_loses_nothing_written_before_it(make_pool, sshd, t
     with pytest.raises(OSError):
         (site.source_dir / "after-the-switch").write_bytes(b"x")  # the source is read-only
     site.write(site.live, "on-replica", MiB)
+    _made_on_the_replica(site)
     after = tree_digest(site.live)
     done = site.ok("failback", "j", "--yes")
     assert "before-failback" not in done.stdout, "the frozen source receives directly"
