@@ -1,5 +1,7 @@
 """docs/decisions.md#crash-tests-kill-at-every-step: ``zbak failover`` and ``zbak failback``
-killed (SIGKILL) right after their k-th step, for every k, then run again.
+killed (SIGKILL) right after their k-th step, for every k, then run again; and a failback
+killed at one named step the stride may miss (the full stream of a dataset made on the live
+replica, before its mark), then run again.
 
 A step is every zfs command that changes state on either side (the master's pool here, the
 backup host's over the real sshd: a root login without zbak, so the replica's commands go
