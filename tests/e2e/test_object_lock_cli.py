@@ -255,6 +255,87 @@ def test_archive_and_audit_extend_each_lock_once_less_than_half_the_period_is_le
         assert lock_of(fresh[0], fresh[1]) == fresh[2] == now_recorded[fresh[1]], command
 
 
+def test_prune_keeps_a_released_chain_until_its_locks_lapse_then_deletes_every_version_by_id(
+        zpool, tmp_path, s3_server, s3_bucket, capsys):
+    """Two chains in a lock store (period 3 days), ``keep_chains = 1``, the newer full
+    verified: retention releases the older chain, but its volumes are locked for 3 more days,
+    so ``zbak prune --dry-run`` and ``zbak prune`` keep it, "expired, locked until DATE" (the
+    latest retain-until the catalog records of its volumes), and delete nothing. With its locks
+    moved into the past (moto lets a COMPLIANCE lock be shortened; the catalog is told the
+    same), ``zbak prune`` deletes every version of its keys by version id: the version listing
+    shows neither a version nor a delete marker under its prefix, and its catalog row is gone;
+    the newer chain keeps all its versions."""
+    bucket, client = _lock_bucket(s3_server)
+    data = f"{zpool.name}/data"
+    zfs("create", data)
+    mount = Path(prop(data, "mountpoint"))
+    (mount / "a").write_bytes(os.urandom(256 << 10))
+    zfs("snapshot", f"{data}@1")
+    run = _archiving(tmp_path, s3_server, bucket, data, capsys, "64MiB", True,
+                     "keep_chains = 1")
+    status, out, err = run("archive")
+    assert status == ExitStatus.OK, out + err
+    (mount / "b").write_bytes(os.urandom(256 << 10))
+    zfs("snapshot", f"{data}@2")
+    status, out, err = run("archive", "--full")
+    assert status == ExitStatus.OK, out + err
+    catalog = tmp_path / "state" / "catalog.sqlite"
+    (old_id, old_prefix), (new_id, new_prefix) = _chains(catalog)
+    _verify(catalog, new_id)
+
+    def versions(prefix: str) -> list[dict]:
+        page = client.list_object_versions(Bucket=bucket, Prefix=f"zbak/{prefix}")
+        return page.get("Versions", []) + page.get("DeleteMarkers", [])
+
+    old, new = versions(old_prefix), versions(new_prefix)
+    assert len(old) >= 2 and len(new) >= 2  # a volume and the manifest (and its copy)
+    until = max(u for k, _, u in _catalogued_versions(catalog) if k.startswith(old_prefix))
+    for args in (("--dry-run",), ()):
+        status, out, err = run("prune", "--json", *args)
+        assert status == ExitStatus.OK, out + err
+        (row,) = [r for r in json.loads(out)["streams"] if r["stream_id"] == old_id]
+        assert row["action"] == "keep", row
+        assert (f"expired, locked until {until.strftime('%Y-%m-%d %H:%M:%S')} UTC"
+                in " ".join(row["reasons"])), row
+        assert versions(old_prefix) == old and _states(catalog) == ["uploaded", "verified"]
+
+    past = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)).replace(microsecond=0)
+    for v in old:
+        client.put_object_retention(Bucket=bucket, Key=v["Key"], VersionId=v["VersionId"],
+                                    Retention={"Mode": "COMPLIANCE", "RetainUntilDate": past})
+    _set_retain_until(catalog, {v["VersionId"]: past for v in old})
+    status, out, err = run("prune", "--json")
+    assert status == ExitStatus.OK, out + err
+    (row,) = [r for r in json.loads(out)["streams"] if r["stream_id"] == old_id]
+    assert row["action"] == "delete", row
+    assert versions(old_prefix) == []
+    assert versions(new_prefix) == new
+    assert _chains(catalog) == [(new_id, new_prefix)]
+
+
+def _chains(catalog: Path) -> list[tuple[int, str]]:
+    """``(id, object prefix)`` of every catalogued stream, oldest first."""
+    engine = make_engine(f"sqlite:///{catalog}")
+    try:
+        s = stream_table.c
+        with engine.connect() as connection:
+            return [(r[0], r[1]) for r in connection.execute(
+                sa.select(s.id, s.object_prefix).order_by(s.id))]
+    finally:
+        engine.dispose()
+
+
+def _verify(catalog: Path, stream_id: int) -> None:
+    """Mark a stream verified now (what ``zbak audit --deep`` records)."""
+    engine = make_engine(f"sqlite:///{catalog}")
+    try:
+        with engine.begin() as connection:
+            connection.execute(sa.update(stream_table).where(stream_table.c.id == stream_id)
+                               .values(state="verified", verified_at=dt.datetime.now(dt.UTC)))
+    finally:
+        engine.dispose()
+
+
 def _set_retain_until(catalog: Path, until: dict[str, dt.datetime]) -> None:
     engine = make_engine(f"sqlite:///{catalog}")
     try:
@@ -293,9 +374,10 @@ def _lock_bucket(s3_server):
 
 
 def _archiving(tmp: Path, s3_server, bucket: str, data: str, capsys, volume_size: str,
-               locked: bool) -> Zbak:
+               locked: bool, archive: str = "") -> Zbak:
     """``zbak init`` of job ``data`` archiving ``data`` to store ``cold`` in ``bucket``
-    (with ``object_lock`` when ``locked``); the CLI runner."""
+    (with ``object_lock`` when ``locked``; ``archive``: more of its ``[archive]`` section);
+    the CLI runner."""
     return initialised(tmp, f"""
         [stores.cold]
         url = "s3://{bucket}/zbak"
@@ -307,6 +389,7 @@ def _archiving(tmp: Path, s3_server, bucket: str, data: str, capsys, volume_size
         dataset = "{data}"
         [jobs.data.archive]
         store = "cold"
+        {archive}
     """, capsys)
 
 

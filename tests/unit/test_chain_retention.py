@@ -8,9 +8,9 @@ import random
 import pytest
 
 from zrepl_py.catalog.chains import build_chains
-from zrepl_py.catalog.rows import StreamRow
+from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.config.archive import ArchiveConfig
-from zrepl_py.pruning.chain_plan import ChainRetention, plan_chain_retention
+from zrepl_py.pruning.chain_plan import ChainRetention, locked_until, plan_chain_retention
 
 NOW = dt.datetime(2026, 11, 21, 12, tzinfo=dt.UTC)
 S3_MIN = ArchiveConfig(store="s").min_storage_durations()
@@ -248,6 +248,30 @@ def test_a_deleted_chain_lists_every_stream_leaf_first():
     plan = plan_chain_retention(chain(1, 10, n=4) + C_VERIFIED, KEEP1, NOW)
     (doomed,) = plan.to_delete
     assert [s.id for s in doomed.leaf_first] == [4, 3, 2, 1]
+
+
+def test_a_released_chain_waits_for_its_latest_volume_lock_then_goes():
+    """docs/security.md#prune-on-a-lock-store: the latest retain-until of any volume of any
+    stream of the chain holds the whole chain; a lapsed lock holds nothing; a chain retention
+    keeps anyway is told its own reason, not the lock."""
+    def volume(id, stream, until):
+        return VolumeRow(id, stream, 0, f"p{stream}/vol-000000.zst", 1, 1, "0" * 64, f"v{id}",
+                         until)
+
+    later = NOW + dt.timedelta(days=2, seconds=1)
+    volumes = {1: [volume(1, 1, NOW - dt.timedelta(days=1))],
+               2: [volume(2, 2, later), volume(3, 2, NOW + dt.timedelta(hours=1))],
+               3: [volume(4, 3, later)], 4: [volume(5, 4, None)]}
+    locked = locked_until(volumes, A + B_VERIFIED)
+    assert locked == {1: NOW - dt.timedelta(days=1), 2: later, 3: later}
+    plan = plan_chain_retention(A + B_VERIFIED, KEEP1, NOW, locked=locked)
+    wait = ("expired, locked until 2026-11-23 12:00:01 UTC (Object Lock): its versions are"
+            " deleted by id once the lock lapses")
+    got = {d.stream.id: ("delete" if d.delete else "keep", d.reasons) for d in plan.decisions}
+    assert got == {1: keep(wait), 2: keep(wait), 3: keep(*NEWEST), 4: keep(*NEWEST)}
+    assert plan.to_delete == () and plan.releasers == ()
+    lapsed = plan_chain_retention(A + B_VERIFIED, KEEP1, later, locked=locked)
+    assert [s.id for c in lapsed.to_delete for s in c.leaf_first] == [2, 1]
 
 
 def test_a_branching_chain_is_one_chain_deleted_whole():

@@ -34,7 +34,12 @@ from zrepl_py.config.jobs import JobConfig
 from zrepl_py.errors import StoreError, StoreInconsistent, ZbakError
 from zrepl_py.objects.layout import dataset_prefix
 from zrepl_py.pruning.chain_delete import ChainPruneOutcome, execute_chain_prune, find_damaged
-from zrepl_py.pruning.chain_plan import ChainPlan, ChainRetention, plan_chain_retention
+from zrepl_py.pruning.chain_plan import (
+    ChainPlan,
+    ChainRetention,
+    locked_until,
+    plan_chain_retention,
+)
 from zrepl_py.pruning.last_copy import StorePlan, keep_last_copies, wanted_prefixes
 from zrepl_py.pruning.recheck import planned_objects
 from zrepl_py.snapshots.selection import covers
@@ -174,7 +179,9 @@ def plan_dataset_chains(
     something are the stores checked for damaged streams (``check``: the listing and volume
     rows read once for the job's tree) and the plans made again with what is damaged: a
     damaged stream only ever keeps more, so a plan that deletes nothing needs no check (a
-    prune of 100,000 streams then lists nothing; ``zbak audit`` checks every object). Then
+    prune of 100,000 streams then lists nothing; ``zbak audit`` checks every object). On a
+    store with Object Lock the plan is also made knowing each stream's latest lock
+    (``chain_plan.locked_until`` of the volume rows): a locked chain waits. Then
     no store deletes the last sound copy of a stream some store's retention wants
     (``pruning.last_copy``; a store whose check failed holds no sound copy).
 
@@ -196,9 +203,12 @@ def plan_dataset_chains(
                 if error is not None and scope.name in plans:
                     del plans[scope.name]  # this store is not pruned now; see its error
                     results[scope.name].error = error
-                elif damaged[scope.name] and scope.policy is not None and scope.name in plans:
-                    plans[scope.name] = plan_chain_retention(
-                        streams[scope.name], scope.policy, now, damaged=damaged[scope.name])
+                elif scope.policy is not None and scope.name in plans:
+                    locked = _locked(scope, streams[scope.name])
+                    if damaged[scope.name] or locked:
+                        plans[scope.name] = plan_chain_retention(
+                            streams[scope.name], scope.policy, now, damaged=damaged[scope.name],
+                            locked=locked)
         kept = plans
         if len(scopes) > 1:  # one store: its own plan keeps all its retention wants
             every = [s for p in scopes for s in streams.get(p.name, ())]
@@ -239,6 +249,18 @@ def _damaged(scope: StoreScope, streams: Sequence[StreamRow]) -> tuple[dict[int,
             log.error("listing store %s failed: %s", scope.name, exc)
             error = str(exc)
     return dict.fromkeys((s.id for s in streams), error), error
+
+
+def _locked(scope: StoreScope, streams: Sequence[StreamRow]) -> dict[int, dt.datetime]:
+    """``chain_plan.locked_until`` of ``streams`` in the scope's store when it keeps versions
+    (Object Lock), else nothing.
+
+    Raises:
+        CatalogError: the volume rows could not be read.
+    """
+    if scope.backend is None or scope.check is None or not scope.backend.keeps_versions:
+        return {}
+    return locked_until(scope.check.volumes, streams)
 
 
 def _finish_plan(scope: StoreScope, result: DatasetChains) -> None:

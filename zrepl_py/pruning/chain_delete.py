@@ -14,7 +14,11 @@ Order (docs/design.md#chain-prune-order):
 3. per stream, leaf first: the manifest's ``.copy``, the manifest, every volume,
    ``progress.json``, then anything
    else a listing of the stream's prefix still shows; then the stream's catalog row
-   (``Catalog.delete_stream``, which the database refuses while children exist).
+   (``Catalog.delete_stream``, which the database refuses while children exist). On a
+   store that keeps versions (Object Lock) each key goes by version id, every version and
+   delete marker a version listing of the prefix shows, in the same key order: a delete
+   by key there only adds a delete marker and leaves the versions billed
+   (docs/security.md#prune-on-a-lock-store).
 
 A crash at any step leaves either condemned rows whose objects may be partly gone (the
 audit reports them; the next prune finishes them, ``Backend.delete`` being idempotent) or
@@ -118,17 +122,43 @@ def delete_stream(backend: Backend, catalog: Catalog, stream: StreamRow) -> int:
     keys = [prefix + MANIFEST_COPY, prefix + MANIFEST]
     keys += [v.key for v in reversed(catalog.volumes(stream.id))]
     keys.append(prefix + PROGRESS)
-    for key in keys:
-        backend.delete(key)
-    # Only the stream's own objects: a child dataset could be named like a stream directory.
-    rest = [info.key for info in backend.list(prefix)
-            if info.key not in keys and "/" not in info.key[len(prefix):]]
-    for key in rest:
-        backend.delete(key)
+    issued = (_delete_versions(backend, prefix, keys) if backend.keeps_versions
+              else _delete_keys(backend, prefix, keys))
     catalog.delete_stream(stream.id)
     log.info("deleted stream %d (%s@%s, %s) from store %s: %d object deletes", stream.id,
-             stream.dataset, stream.to_name, stream.kind, stream.store, len(keys) + len(rest))
+             stream.dataset, stream.to_name, stream.kind, stream.store, issued)
+    return issued
+
+
+def _own(prefix: str, key: str) -> bool:
+    """Whether ``key`` is the stream's own object: a child dataset could be named like a
+    stream directory, so nothing below a further ``/`` is."""
+    return key.startswith(prefix) and "/" not in key[len(prefix):]
+
+
+def _delete_keys(backend: Backend, prefix: str, keys: Sequence[str]) -> int:
+    """Delete ``keys``, then whatever else a listing of ``prefix`` shows of the stream."""
+    for key in keys:
+        backend.delete(key)
+    rest = [info.key for info in backend.list(prefix)
+            if info.key not in keys and _own(prefix, info.key)]
+    for key in rest:
+        backend.delete(key)
     return len(keys) + len(rest)
+
+
+def _delete_versions(backend: Backend, prefix: str, keys: Sequence[str]) -> int:
+    """Delete every version and delete marker of the stream's objects by version id: those
+    of ``keys`` first, in that order, then the rest of a version listing of ``prefix``."""
+    found: dict[str, list[str]] = {}
+    for version in backend.list_versions(prefix):
+        if _own(prefix, version.info.key):
+            found.setdefault(version.info.key, []).append(version.version_id)
+    order = [k for k in keys if k in found] + [k for k in found if k not in keys]
+    for key in order:
+        for version_id in found[key]:
+            backend.delete_version(key, version_id)
+    return sum(len(ids) for ids in found.values())
 
 
 def _recheck_releasers(plan: ChainPlan, backend: Backend, catalog: Catalog,

@@ -28,7 +28,11 @@ Rules (docs/design.md#catalog-and-chain-validity), every reason recorded:
     driver raises ``StoreInconsistent`` (restic ``ErrPacksMissing``,
     docs/reliability.md#r19-prune-refuses-on-an-inconsistent-store);
   - a chain with a stream younger than its storage class's minimum storage duration is kept
-    unless ``accept_early_delete_fee`` (S3 bills the rest of the minimum on early delete).
+    unless ``accept_early_delete_fee`` (S3 bills the rest of the minimum on early delete);
+  - on a store with Object Lock, a chain with a volume still locked (the caller's ``locked``
+    map, from the catalog's ``volumes.retain_until``) is kept, "expired, locked until DATE":
+    S3 refuses to delete a locked version, and the catalog keeps its rows until the lock
+    lapses and prune deletes every version by id (docs/security.md#prune-on-a-lock-store).
 * ``condemned`` streams are tombstones of a prune that did not finish (crash, store error):
   they are listed as ``unfinished`` for the driver to finish first, never re-planned.
 
@@ -43,7 +47,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 
 from zrepl_py.catalog.chains import build_chains
-from zrepl_py.catalog.rows import StreamRow
+from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.runtime.gcpause import gc_paused
 
 NEWEST_CHAIN = "newest chain"
@@ -229,6 +233,29 @@ def _young(chain: Sequence[StreamRow], policy: ChainRetention,
     return found
 
 
+def locked_until(volumes: Mapping[int, Sequence[VolumeRow]],
+                 streams: Iterable[StreamRow]) -> dict[int, dt.datetime]:
+    """``{stream id: the latest retain-until date (aware UTC) of its volumes}`` for the
+    ``streams`` whose volumes record one (``volumes``: the catalog's rows by stream id;
+    pure)."""
+    found = {}
+    for s in streams:
+        dates = [v.retain_until for v in volumes.get(s.id, ()) if v.retain_until is not None]
+        if dates:
+            found[s.id] = max(dates)
+    return found
+
+
+def _lock_reason(chain: Sequence[StreamRow], locked: Mapping[int, dt.datetime],
+                 now: dt.datetime) -> str | None:
+    """Why an expired chain waits (a volume locked after ``now``), else None."""
+    until = max((locked[s.id] for s in chain if s.id in locked), default=None)
+    if until is None or until <= now:
+        return None
+    return (f"expired, locked until {until.strftime('%Y-%m-%d %H:%M:%S')} UTC (Object Lock):"
+            " its versions are deleted by id once the lock lapses")
+
+
 @gc_paused
 def plan_chain_retention(
     streams: Sequence[StreamRow],
@@ -236,6 +263,7 @@ def plan_chain_retention(
     now: dt.datetime,
     *,
     damaged: Mapping[int, str] | Iterable[int] = (),
+    locked: Mapping[int, dt.datetime] | None = None,
 ) -> ChainPlan:
     """Decide which whole chains of one dataset in one store to delete (module doc rules).
 
@@ -245,6 +273,9 @@ def plan_chain_retention(
         now: aware UTC.
         damaged: stream ids whose objects are missing or wrong (``{id: what}``, or just ids):
             their chains are never touched, and they never justify deleting an older chain.
+        locked: ``{stream id: retain-until date}`` on a store with Object Lock
+            (:func:`locked_until`): a chain retention releases waits until every date of
+            its streams has passed.
 
     Returns:
         A ChainPlan; every kept stream carries at least one reason.
@@ -291,6 +322,8 @@ def plan_chain_retention(
             gate = _no_newer_verified(index, chains, usable_after, policy, now)
             if gate:
                 reasons.append(gate)
+            elif lock := _lock_reason(chain, locked or {}, now):
+                reasons.append(lock)
             young = _young(chain, policy, now)
         fee = {} if policy.accept_early_delete_fee else young
         if reasons or fee:

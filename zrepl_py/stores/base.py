@@ -286,6 +286,18 @@ class Backend(abc.ABC):
         """
         raise self._no_versions(prefix)
 
+    def delete_version(self, key: str, version_id: str) -> None:
+        """Delete version (or delete marker) ``version_id`` of ``key`` for good (S3
+        DeleteObject with ``VersionId``: no delete marker is added; a delete without it only
+        hides the key, docs/security.md#prune-on-a-lock-store); a missing version is not an
+        error. S3 refuses a version whose Object Lock has not lapsed (AccessDenied).
+
+        Raises:
+            StoreTransient, StorePermanent (a locked version; this default: the store keeps
+                no versions).
+        """
+        raise self._no_versions(key)
+
     def _no_versions(self, key: str) -> StorePermanent:
         return StorePermanent(f"store {self.name} keeps no object versions: {key!r} cannot be"
                               " read by version", store=self.name, key=key)

@@ -12,9 +12,10 @@ from zrepl_py.stores.object_lock import LockPolicy
 
 
 class PruneCredentialBackend(Backend):
-    """A store reached with two credentials: ``delete`` with the prune credential, every other
-    call with the writer's (docs/reliability.md#r42-least-privilege-s3-credentials;
-    borg's append-only/no-delete keys).
+    """A store reached with two credentials: ``delete`` and ``delete_version`` with the prune
+    credential, every other call with the writer's
+    (docs/reliability.md#r42-least-privilege-s3-credentials; borg's append-only/no-delete
+    keys).
 
     The writer's credential then needs no ``s3:DeleteObject``, so a stolen writer key (the
     one every archive run holds) cannot destroy the archive: deleting objects needs the
@@ -89,6 +90,10 @@ class PruneCredentialBackend(Backend):
     def delete(self, key: str) -> None:
         """``pruner.delete``: the only call made with the prune credential."""
         self.pruner.delete(key)
+
+    def delete_version(self, key: str, version_id: str) -> None:
+        """``pruner.delete_version``: a delete, so the prune credential's."""
+        self.pruner.delete_version(key, version_id)
 
     def request_thaw(self, key: str, *, days: int, tier: str) -> Thaw:
         """``writer.request_thaw``."""

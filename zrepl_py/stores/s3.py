@@ -517,6 +517,19 @@ class S3Backend(Backend):
         except ObjectNotFound:
             pass
 
+    def delete_version(self, key: str, version_id: str) -> None:
+        """DeleteObject with ``VersionId`` (``Backend.delete_version``).
+
+        Raises:
+            StoreTransient, StorePermanent (AccessDenied: the version is still locked).
+        """
+        check_key(key, store=self.name)
+        try:
+            self._retry.call(self._op, "delete_object", key, Bucket=self.bucket,
+                             Key=self._full(key), VersionId=version_id)
+        except ObjectNotFound:
+            pass
+
     def request_thaw(self, key: str, *, days: int, tier: str) -> Thaw:
         """RestoreObject for ``days`` days (>= 1) at ``tier`` for a GLACIER or DEEP_ARCHIVE
         object: THAWING for a new request (HTTP 202) or one in progress
