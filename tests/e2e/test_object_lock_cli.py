@@ -262,9 +262,12 @@ def test_prune_keeps_a_released_chain_until_its_locks_lapse_then_deletes_every_v
     so ``zbak prune --dry-run`` and ``zbak prune`` keep it, "expired, locked until DATE" (the
     latest retain-until the catalog records of its volumes), and delete nothing. With its locks
     moved into the past (moto lets a COMPLIANCE lock be shortened; the catalog is told the
-    same), ``zbak prune`` deletes every version of its keys by version id: the version listing
-    shows neither a version nor a delete marker under its prefix, and its catalog row is gone;
-    the newer chain keeps all its versions."""
+    same) and the intruder, with the master's keys, having hidden an old key behind a delete
+    marker, overwritten the newer chain's volume with same-size garbage and hidden its
+    manifest, ``zbak prune`` deletes every version and marker of the old chain's keys by
+    version id (the version listing shows none under its prefix) and its catalog row; the
+    re-check of the releasing chain reads zbak's versions, so the tampering marks nothing
+    bad, and the newer chain keeps all its versions."""
     bucket, client = _lock_bucket(s3_server)
     data = f"{zpool.name}/data"
     zfs("create", data)
@@ -304,13 +307,19 @@ def test_prune_keeps_a_released_chain_until_its_locks_lapse_then_deletes_every_v
         client.put_object_retention(Bucket=bucket, Key=v["Key"], VersionId=v["VersionId"],
                                     Retention={"Mode": "COMPLIANCE", "RetainUntilDate": past})
     _set_retain_until(catalog, {v["VersionId"]: past for v in old})
+    client.delete_object(Bucket=bucket, Key=old[0]["Key"])  # a delete marker
+    (volume,) = [v["Key"] for v in new if v["Key"].endswith(".zst")]
+    client.put_object(Bucket=bucket, Key=volume, Body=os.urandom(
+        client.head_object(Bucket=bucket, Key=volume)["ContentLength"]))
+    client.delete_object(Bucket=bucket, Key=f"zbak/{new_prefix}manifest.json")
     status, out, err = run("prune", "--json")
     assert status == ExitStatus.OK, out + err
     (row,) = [r for r in json.loads(out)["streams"] if r["stream_id"] == old_id]
     assert row["action"] == "delete", row
     assert versions(old_prefix) == []
-    assert versions(new_prefix) == new
-    assert _chains(catalog) == [(new_id, new_prefix)]
+    ids = {v["VersionId"] for v in versions(new_prefix)}
+    assert {v["VersionId"] for v in new} < ids and len(ids) == len(new) + 2
+    assert _chains(catalog) == [(new_id, new_prefix)] and _states(catalog) == ["verified"]
 
 
 def _chains(catalog: Path) -> list[tuple[int, str]]:

@@ -33,6 +33,7 @@ from zrepl_py.config.archive import ChainRetentionConfig
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.errors import StoreError, StoreInconsistent, ZbakError
 from zrepl_py.objects.layout import dataset_prefix
+from zrepl_py.objects.versions import pin
 from zrepl_py.pruning.chain_delete import ChainPruneOutcome, execute_chain_prune, find_damaged
 from zrepl_py.pruning.chain_plan import (
     ChainPlan,
@@ -115,12 +116,25 @@ class StoreCheck:
     """What the damage check reads (``chain_delete.find_damaged``), each on first need and
     once, a failure included (one failed listing of the job's tree is not retried for
     every dataset): a listing of ``prefix`` (``{key: stored bytes}``) and the catalog's
-    volume rows of the streams in scope (``read_volumes()``: ``{stream id: rows}``)."""
+    volume rows of the streams in scope (``read_volumes()``: ``{stream id: rows}``).
+
+    On a store that keeps versions (Object Lock) the listing shows zbak's own version of
+    each key (``objects.versions.pin`` of one version listing of ``prefix``), as ``zbak
+    audit`` reads it: an intruder's overwrite or delete marker does not make a stream
+    damaged (docs/security.md#prune-on-a-lock-store)."""
 
     def __init__(self, backend: Backend, prefix: str,
                  read_volumes: Callable[[], Mapping[int, Sequence[VolumeRow]]]):
-        self._listing = _Once(lambda: backend.sizes(prefix))
         self._volumes = _Once(read_volumes)
+        self._listing = _Once(lambda: self._sizes(backend, prefix))
+
+    def _sizes(self, backend: Backend, prefix: str) -> dict[str, int]:
+        if not backend.keeps_versions:
+            return backend.sizes(prefix)
+        recorded = {v.key: v.version_id for rows in self.volumes.values() for v in rows
+                    if v.version_id is not None}
+        pinned = pin(backend.list_versions(prefix), recorded)
+        return {key: info.size for key, info in pinned.listing.items()}
 
     @property
     def listing(self) -> Mapping[str, int]:

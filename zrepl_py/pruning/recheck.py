@@ -16,6 +16,12 @@ with the catalog again:
 * each stream's manifest: present (not for a stream still ``uploading``: its manifest is
   written last, as ``pruning.chain_delete.find_damaged`` knows too).
 
+On a store that keeps versions (Object Lock) every check is made on zbak's own version of
+each key (``objects.versions.pin`` of one version listing per stream: the recorded version,
+else the key's first), as ``zbak audit`` does: an intruder's overwrite or delete marker
+changes nothing zbak restores, so it does not mark the releasing chain bad
+(docs/security.md#prune-on-a-lock-store); a version of zbak's that is gone is missing.
+
 The comparisons are pure (``head_problem``, ``read_problem``); ``recheck_chain`` does the
 I/O. A store error (transient or not) propagates: the caller deletes nothing and reports it,
 since an unanswered check is no proof.
@@ -32,7 +38,8 @@ from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
 from zrepl_py.errors import NeedsThaw, ObjectNotFound, StoreReadCorrupt
 from zrepl_py.objects.layout import MANIFEST
-from zrepl_py.stores.base import Backend, ObjectInfo
+from zrepl_py.objects.versions import pin
+from zrepl_py.stores.base import Backend, ObjectInfo, get_recorded, stat_recorded
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +128,10 @@ def planned_objects(volumes: Mapping[int, Sequence[VolumeRow]],
     return sum(len(volumes.get(s.id, ())) + (s.state != "uploading") for s in chain)
 
 
-def _read(backend: Backend, key: str) -> tuple[int, str]:
-    """``(bytes, sha256 hex)`` of the object under ``key``, read once more when the store's
-    own checksum check failed (damage in transit; docs/reliability.md#r11-flaky-read).
+def _read(backend: Backend, key: str, version_id: str | None) -> tuple[int, str]:
+    """``(bytes, sha256 hex)`` of the object under ``key`` (version ``version_id``, else the
+    newest), read once more when the store's own checksum check failed (damage in transit;
+    docs/reliability.md#r11-flaky-read).
 
     Raises:
         StoreReadCorrupt: the store's check failed twice (damaged where it is stored).
@@ -132,7 +140,7 @@ def _read(backend: Backend, key: str) -> tuple[int, str]:
     for attempt in (1, 2):
         digest, size = hashlib.sha256(), 0
         try:
-            for chunk in backend.get(key):
+            for chunk in get_recorded(backend, key, version_id):
                 digest.update(chunk)
                 size += len(chunk)
         except StoreReadCorrupt:
@@ -143,16 +151,21 @@ def _read(backend: Backend, key: str) -> tuple[int, str]:
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
-def _check_volume(backend: Backend, volume: VolumeRow, result: Recheck) -> str | None:
+def _check_volume(backend: Backend, volume: VolumeRow, versions: Mapping[str, str] | None,
+                  result: Recheck) -> str | None:
+    """``versions``: zbak's version of each key on a store that keeps versions, else None."""
+    version_id = None if versions is None else versions.get(volume.key)
+    if versions is not None and version_id is None:
+        return "missing"
     try:
-        info = backend.stat(volume.key)
+        info = stat_recorded(backend, volume.key, version_id)
     except ObjectNotFound:
         return "missing"
     problem = head_problem(volume, info)
     if problem is not None or info.storage_class not in REREAD_CLASSES or not info.readable:
         return problem
     try:
-        size, sha256 = _read(backend, volume.key)
+        size, sha256 = _read(backend, volume.key, version_id)
     except NeedsThaw:
         return None  # an INTELLIGENT_TIERING archive tier: the HEAD checks passed
     except ObjectNotFound:
@@ -175,19 +188,44 @@ def recheck_chain(backend: Backend, catalog: Catalog, chain: Sequence[StreamRow]
     """
     result = Recheck(tuple(s.id for s in chain), f"@{chain[0].to_name}")
     for stream in chain:
-        for volume in catalog.volumes(stream.id):
+        volumes = catalog.volumes(stream.id)
+        versions = _own_versions(backend, stream, volumes)
+        for volume in volumes:
             result.objects += 1
-            problem = _check_volume(backend, volume, result)
+            problem = _check_volume(backend, volume, versions, result)
             if problem is not None:
                 result.mismatches.append(Mismatch(stream.id, volume.key, problem))
         if stream.state == "uploading":
             continue
         result.objects += 1
         key = stream.object_prefix + MANIFEST
-        try:
-            backend.stat(key)
-        except ObjectNotFound:
+        if not _present(backend, key, versions):
             result.mismatches.append(Mismatch(stream.id, key, "manifest missing"))
     log.info("re-checked the releasing chain %s (stream %d) in store %s: %s",
              result.full_name, result.full, backend.name, result.summary())
     return result
+
+
+def _own_versions(backend: Backend, stream: StreamRow,
+                  volumes: Sequence[VolumeRow]) -> dict[str, str] | None:
+    """zbak's version of each key of ``stream`` (``pin`` of a version listing of its prefix)
+    on a store that keeps versions, else None.
+
+    Raises:
+        StoreTransient, StorePermanent: the listing failed.
+    """
+    if not backend.keeps_versions:
+        return None
+    recorded = {v.key: v.version_id for v in volumes if v.version_id is not None}
+    return pin(backend.list_versions(stream.object_prefix), recorded).versions
+
+
+def _present(backend: Backend, key: str, versions: Mapping[str, str] | None) -> bool:
+    """Whether ``key`` is in the store: zbak's version of it (``versions``), else a HEAD."""
+    if versions is not None:
+        return key in versions
+    try:
+        backend.stat(key)
+    except ObjectNotFound:
+        return False
+    return True
