@@ -52,9 +52,10 @@ CONDEMNED = row(9, 5, state="condemned", age=200)
 
 
 class Store:
-    """Objects ``{key: size}``; records every delete."""
+    """Objects ``{key: size}``, no versions; records every delete."""
 
     name = "s"
+    keeps_versions = False
 
     def __init__(self, objects: dict[str, int]):
         self.objects, self.deleted = dict(objects), []
