@@ -8,9 +8,11 @@ HostKeyMismatch with the fingerprint, and no command runs in either case.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import stat
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,7 +32,13 @@ from zrepl_py.errors import (
 from zrepl_py.invocation.hosts import ExecutorPool, executor_for
 from zrepl_py.proc import openssh
 from zrepl_py.proc.local import LocalExecutor
-from zrepl_py.proc.openssh import control_dir, control_path, remote_command, ssh_argv
+from zrepl_py.proc.openssh import (
+    SOCKET_PATH_MAX,
+    control_dir,
+    control_path,
+    remote_command,
+    ssh_argv,
+)
 from zrepl_py.proc.ssh import SSHExecutor
 
 MB = 1024 * 1024
@@ -393,7 +401,38 @@ def test_control_sockets_live_only_in_a_private_directory_of_ours(tmp_path):
     info = os.lstat(fallback)
     assert stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
     assert stat.S_IMODE(info.st_mode) == 0o700
-    assert len(str(control_path(fallback, _host(), tmp_path / "kh"))) < 100
+    assert len(str(control_path(fallback, _host(), tmp_path / "kh"))) <= SOCKET_PATH_MAX
+
+
+@pytest.mark.parametrize("length, in_state_dir", [
+    (SOCKET_PATH_MAX, True), (SOCKET_PATH_MAX + 1, False), (100, False)])
+def test_a_control_socket_at_the_length_limit_connects_and_one_past_it_falls_back(
+        sshd_factory, tmp_path, length, in_state_dir):
+    """A state directory whose socket path is exactly SOCKET_PATH_MAX bytes long keeps its
+    sockets and a real ssh connects through one; one byte longer (or 100, accepted before:
+    ssh then failed "unix_listener: ... too long for Unix domain socket") falls back to the
+    short directory, which connects as well."""
+    server = sshd_factory()
+    host, known_hosts = server.host_config(), server.known_hosts
+    base = Path(tempfile.mkdtemp(prefix="zbak-sock-", dir="/tmp"))  # short, whatever tmp_path is
+    try:
+        padding = length - len(os.fsencode(str(base))) - len("/") - len("/ssh/") - 16
+        state = base / ("s" * padding)
+        chosen = control_dir(state)
+        assert chosen is not None
+        shared = control_path(chosen, host, known_hosts)
+        assert (chosen == state / "ssh") is in_state_dir
+        if in_state_dir:
+            assert len(os.fsencode(str(shared))) == length
+        argv = ssh_argv(host, known_hosts_default=known_hosts, control_dir=chosen)
+        try:
+            done = LocalExecutor().run(argv + ["true"], check=False, timeout=30)
+            assert done.returncode == 0, done.error_text
+            assert stat.S_ISSOCK(os.stat(shared).st_mode)
+        finally:
+            close_master(argv)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _host(**changes):

@@ -91,10 +91,10 @@ SUDO_PREFIX = ("sudo", "-n")
 
 CONTROL_PERSIST = 60
 """Seconds a shared master connection stays open after its last session ends."""
-SOCKET_PATH_MAX = 100
-"""Longest control socket path used: a unix socket path must fit ``sun_path`` (108 bytes on
-Linux, unix(7)), and ssh first binds ``PATH.XXXXXXXXXXXXXXXX`` (17 more bytes, mux.c
-``muxserver_listen``) before renaming it to PATH."""
+SOCKET_PATH_MAX = 90
+"""Longest control socket path used, in bytes: ssh first binds ``PATH.XXXXXXXXXXXXXXXX``
+(17 more bytes, mux.c ``muxserver_listen``) before renaming it to PATH, and a unix socket
+path must fit ``sun_path`` with its terminating NUL (108 bytes on Linux, unix(7)): 107 - 17."""
 _SOCKET_NAME_LENGTH = 16  # hex digits of the digest naming a socket
 
 AES_GCM_FIRST = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com",
