@@ -23,20 +23,8 @@ export ZBAK_TEST_STRICT=1
 if [ "$#" -gt 0 ]; then
   exec .venv/bin/pytest "$@"
 fi
-# The whole suite as two pytest sessions at once (docs/decisions.md#the-openzfs-tier-runs-beside-the-rest):
-# the `openzfs` tier spends its time in the guest's emulated CPU, one host core, while the
-# rest waits on zfs-fuse, sshd and S3 as much as it computes. Each session has its own
-# zfs-fuse, sshd, S3 server and PostgreSQL; the guest is shared by design. The tier's output
-# follows the rest's; either failing fails the run.
-openzfs_log=$(mktemp /tmp/zbak-openzfs-tier.XXXXXX)
-.venv/bin/pytest -m openzfs >"$openzfs_log" 2>&1 &
-openzfs_pid=$!
-status=0
-.venv/bin/pytest -m "not openzfs" || status=$?
-openzfs_status=0
-wait "$openzfs_pid" || openzfs_status=$?
-echo "===== the openzfs tier (pytest -m openzfs, run beside the rest) ====="
-cat "$openzfs_log"
-rm -f "$openzfs_log"
-if [ "$status" -eq 0 ]; then status=$openzfs_status; fi
-exit "$status"
+# The whole suite on four xdist workers (docs/decisions.md#the-suite-runs-on-xdist-workers): most
+# tests wait on zfs-fuse, sshd, S3, PostgreSQL and the OpenZFS guest's emulated CPU far more
+# than they compute. Each worker has its own zfs-fuse (own mount namespace), sshd, S3 server
+# and PostgreSQL; the guest's tests all run on one worker, first (tests/support/distribution.py).
+exec .venv/bin/pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=30

@@ -12,6 +12,7 @@ pytest_plugins = [
     "support.postgres",
     "support.catalog",
     "support.openzfs",
+    "support.distribution",
 ]
 
 
