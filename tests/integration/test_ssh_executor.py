@@ -377,10 +377,19 @@ def test_a_shared_connection_carries_later_sessions_after_the_listener_is_gone(
         close_master(argv)
 
 
-def test_control_sockets_live_only_in_a_private_directory_of_ours(tmp_path):
+@pytest.fixture
+def short_dir():
+    """A fresh directory under /tmp with a short path: a test's tmp_path (deeper on an xdist
+    worker) can leave too few of a socket path's bytes for the state directory."""
+    made = Path(tempfile.mkdtemp(prefix="zbak-sock-", dir="/tmp"))
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+def test_control_sockets_live_only_in_a_private_directory_of_ours(tmp_path, short_dir):
     """docs/reliability.md#r41-file-modes: The socket directory is made 0700; a symlink or an
     over-long path is not used."""
-    state = tmp_path / "state"
+    state = short_dir / "state"
     chosen = control_dir(state)
     assert chosen == state / "ssh"
     assert stat.S_IMODE(os.lstat(chosen).st_mode) == 0o700
@@ -407,32 +416,28 @@ def test_control_sockets_live_only_in_a_private_directory_of_ours(tmp_path):
 @pytest.mark.parametrize("length, in_state_dir", [
     (SOCKET_PATH_MAX, True), (SOCKET_PATH_MAX + 1, False), (100, False)])
 def test_a_control_socket_at_the_length_limit_connects_and_one_past_it_falls_back(
-        sshd_factory, tmp_path, length, in_state_dir):
+        sshd_factory, short_dir, length, in_state_dir):
     """A state directory whose socket path is exactly SOCKET_PATH_MAX bytes long keeps its
     sockets and a real ssh connects through one; one byte longer (or 100, accepted before:
     ssh then failed "unix_listener: ... too long for Unix domain socket") falls back to the
     short directory, which connects as well."""
     server = sshd_factory()
     host, known_hosts = server.host_config(), server.known_hosts
-    base = Path(tempfile.mkdtemp(prefix="zbak-sock-", dir="/tmp"))  # short, whatever tmp_path is
+    padding = length - len(os.fsencode(str(short_dir))) - len("/") - len("/ssh/") - 16
+    state = short_dir / ("s" * padding)
+    chosen = control_dir(state)
+    assert chosen is not None
+    shared = control_path(chosen, host, known_hosts)
+    assert (chosen == state / "ssh") is in_state_dir
+    if in_state_dir:
+        assert len(os.fsencode(str(shared))) == length
+    argv = ssh_argv(host, known_hosts_default=known_hosts, control_dir=chosen)
     try:
-        padding = length - len(os.fsencode(str(base))) - len("/") - len("/ssh/") - 16
-        state = base / ("s" * padding)
-        chosen = control_dir(state)
-        assert chosen is not None
-        shared = control_path(chosen, host, known_hosts)
-        assert (chosen == state / "ssh") is in_state_dir
-        if in_state_dir:
-            assert len(os.fsencode(str(shared))) == length
-        argv = ssh_argv(host, known_hosts_default=known_hosts, control_dir=chosen)
-        try:
-            done = LocalExecutor().run(argv + ["true"], check=False, timeout=30)
-            assert done.returncode == 0, done.error_text
-            assert stat.S_ISSOCK(os.stat(shared).st_mode)
-        finally:
-            close_master(argv)
+        done = LocalExecutor().run(argv + ["true"], check=False, timeout=30)
+        assert done.returncode == 0, done.error_text
+        assert stat.S_ISSOCK(os.stat(shared).st_mode)
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        close_master(argv)
 
 
 def _host(**changes):
