@@ -172,7 +172,8 @@ def test_a_transfer_whose_sender_is_killed_mid_stream_is_completed_by_the_next_r
     rig.snapshot("s1")
     proc = start_zbak("--config", str(rig.config), "replicate", text=True)
     sender = None
-    for _ in range(100):
+    deadline = time.monotonic() + 60  # zbak's start-up and checks took over 10 s at a load of 6
+    while time.monotonic() < deadline:
         # zfs-fuse's zfs rewrites its own argv: "zfs send POOL/data s1", no "@"
         found = subprocess.run(["pgrep", "-f", f"zfs send {rig.data}"], capture_output=True, text=True)
         if found.stdout.strip():
