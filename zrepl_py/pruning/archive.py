@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Generic, TypeVar, cast
 
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.catalog.rows import StreamRow, VolumeRow
+from zrepl_py.catalog.rows import StreamRow, VolumeRow, recorded_versions
 from zrepl_py.config.archive import ChainRetentionConfig
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.errors import StoreError, StoreInconsistent, ZbakError
@@ -131,9 +131,7 @@ class StoreCheck:
     def _sizes(self, backend: Backend, prefix: str) -> dict[str, int]:
         if not backend.keeps_versions:
             return backend.sizes(prefix)
-        recorded = {v.key: v.version_id for rows in self.volumes.values() for v in rows
-                    if v.version_id is not None}
-        pinned = pin(backend.list_versions(prefix), recorded)
+        pinned = pin(backend.list_versions(prefix), recorded_versions(self.volumes))
         return {key: info.size for key, info in pinned.listing.items()}
 
     @property

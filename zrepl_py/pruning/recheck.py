@@ -35,7 +35,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.catalog.rows import StreamRow, VolumeRow
+from zrepl_py.catalog.rows import StreamRow, VolumeRow, recorded_versions
 from zrepl_py.errors import NeedsThaw, ObjectNotFound, StoreReadCorrupt
 from zrepl_py.objects.layout import MANIFEST
 from zrepl_py.objects.versions import pin
@@ -216,8 +216,8 @@ def _own_versions(backend: Backend, stream: StreamRow,
     """
     if not backend.keeps_versions:
         return None
-    recorded = {v.key: v.version_id for v in volumes if v.version_id is not None}
-    return pin(backend.list_versions(stream.object_prefix), recorded).versions
+    return pin(backend.list_versions(stream.object_prefix),
+               recorded_versions({stream.id: volumes})).versions
 
 
 def _present(backend: Backend, key: str, versions: Mapping[str, str] | None) -> bool:
