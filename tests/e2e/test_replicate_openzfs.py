@@ -322,7 +322,13 @@ def test_sigterm_mid_transfer_leaves_a_resume_token_and_the_rerun_resumes_from_i
         while not (rig.senders() and rig.receivers()):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.2)
-        wait_for_bytes(rig.tmp / "state", "replicate", proc)  # mid-stream
+        wait_for_bytes(rig.tmp / "state", "replicate", proc, at_least=MiB)  # mid-stream
+        # zbak counts bytes as its pipe passes them; the guest's receive may not have begun
+        # (emulated CPU, loaded host). Until its dataset exists there is nothing to resume.
+        while rig.executor.run(["zfs", "list", "-H", "-o", "name", rig.replica], check=False,
+                               timeout=COMMAND_TIMEOUT).returncode:  # fmt: skip
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
         proc.terminate()
         out, err = proc.communicate(timeout=60)
     finally:
