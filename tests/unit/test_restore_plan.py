@@ -107,6 +107,19 @@ def test_the_same_name_on_another_host_is_a_copy_of_the_local_snapshots():
     assert (plan.chosen.source, plan.into_host, plan.into) == ("local", "new", DATA)
 
 
+def test_a_pull_jobs_own_snapshots_are_labelled_with_the_masters_host_not_local():
+    """On the backup host of a pull job the dataset lives on the master; a replica on this
+    machine is on host ``local``. The master's option is named by its host, and ``--from
+    local`` still forces the dataset's own snapshots (the source kind), as documented."""
+    pulled = dataclasses.replace(facts(listing(*range(10), host="master")), host="master",
+                                 replicas=(listing(*range(10), dataset="b/data"),))
+    plan = plan_restore(pulled, "@9", None)
+    assert [(o.source, o.label) for o in plan.options] == [
+        ("local", "master"), ("replica", "local"), ("archive", "archive")]
+    assert plan_restore(pulled, "@9", "master").chosen.source == "local"
+    assert plan_restore(pulled, "@9", "local").chosen.source == "local"
+
+
 def test_a_cold_chain_carries_its_thaw_estimate_into_the_plan():
     plan = plan_restore(facts(stores=[store("deep", S(1, 0, mb=5, cls="DEEP_ARCHIVE"),
                                             S(2, 9, base=0, parent=1, mb=1, cls="GLACIER"))]),

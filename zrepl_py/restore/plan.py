@@ -314,7 +314,9 @@ def _store_option(facts: RestoreFacts, store: StoreFacts, target: CarriedSnapsho
 def _options(facts: RestoreFacts, target: CarriedSnapshot) -> list[Option]:
     """Every source's option for ``target``, cheapest usable first, then the unusable ones
     (source side only: the destination is checked by the caller)."""
-    options = [_listing_option("local", "local", facts.local, target)]
+    # Labelled by its host: on the backup host of a pull job the dataset is the master's, and
+    # "local" there names this machine (a replica's host).
+    options = [_listing_option("local", facts.host, facts.local, target)]
     for replica in facts.replicas:
         label = replica.host if replica.host != facts.host else f"{replica.host}:{replica.dataset}"
         options.append(_listing_option("replica", label, replica, target))
