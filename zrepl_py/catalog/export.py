@@ -36,7 +36,7 @@ import datetime as dt
 import json
 import logging
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ from zrepl_py.errors import (
 from zrepl_py.objects.checked import canonical_sha256, put_with_copy, read_object, read_with_copy
 from zrepl_py.objects.layout import EXPORT_PREFIX, copy_key, export_key
 from zrepl_py.runtime.statedir import write_private_file
-from zrepl_py.stores.base import Backend
+from zrepl_py.stores.base import Backend, ObjectInfo
 
 log = logging.getLogger(__name__)
 
@@ -147,21 +147,24 @@ class LoadedExport:
     healthy: bool
 
 
-def load_export(backend: Backend, key: str) -> LoadedExport | None:
+def load_export(backend: Backend, key: str,
+                versions: Mapping[str, str] | None = None) -> LoadedExport | None:
     """Read the export at ``key`` (falling back to ``KEY.copy``); None when neither exists.
+    ``versions``: key -> the version to read (``objects.checked.read_object``).
 
     Raises:
         CatalogExportCorrupt: the primary and the copy both fail (message names both).
         StoreError: the store failed and no copy answered.
     """
     try:
-        loaded = read_with_copy(backend, key, CatalogExport.from_json, CatalogExportCorrupt)
+        loaded = read_with_copy(backend, key, CatalogExport.from_json, CatalogExportCorrupt,
+                                versions)
     except ObjectNotFound:
         return None
     healthy = not loaded.from_copy
     if healthy:
         try:
-            healthy = CatalogExport.from_json(read_object(backend, copy_key(key)),
+            healthy = CatalogExport.from_json(read_object(backend, copy_key(key), versions),
                                               copy_key(key)) == loaded.value
         except (StoreError, CatalogExportCorrupt):
             healthy = False
@@ -344,19 +347,24 @@ class StoreGuard:
         return generation
 
 
-def read_exports(backend: Backend) -> tuple[list[tuple[str, CatalogExport]], list[tuple[str, str]]]:
+def read_exports(backend: Backend, listing: Iterable[ObjectInfo] | None = None,
+                 versions: Mapping[str, str] | None = None,
+                 ) -> tuple[list[tuple[str, CatalogExport]], list[tuple[str, str]]]:
     """Every catalog export in the store as ``(key, export)`` (copies used where a primary
-    fails), and ``(key, why)`` for those that cannot be read.
+    fails), and ``(key, why)`` for those that cannot be read. ``listing``/``versions``: the
+    objects and the version of each key to read (default: the store's listing, newest).
 
     Raises:
         StoreError: listing the store failed.
     """
-    keys = sorted({info.key.removesuffix(".copy") for info in backend.list(EXPORT_PREFIX)
-                   if info.key.endswith((".json", ".json.copy"))})
+    objects = backend.list(EXPORT_PREFIX) if listing is None else listing
+    keys = sorted({info.key.removesuffix(".copy") for info in objects
+                   if info.key.startswith(EXPORT_PREFIX)
+                   and info.key.endswith((".json", ".json.copy"))})
     found, bad = [], []
     for key in keys:
         try:
-            loaded = load_export(backend, key)
+            loaded = load_export(backend, key, versions)
         except (CatalogExportCorrupt, StoreError) as exc:
             bad.append((key, str(exc)))
             continue

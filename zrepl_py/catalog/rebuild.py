@@ -27,6 +27,13 @@ What a store can still restore after a rebuild that skipped streams is what ``zb
 states per dataset (``audit.restorable``: skipped streams and manifest-less prefixes are
 stored but unrestorable).
 
+With ``not_after`` (``--not-after TIME``) the store is read as it stood at TIME
+(``objects.cutoff``, docs/security.md#recovery-after-an-intrusion): on a store that keeps
+versions, per key the newest version written no later than TIME (manifests, copies, exports
+and volumes alike; each volume's version id is recorded, so restores and audits read it), and
+every later version or delete marker is listed in ``untrusted``; a store without versions is
+refused (``UsageError``) unless every object in it is older than TIME.
+
 Snapshot rows (the ``snapshots`` table) are not in the manifests: the next ``zbak snapshot``,
 ``archive`` or ``prune`` lists the source and records them again.
 """
@@ -35,18 +42,20 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import datetime as dt
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from zrepl_py.catalog.export import CatalogExport, read_exports
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, manifest_rows
+from zrepl_py.catalog.rows import LIVING_STATES, StoredVersion, StreamRow, manifest_rows
 from zrepl_py.errors import CatalogError, StoreError, StreamCorrupt, UsageError
 from zrepl_py.objects.checked import read_with_copy
+from zrepl_py.objects.cutoff import as_of, written_after
 from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, is_stream_prefix
 from zrepl_py.objects.manifest import Manifest
-from zrepl_py.stores.base import Backend
+from zrepl_py.stores.base import Backend, ObjectInfo, Version
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +72,8 @@ class Skipped:
 class RebuildResult:
     """What a rebuild did: manifests found, stream ids added (chain order), prefixes already
     in the catalog (with ``merge``), manifests skipped with the reason, and the prefixes of
-    streams a catalog export lists whose manifests are gone (``lost``)."""
+    streams a catalog export lists whose manifests are gone (``lost``), and with
+    ``not_after`` the versions and delete markers written later (``untrusted``)."""
 
     store: str
     manifests: int = 0
@@ -71,24 +81,37 @@ class RebuildResult:
     present: list[str] = dataclasses.field(default_factory=list)
     skipped: list[Skipped] = dataclasses.field(default_factory=list)
     lost: list[str] = dataclasses.field(default_factory=list)
+    untrusted: list[Version] = dataclasses.field(default_factory=list)
 
 
-def read_manifests(backend: Backend,
-                   concurrency: int = 4) -> tuple[list[tuple[str, Manifest]], list[Skipped]]:
+@dataclasses.dataclass(frozen=True)
+class StoreView:
+    """What a rebuild reads: the objects (``listing``) and, on a store read as of a time,
+    the version of each key to read (``versions``, key -> version id; empty: the newest)."""
+
+    listing: list[ObjectInfo]
+    versions: dict[str, str]
+
+
+def read_manifests(backend: Backend, concurrency: int = 4, view: StoreView | None = None
+                   ) -> tuple[list[tuple[str, Manifest]], list[Skipped]]:
     """Every stream manifest in the store as ``(key, Manifest)`` (``key`` the primary's, the
-    copy read when the primary fails), and the unreadable ones.
+    copy read when the primary fails), and the unreadable ones; ``view``: the objects and
+    versions to read (default: the store's listing, newest versions).
 
     Raises:
         StoreError: listing the store failed.
     """
+    listing = backend.list("") if view is None else view.listing
+    versions = None if view is None else view.versions
     keys = sorted({info.key.removesuffix(MANIFEST_COPY[len(MANIFEST):])
-                   for info in backend.list("")
+                   for info in listing
                    if info.key.endswith(("/" + MANIFEST, "/" + MANIFEST_COPY))
                    and is_stream_prefix(info.key[: info.key.rfind("/") + 1])})
     found, skipped = [], []
 
     def read(key: str) -> Manifest:
-        return read_with_copy(backend, key, Manifest.from_json, StreamCorrupt).value
+        return read_with_copy(backend, key, Manifest.from_json, StreamCorrupt, versions).value
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency))
     try:
@@ -119,8 +142,34 @@ def pick_parent(manifest: Manifest, candidates: Sequence[StreamRow]) -> StreamRo
     return max(before, key=lambda s: (s.created_at, s.kind == "full", s.id))
 
 
+def store_view(backend: Backend, store: str, not_after: dt.datetime) -> tuple[StoreView,
+                                                                              list[Version]]:
+    """The store as it stood at ``not_after`` (aware UTC) and the versions written later
+    (``objects.cutoff``).
+
+    Raises:
+        UsageError: the store keeps no versions and holds objects written after
+            ``not_after`` (their older contents are gone: nothing tells what stood at TIME).
+        StoreError: listing the store failed.
+    """
+    if backend.keeps_versions:
+        at = as_of(backend.list_versions(""), not_after)
+        return StoreView(list(at.listing.values()), at.versions), at.untrusted
+    listing = list(backend.list(""))
+    newer = written_after(listing, not_after)
+    if newer:
+        first = min(newer, key=lambda info: info.modified)
+        raise UsageError(
+            f"store {store} keeps no object versions and {len(newer)} object(s) in it were"
+            f" written after {not_after:%Y-%m-%d %H:%M:%S} UTC (first {first.key} at"
+            f" {first.modified:%Y-%m-%d %H:%M:%S} UTC): what it held then cannot be told;"
+            " rebuild without --not-after and check each stream with `zbak audit --deep`")
+    return StoreView(listing, {}), []
+
+
 def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool = False,
-                  concurrency: int = 4) -> RebuildResult:
+                  concurrency: int = 4, not_after: dt.datetime | None = None
+                  ) -> RebuildResult:
     """Re-create the catalog's streams of ``store`` from its manifests (module docstring).
 
     Args:
@@ -129,9 +178,11 @@ def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool
         store: the store's name in the config (recorded in every stream row).
         merge: add only what is missing when the catalog already has streams of the store.
         concurrency: manifests read at once.
+        not_after: read the store as it stood then (aware UTC; :func:`store_view`).
 
     Raises:
-        UsageError: the catalog already has streams of ``store`` and ``merge`` is False.
+        UsageError: the catalog already has streams of ``store`` and ``merge`` is False;
+            ``not_after`` on a store without versions holding newer objects.
         StoreError: the store could not be listed.
         CatalogError: the database failed.
     """
@@ -140,7 +191,11 @@ def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool
         raise UsageError(f"the catalog already has {len(existing)} stream(s) of store {store};"
                          " pass --merge to add only the missing ones")
     result = RebuildResult(store)
-    manifests, result.skipped = read_manifests(backend, concurrency)
+    view = None
+    if not_after is not None:
+        view, result.untrusted = store_view(backend, store, not_after)
+    versions = {} if view is None else view.versions
+    manifests, result.skipped = read_manifests(backend, concurrency, view)
     result.manifests = len(manifests) + len(result.skipped)
     known = {s.object_prefix for s in existing}
     by_tip: dict[tuple[str, str, int], list[StreamRow]] = {}
@@ -164,7 +219,9 @@ def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool
         try:
             stream, volumes = manifest_rows(
                 manifest, store=store, prefix=prefix, parent_id=parent.id if parent else None,
-                uploaded_at=manifest.created_at)
+                uploaded_at=manifest.created_at,
+                versions={v.index: StoredVersion(versions[v.key], None)
+                          for v in manifest.volumes if v.key in versions})
             stream_id = catalog.add_stream(stream, volumes, manifest.snapshots)
         except CatalogError as exc:
             result.skipped.append(Skipped(key, str(exc)))
@@ -173,7 +230,7 @@ def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool
         by_tip.setdefault((row.host, row.dataset, row.to_guid), []).append(row)
         known.add(prefix)
         result.added.append(stream_id)
-    _apply_exports(backend, known, result)
+    _apply_exports(backend, known, result, view)
     for skip in result.skipped:
         log.warning("rebuild of store %s: skipped %s: %s", store, skip.key, skip.why)
     for prefix in result.lost:
@@ -192,9 +249,11 @@ def export_states(exports: Sequence[tuple[str, CatalogExport]]
     return rows
 
 
-def _apply_exports(backend: Backend, known: set[str], result: RebuildResult) -> None:
+def _apply_exports(backend: Backend, known: set[str], result: RebuildResult,
+                   view: StoreView | None) -> None:
     """List the streams the store's catalog exports name but no manifest describes."""
-    exports, bad = read_exports(backend)
+    exports, bad = (read_exports(backend) if view is None
+                    else read_exports(backend, view.listing, view.versions))
     unreadable = {skip.key[: skip.key.rfind("/") + 1] for skip in result.skipped}
     result.skipped += [Skipped(key, why) for key, why in bad]
     rows = export_states(exports)

@@ -62,6 +62,27 @@ def parse_duration(value: object) -> dt.timedelta:
     raise ValueError(f"expected a duration like '36h' or '30d', got {value!r}")
 
 
+def parse_moment(value: str, now: dt.datetime) -> dt.datetime:
+    """A point in time given as ISO 8601 (``2026-11-20T03:00:00Z``; UTC when it names no
+    offset; ``datetime.fromisoformat``) or as a duration before ``now`` (``2d``: see
+    :func:`parse_duration`), as an aware UTC datetime.
+
+    Raises:
+        ValueError: neither form, naming both.
+    """
+    try:
+        moment = dt.datetime.fromisoformat(value.strip())
+    except ValueError:
+        try:
+            return now - parse_duration(value)
+        except ValueError:
+            raise ValueError("expected an ISO 8601 time like '2026-11-20T03:00:00Z' or a"
+                             f" duration before now like '2d', got {value!r}") from None
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=dt.UTC)
+    return moment.astimezone(dt.UTC)
+
+
 def parse_size(value: object) -> int:
     """Parse a byte size (see module doc) into an int number of bytes.
 
