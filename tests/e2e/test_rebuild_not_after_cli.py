@@ -82,6 +82,12 @@ def test_rebuild_not_after_ignores_overwritten_manifests_and_a_forged_chain(
         assert len(doc["added"]) == 2 and doc["skipped"] == [], doc
         untrusted = {(u["key"], u["kind"]) for u in doc["untrusted"]}
         assert untrusted == {(k, "version") for k in forged + manifests}, untrusted
+        status, out, err = run("catalog", "rebuild", "cold", "--merge", "--not-after",
+                               at.isoformat())  # the table, as the admin reads it
+        assert status == ExitStatus.OK, out + err
+        assert "2 already in the catalog" in out and "7 later version(s)" in out, out
+        (row,) = [line.split() for line in out.splitlines() if line.startswith(forged[0])]
+        assert row[2] == "version" and row[5] == "UTC", row
         assert proxy.refused == [], "a rebuild writes nothing to the store"
         status, out, err = run("restore", data, "--to", "@2", "--into", f"{zpool.name}/back",
                                "--from", "cold", "--yes")

@@ -59,7 +59,8 @@ def rebuild(inv: Invocation, store: str, merge: bool, not_after: str | None,
                        " untrusted")
         if untrusted:
             emit_table("untrusted (written after --not-after)",
-                       ["key", "version id", "kind", "last modified"], untrusted)
+                       ["key", "version id", "kind", "last modified"],
+                       [(*row[:3], f"{row[3]:%Y-%m-%d %H:%M:%S} UTC") for row in untrusted])
         click.echo(f"store {store}: {result.manifests} manifest(s), {len(result.added)} stream(s)"
                    f" added, {len(result.present)} already in the catalog,"
                    f" {len(result.skipped)} skipped")
