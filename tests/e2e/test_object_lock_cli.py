@@ -16,6 +16,7 @@ from pathlib import Path
 import botocore.exceptions
 import pytest
 import sqlalchemy as sa
+from support.catalog import catalogued_versions
 from support.cli import Zbak, exists, initialised, prop, restored_content, tree_digest, zfs
 
 from zrepl_py.catalog.db import make_engine
@@ -113,7 +114,7 @@ def test_every_version_an_archive_writes_is_locked_and_the_masters_keys_cannot_d
     left = client.list_object_versions(Bucket=bucket).get("Versions", [])
     assert len(left) == (len(versions) if locked else 0)
     # the catalog records each volume's version and its lock, as the upload learnt them
-    recorded = _catalogued_versions(tmp_path / "state" / "catalog.sqlite")
+    recorded = catalogued_versions(tmp_path / "state" / "catalog.sqlite")
     assert recorded
     by_key = {v["Key"].removeprefix("zbak/"): v["VersionId"] for v in versions}
     for key, version_id, retain_until in recorded:
@@ -134,7 +135,7 @@ def test_a_restore_reads_the_recorded_versions_whatever_the_intruder_wrote_over_
     bucket, client = _lock_bucket(s3_server)
     data, mount, run = _two_streams(zpool, tmp_path, s3_server, bucket, capsys)
     catalog = tmp_path / "state" / "catalog.sqlite"
-    volumes = [key for key, _, _ in _catalogued_versions(catalog)]
+    volumes = [key for key, _, _ in catalogued_versions(catalog)]
     assert len(volumes) >= 4
     keys = [v["Key"] for v in client.list_object_versions(Bucket=bucket)["Versions"]]
     same = client.head_object(Bucket=bucket, Key=f"zbak/{volumes[0]}")["ContentLength"]
@@ -167,7 +168,7 @@ def test_audit_names_every_tampered_key_and_marks_nothing_bad_and_archive_carrie
     bucket, client = _lock_bucket(s3_server)
     data, mount, run = _two_streams(zpool, tmp_path, s3_server, bucket, capsys)
     catalog = tmp_path / "state" / "catalog.sqlite"
-    volumes = [key for key, _, _ in _catalogued_versions(catalog)]
+    volumes = [key for key, _, _ in catalogued_versions(catalog)]
     manifests = sorted(v["Key"].removeprefix("zbak/") for v in
                        client.list_object_versions(Bucket=bucket)["Versions"]
                        if v["Key"].endswith("manifest.json"))
@@ -226,7 +227,7 @@ def test_archive_and_audit_extend_each_lock_once_less_than_half_the_period_is_le
     bucket, client = _lock_bucket(s3_server)
     _, _, run = _two_streams(zpool, tmp_path, s3_server, bucket, capsys)
     catalog = tmp_path / "state" / "catalog.sqlite"
-    recorded = _catalogued_versions(catalog)
+    recorded = catalogued_versions(catalog)
     *aged, fresh = recorded
     assert len(aged) >= 4
 
@@ -246,7 +247,7 @@ def test_archive_and_audit_extend_each_lock_once_less_than_half_the_period_is_le
         status, out, err = run(command)
         assert status == ExitStatus.OK, out + err
         after = dt.datetime.now(dt.UTC)
-        now_recorded = {v: until for _, v, until in _catalogued_versions(catalog)}
+        now_recorded = {v: until for _, v, until in catalogued_versions(catalog)}
         for key, version_id, _ in aged:
             until = lock_of(key, version_id)
             assert (before + dt.timedelta(days=3) <= until
@@ -292,7 +293,7 @@ def test_prune_keeps_a_released_chain_until_its_locks_lapse_then_deletes_every_v
 
     old, new = versions(old_prefix), versions(new_prefix)
     assert len(old) >= 2 and len(new) >= 2  # a volume and the manifest (and its copy)
-    until = max(u for k, _, u in _catalogued_versions(catalog) if k.startswith(old_prefix))
+    until = max(u for k, _, u in catalogued_versions(catalog) if k.startswith(old_prefix))
     for args in (("--dry-run",), ()):
         status, out, err = run("prune", "--json", *args)
         assert status == ExitStatus.OK, out + err
@@ -429,14 +430,3 @@ def _states(catalog: Path) -> list[str]:
 def _kinds(catalog: Path) -> list[str]:
     return _streams(catalog, "kind")
 
-
-def _catalogued_versions(catalog: Path) -> list[tuple]:
-    """``(key, version_id, retain_until)`` of every catalogued volume."""
-    engine = make_engine(f"sqlite:///{catalog}")
-    try:
-        v = volume_table.c
-        with engine.connect() as connection:
-            return [tuple(r) for r in connection.execute(
-                sa.select(v.key, v.version_id, v.retain_until).order_by(v.id))]
-    finally:
-        engine.dispose()

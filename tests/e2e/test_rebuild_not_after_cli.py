@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support.catalog import catalogued_versions
 from support.cli import exists, initialised, prop, restored_content, tree_digest, zfs
 from support.intrusion import (
     FORGED_NAME,
@@ -82,6 +83,12 @@ def test_rebuild_not_after_ignores_overwritten_manifests_and_a_forged_chain(
         assert len(doc["added"]) == 2 and doc["skipped"] == [], doc
         untrusted = {(u["key"], u["kind"]) for u in doc["untrusted"]}
         assert untrusted == {(k, "version") for k in forged + manifests}, untrusted
+        recorded = catalogued_versions(tmp_path / "clean" / "state" / "catalog.sqlite")
+        assert len(recorded) == 2
+        for key, version_id, until in recorded:  # the genuine version, its lock's date
+            head = client.head_object(Bucket=bucket, Key=f"zbak/{key}", VersionId=version_id)
+            assert head["ObjectLockMode"] == "COMPLIANCE" and head["LastModified"] <= at
+            assert until == head["ObjectLockRetainUntilDate"], key
         status, out, err = run("catalog", "rebuild", "cold", "--merge", "--not-after",
                                at.isoformat())  # the table, as the admin reads it
         assert status == ExitStatus.OK, out + err

@@ -30,7 +30,8 @@ stored but unrestorable).
 With ``not_after`` (``--not-after TIME``) the store is read as it stood at TIME
 (``objects.cutoff``, docs/security.md#recovery-after-an-intrusion): on a store that keeps
 versions, per key the newest version written no later than TIME (manifests, copies, exports
-and volumes alike; each volume's version id is recorded, so restores and audits read it), and
+and volumes alike; each volume's version id and retain-until are recorded, so restores and
+audits read it and the rolling lock extends it), and
 every later version or delete marker is listed in ``untrusted``; a store without versions is
 refused (``UsageError``) unless every object in it is older than TIME.
 
@@ -167,6 +168,23 @@ def store_view(backend: Backend, store: str, not_after: dt.datetime) -> tuple[St
     return StoreView(listing, {}), []
 
 
+def stored_versions(backend: Backend, manifests: Sequence[tuple[str, Manifest]],
+                    view: StoreView, concurrency: int = 4) -> dict[str, StoredVersion]:
+    """Volume key -> the version ``view`` reads of it, with its retain-until on a lock store
+    (one HeadObject per version, ``concurrency`` at once), so the rolling lock
+    (``archive.rolling_lock``, which extends only recorded dates) keeps extending it.
+
+    Raises:
+        StoreError: a HeadObject failed.
+    """
+    keys = [v.key for _, m in manifests for v in m.volumes if v.key in view.versions]
+    if backend.lock_policy is None:
+        return {k: StoredVersion(view.versions[k], None) for k in keys}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        dates = list(pool.map(lambda k: backend.retain_until(k, view.versions[k]), keys))
+    return {k: StoredVersion(view.versions[k], d) for k, d in zip(keys, dates, strict=True)}
+
+
 def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool = False,
                   concurrency: int = 4, not_after: dt.datetime | None = None
                   ) -> RebuildResult:
@@ -194,8 +212,8 @@ def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool
     view = None
     if not_after is not None:
         view, result.untrusted = store_view(backend, store, not_after)
-    versions = {} if view is None else view.versions
     manifests, result.skipped = read_manifests(backend, concurrency, view)
+    stored = {} if view is None else stored_versions(backend, manifests, view, concurrency)
     result.manifests = len(manifests) + len(result.skipped)
     known = {s.object_prefix for s in existing}
     by_tip: dict[tuple[str, str, int], list[StreamRow]] = {}
@@ -220,8 +238,7 @@ def rebuild_store(catalog: Catalog, backend: Backend, store: str, *, merge: bool
             stream, volumes = manifest_rows(
                 manifest, store=store, prefix=prefix, parent_id=parent.id if parent else None,
                 uploaded_at=manifest.created_at,
-                versions={v.index: StoredVersion(versions[v.key], None)
-                          for v in manifest.volumes if v.key in versions})
+                versions={v.index: stored[v.key] for v in manifest.volumes if v.key in stored})
             stream_id = catalog.add_stream(stream, volumes, manifest.snapshots)
         except CatalogError as exc:
             result.skipped.append(Skipped(key, str(exc)))

@@ -277,6 +277,16 @@ class Backend(abc.ABC):
         """
         raise self._no_versions(key)
 
+    def retain_until(self, key: str, version_id: str) -> dt.datetime | None:
+        """When the Object Lock of version ``version_id`` of ``key`` lapses (aware UTC), None
+        when it has none.
+
+        Raises:
+            ObjectNotFound (the version is gone), StoreTransient, StorePermanent (this
+                default: the store keeps no versions).
+        """
+        raise self._no_versions(key)
+
     def list_versions(self, prefix: str) -> Iterator[Version]:
         """Every version and delete marker of every key under ``prefix``, by key in key
         order, each key's versions newest first (S3 ListObjectVersions' order).

@@ -320,6 +320,19 @@ class S3Backend(Backend):
         """
         return self._stat(key, {"VersionId": version_id})
 
+    def retain_until(self, key: str, version_id: str) -> dt.datetime | None:
+        """HeadObject of the version: its ``ObjectLockRetainUntilDate``
+        (``Backend.retain_until``; the credential needs ``s3:GetObjectRetention``).
+
+        Raises:
+            as :meth:`stat`.
+        """
+        check_key(key, store=self.name)
+        head = self._retry.call(self._op, "head_object", key, Bucket=self.bucket,
+                                Key=self._full(key), VersionId=version_id)
+        until = head.get("ObjectLockRetainUntilDate")
+        return None if until is None else _utc(until)
+
     def _stat(self, key: str, version: dict[str, str]) -> ObjectInfo:
         check_key(key, store=self.name)
         head = self._retry.call(self._op, "head_object", key, Bucket=self.bucket,
