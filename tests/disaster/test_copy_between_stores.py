@@ -9,14 +9,23 @@ stores: a ``file://`` store, moto's S3 server and an SFTP-only server (``support
 * A copy to S3 killed with SIGKILL mid-volume of a 64 MiB stream: the rerun keeps the volumes
   that arrived (checked, not sent again), converges, and leaves no orphan in either store (the
   multipart upload the kill left open is aborted).
+* S3 to S3 on one endpoint (docs/copies.md#s3-to-s3-inside-s3), behind ``support.s3proxy`` so
+  the test sees every request: volumes uploaded as one PutObject and as a multipart upload are
+  copied by CopyObject (no GET of a volume, no volume body sent), into an Object Lock store
+  locked as it locks; a CopyObject answering another SHA-256 is refused and deleted; a copy
+  killed while S3 copies a volume reruns and converges without reading a volume either.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import botocore.exceptions
@@ -24,6 +33,7 @@ import pytest
 from conftest import MIB, content_of, prop, restored_content, zfs
 from support.archive_checks import catalog_of, catalogued, converged_problems
 from support.common import hosts_table
+from support.s3proxy import S3Proxy
 
 from zrepl_py.config.loading import load_config
 from zrepl_py.errors import ExitStatus
@@ -379,3 +389,158 @@ def stream_id(site, store: str, snap: str) -> int:
         (found,) = [s.id for s in catalog.streams(dataset=site.data, store=store)
                     if s.to_name == snap]
     return found
+
+
+def volume_traffic(proxy: S3Proxy, since: int = 0) -> list[str]:
+    """The requests to the proxy from index ``since`` on that moved a volume's bytes through
+    this host: a GET of a volume, or a PutObject or UploadPart of one (a CopyObject sends
+    no body)."""
+    return [f"{r.method} {r.path}" for r in proxy.requests[since:]
+            if of_volume(r.path) and (r.method == "GET" or r.uploads_bytes)]
+
+
+def volume_copies(proxy: S3Proxy, bucket: str, since: int = 0) -> list[str]:
+    """The paths of the PUTs of volumes into ``bucket`` without a body: CopyObjects."""
+    return [r.path for r in proxy.requests[since:] if r.method == "PUT" and of_volume(r.path)
+            and r.path.startswith(f"/{bucket}/") and not r.uploads_bytes]
+
+
+def of_volume(path: str) -> bool:
+    """Whether a request path names a volume's bytes (not its lock: ``?retention``)."""
+    return "/vol-" in path and "?retention" not in path
+
+
+@pytest.fixture
+def proxied(s3_server):
+    """``proxied(**kw)``: an ``S3Proxy`` in front of moto's server, closed after the test
+    (zbak's config names it as the endpoint, so every check of the stores goes through it)."""
+    proxies: list[S3Proxy] = []
+
+    def start(**kw) -> S3Proxy:
+        proxies.append(S3Proxy(s3_server.endpoint_url, **kw))
+        return proxies[-1]
+
+    yield start
+    for proxy in proxies:
+        proxy.close()
+
+
+def second_bucket(client, bucket: str, **create) -> str:
+    """A new bucket beside ``bucket`` on the same server (CreateBucket ``create``); its name."""
+    client.create_bucket(Bucket=f"{bucket}-b", **create)
+    return f"{bucket}-b"
+
+
+def inside_s3_site(site, source: str, target: str, proxy: S3Proxy, *,
+                   volume: int, lock: str = "") -> None:
+    """Stores ``a`` (bucket ``source``, the archive store) and ``b`` (bucket ``target``,
+    with ``lock``'s lines) on one endpoint, the proxy, in ``volume``-byte volumes."""
+    def table(bucket: str) -> str:
+        return (f'url = "s3://{bucket}/zbak"\nendpoint = "{proxy.url}"\n'
+                'region = "us-east-1"')
+    write_config(site, {"a": table(source), "b": table(target) + lock}, volume=volume)
+
+
+def test_s3_to_s3_on_one_endpoint_copies_inside_s3_single_and_multipart_into_a_lock_store(
+        site, s3_server, s3_bucket, proxied):
+    """Volumes of 12 MiB: the first a multipart upload (8 + 4 MiB parts, so S3 keeps only a
+    composite checksum of it), the last one PutObject. Each reaches the Object Lock store
+    ``b`` by a CopyObject whose full-object SHA-256 is the catalog's, locked as ``b`` locks."""
+    client = s3_server.client()
+    target = second_bucket(client, s3_bucket, ObjectLockEnabledForBucket=True)
+    proxy = proxied()
+    inside_s3_site(site, s3_bucket, target, proxy, volume=12 * MIB,
+                   lock='\nobject_lock = { mode = "governance", period = "2d" }')
+    site.ok("init")
+    (site.mount / "big.bin").write_bytes(os.urandom(14 * MIB))
+    zfs("snapshot", f"{site.data}@big")
+    site.ok("archive")
+    with catalog_of(site.config) as catalog:
+        (stream,) = catalog.streams(dataset=site.data, store="a")
+        keys = [v.key for v in catalog.volumes(stream.id)]
+    assert len(keys) == 2, keys
+    first = client.head_object(Bucket=s3_bucket, Key=f"zbak/{keys[0]}")
+    assert first["ETag"].strip('"').endswith("-2"), first  # a multipart upload
+
+    since = len(proxy.requests)
+    (row,) = copied(site, "--to", "b")
+    assert (row["result"], row["volumes"]) == ("copied", "2 written, 0 kept"), row
+    assert volume_traffic(proxy, since) == []
+    assert sorted(volume_copies(proxy, target, since)) == sorted(
+        f"/{target}/zbak/{key}" for key in keys)
+    assert problems_in(site, "a") == [] and problems_in(site, "b") == []
+    with catalog_of(site.config) as catalog:
+        sums = {s.store: [v.sha256 for v in catalog.volumes(s.id)]
+                for s in catalog.streams(dataset=site.data)}
+    assert sums["a"] == sums["b"], sums
+    for key, sha256 in zip(keys, sums["b"], strict=True):
+        head = client.head_object(Bucket=target, Key=f"zbak/{key}", ChecksumMode="ENABLED")
+        assert base64.b64decode(head["ChecksumSHA256"]).hex() == sha256, head
+        assert head["ObjectLockMode"] == "GOVERNANCE", head
+
+
+def test_a_copy_inside_s3_answering_another_sha256_is_deleted_and_nothing_is_recorded(
+        site, s3_server, s3_bucket, proxied):
+    """The proxy rewrites the SHA-256 of the second CopyObject's answer: the copy stops with
+    exit 1 naming that volume, the arrived object is deleted and no row of ``b`` recorded."""
+    client = s3_server.client()
+    target = second_bucket(client, s3_bucket)
+    wrong = base64.b64encode(hashlib.sha256(b"other bytes").digest())
+
+    def rewrite(method: str, path: str, status: int, body: bytes) -> tuple[int, bytes]:
+        if method == "PUT" and path.startswith(f"/{target}/") and "vol-000001" in path:
+            body = re.sub(rb"<ChecksumSHA256>[^<]*</ChecksumSHA256>",
+                          b"<ChecksumSHA256>" + wrong + b"</ChecksumSHA256>", body)
+        return status, body
+
+    proxy = proxied(rewrite=rewrite)
+    inside_s3_site(site, s3_bucket, target, proxy, volume=MIB)
+    site.ok("init")
+    site.snapshot_steps(range(1), size=2 * MIB)
+    site.ok("archive")
+    since = len(proxy.requests)
+    done = site.run("copy", "--to", "b")
+    assert volume_traffic(proxy, since) == []
+    assert done.returncode == ExitStatus.FAILED, done
+    assert "vol-000001.zst of stream 1 arrived in store b with sha256" in done.stdout, done
+    listed = client.list_objects_v2(Bucket=target, Prefix="zbak/").get("Contents", ())
+    assert [o["Key"] for o in listed if "/vol-000001" in o["Key"]] == [], listed
+    with catalog_of(site.config) as catalog:
+        assert catalog.streams(dataset=site.data, store="b") == []
+
+
+def test_a_copy_inside_s3_killed_while_s3_copies_a_volume_reruns_and_converges(
+        site, s3_server, s3_bucket, proxied):
+    """The proxy holds the CopyObject of the second volume until zbak is killed (SIGKILL),
+    then answers 503: the rerun keeps the first volume (its full-object SHA-256 checked,
+    not read), copies the rest inside S3, and both stores hold what the catalog says."""
+    client = s3_server.client()
+    target = second_bucket(client, s3_bucket)
+    held, killed = threading.Event(), threading.Event()
+
+    def intercept(method: str, path: str) -> tuple[int, bytes] | None:
+        if (method == "PUT" and path.startswith(f"/{target}/") and "vol-000001" in path
+                and not killed.is_set()):
+            held.set()
+            killed.wait(120)
+            return 503, b"<Error><Code>SlowDown</Code><Message>held</Message></Error>"
+        return None
+
+    proxy = proxied(intercept=intercept)
+    inside_s3_site(site, s3_bucket, target, proxy, volume=MIB)
+    site.ok("init")
+    site.snapshot_steps(range(1), size=3 * MIB)
+    site.ok("archive")
+    since = len(proxy.requests)
+    try:
+        site.kill_when(held.is_set, "copy", "--to", "b")
+    finally:
+        killed.set()
+    with catalog_of(site.config) as catalog:
+        assert catalog.streams(dataset=site.data, store="b") == []
+    (row,) = copied(site, "--to", "b")
+    written, kept = (int(part.split()[0]) for part in row["volumes"].split(", "))
+    assert row["result"] == "copied" and kept == 1 and written >= 3, row
+    assert volume_traffic(proxy, since) == []
+    assert problems_in(site, "a") == [] and problems_in(site, "b") == []
+    assert json.loads(site.run("audit", "--json").out)["findings"] == []

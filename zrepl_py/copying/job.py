@@ -21,6 +21,7 @@ from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.config.jobs import JobConfig
+from zrepl_py.copying.inside import inside_s3
 from zrepl_py.copying.plan import CopyPlan, plan_copy
 from zrepl_py.copying.stream import CopiedStream, StreamCopy, copy_stream
 from zrepl_py.errors import CodecsDiffer, UsageError, ZbakError
@@ -142,6 +143,8 @@ def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
             return result
         volumes = catalog.bulk_volumes(host=host, below=root, store=source)
         throttle = Throttle(dst_cfg.bandwidth_limit, ctx.clock)
+        inside = inside_s3(source, ctx.config.stores[source], src_backend, target, dst_cfg,
+                           dst_backend)
         there = {s.object_prefix: s.id for s in existing}
         prefixes = {s.id: s.object_prefix for s in originals}
         stopped: set[str] = set()
@@ -155,7 +158,7 @@ def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
                 classes.full if stream.kind == "full" else classes.incremental)
             try:
                 copied = copy_stream(item, src_backend, dst_backend, catalog, ctx.clock.now,
-                                     throttle)
+                                     throttle, inside)
             except ZbakError as exc:
                 result.failed.append((stream, str(exc)))
                 stopped.add(stream.dataset)

@@ -2,7 +2,8 @@
 honest (docs/copies.md#order-of-a-copy):
 
 1. each volume, read from the source store and put under the same key in the target, its
-   bytes hashed as they pass: the SHA-256 and the size the target reports must be the
+   bytes hashed as they pass (or, between two ``s3://`` stores on one endpoint, copied inside
+   S3, which answers the SHA-256 of what it wrote: ``copying.inside``): the SHA-256 and the size the target reports must be the
    catalog's before the next volume (a mismatch deletes what arrived and stops the stream);
    a volume the target already holds (a copy killed earlier) is checked the same way
    (the store's own SHA-256 where it keeps one, else read back) and kept;
@@ -28,6 +29,7 @@ from zrepl_py.archive.throttle import Throttle
 from zrepl_py.archive.writer import drop_unfinished
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import StreamRow, VolumeRow, manifest_rows
+from zrepl_py.copying.inside import InsideS3
 from zrepl_py.errors import ObjectNotFound, StreamCorrupt
 from zrepl_py.objects.checked import put_with_copy, read_with_copy
 from zrepl_py.objects.layout import MANIFEST
@@ -64,9 +66,11 @@ class StreamCopy:
 
 
 def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Catalog,
-                now: Callable[[], dt.datetime], throttle: Throttle | None = None) -> CopiedStream:
+                now: Callable[[], dt.datetime], throttle: Throttle | None = None,
+                inside: InsideS3 | None = None) -> CopiedStream:
     """Copy ``item`` from ``source`` to ``target`` and record it in the target store (see the
-    module docstring for the order).
+    module docstring for the order); with ``inside``, each volume is copied inside S3 where
+    S3 can (the throttle then paces nothing: no byte passes through this host).
 
     Raises:
         StreamCorrupt: a volume arrived with another SHA-256 or size than the catalog's (the
@@ -84,9 +88,11 @@ def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Cat
         if arrived(target, volume):
             kept += 1
             continue
-        chunks = source.get(volume.key)
-        result = target.put(volume.key, throttle.chunks(chunks) if throttle else chunks,
-                            storage_class=item.storage_class)
+        result = inside.copy(volume, item.storage_class) if inside else None
+        if result is None:
+            chunks = source.get(volume.key)
+            result = target.put(volume.key, throttle.chunks(chunks) if throttle else chunks,
+                                storage_class=item.storage_class)
         used_class = result.storage_class
         size = target.stat(volume.key).size
         if (result.sha256, result.size, size) != (volume.sha256, volume.stored_bytes,

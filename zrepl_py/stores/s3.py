@@ -78,6 +78,7 @@ MIN_PART_SIZE = 5 * MiB  # S3 multipart limits: every part but the last is at le
 MAX_PART_SIZE = 5 * GiB  # ... and at most 5 GiB
 MAX_PARTS = 10_000  # ... part numbers 1 to 10,000
 MAX_OBJECT_SIZE = 5 * (1 << 40)  # an object is at most 5 TiB
+MAX_COPY_SIZE = 5 * GiB  # one CopyObject copies at most 5 GiB (AWS S3 API reference, CopyObject)
 DEFAULT_PART_SIZE = 8 * MiB
 # 8 MiB as boto3's managed uploads (s3transfer's multipart_chunksize): with the default upload
 # concurrency of 4, parts in flight hold 40 MiB, which keeps ``zbak archive`` to S3 under its
@@ -264,6 +265,50 @@ class S3Backend(Backend):
             version_id = None
         retain_until = None if self.lock is None else self._lock_version(key, version_id)
         return PutResult(size=counter[0], sha256=digest.hexdigest(), storage_class=storage_class,
+                         version_id=version_id, retain_until=retain_until)
+
+    def copy_within(self, source: S3Backend, key: str, *,
+                    storage_class: str = "STANDARD") -> PutResult | None:
+        """Copy ``key`` of store ``source`` (a store on this endpoint, reached with this
+        store's credentials) to ``key`` of this store by one server-side CopyObject with
+        ``ChecksumAlgorithm=SHA256``: no byte passes through this host, and S3 answers the
+        new object's SHA-256, computed over the bytes it wrote (a single-part object, so a
+        full-object checksum even when the source was a multipart upload; AWS S3 API
+        reference, CopyObject "x-amz-checksum-algorithm"). The target's server-side
+        encryption is sent (S3 applies no source setting to a copy's encryption) and, on a
+        lock store, the new version is locked as :meth:`put` locks it.
+
+        Returns:
+            what was stored (``size`` from a HeadObject of the new object), or None when
+            no checked copy was made, so the caller streams the object instead: it is over
+            CopyObject's 5 GiB limit (UploadPartCopy answers only each part's checksum, never
+            the whole object's), or S3 answered no full-object SHA-256 (an implementation
+            that keeps none; the unchecked copy is deleted first;
+            docs/decisions.md#s3-to-s3-copies-stay-inside-s3).
+
+        Raises:
+            ObjectNotFound: ``key`` is not in ``source``; NeedsThaw: it is in a cold class.
+            StorePermanent: access denied, an invalid storage class, as :meth:`put`.
+            StoreTransient: after the retries.
+        """
+        check_key(key, store=self.name)
+        size = source.stat(key).size
+        if size > MAX_COPY_SIZE:
+            return None
+        answer = self._retry.call(
+            self._op, "copy_object", key, Bucket=self.bucket, Key=self._full(key),
+            CopySource={"Bucket": source.bucket, "Key": source._full(key)},
+            StorageClass=storage_class, ChecksumAlgorithm="SHA256", **self._object_params)
+        result = answer.get("CopyObjectResult", {})
+        sha256 = _full_object_sha256(result)
+        if sha256 is None:
+            self.delete(key)
+            return None
+        version_id = answer.get("VersionId")
+        if version_id == "null":
+            version_id = None
+        retain_until = None if self.lock is None else self._lock_version(key, version_id)
+        return PutResult(size=self.stat(key).size, sha256=sha256, storage_class=storage_class,
                          version_id=version_id, retain_until=retain_until)
 
     def get(self, key: str, *, chunk_size: int = 1 << 20) -> Iterator[bytes]:
@@ -930,8 +975,9 @@ def _etag(answer: Mapping[str, Any], modified: dt.datetime) -> str | None:
 
 
 def _full_object_sha256(head: dict[str, Any]) -> str | None:
-    """The whole object's SHA-256 (hex) from a HeadObject answer, or None when S3 keeps
-    none or only a composite one (a multipart upload's checksum of part checksums).
+    """The whole object's SHA-256 (hex) from a HeadObject answer or a CopyObjectResult, or
+    None when S3 keeps none or only a composite one (a multipart upload's checksum of part
+    checksums).
 
     A multipart object is told by its ETag's ``-N`` part-count suffix as well as by the
     checksum's own ``-N`` and ``ChecksumType``: moto 5 answers the composite SHA-256 bare,

@@ -124,6 +124,19 @@ class S3StoreConfig(StoreConfig):
         return _bucket_and_prefix(self.url)[1]
 
 
+def inside_s3_refusal(source: S3StoreConfig, target: S3StoreConfig) -> str | None:
+    """Why ``zbak copy`` cannot copy the volumes of store ``source`` into store ``target``
+    inside S3 (CopyObject: docs/copies.md#s3-to-s3-inside-s3), one clause, or None when it
+    can: both stores must be on one endpoint, in one region, reached with one credentials
+    profile (a CopyObject is signed once, by the target's credential, which must read the
+    source)."""
+    for key in ("endpoint", "region", "profile"):
+        mine, theirs = getattr(source, key), getattr(target, key)
+        if mine != theirs:
+            return f"their {key}s differ ({mine or 'the default'} and {theirs or 'the default'})"
+    return None
+
+
 def _bucket_and_prefix(url: str) -> tuple[str, str]:
     """``(bucket, prefix)`` of an ``s3://`` URL: the one place it is parsed.
 
