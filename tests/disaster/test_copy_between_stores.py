@@ -431,14 +431,19 @@ def second_bucket(client, bucket: str, **create) -> str:
     return f"{bucket}-b"
 
 
-def inside_s3_site(site, source: str, target: str, proxy: S3Proxy, *,
-                   volume: int, lock: str = "") -> None:
+def inside_s3_site(site, source: str, target: str, proxy: S3Proxy, *, volume: int,
+                   size: int, lock: str = "") -> int:
     """Stores ``a`` (bucket ``source``, the archive store) and ``b`` (bucket ``target``,
-    with ``lock``'s lines) on one endpoint, the proxy, in ``volume``-byte volumes."""
+    with ``lock``'s lines) on one endpoint, the proxy, in ``volume``-byte volumes; a full of
+    ``size`` bytes of random data archived to ``a``. The number of requests the proxy saw."""
     def table(bucket: str) -> str:
         return (f'url = "s3://{bucket}/zbak"\nendpoint = "{proxy.url}"\n'
                 'region = "us-east-1"')
     write_config(site, {"a": table(source), "b": table(target) + lock}, volume=volume)
+    site.ok("init")
+    site.snapshot_steps(range(1), size=size)
+    site.ok("archive")
+    return len(proxy.requests)
 
 
 def test_s3_to_s3_on_one_endpoint_copies_inside_s3_single_and_multipart_into_a_lock_store(
@@ -449,12 +454,8 @@ def test_s3_to_s3_on_one_endpoint_copies_inside_s3_single_and_multipart_into_a_l
     client = s3_server.client()
     target = second_bucket(client, s3_bucket, ObjectLockEnabledForBucket=True)
     proxy = proxied()
-    inside_s3_site(site, s3_bucket, target, proxy, volume=12 * MIB,
-                   lock='\nobject_lock = { mode = "governance", period = "2d" }')
-    site.ok("init")
-    (site.mount / "big.bin").write_bytes(os.urandom(14 * MIB))
-    zfs("snapshot", f"{site.data}@big")
-    site.ok("archive")
+    since = inside_s3_site(site, s3_bucket, target, proxy, volume=12 * MIB, size=14 * MIB,
+                           lock='\nobject_lock = { mode = "governance", period = "2d" }')
     with catalog_of(site.config) as catalog:
         (stream,) = catalog.streams(dataset=site.data, store="a")
         keys = [v.key for v in catalog.volumes(stream.id)]
@@ -462,7 +463,6 @@ def test_s3_to_s3_on_one_endpoint_copies_inside_s3_single_and_multipart_into_a_l
     first = client.head_object(Bucket=s3_bucket, Key=f"zbak/{keys[0]}")
     assert first["ETag"].strip('"').endswith("-2"), first  # a multipart upload
 
-    since = len(proxy.requests)
     (row,) = copied(site, "--to", "b")
     assert (row["result"], row["volumes"]) == ("copied", "2 written, 0 kept"), row
     assert volume_traffic(proxy, since) == []
@@ -494,11 +494,7 @@ def test_a_copy_inside_s3_answering_another_sha256_is_deleted_and_nothing_is_rec
         return status, body
 
     proxy = proxied(rewrite=rewrite)
-    inside_s3_site(site, s3_bucket, target, proxy, volume=MIB)
-    site.ok("init")
-    site.snapshot_steps(range(1), size=2 * MIB)
-    site.ok("archive")
-    since = len(proxy.requests)
+    since = inside_s3_site(site, s3_bucket, target, proxy, volume=MIB, size=2 * MIB)
     done = site.run("copy", "--to", "b")
     assert volume_traffic(proxy, since) == []
     assert done.returncode == ExitStatus.FAILED, done
@@ -527,11 +523,7 @@ def test_a_copy_inside_s3_killed_while_s3_copies_a_volume_reruns_and_converges(
         return None
 
     proxy = proxied(intercept=intercept)
-    inside_s3_site(site, s3_bucket, target, proxy, volume=MIB)
-    site.ok("init")
-    site.snapshot_steps(range(1), size=3 * MIB)
-    site.ok("archive")
-    since = len(proxy.requests)
+    since = inside_s3_site(site, s3_bucket, target, proxy, volume=MIB, size=3 * MIB)
     try:
         site.kill_when(held.is_set, "copy", "--to", "b")
     finally:
