@@ -432,14 +432,14 @@ def second_bucket(client, bucket: str, **create) -> str:
 
 
 def inside_s3_site(site, source: str, target: str, proxy: S3Proxy, *, volume: int,
-                   size: int, lock: str = "") -> int:
+                   size: int, lock: str = "", region: str = "us-east-1") -> int:
     """Stores ``a`` (bucket ``source``, the archive store) and ``b`` (bucket ``target``,
     with ``lock``'s lines) on one endpoint, the proxy, in ``volume``-byte volumes; a full of
-    ``size`` bytes of random data archived to ``a``. The number of requests the proxy saw."""
-    def table(bucket: str) -> str:
-        return (f'url = "s3://{bucket}/zbak"\nendpoint = "{proxy.url}"\n'
-                'region = "us-east-1"')
-    write_config(site, {"a": table(source), "b": table(target) + lock}, volume=volume)
+    ``size`` bytes of random data archived to ``a``; ``b`` in ``region``. The number of
+    requests the proxy saw."""
+    def table(bucket: str, region: str = "us-east-1") -> str:
+        return f'url = "s3://{bucket}/zbak"\nendpoint = "{proxy.url}"\nregion = "{region}"'
+    write_config(site, {"a": table(source), "b": table(target, region) + lock}, volume=volume)
     site.ok("init")
     site.snapshot_steps(range(1), size=size)
     site.ok("archive")
@@ -536,3 +536,22 @@ def test_a_copy_inside_s3_killed_while_s3_copies_a_volume_reruns_and_converges(
     assert volume_traffic(proxy, since) == []
     assert problems_in(site, "a") == [] and problems_in(site, "b") == []
     assert json.loads(site.run("audit", "--json").out)["findings"] == []
+
+
+def test_s3_stores_in_other_regions_copy_through_the_host_and_say_so_in_one_line(
+        site, s3_server, s3_bucket, proxied):
+    """Two ``s3://`` stores on one endpoint but in other regions (so one signature cannot
+    serve both): each volume is read and put as between any two stores, checked the same
+    way, and the log says once why."""
+    client = s3_server.client()
+    target = second_bucket(client, s3_bucket)
+    proxy = proxied()
+    since = inside_s3_site(site, s3_bucket, target, proxy, volume=MIB, size=2 * MIB,
+                           region="eu-west-1")
+    done = site.run("copy", "--to", "b")
+    assert done.returncode == ExitStatus.OK, done
+    said = [line for line in done.stderr.splitlines() if "not inside S3" in line]
+    assert len(said) == 1 and "their regions differ (us-east-1 and eu-west-1)" in said[0], said
+    traffic = volume_traffic(proxy, since)
+    assert volume_copies(proxy, target, since) == [] and len(traffic) >= 6, traffic
+    assert problems_in(site, "b") == []
