@@ -68,6 +68,19 @@ class Generated:
                                                              stream_snapshot_table, run_table)}
         self.ids = {m: 0 for m in self.rows}
 
+    full_volumes = [(1000, 100)] * 3
+    """``(raw bytes, stored bytes)`` of each volume of a full; a subclass may change it."""
+    incremental_volumes = [(2000, 200)]
+    """The same of an incremental."""
+
+    def write_volume(self, path: Path, stored: int) -> str:
+        """Write the volume file ``path`` of ``stored`` bytes; its recorded SHA-256 (hex).
+        Here a sparse file, recorded with the SHA-256 of its path (no command here reads
+        it); a subclass may write real bytes."""
+        with open(path, "wb") as handle:
+            handle.truncate(stored)
+        return hashlib.sha256(str(path.relative_to(self.store)).encode()).hexdigest()
+
     def _add(self, table: sa.Table, **row) -> int:
         self.ids[table] += 1
         self.rows[table].append({"id": self.ids[table], **row})
@@ -127,7 +140,7 @@ class Generated:
         to = carried[-1]
         prefix = stream_prefix(HOST, name, to_createtxg=100 + 10 * to, to_guid=guid(d, to),
                                from_guid=None if full else guid(d, base))
-        sizes = [(1000, 100)] * 3 if full else [(2000, 200)]
+        sizes = self.full_volumes if full else self.incremental_volumes
         stream_id = self._add(
             stream_table, dataset_id=dataset_id, store=self.store_name,
             kind="full" if full else "incremental", parent_id=parent,
@@ -142,14 +155,12 @@ class Generated:
         volumes = []
         for v, (raw, stored) in enumerate(sizes):
             key = volume_key(prefix, v)
-            sha = hashlib.sha256(key.encode()).hexdigest()
+            path = self.store / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            sha = self.write_volume(path, stored)
             self._add(volume_table, stream_id=stream_id, index=v, key=key, raw_bytes=raw,
                       stored_bytes=stored, sha256=sha)
             volumes.append(VolumeRecord(v, key, raw, stored, sha))
-            path = self.store / key
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as handle:
-                handle.truncate(stored)
         snaps = tuple(CarriedSnapshot(snapshot_name(s), guid(d, s), 100 + 10 * s)
                       for s in carried)
         for snap in snaps:

@@ -18,7 +18,7 @@ from zrepl_py.stores.registry import SCHEMES, open_store, scheme_for_url, scheme
 from zrepl_py.stores.s3 import DEFAULT_PART_SIZE, MAX_PARTS, S3Backend, _thaw_state
 from zrepl_py.stores.scheme import StoreEnv
 from zrepl_py.stores.schemes.file import FileStoreConfig
-from zrepl_py.stores.schemes.s3 import S3StoreConfig
+from zrepl_py.stores.schemes.s3 import S3StoreConfig, inside_s3_refusal
 from zrepl_py.stores.schemes.sftp import SftpStoreConfig
 from zrepl_py.stores.sftp import SftpBackend
 
@@ -177,3 +177,18 @@ def test_the_s3_wire_loggers_stay_at_warning_under_debug():
         root.handlers[:] = saved[1]
         for name, level in saved_levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+def test_s3_stores_copy_inside_s3_only_on_one_endpoint_region_and_profile():
+    """docs/copies.md#s3-to-s3-inside-s3: a CopyObject is signed once, so the target's
+    endpoint, region and profile must be the source's."""
+    base = {"url": "s3://one-bucket/zbak", "endpoint": "http://127.0.0.1:9",
+            "region": "eu-central-1", "profile": "backup"}
+    source = S3StoreConfig(**base)
+    assert inside_s3_refusal(source, S3StoreConfig(**{**base, "url": "s3://two-bucket"})) is None
+    for key, other, says in (
+            ("endpoint", "http://127.0.0.1:10",
+             "their endpoints differ (http://127.0.0.1:9 and http://127.0.0.1:10)"),
+            ("region", None, "their regions differ (eu-central-1 and the default)"),
+            ("profile", "other", "their profiles differ (backup and other)")):
+        assert inside_s3_refusal(source, S3StoreConfig(**{**base, key: other})) == says, key
