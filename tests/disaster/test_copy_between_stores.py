@@ -555,3 +555,27 @@ def test_s3_stores_in_other_regions_copy_through_the_host_and_say_so_in_one_line
     traffic = volume_traffic(proxy, since)
     assert volume_copies(proxy, target, since) == [] and len(traffic) >= 6, traffic
     assert problems_in(site, "b") == []
+
+
+def test_a_copy_inside_s3_answered_without_a_full_object_sha256_is_streamed_instead(
+        site, s3_server, s3_bucket, proxied):
+    """An S3 that answers a CopyObject without a SHA-256 (the proxy removes it): the unchecked
+    copy is replaced by that volume streamed through the host and checked as it passes; the
+    log says so once per such volume."""
+    client = s3_server.client()
+    target = second_bucket(client, s3_bucket)
+
+    def rewrite(method: str, path: str, status: int, body: bytes) -> tuple[int, bytes]:
+        if method == "PUT" and path.startswith(f"/{target}/") and "vol-000001" in path:
+            body = re.sub(rb"<ChecksumSHA256>[^<]*</ChecksumSHA256>", b"", body)
+        return status, body
+
+    proxy = proxied(rewrite=rewrite)
+    since = inside_s3_site(site, s3_bucket, target, proxy, volume=MIB, size=2 * MIB)
+    done = site.run("copy", "--to", "b")
+    assert done.returncode == ExitStatus.OK, done
+    said = [line for line in done.stderr.splitlines() if "is copied through this host" in line]
+    assert len(said) == 1 and "vol-000001.zst" in said[0], done.stderr
+    streamed = volume_traffic(proxy, since)
+    assert streamed and all("vol-000001.zst" in r for r in streamed), streamed
+    assert problems_in(site, "b") == []

@@ -48,3 +48,24 @@ def test_a_multipart_volume_in_a_cold_class_is_put_again_not_read(store):
     store.put("v", [data], storage_class="DEEP_ARCHIVE")
     assert store.stat("v").sha256 is None and not store.stat("v").readable
     assert not arrived(store, row("v", data))  # no NeedsThaw raised
+
+
+def test_copy_within_copies_up_to_the_single_copy_limit_and_leaves_larger_objects_alone(
+        store, s3_server, s3_bucket, monkeypatch):
+    """``S3Backend.copy_within`` against moto: up to CopyObject's limit (5 GiB, lowered here
+    to 1 MiB) the object is copied and S3's full-object SHA-256 returned; beyond it nothing is
+    asked of S3 and None says the caller must stream it (docs/copies.md#s3-to-s3-inside-s3)."""
+    monkeypatch.setattr("zrepl_py.stores.s3.MAX_COPY_SIZE", MiB)
+    target = S3Backend("c", s3_bucket, "copy", endpoint_url=s3_server.endpoint_url,
+                       region=s3_server.region)
+    try:
+        small, large = os.urandom(MiB), os.urandom(MiB + 1)
+        store.put("small", [small])
+        store.put("large", [large])
+        copied = target.copy_within(store, "small")
+        assert copied is not None
+        assert (copied.size, copied.sha256) == (MiB, hashlib.sha256(small).hexdigest())
+        assert target.copy_within(store, "large") is None
+        assert [o.key for o in target.list()] == ["small"]
+    finally:
+        target.close()

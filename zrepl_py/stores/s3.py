@@ -283,8 +283,8 @@ class S3Backend(Backend):
             no checked copy was made, so the caller streams the object instead: it is over
             CopyObject's 5 GiB limit (UploadPartCopy answers only each part's checksum, never
             the whole object's), or S3 answered no full-object SHA-256 (an implementation
-            that keeps none; the unchecked copy is deleted first;
-            docs/decisions.md#s3-to-s3-copies-stay-inside-s3).
+            that keeps none: the streamed put replaces the unchecked copy, and until then the
+            catalog names it nowhere; docs/decisions.md#s3-to-s3-copies-stay-inside-s3).
 
         Raises:
             ObjectNotFound: ``key`` is not in ``source``; NeedsThaw: it is in a cold class.
@@ -302,7 +302,6 @@ class S3Backend(Backend):
         result = answer.get("CopyObjectResult", {})
         sha256 = _full_object_sha256(result)
         if sha256 is None:
-            self.delete(key)
             return None
         version_id = answer.get("VersionId")
         if version_id == "null":
