@@ -268,7 +268,7 @@ def test_prune_keeps_a_released_chain_until_its_locks_lapse_then_deletes_every_v
     manifest, ``zbak prune`` deletes every version and marker of the old chain's keys by
     version id (the version listing shows none under its prefix) and its catalog row; the
     re-check of the releasing chain reads zbak's versions, so the tampering marks nothing
-    bad, and the newer chain keeps all its versions."""
+    bad, and the newer chain keeps all its versions (the intruder's unlocked ones go)."""
     bucket, client = _lock_bucket(s3_server)
     data = f"{zpool.name}/data"
     zfs("create", data)
@@ -318,9 +318,74 @@ def test_prune_keeps_a_released_chain_until_its_locks_lapse_then_deletes_every_v
     (row,) = [r for r in json.loads(out)["streams"] if r["stream_id"] == old_id]
     assert row["action"] == "delete", row
     assert versions(old_prefix) == []
-    ids = {v["VersionId"] for v in versions(new_prefix)}
-    assert {v["VersionId"] for v in new} < ids and len(ids) == len(new) + 2
+    # the intruder's unlocked overwrite and delete marker went as versions the catalog does
+    # not know; every version zbak wrote of the newer chain stays
+    assert {v["VersionId"] for v in versions(new_prefix)} == {v["VersionId"] for v in new}
+    assert sorted(r["action"] for r in json.loads(out)["versions"]) == ["deleted", "deleted"]
     assert _chains(catalog) == [(new_id, new_prefix)] and _states(catalog) == ["verified"]
+
+
+def test_prune_deletes_versions_the_catalog_does_not_know_once_their_own_locks_lapse(
+        zpool, tmp_path, s3_server, s3_bucket, capsys):
+    """One stream in a lock store (period 3 days). The intruder, with the master's keys,
+    overwrites its volume with same-size garbage locked for a day and hides its manifest
+    behind a delete marker. ``zbak prune --dry-run`` shows the garbage "unknown version,
+    locked until DATE" (the lock the store holds on that version) and the marker to delete,
+    and deletes nothing; ``zbak prune`` deletes the marker by version id and keeps the
+    garbage. With the garbage's lock and zbak's own volume's moved into the past (moto lets a
+    COMPLIANCE lock be shortened), ``zbak prune`` deletes the garbage and never the volume
+    the catalog records: the store holds exactly the versions zbak wrote, and ``zbak audit``
+    finds no tampering."""
+    bucket, client = _lock_bucket(s3_server)
+    data = f"{zpool.name}/data"
+    zfs("create", data)
+    (Path(prop(data, "mountpoint")) / "a").write_bytes(os.urandom(256 << 10))
+    zfs("snapshot", f"{data}@1")
+    run = _archiving(tmp_path, s3_server, bucket, data, capsys, "64MiB", True)
+    status, out, err = run("archive")
+    assert status == ExitStatus.OK, out + err
+    catalog = tmp_path / "state" / "catalog.sqlite"
+    ((key, own, _),) = catalogued_versions(catalog)
+    volume = f"zbak/{key}"
+    manifest = f"zbak/{key.rpartition('/')[0]}/manifest.json"
+
+    def versions() -> set[tuple[str, str]]:
+        page = client.list_object_versions(Bucket=bucket, Prefix="zbak/")
+        return {(v["Key"], v["VersionId"]) for v in
+                page.get("Versions", []) + page.get("DeleteMarkers", [])
+                if not v["Key"].startswith("zbak/_zbak/")}  # the catalog export
+
+    written = versions()
+    size = client.head_object(Bucket=bucket, Key=volume)["ContentLength"]
+    garbage = client.put_object(Bucket=bucket, Key=volume, Body=os.urandom(size))["VersionId"]
+    day = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).replace(microsecond=0)
+    client.put_object_retention(Bucket=bucket, Key=volume, VersionId=garbage,
+                                Retention={"Mode": "COMPLIANCE", "RetainUntilDate": day})
+    marker = client.delete_object(Bucket=bucket, Key=manifest)["VersionId"]
+    locked = f"unknown version, locked until {day.strftime('%Y-%m-%d %H:%M:%S')} UTC"
+
+    for args, kept_marker in ((("--dry-run",), True), ((), False)):
+        status, out, err = run("prune", "--json", *args)
+        assert status == ExitStatus.OK, out + err
+        rows = {r["version_id"]: r for r in json.loads(out)["versions"]}
+        assert set(rows) == {garbage, marker}, rows
+        assert rows[garbage]["action"] == "keep", rows
+        assert rows[garbage]["reasons"][0].startswith(locked), rows
+        assert rows[marker]["action"] == ("delete" if args else "deleted"), rows
+        assert versions() == written | {(volume, garbage)} | (
+            {(manifest, marker)} if kept_marker else set())
+
+    past = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)).replace(microsecond=0)
+    for version_id in (garbage, own):
+        client.put_object_retention(Bucket=bucket, Key=volume, VersionId=version_id,
+                                    Retention={"Mode": "COMPLIANCE", "RetainUntilDate": past})
+    status, out, err = run("prune")
+    assert status == ExitStatus.OK, out + err
+    assert "versions the catalog does not know" in out and garbage in out, out
+    assert versions() == written and (volume, own) in written
+    status, out, err = run("audit", "--json")
+    assert status == ExitStatus.OK, out + err
+    assert not [f for f in json.loads(out)["findings"] if f["severity"] == "error"], out
 
 
 def _chains(catalog: Path) -> list[tuple[int, str]]:

@@ -61,7 +61,7 @@ from zrepl_py.audit.deep import Deadline, DeepAudit, DeepResult, ScratchPool, ch
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.audit.graph import ChainStream, GraphInput, TargetListing, audit_graph, sort_findings
 from zrepl_py.audit.load import load_graph_input
-from zrepl_py.audit.objects import audit_objects, owners, unfinished_findings, version_findings
+from zrepl_py.audit.objects import audit_objects, unfinished_findings, version_findings
 from zrepl_py.audit.restorable import Coverage, coverage, coverage_findings, stray, strays_of
 from zrepl_py.catalog.base import CHUNK
 from zrepl_py.catalog.rows import (
@@ -71,6 +71,7 @@ from zrepl_py.catalog.rows import (
     StreamRow,
     VolumeRow,
     first_three,
+    owners,
     recorded_versions,
 )
 from zrepl_py.config.hosts import LOCAL_HOST, parse_endpoint

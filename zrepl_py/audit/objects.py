@@ -177,27 +177,12 @@ def leftovers(listing: Mapping[str, ObjectInfo], known: set[str],
     return found
 
 
-def owners(streams: Sequence[StreamRow], volumes: Mapping[int, Sequence[VolumeRow]]
-           ) -> dict[str, StreamRow]:
-    """Key -> the stream whose volume, manifest or manifest copy it is, for the streams
-    not condemned (a prune that stopped may have deleted a condemned stream's keys)."""
-    by_key: dict[str, StreamRow] = {}
-    for stream in streams:
-        if stream.state == "condemned":
-            continue
-        by_key[stream.object_prefix + MANIFEST] = stream
-        by_key[stream.object_prefix + MANIFEST_COPY] = stream
-        for volume in volumes.get(stream.id, ()):
-            by_key[volume.key] = stream
-    return by_key
-
-
 def version_findings(pinned: Pinned, owned: Mapping[str, StreamRow]) -> list[Finding]:
     """Findings of a write-once store's versions (pure; ``objects.versions``): an error
     per catalogued key whose newest version or delete marker is not zbak's (tampering,
     docs/design.md#immutable-cold-storage), naming the key, zbak's version and the
     intruder's; information for the other versions of catalogued keys the catalog does
-    not know. ``owned``: :func:`owners`. zbak's version is still there, so nothing is
+    not know. ``owned``: ``catalog.rows.owners``. zbak's version is still there, so nothing is
     marked bad: restore and audit read it."""
     found = []
     named: set[tuple[str, str]] = set()

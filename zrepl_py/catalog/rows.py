@@ -13,6 +13,8 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY
+
 if TYPE_CHECKING:
     from zrepl_py.objects.manifest import Manifest
 
@@ -396,3 +398,18 @@ def recorded_versions(volumes: Mapping[int, Sequence[VolumeRow]]) -> dict[str, s
     """Key -> version id of every volume row that records one (``volumes`` by stream id)."""
     return {v.key: v.version_id for rows in volumes.values() for v in rows
             if v.version_id is not None}
+
+
+def owners(streams: Sequence[StreamRow], volumes: Mapping[int, Sequence[VolumeRow]]
+           ) -> dict[str, StreamRow]:
+    """Key -> the stream whose volume, manifest or manifest copy it is, for the streams
+    not condemned (a prune that stopped may have deleted a condemned stream's keys)."""
+    by_key: dict[str, StreamRow] = {}
+    for stream in streams:
+        if stream.state == "condemned":
+            continue
+        by_key[stream.object_prefix + MANIFEST] = stream
+        by_key[stream.object_prefix + MANIFEST_COPY] = stream
+        for volume in volumes.get(stream.id, ()):
+            by_key[volume.key] = stream
+    return by_key

@@ -79,6 +79,27 @@ def _store_rows(job: str, archive: ArchivePruneResult) -> Iterator[dict[str, Any
                    "recheck": texts.get(by) if by is not None else None}
 
 
+def _version_rows(result: PruneResult) -> list[dict[str, Any]]:
+    """One row per version of a catalogued key the catalog does not know, in each store
+    that keeps versions (``pruning.unknown_versions``): kept until its lock lapses, or
+    deleted (``delete`` on a dry run, ``deleted`` once done)."""
+    rows: list[dict[str, Any]] = []
+    for store in result.stores:
+        if store.versions is None:
+            continue
+        done = set(store.versions.deleted)
+        for d in store.versions.decisions:
+            s = d.stray
+            action = "keep" if not d.delete else (
+                "deleted" if (s.key, s.version_id) in done else "delete")
+            rows.append({"job": result.job, "store": store.store, "key": s.key,
+                         "version_id": s.version_id, "delete_marker": s.marker,
+                         "stream_id": s.stream_id, "written": s.written.isoformat(),
+                         "retain_until": s.retain_until.isoformat() if s.retain_until else None,
+                         "action": action, "reasons": [d.reason]})
+    return rows
+
+
 def _replica_rows(result: PruneResult) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for r in result.replicas:
@@ -128,6 +149,7 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, accept_early_
     # A generator for --json (written row by row), a list for the tables.
     streams = (row for r in results for row in _stream_rows(r))
     replica = [row for r in results for row in _replica_rows(r)]
+    versions = [row for r in results for row in _version_rows(r)]
     outcomes = {r.job: r.outcome for r in results if r.outcome is not None}
     if as_json:
         emit_json({
@@ -137,12 +159,14 @@ def command(inv: Invocation, jobs: tuple[str, ...], dry_run: bool, accept_early_
             "replica_outcome": {r.job: {t.target: t.outcome.__dict__ for t in r.replicas
                                         if t.outcome is not None} for r in results},
             "streams": streams,
+            "versions": versions,
             "archive": {r.job: _archive_summary(r.archive) for r in results if r.archive},
             "stores": {r.job: {s.store: _archive_summary(s) for s in r.stores}
                        for r in results if r.stores},
         })
     else:
         _print_tables(rows, replica, list(streams), outcomes, results, dry_run, show_all)
+        _print_versions(versions, dry_run, show_all)
     _report_errors(results)
     if status == ExitStatus.OK and any(r.failed for r in results):
         return ExitStatus.FAILED
@@ -239,6 +263,22 @@ def _print_tables(rows: list[dict[str, Any]], replica: list[dict[str, Any]], str
             _print_archive_lines(result.job, store, show_all)
 
 
+def _print_versions(versions: list[dict[str, Any]], dry_run: bool, show_all: bool) -> None:
+    """The table of :func:`_version_rows` (none: no table)."""
+    if not versions:
+        return
+    emit_long("versions the catalog does not know" + (" (dry run: nothing deleted)"
+                                                       if dry_run else ""),
+              ["job", "store", "key", "version", "action", "why"],
+              [(r["job"], r["store"], r["key"], r["version_id"], r["action"],
+                "; ".join(r["reasons"])) for r in versions],
+              show_all=show_all, what="versions", summary=lambda: (
+                  ["job", "store", "action", "why", "versions"],
+                  [(job, store, action, "; ".join(why), count)
+                   for (job, store, action, why), count, _ in count_by(
+                      versions, lambda r: (r["job"], r["store"], r["action"], _why(r)), {})]))
+
+
 def _print_outcome(where: str, o: PruneOutcome) -> None:
     """What destroying did on the source or one target: the counts, then a line per
     snapshot that stayed (skipped, failed, or kept by the floor of the host's zbak serve,
@@ -301,6 +341,10 @@ def _report_store_errors(job: str, archive: ArchivePruneResult) -> None:
     """``_report_errors`` of one store."""
     if archive.error:
         click.echo(f"zbak: job {job}: store {archive.store}: {archive.error}", err=True)
+    if archive.versions is not None and archive.versions.error:
+        click.echo(f"zbak: job {job}: store {archive.store}: deleting versions the catalog"
+                   f" does not know stopped: {archive.versions.error}; run zbak prune again",
+                   err=True)
     for d in archive.datasets:
         problem = d.problem
         if problem:

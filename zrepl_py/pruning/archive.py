@@ -43,6 +43,7 @@ from zrepl_py.pruning.chain_plan import (
 )
 from zrepl_py.pruning.last_copy import StorePlan, keep_last_copies, wanted_prefixes
 from zrepl_py.pruning.recheck import planned_objects
+from zrepl_py.pruning.unknown_versions import UnknownVersions
 from zrepl_py.snapshots.selection import covers
 from zrepl_py.stores.base import Backend
 
@@ -77,16 +78,21 @@ class DatasetChains:
 
 @dataclasses.dataclass
 class ArchivePruneResult:
-    """Archive retention of one job in its store, dataset by dataset."""
+    """Archive retention of one job in its store, dataset by dataset, and on a store that
+    keeps versions the versions of its keys the catalog does not know (``versions``;
+    ``pruning.unknown_versions``; None elsewhere or when not reached)."""
 
     store: str
     datasets: list[DatasetChains] = dataclasses.field(default_factory=list)
     error: str | None = None
+    versions: UnknownVersions | None = None
 
     @property
     def failed(self) -> bool:
-        """True when the store could not be opened or any dataset failed."""
-        return bool(self.error) or any(d.failed for d in self.datasets)
+        """True when the store could not be opened, any dataset failed, or deleting the
+        unknown versions stopped."""
+        return (bool(self.error) or any(d.failed for d in self.datasets)
+                or bool(self.versions and self.versions.error))
 
 
 def chain_retention(cfg: ChainRetentionConfig, *,

@@ -34,6 +34,7 @@ from zrepl_py.errors import CommandFailed, DatasetNotFound, HoldNotFound, ZbakEr
 from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts
 from zrepl_py.invocation.context import Context, lock_key
+from zrepl_py.objects.layout import dataset_prefix
 from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
 from zrepl_py.pruning.archive import (
@@ -55,6 +56,7 @@ from zrepl_py.pruning.source import (
     replication_protections,
     stale_archive_tips,
 )
+from zrepl_py.pruning.unknown_versions import UnknownVersions, prune_unknown_versions
 from zrepl_py.replication.protect import hold_tag
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
 from zrepl_py.stores.base import Backend
@@ -101,6 +103,8 @@ class PruneResult:
                 found.append(f"store {store.store}: {store.error}")
             found += [f"store {store.store}: {d.dataset}: {d.problem}"
                       for d in store.datasets if d.failed]
+            if store.versions is not None and store.versions.error:
+                found.append(f"store {store.store}: unknown versions: {store.versions.error}")
         return found
 
 
@@ -257,12 +261,41 @@ def _prune_stores(ctx: Context, name: str, job: JobConfig, streams: list[StreamR
     # (planning reports a dataset's store and catalog errors in its result, raising none)
     planned = plan_stores(scopes, job, streams, ctx.clock.now(), left_out=left_out)
     results.update(planned)
-    if not dry_run:
-        for scope in scopes:
-            if scope.backend is not None and scope.name in planned:
-                _execute_store(ctx, name, job, scope.backend, guards[scope.name],
-                               planned[scope.name])
+    for scope in scopes:
+        if scope.backend is None or scope.name not in planned:
+            continue
+        if dry_run:
+            try:
+                planned[scope.name].versions = _unknown_versions(
+                    ctx, job, scope.backend, scope.name, dry_run=True)
+            except ZbakError as exc:
+                log.error("job %s: pruning store %s failed: %s", name, scope.name, exc)
+                planned[scope.name].error = str(exc)
+        else:
+            _execute_store(ctx, name, job, scope.backend, guards[scope.name],
+                           planned[scope.name])
     return [results[store] for store, _ in order if store in results]
+
+
+def _unknown_versions(ctx: Context, job: JobConfig, backend: Backend, store: str, *,
+                      dry_run: bool) -> UnknownVersions | None:
+    """On a store that keeps versions, delete (or with ``dry_run`` only show) the versions
+    of the job's catalogued keys there the catalog does not know once their locks lapse
+    (``pruning.unknown_versions``), over the catalog as it is now; None elsewhere.
+
+    Raises:
+        CatalogError: reading the streams or volumes failed (store errors go in the result).
+    """
+    if not backend.keeps_versions:
+        return None
+    source = job.source
+    root = str(source.dataset)
+    catalog = ctx.catalog()
+    streams = [s for found in job_streams(job, catalog.bulk_streams(
+        host=source.host, below=root, store=store), store).values() for s in found]
+    volumes = catalog.bulk_volumes(host=source.host, below=root, store=store)
+    return prune_unknown_versions(backend, dataset_prefix(source.host, root), streams, volumes,
+                                  ctx.clock.now(), dry_run=dry_run)
 
 
 def _execute_store(ctx: Context, name: str, job: JobConfig, backend: Backend,
@@ -274,7 +307,10 @@ def _execute_store(ctx: Context, name: str, job: JobConfig, backend: Backend,
         with recorded_run(ctx.catalog(), ctx.clock, name, "prune", f"archive:{store}") as record:
             for dataset in result.datasets:
                 execute_dataset_chains(dataset, backend, ctx.catalog(), ctx.clock.now())
+            result.versions = _unknown_versions(ctx, job, backend, store, dry_run=False)
             errors = [f"{d.dataset}: {d.problem}" for d in result.datasets if d.failed]
+            if result.versions is not None and result.versions.error:
+                errors.append(f"unknown versions: {result.versions.error}")
             if errors:
                 record.result, record.error = "partial", "; ".join(errors)
             by_dataset = job_streams(job, ctx.catalog().bulk_streams(

@@ -75,6 +75,10 @@ class PruneCredentialBackend(Backend):
         """``writer.keeps_versions``."""
         return self.writer.keeps_versions
 
+    def retain_until(self, key: str, version_id: str) -> dt.datetime | None:
+        """``writer.retain_until``."""
+        return self.writer.retain_until(key, version_id)
+
     def list_versions(self, prefix: str) -> Iterator[Version]:
         """``writer.list_versions``."""
         return self.writer.list_versions(prefix)
