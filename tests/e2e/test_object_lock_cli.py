@@ -121,6 +121,14 @@ def test_every_version_an_archive_writes_is_locked_and_the_masters_keys_cannot_d
         assert version_id == by_key[key], key
         assert retain_until == (heads[version_id]["ObjectLockRetainUntilDate"] if locked
                                 else None), key
+    # and each manifest's and manifest copy's version, with the earlier lock (locked only)
+    ((prefix, manifest, copy, until),) = _manifest_versions(tmp_path / "state" / "catalog.sqlite")
+    if not locked:
+        assert (manifest, copy, until) == (None, None, None)
+        return
+    assert (manifest, copy) == (by_key[prefix + "manifest.json"],
+                                by_key[prefix + "manifest.json.copy"])
+    assert until == min(heads[v]["ObjectLockRetainUntilDate"] for v in (manifest, copy))
 
 
 @pytest.mark.parametrize("recorded", [True, False], ids=["versions-recorded", "no-versions"])
@@ -219,17 +227,22 @@ def test_audit_names_every_tampered_key_and_marks_nothing_bad_and_archive_carrie
 
 def test_archive_and_audit_extend_each_lock_once_less_than_half_the_period_is_left(
         zpool, tmp_path, s3_server, s3_bucket, capsys):
-    """Period 3 days. The locks of all volumes but the last are set back to 1 day left (in
-    moto, which lets a lock be shortened, and in the catalog): ``zbak audit`` extends each of
-    them to now + 3 days (moto's date and the catalog's move) and leaves the last one, with
-    more than half the period left, alone. Set back again, ``zbak archive`` (nothing new to
-    write) extends them too."""
+    """Period 3 days. The locks of all volumes but the last, and of both streams' manifests
+    and manifest copies, are set back to 1 day left (in moto, which lets a lock be shortened,
+    and in the catalog): ``zbak audit`` extends each of them to now + 3 days (moto's date and
+    the catalog's move) and leaves the last volume, with more than half the period left,
+    alone. Set back again, ``zbak archive`` (nothing new to write) extends them too."""
     bucket, client = _lock_bucket(s3_server)
     _, _, run = _two_streams(zpool, tmp_path, s3_server, bucket, capsys)
     catalog = tmp_path / "state" / "catalog.sqlite"
     recorded = catalogued_versions(catalog)
     *aged, fresh = recorded
     assert len(aged) >= 4
+    manifests = [(prefix + "manifest.json", version) for prefix, version, _, _
+                 in _manifest_versions(catalog)]
+    manifests += [(prefix + "manifest.json.copy", copy) for prefix, _, copy, _
+                  in _manifest_versions(catalog)]
+    assert len(manifests) == 4
 
     def lock_of(key: str, version_id: str) -> dt.datetime:
         return client.head_object(Bucket=bucket, Key=f"zbak/{key}",
@@ -237,12 +250,13 @@ def test_archive_and_audit_extend_each_lock_once_less_than_half_the_period_is_le
 
     for command in ("audit", "archive"):
         short = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).replace(microsecond=0)
-        for key, version_id, _ in aged:
+        for key, version_id in [(k, v) for k, v, _ in aged] + manifests:
             client.put_object_retention(Bucket=bucket, Key=f"zbak/{key}", VersionId=version_id,
                                         Retention={"Mode": "COMPLIANCE",
                                                    "RetainUntilDate": short})
             assert lock_of(key, version_id) == short
         _set_retain_until(catalog, {version_id: short for _, version_id, _ in aged})
+        _set_manifest_retain_until(catalog, short)
         before = dt.datetime.now(dt.UTC)
         status, out, err = run(command)
         assert status == ExitStatus.OK, out + err
@@ -254,6 +268,13 @@ def test_archive_and_audit_extend_each_lock_once_less_than_half_the_period_is_le
                     <= after + dt.timedelta(days=3, seconds=1)), (command, key)
             assert now_recorded[version_id] == until, (command, key)
         assert lock_of(fresh[0], fresh[1]) == fresh[2] == now_recorded[fresh[1]], command
+        extended = {key: lock_of(key, version_id) for key, version_id in manifests}
+        for key, until in extended.items():
+            assert (before + dt.timedelta(days=3) <= until
+                    <= after + dt.timedelta(days=3, seconds=1)), (command, key)
+        for prefix, _, _, until in _manifest_versions(catalog):
+            assert until == min(extended[prefix + "manifest.json"],
+                                extended[prefix + "manifest.json.copy"]), (command, prefix)
 
 
 def test_prune_keeps_a_released_chain_until_its_locks_lapse_then_deletes_every_version_by_id(
@@ -261,7 +282,8 @@ def test_prune_keeps_a_released_chain_until_its_locks_lapse_then_deletes_every_v
     """Two chains in a lock store (period 3 days), ``keep_chains = 1``, the newer full
     verified: retention releases the older chain, but its volumes are locked for 3 more days,
     so ``zbak prune --dry-run`` and ``zbak prune`` keep it, "expired, locked until DATE" (the
-    latest retain-until the catalog records of its volumes), and delete nothing. With its locks
+    latest retain-until the catalog records of its volumes and manifests), and delete
+    nothing. With its locks
     moved into the past (moto lets a COMPLIANCE lock be shortened; the catalog is told the
     same) and the intruder, with the master's keys, having hidden an old key behind a delete
     marker, overwritten the newer chain's volume with same-size garbage and hidden its
@@ -293,7 +315,8 @@ def test_prune_keeps_a_released_chain_until_its_locks_lapse_then_deletes_every_v
 
     old, new = versions(old_prefix), versions(new_prefix)
     assert len(old) >= 2 and len(new) >= 2  # a volume and the manifest (and its copy)
-    until = max(u for k, _, u in catalogued_versions(catalog) if k.startswith(old_prefix))
+    until = max([u for k, _, u in catalogued_versions(catalog) if k.startswith(old_prefix)]
+                + [u for p, _, _, u in _manifest_versions(catalog) if p == old_prefix])
     for args in (("--dry-run",), ()):
         status, out, err = run("prune", "--json", *args)
         assert status == ExitStatus.OK, out + err
@@ -308,6 +331,7 @@ def test_prune_keeps_a_released_chain_until_its_locks_lapse_then_deletes_every_v
         client.put_object_retention(Bucket=bucket, Key=v["Key"], VersionId=v["VersionId"],
                                     Retention={"Mode": "COMPLIANCE", "RetainUntilDate": past})
     _set_retain_until(catalog, {v["VersionId"]: past for v in old})
+    _set_manifest_retain_until(catalog, past)
     client.delete_object(Bucket=bucket, Key=old[0]["Key"])  # a delete marker
     (volume,) = [v["Key"] for v in new if v["Key"].endswith(".zst")]
     client.put_object(Bucket=bucket, Key=volume, Body=os.urandom(
@@ -419,6 +443,29 @@ def _set_retain_until(catalog: Path, until: dict[str, dt.datetime]) -> None:
                 connection.execute(sa.update(volume_table)
                                    .where(volume_table.c.version_id == version_id)
                                    .values(retain_until=date))
+    finally:
+        engine.dispose()
+
+
+def _manifest_versions(catalog: Path) -> list[tuple]:
+    """``(object prefix, manifest version id, copy version id, retain_until)`` of every
+    catalogued stream."""
+    engine = make_engine(f"sqlite:///{catalog}")
+    try:
+        s = stream_table.c
+        with engine.connect() as connection:
+            return [tuple(r) for r in connection.execute(
+                sa.select(s.object_prefix, s.manifest_version_id, s.manifest_copy_version_id,
+                          s.manifest_retain_until).order_by(s.id))]
+    finally:
+        engine.dispose()
+
+
+def _set_manifest_retain_until(catalog: Path, until: dt.datetime) -> None:
+    engine = make_engine(f"sqlite:///{catalog}")
+    try:
+        with engine.begin() as connection:
+            connection.execute(sa.update(stream_table).values(manifest_retain_until=until))
     finally:
         engine.dispose()
 

@@ -467,3 +467,47 @@ def test_0010_keeps_every_volume_across_a_downgrade_and_its_versions_read_as_unk
                   created_at=T0),
         [NewVolume(0, "tank/data/b/vol-000000.zst", 10, 5, sha, "v-new", until)])
     assert _volume_versions(engine)[-1] == (tip, "tank/data/b/vol-000000.zst", "v-new", until)
+
+
+def test_0011_keeps_every_stream_across_a_downgrade_and_its_manifest_versions_read_as_unknown(
+        engine):
+    """docs/reliability.md#r27-alembic (rows present): a stream recording its manifest's
+    versions and lock and a stream without; downgrading to 0010 drops only the three columns,
+    both streams stay; upgrading back leaves them NULL (``Catalog.manifest_locks`` names
+    none), and a new stream records its manifest versions, whose date the rolling lock
+    moves (``set_manifest_retain_until``)."""
+    db.upgrade(engine)
+    catalog = Catalog(engine)
+    until = T0 + dt.timedelta(days=30)
+
+    def stream(name: str, guid: int, store: str = "cold", **versions) -> NewStream:
+        return NewStream(dataset="tank/data", store=store, kind="full", to_guid=guid,
+                         to_name=name, to_createtxg=guid * 10,
+                         object_prefix=f"tank/data/{name}/", storage_class="STANDARD",
+                         compression="zstd", created_at=T0, **versions)
+
+    locked = catalog.add_stream(stream("a", 1, manifest_version_id="m-a",
+                                       manifest_copy_version_id="c-a",
+                                       manifest_retain_until=until))
+    plain = catalog.add_stream(stream("a", 1, store="dir"))
+    assert catalog.manifest_locks([locked, plain]) == [(locked, "m-a", "c-a", until)]
+
+    db.downgrade(engine, "0010")
+    columns = {c["name"] for c in sa.inspect(engine).get_columns("streams")}
+    assert not {"manifest_version_id", "manifest_copy_version_id",
+                "manifest_retain_until"} & columns
+    with engine.connect() as connection:
+        rows = connection.execute(sa.text("SELECT id, store FROM streams ORDER BY id"))
+        assert [tuple(r) for r in rows] == [(locked, "cold"), (plain, "dir")]
+
+    assert db.upgrade(engine) == ("0010", db.head_revision())
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        assert compare_metadata(context, metadata) == []
+    catalog = Catalog(engine)
+    assert catalog.manifest_locks([locked, plain]) == []
+    new = catalog.add_stream(stream("b", 2, manifest_version_id="m-b",
+                                    manifest_copy_version_id="c-b", manifest_retain_until=until))
+    later = until + dt.timedelta(days=1)
+    catalog.set_manifest_retain_until({new: later})
+    assert catalog.manifest_locks([locked, plain, new]) == [(new, "m-b", "c-b", later)]

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from zrepl_py.catalog.chains import build_chains
-from zrepl_py.catalog.rows import StreamRow, VolumeRow
+from zrepl_py.catalog.rows import ManifestLock, StreamRow, VolumeRow
 from zrepl_py.config.archive import ArchiveConfig
 from zrepl_py.pruning.chain_plan import ChainRetention, locked_until, plan_chain_retention
 
@@ -272,6 +272,16 @@ def test_a_released_chain_waits_for_its_latest_volume_lock_then_goes():
     assert plan.to_delete == () and plan.releasers == ()
     lapsed = plan_chain_retention(A + B_VERIFIED, KEEP1, later, locked=locked)
     assert [s.id for c in lapsed.to_delete for s in c.leaf_first] == [2, 1]
+
+
+def test_a_manifest_locked_after_its_volumes_holds_its_stream_until_it_lapses():
+    """A manifest is written, so locked, after the stream's volumes: its recorded lock
+    (``Catalog.manifest_locks``) holds the stream when it is the later one."""
+    volumes = {1: [VolumeRow(1, 1, 0, "p1/vol-000000.zst", 1, 1, "0" * 64, "v1", NOW)]}
+    manifest = ManifestLock(1, "m1", "c1", NOW + dt.timedelta(seconds=2))
+    assert locked_until(volumes, A, [manifest]) == {1: manifest.retain_until}
+    assert locked_until({}, A, [manifest]) == {1: manifest.retain_until}
+    assert locked_until(volumes, A) == {1: NOW}
 
 
 def test_a_branching_chain_is_one_chain_deleted_whole():

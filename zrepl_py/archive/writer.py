@@ -46,7 +46,7 @@ from zrepl_py.objects.manifest import Manifest, VolumeRecord
 from zrepl_py.observe.progress import MeteredReader
 from zrepl_py.proc.pipeline import Stage
 from zrepl_py.proc.python_end import SendReader
-from zrepl_py.stores.base import Backend
+from zrepl_py.stores.base import Backend, PutResult
 from zrepl_py.streams.codec import Codec
 
 log = logging.getLogger(__name__)
@@ -161,9 +161,10 @@ def write_stream(
         counts.update(written=0, skipped=0)
         volumes, used_class = _send(spec, backend, home, (), count, progress, throttle)
     manifest = _manifest(spec, [v.record for v in volumes], used_class, now())
-    put_with_copy(backend, spec.prefix + MANIFEST, manifest.to_json())
+    puts = put_with_copy(backend, spec.prefix + MANIFEST, manifest.to_json())
     stream_id = _catalog(spec, manifest, catalog, now(),
-                         {v.record.index: v.version for v in volumes if v.version is not None})
+                         {v.record.index: v.version for v in volumes if v.version is not None},
+                         puts)
     home.delete(spec.prefix)
     if interrupted is not None:
         drop_unfinished(backend, spec.prefix, began)
@@ -270,7 +271,9 @@ def _repair_copies(backend: Backend, key: str, good: str) -> None:
 
 
 def _catalog(spec: StreamSpec, manifest: Manifest, catalog: Catalog, now: dt.datetime,
-             versions: Mapping[int, StoredVersion] | None = None) -> int:
+             versions: Mapping[int, StoredVersion] | None = None,
+             manifest_puts: Sequence[PutResult] = ()) -> int:
     stream, volumes = manifest_rows(manifest, store=spec.store, prefix=spec.prefix,
-                                    parent_id=spec.parent_id, uploaded_at=now, versions=versions)
+                                    parent_id=spec.parent_id, uploaded_at=now, versions=versions,
+                                    manifest_puts=manifest_puts)
     return catalog.add_stream(stream, volumes, manifest.snapshots)

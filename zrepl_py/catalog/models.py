@@ -153,6 +153,12 @@ stream_table = sa.Table(
     # Why the stream is ``bad``, set with that state (``archive.damage.mark_bad``); None
     # for every other state and for streams marked bad before revision 0006.
     _column("bad_reason", sa.Text, nullable=True),
+    # On a store that keeps versions (Object Lock): the versions of manifest.json and its
+    # copy the upload made, and when the locks of both lapse (revision 0011); None
+    # elsewhere, and for streams catalogued before it or from their manifest.
+    _column("manifest_version_id", sa.String(VERSION_ID_LEN), nullable=True),
+    _column("manifest_copy_version_id", sa.String(VERSION_ID_LEN), nullable=True),
+    _column("manifest_retain_until", UtcDateTime, nullable=True),
     sa.UniqueConstraint("id", "to_guid", "dataset_id", "store", name="uq_streams_chain_key"),
     sa.UniqueConstraint("store", "object_prefix"),
     sa.ForeignKeyConstraint(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY
 
@@ -180,6 +180,19 @@ class NewStream:
     state: str = "uploading"
     uploaded_at: dt.datetime | None = None
     verified_at: dt.datetime | None = None
+    manifest_version_id: str | None = None
+    manifest_copy_version_id: str | None = None
+    manifest_retain_until: dt.datetime | None = None
+
+
+class ManifestLock(NamedTuple):
+    """The recorded versions of stream ``stream_id``'s manifest and manifest copy (S3
+    ``VersionId``) and when their Object Locks lapse (aware UTC; the earlier of the two)."""
+
+    stream_id: int
+    version_id: str
+    copy_version_id: str
+    retain_until: dt.datetime
 
 
 class StoredVersion(NamedTuple):
@@ -324,9 +337,19 @@ class DatasetStreams(NamedTuple):
         return sum(self.stores.values())
 
 
+class Stored(Protocol):
+    """What a put stored, as far as the catalog records it (``stores.base.PutResult``)."""
+
+    @property
+    def version_id(self) -> str | None: ...
+
+    @property
+    def retain_until(self) -> dt.datetime | None: ...
+
+
 def manifest_rows(manifest: Manifest, *, store: str, prefix: str, parent_id: int | None,
                   uploaded_at: dt.datetime, versions: Mapping[int, StoredVersion] | None = None,
-                  ) -> tuple[NewStream, list[NewVolume]]:
+                  manifest_puts: Sequence[Stored] = ()) -> tuple[NewStream, list[NewVolume]]:
     """The catalog rows of ``manifest``'s stream (state ``uploaded``), for
     ``Catalog.add_stream`` with ``manifest.snapshots`` as the carried snapshots.
 
@@ -336,6 +359,8 @@ def manifest_rows(manifest: Manifest, *, store: str, prefix: str, parent_id: int
         uploaded_at: aware UTC.
         versions: the stored version of each volume by index, as the upload learnt it (a
             manifest names keys only, docs/design.md#object-lock); None: not known.
+        manifest_puts: the puts of the manifest and its copy (``put_with_copy``): their
+            versions and the earlier lock are recorded when both were locked.
     """
     stream = NewStream(
         host=manifest.host, dataset=manifest.dataset, store=store, kind=manifest.kind,
@@ -348,6 +373,14 @@ def manifest_rows(manifest: Manifest, *, store: str, prefix: str, parent_id: int
         raw_bytes=manifest.raw_bytes, stored_bytes=manifest.stored_bytes,
         state="uploaded", uploaded_at=uploaded_at,
     )
+    if len(manifest_puts) == 2:
+        primary, copy = manifest_puts
+        if (primary.version_id and copy.version_id and primary.retain_until
+                and copy.retain_until):
+            stream = dataclasses.replace(
+                stream, manifest_version_id=primary.version_id,
+                manifest_copy_version_id=copy.version_id,
+                manifest_retain_until=min(primary.retain_until, copy.retain_until))
     known = versions or {}
     volumes = [NewVolume(v.index, v.key, v.raw_bytes, v.stored_bytes, v.sha256,
                          *(known.get(v.index) or (None, None)))

@@ -35,6 +35,7 @@ from zrepl_py.catalog.rows import (
     STATE_TRANSITIONS,
     STREAM_KINDS,
     STREAM_STATES,
+    ManifestLock,
     NewStream,
     NewVolume,
     StreamRow,
@@ -310,6 +311,41 @@ class Streams(CatalogBase):
                  .values(retain_until=sa.bindparam("until")))
         with self._transaction(f"recording the locks of {len(volumes)} volume(s)") as conn:
             conn.execute(query, [{"vid": vid, "until": until} for vid, until in volumes.items()])
+
+    def manifest_locks(self, stream_ids: Iterable[int]) -> list[ManifestLock]:
+        """The recorded manifest versions and locks of those of ``stream_ids`` that have
+        them (``NewStream.manifest_version_id``), by stream id.
+
+        Raises:
+            CatalogError: the read failed.
+        """
+        s = stream_table.c
+        ids = sorted(set(stream_ids))
+        found = []
+        with self._transaction("listing the locks of manifests", read_only=True) as conn:
+            for chunk in chunks(ids):
+                found += [ManifestLock(*row) for row in conn.execute(
+                    sa.select(s.id, s.manifest_version_id, s.manifest_copy_version_id,
+                              s.manifest_retain_until)
+                    .where(s.id.in_(chunk), s.manifest_version_id.is_not(None),
+                           s.manifest_copy_version_id.is_not(None),
+                           s.manifest_retain_until.is_not(None)).order_by(s.id))]
+        return found
+
+    def set_manifest_retain_until(self, streams: Mapping[int, dt.datetime]) -> None:
+        """Record the new Object Lock retain-until date of each stream's manifest and its
+        copy (stream id -> aware UTC), after the store extended both locks
+        (``archive.rolling_lock``).
+
+        Raises:
+            CatalogError: the write failed.
+        """
+        if not streams:
+            return
+        query = (sa.update(stream_table).where(stream_table.c.id == sa.bindparam("sid"))
+                 .values(manifest_retain_until=sa.bindparam("until")))
+        with self._transaction(f"recording the locks of {len(streams)} manifest(s)") as conn:
+            conn.execute(query, [{"sid": sid, "until": until} for sid, until in streams.items()])
 
     def set_stream_state(
         self,

@@ -105,9 +105,9 @@ def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Cat
                 f" with `zbak audit --deep`); the arrived object was deleted")
         written += 1
     manifest = _manifest(item, source, used_class)
-    put_with_copy(target, stream.object_prefix + MANIFEST, manifest.to_json())
+    puts = put_with_copy(target, stream.object_prefix + MANIFEST, manifest.to_json())
     row, volumes = manifest_rows(manifest, store=target.name, prefix=stream.object_prefix,
-                                 parent_id=item.parent_id, uploaded_at=now())
+                                 parent_id=item.parent_id, uploaded_at=now(), manifest_puts=puts)
     stream_id = catalog.add_stream(row, volumes, manifest.snapshots)
     drop_unfinished(target, stream.object_prefix, began)
     return CopiedStream(stream_id, manifest.stored_bytes, written, kept)

@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 
 from zrepl_py.errors import ObjectNotFound, StoreError, ZbakError
 from zrepl_py.objects.layout import copy_key
-from zrepl_py.stores.base import Backend, get_recorded
+from zrepl_py.stores.base import Backend, PutResult, get_recorded
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -34,14 +34,15 @@ def canonical_sha256(obj: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def put_with_copy(backend: Backend, key: str, data: bytes) -> None:
-    """Put ``data`` at ``key`` then at ``KEY.copy``, both STANDARD class.
+def put_with_copy(backend: Backend, key: str, data: bytes) -> tuple[PutResult, PutResult]:
+    """Put ``data`` at ``key`` then at ``KEY.copy``, both STANDARD class; return what each
+    put stored (its version and lock on a store that keeps versions).
 
     Raises:
         StoreError: a put failed (a failed copy leaves the primary in place).
     """
-    backend.put(key, [data], storage_class="STANDARD")
-    backend.put(copy_key(key), [data], storage_class="STANDARD")
+    return (backend.put(key, [data], storage_class="STANDARD"),
+            backend.put(copy_key(key), [data], storage_class="STANDARD"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,11 +24,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Generic, TypeVar, cast
 
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.catalog.rows import StreamRow, VolumeRow, recorded_versions
+from zrepl_py.catalog.rows import ManifestLock, StreamRow, VolumeRow, recorded_versions
 from zrepl_py.config.archive import ChainRetentionConfig
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.errors import StoreError, StoreInconsistent, ZbakError
@@ -121,8 +121,10 @@ def job_streams(job: JobConfig, streams: Sequence[StreamRow], store: str, *,
 class StoreCheck:
     """What the damage check reads (``chain_delete.find_damaged``), each on first need and
     once, a failure included (one failed listing of the job's tree is not retried for
-    every dataset): a listing of ``prefix`` (``{key: stored bytes}``) and the catalog's
-    volume rows of the streams in scope (``read_volumes()``: ``{stream id: rows}``).
+    every dataset): a listing of ``prefix`` (``{key: stored bytes}``), the catalog's
+    volume rows of the streams in scope (``read_volumes()``: ``{stream id: rows}``) and, for
+    the lock wait on a store that keeps versions, their recorded manifest locks
+    (``read_manifests(stream ids)``: ``Catalog.manifest_locks``; none without it).
 
     On a store that keeps versions (Object Lock) the listing shows zbak's own version of
     each key (``objects.versions.pin`` of one version listing of ``prefix``), as ``zbak
@@ -130,9 +132,12 @@ class StoreCheck:
     damaged (docs/security.md#prune-on-a-lock-store)."""
 
     def __init__(self, backend: Backend, prefix: str,
-                 read_volumes: Callable[[], Mapping[int, Sequence[VolumeRow]]]):
+                 read_volumes: Callable[[], Mapping[int, Sequence[VolumeRow]]],
+                 read_manifests: Callable[[Iterable[int]], Sequence[ManifestLock]] | None = None):
         self._volumes = _Once(read_volumes)
         self._listing = _Once(lambda: self._sizes(backend, prefix))
+        self._manifests = _Once(lambda: [] if read_manifests is None
+                                else read_manifests(self.volumes))
 
     def _sizes(self, backend: Backend, prefix: str) -> dict[str, int]:
         if not backend.keeps_versions:
@@ -149,6 +154,11 @@ class StoreCheck:
     def volumes(self) -> Mapping[int, Sequence[VolumeRow]]:
         """The volume rows (raises ``CatalogError``)."""
         return self._volumes.get()
+
+    @property
+    def manifests(self) -> Sequence[ManifestLock]:
+        """The manifest locks of the streams with volume rows (raises ``CatalogError``)."""
+        return self._manifests.get()
 
 
 class _Once(Generic[T]):
@@ -278,7 +288,7 @@ def _locked(scope: StoreScope, streams: Sequence[StreamRow]) -> dict[int, dt.dat
     """
     if scope.backend is None or scope.check is None or not scope.backend.keeps_versions:
         return {}
-    return locked_until(scope.check.volumes, streams)
+    return locked_until(scope.check.volumes, streams, scope.check.manifests)
 
 
 def _finish_plan(scope: StoreScope, result: DatasetChains) -> None:
@@ -363,4 +373,4 @@ def store_check(backend: Backend, catalog: Catalog, job: JobConfig, store: str) 
     source = job.source
     root = str(source.dataset)
     return StoreCheck(backend, dataset_prefix(source.host, root), lambda: catalog.bulk_volumes(
-        host=source.host, below=root, store=store))
+        host=source.host, below=root, store=store), catalog.manifest_locks)

@@ -29,8 +29,9 @@ Rules (docs/design.md#catalog-and-chain-validity), every reason recorded:
     docs/reliability.md#r19-prune-refuses-on-an-inconsistent-store);
   - a chain with a stream younger than its storage class's minimum storage duration is kept
     unless ``accept_early_delete_fee`` (S3 bills the rest of the minimum on early delete);
-  - on a store with Object Lock, a chain with a volume still locked (the caller's ``locked``
-    map, from the catalog's ``volumes.retain_until``) is kept, "expired, locked until DATE":
+  - on a store with Object Lock, a chain with a volume or manifest still locked (the
+    caller's ``locked`` map, from the catalog's ``volumes.retain_until`` and
+    ``streams.manifest_retain_until``) is kept, "expired, locked until DATE":
     S3 refuses to delete a locked version, and the catalog keeps its rows until the lock
     lapses and prune deletes every version by id (docs/security.md#prune-on-a-lock-store).
 * ``condemned`` streams are tombstones of a prune that did not finish (crash, store error):
@@ -47,7 +48,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 
 from zrepl_py.catalog.chains import build_chains
-from zrepl_py.catalog.rows import StreamRow, VolumeRow
+from zrepl_py.catalog.rows import ManifestLock, StreamRow, VolumeRow
 from zrepl_py.runtime.gcpause import gc_paused
 
 NEWEST_CHAIN = "newest chain"
@@ -233,14 +234,17 @@ def _young(chain: Sequence[StreamRow], policy: ChainRetention,
     return found
 
 
-def locked_until(volumes: Mapping[int, Sequence[VolumeRow]],
-                 streams: Iterable[StreamRow]) -> dict[int, dt.datetime]:
-    """``{stream id: the latest retain-until date (aware UTC) of its volumes}`` for the
-    ``streams`` whose volumes record one (``volumes``: the catalog's rows by stream id;
-    pure)."""
+def locked_until(volumes: Mapping[int, Sequence[VolumeRow]], streams: Iterable[StreamRow],
+                 manifests: Iterable[ManifestLock] = ()) -> dict[int, dt.datetime]:
+    """``{stream id: the latest retain-until date (aware UTC) of its volumes and manifest}``
+    for the ``streams`` whose volumes or manifest record one (``volumes``: the catalog's rows
+    by stream id; ``manifests``: ``Catalog.manifest_locks``; pure)."""
+    manifest_dates = {m.stream_id: m.retain_until for m in manifests}
     found = {}
     for s in streams:
         dates = [v.retain_until for v in volumes.get(s.id, ()) if v.retain_until is not None]
+        if s.id in manifest_dates:
+            dates.append(manifest_dates[s.id])
         if dates:
             found[s.id] = max(dates)
     return found
