@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from zrepl_py.catalog.rows import StreamRow, VolumeRow
+from zrepl_py.catalog.rows import ManifestLock, StreamRow, VolumeRow
 from zrepl_py.pruning.unknown_versions import Stray, decide, strays
 from zrepl_py.stores.base import ObjectInfo, Version
 
@@ -38,6 +38,14 @@ def test_versions_not_zbaks_and_every_marker_are_strays_zbaks_own_never():
         ("manifest.json", "marker", True), ("vol-000000.zst", "evil", False),
         ("vol-000000.zst", "older", False)]
     assert {s.stream_id for s in found} == {1}
+
+
+def test_a_recorded_manifest_version_is_zbaks_even_when_it_is_not_the_first():
+    """The catalog records the manifest versions the upload made (revision 0011): the
+    recorded one is never a stray; the key's first one then is, as any other."""
+    listing = [_v("manifest.json", "recorded", latest=True), _v("manifest.json", "first")]
+    found = strays(listing, [_stream()], VOLUMES, [ManifestLock(1, "recorded", "copy", T0)])
+    assert [s.version_id for s in found] == ["first"]
 
 
 def test_a_condemned_streams_keys_are_left_to_its_chain_delete():

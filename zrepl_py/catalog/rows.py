@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY
@@ -431,6 +431,20 @@ def recorded_versions(volumes: Mapping[int, Sequence[VolumeRow]]) -> dict[str, s
     """Key -> version id of every volume row that records one (``volumes`` by stream id)."""
     return {v.key: v.version_id for rows in volumes.values() for v in rows
             if v.version_id is not None}
+
+
+def recorded_manifest_versions(streams: Iterable[StreamRow], manifests: Iterable[ManifestLock]
+                               ) -> dict[str, str]:
+    """Key -> version id of the manifest and manifest copy of each of ``streams`` whose
+    manifest versions the catalog records (``manifests``: ``Catalog.manifest_locks``)."""
+    prefixes = {s.id: s.object_prefix for s in streams}
+    found = {}
+    for m in manifests:
+        prefix = prefixes.get(m.stream_id)
+        if prefix is not None:
+            found[prefix + MANIFEST] = m.version_id
+            found[prefix + MANIFEST_COPY] = m.copy_version_id
+    return found
 
 
 def owners(streams: Sequence[StreamRow], volumes: Mapping[int, Sequence[VolumeRow]]

@@ -295,6 +295,7 @@ def _unknown_versions(ctx: Context, job: JobConfig, backend: Backend, store: str
         host=source.host, below=root, store=store), store).values() for s in found]
     volumes = catalog.bulk_volumes(host=source.host, below=root, store=store)
     return prune_unknown_versions(backend, dataset_prefix(source.host, root), streams, volumes,
+                                  catalog.manifest_locks(s.id for s in streams),
                                   ctx.clock.now(), dry_run=dry_run)
 
 

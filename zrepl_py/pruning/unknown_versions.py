@@ -3,7 +3,8 @@
 
 On a write-once store (``Backend.keeps_versions``) every version and delete marker of a key a
 catalogued stream owns (its volumes, manifest and manifest copy, ``catalog.rows.owners``) that
-is not zbak's (``objects.versions.pin``: the recorded version, else the key's first) was
+is not zbak's (``objects.versions.pin``: the recorded version, volume's or manifest's, else
+the key's first) was
 written by someone else: an intruder's overwrite, an abandoned upload's version, a delete
 marker. ``zbak audit`` names them; ``zbak prune`` deletes each by version id once the lock
 the store holds on that version (whoever set it) has lapsed, and until then keeps it as
@@ -21,7 +22,14 @@ import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 
-from zrepl_py.catalog.rows import StreamRow, VolumeRow, owners, recorded_versions
+from zrepl_py.catalog.rows import (
+    ManifestLock,
+    StreamRow,
+    VolumeRow,
+    owners,
+    recorded_manifest_versions,
+    recorded_versions,
+)
 from zrepl_py.errors import ObjectNotFound, StoreError
 from zrepl_py.objects.versions import pin
 from zrepl_py.stores.base import Backend, Version
@@ -76,7 +84,8 @@ class UnknownVersions:
 
 
 def strays(versions: Iterable[Version], streams: Sequence[StreamRow],
-           volumes: Mapping[int, Sequence[VolumeRow]]) -> list[Stray]:
+           volumes: Mapping[int, Sequence[VolumeRow]],
+           manifests: Iterable[ManifestLock] = ()) -> list[Stray]:
     """The versions and delete markers of the keys the not-condemned ``streams`` own that
     are not zbak's (module docstring; pure).
 
@@ -84,10 +93,12 @@ def strays(versions: Iterable[Version], streams: Sequence[StreamRow],
         versions: a version listing covering the streams' prefixes
             (``Backend.list_versions``: by key, newest first).
         volumes: the catalog's volume rows by stream id (their recorded versions).
+        manifests: the recorded manifest versions (``Catalog.manifest_locks``).
     """
     listed = list(versions)
     owned = owners(streams, volumes)
-    own = pin((v for v in listed if v.info.key in owned), recorded_versions(volumes)).versions
+    recorded = recorded_versions(volumes) | recorded_manifest_versions(streams, manifests)
+    own = pin((v for v in listed if v.info.key in owned), recorded).versions
     return [Stray(v.info.key, v.version_id, v.marker, v.info.modified, owned[v.info.key].id)
             for v in listed
             if v.info.key in owned and v.version_id != own.get(v.info.key)]
@@ -108,7 +119,8 @@ def decide(stray: Stray, now: dt.datetime) -> StrayDecision:
 
 
 def prune_unknown_versions(backend: Backend, prefix: str, streams: Sequence[StreamRow],
-                           volumes: Mapping[int, Sequence[VolumeRow]], now: dt.datetime, *,
+                           volumes: Mapping[int, Sequence[VolumeRow]],
+                           manifests: Iterable[ManifestLock], now: dt.datetime, *,
                            dry_run: bool) -> UnknownVersions:
     """Find the :func:`strays` under ``prefix`` (one version listing), ask the store for the
     lock of each version (HeadObject, one per version: S3 lists no locks), and unless
@@ -120,11 +132,12 @@ def prune_unknown_versions(backend: Backend, prefix: str, streams: Sequence[Stre
         prefix: the job's tree (``objects.layout.dataset_prefix``).
         streams: the job's catalogued streams in this store.
         volumes: their volume rows by stream id.
+        manifests: their recorded manifest versions (``Catalog.manifest_locks``).
         now: aware UTC.
     """
     result = UnknownVersions()
     try:
-        for stray in strays(backend.list_versions(prefix), streams, volumes):
+        for stray in strays(backend.list_versions(prefix), streams, volumes, manifests):
             if not stray.marker:
                 try:
                     stray = dataclasses.replace(stray, retain_until=backend.retain_until(
