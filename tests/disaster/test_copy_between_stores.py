@@ -470,13 +470,16 @@ def test_s3_to_s3_on_one_endpoint_copies_inside_s3_single_and_multipart_into_a_l
         f"/{target}/zbak/{key}" for key in keys)
     assert problems_in(site, "a") == [] and problems_in(site, "b") == []
     with catalog_of(site.config) as catalog:
-        sums = {s.store: [v.sha256 for v in catalog.volumes(s.id)]
-                for s in catalog.streams(dataset=site.data)}
-    assert sums["a"] == sums["b"], sums
-    for key, sha256 in zip(keys, sums["b"], strict=True):
+        rows = {s.store: catalog.volumes(s.id) for s in catalog.streams(dataset=site.data)}
+    assert [v.sha256 for v in rows["a"]] == [v.sha256 for v in rows["b"]], rows
+    for key, volume in zip(keys, rows["b"], strict=True):
         head = client.head_object(Bucket=target, Key=f"zbak/{key}", ChecksumMode="ENABLED")
-        assert base64.b64decode(head["ChecksumSHA256"]).hex() == sha256, head
+        assert base64.b64decode(head["ChecksumSHA256"]).hex() == volume.sha256, head
         assert head["ObjectLockMode"] == "GOVERNANCE", head
+        # The copy's version and lock are recorded, as archive records its own: restore and
+        # audit read that version, the rolling lock extends it, prune waits for it.
+        assert (volume.version_id, volume.retain_until) == (
+            head["VersionId"], head["ObjectLockRetainUntilDate"]), (volume, head)
 
 
 def test_a_copy_inside_s3_answering_another_sha256_is_deleted_and_nothing_is_recorded(
@@ -509,9 +512,10 @@ def test_a_copy_inside_s3_killed_while_s3_copies_a_volume_reruns_and_converges(
         site, s3_server, s3_bucket, proxied):
     """The proxy holds the CopyObject of the second volume until zbak is killed (SIGKILL),
     then answers 503: the rerun keeps the first volume (its full-object SHA-256 checked,
-    not read), copies the rest inside S3, and both stores hold what the catalog says."""
+    not read), copies the rest inside S3, and both stores hold what the catalog says. ``b``
+    is a lock store: the kept volume's version is recorded as the copied ones' are."""
     client = s3_server.client()
-    target = second_bucket(client, s3_bucket)
+    target = second_bucket(client, s3_bucket, ObjectLockEnabledForBucket=True)
     held, killed = threading.Event(), threading.Event()
 
     def intercept(method: str, path: str) -> tuple[int, bytes] | None:
@@ -523,7 +527,8 @@ def test_a_copy_inside_s3_killed_while_s3_copies_a_volume_reruns_and_converges(
         return None
 
     proxy = proxied(intercept=intercept)
-    since = inside_s3_site(site, s3_bucket, target, proxy, volume=MIB, size=3 * MIB)
+    since = inside_s3_site(site, s3_bucket, target, proxy, volume=MIB, size=3 * MIB,
+                           lock='\nobject_lock = { mode = "governance", period = "2d" }')
     try:
         site.kill_when(held.is_set, "copy", "--to", "b")
     finally:
@@ -536,6 +541,12 @@ def test_a_copy_inside_s3_killed_while_s3_copies_a_volume_reruns_and_converges(
     assert volume_traffic(proxy, since) == []
     assert problems_in(site, "a") == [] and problems_in(site, "b") == []
     assert json.loads(site.run("audit", "--json").out)["findings"] == []
+    with catalog_of(site.config) as catalog:
+        (stream,) = catalog.streams(dataset=site.data, store="b")
+        for volume in catalog.volumes(stream.id):
+            head = client.head_object(Bucket=target, Key=f"zbak/{volume.key}")
+            assert (volume.version_id, volume.retain_until) == (
+                head["VersionId"], head["ObjectLockRetainUntilDate"]), (volume, head)
 
 
 def test_s3_stores_in_other_regions_copy_through_the_host_and_say_so_in_one_line(

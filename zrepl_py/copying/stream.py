@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from zrepl_py.archive.throttle import Throttle
 from zrepl_py.archive.writer import drop_unfinished
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.catalog.rows import StreamRow, VolumeRow, manifest_rows
+from zrepl_py.catalog.rows import StoredVersion, StreamRow, VolumeRow, manifest_rows
 from zrepl_py.copying.inside import InsideS3
 from zrepl_py.errors import ObjectNotFound, StreamCorrupt
 from zrepl_py.objects.checked import put_with_copy, read_with_copy
@@ -84,9 +84,12 @@ def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Cat
     stream = item.stream
     written = kept = 0
     used_class = item.storage_class
+    versions: dict[int, StoredVersion] = {}
     for volume in item.volumes:
         if arrived(target, volume):
             kept += 1
+            if target.keeps_versions:
+                versions[volume.index] = _newest_version(target, volume.key)
             continue
         result = inside.copy(volume, item.storage_class) if inside else None
         if result is None:
@@ -103,11 +106,14 @@ def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Cat
                 f" sha256 {result.sha256} and {size} bytes; the catalog says {volume.sha256} and"
                 f" {volume.stored_bytes}: the copy in store {source.name} is damaged (check it"
                 f" with `zbak audit --deep`); the arrived object was deleted")
+        if result.version_id is not None:
+            versions[volume.index] = StoredVersion(result.version_id, result.retain_until)
         written += 1
     manifest = _manifest(item, source, used_class)
     puts = put_with_copy(target, stream.object_prefix + MANIFEST, manifest.to_json())
     row, volumes = manifest_rows(manifest, store=target.name, prefix=stream.object_prefix,
-                                 parent_id=item.parent_id, uploaded_at=now(), manifest_puts=puts)
+                                 parent_id=item.parent_id, uploaded_at=now(),
+                                 versions=versions or None, manifest_puts=puts)
     stream_id = catalog.add_stream(row, volumes, manifest.snapshots)
     drop_unfinished(target, stream.object_prefix, began)
     return CopiedStream(stream_id, manifest.stored_bytes, written, kept)
@@ -132,6 +138,24 @@ def arrived(target: Backend, volume: VolumeRow) -> bool:
     if info.sha256 is not None:
         return info.sha256 == volume.sha256
     return info.readable and _sha256(target.get(volume.key)) == volume.sha256
+
+
+def _newest_version(target: Backend, key: str) -> StoredVersion:
+    """The version of ``key`` that ``arrived`` checked (the newest; a HEAD without a version
+    id reads it) and when its lock lapses, for the catalog: restore and audit read that version
+    and the rolling lock extends it (docs/security.md#object-versions-the-master-cannot-delete).
+
+    Raises:
+        ObjectNotFound: no version of ``key`` (it went since ``arrived``); StoreTransient,
+            StorePermanent: the target failed.
+    """
+    for version in target.list_versions(key):
+        if version.info.key == key:
+            if version.marker:
+                break
+            return StoredVersion(version.version_id,
+                                 target.retain_until(key, version.version_id))
+    raise ObjectNotFound(f"store {target.name}: {key} has no version to record")
 
 
 def _sha256(chunks: Iterable[bytes]) -> str:
