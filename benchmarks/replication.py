@@ -29,7 +29,7 @@ through the same sshd on 127.0.0.1 (the ssh target path):
 Tools: the raw pipe (``zfs send [-I BASE] SNAP | ssh -i KEY -p PORT root@127.0.0.1 zfs receive
 TARGET``, as an admin types it: ssh's own cipher order, no buffer); ``raw, zbak's path``, the
 same pipe with zbak's data path (its ssh argv, which puts AES-GCM first on this AES-NI CPU, and
-its 64 MiB mbuffer before ``zfs receive``; ``proc.openssh``, ``replication.stages``), which
+its 64 MiB mbuffer before ``zfs receive``; ``proc.openssh``, ``transport.stages``), which
 isolates zbak's fixed cost; zbak through its CLI (``python -m zrepl_py --config CFG replicate
 JOB`` as a subprocess, compression "none", ``concurrency`` its default, and each run logging in
 afresh: the ssh master an earlier run left, which stays 60 s, is ended first); for the
@@ -135,7 +135,7 @@ from zfsbench import (
 from zrepl_py.config.loading import load_config
 from zrepl_py.config.replicate import ReplicateConfig
 from zrepl_py.proc.openssh import remote_command, remote_pipeline, ssh_argv
-from zrepl_py.replication.stages import Side, mbuffer_argv
+from zrepl_py.transport.stages import Side, mbuffer_argv
 
 MIB = 1024 * 1024
 RECEIVE_BUFFER = ReplicateConfig.model_fields["receive_buffer"].default  # zbak's default
@@ -444,7 +444,7 @@ class Bench:
 
     def open_zbak_master(self) -> None:
         """Start zbak's ssh master to the target host as zbak itself does
-        (``replication.stages.Side.connect``) and wait for its login: what a run finds when
+        (``transport.stages.Side.connect``) and wait for its login: what a run finds when
         another used the host less than 60 s before (a second job of the same nightly
         window, a retry)."""
         config = load_config(self.config)

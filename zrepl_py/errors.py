@@ -250,7 +250,7 @@ class HoldNotFound(ZfsError):
 
 class HoldNotReleased(ZbakError):
     """The new replication base (or archive tip) was held and the cursor moved, but zfs
-    refused to release the hold on the old one (``replication.protect``): nothing is lost,
+    refused to release the hold on the old one (``zfs.protect``): nothing is lost,
     but that snapshot cannot be destroyed until the hold goes (``zbak holds
     release-stale``); the message names each snapshot, tag and zfs's answer."""
 

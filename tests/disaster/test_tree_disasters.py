@@ -18,7 +18,7 @@ from support.cli import start_zbak, zfs
 from support.tree import TreeRig, cursors, random_bytes, snapshot_guids, userrefs
 
 from zrepl_py.errors import ExitStatus
-from zrepl_py.replication.protect import hold_tag
+from zrepl_py.zfs.protect import hold_tag
 
 pytestmark = [pytest.mark.zfs, pytest.mark.ssh]
 

@@ -21,7 +21,7 @@ from support.common import replication_config
 from support.openzfs import COMMAND_TIMEOUT
 
 from zrepl_py.errors import ExitStatus
-from zrepl_py.replication.protect import bookmark_prefix
+from zrepl_py.zfs.protect import bookmark_prefix
 
 MiB = 1024 * 1024
 RATE = 500_000

@@ -178,7 +178,7 @@ def test_the_replicas_of_a_tree_get_their_properties_through_serve_in_batches(
 def test_zbak_replicate_pushes_through_the_receive_buffer_the_forced_command_allows(
         make_pool, sshd_factory, tmp_path, capsys, compression, pipeline):
     """docs/reliability.md#r36-forced-command. The host answers the ``mbuffer -V`` probe through
-    zbak serve, so zbak puts mbuffer before ``zfs receive`` (``replication.stages``); serve runs the
+    zbak serve, so zbak puts mbuffer before ``zfs receive`` (``transport.stages``); serve runs the
     pipeline with ``--mbuffer``'s path and the stream arrives whole, full and incremental."""
     served = Served(make_pool, sshd_factory, tmp_path, capsys, compression=compression,
                     serve_options="--mbuffer /usr/bin/mbuffer",

@@ -11,7 +11,7 @@ thousands). ``zbak`` runs as a subprocess (``python -m zrepl_py --debug``) watch
 /proc every 50 ms (``support.procwatch``); its debug log counts the commands it ran. Figures
 are printed (``pytest -s``).
 
-Process bound, from the design (docs/design.md#replication, ``replication.stages``,
+Process bound, from the design (docs/design.md#replication, ``transport.stages``,
 ``replication.zfs_target``): the job replicates ``CONCURRENCY`` datasets at once, one
 pipeline each. A pipeline from a local source is at most ``zfs send | zstd | pv | ssh`` (4
 processes; this job has compression and no bandwidth limit: 3). The shared ssh connection

@@ -16,10 +16,10 @@ from zrepl_py.audit.restorable import (
     stray,
     strays_of,
 )
+from zrepl_py.catalog.paths import restorable_streams
 from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.objects.layout import parse_stream_prefix, stream_prefix
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
-from zrepl_py.restore.paths import restorable_streams
 
 T0 = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 DS = "tank/data"

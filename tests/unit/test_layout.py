@@ -29,7 +29,7 @@ PLANNERS = (
     "zrepl_py.pruning.chain_plan",
     "zrepl_py.pruning.last_copy",
     "zrepl_py.copying.plan",
-    "zrepl_py.restore.paths",
+    "zrepl_py.catalog.paths",
     "zrepl_py.restore.plan",
     "zrepl_py.audit.graph",
     "zrepl_py.audit.restorable",

@@ -1,7 +1,7 @@
 """``zbak serve``: the request grammar, getopt reading, resume tokens and the allow-list (pure).
 
 The argvs checked as "what zbak issues" come from zbak's own builders (``zfs.sendrecv``,
-``replication.stages``, the ``Zfs`` client and ``capabilities.detect`` run against a
+``transport.stages``, the ``Zfs`` client and ``capabilities.detect`` run against a
 recording Executor), so the allow-list cannot drift from the commands it must let through.
 """
 
@@ -23,12 +23,12 @@ from zrepl_py.proc.mbuffer import MIN_BYTES as MBUFFER_MIN_BYTES
 from zrepl_py.proc.mbuffer import PROBE as MBUFFER_PROBE
 from zrepl_py.proc.mbuffer import mbuffer_argv
 from zrepl_py.proc.openssh import remote_command, remote_pipeline
-from zrepl_py.replication.stages import Side, metered_transfer
 from zrepl_py.restore.mark import RESTORING, mark_value
 from zrepl_py.serve.cmdline import split_command_line
 from zrepl_py.serve.options import parse
 from zrepl_py.serve.policy import Policy, check
 from zrepl_py.serve.token import make_token, read_token
+from zrepl_py.transport.stages import Side, metered_transfer
 from zrepl_py.zfs import capabilities
 from zrepl_py.zfs.capabilities import Capabilities
 from zrepl_py.zfs.client import Zfs

@@ -9,7 +9,7 @@ import pytest
 from zrepl_py.config.hosts import HostConfig
 from zrepl_py.proc.mbuffer import mbuffer_argv, without_buffer_noise
 from zrepl_py.proc.pipeline import Meter
-from zrepl_py.replication.stages import Side, metered_transfer
+from zrepl_py.transport.stages import Side, metered_transfer
 
 SEND = ["zfs", "send", "tank/a@s1"]
 RECEIVE = ["zfs", "receive", "-u", "bak/a"]

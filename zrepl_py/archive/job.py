@@ -80,19 +80,19 @@ from zrepl_py.objects.versions import as_written
 from zrepl_py.observe.runlog import RunSet, recorded_run
 from zrepl_py.observe.transfers import Queue, Slot, reporting
 from zrepl_py.pruning.archive import job_streams
-from zrepl_py.replication.protect import move_protection
-from zrepl_py.replication.stages import Side
 from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.stores.base import Backend, ObjectInfo
 from zrepl_py.stores.sealing import writing_codec
 from zrepl_py.stores.settings import StorageClasses
 from zrepl_py.streams.codec import Codec
+from zrepl_py.transport.stages import Side
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION, Capabilities
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.estimate import expected_size
 from zrepl_py.zfs.model import SnapshotInfo
 from zrepl_py.zfs.names import DatasetName
 from zrepl_py.zfs.pool_status import pool_report
+from zrepl_py.zfs.protect import move_protection
 from zrepl_py.zfs.sendrecv import send_argv
 from zrepl_py.zfs.steps import Full, Incremental, SnapRef
 

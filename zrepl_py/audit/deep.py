@@ -57,12 +57,12 @@ from zrepl_py.errors import (
 )
 from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.proc.python_end import ReceiveWriter
-from zrepl_py.replication.stages import Side
 from zrepl_py.restore.thaw import request_thaws
 from zrepl_py.stores.base import COLD_CLASSES, Backend, get_recorded
 from zrepl_py.streams.codec import Codec
 from zrepl_py.streams.frames import Digest
 from zrepl_py.streams.records import RecordWalker, StreamSummary
+from zrepl_py.transport.stages import Side
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName
 from zrepl_py.zfs.sendrecv import receive_argv

@@ -100,11 +100,11 @@ from zrepl_py.objects.layout import (
 from zrepl_py.objects.manifest import Manifest
 from zrepl_py.objects.versions import as_written
 from zrepl_py.observe.runlog import recorded_run
-from zrepl_py.replication.stages import Side
 from zrepl_py.runtime.prefetch import Prefetch
 from zrepl_py.snapshots.inventory import left_out_now
 from zrepl_py.snapshots.selection import covers
 from zrepl_py.stores.base import Backend, ObjectInfo, stat_recorded, under_any
+from zrepl_py.transport.stages import Side
 from zrepl_py.zfs.names import DatasetName
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@
 Per dataset and store the audit states three sets of snapshots:
 
 * **restorable**: carried by a catalogued stream that ``zbak restore`` can use
-  (``restore.paths.restorable_streams``: living, with a living chain back to a full). The
+  (``catalog.paths.restorable_streams``: living, with a living chain back to a full). The
   rule is the restore's own, so the audit never promises more than a restore does;
 * **stored but unrestorable**: carried by a stream whose objects are in the store but that
   no restore can reach: a catalogued stream cut off from its full (also reported, per break,
@@ -42,6 +42,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from zrepl_py.audit.findings import Finding, Severity
+from zrepl_py.catalog.paths import restorable_streams
 from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.objects.layout import (
     MANIFEST,
@@ -52,7 +53,6 @@ from zrepl_py.objects.layout import (
     volume_index,
 )
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
-from zrepl_py.restore.paths import restorable_streams
 
 MAX_NAMED = 12  # runs of snapshots named in one line before "and N more"
 

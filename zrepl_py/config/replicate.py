@@ -185,7 +185,7 @@ class ReplicateConfig(Table):
     (``replication.order.default_concurrency``)."""
     receive_buffer: ByteSize = 64 * 1024 * 1024
     """Bytes of an mbuffer(1) right before ``zfs receive`` on the receiving host, when the
-    stream crosses ssh and that host has mbuffer (``replication.stages``); 0: none."""
+    stream crosses ssh and that host has mbuffer (``transport.stages``); 0: none."""
     on_divergence: Literal["stop", "rollback"] = "stop"
     retention: Retention | None = None
     """Retention of zbak snapshots on the target; None keeps every received snapshot."""

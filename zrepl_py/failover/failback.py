@@ -69,10 +69,9 @@ from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.observe.transfers import reporting
 from zrepl_py.replication.planner import SourceState as SendSource
 from zrepl_py.replication.planner import TargetState, plan_replication
-from zrepl_py.replication.protect import BaseMove, hold_tag, move_protection_many
-from zrepl_py.replication.stages import Side
 from zrepl_py.replication.zfs_target import Transfer, execute_step
 from zrepl_py.snapshots.naming import format_short_name
+from zrepl_py.transport.stages import Side
 from zrepl_py.values.failover import (
     MARK_PROPERTIES,
     MOUNTPOINT_PROPERTY,
@@ -84,6 +83,7 @@ from zrepl_py.values.failover import (
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.properties import NATIVE, ReceiveProperties, is_user_property
+from zrepl_py.zfs.protect import BaseMove, hold_tag, move_protection_many
 from zrepl_py.zfs.resume import describe_token
 from zrepl_py.zfs.steps import SnapRef
 

@@ -3,7 +3,7 @@
 - This machine, or a host zbak logs in to with a shell (root, or ``sudo = true``): zbak
   itself makes the view (``.zfs/snapshot`` or a temporary clone), checks the paths and runs
   ``tar``, ``find`` and ``sha256sum`` there (``snapshot_files``), over the host's SSH
-  executor; the tar stream comes back over OpenSSH (``replication.stages.Side``).
+  executor; the tar stream comes back over OpenSSH (``transport.stages.Side``).
 - A host whose key runs ``zbak serve --allow-file-read``: the same steps run inside serve on
   that host (``serve.files``), asked with one request (``verbs``); no clone, tar or mktemp
   passes serve as a raw command.
@@ -30,7 +30,7 @@ from zrepl_py.files.versions import FileState
 from zrepl_py.invocation.context import Context
 from zrepl_py.proc.python_end import SendReader
 from zrepl_py.replication.snapshot_view import remove_dead_views
-from zrepl_py.replication.stages import Side
+from zrepl_py.transport.stages import Side
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 
 SERVE_REFUSED = 126

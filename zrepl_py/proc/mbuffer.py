@@ -1,6 +1,6 @@
 """mbuffer(1) as zbak runs it: the receive buffer right before ``zfs receive`` on the receiving
 host, and its one probe. One place for the argv, its size bounds and the noise it adds, so the
-config (``ReplicateConfig.receive_buffer``), the data path (``replication.stages``) and the
+config (``ReplicateConfig.receive_buffer``), the data path (``transport.stages``) and the
 forced command's allow-list (``serve.policy``) cannot disagree.
 """
 

@@ -22,7 +22,7 @@ under the lock (raised at its start, a tree of 101 small datasets at concurrency
 and fails otherwise (pv 1.6.20 and later, ``pv_remote_set``); where it fails (a pv built
 without remote control, one that has just ended), that pipeline keeps its rate and nobody
 is raised: the limit still holds, the link is just not filled until the next division.
-``-C``: no splice(2), so the byte meter can read pv's counters (``replication.stages``).
+``-C``: no splice(2), so the byte meter can read pv's counters (``transport.stages``).
 
 The limit may change while the pipelines run (``bandwidth_limit`` as a timetable,
 ``replication.bandwidth.follow``): ``SharedRate.set_total`` divides the new one in the same

@@ -3,7 +3,7 @@ releasing the stale ones (``zbak holds list|release-stale``;
 docs/reliability.md#r23-interrupted-initial-replication-leaves-no-unbounded-holds, zrepl #288/#826).
 
 zbak holds a snapshot with ``zbak:<job>:<target>`` while it is the replication base of that
-target (``replication.protect``) and with ``zbak:<job>:archive:<store>`` while it is the tip
+target (``zfs.protect``) and with ``zbak:<job>:archive:<store>`` while it is the tip
 of the job's current archive chain in that store. A hold placed after the receive succeeded
 and the old one released right after, so a failed run leaves none and a run killed between
 the two steps leaves two per (job, target, dataset) at most. A hold is **stale** when:

@@ -57,11 +57,11 @@ from zrepl_py.pruning.source import (
     stale_archive_tips,
 )
 from zrepl_py.pruning.unknown_versions import UnknownVersions, prune_unknown_versions
-from zrepl_py.replication.protect import hold_tag
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
 from zrepl_py.stores.base import Backend
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import SnapshotName
+from zrepl_py.zfs.protect import hold_tag
 
 log = logging.getLogger(__name__)
 

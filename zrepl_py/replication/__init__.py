@@ -1,2 +1,3 @@
 """Replication: the pure planner (``planner``), and the drivers that list both sides, run the
-planned ``zfs send | zfs receive`` pipelines and move the source protections."""
+planned ``zfs send | zfs receive`` pipelines (``transport.stages``) and move the source
+protections (``zfs.protect``)."""

@@ -53,7 +53,6 @@ from zrepl_py.proc.ratelimit import SharedRate
 from zrepl_py.replication.bandwidth import follow
 from zrepl_py.replication.order import default_concurrency
 from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
-from zrepl_py.replication.stages import Side
 from zrepl_py.replication.zfs_target import (
     DatasetOutcome,
     Fallback,
@@ -64,6 +63,7 @@ from zrepl_py.replication.zfs_target import (
 from zrepl_py.runtime.cpus import usable_cpus
 from zrepl_py.runtime.prefetch import Task, TaskOf
 from zrepl_py.snapshots.inventory import Inventory, take_inventory
+from zrepl_py.transport.stages import Side
 from zrepl_py.values.failover import FailoverMark
 from zrepl_py.values.timetable import InForce
 from zrepl_py.zfs.client import Zfs
@@ -335,7 +335,7 @@ def _mbuffer_task(ctx: Context, host: str) -> TaskOf[bool]:
 
 
 def _receive_buffer(ctx: Context, job: JobConfig, target: Endpoint) -> int | None:
-    """Bytes of the receive buffer for ``target`` (``replication.stages``), or None: the
+    """Bytes of the receive buffer for ``target`` (``transport.stages``), or None: the
     stream stays on this machine, ``receive_buffer`` is 0, or the host has no mbuffer."""
     size = job.replicate.receive_buffer if job.replicate else 0
     if not size or not _crosses_ssh(ctx, job, target):

@@ -30,7 +30,7 @@ from zrepl_py.replication.rsync import (
     last_synced,
     replicate_snapshot_rsync,
 )
-from zrepl_py.replication.stages import Side
+from zrepl_py.transport.stages import Side
 from zrepl_py.values.timetable import Timetable
 from zrepl_py.zfs.names import DatasetName
 

@@ -42,11 +42,11 @@ from zrepl_py.catalog.rows import CursorRow
 from zrepl_py.clock import Clock
 from zrepl_py.config.hosts import Endpoint
 from zrepl_py.errors import HoldNotReleased, ReplicaPropertiesFailed, ZbakError, ZfsError
-from zrepl_py.replication.protect import BaseMove, move_protection_many
 from zrepl_py.values.failover import MOUNTPOINT_PROPERTY
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.properties import Fix, ReceiveProperties
+from zrepl_py.zfs.protect import BaseMove, move_protection_many
 from zrepl_py.zfs.steps import SnapRef
 
 if TYPE_CHECKING:  # SQLAlchemy loads with the catalog, while the run's SSH prefetch goes on

@@ -25,7 +25,7 @@ from the stream (nothing could keep the source's mountpoint or shares off the ba
 and the set ones with ``zfs set`` when the full receive that created the replica (``-u``:
 mounted nowhere) is settled.
 
-The receive buffer (``Transfer.receive_buffer``, ``replication.stages``) is for streams long
+The receive buffer (``Transfer.receive_buffer``, ``transport.stages``) is for streams long
 enough to arrive in bursts: a job of several datasets reads, in one ``zfs get`` on the source,
 what each stores (``usedbydataset`` + ``usedbysnapshots``), and a dataset storing less than
 ``SMALL_DATASET`` bytes is received without one. Its remote side is then the ``zfs receive``
@@ -70,10 +70,10 @@ from zrepl_py.replication.failed_over import failed_over, failed_over_error, ref
 from zrepl_py.replication.order import prerequisites
 from zrepl_py.replication.planner import Plan, SourceState, TargetState, plan_replication
 from zrepl_py.replication.settle import Arrival, Settler
-from zrepl_py.replication.stages import Side, metered_transfer
 from zrepl_py.runtime.fanout import Finished, fan_out
 from zrepl_py.snapshots.inventory import Inventory
 from zrepl_py.snapshots.naming import is_own
+from zrepl_py.transport.stages import Side, metered_transfer
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.errors import receive_refusal
 from zrepl_py.zfs.estimate import expected_size

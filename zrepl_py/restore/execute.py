@@ -56,12 +56,12 @@ from zrepl_py.observe.progress import ProgressReporter, Sampler
 from zrepl_py.observe.transfers import job_of, reporting
 from zrepl_py.proc.pipeline import Meter, run_pipeline
 from zrepl_py.proc.python_end import ReceiveWriter
-from zrepl_py.replication.stages import Side, metered_transfer
 from zrepl_py.restore.fetch import VolumeFetch
 from zrepl_py.restore.mark import RESTORING, mark_value
 from zrepl_py.restore.plan import RestorePlan
 from zrepl_py.restore.thaw import request_thaws
 from zrepl_py.streams.codec import Codec
+from zrepl_py.transport.stages import Side, metered_transfer
 from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.errors import receive_refusal
@@ -373,7 +373,7 @@ def _from_snapshots(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
             stages, meter = target.wrap([send, receive], "zfs send | zfs receive"), Meter.WRITTEN
         else:
             # Counted where a process of the pipeline really moves the stream (zfs-fuse's
-            # daemon, not its zfs send, writes it: replication.stages.metered_transfer).
+            # daemon, not its zfs send, writes it: transport.stages.metered_transfer).
             # compress: zstd on the wire, only where a side is remote (metered_transfer).
             stages, meter = metered_transfer(
                 send, receive, source=source, target=target, bandwidth_limit=None,

@@ -22,12 +22,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from zrepl_py.catalog.paths import ChainPath, archive_paths, why_no_path
 from zrepl_py.catalog.rows import LOCAL_HOST, VolumeRow
 from zrepl_py.errors import RestoreError, UsageError
 from zrepl_py.objects.manifest import CarriedSnapshot
 from zrepl_py.restore.facts import Listing, RestoreFacts, StoreFacts
 from zrepl_py.restore.mark import RESTORING, mark_value
-from zrepl_py.restore.paths import ChainPath, archive_paths, why_no_path
 from zrepl_py.restore.thaw import ThawEstimate, estimate
 
 _SOURCE_RANK = {"local": 0, "replica": 1, "archive": 2}

@@ -30,7 +30,7 @@ from zrepl_py.errors import CommandRefused
 from zrepl_py.serve.options import parse
 
 OWN_HOLD_PREFIX = "zbak:"
-"""Start of every hold tag zbak places (``replication.protect.hold_tag``)."""
+"""Start of every hold tag zbak places (``zfs.protect.hold_tag``)."""
 
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 

@@ -3,7 +3,7 @@
 ``check(commands, policy)`` takes the argvs from ``cmdline.split_command_line`` and returns
 the argvs to run, or raises ``CommandRefused`` naming the rule. Every allowed shape below is
 one zbak itself issues (``zfs/client.py``, ``zfs/capabilities.py``, ``zfs/resume.py``,
-``zfs/sendrecv.py``, ``replication/stages.py``); options are read as zfs's getopt reads them
+``zfs/sendrecv.py``, ``transport/stages.py``); options are read as zfs's getopt reads them
 (``options.parse``), so a flag placed after an operand is still seen.
 
 "Inside" means a dataset equal to one of the ``--root`` datasets or below it (a snapshot or
@@ -22,7 +22,7 @@ Read-only, names inside a root (``-r``/``-d`` allowed):
 Capability probes (``zfs/capabilities.py``; they change nothing): ``zfs send`` with flags and
   no snapshot (zfs prints its usage), ``zfs snapshot POOL@zbak%probe1 POOL@zbak%probe2`` (both
   names are invalid, so nothing is created), ``zfs receive -x mountpoint`` with no dataset
-  (zfs prints its usage and reads no stream), ``mbuffer -V`` (``replication/stages.py``
+  (zfs prints its usage and reads no stream), ``mbuffer -V`` (``transport/stages.py``
   ``MBUFFER_PROBE``: prints mbuffer's version, the one way mbuffer may run alone).
 Replication, inside a root:
   ``zfs receive -u [-s] [-o PROP=VALUE]... [-x PROP]... DS`` with only the configured replica
@@ -59,7 +59,7 @@ With ``allow_drill`` (``--allow-drill``):
   ``zbak digest [--zfs ZFS] SNAP`` for a snapshot inside a root, answered by zbak serve itself
   (``drill.manifest``: its files' SHA-256 and metadata, read through ``.zfs/snapshot`` or a
   temporary clone ``POOL/zbak-view-<hex>``), the ``--zfs`` of the request ignored for serve's own.
-Pipelines, exactly the data path's shapes (``replication/stages.py``):
+Pipelines, exactly the data path's shapes (``transport/stages.py``):
   ``[zstd -q -d -c |] [mbuffer -q -v 1 -s 128k -m <N>k |] zfs receive ...`` (at least one of
   the two before ``zfs receive``, never ``receive -A``) and ``zfs send ... | zstd -q -T0 -3 -c``.
   zstd takes ``-q -c -d -T# -#`` only and no file operand: it reads stdin and writes stdout.
@@ -112,7 +112,7 @@ from zrepl_py.zfs.properties import ReceiveProperties
 N = TypeVar("N", DatasetName, SnapshotName)
 
 OWN_BOOKMARK_PREFIX = "zbak_"
-"""Start of zbak's cursor bookmarks (``replication.protect.bookmark_prefix``)."""
+"""Start of zbak's cursor bookmarks (``zfs.protect.bookmark_prefix``)."""
 
 PROBE_SNAPSHOTS = ("zbak%probe1", "zbak%probe2")
 """Short names of the multi-snapshot probe (``zfs/capabilities.py``, probe 6)."""
