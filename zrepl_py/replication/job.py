@@ -25,14 +25,17 @@ import datetime as dt
 import functools
 import logging
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from zrepl_py.catalog.rows import FailoverRow
 from zrepl_py.checks.health import needs_size, source_warnings, target_warnings
 from zrepl_py.checks.source import source_errors
 from zrepl_py.config.hosts import DatasetEndpoint, Endpoint
 from zrepl_py.config.jobs import JobConfig, no_zfs_fallback
-from zrepl_py.config.replicate import ProtectionBudget
+from zrepl_py.config.replicate import ProtectionBudget, ReplicateConfig
 from zrepl_py.config.schema import replica_datasets
 from zrepl_py.errors import (
     CommandFailed,
@@ -47,12 +50,16 @@ from zrepl_py.hooks.environment import Facts, Outcome
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.observe.runlog import RunSet
 from zrepl_py.observe.transfers import Queue, Slot, reporting
-from zrepl_py.proc.executor import COMMAND_NOT_FOUND
+from zrepl_py.proc.executor import COMMAND_NOT_FOUND, Executor
 from zrepl_py.proc.mbuffer import has_mbuffer
 from zrepl_py.proc.ratelimit import SharedRate
 from zrepl_py.replication.bandwidth import follow
 from zrepl_py.replication.order import default_concurrency
-from zrepl_py.replication.rsync_target import fallback_directory, replicate_to_directory
+from zrepl_py.replication.rsync_target import (
+    DirectoryOutcome,
+    fallback_directory,
+    replicate_to_directory,
+)
 from zrepl_py.replication.zfs_target import (
     DatasetOutcome,
     Fallback,
@@ -70,7 +77,12 @@ from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 from zrepl_py.zfs.pool_status import PoolReport, pool_report
 
+if TYPE_CHECKING:
+    from zrepl_py.catalog.repository import Catalog
+    from zrepl_py.clock import Clock
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclasses.dataclass
@@ -125,7 +137,7 @@ def budget_warnings(budget: ProtectionBudget, held: list[tuple[str, dt.datetime,
     return warnings
 
 
-def _held_bases(ctx: Context, job_name: str, target: Endpoint, inventory: Inventory, src: Zfs,
+def _held_bases(run: _ReplicateRun, target: Endpoint, inventory: Inventory, src: Zfs,
                 budget: ProtectionBudget) -> list[tuple[str, dt.datetime, int]]:
     # `used` costs one zfs command per base (0.6 s for a 101-dataset tree on zfs-fuse,
     # benchmarks/replication.py), so it is read only when the budget has a byte limit.
@@ -133,7 +145,7 @@ def _held_bases(ctx: Context, job_name: str, target: Endpoint, inventory: Invent
         return []
     covered = {str(d.name): d.name for d in inventory.datasets}
     held = []
-    for cursor in ctx.catalog().cursors(job_name):
+    for cursor in run.catalog.cursors(run.name):
         dataset = covered.get(cursor.source_dataset)
         if cursor.target != str(target) or dataset is None:
             continue
@@ -145,6 +157,35 @@ def _held_bases(ctx: Context, job_name: str, target: Endpoint, inventory: Invent
                 used = int(src.get_properties(str(snap.name), ["used"])["used"])
             held.append((str(SnapshotName.of(cursor.source_dataset, snap.short)), snap.creation, used))
     return held
+
+
+class _Prefetched(Protocol):
+    """``Context.prefetched``: the prefetched result for a key, else ``compute()``."""
+
+    def __call__(self, key: Hashable, compute: Callable[[], T]) -> T: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReplicateRun:
+    """What one replication run of a job shares across its targets, read once from the
+    context and the config (as archive's run is)."""
+
+    name: str
+    job: JobConfig
+    cfg: ReplicateConfig
+    catalog: Catalog
+    clock: Clock
+    state_dir: Path
+    sides: Mapping[str, Side]
+    """The ``Side`` of the source host and of every target host, by host name."""
+    zfs: Callable[[str, str | None], Zfs]
+    """``Context.zfs``: a host's ZFS client, with the pool's capabilities (None: none probed)."""
+    executor: Callable[[str], Executor]
+    """A host's executor, from the context's one pool (its ssh connection opens on first use)."""
+    lock: Callable[[str, str], AbstractContextManager[object]]
+    """``Context.lock``: a lock key held for an action (the targets' own locks)."""
+    prefetched: _Prefetched
+    dry_run: bool
 
 
 def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> ReplicateResult:
@@ -166,19 +207,27 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
     source = job.source
     results: list[TargetResult] = []
     with ctx.lock(lock_key(job), "replicate"), contextlib.ExitStack() as stack:
-        ctx.start_prefetch(_prefetch_tasks(ctx, job, dry_run=dry_run))  # background: no raise
-        catalog = ctx.catalog()  # imports SQLAlchemy: CPU while the prefetch waits on hosts
+        sides = {host: Side.of(ctx.config, host)
+                 for host in [source.host, *(t.host for t in cfg.endpoints())]}
+        executor = ctx.executors().get
+        ctx.start_prefetch(_prefetch_tasks(job, sides, ctx.zfs, executor,
+                                           dry_run=dry_run))  # background: no raise
+        run = _ReplicateRun(
+            name=name, job=job, cfg=cfg,
+            catalog=ctx.catalog(),  # imports SQLAlchemy: CPU while the prefetch waits on hosts
+            clock=ctx.clock, state_dir=ctx.state_dir, sides=sides, zfs=ctx.zfs,
+            executor=executor, lock=ctx.lock, prefetched=ctx.prefetched, dry_run=dry_run)
         hooks = stack.enter_context(ActionHooks(
-            job.hooks.get("replicate"), catalog, ctx.clock,
+            job.hooks.get("replicate"), run.catalog, run.clock,
             Facts("replicate", name, source.host, str(source.dataset), tuple(cfg.targets)),
             dry_run=dry_run))
         # Every target's run row is open before the source is listed: a source that cannot
         # be listed fails (and alerts) every target's run instead of leaving no trace.
         runs = None if dry_run else stack.enter_context(
-            RunSet(catalog, ctx.clock, name, "replicate", [str(t) for t in cfg.endpoints()]))
+            RunSet(run.catalog, run.clock, name, "replicate", [str(t) for t in cfg.endpoints()]))
         stack.enter_context(source_errors(ctx, name, job))
-        src = ctx.zfs(source.host, source.dataset.pool)
-        inventory = take_inventory(src, catalog, job, ctx.clock.now(),
+        src = run.zfs(source.host, source.dataset.pool)
+        inventory = take_inventory(src, run.catalog, job, run.clock.now(),
                                    replicas=replica_datasets(ctx.config, source.host))
         for target in cfg.endpoints():
             method = "rsync" if target.directory is not None or cfg.method == "rsync" else "zfs"
@@ -186,17 +235,17 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
             results.append(result)
             try:
                 if runs is None:
-                    _one_target(ctx, name, job, target, inventory, src, result, dry_run=True)
+                    _one_target(run, target, inventory, src, result)
                     continue
                 record = runs.records[str(target)]
                 try:
-                    _one_target(ctx, name, job, target, inventory, src, result, dry_run=False)
+                    _one_target(run, target, inventory, src, result)
                     record.bytes = result.bytes
                     if result.error:  # diverged datasets; the others were replicated
                         replicated = any(not d.diverged for d in result.datasets)
                         record.result = "partial" if replicated else "failed"
-                    held = _held_bases(ctx, name, target, inventory, src, cfg.protection_budget)
-                    record.budget = budget_warnings(cfg.protection_budget, held, ctx.clock.now())
+                    held = _held_bases(run, target, inventory, src, cfg.protection_budget)
+                    record.budget = budget_warnings(cfg.protection_budget, held, run.clock.now())
                     result.warnings += record.budget
                     problems = ([result.error] if result.error else []) + result.warnings
                     if problems:
@@ -209,14 +258,14 @@ def replicate_job(ctx: Context, name: str, job: JobConfig, *, dry_run: bool) -> 
                 log.error("job %s: target %s failed: %s", name, target, exc)
                 result.error = str(exc)
                 if isinstance(exc, FailedOver) and not dry_run:
-                    _note_failover(ctx, name, target, exc)
+                    _note_failover(run, target, exc)
         _tell_hooks(hooks.outcome, inventory, source.dataset, results)
     limit = cfg.bandwidth_limit
     return ReplicateResult(name, dry_run, results,
                            limit.at(ctx.clock.now()) if limit.limited else None)
 
 
-def _note_failover(ctx: Context, name: str, target: Endpoint, exc: FailedOver) -> None:
+def _note_failover(run: _ReplicateRun, target: Endpoint, exc: FailedOver) -> None:
     """Record in the catalog the failover whose mark replication met on ``target`` (it may
     have been run from another host), for ``zbak status``; a mark zbak cannot read is left
     to the error that names it."""
@@ -226,8 +275,8 @@ def _note_failover(ctx: Context, name: str, target: Endpoint, exc: FailedOver) -
         mark = FailoverMark.parse(root)
     except InvalidName:
         return
-    ctx.catalog().record_failover(FailoverRow(name, str(target), str(target.dataset), mark.at,
-                                              mark.planned, ctx.clock.now()))
+    run.catalog.record_failover(FailoverRow(run.name, str(target), str(target.dataset), mark.at,
+                                            mark.planned, run.clock.now()))
 
 
 def _tell_hooks(outcome: Outcome, inventory: Inventory, root: DatasetName,
@@ -245,7 +294,8 @@ def _tell_hooks(outcome: Outcome, inventory: Inventory, root: DatasetName,
     outcome.error = "; ".join(problems) or None
 
 
-def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list[Task]:
+def _prefetch_tasks(job: JobConfig, sides: Mapping[str, Side], zfs: Callable[[str, str | None], Zfs],
+                    executor: Callable[[str], Executor], *, dry_run: bool) -> list[Task]:
     """What the run will wait on, to start in the background (``zrepl_py.runtime.prefetch``): the
     shared ssh connections of the data path, each ZFS target's connection and capabilities,
     the source's capabilities, then the pool reads of the health checks."""
@@ -255,21 +305,21 @@ def _prefetch_tasks(ctx: Context, job: JobConfig, *, dry_run: bool) -> list[Task
     zfs_targets = [t for t in cfg.endpoints()
                    if isinstance(t, DatasetEndpoint) and cfg.method != "rsync"]
     for host in [] if dry_run else [job.source.host, *(t.host for t in zfs_targets)]:
-        if host in ctx.config.hosts:
-            tasks.setdefault(*_master_task(Side.of(ctx.config, host)))
+        if sides[host].config is not None:
+            tasks.setdefault(*_master_task(sides[host]))
     for target in zfs_targets:
         pool = target.dataset.pool
-        tasks[("zfs", target.host, pool)] = functools.partial(ctx.zfs, target.host, pool)
+        tasks[("zfs", target.host, pool)] = functools.partial(zfs, target.host, pool)
     source = job.source  # its capabilities (a `zpool get all`) while the catalog opens
     tasks.setdefault(("zfs", source.host, source.dataset.pool),
-                     lambda: ctx.zfs(source.host, source.dataset.pool))
+                     lambda: zfs(source.host, source.dataset.pool))
     for target in [] if dry_run else zfs_targets:
-        for task in (_pool_task(ctx, job.source.host, job.source.dataset.pool),
-                     _pool_task(ctx, target.host, target.dataset.pool,
+        for task in (_pool_task(zfs, job.source.host, job.source.dataset.pool),
+                     _pool_task(zfs, target.host, target.dataset.pool,
                                 with_size=needs_size(cfg.min_free))):
             tasks.setdefault(*task)
-        if _crosses_ssh(ctx, job, target) and cfg.receive_buffer:
-            tasks.setdefault(*_mbuffer_task(ctx, target.host))
+        if _crosses_ssh(sides, job, target) and cfg.receive_buffer:
+            tasks.setdefault(*_mbuffer_task(executor, target.host))
     return list(tasks.items())
 
 
@@ -279,30 +329,32 @@ def _master_task(side: Side) -> TaskOf[Callable[[], None] | None]:
     return ("ssh master", side.host), side.connect
 
 
-def _wait_for_master(ctx: Context, side: Side) -> None:
+def _wait_for_master(run: _ReplicateRun, side: Side) -> None:
     """Wait until ``side``'s shared ssh connection is up (or failed: the first transfer then
     says why), so the transfers that start at once ride on one connection instead of each
     racing to open its own."""
     if side.control_dir is None:
         return
-    waiting = ctx.prefetched(*_master_task(side))
+    waiting = run.prefetched(*_master_task(side))
     if waiting is not None:
         waiting()
 
 
-def _pool_task(ctx: Context, host: str, pool: str, *,
+def _pool_task(zfs: Callable[[str, str | None], Zfs], host: str, pool: str, *,
                with_size: bool = False) -> TaskOf[PoolReport]:
-    """The prefetch task (``zrepl_py.runtime.prefetch``) of a pool's health report."""
+    """The prefetch task (``zrepl_py.runtime.prefetch``) of a pool's health report (read
+    with a client that probes no capabilities)."""
     return (("pool_report", host, pool, with_size),
-            lambda: pool_report(ctx.zfs(host), pool, with_size=with_size))
+            lambda: pool_report(zfs(host, None), pool, with_size=with_size))
 
 
-def _pool_report(ctx: Context, host: str, pool: str, *, with_size: bool = False) -> PoolReport:
+def _pool_report(run: _ReplicateRun, host: str, pool: str, *,
+                 with_size: bool = False) -> PoolReport:
     """The pool's health report, prefetched if the run started it (``_prefetch_tasks``)."""
-    return ctx.prefetched(*_pool_task(ctx, host, pool, with_size=with_size))
+    return run.prefetched(*_pool_task(run.zfs, host, pool, with_size=with_size))
 
 
-def _pool_health(ctx: Context, name: str, job: JobConfig, target: Endpoint) -> list[str]:
+def _pool_health(run: _ReplicateRun, target: Endpoint) -> list[str]:
     """Health before sending to ``target`` (``zrepl_py.checks.health``): the source pool's
     warnings, then the target pool's and its ``min_free`` floor. A directory target, or a host
     without zpool (method auto falls back to rsync there), has no pool to check.
@@ -311,57 +363,55 @@ def _pool_health(ctx: Context, name: str, job: JobConfig, target: Endpoint) -> l
         InsufficientSpace: the target pool is under the floor (nothing must be sent).
         HostUnreachable, HostKeyMismatch, ZfsError: a pool could not be read.
     """
-    now = ctx.clock.now()
-    source = job.source
-    warnings = source_warnings(_pool_report(ctx, source.host, source.dataset.pool), now)
+    now = run.clock.now()
+    source = run.job.source
+    warnings = source_warnings(_pool_report(run, source.host, source.dataset.pool), now)
     if target.dataset is None:
         return warnings
-    floor = job.replicate.min_free if job.replicate is not None else None
+    floor = run.cfg.min_free
     try:
-        report = _pool_report(ctx, target.host, target.dataset.pool, with_size=needs_size(floor))
+        report = _pool_report(run, target.host, target.dataset.pool, with_size=needs_size(floor))
     except CommandFailed as exc:
         if exc.returncode == COMMAND_NOT_FOUND:
             return warnings
         raise
-    return warnings + target_warnings(report, floor, job=name, target=str(target), now=now)
+    return warnings + target_warnings(report, floor, job=run.name, target=str(target), now=now)
 
 
-def _crosses_ssh(ctx: Context, job: JobConfig, target: Endpoint) -> bool:
-    return any(host in ctx.config.hosts for host in (job.source.host, target.host))
+def _crosses_ssh(sides: Mapping[str, Side], job: JobConfig, target: Endpoint) -> bool:
+    return any(sides[host].config is not None for host in (job.source.host, target.host))
 
 
-def _mbuffer_task(ctx: Context, host: str) -> TaskOf[bool]:
-    return ("mbuffer", host), lambda: has_mbuffer(ctx.executors().get(host))
+def _mbuffer_task(executor: Callable[[str], Executor], host: str) -> TaskOf[bool]:
+    return ("mbuffer", host), lambda: has_mbuffer(executor(host))
 
 
-def _receive_buffer(ctx: Context, job: JobConfig, target: Endpoint) -> int | None:
+def _receive_buffer(run: _ReplicateRun, target: Endpoint) -> int | None:
     """Bytes of the receive buffer for ``target`` (``transport.stages``), or None: the
     stream stays on this machine, ``receive_buffer`` is 0, or the host has no mbuffer."""
-    size = job.replicate.receive_buffer if job.replicate else 0
-    if not size or not _crosses_ssh(ctx, job, target):
+    size = run.cfg.receive_buffer
+    if not size or not _crosses_ssh(run.sides, run.job, target):
         return None
-    if ctx.prefetched(*_mbuffer_task(ctx, target.host)):
+    if run.prefetched(*_mbuffer_task(run.executor, target.host)):
         return size
     log.info("%s has no mbuffer: receiving without a buffer (installing it speeds up "
              "transfers over ssh; receive_buffer = 0 silences this)", target.host)
     return None
 
 
-def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inventory: Inventory,
-                src: Zfs, result: TargetResult, *, dry_run: bool) -> None:
-    cfg = job.replicate
-    assert cfg is not None
-    if not dry_run:
-        result.warnings += _pool_health(ctx, name, job, target)
-    source_side, target_side = Side.of(ctx.config, job.source.host), Side.of(ctx.config, target.host)
+def _one_target(run: _ReplicateRun, target: Endpoint, inventory: Inventory, src: Zfs,
+                result: TargetResult) -> None:
+    if not run.dry_run:
+        result.warnings += _pool_health(run, target)
+    source_side, target_side = run.sides[run.job.source.host], run.sides[target.host]
     directory = target if result.method == "rsync" else None
     if directory is None:
         assert target.dataset is not None
-        with ctx.lock(f"target {target}", "replicate"):
+        with run.lock(f"target {target}", "replicate"):
             try:
-                dst = ctx.zfs(target.host, target.dataset.pool)
+                dst = run.zfs(target.host, target.dataset.pool)
             except CommandFailed as exc:
-                directory = no_zfs_fallback(job, target, exc)
+                directory = no_zfs_fallback(run.job, target, exc)
                 if directory is None:
                     raise
                 log.warning("%s has no zfs (%s): method auto falls back to rsync into %s",
@@ -370,55 +420,63 @@ def _one_target(ctx: Context, name: str, job: JobConfig, target: Endpoint, inven
                 result.warnings.append(
                     f"no zfs on {target.host}: rsync fallback into {directory.directory}")
             else:
-                _to_zfs_target(ctx, name, job, target, inventory, src, dst, result,
-                               source_side, target_side, dry_run=dry_run)
+                _to_zfs_target(run, target, inventory, src, dst, result,
+                               source_side, target_side)
                 return
-    synced = replicate_to_directory(
-        ctx=ctx, job_name=name, job=job, target=directory, inventory=inventory, src=src,
-        target_side=target_side, dry_run=dry_run, cursor_key=str(target),
-    )
+    synced = _to_directory(run, directory, inventory, src, target_side, dry_run=run.dry_run,
+                           cursor_key=str(target))
     result.snapshots_synced, result.bytes = synced.snapshots, synced.bytes
     result.warnings.extend(synced.warnings)
 
 
-def _to_zfs_target(ctx: Context, name: str, job: JobConfig, target: Endpoint,
-                   inventory: Inventory, src: Zfs, dst: Zfs, result: TargetResult,
-                   source_side: Side, target_side: Side, *, dry_run: bool) -> None:
+def _to_directory(run: _ReplicateRun, target: Endpoint, inventory: Inventory, src: Zfs,
+                  target_side: Side, *, dry_run: bool, cursor_key: str,
+                  dataset: DatasetName | None = None) -> DirectoryOutcome:
+    """``rsync_target.replicate_to_directory`` under the directory target's lock."""
+    with run.lock(f"target {target}", "replicate"):
+        return replicate_to_directory(
+            catalog=run.catalog, clock=run.clock, state_dir=run.state_dir,
+            executor=run.executor(target.host), job_name=run.name, job=run.job, target=target,
+            inventory=inventory, src=src, target_side=target_side, dry_run=dry_run,
+            cursor_key=cursor_key, dataset=dataset,
+        )
+
+
+def _to_zfs_target(run: _ReplicateRun, target: Endpoint, inventory: Inventory, src: Zfs,
+                   dst: Zfs, result: TargetResult, source_side: Side, target_side: Side) -> None:
     """Replicate to a ZFS target (``zfs_target``) under the job's ``bandwidth_limit``
     (followed as its timetable changes, ``replication.bandwidth.follow``), publishing the run's
     queue and transfers for ``zbak status``."""
-    cfg = job.replicate
-    assert cfg is not None
+    cfg, name = run.cfg, run.name
     concurrency = cfg.concurrency or default_concurrency(usable_cpus())
     limit = cfg.bandwidth_limit
-    rate = SharedRate(limit.at(ctx.clock.now()).limit, concurrency) if limit.limited else None
+    rate = SharedRate(limit.at(run.clock.now()).limit, concurrency) if limit.limited else None
 
     def in_force() -> int | None:
         return rate.total if rate is not None else None
 
     with contextlib.ExitStack() as stack:
         queue = None
-        if not dry_run:
+        if not run.dry_run:
             queue = stack.enter_context(Queue(
-                Slot(ctx.state_dir, "replicate", name, str(target)),
+                Slot(run.state_dir, "replicate", name, str(target)),
                 [str(info.name) for info in inventory.datasets], limit=in_force))
             if rate is not None:
-                stack.enter_context(follow(rate, limit, ctx.clock))
+                stack.enter_context(follow(rate, limit, run.clock))
             for side in (source_side, target_side):
-                _wait_for_master(ctx, side)
+                _wait_for_master(run, side)
         transfer = Transfer(source_side, target_side, cfg.compression == "zstd", rate,
-                            None if dry_run else _receive_buffer(ctx, job, target),
+                            None if run.dry_run else _receive_buffer(run, target),
                             cfg.on_divergence,
-                            reporting(ctx.state_dir, "replicate", name, str(target),
+                            reporting(run.state_dir, "replicate", name, str(target),
                                       limit=in_force),
                             threading.Event(), queue)
         fallback = None
         if cfg.method == "auto":
-            fallback = _stream_fallback(ctx, name, job, target, inventory, src, dst,
-                                        target_side, result)  # fmt: skip
+            fallback = _stream_fallback(run, target, inventory, src, dst, target_side, result)
         result.datasets = replicate_to_zfs_target(
-            job_name=name, job=job, target=target, inventory=inventory, src=src, dst=dst,
-            transfer=transfer, catalog=ctx.catalog(), clock=ctx.clock, dry_run=dry_run,
+            job_name=name, job=run.job, target=target, inventory=inventory, src=src, dst=dst,
+            transfer=transfer, catalog=run.catalog, clock=run.clock, dry_run=run.dry_run,
             fallback=fallback, concurrency=concurrency,
         )
     result.bytes = sum(d.bytes for d in result.datasets)
@@ -429,9 +487,8 @@ def _to_zfs_target(ctx: Context, name: str, job: JobConfig, target: Endpoint,
                   target, result.error)
 
 
-def _stream_fallback(ctx: Context, name: str, job: JobConfig, target: Endpoint,
-                     inventory: Inventory, src: Zfs, dst: Zfs, target_side: Side,
-                     result: TargetResult) -> Fallback:
+def _stream_fallback(run: _ReplicateRun, target: Endpoint, inventory: Inventory, src: Zfs,
+                     dst: Zfs, target_side: Side, result: TargetResult) -> Fallback:
     """The method-``auto`` fallback for a dataset whose stream ``target`` rejected: rsync its
     snapshots into ``rsync_target.fallback_directory`` (cursor keyed by the configured
     target) and add a warning naming the receiver's reason to ``result``."""
@@ -443,22 +500,20 @@ def _stream_fallback(ctx: Context, name: str, job: JobConfig, target: Endpoint,
         reason = error.stderr.strip().splitlines()[-1] if error.stderr.strip() else str(error)
         result.warnings.append(f"{target.host} cannot receive the ZFS stream of {dataset} "
                                f"({reason}): rsync fallback into {directory}")
-        synced = replicate_to_directory(
-            ctx=ctx, job_name=name, job=job, target=Endpoint(target.host, None, directory),
-            inventory=inventory, src=src, target_side=target_side, dry_run=False,
-            cursor_key=str(target), dataset=dataset,
-        )  # fmt: skip
+        synced = _to_directory(run, Endpoint(target.host, None, directory), inventory, src,
+                               target_side, dry_run=False, cursor_key=str(target),
+                               dataset=dataset)
         result.warnings.extend(synced.warnings)
         result.snapshots_synced.extend(f"{dataset}@{short}" for short in synced.snapshots)
-        reached = synced.snapshots[-1] if synced.snapshots else _last_cursor(ctx, name, target,
+        reached = synced.snapshots[-1] if synced.snapshots else _last_cursor(run, target,
                                                                              dataset)
         return FallbackResult(synced.bytes or 0, reached, directory)
 
     return fallback
 
 
-def _last_cursor(ctx: Context, name: str, target: Endpoint, dataset: DatasetName) -> str | None:
-    for cursor in ctx.catalog().cursors(name):
+def _last_cursor(run: _ReplicateRun, target: Endpoint, dataset: DatasetName) -> str | None:
+    for cursor in run.catalog.cursors(run.name):
         if cursor.target == str(target) and cursor.source_dataset == str(dataset):
             return cursor.snapshot_name
     return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zrepl_py.config.hosts import Endpoint
@@ -35,7 +36,9 @@ from zrepl_py.values.timetable import Timetable
 from zrepl_py.zfs.names import DatasetName
 
 if TYPE_CHECKING:
-    from zrepl_py.invocation.context import Context
+    from zrepl_py.catalog.repository import Catalog
+    from zrepl_py.clock import Clock
+    from zrepl_py.proc.executor import Executor
     from zrepl_py.snapshots.inventory import Inventory
     from zrepl_py.zfs.client import Zfs
 
@@ -51,7 +54,10 @@ class DirectoryOutcome:
 
 def replicate_to_directory(
     *,
-    ctx: Context,
+    catalog: Catalog,
+    clock: Clock,
+    state_dir: Path,
+    executor: Executor,
     job_name: str,
     job: JobConfig,
     target: Endpoint,
@@ -62,7 +68,8 @@ def replicate_to_directory(
     cursor_key: str | None = None,
     dataset: DatasetName | None = None,
 ) -> DirectoryOutcome:
-    """Copy each pending snapshot of the job's dataset into ``target.directory``.
+    """Copy each pending snapshot of the job's dataset into ``target.directory``, run by
+    ``executor`` (the target host's), under the target's lock the caller holds.
 
     ``cursor_key`` names the target in the catalog (default ``str(target)``); the method
     ``auto`` fallback passes the configured dataset target it stands in for. ``dataset`` is
@@ -75,38 +82,35 @@ def replicate_to_directory(
     """
     assert target.directory is not None
     dataset = dataset or job.source.dataset
-    catalog = ctx.catalog()
-    executor = ctx.executors().get(target.host)
     key = cursor_key or str(target)
-    with ctx.lock(f"target {target}", "replicate"):
-        present = set(last_synced(executor, target.directory))
-        cursor = next((c for c in catalog.cursors(job_name)
-                       if c.target == key and c.source_dataset == str(dataset)), None)
-        floor = cursor.createtxg if cursor else -1
-        admits = job.replicate.filter_for(key) if job.replicate is not None else None
-        pending = [s for s in inventory.tree.snapshots(dataset)
-                   if s.createtxg > floor and s.short not in present
-                   and (admits is None or admits.admits(s.short))]
-        outcome = DirectoryOutcome([s.short for s in pending])
-        if dry_run:
-            return outcome
-        limit = job.replicate.bandwidth_limit if job.replicate is not None else Timetable()
-        for snap in pending:
-            # rsync's bytes are known only at its end: zbak status shows what and since when
-            with Slot(ctx.state_dir, "replicate", job_name, key).publisher(
-                    dataset=str(dataset), to_snapshot=snap.short, measured=False,
-                    limit=lambda: limit.at(ctx.clock.now()).limit):
-                result = replicate_snapshot_rsync(
-                    src, snap.name, target, target_side.config, executor,
-                    known_hosts_default=target_side.known_hosts_default,
-                    bandwidth_limit=limit, control_dir=target_side.control_dir,
-                    clock=ctx.clock,
-                )
-            outcome.bytes += result.bytes_sent or 0
-            outcome.warnings.extend(result.warnings)
-            catalog.set_cursor(job_name, key, job.source.host, str(dataset),
-                               target.directory, "rsync", snap.short, snap.guid, snap.createtxg,
-                               ctx.clock.now())
+    present = set(last_synced(executor, target.directory))
+    cursor = next((c for c in catalog.cursors(job_name)
+                   if c.target == key and c.source_dataset == str(dataset)), None)
+    floor = cursor.createtxg if cursor else -1
+    admits = job.replicate.filter_for(key) if job.replicate is not None else None
+    pending = [s for s in inventory.tree.snapshots(dataset)
+               if s.createtxg > floor and s.short not in present
+               and (admits is None or admits.admits(s.short))]
+    outcome = DirectoryOutcome([s.short for s in pending])
+    if dry_run:
+        return outcome
+    limit = job.replicate.bandwidth_limit if job.replicate is not None else Timetable()
+    for snap in pending:
+        # rsync's bytes are known only at its end: zbak status shows what and since when
+        with Slot(state_dir, "replicate", job_name, key).publisher(
+                dataset=str(dataset), to_snapshot=snap.short, measured=False,
+                limit=lambda: limit.at(clock.now()).limit):
+            result = replicate_snapshot_rsync(
+                src, snap.name, target, target_side.config, executor,
+                known_hosts_default=target_side.known_hosts_default,
+                bandwidth_limit=limit, control_dir=target_side.control_dir,
+                clock=clock,
+            )
+        outcome.bytes += result.bytes_sent or 0
+        outcome.warnings.extend(result.warnings)
+        catalog.set_cursor(job_name, key, job.source.host, str(dataset),
+                           target.directory, "rsync", snap.short, snap.guid, snap.createtxg,
+                           clock.now())
     return outcome
 
 
