@@ -171,7 +171,9 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
                     got = (f"{plan.into} holds the streams up to @{path.streams[done - 1].to_name}"
                            if done else "nothing was received")
                     raise IdentityRefused(f"{exc}; {got}") from None
-                except Exception as exc:
+                except (ZbakError, OSError) as exc:
+                    # What a receive raises; a defect's error passes on to the CLI's internal
+                    # error (docs/decisions.md#a-restore-reports-a-defect-as-a-defect).
                     progress.close()  # a KeyboardInterrupt leaves the file: stale once we exit
                     got = (f"{plan.into} holds the streams up to @{path.streams[done - 1].to_name}"
                            if done else f"{plan.into} holds what it held" if plan.resumed
