@@ -19,6 +19,8 @@ from support.openzfs import COMMAND_TIMEOUT
 from zrepl_py.proc.openssh import remote_command
 from zrepl_py.zfs.capabilities import Capabilities, detect
 from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.encryption import Encryption, probe_encryption
+from zrepl_py.zfs.names import DatasetName
 
 PASSPHRASE = b"correct horse battery staple"
 PLAINTEXT = b"zbak plaintext marker 7f3a9c0e "
@@ -233,6 +235,13 @@ def test_raw_send_of_an_encrypted_dataset_arrives_locked_and_carries_no_plaintex
         "keystatus": "unavailable",
     }
     assert snapshot_guids(openzfs_executor, target) == snapshot_guids(openzfs_executor, source)
+    # zbak's one probe of encryption and keystatus (zfs.encryption), in one zfs get
+    zfs = Zfs(openzfs_executor, capabilities=dataclasses.replace(
+        Capabilities.NONE, raw_send=True, pool_version=5000))  # as detected on OpenZFS 2.3
+    names = [DatasetName(d) for d in (openzfs_pools.source, source, target)]
+    assert probe_encryption(zfs, names, keystatus=True) == Encryption(
+        encrypted=frozenset(names[1:]), locked=frozenset(names[2:]))
+    assert probe_encryption(zfs, names) == Encryption(encrypted=frozenset(names[1:]))
 
     guest(openzfs_executor, "zfs", "load-key", "-L", f"file://{keyfile}", target)
     guest(openzfs_executor, "zfs", "mount", target)

@@ -18,7 +18,7 @@ import struct
 import pytest
 from support.records import walk
 
-from zrepl_py.archive.job import archive_send, encrypted_datasets
+from zrepl_py.archive.job import archive_send
 from zrepl_py.archive.planner import ChainPolicy, PlannedStream, plan_archive
 from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.errors import RawSendUnavailable, SendArgsInvalid, StreamCorrupt
@@ -36,6 +36,7 @@ from zrepl_py.streams.records import (
 )
 from zrepl_py.zfs.capabilities import Capabilities
 from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.encryption import Encryption, probe_encryption
 from zrepl_py.zfs.names import DatasetName
 
 OPENZFS = Capabilities(parsable_list=True, resume_tokens=True, bookmarks=True, raw_send=True,
@@ -87,9 +88,9 @@ def test_a_host_whose_pool_cannot_hold_encrypted_datasets_is_not_asked_about_enc
     # zfs-fuse (pool v23, no -w): no `zfs get encryption`, which it would refuse. The command
     # path does not exist, so running anything would raise.
     zfs = Zfs(LocalExecutor(), zfs="/nonexistent/zfs", capabilities=ZFS_FUSE)
-    assert encrypted_datasets(zfs, [DS]) == frozenset()
-    assert encrypted_datasets(Zfs(LocalExecutor(), zfs="/nonexistent/zfs",
-                                  capabilities=OPENZFS), []) == frozenset()
+    assert probe_encryption(zfs, [DS]) == Encryption()
+    assert probe_encryption(Zfs(LocalExecutor(), zfs="/nonexistent/zfs",
+                                capabilities=OPENZFS), []) == Encryption()
 
 
 # -- the manifest -------------------------------------------------------------------------

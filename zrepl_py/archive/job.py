@@ -59,7 +59,6 @@ from zrepl_py.errors import (
     RawSendUnavailable,
     StorePermanent,
     StreamCorrupt,
-    Unsupported,
     UsageError,
     ZbakError,
 )
@@ -86,8 +85,9 @@ from zrepl_py.stores.sealing import writing_codec
 from zrepl_py.stores.settings import StorageClasses
 from zrepl_py.streams.codec import Codec
 from zrepl_py.transport.stages import Side
-from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION, Capabilities
+from zrepl_py.zfs.capabilities import Capabilities
 from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.encryption import probe_encryption
 from zrepl_py.zfs.estimate import expected_size
 from zrepl_py.zfs.model import SnapshotInfo
 from zrepl_py.zfs.names import DatasetName
@@ -317,8 +317,9 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
                                                     run.clock.now())
         inventory = take_inventory(zfs, run.catalog, job, run.clock.now(),
                                    replicas=replica_datasets(ctx.config, source.host))
+        encryption = probe_encryption(zfs, [info.name for info in inventory.datasets])
         sending = _Source(zfs, Side.of(ctx.config, source.host), source.host,
-                          encrypted_datasets(zfs, [info.name for info in inventory.datasets]))
+                          encryption.encrypted)
         tree = _Tree.read(run, source.host, str(source.dataset))
         queue = None if dry_run else stack.enter_context(Queue(
             Slot(run.state_dir, "archive", name, cfg.store),
@@ -510,7 +511,7 @@ def archive_send(planned: PlannedStream, dataset: DatasetName, caps: Capabilitie
         planned: the stream (kind, from/to snapshots).
         dataset: the source dataset the short names belong to.
         caps: the sending host's capabilities.
-        encrypted: the dataset's ``encryption`` is not ``off`` (see ``encrypted_datasets``).
+        encrypted: the dataset's ``encryption`` is not ``off`` (``zfs.encryption``).
         zfs: the zfs command on the sending host.
 
     Raises:
@@ -537,32 +538,6 @@ def archive_send(planned: PlannedStream, dataset: DatasetName, caps: Capabilitie
     plain = dataclasses.replace(caps, compressed_send=False)
     argv = send_argv(step, source_dataset=str(dataset), caps=plain, raw=encrypted, zfs=zfs)
     return argv, (("-w",) + flags if encrypted else flags)
-
-
-def encrypted_datasets(zfs: Zfs, datasets: Sequence[DatasetName]) -> frozenset[DatasetName]:
-    """The datasets among ``datasets`` whose ``encryption`` is not ``off``.
-
-    One command for all of them, ``zfs get -H -o name,value encryption DS...`` (never one per
-    dataset or snapshot). Not asked where no dataset can be encrypted: a pool without
-    feature flags (zfs-fuse, pool v23; encryption is ``feature@encryption``,
-    zpool-features(7)) on a host without ``zfs send -w``; a ZFS that does not know the
-    property (before OpenZFS 0.8, "bad property list") has no encryption either.
-
-    Raises:
-        DatasetNotFound: a dataset vanished since it was listed.
-        ZfsError, HostUnreachable: the command failed.
-    """
-    caps = zfs.capabilities
-    if not datasets or not (caps.raw_send or caps.pool_version == FEATURE_FLAGS_VERSION):
-        return frozenset()
-    try:
-        values = zfs.property_of_each([str(d) for d in datasets], "encryption")
-    except Unsupported:
-        if caps.raw_send:
-            raise
-        return frozenset()
-    found = {DatasetName(name) for name, value in values.items() if value not in ("off", "-", "")}
-    return frozenset(found)
 
 
 def _decrypted_chain(backend: Backend, dataset: DatasetName, streams: Sequence[StreamRow]

@@ -24,6 +24,7 @@ from zrepl_py.values.failover import (
     SourceMark,
 )
 from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.encryption import is_encryption_on
 from zrepl_py.zfs.model import PropertyValue, Tree
 from zrepl_py.zfs.names import DatasetName
 from zrepl_py.zfs.steps import SnapRef
@@ -128,7 +129,7 @@ def replica_states(zfs: Zfs, root: DatasetName, *, recursive: bool) -> tuple[Rep
             source_mountpoint=recorded.value if recorded.source == "local" else None,
             written=_int(got.get("written", _UNSET)) if written else None,
             zpl_version=_int(got.get("version", _UNSET)),
-            encrypted=got.get("encryption", PropertyValue("off", "-")).value not in ("off", "-"),
+            encrypted=is_encryption_on(got.get("encryption", _UNSET).value),
             large_dnodes=got.get("dnodesize", PropertyValue("legacy", "-")).value
             not in ("legacy", "-")))
     return tuple(states)

@@ -75,6 +75,7 @@ from zrepl_py.snapshots.inventory import Inventory
 from zrepl_py.snapshots.naming import is_own
 from zrepl_py.transport.stages import Side, metered_transfer
 from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.encryption import probe_encryption
 from zrepl_py.zfs.errors import receive_refusal
 from zrepl_py.zfs.estimate import expected_size
 from zrepl_py.zfs.model import DatasetInfo, Tree
@@ -183,10 +184,7 @@ def _source_state(zfs: Zfs, inventory: Inventory, dataset: DatasetName) -> Sourc
     if caps is not None and caps.bookmarks:
         bookmarks = tuple(BookmarkRef(b.name.split("#", 1)[1], b.guid, b.createtxg)
                           for b in zfs.bookmarks(dataset))
-    encrypted = False
-    if caps is not None and caps.raw_send:
-        value = zfs.get_properties(str(dataset), ["encryption"]).get("encryption", "off")
-        encrypted = value not in ("off", "-", "")
+    encrypted = dataset in probe_encryption(zfs, [dataset]).encrypted
     snaps = tuple(SnapRef(s.short, s.guid, s.createtxg) for s in inventory.tree.snapshots(dataset))
     return SourceState(str(dataset), snaps, bookmarks, encrypted)
 

@@ -62,8 +62,8 @@ from zrepl_py.restore.plan import RestorePlan
 from zrepl_py.restore.thaw import request_thaws
 from zrepl_py.streams.codec import Codec
 from zrepl_py.transport.stages import Side, metered_transfer
-from zrepl_py.zfs.capabilities import FEATURE_FLAGS_VERSION
 from zrepl_py.zfs.client import Zfs
+from zrepl_py.zfs.encryption import probe_encryption
 from zrepl_py.zfs.errors import receive_refusal
 from zrepl_py.zfs.estimate import expected_size
 from zrepl_py.zfs.names import DatasetName, SnapshotName
@@ -302,24 +302,13 @@ def _trim(ctx: Context, plan: RestorePlan, later: list[str]) -> None:
     zfs.rollback(SnapshotName.of(DatasetName(plan.into), plan.target.name))
 
 
-def _may_be_encrypted(zfs: Zfs) -> bool:
-    """False where no dataset can be encrypted: a pool without feature flags (zfs-fuse, pool
-    v23; encryption is ``feature@encryption``) on a ZFS without ``send -w``."""
-    caps = zfs.capabilities
-    return caps.raw_send or caps.pool_version == FEATURE_FLAGS_VERSION
-
-
 def is_encrypted(zfs: Zfs, dataset: str) -> bool:
-    """True when ``dataset``'s ``encryption`` is not ``off`` (one ``zfs get``; none where
-    encryption cannot exist, see ``_may_be_encrypted``).
+    """True when ``dataset``'s ``encryption`` is not ``off`` (``zfs.encryption``).
 
     Raises:
         DatasetNotFound, ZfsError, HostUnreachable.
     """
-    if not _may_be_encrypted(zfs):
-        return False
-    value = zfs.get_properties(dataset, ["encryption"]).get("encryption", "off")
-    return value not in ("off", "-", "")
+    return DatasetName(dataset) in probe_encryption(zfs, [DatasetName(dataset)]).encrypted
 
 
 def _check_received(zfs: Zfs, plan: RestorePlan) -> bool:
@@ -336,10 +325,7 @@ def _check_received(zfs: Zfs, plan: RestorePlan) -> bool:
         raise RestoreError(f"{plan.into_host}:{snapshot} has guid {got} after the restore, expected"
                            f" {plan.target.guid}: the received data is not @{plan.target.name}"
                            f" of {plan.dataset}")
-    if not _may_be_encrypted(zfs):
-        return False
-    props = zfs.get_properties(str(into), ["encryption", "keystatus"])
-    if props.get("encryption", "off") in ("off", "-", "") or props.get("keystatus") != "unavailable":
+    if into not in probe_encryption(zfs, [into], keystatus=True).locked:
         return False
     log.warning("%s:%s is encrypted (raw stream) and its key is not loaded: run `zfs load-key"
                 " %s` with the key or passphrase of %s, then `zfs mount %s`", plan.into_host, into,
