@@ -2,15 +2,17 @@
 measured on the real pipelines: zfs-fuse pools, a real ``zbak replicate`` process, real
 ``pv``; the bytes each ``pv`` writes are sampled from ``/proc`` (``support.pvmeter``).
 
-Four children of 6, 14, 26 and 50 MiB of random data replicate at once under 8 MiB/s with
-``concurrency = 8``: every pv starts at 1 MiB/s (the limit over the concurrency), so the
+Four children of 3, 7, 13 and 25 MiB of random data replicate at once under 4 MiB/s with
+``concurrency = 8``: every pv starts at 0.5 MiB/s (the limit over the concurrency), so the
 limit is reached only when each is raised to its share by its start timer (``RAISE_AFTER``
 after its start); the children end one by one, and each end's timer raises the others to
 the new share. Together they must pass the limit, no more and no less (+-10 %), over the
 whole transfer time, and in the steady seconds of each phase (4, 3, 2, 1 running); no two
-seconds pass it. Seen failing: given the whole limit each, 15.0 MiB/s over the run and 24.5
-in its busiest two seconds; never raised after their start, 4.0 MiB/s while four ran; not
-raised after an end, 2.0 MiB/s for the last one alone.
+seconds pass it. Seen failing (at 8 MiB/s and twice these sizes): given the whole limit
+each, 15.0 MiB/s over the run and 24.5 in its busiest two seconds; never raised after their
+start, 4.0 MiB/s while four ran; not raised after an end, 2.0 MiB/s for the last one alone.
+4 MiB/s, not 8: four zfs-fuse pipelines at a load of 10-12 could not always carry 8 MiB/s,
+and a limit the host cannot reach proves nothing about the limit.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from support.pvmeter import PvSampler
 pytestmark = [pytest.mark.zfs, pytest.mark.slow]
 
 MiB = 1024 * 1024
-LIMIT = 8 * MiB
+LIMIT = 4 * MiB
 """Bytes per second of the shared limit."""
-SIZES = {"c1": 6, "c2": 14, "c3": 26, "c4": 50}
+SIZES = {"c1": 3, "c2": 7, "c3": 13, "c4": 25}
 """MiB of random data per child: 12 s at the limit, in four phases of about 3 s each (4, 3,
 2, then 1 transfer running; each child ends when the next has 8/3 x the time left), so each
 phase has whole seconds after its share was set."""
