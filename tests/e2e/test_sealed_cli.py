@@ -17,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import blake3
 import pyrage
 import pytest
 from support.cli import Zbak, gone, prop, restored_content, snapshots, tree_digest, zfs
@@ -98,11 +99,12 @@ def age_decrypt(key: Path, volume: Path | bytes) -> bytes:
                           capture_output=True).stdout
 
 
-def raw_sha256(key: Path, volume: Path | bytes) -> bytes:
-    """The hex SHA-256 of a sealed volume's raw bytes (``age -d | zstd -d``), as ASCII."""
+def raw_hashes(key: Path, volume: Path | bytes) -> list[bytes]:
+    """The hex SHA-256 and BLAKE3 of a sealed volume's raw bytes (``age -d | zstd -d``), as
+    ASCII."""
     raw = subprocess.run(["zstd", "-d", "-c"], input=age_decrypt(key, volume), check=True,
                          capture_output=True).stdout
-    return hashlib.sha256(raw).hexdigest().encode()
+    return [hashlib.sha256(raw).hexdigest().encode(), blake3.blake3(raw).hexdigest().encode()]
 
 
 def store_bytes(store: Path) -> bytes:
@@ -112,7 +114,7 @@ def store_bytes(store: Path) -> bytes:
 def test_a_sealed_chain_restores_with_the_identity_and_the_store_holds_no_plaintext_nor_its_hash(
         site):
     """Every volume is an age file (Debian's ``age`` opens it with the identity); no marker
-    text, no raw SHA-256 of a volume and no manifest field of the raw stream is in the store;
+    text, no raw hash (SHA-256, BLAKE3) of a volume and no manifest field of the raw stream is in the store;
     the chain restores with ``--identity``."""
     site.snapshot("1")
     site.snapshot("2")
@@ -123,7 +125,7 @@ def test_a_sealed_chain_restores_with_the_identity_and_the_store_holds_no_plaint
     assert b"PLAINTEXT-MARKER" not in everything
     for volume in volumes:
         assert volume.read_bytes().startswith(MAGIC), volume
-        assert raw_sha256(site.key, volume) not in everything, volume
+        assert not [h for h in raw_hashes(site.key, volume) if h in everything], volume
     manifests = [json.loads(p.read_bytes()) for p in site.store.rglob("manifest.json")]
     assert {m["format"] for m in manifests} == {"zbak-stream/2"}
     assert all(m["codec"] == ["zstd", "age"] for m in manifests)
@@ -278,8 +280,8 @@ def test_an_encrypted_upload_killed_mid_stream_resumes_from_the_hosts_record(zpo
     proc.wait()
     assert not list(site.store.rglob("manifest.json"))
     assert not list(site.store.rglob("progress.json"))
-    raw_hashes = [v["raw_sha256"].encode() for v in json.loads(record.read_bytes())["volumes"]]
-    assert not [h for h in raw_hashes if h in store_bytes(site.store)]
+    recorded = [v["raw_blake3"].encode() for v in json.loads(record.read_bytes())["volumes"]]
+    assert not [h for h in recorded if h in store_bytes(site.store)]
     before = {p: p.stat().st_mtime_ns for p in site.volumes()}
     status, out, err = site.run("archive", "--json")
     assert status == ExitStatus.OK, out + err
@@ -287,7 +289,7 @@ def test_an_encrypted_upload_killed_mid_stream_resumes_from_the_hosts_record(zpo
     assert "resumed" in row["volumes"], row
     assert len([p for p, t in before.items() if p.stat().st_mtime_ns == t]) >= 3
     assert not list(records.rglob("progress.json"))
-    assert not [h for h in raw_hashes if h in store_bytes(site.store)]
+    assert not [h for h in recorded if h in store_bytes(site.store)]
     status, out, err = site.restore("big", "back")  # identity_file in the config
     assert status == ExitStatus.OK, out + err
     assert restored_content(f"{site.pool.name}/back") == tree_digest(site.mount)
@@ -301,7 +303,7 @@ def test_a_sealed_chain_in_s3_with_sse_kms_restores_with_the_identity_and_the_bu
         zpool, tmp_path, capsys, s3_server, s3_bucket):
     """The same on moto's S3 server, with server-side encryption as well: every object is
     written with the KMS key (head_object), every volume is an age file, no marker text and
-    no raw SHA-256 is in the bucket, and the restore (downloaded, checked in the spool)
+    no raw hash is in the bucket, and the restore (downloaded, checked in the spool)
     needs the identity."""
     site = Site(zpool, tmp_path, capsys, store_url=f"s3://{s3_bucket}/zbak",
                 store_keys=(f'endpoint = "{s3_server.endpoint_url}"',
@@ -319,7 +321,7 @@ def test_a_sealed_chain_in_s3_with_sse_kms_restores_with_the_identity_and_the_bu
     assert b"PLAINTEXT-MARKER" not in everything
     for key in volumes:
         assert objects[key].startswith(MAGIC), key
-        assert raw_sha256(site.key, objects[key]) not in everything, key
+        assert not [h for h in raw_hashes(site.key, objects[key]) if h in everything], key
     for key in keys:
         head = client.head_object(Bucket=s3_bucket, Key=key)
         assert (head.get("ServerSideEncryption"), head.get("SSEKMSKeyId")) == (

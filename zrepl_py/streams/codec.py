@@ -20,7 +20,7 @@ and the stream manifest record; :meth:`Codec.named` turns it back into a codec t
 decode.
 
 On the way out: raw chunks -> each step in order -> stored chunks, with the raw and stored
-byte counts and the raw SHA-256 in a :class:`~zrepl_py.streams.frames.Digest`. On the way
+byte counts and the raw hash in a :class:`~zrepl_py.streams.frames.Digest`. On the way
 back: stored chunks -> (the stored SHA-256 is the caller's check, against the catalog) ->
 each step's inverse in reverse order -> raw chunks.
 """
@@ -208,7 +208,7 @@ class Codec:
 
         plain = age.decrypt(_counted(stored, digest) if digest is not None else stored,
                             sealing.identities, what)
-        if digest is None:  # a restore's receive pass reads no raw SHA-256: none is made
+        if digest is None:  # a restore's receive pass reads no raw hash: none is made
             yield from decompress_frame(plain, what, raw_bytes=raw_bytes)
             return
         frame = Digest(hash_stored=False)

@@ -22,7 +22,9 @@ import dataclasses
 import hashlib
 import itertools
 from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
+import blake3
 import zstandard
 
 from zrepl_py.errors import StreamCorrupt
@@ -34,7 +36,7 @@ _MAX_BLOCK = 128 * 1024  # RFC 8878 3.1.1.2.3: Block_Maximum_Size <= 128 KiB
 JOB_SIZE = 2 << 20
 """Raw bytes per zstd job in multi-threaded compression (see :func:`compress_frame`)."""
 RAW_HASH_DEPTH = 3
-"""Chunks handed to the raw SHA-256 thread and not hashed yet before :func:`compress_frame`
+"""Chunks handed to the raw hash thread and not hashed yet before :func:`compress_frame`
 waits for it (3 MiB at 1 MiB chunks): on 2 busy CPUs the hasher falls behind for a moment
 now and then, and with one chunk of slack the compressing thread waited on it for 28 % of a
 50 % compressible archive (py-spy, benchmarks/archive.py)."""
@@ -46,22 +48,46 @@ worker would break the 200 MiB bound
 (docs/decisions.md#archive-at-the-speed-of-the-pipe-within-200-mib)."""
 
 
+class _Hasher(Protocol):
+    def update(self, data: bytes, /) -> object: ...
+
+    def hexdigest(self) -> str: ...
+
+
+RAW_HASHES: dict[str, Callable[[], _Hasher]] = {"blake3": blake3.blake3,
+                                                 "sha256": hashlib.sha256}
+"""The hashes of a volume's raw bytes an upload's progress record may name (``archive.progress``):
+BLAKE3 is written, SHA-256 is read from records written before it
+(docs/decisions.md#the-raw-volume-hash-is-blake3)."""
+RAW_HASH = "blake3"
+"""The raw hash new volumes get."""
+
+
 @dataclasses.dataclass
 class Digest:
-    """Running byte count and SHA-256 of both sides of a volume.
+    """Running byte count and hashes of both sides of a volume.
 
     Attributes:
-        raw_bytes / raw_sha256: the uncompressed stream bytes (what zfs send wrote).
+        raw_bytes / raw_hash: the uncompressed stream bytes (what zfs send wrote) and their
+            hash (hex) by ``raw_algorithm``.
         stored_bytes / sha256: the compressed frame (what the store holds).
+        raw_algorithm: a key of ``RAW_HASHES``; the default ``RAW_HASH``.
         hash_stored: False to only count the stored bytes (when the store hashes them
             anyway, ``Backend.put`` returns the SHA-256); ``sha256`` then raises ValueError.
+
+    Raises:
+        KeyError: ``raw_algorithm`` is no key of ``RAW_HASHES``.
     """
 
     raw_bytes: int = 0
     stored_bytes: int = 0
     hash_stored: bool = True
-    _raw: hashlib._Hash = dataclasses.field(default_factory=hashlib.sha256, repr=False)
+    raw_algorithm: str = RAW_HASH
+    _raw: _Hasher = dataclasses.field(init=False, repr=False)
     _stored: hashlib._Hash = dataclasses.field(default_factory=hashlib.sha256, repr=False)
+
+    def __post_init__(self) -> None:
+        self._raw = RAW_HASHES[self.raw_algorithm]()
 
     def add_raw(self, data: bytes) -> None:
         """Account for uncompressed bytes."""
@@ -77,11 +103,12 @@ class Digest:
     def take_raw(self, other: Digest) -> None:
         """Take ``other``'s raw count and hash as this digest's (a codec chain whose first
         step saw the raw bytes and whose last step made the stored ones)."""
-        self.raw_bytes, self._raw = other.raw_bytes, other._raw
+        self.raw_bytes, self.raw_algorithm, self._raw = (other.raw_bytes, other.raw_algorithm,
+                                                         other._raw)
 
     @property
-    def raw_sha256(self) -> str:
-        """Lowercase hex SHA-256 of the raw bytes so far."""
+    def raw_hash(self) -> str:
+        """Lowercase hex hash (``raw_algorithm``) of the raw bytes so far."""
         return self._raw.hexdigest()
 
     @property
@@ -108,7 +135,7 @@ def compress_frame(raw: Iterable[bytes], level: int, digest: Digest, *,
 
     zstd's own multi-threaded mode compresses (``threads`` workers, jobs of ``JOB_SIZE``
     raw bytes; python-zstandard releases the GIL inside libzstd), so this thread only hands
-    it each chunk while the raw SHA-256 runs in one helper thread (``runtime.behind``, up to
+    it each chunk while the raw hash (BLAKE3) runs in one helper thread (``runtime.behind``, up to
     ``RAW_HASH_DEPTH`` chunks behind), and the consumer stores what came out before. What
     each worker holds is bounded by the job
     size: measured with python-zstandard 0.25 (libzstd 1.5.7) at level 3, 2 MiB jobs add
@@ -131,7 +158,7 @@ def compress_frame(raw: Iterable[bytes], level: int, digest: Digest, *,
     params = zstandard.ZstdCompressionParameters.from_level(
         level, threads=threads or compress_threads(), job_size=JOB_SIZE, write_checksum=True)
     cobj = zstandard.ZstdCompressor(compression_params=params).compressobj()
-    with Behind("sha256-raw", depth=RAW_HASH_DEPTH) as hasher:
+    with Behind("hash-raw", depth=RAW_HASH_DEPTH) as hasher:
         for chunk in raw:
             hasher.submit(digest.add_raw, chunk)
             out = cobj.compress(chunk)
