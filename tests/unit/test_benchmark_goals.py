@@ -109,7 +109,8 @@ def test_archive_goals_missed_with_the_failures_when_every_zbak_run_failed(archi
         "target rss archive file: MISSED, every zbak run failed (1x: exit 1: store full)",
         "target rss archive file peak RSS: MISSED, every zbak run failed"
         " (1x: exit 1: store full)",
-        "target restore chain file: zbak 0.952x the pipe (>= 0.9): met",
+        "target restore chain file: zbak 0.952x the baseline (>= 0.8): MET;"
+        " CPU 3.22 s/GiB, baseline 3.22",
         "target restore --dry-run of 31 streams: MISSED, every zbak run failed"
         " (1x: exit 2: usage)"]
 
@@ -124,4 +125,29 @@ def test_archive_goals_judge_measured_runs(archive):
         archive.Run(seconds=0.4, rss=archive.MIB, cpu=0.3))
     assert archive.goal_lines(results, streams, baseline) == [
         "target rss restore file peak RSS: zbak 250.0 MiB (<= 200 MiB): MISSED",
-        "target restore --dry-run of 31 streams: 0.40 s (< 0.5 s): met"]
+        "target restore --dry-run of 31 streams: 0.40 s (< 0.5 s): MET"]
+
+
+def test_archive_goals_hold_each_store_to_its_floor_and_each_compared_zbak_too(archive):
+    """file:// at 0.8x, S3 at 0.9x, each ``--compare`` tool judged on its own line, with the
+    CPU seconds per GiB of raw stream of zbak and its baseline."""
+    results = archive.Results()
+    gib = 1 << 30
+    streams = {"archive full random file": gib, "archive full random s3": gib}
+    baseline = {"archive full random file": archive.PIPE_FILE,
+                "archive full random s3": archive.PIPE_S3}
+    for case, pipe in baseline.items():
+        results.runs[(case, pipe)].append(archive.Run(seconds=1.7, rss=archive.MIB, cpu=1.0))
+        results.runs[(case, "zbak archive")].append(
+            archive.Run(seconds=2.0, rss=archive.MIB, cpu=2.5))
+        results.runs[(case, "zbak archive (main)")].append(
+            archive.Run(seconds=2.5, rss=archive.MIB, cpu=3.0))
+    assert archive.goal_lines(results, streams, baseline, ["main"]) == [
+        "target archive full random file: zbak 0.850x the baseline (>= 0.8): MET;"
+        " CPU 2.50 s/GiB, baseline 1.00",
+        "target archive full random file, zbak archive (main): zbak 0.680x the baseline"
+        " (>= 0.8): MISSED; CPU 3.00 s/GiB, baseline 1.00",
+        "target archive full random s3: zbak 0.850x the baseline (>= 0.9): MISSED;"
+        " CPU 2.50 s/GiB, baseline 1.00",
+        "target archive full random s3, zbak archive (main): zbak 0.680x the baseline"
+        " (>= 0.9): MISSED; CPU 3.00 s/GiB, baseline 1.00"]
