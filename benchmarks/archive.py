@@ -92,6 +92,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
+import zfs_uploader_peer
 from support.common import free_port
 from zfsbench import (
     destroy,
@@ -468,6 +469,39 @@ class Bench:
         finally:
             self.s3.delete_object(Bucket=BUCKET, Key=key)
 
+    def archive_zfs_uploader(self, job: str) -> Run:
+        """``zfsup backup`` of ``SRC/JOB`` (a full of its own new snapshot, uncompressed) to
+        a fresh prefix of the bucket with the zfs-fuse shim (``zfs_uploader_peer``); its
+        snapshot and objects are removed afterwards (not timed)."""
+        self.serial += 1
+        run = self.work / f"zfsup-{self.serial}"
+        run.mkdir()
+        dataset, prefix = f"{self.src}/{job}", f"zfsup-{self.serial}"
+        cfg = zfs_uploader_peer.config(
+            run / "config.cfg", dataset=dataset, bucket=BUCKET, prefix=prefix,
+            endpoint=self.endpoint, access_key=S3_KEYS["AWS_ACCESS_KEY_ID"],
+            secret_key=S3_KEYS["AWS_SECRET_ACCESS_KEY"])
+        before = set(sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot").split())
+        shim = zfs_uploader_peer.install_shim(self.work / "zfsup-shim")
+        argv = timed([str(self.args.zfs_uploader / "bin" / "zfsup"), "--config-path", str(cfg),
+                      "--log-path", str(run / "zfsup.log"), "backup"], run / "time.log")
+        try:
+            started = time.monotonic()
+            done = subprocess.run(argv, cwd=run, capture_output=True, text=True, env={
+                **self.env, "PATH": f"{shim}:{os.environ['PATH']}"}, check=False)
+            seconds = time.monotonic() - started
+            if done.returncode != 0 or "Finished full backup" not in done.stdout:
+                raise Failed(f"zfsup exit {done.returncode}: "
+                             f"{last_line(done.stderr or done.stdout)}")
+        finally:
+            for name in set(sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot").split()
+                            ) - before:
+                if name.startswith(f"{dataset}@"):
+                    sh("zfs", "destroy", name)
+            self.s3_empty(prefix + "/")
+        rss, cpu = usage(run / "time.log")
+        return Run(seconds, rss, cpu)
+
     def check_restored(self, dataset: str, target: str, snapshot: str) -> None:
         if guid(f"{target}@{snapshot}") != guid(f"{self.src}/{dataset}@{snapshot}"):
             raise RuntimeError(f"{target}@{snapshot} has the wrong guid")
@@ -664,6 +698,14 @@ def goal_lines(results: Results, streams: dict[str, int], baseline: dict[str, st
                     ours_failed=failed, reference_failed=results.failures.get((case, base), []),
                     peer=base, verdict=functools.partial(_ratio_verdict, floor=floor, cpu=cpu,
                                                          base_cpu=base_cpu)))
+            if (case, ZFS_UPLOADER) in results.runs or (case, ZFS_UPLOADER) in results.failures:
+                lines.append(target_line(
+                    f"{named} vs {ZFS_UPLOADER}", results.median(case, tool),
+                    results.median(case, ZFS_UPLOADER), ours_failed=failed,
+                    reference_failed=results.failures.get((case, ZFS_UPLOADER), []),
+                    peer=ZFS_UPLOADER, verdict=lambda ours, theirs: (
+                        f"zbak {theirs / ours:.3f}x (> 1.0):"
+                        f" {'MET' if theirs / ours > 1.0 else 'MISSED'}")))
             if case.startswith("rss"):
                 lines.append(target_line(
                     f"{named} peak RSS", results.peak(case, tool), RSS_LIMIT, ours_failed=failed,
@@ -705,6 +747,7 @@ def summarize_profile(path: Path, top: int = 8) -> str:
 PIPE_FILE = "send | zstd -3 -T0 > FILE; fsync"
 PIPE_S3 = "send | zstd -3 -T0 | boto3 upload"
 PIPE_RESTORE = "cat VOLS | zstd -d | zfs recv, x31"
+ZFS_UPLOADER = "zfs_uploader 0.9.0 (shim)"
 
 
 def measure(bench: Bench, results: Results, reps: int) -> tuple[dict[str, int], dict[str, str]]:
@@ -722,6 +765,8 @@ def measure(bench: Bench, results: Results, reps: int) -> tuple[dict[str, int], 
             for name, tree in bench.args.compare:
                 tools[f"zbak archive ({name})"] = (
                     lambda job=job, store=store, tree=tree: bench.archive_zbak(job, store, tree))
+            if store == "s3" and job != "incr" and bench.args.zfs_uploader:
+                tools[ZFS_UPLOADER] = lambda job=job: bench.archive_zfs_uploader(job)
             cases.append((f"archive {label} {store}", job, tools))
     for store in bench.stores():
         restores: dict[str, Callable[[], Run]] = {
@@ -796,6 +841,9 @@ def main() -> int:
     parser.add_argument("--only", action="append", default=[], metavar="WORDS",
                         help="run only the cases whose name contains WORDS (repeatable, e.g."
                              " --only restore; the rss runs follow --rss-size)")
+    parser.add_argument("--zfs-uploader", type=Path, default=None, metavar="VENV",
+                        help="with --s3, also run zfs_uploader (installed in the venv VENV)"
+                             " in the full S3 cases (benchmarks/zfs_uploader_peer.py)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 64MiB, chain 16MiB + 30 x 1MiB, rss-size 0, 1 rep")
     add_compare_and_profile(parser, "zbak archive and restore")
