@@ -25,6 +25,9 @@ baseline, on snapshots of zfs-fuse datasets:
 - with ``--s3``, the three again to moto's S3 server run out of process (``python -m
   moto.server``), against ``zfs send | zstd -3 -T0 | python -c 'boto3 upload_fileobj(stdin)'``
   (boto3's managed multipart upload with zbak's part size, 8 MiB, and its own 10 threads);
+  with ``--zfs-uploader VENV`` also zfs_uploader 0.9.0 in the two full cases (a full of its
+  own snapshot of the same data, uncompressed; a zfs shim for zfs-fuse:
+  ``zfs_uploader_peer``);
 - ``restore chain file``: a chain of a ``--chain-full`` full and 30 incrementals of
   ``--chain-step`` each (50 % compressible), archived by 31 ``zbak archive`` runs, restored
   by ``zbak restore DS --to @30 --into NEW --from STORE --yes``, against ``cat VOLUMES | zstd
@@ -62,7 +65,7 @@ at the end. Usage::
 
     .venv/bin/python benchmarks/archive.py [--size 512MiB] [--rss-size 2GiB] [--reps 5]
         [--chain-full 128MiB] [--chain-step 8MiB] [--s3] [--quick] [--profile DIR]
-        [--only WORDS] [--compare NAME=DIR]
+        [--only WORDS] [--compare REV|NAME=DIR] [--zfs-uploader VENV]
 """
 
 from __future__ import annotations
@@ -647,8 +650,9 @@ class Results:
 
 FLOORS = {"archive file": 0.8, "archive s3": 0.9, "restore": 0.8}
 """zbak's throughput against its baseline (baseline median / zbak median) each kind of case
-must reach (issue 35's goals: archive to ``file://`` >= 0.8x the pipe with its fsync, to S3
->= 0.9x boto3's upload of the same pipe, restore >= 0.8x receiving the same local files)."""
+must reach (docs/performance.md#the-cold-path-goals-and-its-peer): archive to ``file://``
+>= 0.8x the pipe with its fsync, to S3 >= 0.9x boto3's upload of the same pipe, restore >= 0.8x
+receiving the same local files."""
 RSS_LIMIT = 200 * MIB
 PLANNING_LIMIT = 0.5
 """Seconds ``zbak restore --dry-run`` of the 31-stream chain must stay under."""
