@@ -35,6 +35,7 @@ tree executes whatever its path.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import os
 import random
@@ -133,6 +134,16 @@ def _duration_ok(text: str) -> bool:
     return bool(match) and float(match[1]) * seconds[match[2]] <= 100 * 31536000
 
 
+def _moment_ok(text: str) -> bool:
+    """``catalog rebuild --not-after``, as its --help states it: an ISO 8601 time (what
+    Python's ``datetime.fromisoformat`` reads) or a duration before now (``_duration_ok``)."""
+    try:
+        dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        return _duration_ok(text)
+    return True
+
+
 def _property_ok(text: str) -> bool:
     """A property name ZFS could hold (zfsprops(7): native names, ``user:props``,
     ``userquota@USER``, ``written@SNAP``): non-empty, under 256 bytes, printable ASCII."""
@@ -218,6 +229,7 @@ RULES.update({
     (("status",), "--interval"): _interval_ok,
     (("status",), "--prom-textfile"): _path_ok,
     (("catalog", "rebuild"), "store"): CONFIG_STORES.__contains__,
+    (("catalog", "rebuild"), "--not-after"): _moment_ok,
     (("serve",), "--root"): zfs_dataset_ok,
     (("serve",), "--prefix"): zfs_component_ok,
     (("serve",), "--receive-set"): lambda v: "=" in v and _property_ok(v.split("=", 1)[0]),
