@@ -267,12 +267,21 @@ def process_state(pid: int) -> str | None:
         return None
 
 
-def test_setting_cancel_stops_every_stage_and_its_children():
-    cancel = threading.Event()
-    timer = threading.Timer(0.3, cancel.set)
-    timer.start()
+def test_setting_cancel_stops_every_stage_and_its_children(tmp_path):
+    # Cancelled once bytes flow through both stages, not after a fixed delay: on a loaded
+    # host a stage not yet started when the cancel came was (rightly) not "killed".
+    cancel, ready = threading.Event(), tmp_path / "ready"
+
+    def cancel_once_flowing() -> None:
+        deadline = time.monotonic() + STOPS_WITHIN
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        cancel.set()
+
+    threading.Thread(target=cancel_once_flowing, daemon=True).start()
     stages = [Stage("send", ("cat", "/dev/zero")),
-              Stage("receive", ("sh", "-c", "sleep 60 & cat >/dev/null"))]  # fmt: skip
+              Stage("receive", ("sh", "-c", f"sleep 60 & head -c 1 >/dev/null; touch {ready};"
+                                            " cat >/dev/null"))]  # fmt: skip
     with pytest.raises(PipelineCancelled) as info:
         started = time.monotonic()
         run_pipeline(stages, cancel=cancel)
