@@ -512,12 +512,6 @@ class StreamCorrupt(ZbakError):
     SHA-256, zstd frame end, or BEGIN-record guids); it was not fed to ``zfs receive``."""
 
 
-class CodecsDiffer(UsageError):
-    """``zbak copy`` between stores whose codec chains differ (plain and sealed, or sealed to
-    other recipients): the volumes cannot be copied byte for byte (docs/copies.md#codec-chains);
-    nothing was copied."""
-
-
 class IdentityNeeded(UsageError):
     """A sealed store's volumes must be decrypted (restore, ``audit --deep``, a drill) and no
     age identity was given (``--identity FILE`` or ``[stores.NAME.age] identity_file``);

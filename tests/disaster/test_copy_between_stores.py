@@ -9,6 +9,10 @@ stores: a ``file://`` store, moto's S3 server and an SFTP-only server (``support
 * A copy to S3 killed with SIGKILL mid-volume of a 64 MiB stream: the rerun keeps the volumes
   that arrived (checked, not sent again), converges, and leaves no orphan in either store (the
   multipart upload the kill left open is aborted).
+* Into a store of another codec chain (plain, sealed to one key, sealed to another), each
+  volume re-encoded: the same raw send stream in every store, no hash of it in a sealed one,
+  an identity asked for a sealed source, the send stream's records checked against the
+  snapshots recorded, and a copy killed mid-volume starting the stream again.
 * S3 to S3 on one endpoint (docs/copies.md#s3-to-s3-inside-s3), behind ``support.s3proxy`` so
   the test sees every request: volumes uploaded as one PutObject and as a multipart upload are
   copied by CopyObject (no GET of a volume, no volume body sent), into an Object Lock store
@@ -19,6 +23,7 @@ stores: a ``file://`` store, moto's S3 server and an SFTP-only server (``support
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -28,8 +33,11 @@ import subprocess
 import threading
 from pathlib import Path
 
+import blake3
 import botocore.exceptions
+import pyrage
 import pytest
+import zstandard
 from conftest import MIB, content_of, prop, restored_content, zfs
 from support.archive_checks import catalog_of, catalogued, converged_problems
 from support.common import hosts_table
@@ -37,10 +45,12 @@ from support.s3proxy import S3Proxy
 
 from zrepl_py.config.loading import load_config
 from zrepl_py.errors import ExitStatus
+from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
 from zrepl_py.stores.registry import open_store
 from zrepl_py.stores.scheme import StoreEnv
 
 pytestmark = [pytest.mark.zfs, pytest.mark.slow]
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def problems_in(site, store: str) -> list[str]:
@@ -299,28 +309,187 @@ def age_recipient(path: Path) -> str:
                           text=True).stdout.strip()
 
 
-def test_volumes_are_copied_only_between_stores_of_one_codec_chain(site):
-    """docs/copies.md#codec-chains: from a store sealed to key 1, a copy into a store sealed
-    to key 1 too goes byte for byte; into one sealed to key 2, or a plain one, it is refused
-    with exit 2 before anything is put."""
-    one, two = age_recipient(site.tmp / "one.key"), age_recipient(site.tmp / "two.key")
-    stores = {name: site.tmp / name for name in ("sealed", "same", "other", "plain")}
-    write_config(site, {
-        "sealed": f'url = "file://{stores["sealed"]}"\n[stores.sealed.age]\nrecipients = ["{one}"]',
-        "same": f'url = "file://{stores["same"]}"\n[stores.same.age]\nrecipients = ["{one}"]',
-        "other": f'url = "file://{stores["other"]}"\n[stores.other.age]\nrecipients = ["{two}"]',
-        "plain": f'url = "file://{stores["plain"]}"'})
+def sealed_table(name: str, directory: Path, recipient: str) -> str:
+    """The lines of a ``file://`` store's table sealed to ``recipient`` (docs/sealed.md)."""
+    return f'url = "file://{directory}"\n[stores.{name}.age]\nrecipients = ["{recipient}"]'
+
+
+def raw_volumes(store: Path, key: Path | None = None) -> dict[str, bytes]:
+    """The raw bytes (what zfs send wrote) of every volume under the ``file://`` store
+    ``store``, by key: each age file decrypted with the identity file ``key`` first (pyrage),
+    then its zstd frame decompressed."""
+    identities = ([pyrage.x25519.Identity.from_str(line) for line in key.read_text().split()
+                   if line.startswith("AGE-SECRET-KEY-")] if key else [])
+    raw = {}
+    for path in sorted(store.rglob("vol-*.zst")):
+        data = path.read_bytes()
+        if key is not None:
+            assert data.startswith(b"age-encryption.org/v1\n"), path
+            data = pyrage.decrypt(data, identities)
+        assert data.startswith(ZSTD_MAGIC), path
+        raw[str(path.relative_to(store))] = zstandard.ZstdDecompressor().decompressobj(
+            ).decompress(data)
+    return raw
+
+
+def test_copies_into_stores_of_other_codec_chains_re_encode_every_volume(site):
+    """docs/copies.md#codec-chains: a plain store copied into one sealed to key 1 (no identity
+    needed), that one into a store sealed to key 1 too (byte for byte), into one sealed to
+    key 2 (with key 1) and from there into a plain one (with key 2). Every re-encoded copy
+    holds the same raw send stream in volumes of its own chain, a manifest of its own, no
+    hash of the plain volumes nor of the raw bytes; a sealed source without an identity (a
+    dry run too) or with one that is not its recipient is refused with exit 2 naming it
+    before anything is put; the sealed copy restores."""
+    keys = {name: site.tmp / f"{name}.key" for name in ("one", "two")}
+    one, two = age_recipient(keys["one"]), age_recipient(keys["two"])
+    stores = {name: site.tmp / name for name in ("a", "one", "same", "two", "plain")}
+    write_config(site, {"a": f'url = "file://{stores["a"]}"',
+                        "one": sealed_table("one", stores["one"], one),
+                        "same": sealed_table("same", stores["same"], one),
+                        "two": sealed_table("two", stores["two"], two),
+                        "plain": f'url = "file://{stores["plain"]}"'})
+    site.ok("init")
+    site.snapshot_steps(range(1), size=2 * MIB)
+    site.ok("archive")
+    site.snapshot_steps(range(1, 3))
+    site.ok("archive")
+    streams = ["full @0", "incremental @0 -> @2"]
+
+    def copies(*args: str) -> list[tuple[str, str, str]]:
+        return [(r["stream"], r["result"], r["codec"]) for r in copied(site, *args)]
+
+    assert copies("--to", "one") == [(s, "copied", "zstd -> zstd+age") for s in streams]
+    for args, says in (((), "store two writes zstd+age, so store one's zstd+age streams are"
+                            " re-encoded for it: store one is sealed (age): reading its"
+                            " volumes needs an identity"),
+                       (("--dry-run",), "store one is sealed (age)"),
+                       (("--identity", str(keys["two"])),
+                        "the age header opens with none of the identities given")):
+        done = site.run("copy", "--from", "one", "--to", "two", *args)
+        assert done.returncode == ExitStatus.USAGE, done
+        assert done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+        assert not list(stores["two"].rglob("vol-*")), sorted(stores["two"].rglob("*"))
+    assert copies("--from", "one", "--to", "same") == [(s, "copied", "zstd+age")
+                                                       for s in streams]
+    assert copies("--from", "one", "--to", "two", "--identity", str(keys["one"])) == [
+        (s, "copied", "zstd+age -> zstd+age") for s in streams]
+    assert copies("--from", "two", "--to", "plain", "--identity", str(keys["two"])) == [
+        (s, "copied", "zstd+age -> zstd") for s in streams]
+
+    raw = raw_volumes(stores["a"])
+    assert len(raw) >= 4, raw.keys()
+    for name, key in (("one", keys["one"]), ("same", keys["one"]), ("two", keys["two"]),
+                      ("plain", None)):
+        assert raw_volumes(stores[name], key) == raw, name  # the same send stream
+        assert problems_in(site, name) == [], name
+    with catalog_of(site.config) as catalog:
+        stored = {store: {v.sha256 for s, vs in catalogued(catalog, site.data) if s.store == store
+                          for v in vs} for store in stores}
+        assert {s.store: s.compression for s, _ in catalogued(catalog, site.data)} == {
+            "a": "zstd", "one": "zstd+age", "same": "zstd+age", "two": "zstd+age",
+            "plain": "zstd"}
+    assert stored["same"] == stored["one"]  # byte for byte
+    assert not stored["one"] & stored["a"] and not stored["two"] & (stored["a"] | stored["one"])
+    # A reader of a sealed copy learns no hash of the plain volumes nor of the raw bytes.
+    hashes = stored["a"] | stored["plain"] | {
+        h(data).hexdigest() for data in raw.values() for h in (hashlib.sha256, blake3.blake3)}
+    for name in ("one", "two"):
+        manifests = [json.loads(p.read_bytes()) for p in stores[name].rglob("manifest.json")]
+        assert [m["codec"] for m in manifests] == [["zstd", "age"]] * 2, name
+        everything = b"".join(p.read_bytes() for p in stores[name].rglob("*") if p.is_file())
+        assert not [h for h in hashes if h.encode() in everything], name
+    assert json.loads(site.run("audit", "--json").out)["findings"] == []
+
+    into = f"{site.pool}/back"
+    out = site.ok("restore", site.data, "--to", "@2", "--into", into, "--from", "one",
+                  "--identity", str(keys["one"]), "--yes")
+    assert "from archive one" in out, out
+    assert prop(f"{into}@2", "guid") == prop(f"{site.data}@2", "guid")
+    assert restored_content(into) == content_of(f"{site.data}@2", site.pool, "c2")
+
+
+def test_a_re_encoded_copy_checks_the_send_stream_and_the_volumes_it_reads(site):
+    """A re-encoded stream is checked before its manifest is written: a source manifest
+    (checksum intact) listing a snapshot the stream does not carry, then a source volume
+    that decodes to the right bytes but is not the catalog's (recompressed at another
+    level), each stop the copy with exit 1, and nothing of it stays in the target."""
+    recipient = age_recipient(site.tmp / "one.key")
+    source, target = site.tmp / "a", site.tmp / "b"
+    write_config(site, {"a": f'url = "file://{source}"',
+                        "b": sealed_table("b", target, recipient)})
     site.ok("init")
     site.snapshot_steps(range(1))
     site.ok("archive")
-    for target, says in (("other", "stores sealed and other are sealed to other recipients"),
-                         ("plain", "store sealed's streams are zstd+age, store plain writes zstd")):
-        done = site.run("copy", "--to", target)
-        assert done.returncode == ExitStatus.USAGE and says in done.stderr, done
-        assert not list(stores[target].rglob("vol-*")), target
-    (row,) = copied(site, "--to", "same")
-    assert row["result"] == "copied", row
-    assert problems_in(site, "same") == []
+    manifests = {path: path.read_bytes() for path in source.rglob("manifest.json*")}
+    for path, data in manifests.items():  # a snapshot @ghost the stream does not carry
+        manifest = Manifest.from_json(data, str(path))
+        (carried,) = manifest.snapshots
+        ghost = CarriedSnapshot("ghost", carried.guid ^ 1, carried.createtxg - 1)
+        path.write_bytes(dataclasses.replace(manifest, snapshots=(ghost, carried)).to_json())
+
+    def refused(says: str) -> None:
+        done = site.run("copy", "--to", "b", "--json")
+        assert done.returncode == ExitStatus.FAILED, done
+        (row,) = json.loads(done.stdout)["rows"]
+        assert row["result"] == "failed" and says in row["problem"], row
+        assert not [p for p in target.rglob("*") if "/_zbak/" not in str(p) and p.is_file()]
+        with catalog_of(site.config) as catalog:
+            assert catalog.streams(dataset=site.data, store="b") == []
+
+    refused("it carries snapshots with guids")
+    for path, data in manifests.items():
+        path.write_bytes(data)
+    first = next(source.rglob("vol-000000.zst"))
+    raw = zstandard.ZstdDecompressor().decompressobj().decompress(first.read_bytes())
+    first.write_bytes(zstandard.ZstdCompressor(level=19, write_checksum=True).compress(raw))
+    refused("vol-000000.zst of stream 1 holds")
+
+
+def test_a_re_encoding_copy_killed_mid_volume_starts_the_stream_again_and_converges(
+        site, s3_server, s3_bucket):
+    """plain file:// -> sealed S3 in 16 MiB volumes, each a multipart upload of two 8 MiB
+    parts: the kill lands once a volume arrived and the next one's upload has a part; the
+    rerun puts every volume again (age encrypts anew, so nothing the killed run put can be
+    checked), aborts the upload the kill left open, and the deep audit with the identity
+    finds every store clean."""
+    key = site.tmp / "one.key"
+    source = site.tmp / "a"
+    write_config(site, {"a": f'url = "file://{source}"',
+                        "b": s3_table(s3_server, s3_bucket)
+                        + f'\n[stores.b.age]\nrecipients = ["{age_recipient(key)}"]'},
+                 volume=16 * MIB)
+    site.ok("init")
+    (site.mount / "big.bin").write_bytes(os.urandom(32 * MIB))
+    zfs("snapshot", f"{site.data}@big")
+    site.ok("archive")
+    client = s3_server.client()
+
+    def in_flight() -> bool:
+        """A volume arrived and the next one's multipart upload has a part."""
+        listed = client.list_objects_v2(Bucket=s3_bucket, Prefix="zbak/local/")
+        if not [o for o in listed.get("Contents", ()) if "/vol-" in o["Key"]]:
+            return False
+        for upload in client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []):
+            try:
+                if client.list_parts(Bucket=s3_bucket, Key=upload["Key"],
+                                     UploadId=upload["UploadId"]).get("Parts"):
+                    return True
+            except botocore.exceptions.ClientError:
+                pass  # NoSuchUpload: it completed between the two calls
+        return False
+
+    site.kill_when(in_flight, "copy", "--to", "b")
+    assert client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads"), \
+        "the kill should have left a multipart upload open"
+    with catalog_of(site.config) as catalog:
+        assert catalog.streams(dataset=site.data, store="b") == []
+    (row,) = copied(site, "--to", "b")
+    assert (row["result"], row["codec"]) == ("copied", "zstd -> zstd+age"), row
+    assert row["volumes"] == f"{len(list(source.rglob('vol-*')))} written, 0 kept", row
+    assert client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
+    assert problems_in(site, "a") == [] and problems_in(site, "b") == []
+    deep = json.loads(site.ok("audit", "--deep", "--identity", str(key), "--json"))
+    assert deep["findings"] == [], deep
 
 
 def test_each_store_prunes_by_its_own_retention_and_keeps_the_last_copy_another_store_keeps(

@@ -199,7 +199,7 @@ for _jobs_command in [("snapshot",), ("replicate",), ("archive",), ("prune",), (
                       ("drill",), ("copy",)]:
     RULES[(_jobs_command, "jobs")] = CONFIG_JOBS.__contains__
 RULES[(("failover",), "job")] = RULES[(("failback",), "job")] = CONFIG_JOBS.__contains__
-for _identity_command in [("audit",), ("restore",), ("drill",)]:
+for _identity_command in [("audit",), ("restore",), ("drill",), ("copy",)]:
     RULES[(_identity_command, "--identity")] = _path_ok  # an age identity file
 for _replica_verb in ["promote", "demote", "release"]:
     RULES[(("replica", _replica_verb), "dataset")] = zfs_dataset_ok

@@ -16,6 +16,7 @@ import pytest
 
 from zrepl_py.errors import IdentityNeeded, IdentityRefused, StreamCorrupt
 from zrepl_py.streams import age
+from zrepl_py.streams import codec as codec_module
 from zrepl_py.streams.codec import Codec, Sealing
 from zrepl_py.streams.frames import Digest
 
@@ -93,10 +94,36 @@ def test_reencoding_changes_the_chain_and_keeps_the_raw_bytes():
     key = pyrage.x25519.Identity.generate()
     plain, sealed = Codec(), sealed_with(key)
     data, _ = stored(plain)
-    digest = Digest()
-    again = b"".join(sealed.reencode(pieces(data), plain, "vol", digest, raw_bytes=len(RAW)))
+    digest, read, seen = Digest(), Digest(), bytearray()
+    again = b"".join(sealed.reencode(pieces(data), plain, "vol", digest, read=read,
+                                     raw_bytes=len(RAW), sink=seen.extend))
     assert again.startswith(age.MAGIC)
     assert digest.raw_hash == blake3.blake3(RAW).hexdigest()
+    assert (read.stored_bytes, read.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+    assert seen == RAW
     assert decoded(sealed, again) == RAW
     back = b"".join(plain.reencode(pieces(again), sealed, "vol", Digest()))
     assert decoded(plain, back) == RAW
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["zstd", "zstd+age"])
+def test_a_new_frame_that_decodes_to_other_bytes_is_refused_before_its_last_piece(
+        sealed, monkeypatch):
+    """``Codec.reencode`` decodes the zstd frame it makes again: a compressor that drops the
+    first byte of every chunk (standing in for a defect; the real one is wrapped) stops the
+    volume with StreamCorrupt before its last stored piece, so a put never completes it."""
+    plain = Codec()
+    data, _ = stored(plain)
+    target = sealed_with(pyrage.x25519.Identity.generate()) if sealed else Codec()
+    real = codec_module.compress_frame
+
+    def dropping(raw, level, digest):
+        return real((chunk[1:] for chunk in raw), level, digest)
+
+    monkeypatch.setattr(codec_module, "compress_frame", dropping)
+    made = []
+    with pytest.raises(StreamCorrupt, match="the new zstd frame decodes to"):
+        for piece in target.reencode(pieces(data), plain, "vol", Digest(hash_stored=False)):
+            made.append(piece)
+    with pytest.raises((StreamCorrupt, IdentityRefused)):  # what came out is no whole volume
+        b"".join(target.decode(pieces(b"".join(made)), "vol"))

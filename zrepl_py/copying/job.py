@@ -8,7 +8,9 @@ does: a rolled-back target stops the run), except the job's own mark when the ca
 none of the job's streams in the target: that mark is forgotten first (a refill of a lost
 store, docs/copies.md#refilling-a-lost-store). After a run that is not a dry run, the job's
 export in the target is rewritten with the target's streams. A dataset whose stream fails
-stops there (its later streams apply on it) and the other datasets still run.
+stops there (its later streams apply on it) and the other datasets still run. Streams of a
+codec chain the target does not store alike are re-encoded (``copying.reencode``): a sealed
+one needs an identity that opens it, asked for before anything is copied.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.copying.inside import inside_s3
 from zrepl_py.copying.plan import CopyPlan, plan_copy
+from zrepl_py.copying.reencode import Recoding
 from zrepl_py.copying.stream import CopiedStream, StreamCopy, copy_stream
-from zrepl_py.errors import CodecsDiffer, UsageError, ZbakError
+from zrepl_py.errors import IdentityNeeded, UsageError, ZbakError
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.observe.runlog import RunSet
 from zrepl_py.pruning.archive import chain_retention, job_stores, job_streams
@@ -41,6 +44,8 @@ class CopyResult:
         plan: what the target lacked.
         copied: each stream copied (source row) with what copying it did.
         failed: the stream that failed per dataset, with the error.
+        recodings: how the streams of each codec chain (the catalog's ``compression``) the
+            target does not store alike are re-encoded; the others are copied byte for byte.
     """
 
     job: str
@@ -50,6 +55,7 @@ class CopyResult:
     plan: CopyPlan
     copied: list[tuple[StreamRow, CopiedStream]] = dataclasses.field(default_factory=list)
     failed: list[tuple[StreamRow, str]] = dataclasses.field(default_factory=list)
+    recodings: dict[str, Recoding] = dataclasses.field(default_factory=dict)
 
     @property
     def stored_bytes(self) -> int:
@@ -105,8 +111,11 @@ def copy_job(ctx: Context, name: str, job: JobConfig, *, source: str | None = No
 
     Raises:
         UsageError: as :func:`copy_pairs`.
-        CodecsDiffer: a stream to copy was written with another codec chain than the
-            target's (nothing is copied).
+        IdentityNeeded: a stream to copy is sealed, the target writes another codec chain,
+            and no identity opens the source (nothing is copied); IdentityRefused: the
+            identity given opens none of its volumes (the run stops there).
+        IdentityUnusable, ExtraMissing: an identity or recipient cannot be used, pyrage is
+            missing.
         Locked: another run holds the job's lock (exit 3).
         CatalogReplay, CatalogExportCorrupt: the target's catalog export is older than this
             machine wrote, gone, or damaged.
@@ -137,8 +146,8 @@ def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
             guard.check()
         originals = _streams(catalog, job, host, root, source)
         plan = plan_copy(originals, existing, _wanted(ctx, job, catalog, target, source))
-        _check_codecs(plan, source, _codec(ctx, source), target, _codec(ctx, target))
-        result = CopyResult(name, source, target, dry_run, plan)
+        result = CopyResult(name, source, target, dry_run, plan,
+                            recodings=_recodings(ctx, job, plan, source, target))
         if dry_run:
             return result
         volumes = catalog.bulk_volumes(host=host, below=root, store=source)
@@ -158,7 +167,11 @@ def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
                 classes.full if stream.kind == "full" else classes.incremental)
             try:
                 copied = copy_stream(item, src_backend, dst_backend, catalog, ctx.clock.now,
-                                     throttle, inside)
+                                     throttle, inside, result.recodings.get(stream.compression))
+            except UsageError:  # the identity opens none: neither would it the others
+                if result.copied:
+                    guard.publish(_streams(catalog, job, host, root, target), ctx.clock.now())
+                raise
             except ZbakError as exc:
                 result.failed.append((stream, str(exc)))
                 stopped.add(stream.dataset)
@@ -204,31 +217,37 @@ def _wanted(ctx: Context, job: JobConfig, catalog: Catalog, target: str,
     return frozenset(wanted)
 
 
-def _codec(ctx: Context, store: str) -> Codec:
-    """The codec chain store ``store`` writes (the level does not matter to a byte copy)."""
-    return writing_codec(store, ctx.config.stores[store], 3)
-
-
-def _check_codecs(plan: CopyPlan, source: str, from_codec: Codec, target: str,
-                  to_codec: Codec) -> None:
-    """Refuse a copy whose volumes the target could not read with its own codec chain.
+def _recodings(ctx: Context, job: JobConfig, plan: CopyPlan, source: str,
+               target: str) -> dict[str, Recoding]:
+    """The :class:`Recoding` of each codec chain among ``plan``'s streams that store
+    ``target`` does not store alike (a stream's chain with store ``source``'s recipients,
+    ``Codec.stores_like``); the others are copied byte for byte. The target encodes at the
+    job's archive ``compression_level`` (docs/copies.md#codec-chains).
 
     Raises:
-        CodecsDiffer: a stream's chain is not the target's, or both are sealed to other
-            recipients.
+        IdentityNeeded: a sealed chain to re-encode and no identity for store ``source``
+            (exit 2; one line naming both stores).
+        IdentityUnusable, ExtraMissing: the identity file or a recipient cannot be used,
+            pyrage is missing.
     """
     chains = sorted({s.compression for s in plan.copy})
-    if any(chain != to_codec.name for chain in chains):
-        raise CodecsDiffer(
-            f"store {source}'s streams are {'/'.join(chains)}, store {target} writes"
-            f" {to_codec.name}: zbak copy copies volumes byte for byte between stores of one"
-            " codec chain only (re-encoding is not built yet)")
-    if chains and to_codec.sealing is not None and (
-            from_codec.sealing is None
-            or sorted(from_codec.sealing.keys) != sorted(to_codec.sealing.keys)):
-        raise CodecsDiffer(
-            f"stores {source} and {target} are sealed to other recipients: a byte copy would"
-            f" not be readable with store {target}'s identities (re-encoding is not built yet)")
+    if not chains:
+        return {}
+    level = job.archive.compression_level if job.archive else Codec().level
+    writes = writing_codec(target, ctx.config.stores[target], level)
+    keys = writing_codec(source, ctx.config.stores[source], level).sealing
+    opening = ctx.reading_codecs(source)
+    recodings: dict[str, Recoding] = {}
+    for chain in chains:
+        if writes.stores_like(Codec.named(chain, sealing=keys)):
+            continue
+        try:
+            reads = opening(chain)
+        except IdentityNeeded as exc:
+            raise IdentityNeeded(f"store {target} writes {writes.name}, so store {source}'s"
+                                 f" {chain} streams are re-encoded for it: {exc}") from None
+        recodings[chain] = Recoding(reads, writes)
+    return recodings
 
 
 def copy_rows(results: Sequence[CopyResult]) -> list[dict[str, object]]:
@@ -237,6 +256,7 @@ def copy_rows(results: Sequence[CopyResult]) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for r in results:
         base = {"job": r.job, "from": r.source, "to": r.target}
+        codecs = {chain: recoding.label for chain, recoding in r.recodings.items()}
         done = {s.id: c for s, c in r.copied}
         failed = dict((s.id, e) for s, e in r.failed)
         for s in r.plan.copy:
@@ -244,13 +264,15 @@ def copy_rows(results: Sequence[CopyResult]) -> list[dict[str, object]]:
             state = ("planned" if r.dry_run else "copied" if c else
                      "failed" if s.id in failed else "not reached")
             rows.append({**base, "dataset": s.dataset, "stream": _label(s), "result": state,
+                         "codec": codecs.get(s.compression, s.compression),
                          "bytes": c.stored_bytes if c else 0,
                          "volumes": (f"{c.volumes_written} written, {c.volumes_kept} kept"
                                      if c else ""),
                          "problem": failed.get(s.id)})
         for skip in r.plan.skipped:
             rows.append({**base, "dataset": skip.stream.dataset, "stream": _label(skip.stream),
-                         "result": "skipped", "bytes": 0, "volumes": "", "problem": skip.reason})
+                         "result": "skipped", "codec": skip.stream.compression, "bytes": 0,
+                         "volumes": "", "problem": skip.reason})
     return rows
 
 

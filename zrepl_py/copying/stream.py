@@ -14,8 +14,10 @@ honest (docs/copies.md#order-of-a-copy):
 
 A copy killed before 3 leaves volumes (and maybe the manifest) that the next run checks and
 keeps, and at most one unfinished put, removed once the stream is done (``drop_unfinished``);
-no catalog row names an object that was not checked. The volumes are byte-identical: the
-target must use the source's codec chain (``job`` checks it).
+no catalog row names an object that was not checked. The volumes are byte-identical when
+the target writes the stream's codec chain; into a store of another chain each volume is
+re-encoded instead, and the manifest is the target's own (``copying.reencode``; ``job``
+decides which).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from zrepl_py.archive.writer import drop_unfinished
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import StoredVersion, StreamRow, VolumeRow, manifest_rows
 from zrepl_py.copying.inside import InsideS3
+from zrepl_py.copying.reencode import Recoding, reencode_volumes
 from zrepl_py.errors import ObjectNotFound, StreamCorrupt
 from zrepl_py.objects.checked import put_with_copy, read_with_copy
 from zrepl_py.objects.layout import MANIFEST
@@ -67,20 +70,56 @@ class StreamCopy:
 
 def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Catalog,
                 now: Callable[[], dt.datetime], throttle: Throttle | None = None,
-                inside: InsideS3 | None = None) -> CopiedStream:
+                inside: InsideS3 | None = None, recoding: Recoding | None = None) -> CopiedStream:
     """Copy ``item`` from ``source`` to ``target`` and record it in the target store (see the
     module docstring for the order); with ``inside``, each volume is copied inside S3 where
-    S3 can (the throttle then paces nothing: no byte passes through this host).
+    S3 can (the throttle then paces nothing: no byte passes through this host); with
+    ``recoding``, the target writes another codec chain and each volume is re-encoded
+    (``copying.reencode``), with a manifest of its own.
 
     Raises:
         StreamCorrupt: a volume arrived with another SHA-256 or size than the catalog's (the
-            source's copy is damaged: ``zbak audit --deep`` of the source store), or the
-            source's manifest disagrees with the catalog.
+            source's copy is damaged: ``zbak audit --deep`` of the source store), the
+            source's manifest disagrees with the catalog, or a re-encoded stream failed a
+            check (``copying.reencode.reencode_volumes``).
+        IdentityNeeded, IdentityRefused: re-encoding a sealed stream without its identity.
         StoreError: either store failed; ObjectNotFound: a volume or the manifest is gone
             from the source.
         ChainBroken, CatalogError: the catalog refused the row.
     """
     began = dt.datetime.now(dt.UTC)  # the store's clock: leftovers are told apart by it
+    stream = item.stream
+    if recoding is None:
+        versions, used_class, written, kept = _copy_volumes(item, source, target, throttle,
+                                                            inside)
+        manifest = _manifest(item, source, used_class)
+    else:
+        original = _manifest(item, source, item.storage_class)
+        new = reencode_volumes(stream, item.volumes, original.snapshots, recoding, source,
+                               target, item.storage_class, throttle)
+        manifest = dataclasses.replace(
+            original, volumes=new.volumes, compression=recoding.target.name,
+            compression_level=recoding.target.level, storage_class=new.storage_class)
+        versions, written, kept = new.versions, len(new.volumes), 0
+    puts = put_with_copy(target, stream.object_prefix + MANIFEST, manifest.to_json())
+    row, volumes = manifest_rows(manifest, store=target.name, prefix=stream.object_prefix,
+                                 parent_id=item.parent_id, uploaded_at=now(),
+                                 versions=versions or None, manifest_puts=puts)
+    stream_id = catalog.add_stream(row, volumes, manifest.snapshots)
+    drop_unfinished(target, stream.object_prefix, began)
+    return CopiedStream(stream_id, manifest.stored_bytes, written, kept)
+
+
+def _copy_volumes(item: StreamCopy, source: Backend, target: Backend,
+                  throttle: Throttle | None, inside: InsideS3 | None
+                  ) -> tuple[dict[int, StoredVersion], str, int, int]:
+    """Copy ``item``'s volumes byte for byte (step 1 of the module docstring): the stored
+    version of each by index, the class the target used, and how many volumes were put and
+    kept.
+
+    Raises:
+        as :func:`copy_stream`.
+    """
     stream = item.stream
     written = kept = 0
     used_class = item.storage_class
@@ -109,14 +148,7 @@ def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Cat
         if result.version_id is not None:
             versions[volume.index] = StoredVersion(result.version_id, result.retain_until)
         written += 1
-    manifest = _manifest(item, source, used_class)
-    puts = put_with_copy(target, stream.object_prefix + MANIFEST, manifest.to_json())
-    row, volumes = manifest_rows(manifest, store=target.name, prefix=stream.object_prefix,
-                                 parent_id=item.parent_id, uploaded_at=now(),
-                                 versions=versions or None, manifest_puts=puts)
-    stream_id = catalog.add_stream(row, volumes, manifest.snapshots)
-    drop_unfinished(target, stream.object_prefix, began)
-    return CopiedStream(stream_id, manifest.stored_bytes, written, kept)
+    return versions, used_class, written, kept
 
 
 def arrived(target: Backend, volume: VolumeRow) -> bool:

@@ -30,12 +30,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from zrepl_py.errors import IdentityNeeded, StreamCorrupt
-from zrepl_py.streams.frames import Digest, FrameWalk, compress_frame, decompress_frame
+from zrepl_py.streams.frames import (
+    Digest,
+    FrameWalk,
+    compress_frame,
+    decompress_frame,
+    redecoded,
+)
 
 ZSTD = "zstd"
 AGE = "age"
@@ -162,15 +168,15 @@ class Codec:
         Raises:
             whatever iterating ``raw`` raises.
         """
-        if self.sealing is None:
-            return compress_frame(raw, self.level, digest)
-        return self._sealed(raw, digest, self.sealing)
+        return self._encode(raw, digest, _unchecked)
 
-    def _sealed(self, raw: Iterable[bytes], digest: Digest, sealing: Sealing) -> Iterator[bytes]:
+    def _sealed(self, raw: Iterable[bytes], digest: Digest, sealing: Sealing,
+                check: Callable[[Iterator[bytes]], Iterator[bytes]]) -> Iterator[bytes]:
         from zrepl_py.streams import age
 
         frame = Digest(hash_stored=False)
-        for out in age.encrypt(compress_frame(raw, self.level, frame), sealing.encrypt_to):
+        for out in age.encrypt(check(compress_frame(raw, self.level, frame)),
+                               sealing.encrypt_to):
             digest.add_stored(out)
             yield out
         digest.take_raw(frame)
@@ -262,14 +268,54 @@ class Codec:
                 or self.sealing.keys == other.sealing.keys)
 
     def reencode(self, stored: Iterable[bytes], source: Codec, what: str, digest: Digest, *,
-                 raw_bytes: int | None = None) -> Iterator[bytes]:
+                 read: Digest | None = None, raw_bytes: int | None = None,
+                 sink: Callable[[bytes], object] | None = None) -> Iterator[bytes]:
         """Yield this codec's stored bytes for a volume stored with ``source``: decoded with
-        every check of ``source``, then encoded (``digest`` as in :meth:`encode`).
+        every check of ``source``, then encoded (``digest`` as in :meth:`encode`). The new
+        zstd frame is decoded again as it is made, and its last piece comes only once its
+        raw bytes are the ones read (their count and BLAKE3): a copy into a store of another
+        codec chain writes the same send stream
+        (docs/decisions.md#copies-re-encode-volume-by-volume).
+
+        Args:
+            stored: the volume's stored bytes (``source``'s chain).
+            source: the codec that decodes them (identities for a sealed chain).
+            what: names the volume in error messages (store and key).
+            digest: receives the raw count and hash and the new stored count (and SHA-256
+                when it hashes stored bytes).
+            read: when given, receives the stored count and SHA-256 of ``stored`` (the
+                caller checks them against the catalog) and the raw count and hash.
+            raw_bytes: the raw size the catalog records, checked at the end of the decode.
+            sink: receives each decoded raw piece in order (a record walk).
 
         Raises:
-            StreamCorrupt, IdentityNeeded, IdentityRefused: as :meth:`decode` of ``source``.
+            StreamCorrupt, IdentityNeeded, IdentityRefused: as :meth:`decode` of ``source``;
+                StreamCorrupt too when the new frame decodes to other bytes.
+            whatever ``sink`` raises.
         """
-        return self.encode(source.decode(stored, what, raw_bytes=raw_bytes), digest)
+        taken = read if read is not None else Digest(hash_stored=False)
+        raw = source.decode(stored, what, taken, raw_bytes=raw_bytes)
+        if sink is not None:
+            raw = _tapped(raw, sink)
+        return self._encode(raw, digest, lambda frame: redecoded(frame, what, taken))
+
+    def _encode(self, raw: Iterable[bytes], digest: Digest,
+                check: Callable[[Iterator[bytes]], Iterator[bytes]]) -> Iterator[bytes]:
+        """:meth:`encode`, with the zstd frame passed through ``check`` before any later
+        step."""
+        if self.sealing is None:
+            return check(compress_frame(raw, self.level, digest))
+        return self._sealed(raw, digest, self.sealing, check)
+
+
+def _tapped(chunks: Iterable[bytes], sink: Callable[[bytes], object]) -> Iterator[bytes]:
+    for chunk in chunks:
+        sink(chunk)
+        yield chunk
+
+
+def _unchecked(frame: Iterator[bytes]) -> Iterator[bytes]:
+    return frame
 
 
 def _counted(stored: Iterable[bytes], digest: Digest) -> Iterator[bytes]:

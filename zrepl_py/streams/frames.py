@@ -236,6 +236,41 @@ def decompress_frame(stored: Iterable[bytes], what: str, digest: Digest | None =
         yield held
 
 
+def redecoded(frame: Iterable[bytes], what: str, expected: Digest) -> Iterator[bytes]:
+    """Pass the chunks of one zstd frame through while decoding them again; the last chunk
+    comes only once the frame ended and decoded to ``expected``'s raw count and hash (read
+    when the frame is over: the raw bytes it was made from were all read by then). What a
+    copy into a store of another codec chain checks its new volume by
+    (docs/decisions.md#copies-re-encode-volume-by-volume). A chunk is what
+    :func:`compress_frame` yields, at most a few zstd jobs (``JOB_SIZE`` raw bytes each), so
+    what one decode call makes stays bounded.
+
+    Raises:
+        StreamCorrupt: the frame is damaged, or decodes to other bytes than ``expected``'s.
+    """
+    dobj = zstandard.ZstdDecompressor().decompressobj()
+    again = Digest(hash_stored=False, raw_algorithm=expected.raw_algorithm)
+    held = b""
+    for chunk in frame:
+        try:
+            out = dobj.decompress(chunk)
+        except zstandard.ZstdError as exc:
+            raise StreamCorrupt(f"{what}: the new zstd frame does not decode: {exc}") from None
+        if out:
+            again.add_raw(out)
+        if held:
+            yield held
+        held = chunk
+    if not dobj.eof or dobj.unused_data or (again.raw_bytes, again.raw_hash) != (
+            expected.raw_bytes, expected.raw_hash):
+        raise StreamCorrupt(
+            f"{what}: the new zstd frame decodes to {again.raw_bytes} bytes"
+            f" ({expected.raw_algorithm} {again.raw_hash[:16]}...), the volume read holds"
+            f" {expected.raw_bytes} ({expected.raw_hash[:16]}...): it was not stored")
+    if held:
+        yield held
+
+
 class FrameWalk:
     """Check the structure of one zstd frame as its bytes pass, without decoding it.
 
