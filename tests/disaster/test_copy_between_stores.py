@@ -164,6 +164,27 @@ def test_streams_go_from_file_to_s3_to_sftp_byte_for_byte_and_restore_reads_any_
         assert [s.to_name for s in catalog.streams(dataset=site.data, store="cloud")] == ["0", "2"]
 
 
+def s3_volumes(client, bucket: str) -> list[str]:
+    """The volume keys in the S3 store of ``s3_table`` (bucket ``bucket``)."""
+    listed = client.list_objects_v2(Bucket=bucket, Prefix="zbak/local/")
+    return [o["Key"] for o in listed.get("Contents", ()) if "/vol-" in o["Key"]]
+
+
+def multipart_in_flight(client, bucket: str) -> bool:
+    """For ``Site.kill_when``: a volume arrived in bucket ``bucket`` and the next one's
+    multipart upload has a part."""
+    if not s3_volumes(client, bucket):
+        return False
+    for upload in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+        try:
+            if client.list_parts(Bucket=bucket, Key=upload["Key"],
+                                 UploadId=upload["UploadId"]).get("Parts"):
+                return True
+        except botocore.exceptions.ClientError:
+            pass  # NoSuchUpload: it completed between the two calls
+    return False
+
+
 def test_a_copy_killed_mid_volume_resumes_keeps_what_arrived_and_leaves_no_orphan(
         site, s3_server, s3_bucket):
     """file:// -> S3 in 16 MiB volumes, each a multipart upload of two 8 MiB parts (the
@@ -177,26 +198,8 @@ def test_a_copy_killed_mid_volume_resumes_keeps_what_arrived_and_leaves_no_orpha
     zfs("snapshot", f"{site.data}@big")
     site.ok("archive")
     client = s3_server.client()
-
-    def volumes() -> list[str]:
-        listed = client.list_objects_v2(Bucket=s3_bucket, Prefix="zbak/local/")
-        return [o["Key"] for o in listed.get("Contents", ()) if "/vol-" in o["Key"]]
-
-    def in_flight() -> bool:
-        """A volume arrived and the next one's multipart upload has a part."""
-        if not volumes():
-            return False
-        for upload in client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []):
-            try:
-                if client.list_parts(Bucket=s3_bucket, Key=upload["Key"],
-                                     UploadId=upload["UploadId"]).get("Parts"):
-                    return True
-            except botocore.exceptions.ClientError:
-                pass  # NoSuchUpload: it completed between the two calls
-        return False
-
-    site.kill_when(in_flight, "copy", "--to", "b")
-    arrived = len(volumes())
+    site.kill_when(lambda: multipart_in_flight(client, s3_bucket), "copy", "--to", "b")
+    arrived = len(s3_volumes(client, s3_bucket))
     assert client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads"), \
         "the kill should have left a multipart upload open"
     with catalog_of(site.config) as catalog:
@@ -463,22 +466,7 @@ def test_a_re_encoding_copy_killed_mid_volume_starts_the_stream_again_and_conver
     zfs("snapshot", f"{site.data}@big")
     site.ok("archive")
     client = s3_server.client()
-
-    def in_flight() -> bool:
-        """A volume arrived and the next one's multipart upload has a part."""
-        listed = client.list_objects_v2(Bucket=s3_bucket, Prefix="zbak/local/")
-        if not [o for o in listed.get("Contents", ()) if "/vol-" in o["Key"]]:
-            return False
-        for upload in client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []):
-            try:
-                if client.list_parts(Bucket=s3_bucket, Key=upload["Key"],
-                                     UploadId=upload["UploadId"]).get("Parts"):
-                    return True
-            except botocore.exceptions.ClientError:
-                pass  # NoSuchUpload: it completed between the two calls
-        return False
-
-    site.kill_when(in_flight, "copy", "--to", "b")
+    site.kill_when(lambda: multipart_in_flight(client, s3_bucket), "copy", "--to", "b")
     assert client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads"), \
         "the kill should have left a multipart upload open"
     with catalog_of(site.config) as catalog:
