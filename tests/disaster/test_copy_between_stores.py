@@ -40,6 +40,7 @@ import pytest
 import zstandard
 from conftest import MIB, content_of, prop, restored_content, zfs
 from support.archive_checks import catalog_of, catalogued, converged_problems
+from support.cli import faulty_zbak
 from support.common import hosts_table
 from support.s3proxy import S3Proxy
 
@@ -499,25 +500,13 @@ def test_each_store_prunes_by_its_own_retention_and_keeps_the_last_copy_another_
         assert problems_in(site, store) == [], store
         return names
 
-    def verify(snap: str) -> None:
-        """The full @SNAP verified (as ``zbak audit --deep`` marks it) in every store."""
-        with catalog_of(site.config) as catalog:
-            for s in catalog.streams(dataset=site.data):
-                if s.to_name == snap:
-                    catalog.set_stream_state(s.id, "verified", s.created_at)
-
     def prune(*args: str) -> dict[tuple[str, str], tuple[str, list[str]]]:
         """``prune ARGS --json``'s action and reasons by (store, stream)."""
         rows = json.loads(site.ok("prune", *args, "--json"))["streams"]
         return {(r["store"], r["stream"]): (r["action"], r["reasons"]) for r in rows}
 
     configure(3, 1)
-    site.ok("init")
-    for step in range(2):
-        site.snapshot_steps(range(step, step + 1), size=64 * 1024)
-        site.ok("archive", "--full")
-        copied(site)
-    verify("1")
+    two_fulls_copied(site)
     found = prune()
     assert found["b", "full @0"][0] == "delete" and found["a", "full @0"][0] == "keep", found
     assert held("a") == ["0", "1"] and held("b") == ["1"]
@@ -527,7 +516,7 @@ def test_each_store_prunes_by_its_own_retention_and_keeps_the_last_copy_another_
     configure(1, 3)  # b now keeps three chains, a one; b's copy lags behind a new full @2
     site.snapshot_steps(range(2, 3), size=64 * 1024)
     site.ok("archive", "--full")
-    verify("2")
+    verify(site, "2")
     found = prune("--dry-run")
     assert found["a", "full @1"][0] == "delete", found  # b holds it
     assert found["a", "full @0"] == ("keep", [
@@ -538,6 +527,57 @@ def test_each_store_prunes_by_its_own_retention_and_keeps_the_last_copy_another_
     copied(site)
     site.ok("prune")
     assert held("a") == ["2"] and held("b") == ["0", "1", "2"]
+
+
+def test_a_copy_a_delete_relies_on_is_rechecked_at_delete_time_and_the_chain_kept_when_gone(
+        site):
+    """docs/decisions.md#a-copy-relied-on-is-rechecked-at-delete-time: store a keeps one chain,
+    b three, so a's prune deletes the old full @0 because b holds a sound copy of it. Between
+    the plan (b listed) and a's deletes, b's copy of @0 is removed (``ZBAK_FAULT_RUN_BEFORE`` of
+    ``support/crash_runner.py``, at a's re-check of the releasing chain @1): a keeps @0 and
+    says why in one line, and @0 still restores from a."""
+    write_config(site, {"a": f'url = "file://{site.tmp / "a"}"',
+                        "b": f'url = "file://{site.tmp / "b"}"'},
+                 tail="keep_chains = 1\n[jobs.data.copy.b]\nretention = { keep_chains = 3 }\n")
+    two_fulls_copied(site)
+    with catalog_of(site.config) as catalog:
+        rows = {(s.store, s.to_name): s for s in catalog.streams(dataset=site.data)}
+    gone = site.tmp / "b" / rows["b", "0"].object_prefix
+    at = {"at": f"a\tstat\t{rows['a', '1'].object_prefix}", "argv": ["rm", "-r", str(gone)]}
+    ran = faulty_zbak("--config", str(site.config), "prune", "--json",
+                      env={"ZBAK_FAULT_RUN_BEFORE": json.dumps(at)})
+    assert ran.status == ExitStatus.OK and not gone.exists(), ran
+    found = {(r["store"], r["stream"]): (r["action"], r["reasons"])
+             for r in json.loads(ran.out)["streams"]}
+    action, reasons = found["a", "full @0"]
+    assert action == "keep" and reasons[-1].startswith(
+        "its delete relied on the copy of @0 in store b, not sound at delete time (b: "), found
+    said = [line.split(" ", 1)[1] for line in ran.err.splitlines() if "kept the chain" in line]
+    assert said == [
+        f"WARNING zrepl_py.pruning.chain_delete: kept the chain @0 (stream {rows['a', '0'].id})"
+        f" of {site.data} in store a: {reasons[-1]}"], ran.err
+    into = f"{site.pool}/back"
+    site.ok("restore", site.data, "--to", "@0", "--into", into, "--from", "a", "--yes")
+    assert restored_content(into) == content_of(f"{site.data}@0", site.pool, "back")
+
+
+def two_fulls_copied(site) -> None:
+    """``zbak init``, then fulls @0 and @1 archived and each copied to the copy stores; @1
+    verified."""
+    site.ok("init")
+    for step in range(2):
+        site.snapshot_steps(range(step, step + 1), size=64 * 1024)
+        site.ok("archive", "--full")
+        copied(site)
+    verify(site, "1")
+
+
+def verify(site, snap: str) -> None:
+    """The full @SNAP verified (as ``zbak audit --deep`` marks it) in every store."""
+    with catalog_of(site.config) as catalog:
+        for s in catalog.streams(dataset=site.data):
+            if s.to_name == snap:
+                catalog.set_stream_state(s.id, "verified", s.created_at)
 
 
 def stream_id(site, store: str, snap: str) -> int:

@@ -16,7 +16,7 @@ import pytest
 from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import NewStream, NewVolume
 from zrepl_py.objects.layout import MANIFEST
-from zrepl_py.pruning.recheck import recheck_chain
+from zrepl_py.pruning.recheck import copy_problem, recheck_chain
 from zrepl_py.stores.file import FileBackend
 from zrepl_py.stores.s3 import S3Backend
 
@@ -94,6 +94,26 @@ def test_a_stream_still_uploading_has_no_manifest_yet_and_that_is_no_mismatch(fi
     file_store.delete(PREFIX + MANIFEST)
     check = recheck_chain(file_store, catalog, [full])
     assert check.ok and (check.objects, check.reread) == (2, 2)
+
+
+def test_a_copy_relied_on_is_sound_until_its_row_or_an_object_changes(file_store, catalog):
+    """``copy_problem`` (docs/decisions.md#a-copy-relied-on-is-rechecked-at-delete-time): the
+    catalog row read again, each volume HEADed with its size, the manifest present."""
+    copy = archived_full(file_store, catalog, state="uploaded")
+    assert copy_problem(file_store, catalog, copy) is None
+    volume = file_store.root / PREFIX / "vol-000001.zst"
+    volume.write_bytes(volume.read_bytes()[:-1])
+    assert copy_problem(file_store, catalog, copy) == (
+        f"{PREFIX}vol-000001.zst: the store has {len(VOLUMES[1]) - 1} bytes, the catalog says"
+        f" {len(VOLUMES[1])}")
+    file_store.put(f"{PREFIX}vol-000001.zst", [VOLUMES[1]])
+    file_store.delete(PREFIX + MANIFEST)
+    assert copy_problem(file_store, catalog, copy) == f"{PREFIX}{MANIFEST}: missing"
+    file_store.put(PREFIX + MANIFEST, [b"{}"])
+    assert copy_problem(file_store, catalog, copy) is None
+    catalog.set_stream_state(copy.id, "bad", T0, reason="audit: vol-000000 unreadable")
+    assert copy_problem(file_store, catalog, copy) == (
+        f"stream {copy.id} is bad (audit: vol-000000 unreadable)")
 
 
 @pytest.mark.s3

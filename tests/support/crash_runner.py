@@ -27,6 +27,10 @@ build it with ``support.cli.faulty_zbak``):
     holding the ``keys`` string.
 ``ZBAK_FAULT_CALLS=path``
     every store call is appended as ``OP<TAB>KEY``, so the test sees what zbak read.
+``ZBAK_FAULT_RUN_BEFORE={"at": TEXT, "argv": [...]}``
+    before the first store call whose ``STORE<TAB>OP<TAB>KEY`` contains TEXT reaches the
+    store, ``argv`` runs to its end (it must exit 0): the world changes at one named point
+    inside a run, e.g. a second store emptied between a prune's plan and its deletes.
 
 A step is a call that changes durable state: ``put`` and ``delete`` on a store (every store
 is opened through ``support.backend.FaultyBackend`` around the real backend) and the catalog
@@ -43,6 +47,7 @@ import functools
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -119,21 +124,27 @@ def _count_zfs(steps: Steps) -> None:
 
 
 def install(steps: Steps, faults: dict[str, Any] | None = None,
-            calls_path: str | None = None, *, zfs_steps: bool = False) -> None:
+            calls_path: str | None = None, *, zfs_steps: bool = False,
+            run_before: dict[str, Any] | None = None) -> None:
     """Route every store (with the ``FaultyBackend`` ``faults``) and the catalog writes
     (and with ``zfs_steps`` the zfs commands and run records) through ``steps``; log every
-    store call to ``calls_path`` when given."""
+    store call to ``calls_path`` when given; run ``run_before["argv"]`` once, before the
+    first store call matching ``run_before["at"]`` (module doc)."""
     from zrepl_py.catalog import repository
     from zrepl_py.stores import registry as store_registry
 
     original = store_registry.open_store
     calls = open(calls_path, "a", encoding="utf-8") if calls_path else None  # closed when the process dies
+    pending = dict(run_before or {})
 
     class Logged(FaultyBackend):
         def _enter(self, op: str, key: str | None) -> None:
             if calls is not None:
                 calls.write(f"{op}\t{key}\n")
                 calls.flush()
+            if pending and pending["at"] in f"{self.name}\t{op}\t{key}":
+                subprocess.run(pending.pop("argv"), check=True)
+                pending.clear()
             super()._enter(op, key)
 
     @functools.wraps(original)
@@ -156,7 +167,8 @@ def main() -> int:
     install(Steps(int(kill) if kill else None, os.environ.get("ZBAK_FAULT_STEPS_FILE"),
                   os.environ.get("ZBAK_FAULT_KILL_AT")),
             faults, os.environ.get("ZBAK_FAULT_CALLS"),
-            zfs_steps=os.environ.get("ZBAK_FAULT_ZFS_STEPS") == "1")
+            zfs_steps=os.environ.get("ZBAK_FAULT_ZFS_STEPS") == "1",
+            run_before=json.loads(os.environ.get("ZBAK_FAULT_RUN_BEFORE", "null")))
     from zrepl_py.cli import main as zbak_main
 
     return int(zbak_main(sys.argv[1:]))

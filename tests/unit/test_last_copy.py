@@ -74,6 +74,8 @@ def test_a_chain_is_kept_where_it_is_the_last_copy_of_what_another_store_wants()
         " other store holds it sound (zbak copy --to b first)",)
     assert [c.full.to_createtxg for c in plans["a"].to_delete] == [1]
     assert plans["a"].releasers[0][0].to_createtxg == 3  # the deleted chain's releaser stays
+    # the delete names the copy it relies on, for the re-check at delete time
+    assert [[s.id for s in group] for group in plans["a"].to_delete[0].copies] == [[12]]
 
 
 def test_a_copy_that_is_bad_damaged_or_condemned_is_no_other_copy():
@@ -104,10 +106,12 @@ def test_two_stores_never_both_delete_the_last_copies_of_a_wanted_stream():
     plans = keep_last_copies([StorePlan("a", plan), StorePlan("b", plan_b),
                               StorePlan("c", None)], a + b, wanted)
     assert kept_reasons(plans["a"], 1) is None
+    assert [[s.store for s in g] for g in plans["a"].to_delete[0].copies] == [["b"]]
     assert kept_reasons(plans["b"], 1) is not None
     nobody = {"a": frozenset({"p2/"}), "b": frozenset({"p2/"})}
     plans = keep_last_copies([StorePlan("a", plan), StorePlan("b", plan_b)], a + b, nobody)
     assert kept_reasons(plans["a"], 1) is None and kept_reasons(plans["b"], 1) is None
+    assert plans["a"].to_delete[0].copies == ()  # no store wants @1: no copy is relied on
 
 
 def test_an_incremental_only_one_store_holds_keeps_its_whole_chain():

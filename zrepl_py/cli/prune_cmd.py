@@ -62,20 +62,24 @@ def _store_rows(job: str, archive: ArchivePruneResult) -> Iterator[dict[str, Any
                     for dec in c.streams}
         marked_bad = {i for c in d.outcome.rechecks for i in c.bad_streams} if d.outcome else set()
         deleted = set(d.outcome.deleted) if d.outcome is not None else set()
+        kept = d.outcome.kept if d.outcome is not None else {}  # a copy relied on was gone
         texts: dict[int, str] = {}  # one re-check text per releasing chain, not per stream
         chained = [(c.full.id, dec) for c in d.plan.chains for dec in c.streams]
         for chain, decision in chained + [(None, dec) for dec in d.plan.orphans]:
             s = decision.stream
             by = releaser.get(s.id)
             action = "delete" if decision.delete else "keep"
-            if decision.delete and d.outcome is not None and s.id not in deleted:
+            reasons = list(decision.reasons)
+            if s.id in kept:
+                action, reasons = "keep", [*reasons, kept[s.id]]
+            elif decision.delete and d.outcome is not None and s.id not in deleted:
                 action = "delete stopped"  # the plan's delete did not happen (see the error)
             if by is not None and by not in texts:
                 texts[by] = _recheck_text(d, by)
             yield {**base, "stream_id": s.id, "chain": chain, "stream": _stream_label(s),
                    "state": "bad" if s.id in marked_bad else s.state,
                    "storage_class": s.storage_class, "action": action,
-                   "reasons": list(decision.reasons), "released_by": by,
+                   "reasons": reasons, "released_by": by,
                    "recheck": texts.get(by) if by is not None else None}
 
 
@@ -180,6 +184,7 @@ def _archive_summary(archive: ArchivePruneResult) -> dict[str, Any]:
             "damaged": d.damaged, "error": d.error,
             "deleted": d.outcome.deleted if d.outcome else [],
             "finished": d.outcome.finished if d.outcome else [],
+            "kept": d.outcome.kept if d.outcome else {},
             "object_deletes": d.outcome.objects if d.outcome else 0,
             "stopped": d.outcome.error if d.outcome else None,
             "rechecks": _rechecks(d),

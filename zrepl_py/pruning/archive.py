@@ -315,11 +315,15 @@ def _finish_plan(scope: StoreScope, result: DatasetChains) -> None:
 
 
 def execute_dataset_chains(result: DatasetChains, backend: Backend, catalog: Catalog,
-                           now: dt.datetime) -> None:
+                           now: dt.datetime,
+                           stores: Mapping[str, Backend] | None = None) -> None:
     """Carry out a planned result of :func:`plan_dataset_chains` (nothing when it has an
-    error); what executing did goes in ``result.outcome``."""
+    error); what executing did goes in ``result.outcome``. ``stores``: the backends of the
+    job's stores by name, for the re-check of the copies a delete relies on (a copy in a
+    store not given counts as gone, ``pruning.chain_delete``)."""
     if result.plan is not None and result.error is None:
-        result.outcome = execute_chain_prune(result.plan, backend, catalog, now=now)
+        result.outcome = execute_chain_prune(result.plan, backend, catalog, now=now,
+                                             stores=stores)
 
 
 def job_stores(job: JobConfig, *, accept_early_delete_fee: bool

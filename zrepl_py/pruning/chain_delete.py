@@ -6,7 +6,11 @@ Order (docs/design.md#chain-prune-order):
    re-checked against the catalog (``pruning.recheck``,
    docs/decisions.md#the-releasing-chain-is-rechecked-before-any-delete); a mismatch marks the
    mismatching streams ``bad`` and stops here: nothing of the dataset is deleted, and the
-   next plan sees the bad stream and releases nothing with it;
+   next plan sees the bad stream and releases nothing with it; then each deleted chain that
+   relies on a copy in another store (``ChainDecision.copies``) has that copy re-checked
+   (``pruning.recheck.copy_problem``,
+   docs/decisions.md#a-copy-relied-on-is-rechecked-at-delete-time): a chain whose copies of a
+   stream are all gone or unsound now is kept (logged, ``ChainPruneOutcome.kept``);
 1. streams left ``condemned`` by an earlier prune that stopped (crash, store error) are
    finished first, leaf first: their objects, then their rows;
 2. every stream of the planned chains is condemned in ONE catalog transaction
@@ -39,8 +43,8 @@ from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import StreamRow, VolumeRow, bad_reason, first_three
 from zrepl_py.errors import CatalogConflict, ReleaserMismatch, StoreInconsistent, ZbakError
 from zrepl_py.objects.layout import MANIFEST, MANIFEST_COPY, PROGRESS
-from zrepl_py.pruning.chain_plan import ChainPlan
-from zrepl_py.pruning.recheck import Recheck, recheck_chain
+from zrepl_py.pruning.chain_plan import ChainDecision, ChainPlan, stream_label
+from zrepl_py.pruning.recheck import Recheck, copy_problem, recheck_chain
 from zrepl_py.stores.base import Backend
 
 log = logging.getLogger(__name__)
@@ -56,6 +60,8 @@ class ChainPruneOutcome:
         objects: number of object deletes issued (missing objects included).
         rechecks: the re-check of each releasing chain, in the order done (the first
             mismatch stops the rest).
+        kept: the streams of each planned chain kept because a copy in another store its
+            delete relied on was gone at delete time: ``{stream id: why}``.
         error: the error that stopped execution (the rest waits for the next prune), or None.
     """
 
@@ -63,6 +69,7 @@ class ChainPruneOutcome:
     deleted: list[int] = dataclasses.field(default_factory=list)
     objects: int = 0
     rechecks: list[Recheck] = dataclasses.field(default_factory=list)
+    kept: dict[int, str] = dataclasses.field(default_factory=dict)
     error: str | None = None
 
     @property
@@ -185,10 +192,53 @@ def _recheck_releasers(plan: ChainPlan, backend: Backend, catalog: Catalog,
             " what restores now: run zbak audit, then zbak archive --full for a new chain")
 
 
+def _lost_copy(chain: ChainDecision, stores: Mapping[str, Backend],
+               catalog: Catalog) -> str | None:
+    """Why ``chain`` must stay after all: a stream whose copies in other stores
+    (``chain.copies``, one group per stream) are none of them sound now; None: it may go.
+
+    Raises:
+        StoreError, CatalogError: a copy could not be checked (no verdict).
+    """
+    for group in chain.copies:
+        problems = []
+        for copy in group:
+            backend = stores.get(copy.store)
+            problem = ("the store is not open" if backend is None
+                       else copy_problem(backend, catalog, copy))
+            if problem is None:
+                break
+            problems.append(f"{copy.store}: {problem}")
+        else:
+            where = ", ".join(sorted({c.store for c in group}))
+            return (f"its delete relied on the copy of {stream_label(group[0])} in store"
+                    f" {where}, not sound at delete time ({'; '.join(problems)}): run zbak audit")
+    return None
+
+
+def _still_copied(plan: ChainPlan, backend: Backend, stores: Mapping[str, Backend],
+                  catalog: Catalog, outcome: ChainPruneOutcome) -> list[ChainDecision]:
+    """The chains of ``plan.to_delete`` whose copies elsewhere still hold; the others are
+    kept, each logged in one line and recorded in ``outcome.kept``."""
+    going = []
+    for chain in plan.to_delete:
+        why = _lost_copy(chain, stores, catalog)
+        if why is None:
+            going.append(chain)
+            continue
+        outcome.kept.update(dict.fromkeys((s.id for s in chain.leaf_first), why))
+        log.warning("kept the chain %s (stream %d) of %s in store %s: %s",
+                    stream_label(chain.full), chain.full.id, chain.full.dataset, backend.name, why)
+    return going
+
+
 def execute_chain_prune(plan: ChainPlan, backend: Backend, catalog: Catalog, *,
-                        now: dt.datetime) -> ChainPruneOutcome:
-    """Re-check the releasing chains, finish the plan's unfinished streams, then delete its
-    chains (module doc order); ``now`` (aware UTC) stamps a stream marked bad.
+                        now: dt.datetime,
+                        stores: Mapping[str, Backend] | None = None) -> ChainPruneOutcome:
+    """Re-check the releasing chains and the copies in other stores the deletes rely on,
+    finish the plan's unfinished streams, then delete its chains (module doc order); ``now``
+    (aware UTC) stamps a stream marked bad; ``stores``: the backends of the job's other
+    stores by name (a copy in a store not given counts as gone).
 
     Stops at the first store or catalog error, or re-check mismatch, and reports it in the
     outcome: what is condemned stays condemned and the next prune finishes it.
@@ -200,12 +250,14 @@ def execute_chain_prune(plan: ChainPlan, backend: Backend, catalog: Catalog, *,
         raise StoreInconsistent(f"store {backend.name}: {plan.refused}")
     outcome = ChainPruneOutcome()
     try:
+        going: Sequence[ChainDecision] = ()
         if plan.to_delete:
             _recheck_releasers(plan, backend, catalog, outcome, now)
+            going = _still_copied(plan, backend, stores or {}, catalog, outcome)
         for stream in plan.unfinished:
             outcome.objects += delete_stream(backend, catalog, stream)
             outcome.finished.append(stream.id)
-        doomed = [s for chain in plan.to_delete for s in chain.leaf_first]
+        doomed = [s for chain in going for s in chain.leaf_first]
         if not doomed:
             return outcome
         catalog.condemn_streams([s.id for s in doomed])

@@ -104,11 +104,19 @@ class ChainDecision:
     ``released_by``: for a deleted chain, the streams (full first) of the newer, kept,
     verified and sound chain whose existence makes the deletion safe; the driver re-checks
     its objects before deleting anything. Empty for a kept chain.
+
+    ``copies``: for a deleted chain of a job with several stores, one group per stream of it
+    that some store's retention keeps: the sound copies of that stream in the other stores
+    the delete relies on (``pruning.last_copy``); the driver re-checks that one copy of each
+    group is still sound right before deleting, and keeps the chain otherwise
+    (``pruning.recheck.copy_problem``,
+    docs/decisions.md#a-copy-relied-on-is-rechecked-at-delete-time).
     """
 
     streams: tuple[StreamDecision, ...]
     delete: bool
     released_by: tuple[StreamRow, ...] = ()
+    copies: tuple[tuple[StreamRow, ...], ...] = ()
 
     @property
     def full(self) -> StreamRow:
@@ -170,7 +178,8 @@ def _span(span: dt.timedelta) -> str:
     return f"{span.days}d" if span == dt.timedelta(days=span.days) else str(span)
 
 
-def _label(s: StreamRow) -> str:
+def stream_label(s: StreamRow) -> str:
+    """``@NAME`` for a full, ``@FROM->@TO`` for an incremental."""
     return f"@{s.to_name}" if s.kind == "full" else f"@{s.from_name}->@{s.to_name}"
 
 
@@ -179,11 +188,11 @@ def _trouble(chain: Sequence[StreamRow], damaged: Mapping[int, str]) -> str | No
     for s in chain:
         if s.id in damaged:
             what = f" ({damaged[s.id]})" if damaged[s.id] else ""
-            return (f"chain has a damaged stream {_label(s)} (stream {s.id}){what}: prune refuses"
-                    " to touch it; run zbak audit")
-        if s.state == "bad":
-            return (f"chain has a bad stream {_label(s)} (stream {s.id}, {s.why_bad}): prune"
+            return (f"chain has a damaged stream {stream_label(s)} (stream {s.id}){what}: prune"
                     " refuses to touch it; run zbak audit")
+        if s.state == "bad":
+            return (f"chain has a bad stream {stream_label(s)} (stream {s.id}, {s.why_bad}):"
+                    " prune refuses to touch it; run zbak audit")
     return None
 
 
@@ -361,7 +370,7 @@ def _fee_reasons(stream: StreamRow, young: Mapping[int, str],
     if stream.id in young:
         return (f"{young[stream.id]} (early-delete fee): pass {EARLY_FEE_FLAG}",)
     first = next(s for s in chain if s.id in young)
-    return (f"kept with its chain: {_label(first)} is {young[first.id]} (early-delete fee):"
+    return (f"kept with its chain: {stream_label(first)} is {young[first.id]} (early-delete fee):"
             f" pass {EARLY_FEE_FLAG}",)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Mapping
 
 from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.catalog.rows import StreamRow
@@ -261,6 +262,7 @@ def _prune_stores(ctx: Context, name: str, job: JobConfig, streams: list[StreamR
     # (planning reports a dataset's store and catalog errors in its result, raising none)
     planned = plan_stores(scopes, job, streams, ctx.clock.now(), left_out=left_out)
     results.update(planned)
+    backends = {s.name: s.backend for s in scopes if s.backend is not None}
     for scope in scopes:
         if scope.backend is None or scope.name not in planned:
             continue
@@ -273,7 +275,7 @@ def _prune_stores(ctx: Context, name: str, job: JobConfig, streams: list[StreamR
                 planned[scope.name].error = str(exc)
         else:
             _execute_store(ctx, name, job, scope.backend, guards[scope.name],
-                           planned[scope.name])
+                           planned[scope.name], backends)
     return [results[store] for store, _ in order if store in results]
 
 
@@ -300,14 +302,18 @@ def _unknown_versions(ctx: Context, job: JobConfig, backend: Backend, store: str
 
 
 def _execute_store(ctx: Context, name: str, job: JobConfig, backend: Backend,
-                   guard: StoreGuard, result: ArchivePruneResult) -> None:
+                   guard: StoreGuard, result: ArchivePruneResult,
+                   backends: Mapping[str, Backend]) -> None:
     """Execute a store's planned datasets as one recorded run (``prune``, target
-    ``archive:STORE``), then publish the store's catalog export; errors go in ``result``."""
+    ``archive:STORE``), then publish the store's catalog export; errors go in ``result``.
+    ``backends``: the job's open stores by name (a delete relying on a copy in one of them
+    re-checks it, ``pruning.chain_delete``)."""
     store = result.store
     try:
         with recorded_run(ctx.catalog(), ctx.clock, name, "prune", f"archive:{store}") as record:
             for dataset in result.datasets:
-                execute_dataset_chains(dataset, backend, ctx.catalog(), ctx.clock.now())
+                execute_dataset_chains(dataset, backend, ctx.catalog(), ctx.clock.now(),
+                                       backends)
             result.versions = _unknown_versions(ctx, job, backend, store, dry_run=False)
             errors = [f"{d.dataset}: {d.problem}" for d in result.datasets if d.failed]
             if result.versions is not None and result.versions.error:

@@ -16,7 +16,10 @@ names "the same stream" across stores, and a chain across stores is named by its
   is wanted by some store and no OTHER store still holds a sound copy of it (state uploaded or
   verified, not found damaged, not deleted by this prune). Each accepted delete removes that
   store from the stream's holders before the next store is decided, so two stores never both
-  delete the last copies of a wanted stream.
+  delete the last copies of a wanted stream. A delete the rule lets through because another
+  store holds a sound copy names those copies (``ChainDecision.copies``): the driver re-checks
+  them right before deleting, since the listing this plan was made from may be stale by then
+  (docs/decisions.md#a-copy-relied-on-is-rechecked-at-delete-time).
 """
 
 from __future__ import annotations
@@ -27,7 +30,13 @@ from collections.abc import Collection, Mapping, Sequence
 
 from zrepl_py.catalog.chains import build_chains
 from zrepl_py.catalog.rows import LIVING_STATES, StreamRow
-from zrepl_py.pruning.chain_plan import ChainDecision, ChainPlan, ChainRetention, StreamDecision
+from zrepl_py.pruning.chain_plan import (
+    ChainDecision,
+    ChainPlan,
+    ChainRetention,
+    StreamDecision,
+    stream_label,
+)
 
 
 def _union_chains(streams: Sequence[StreamRow]) -> list[tuple[set[str], dt.datetime]]:
@@ -96,16 +105,19 @@ def keep_last_copies(stores: Sequence[StorePlan], streams: Sequence[StreamRow],
 
     Returns:
         The plan of each pruned store, a deleted chain turned into a kept one (with the
-        reason) where it holds the last sound copy of a wanted stream.
+        reason) where it holds the last sound copy of a wanted stream, and a deleted chain
+        naming the copies in other stores it relies on (``ChainDecision.copies``).
     """
     damaged = {(p.store, i) for p in stores for i in p.damaged}
     holders: dict[str, set[str]] = {}
     present: dict[str, set[str]] = {}
+    sound: dict[str, list[StreamRow]] = {}
     for s in streams:
         if s.state != "condemned":
             present.setdefault(s.object_prefix, set()).add(s.store)
         if s.state in LIVING_STATES and (s.store, s.id) not in damaged:
             holders.setdefault(s.object_prefix, set()).add(s.store)
+            sound.setdefault(s.object_prefix, []).append(s)
     result: dict[str, ChainPlan] = {}
     for item in stores:
         if item.plan is None:
@@ -119,6 +131,8 @@ def keep_last_copies(stores: Sequence[StorePlan], streams: Sequence[StreamRow],
                     StreamDecision(d.stream, False, (reason,)) for d in chain.streams), False))
                 continue
             if chain.delete:
+                chain = dataclasses.replace(chain, copies=_relied_on(
+                    chain, item.store, holders, sound, wanted))
                 for d in chain.streams:
                     holders.get(d.stream.object_prefix, set()).discard(item.store)
             chains.append(chain)
@@ -136,11 +150,26 @@ def _last_copy(chain: ChainDecision, store: str, holders: Mapping[str, set[str]]
         s = d.stream
         wanters = sorted(w for w, found in wanted.items() if s.object_prefix in found)
         if wanters and not holders.get(s.object_prefix, set()) - {store}:
-            label = f"@{s.to_name}" if s.kind == "full" else f"@{s.from_name}->@{s.to_name}"
             lacking = [w for w in wanters if w not in present.get(s.object_prefix, ())]
             then = (f"zbak copy --to {lacking[0]} first" if lacking
                     else "the other copies are not sound: zbak audit")
-            return (f"the last sound copy of {label} (stream {s.id}): the retention of store"
-                    f" {', '.join(wanters)} keeps its chain and no other store holds it sound"
-                    f" ({then})")
+            return (f"the last sound copy of {stream_label(s)} (stream {s.id}): the retention of"
+                    f" store {', '.join(wanters)} keeps its chain and no other store holds it"
+                    f" sound ({then})")
     return None
+
+
+def _relied_on(chain: ChainDecision, store: str, holders: Mapping[str, set[str]],
+               sound: Mapping[str, Sequence[StreamRow]],
+               wanted: Mapping[str, frozenset[str]]) -> tuple[tuple[StreamRow, ...], ...]:
+    """Per stream of ``chain`` (deleted from ``store``) that some store wants: its sound
+    copies in the other stores that still hold it (``holders``), which the delete relies on."""
+    groups = []
+    for d in chain.streams:
+        prefix = d.stream.object_prefix
+        if any(prefix in found for found in wanted.values()):
+            others = holders.get(prefix, set()) - {store}
+            group = tuple(s for s in sound.get(prefix, ()) if s.store in others)
+            if group:  # (empty: the rule kept the chain, or no store wants the stream)
+                groups.append(group)
+    return tuple(groups)

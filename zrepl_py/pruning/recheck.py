@@ -22,9 +22,17 @@ else the key's first), as ``zbak audit`` does: an intruder's overwrite or delete
 changes nothing zbak restores, so it does not mark the releasing chain bad
 (docs/security.md#prune-on-a-lock-store); a version of zbak's that is gone is missing.
 
-The comparisons are pure (``head_problem``, ``read_problem``); ``recheck_chain`` does the
-I/O. A store error (transient or not) propagates: the caller deletes nothing and reports it,
-since an unanswered check is no proof.
+A copy in another store that a delete relies on (``ChainDecision.copies``: the chain goes
+from this store because that store holds the stream soundly, ``pruning.last_copy``) is
+re-checked too, right before the delete (``copy_problem``,
+docs/decisions.md#a-copy-relied-on-is-rechecked-at-delete-time): its catalog row read again
+(still ``uploaded`` or ``verified``: not marked bad, condemned or deleted since the plan), each
+volume HEADed with the catalog's size (and stored SHA-256), its manifest present. Nothing is
+read back: the copy's own audit reads its bytes.
+
+The comparisons are pure (``head_problem``, ``read_problem``); ``recheck_chain`` and
+``copy_problem`` do the I/O. A store error (transient or not) propagates: the caller deletes
+nothing and reports it, since an unanswered check is no proof.
 """
 
 from __future__ import annotations
@@ -35,8 +43,8 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from zrepl_py.catalog.repository import Catalog
-from zrepl_py.catalog.rows import StreamRow, VolumeRow, recorded_versions
-from zrepl_py.errors import NeedsThaw, ObjectNotFound, StoreReadCorrupt
+from zrepl_py.catalog.rows import LIVING_STATES, StreamRow, VolumeRow, recorded_versions
+from zrepl_py.errors import NeedsThaw, NotInCatalog, ObjectNotFound, StoreReadCorrupt
 from zrepl_py.objects.layout import MANIFEST
 from zrepl_py.objects.versions import pin
 from zrepl_py.stores.base import Backend, ObjectInfo, get_recorded, stat_recorded
@@ -151,19 +159,29 @@ def _read(backend: Backend, key: str, version_id: str | None) -> tuple[int, str]
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
-def _check_volume(backend: Backend, volume: VolumeRow, versions: Mapping[str, str] | None,
-                  result: Recheck) -> str | None:
-    """``versions``: zbak's version of each key on a store that keeps versions, else None."""
+def _head(backend: Backend, volume: VolumeRow,
+          versions: Mapping[str, str] | None) -> tuple[str | None, ObjectInfo | None]:
+    """The HEAD checks of ``volume``: what is wrong (None: nothing) and what ``stat`` said
+    (None: missing). ``versions``: zbak's version of each key on a store that keeps
+    versions, else None."""
     version_id = None if versions is None else versions.get(volume.key)
     if versions is not None and version_id is None:
-        return "missing"
+        return "missing", None
     try:
         info = stat_recorded(backend, volume.key, version_id)
     except ObjectNotFound:
-        return "missing"
-    problem = head_problem(volume, info)
-    if problem is not None or info.storage_class not in REREAD_CLASSES or not info.readable:
+        return "missing", None
+    return head_problem(volume, info), info
+
+
+def _check_volume(backend: Backend, volume: VolumeRow, versions: Mapping[str, str] | None,
+                  result: Recheck) -> str | None:
+    """``versions``: zbak's version of each key on a store that keeps versions, else None."""
+    problem, info = _head(backend, volume, versions)
+    if problem is not None or info is None or info.storage_class not in REREAD_CLASSES \
+            or not info.readable:
         return problem
+    version_id = None if versions is None else versions.get(volume.key)
     try:
         size, sha256 = _read(backend, volume.key, version_id)
     except NeedsThaw:
@@ -204,6 +222,34 @@ def recheck_chain(backend: Backend, catalog: Catalog, chain: Sequence[StreamRow]
     log.info("re-checked the releasing chain %s (stream %d) in store %s: %s",
              result.full_name, result.full, backend.name, result.summary())
     return result
+
+
+def copy_problem(backend: Backend, catalog: Catalog, copy: StreamRow) -> str | None:
+    """Why ``copy`` (a stream row of ``backend``'s store that a delete in another store relies
+    on) is no longer a sound copy now, or None when it still is (module doc: the catalog row
+    read again, every volume HEADed, the manifest present).
+
+    Raises:
+        StoreTransient, StorePermanent: the store did not answer a check (no verdict).
+        CatalogError: reading the row or its volumes failed.
+    """
+    try:
+        row = catalog.stream(copy.id)
+    except NotInCatalog:
+        return f"stream {copy.id} is no longer in the catalog"
+    if row.state not in LIVING_STATES:
+        why = f" ({row.why_bad})" if row.state == "bad" and row.why_bad else ""
+        return f"stream {copy.id} is {row.state}{why}"
+    volumes = catalog.volumes(copy.id)
+    versions = _own_versions(backend, copy, volumes)
+    for volume in volumes:
+        problem, _ = _head(backend, volume, versions)
+        if problem is not None:
+            return f"{volume.key}: {problem}"
+    key = copy.object_prefix + MANIFEST
+    if not _present(backend, key, versions):
+        return f"{key}: missing"
+    return None
 
 
 def _own_versions(backend: Backend, stream: StreamRow,
