@@ -149,6 +149,26 @@ CASES: dict[str, list[dict]] = {
                                " backup:tank/r is 2h 0m 0s old, over protection_budget.max_age",
                     "description": "The target has not caught up since: is it offline?"}}]}],
     }],
+    "ZbakCopyLagging": [{
+        # Job a's copy in store off lags 2 h, over its 1 h; job b's 10 min, within it; job a
+        # on daemon h2 lags as long with 100 h allowed; job c's copy has no limit.
+        "interval": "1m",
+        "input_series": [
+            {"series": series("zbak_copy_lag_seconds", {"instance": h, "job": j, "store": "off"}),
+             "values": f"{lag}x10"}
+            for h, j, lag in (("h1", "a", 2 * HOUR), ("h1", "b", 600), ("h2", "a", 2 * HOUR),
+                              ("h1", "c", 2 * HOUR))] + [
+            {"series": series("zbak_copy_max_lag_seconds",
+                              {"instance": h, "job": j, "store": "off"}),
+             "values": f"{limit}x10"}
+            for h, j, limit in (("h1", "a", HOUR), ("h1", "b", HOUR), ("h2", "a", 100 * HOUR))],
+        "alert_rule_test": [{"eval_time": "1m", "alertname": "ZbakCopyLagging", "exp_alerts": [{
+            "exp_labels": {"instance": "h1", "job": "a", "store": "off", "severity": "warning"},
+            "exp_annotations": {
+                "summary": "zbak job a: the copy in store off lags 2h 0m 0s, over its max_lag",
+                "description": "A stream has waited that long to be copied there. Run"
+                               " `zbak status a` and `zbak copy a --to off`."}}]}],
+    }],
     "ZbakDaemonDown": [{
         # h1 stops answering at 0; h2 keeps answering; an unrelated scrape job is down too.
         "interval": "1m",
@@ -178,7 +198,7 @@ def promtool():
 def test_promtool_check_rules_passes(promtool):
     done = promtool("check", "rules", RULES)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 9 rules found" in done.stdout
+    assert "SUCCESS: 10 rules found" in done.stdout
 
 
 def test_every_alert_of_the_rules_file_has_a_case():

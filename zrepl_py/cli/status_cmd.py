@@ -1,6 +1,7 @@
 """``zbak status [JOB...] [--json] [--offline] [--prom-textfile PATH]``: per job and target,
-last success, lag, chain lengths, held bytes, running runs, transfers in progress (bytes,
-expected bytes, rate, ETA, PID), next scheduled runs and the last drill per source."""
+last success, lag, chain lengths, how far each copy lags, held bytes, running runs, transfers
+in progress (bytes, expected bytes, rate, ETA, PID), next scheduled runs and the last drill per
+source."""
 
 from __future__ import annotations
 
@@ -95,6 +96,21 @@ def _drill_rows(states: list[JobStatus]) -> list[tuple[Any, ...]]:
     return rows
 
 
+def _copy_rows(states: list[JobStatus]) -> list[tuple[Any, ...]]:
+    """How far each copy lags (``copying.lag``): the streams and bytes the store lacks, the
+    age of the oldest (``LAGGING`` past its max lag) and the newest stream in each store."""
+    rows = []
+    for s in states:
+        for c in s.copies:
+            lag = "-" if not c.streams else (
+                f"{_age(c.lag_seconds)} (since {_when(c.oldest_missing)})"
+                + (" LAGGING" if c.lagging else ""))
+            rows.append((s.job, c.store, c.source, f"{c.streams:,}", _size(c.bytes), lag,
+                         _age(c.max_lag), f"{c.newest or '-'} ({_when(c.newest_time)})",
+                         f"{c.target_newest or '-'} ({_when(c.target_newest_time)})"))
+    return rows
+
+
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -125,15 +141,16 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
             prom_textfile: Path | None, check: bool, watch: bool, interval: float,
             show_all: bool) -> int:
     """Show, per job and target: last success, lag (time and snapshots), archive chain
-    lengths, bytes held by zbak's holds, runs in progress, each running transfer (what is
+    lengths, how far each copy lags (streams and bytes a copy store lacks, the age of the
+    oldest), bytes held by zbak's holds, runs in progress, each running transfer (what is
     sent, bytes done and expected, rate, ETA, start, PID), the next scheduled runs and the
     last restore drill of each store and replica (result, recovery time, last success).
     Past 100 datasets, runs and chains are counted per job, action and store (--all: each).
 
     With --check: exit 2 CRITICAL when a job's newest run of an action or hook failed, an
     action is stale past [alerts] stale_after, or the newest audit found problems; 1
-    WARNING when a newest run ended partial; 3 UNKNOWN when the config or catalog cannot
-    be read; else 0 OK."""
+    WARNING when a newest run ended partial or a copy lags past its max_lag; 3 UNKNOWN
+    when the config or catalog cannot be read; else 0 OK."""
     if watch:
         if check or prom_textfile is not None:
             raise UsageError("--watch shows what runs now: run --check and --prom-textfile"
@@ -186,6 +203,10 @@ def command(inv: Invocation, jobs: tuple[str, ...], as_json: bool, offline: bool
                                      "full written", "newest"], chains,
                   show_all=show_all, what="datasets",
                   summary=lambda: _chain_counts([(s.job, c) for s in states for c in s.chains]))
+    copies = _copy_rows(states)
+    if copies:
+        emit_table("copies", ["job", "store", "from", "lacks", "bytes", "lag", "max lag",
+                              "newest in from", "newest in store"], copies)
     drills = _drill_rows(states)
     if drills:
         emit_table("drills", ["job", "source", "result", "ended", "snapshot", "recovery time",

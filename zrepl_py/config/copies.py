@@ -6,7 +6,7 @@ from pydantic import Field
 
 from zrepl_py.config.archive import ChainRetentionConfig
 from zrepl_py.stores.settings import StorageClasses
-from zrepl_py.values.fields import CronSchedule, Table
+from zrepl_py.values.fields import CronSchedule, Duration, Table
 
 
 class CopyConfig(Table):
@@ -23,9 +23,14 @@ class CopyConfig(Table):
             ``keep_chains``, ``max_age``, ``reverify_after``, ``min_storage_duration``);
             None: every chain copied there is kept, and the store's retention wants every
             chain (docs/copies.md#retention-per-store).
+        max_lag: how long a stream may wait in the store copied from before ``zbak status
+            --check`` warns that the copy lags (``copying.lag``); None: twice the longest gap
+            between two runs of ``schedule``, and without a schedule the lag is shown but not
+            judged (docs/copies.md#how-far-a-copy-lags).
     """
 
     source: str | None = Field(None, alias="from")
     storage_class: StorageClasses | None = None
     schedule: CronSchedule | None = None
     retention: ChainRetentionConfig | None = None
+    max_lag: Duration | None = None

@@ -24,14 +24,13 @@ from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.copying.inside import inside_s3
+from zrepl_py.copying.lag import copy_source, in_store, wanted_in
 from zrepl_py.copying.plan import CopyPlan, plan_copy
 from zrepl_py.copying.reencode import Recoding
 from zrepl_py.copying.stream import CopiedStream, StreamCopy, copy_stream
 from zrepl_py.errors import IdentityNeeded, UsageError, ZbakError
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.observe.runlog import RunSet
-from zrepl_py.pruning.archive import chain_retention, job_stores, job_streams
-from zrepl_py.pruning.last_copy import wanted_prefixes
 from zrepl_py.stores.sealing import writing_codec
 from zrepl_py.streams.codec import Codec
 
@@ -78,9 +77,7 @@ def copy_pairs(ctx: Context, name: str, job: JobConfig, source: str | None,
                          " name the store to copy to with --to STORE")
     pairs = []
     for to in [target] if target is not None else list(job.copies):
-        chosen = job.copies.get(to)
-        origin = source or (chosen.source if chosen else None) or (
-            job.archive.store if job.archive else None)
+        origin = source or copy_source(job, to)
         if origin is None:
             raise UsageError(f"job {name} has no [jobs.{name}.archive] section in"
                              f" {ctx.config_path}: name the store to copy from with --from")
@@ -190,31 +187,18 @@ def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
 def _streams(catalog: Catalog, job: JobConfig, host: str, root: str,
              store: str) -> list[StreamRow]:
     """The job's streams in ``store``, in chain order per dataset."""
-    by_dataset = job_streams(job, catalog.bulk_streams(host=host, below=root, store=store), store)
-    return [s for dataset in sorted(by_dataset) for s in by_dataset[dataset]]
+    return in_store(job, catalog.bulk_streams(host=host, below=root, store=store), store)
 
 
 def _wanted(ctx: Context, job: JobConfig, catalog: Catalog, target: str,
             source: str) -> frozenset[str] | None:
-    """The object prefixes the retention of ``target`` (its copy table's ``retention``) wants
-    among the job's streams in its stores and ``source`` (``pruning.last_copy``); None: no
-    retention there, every stream is wanted."""
+    """``copying.lag.wanted_in`` over the job's streams (read only when the copy table of
+    ``target`` has a ``retention``)."""
     chosen = job.copies.get(target)
     if chosen is None or chosen.retention is None:
         return None
-    policy = chain_retention(chosen.retention, accept_early_delete_fee=False)
-    host, root = job.source.host, str(job.source.dataset)
-    stores = {store for store, _ in job_stores(job, accept_early_delete_fee=False)} | {source}
-    every = catalog.bulk_streams(host=host, below=root)
-    now = ctx.clock.now()
-    wanted: set[str] = set()
-    by_dataset: dict[str, list[StreamRow]] = {}
-    for store in stores:
-        for dataset, rows in job_streams(job, every, store).items():
-            by_dataset.setdefault(dataset, []).extend(rows)
-    for rows in by_dataset.values():
-        wanted |= wanted_prefixes(policy, rows, now)
-    return frozenset(wanted)
+    every = catalog.bulk_streams(host=job.source.host, below=str(job.source.dataset))
+    return wanted_in(job, target, source, every, ctx.clock.now())
 
 
 def _recodings(ctx: Context, job: JobConfig, plan: CopyPlan, source: str,

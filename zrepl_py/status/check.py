@@ -11,7 +11,9 @@ plugin API (https://nagios-plugins.org/doc/guidelines.html#AEN78): 0 OK, 1 WARNI
   (action ``hook``); an action stale past ``[alerts] stale_after`` (``alerts.staleness``:
   no success for longer, only actions the daemon schedules, only after a first success).
 * WARNING: the newest run ended ``partial`` (some targets, datasets or snapshots failed;
-  an audit still waiting for thawed volumes).
+  an audit still waiting for thawed volumes); a copy lags past its ``max_lag``
+  (``copying.lag``: the oldest stream its store lacks waited longer; a backup that still
+  exists in the store copied from, so not CRITICAL, docs/copies.md#how-far-a-copy-lags).
 * UNKNOWN: the check itself could not be made (config invalid, catalog unreachable or not
   migrated; see ``zbak status --check`` in cli).
 
@@ -28,11 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from zrepl_py.catalog.rows import RunRow
 from zrepl_py.observe.events import Event
+from zrepl_py.observe.progress import format_size
 
 if TYPE_CHECKING:
     from zrepl_py.catalog.repository import Catalog
     from zrepl_py.clock import Clock
     from zrepl_py.config.schema import Config
+    from zrepl_py.copying.lag import CopyLag
 
 
 class Health(enum.IntEnum):
@@ -67,12 +71,34 @@ def _what(run: RunRow) -> str:
     return f"{run.action} of job {run.job}{where}"
 
 
-def judge(runs: Iterable[RunRow], stale: Iterable[Event]) -> list[Problem]:
-    """The problems among the newest runs and the stale events, worst first (pure).
+def _span(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``30.5 h`` or ``3.2 d``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.1f} d"
+
+
+def _lagging(job: str, lag: CopyLag) -> Problem:
+    assert lag.oldest_missing is not None and lag.max_lag is not None  # lagging: both set
+    since = lag.oldest_missing.strftime("%Y-%m-%d %H:%MZ")
+    return Problem(Health.WARNING, job, "copy", lag.store,
+                   f"copy of job {job} to store {lag.store} lags {_span(lag.lag_seconds)}"
+                   f" (max_lag {_span(lag.max_lag)}): {lag.streams} stream(s),"
+                   f" {format_size(lag.bytes)} of store {lag.source} not copied, the oldest"
+                   f" since {since}")
+
+
+def judge(runs: Iterable[RunRow], stale: Iterable[Event],
+          lags: Iterable[tuple[str, CopyLag]] = ()) -> list[Problem]:
+    """The problems among the newest runs, the stale events and the copy lags, worst first
+    (pure).
 
     Args:
         runs: the newest run of each (job, action, target) (``Catalog.last_runs``).
         stale: ``stale`` events (``alerts.staleness.stale_events``).
+        lags: ``(job, lag)`` of each copy (``copying.lag.copy_lags``).
     """
     found = []
     for run in runs:
@@ -85,6 +111,7 @@ def judge(runs: Iterable[RunRow], stale: Iterable[Event]) -> list[Problem]:
                              f"{_what(run)} {run.result} at {when}: {error}"))
     found += [Problem(Health.CRITICAL, e.job or "", e.action or "", e.target,
                       f"stale: {e.message}") for e in stale]
+    found += [_lagging(job, lag) for job, lag in lags if lag.lagging]
     return sorted(found, key=lambda p: (-p.health, p.job, p.action, p.target or ""))
 
 
@@ -105,7 +132,8 @@ def summary(problems: Sequence[Problem], jobs: int) -> str:
 
 
 def check(catalog: Catalog, config: Config, clock: Clock, jobs: Sequence[str]) -> list[Problem]:
-    """The problems of ``jobs`` (config names) now: their newest runs and stale actions.
+    """The problems of ``jobs`` (config names) now: their newest runs, stale actions and
+    lagging copies.
 
     Raises:
         CatalogError: the catalog cannot be read.
@@ -114,10 +142,15 @@ def check(catalog: Catalog, config: Config, clock: Clock, jobs: Sequence[str]) -
     from zrepl_py.observe.runlog import sweep_interrupted
 
     sweep_interrupted(catalog, clock)
-    wanted = set(jobs)
+    wanted, now = set(jobs), clock.now()
     runs = [r for r in catalog.last_runs() if r.job in wanted]
-    stale = [e for e in stale_events(catalog, config, clock.now()) if e.job in wanted]
-    return judge(runs, stale)
+    stale = [e for e in stale_events(catalog, config, now) if e.job in wanted]
+    lags: list[tuple[str, CopyLag]] = []
+    if any(config.jobs[job].copies for job in jobs):  # the retention planners: only then
+        from zrepl_py.copying.lag import copy_lags
+
+        lags = [(job, lag) for job in jobs for lag in copy_lags(catalog, config.jobs[job], now)]
+    return judge(runs, stale, lags)
 
 
 def as_dict(problems: Sequence[Problem], jobs: int) -> dict[str, Any]:

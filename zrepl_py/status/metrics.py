@@ -35,6 +35,13 @@ UTC, sizes bytes):
 ``zbak_drill_bytes``                             {job, source} the bytes it restored
 ``zbak_drill_ok``                                {job, source} newest drill: 1 ok (or skipped,
                                                  pending), 0 failed
+``zbak_copy_lag_streams``                        {job, store} streams the copy store lacks
+                                                 and the next ``zbak copy`` copies
+``zbak_copy_lag_bytes``                          {job, store} their stored bytes
+``zbak_copy_lag_seconds``                        {job, store} age of the oldest of them (0:
+                                                 none lacks; ``zrepl_py.copying.lag``)
+``zbak_copy_max_lag_seconds``                    {job, store} the copy's ``max_lag`` (or its
+                                                 default; absent when not judged)
 ``zbak_stale_after_seconds``                     {action} ``[alerts] stale_after``
 ``zbak_protection_budget_max_bytes``             {job} ``protection_budget.max_bytes``
 ``zbak_protection_budget_max_age_seconds``       {job} ``protection_budget.max_age``
@@ -155,7 +162,32 @@ def families(states: Sequence[JobStatus], config: Config | None = None) -> list[
             held_replication.add_metric([job], state.held_replication_bytes)
     return [success, started, run_ok, run_bytes, run_seconds, running, lag_s, lag_n, chain_len,
             chain_bytes, audit, held, held_replication, snaps, cursor, *_drill_families(states),
-            *_limits(states, config)]
+            *_copy_families(states), *_limits(states, config)]
+
+
+def _copy_families(states: Sequence[JobStatus]) -> list[Metric]:
+    """The ``zbak_copy_*`` families (labels job, store: the store copied to)."""
+    labels = ["job", "store"]
+    streams = GaugeMetricFamily("zbak_copy_lag_streams",
+                                "Streams the copy store lacks that the next zbak copy copies.",
+                                labels=labels)
+    size = GaugeMetricFamily("zbak_copy_lag_bytes",
+                             "Stored bytes of the streams the copy store lacks.", labels=labels)
+    age = GaugeMetricFamily("zbak_copy_lag_seconds",
+                            "Age of the oldest stream the copy store lacks (0: none lacks).",
+                            labels=labels)
+    limit = GaugeMetricFamily("zbak_copy_max_lag_seconds",
+                              "[jobs.JOB.copy.STORE] max_lag, or twice its schedule's gap.",
+                              labels=labels)
+    for state in states:
+        for lag in state.copies:
+            where = [state.job, lag.store]
+            streams.add_metric(where, lag.streams)
+            size.add_metric(where, lag.bytes)
+            age.add_metric(where, lag.lag_seconds)
+            if lag.max_lag is not None:
+                limit.add_metric(where, lag.max_lag)
+    return [streams, size, age, limit]
 
 
 def _drill_families(states: Sequence[JobStatus]) -> list[Metric]:

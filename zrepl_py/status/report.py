@@ -20,6 +20,9 @@ Definitions (all times aware UTC, sizes bytes):
   chain's last snapshot, where ``userrefs`` > 0. A lower bound of what destroying them all
   would free (space shared by two held snapshots counts in neither). The replication part
   counts the cursors' snapshots alone: what ``protection_budget.max_bytes`` limits.
+* copies: per ``[jobs.NAME.copy.STORE]``, how far the copy lags (``copying.lag``: the streams
+  the store lacks and the next ``zbak copy`` would copy, their bytes, the age of the oldest,
+  the newest stream in each store), from the catalog too.
 * transfers: what the zbak processes moving bytes right now publish under the state dir
   (``zrepl_py.observe.transfers``): per replication target, archive store or restore, the dataset and
   snapshots sent, bytes so far, expected bytes, rate, ETA, start and PID. Files left by a
@@ -51,6 +54,7 @@ from zrepl_py.values.timetable import InForce
 
 if TYPE_CHECKING:
     from zrepl_py.catalog.repository import Catalog
+    from zrepl_py.copying.lag import CopyLag
     from zrepl_py.invocation.context import Context
 
 N = TypeVar("N", int, float)
@@ -182,6 +186,7 @@ class JobStatus:
         bandwidth_limits: the job's bandwidth limits in force now (``status.watch.job_limits``).
         drills: the newest restore drill of each source (``zrepl_py.drill``);
             drill_successes: the newest that ended ok, per source.
+        copies: how far each copy of ``[jobs.NAME.copy.STORE]`` lags (``copying.lag``).
     """
 
     job: str
@@ -205,6 +210,7 @@ class JobStatus:
     drills: list[DrillRow] = dataclasses.field(default_factory=list)
     drill_successes: list[DrillRow] = dataclasses.field(default_factory=list)
     held_replication_bytes: int | None = None
+    copies: list[CopyLag] = dataclasses.field(default_factory=list)
 
 
 def job_schedules(job: JobConfig) -> dict[str, str | None]:
@@ -391,7 +397,18 @@ def job_status(catalog: Catalog, name: str, job: JobConfig, now: dt.datetime, *,
                    {a: next_fire(s, now) for a, s in job_schedules(job).items()}),
         drills=catalog.last_drills(name),
         drill_successes=catalog.last_drill_successes(name),
+        copies=_copy_lags(catalog, job, now),
     )
+
+
+def _copy_lags(catalog: Catalog, job: JobConfig, now: dt.datetime) -> list[CopyLag]:
+    """``copying.lag.copy_lags``; its modules (the retention planners) are loaded for a job
+    with copies only (docs/decisions.md#commands-start-in-under-300-ms)."""
+    if not job.copies:
+        return []
+    from zrepl_py.copying.lag import copy_lags
+
+    return copy_lags(catalog, job, now)
 
 
 def _cursor_guids(catalog: Catalog, name: str, job: JobConfig) -> set[tuple[str, int]]:

@@ -89,3 +89,21 @@ def first_at_or_after(line: str, start: dt.datetime) -> dt.datetime | None:
         return next(CronSim(fields, base))
     except StopIteration:
         return None
+
+
+def longest_gap(line: str, start: dt.datetime, runs: int = 8) -> dt.timedelta | None:
+    """The longest time between two consecutive runs of ``line`` among its next ``runs``
+    runs at or after ``start`` (aware): a weekday schedule's weekend, a monthly one's longest
+    month; None when it runs fewer than twice in cronsim's horizon.
+
+    Raises:
+        ValueError: ``line`` is not a crontab(5) schedule (``parse_crontab``).
+    """
+    first = first_at_or_after(line, start)
+    fires = [] if first is None else [first]
+    while fires and len(fires) < runs:
+        following = first_at_or_after(line, fires[-1] + dt.timedelta(seconds=1))
+        if following is None:
+            break
+        fires.append(following)
+    return max((b - a for a, b in zip(fires, fires[1:], strict=False)), default=None)
