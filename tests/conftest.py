@@ -9,6 +9,7 @@ pytest_plugins = [
     "support.sshd",
     "support.sftpd",
     "support.s3",
+    "support.iam_s3",
     "support.postgres",
     "support.catalog",
     "support.openzfs",

@@ -1,11 +1,6 @@
 """docs/reliability.md#r42-least-privilege-s3-credentials: least-privilege S3 credentials, enforced
-by a real IAM policy check.
-
-moto's server checks every request against the IAM policies of the caller once
-``INITIAL_NO_AUTH_ACTION_COUNT`` requests have passed (moto ``core/authorization.py``); the
-fixture sets up the bucket and two IAM users without authentication, then switches
-enforcement on for every later request (``POST /moto-api/reset-auth`` with ``0``). The server
-runs in its own process so enforcement never leaks into the session's shared moto server.
+by a real IAM policy check (moto's, ``support.iam_s3``;
+docs/testbed.md#s3-on-moto-with-iam-enforced).
 
 * ``writer`` may put, get, list and abort uploads, but not ``s3:DeleteObject``;
 * ``pruner`` may only delete (and list).
@@ -17,19 +12,13 @@ zbak gets them as two profiles of the shared credentials file (``[stores.NAME] p
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
-import socket
-import subprocess
-import sys
 import textwrap
-import time
-import urllib.request
 from pathlib import Path
 
-import boto3
 import pytest
 from support.cli import Zbak, zfs
+from support.iam_s3 import write_profiles
 
 from zrepl_py.catalog.db import make_engine
 from zrepl_py.catalog.repository import Catalog
@@ -41,85 +30,38 @@ from zrepl_py.stores.schemes.s3 import S3StoreConfig
 
 pytestmark = [pytest.mark.s3]
 
-BUCKET = "zbak-least-privilege"
 WRITER = ["s3:PutObject", "s3:GetObject", "s3:ListBucket", "s3:AbortMultipartUpload",
           "s3:ListMultipartUploadParts", "s3:RestoreObject"]
 PRUNER = ["s3:DeleteObject", "s3:ListBucket"]
 
 
 class IamS3:
-    """A moto server enforcing IAM, a bucket, and profiles ``writer`` and ``pruner``."""
+    """A bucket on the IAM-enforcing moto server, and profiles ``writer`` and ``pruner``
+    allowed ``WRITER`` and ``PRUNER`` on it, in the test's HOME."""
 
-    def __init__(self, home: Path, log: Path):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        sock.close()
-        self.url = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                                      "-p", str(port)],
-                                     stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
-        deadline = time.monotonic() + 90  # a loaded 2-core machine
-        while True:
-            try:
-                urllib.request.urlopen(self.url + "/moto-api/", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise
-                time.sleep(0.1)
-        anonymous = dict(endpoint_url=self.url, region_name="us-east-1",
-                         aws_access_key_id="setup", aws_secret_access_key="setup")
-        boto3.client("s3", **anonymous).create_bucket(Bucket=BUCKET)
-        iam = boto3.client("iam", **anonymous)
-        self.keys = {name: self._user(iam, name, actions)
-                     for name, actions in (("writer", WRITER), ("pruner", PRUNER))}
-        aws = home / ".aws"
-        aws.mkdir(mode=0o700)
-        (aws / "credentials").write_text("".join(
-            f"[{name}]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n"
-            for name, (key, secret) in self.keys.items()))
-        request = urllib.request.Request(self.url + "/moto-api/reset-auth", data=b"0",
-                                         method="POST", headers={"Content-Type": "text/plain"})
-        urllib.request.urlopen(request, timeout=10)  # from now on every request is checked
-
-    @staticmethod
-    def _user(iam, name: str, actions: list[str]) -> tuple[str, str]:
-        iam.create_user(UserName=name)
-        iam.put_user_policy(UserName=name, PolicyName="zbak", PolicyDocument=json.dumps({
-            "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Action": actions,
-                           "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"]}],
-        }))
-        key = iam.create_access_key(UserName=name)["AccessKey"]
-        return key["AccessKeyId"], key["SecretAccessKey"]
-
-    def client(self, who: str):
-        key, secret = self.keys[who]
-        return boto3.client("s3", endpoint_url=self.url, region_name="us-east-1",
-                            aws_access_key_id=key, aws_secret_access_key=secret)
+    def __init__(self, server):
+        self.server = server
+        self.url = server.url
+        self.bucket = server.bucket(object_lock=False)
+        self.keys = {name: server.user(name, {"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Action": actions, "Resource": [
+                f"arn:aws:s3:::{self.bucket}", f"arn:aws:s3:::{self.bucket}/*"]}]})
+            for name, actions in (("writer", WRITER), ("pruner", PRUNER))}
+        write_profiles(Path(os.environ["HOME"]), self.keys)
 
     def keys_in_bucket(self) -> set[str]:
-        listing = self.client("writer").list_objects_v2(Bucket=BUCKET)
+        listing = self.server.s3(self.keys["writer"]).list_objects_v2(Bucket=self.bucket)
         return {o["Key"] for o in listing.get("Contents", [])}
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
 
 
 @pytest.fixture
-def iam_s3(tmp_path):
-    server = IamS3(Path(os.environ["HOME"]), tmp_path / "moto.log")
-    try:
-        yield server
-    finally:
-        server.stop()
+def iam_s3(iam_s3_server):
+    return IamS3(iam_s3_server)
 
 
 def store(server: IamS3, **extra) -> S3StoreConfig:
-    return S3StoreConfig(url=f"s3://{BUCKET}/zbak", endpoint=server.url, region="us-east-1",
-                       profile="writer", **extra)
+    return S3StoreConfig(url=f"s3://{server.bucket}/zbak", endpoint=server.url,
+                         region="us-east-1", profile="writer", **extra)
 
 
 def test_the_writer_credential_cannot_delete_and_the_refusal_is_raised_not_swallowed(iam_s3):
@@ -184,7 +126,7 @@ def test_zbak_archives_with_the_writer_and_prunes_chains_only_with_the_prune_pro
         path.write_text(textwrap.dedent(f"""
             state_dir = "{tmp_path / 'state'}"
             [stores.cold]
-            url = "s3://{BUCKET}/zbak"
+            url = "s3://{iam_s3.bucket}/zbak"
             endpoint = "{iam_s3.url}"
             region = "us-east-1"
             profile = "writer"
