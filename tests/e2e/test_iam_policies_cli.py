@@ -165,6 +165,7 @@ def test_the_documented_writer_archives_audits_and_copies_and_only_the_pruner_de
     assert status == ExitStatus.FAILED, out + err
     (line,) = [line for line in err.splitlines() if line.startswith("zbak: ")]  # the logs aside
     assert "manifest.json.copy): access denied [delete_object: AccessDenied" in line, err
+    assert "s3:DeleteObjectVersion, in the credential of [stores.cold] prune_profile" in line
     assert "Traceback" not in out + err
     assert _versions(server, bucket, old) == old_versions
     newer = _versions(server, bucket, "")

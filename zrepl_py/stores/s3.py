@@ -931,6 +931,14 @@ class S3Backend(Backend):
             return _RestoreInProgress(f"{where}: a restore is already in progress", **kw)
         if code in _TRANSIENT_CODES or status >= 500 or status == 429:
             return StoreTransient(f"{where}: {detail}", **kw)
+        if code in _CREDENTIAL_CODES and operation == "delete_object":
+            # Deletes are the pruner's (docs/security.md#prune-on-a-lock-store), and S3
+            # answers AccessDenied for a locked version too.
+            return StorePermanent(
+                f"{where}: access denied [{detail}]: a delete needs s3:DeleteObject, and by"
+                " version id s3:DeleteObjectVersion, in the credential of"
+                f" [stores.{self.name}] prune_profile (else profile's); S3 also refuses a"
+                " version whose Object Lock has not lapsed", **kw)
         if code in _CREDENTIAL_CODES:
             return StorePermanent(
                 f"{where}: access denied [{detail}]: check the credentials of the AWS chain"
