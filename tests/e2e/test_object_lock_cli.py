@@ -280,7 +280,8 @@ def test_archive_and_audit_extend_each_lock_once_less_than_half_the_period_is_le
 def test_prune_keeps_a_released_chain_until_its_locks_lapse_then_deletes_every_version_by_id(
         zpool, tmp_path, s3_server, s3_bucket, capsys):
     """Two chains in a lock store (period 3 days), ``keep_chains = 1``, the newer full
-    verified: retention releases the older chain, but its volumes are locked for 3 more days,
+    verified: retention releases the older chain, so with every lock due ``zbak audit``
+    extends the newer chain's and not the older's; its volumes are still locked for a day,
     so ``zbak prune --dry-run`` and ``zbak prune`` keep it, "expired, locked until DATE" (the
     latest retain-until the catalog records of its volumes and manifests), and delete
     nothing. With its locks
@@ -315,6 +316,22 @@ def test_prune_keeps_a_released_chain_until_its_locks_lapse_then_deletes_every_v
 
     old, new = versions(old_prefix), versions(new_prefix)
     assert len(old) >= 2 and len(new) >= 2  # a volume and the manifest (and its copy)
+    # Every lock due (1 day of 3 left, in moto and the catalog): `zbak audit` extends the
+    # newer chain's and lets the released chain's lapse, or prune could never delete it.
+    due = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).replace(microsecond=0)
+    for v in old + new:
+        client.put_object_retention(Bucket=bucket, Key=v["Key"], VersionId=v["VersionId"],
+                                    Retention={"Mode": "COMPLIANCE", "RetainUntilDate": due})
+    _set_retain_until(catalog, {v["VersionId"]: due for v in old + new})
+    _set_manifest_retain_until(catalog, due)
+    status, out, err = run("audit")
+    assert status == ExitStatus.OK, out + err
+    for prefix, extended in ((old_prefix, False), (new_prefix, True)):
+        locks = [u for k, _, u in catalogued_versions(catalog) if k.startswith(prefix)]
+        locks += [u for p, _, _, u in _manifest_versions(catalog) if p == prefix]
+        locks += [client.head_object(Bucket=bucket, Key=v["Key"], VersionId=v["VersionId"])[
+            "ObjectLockRetainUntilDate"] for v in versions(prefix)]
+        assert locks and all((u > due) == extended for u in locks), (prefix, locks)
     until = max([u for k, _, u in catalogued_versions(catalog) if k.startswith(old_prefix)]
                 + [u for p, _, _, u in _manifest_versions(catalog) if p == old_prefix])
     for args in (("--dry-run",), ()):

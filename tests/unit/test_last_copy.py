@@ -1,13 +1,16 @@
 """Retention across the stores of one job (zrepl_py/pruning/last_copy.py, pure): what each
 store's retention wants among every store's chains, and never deleting the last sound copy of a
-wanted stream (docs/copies.md#retention-per-store)."""
+wanted stream (docs/copies.md#retention-per-store); and which chains the rolling Object Lock
+lets go of (``pruning.archive.released_streams``)."""
 
 from __future__ import annotations
 
 import datetime as dt
 
 from zrepl_py.catalog.rows import StreamRow
+from zrepl_py.config.jobs import JobConfig
 from zrepl_py.copying.plan import plan_copy
+from zrepl_py.pruning.archive import released_streams
 from zrepl_py.pruning.chain_plan import ChainRetention, plan_chain_retention
 from zrepl_py.pruning.last_copy import StorePlan, keep_last_copies, wanted_prefixes
 
@@ -137,3 +140,31 @@ def test_copy_copies_only_what_the_target_retention_wants():
     assert [(s.stream.to_name, s.reason) for s in plan.skipped] == [
         ("1", "its chain is beyond the retention of the store copied to")]
     assert [s.to_name for s in plan_copy(a, [], None).copy] == ["1", "2", "3"]
+
+
+def _job(archive: dict, **copies: dict) -> JobConfig:
+    """Job of dataset tank/d archived to store a with ``archive``'s retention keys, copied
+    to each store of ``copies`` with its keys."""
+    return JobConfig.model_validate({"dataset": "tank/d", "archive": {"store": "a", **archive},
+                                     "copy": copies})
+
+
+def test_the_rolling_lock_lets_go_of_exactly_the_chains_prune_would_delete():
+    """keep_chains = 1 in store a: the older chain (@1 and @1->@2) is released, so the
+    rolling lock stops extending it; the newest chain never is. A store without retention,
+    or a retention that keeps both, releases nothing."""
+    full = row("a", 1)
+    streams = [full, row("a", 2, full), row("a", 3)]
+    assert released_streams(_job({"keep_chains": 1}), streams, "a", NOW) == {11, 21}
+    assert released_streams(_job({"keep_chains": 2}), streams, "a", NOW) == frozenset()
+    assert released_streams(_job({"keep_chains": 1}, b={}), fulls("b", 1, 2), "b",
+                            NOW) == frozenset()
+
+
+def test_the_last_copy_of_a_chain_another_store_wants_stays_locked():
+    """a keeps 1 chain, b keeps 3 but lacks @2: a's @2 is the last copy of a chain b wants,
+    so it is not released (its lock goes on rolling); a's @1 is released (b holds it)."""
+    streams = fulls("a", 1, 2, 3) + fulls("b", 1, 3)
+    job = _job({"keep_chains": 1}, b={"retention": {"keep_chains": 3}})
+    assert released_streams(job, streams, "a", NOW) == {11}
+    assert released_streams(job, streams, "b", NOW) == frozenset()

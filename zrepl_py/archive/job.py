@@ -344,7 +344,7 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
 
 
 def _roll_locks(run: _ArchiveRun, tree: _Tree, concurrency: int) -> None:
-    """Extend the Object Lock of the catalogued volumes where it is due
+    """Extend the Object Lock of the catalogued volumes retention still wants where it is due
     (``archive.rolling_lock``; the streams written by this run are locked afresh).
 
     Raises:
@@ -352,8 +352,8 @@ def _roll_locks(run: _ArchiveRun, tree: _Tree, concurrency: int) -> None:
             rolling lock is for), CatalogError.
     """
     streams = [s for rows in tree.streams.values() for s in rows]
-    rolled = roll_locks(run.backend, run.catalog, streams, tree.volumes, run.clock.now(),
-                        concurrency=concurrency)
+    rolled = roll_locks(run.backend, run.catalog, run.job, streams, tree.volumes,
+                        run.clock.now(), concurrency=concurrency)
     if rolled.failed:
         raise StorePermanent(f"store {run.store}: the Object Lock of {len(rolled.failed)}"
                              f" version(s) could not be extended: {first_three(rolled.failed)}",

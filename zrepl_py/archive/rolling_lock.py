@@ -1,8 +1,9 @@
 """The rolling Object Lock (docs/design.md#immutable-cold-storage): ``zbak archive`` and
 ``zbak audit`` extend the lock of every catalogued volume, manifest and manifest copy
-retention still wants (each stream not condemned) to now + period once less than half the
-period is left, one PutObjectRetention per version (S3 has no batch form), ``concurrency`` at
-a time, and record the new date in the catalog (a manifest and its copy share one date, the
+retention still wants (each stream neither condemned nor released by the job's retention,
+``pruning.archive.released_streams``: a released chain's locks lapse, so prune can delete it)
+to now + period once less than half the period is left, one PutObjectRetention per version
+(S3 has no batch form), ``concurrency`` at a time, and record the new date in the catalog (a manifest and its copy share one date, the
 earlier). Without extensions a lock lapses one period after it was last set; with them, at
 least half a period after the last run that extended it.
 
@@ -20,8 +21,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from zrepl_py.catalog.rows import ManifestLock, StreamRow, VolumeRow
+from zrepl_py.config.jobs import JobConfig
 from zrepl_py.errors import StoreError
 from zrepl_py.objects.layout import MANIFEST, copy_key
+from zrepl_py.pruning.archive import released_streams
 from zrepl_py.stores.base import Backend
 from zrepl_py.stores.object_lock import LockPolicy
 
@@ -59,22 +62,26 @@ class Rolled:
     failed: list[str] = dataclasses.field(default_factory=list)
 
 
-def roll_locks(backend: Backend, catalog: Catalog, streams: Iterable[StreamRow],
-               volumes: Mapping[int, Sequence[VolumeRow]], now: dt.datetime, *,
-               concurrency: int) -> Rolled:
+def roll_locks(backend: Backend, catalog: Catalog, job: JobConfig,
+               streams: Iterable[StreamRow], volumes: Mapping[int, Sequence[VolumeRow]],
+               now: dt.datetime, *, concurrency: int) -> Rolled:
     """Extend the locks :func:`due` and :func:`due_manifests` name in ``backend`` (a store
-    without ``object_lock``: nothing) and record each new date in ``catalog`` (a manifest's
+    without ``object_lock``: nothing) among ``streams`` (job ``job``'s in that store) but
+    those its retention releases, and record each new date in ``catalog`` (a manifest's
     only when its copy's was extended too).
 
     Raises:
-        CatalogError: reading the manifest locks or recording the dates failed (the locks
-            stay extended; the next run extends them again).
+        CatalogError: reading the job's streams or the manifest locks, or recording the
+            dates, failed (the locks stay extended; the next run extends them again).
     """
     policy = backend.lock_policy
     rolled = Rolled()
     if policy is None:
         return rolled
-    streams = list(streams)
+    source = job.source
+    released = released_streams(job, catalog.bulk_streams(
+        host=source.host, below=str(source.dataset)), backend.name, now)
+    streams = [s for s in streams if s.id not in released]
     chosen: Sequence[VolumeRow] = due(streams, volumes, policy, now)
     manifests = due_manifests(streams, catalog.manifest_locks(s.id for s in streams), policy,
                               now)

@@ -533,11 +533,12 @@ def _drop_stale_volume_findings(backend: Backend, findings: list[Finding],
     return kept
 
 
-def _rolled(ctx: Context, backend: Backend, catalog: Catalog, store: str,
+def _rolled(ctx: Context, backend: Backend, catalog: Catalog, job: JobConfig, store: str,
             streams: Sequence[StreamRow], volumes: dict[int, list[VolumeRow]]) -> list[Finding]:
-    """Extend the Object Lock of the streams' volumes where it is due
-    (``archive.rolling_lock``); a warning naming the versions whose extension failed."""
-    rolled = roll_locks(backend, catalog, streams, volumes, ctx.clock.now(),
+    """Extend the Object Lock of job ``job``'s streams' volumes that retention still wants
+    where it is due (``archive.rolling_lock``); a warning naming the versions whose
+    extension failed."""
+    rolled = roll_locks(backend, catalog, job, streams, volumes, ctx.clock.now(),
                         concurrency=ctx.config.stores[store].upload_concurrency)
     if not rolled.failed:
         return []
@@ -646,7 +647,7 @@ def _audit_store(ctx: Context, backend: Backend, name: str, job: JobConfig, host
               if mark_bad(catalog, by_id[stream_id], first_three(problems), ctx.clock.now(),
                           job=name, action="audit")]
     bad += marked
-    findings += _rolled(ctx, backend, catalog, store, mine, volumes)
+    findings += _rolled(ctx, backend, catalog, job, store, mine, volumes)
     # Tampering marks nothing bad: zbak's versions are still there and read.
     findings = tampering + findings
     mine = [dataclasses.replace(s, state="bad") if s.id in marked else s for s in mine]

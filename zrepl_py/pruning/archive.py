@@ -341,6 +341,40 @@ def job_stores(job: JobConfig, *, accept_early_delete_fee: bool
     return list(found.items())
 
 
+def released_streams(job: JobConfig, streams: Sequence[StreamRow], store: str,
+                     now: dt.datetime) -> frozenset[int]:
+    """Ids of the job's streams in ``store`` whose chain the job's retention releases at
+    ``now``: what ``zbak prune`` would delete but for their Object Lock (each store's
+    ``plan_chain_retention``, then ``keep_last_copies`` across the job's stores, nothing
+    taken as damaged: a damaged stream only keeps more). The rolling lock stops extending
+    them, so their locks lapse and prune can delete them (docs/security.md#prune-on-a-lock-store);
+    a chain retention still wants, or the last sound copy of a stream another store wants,
+    is never among them (pure).
+
+    Args:
+        streams: the catalog's streams of the job's host at or below its dataset, every
+            store (``Catalog.bulk_streams``).
+        store: the store whose locks are rolled.
+        now: aware UTC.
+    """
+    stores = job_stores(job, accept_early_delete_fee=False)
+    if dict(stores).get(store) is None:
+        return frozenset()  # a store without retention keeps every chain
+    by_store = {name: job_streams(job, streams, name) for name, _ in stores}
+    released: set[int] = set()
+    for dataset in by_store[store]:
+        plans: Mapping[str, ChainPlan] = {
+            name: plan_chain_retention(by_store[name][dataset], policy, now)
+            for name, policy in stores if policy is not None and by_store[name].get(dataset)}
+        if len(stores) > 1:
+            every = [s for name, _ in stores for s in by_store[name].get(dataset, ())]
+            wanted = {name: wanted_prefixes(policy, every, now) for name, policy in stores}
+            plans = keep_last_copies([StorePlan(name, plans.get(name), {}) for name, _ in stores],
+                                     every, wanted)
+        released.update(d.stream.id for chain in plans[store].to_delete for d in chain.streams)
+    return frozenset(released)
+
+
 def plan_stores(
     scopes: Sequence[StoreScope],
     job: JobConfig,
