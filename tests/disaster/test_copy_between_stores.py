@@ -413,14 +413,16 @@ def test_copies_into_stores_of_other_codec_chains_re_encode_every_volume(site):
 
 
 def test_a_re_encoded_copy_checks_the_send_stream_and_the_volumes_it_reads(site):
-    """A re-encoded stream is checked before its manifest is written: a source manifest
-    (checksum intact) listing a snapshot the stream does not carry, then a source volume
-    that decodes to the right bytes but is not the catalog's (recompressed at another
-    level), each stop the copy with exit 1, and nothing of it stays in the target."""
+    """A copy is checked before its manifest is written: a source manifest (checksum intact)
+    listing a snapshot the stream does not carry stops a byte copy (plain store c) and a
+    re-encoding one (sealed store b) with exit 1; then a source volume that decodes to the
+    right bytes but is not the catalog's (recompressed at another level) stops the
+    re-encoding one; nothing of the stream stays in the target."""
     recipient = age_recipient(site.tmp / "one.key")
-    source, target = site.tmp / "a", site.tmp / "b"
+    source, target, plain = site.tmp / "a", site.tmp / "b", site.tmp / "c"
     write_config(site, {"a": f'url = "file://{source}"',
-                        "b": sealed_table("b", target, recipient)})
+                        "b": sealed_table("b", target, recipient),
+                        "c": f'url = "file://{plain}"'})
     site.ok("init")
     site.snapshot_steps(range(1))
     site.ok("archive")
@@ -431,16 +433,18 @@ def test_a_re_encoded_copy_checks_the_send_stream_and_the_volumes_it_reads(site)
         ghost = CarriedSnapshot("ghost", carried.guid ^ 1, carried.createtxg - 1)
         path.write_bytes(dataclasses.replace(manifest, snapshots=(ghost, carried)).to_json())
 
-    def refused(says: str) -> None:
-        done = site.run("copy", "--to", "b", "--json")
+    def refused(says: str, store: str = "b") -> None:
+        done = site.run("copy", "--to", store, "--json")
         assert done.returncode == ExitStatus.FAILED, done
         (row,) = json.loads(done.stdout)["rows"]
         assert row["result"] == "failed" and says in row["problem"], row
-        assert not [p for p in target.rglob("*") if "/_zbak/" not in str(p) and p.is_file()]
+        there = site.tmp / store
+        assert not [p for p in there.rglob("*") if "/_zbak/" not in str(p) and p.is_file()]
         with catalog_of(site.config) as catalog:
-            assert catalog.streams(dataset=site.data, store="b") == []
+            assert catalog.streams(dataset=site.data, store=store) == []
 
-    refused("it carries snapshots with guids")
+    refused("carries other snapshots than the catalog's stream 1", "c")
+    refused("carries other snapshots than the catalog's stream 1")
     for path, data in manifests.items():
         path.write_bytes(data)
     first = next(source.rglob("vol-000000.zst"))

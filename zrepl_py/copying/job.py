@@ -148,6 +148,7 @@ def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
         if dry_run:
             return result
         volumes = catalog.bulk_volumes(host=host, below=root, store=source)
+        carried = catalog.bulk_carried(host=host, below=root, store=source)
         throttle = Throttle(dst_cfg.bandwidth_limit, ctx.clock)
         inside = inside_s3(source, ctx.config.stores[source], src_backend, target, dst_cfg,
                            dst_backend)
@@ -161,7 +162,8 @@ def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
                       else there.get(prefixes[stream.parent_id]))
             item = StreamCopy(
                 stream, volumes.get(stream.id, ()), parent,
-                classes.full if stream.kind == "full" else classes.incremental)
+                classes.full if stream.kind == "full" else classes.incremental,
+                carried.get(stream.id))
             try:
                 copied = copy_stream(item, src_backend, dst_backend, catalog, ctx.clock.now,
                                      throttle, inside, result.recodings.get(stream.compression))

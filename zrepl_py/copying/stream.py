@@ -1,14 +1,16 @@
 """Copy one catalogued stream from one store to another, in the order that keeps the catalog
 honest (docs/copies.md#order-of-a-copy):
 
+0. the source's manifest, read and checked against the catalog (its volumes, the snapshot
+   it ends at and the snapshots it carries) before any byte moves;
 1. each volume, read from the source store and put under the same key in the target, its
    bytes hashed as they pass (or, between two ``s3://`` stores on one endpoint, copied inside
    S3, which answers the SHA-256 of what it wrote: ``copying.inside``): the SHA-256 and the size the target reports must be the
    catalog's before the next volume (a mismatch deletes what arrived and stops the stream);
    a volume the target already holds (a copy killed earlier) is checked the same way
    (the store's own SHA-256 where it keeps one, else read back) and kept;
-2. ``manifest.json`` and its copy: the source's manifest, checked against the catalog, with
-   the storage class the target used;
+2. ``manifest.json`` and its copy: the source's manifest with the storage class the target
+   used;
 3. the catalog row of the target store (state ``uploaded``), with its volumes and carried
    snapshots.
 
@@ -36,7 +38,7 @@ from zrepl_py.copying.reencode import Recoding, reencode_volumes
 from zrepl_py.errors import ObjectNotFound, StreamCorrupt
 from zrepl_py.objects.checked import put_with_copy, read_with_copy
 from zrepl_py.objects.layout import MANIFEST
-from zrepl_py.objects.manifest import Manifest, VolumeRecord
+from zrepl_py.objects.manifest import CarriedSnapshot, Manifest, VolumeRecord
 from zrepl_py.stores.base import Backend
 
 
@@ -60,12 +62,15 @@ class StreamCopy:
         volumes: its volume rows, by index.
         parent_id: the target store's stream this one applies on (None for a full).
         storage_class: the class asked of the target for the volumes.
+        carried: the snapshots the catalog records the stream carries, in createtxg order
+            (None: a row recorded without them; the manifest's are then not compared).
     """
 
     stream: StreamRow
     volumes: Sequence[VolumeRow]
     parent_id: int | None
     storage_class: str
+    carried: Sequence[CarriedSnapshot] | None = None
 
 
 def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Catalog,
@@ -89,12 +94,12 @@ def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Cat
     """
     began = dt.datetime.now(dt.UTC)  # the store's clock: leftovers are told apart by it
     stream = item.stream
+    original = _manifest(item, source)  # checked before any byte moves
     if recoding is None:
         versions, used_class, written, kept = _copy_volumes(item, source, target, throttle,
                                                             inside)
-        manifest = _manifest(item, source, used_class)
+        manifest = dataclasses.replace(original, storage_class=used_class)
     else:
-        original = _manifest(item, source, item.storage_class)
         new = reencode_volumes(stream, item.volumes, original.snapshots, recoding, source,
                                target, item.storage_class, throttle)
         manifest = dataclasses.replace(
@@ -197,12 +202,13 @@ def _sha256(chunks: Iterable[bytes]) -> str:
     return digest.hexdigest()
 
 
-def _manifest(item: StreamCopy, source: Backend, storage_class: str) -> Manifest:
-    """The source's manifest of the stream, checked against the catalog's volume rows, with
-    the target's ``storage_class``.
+def _manifest(item: StreamCopy, source: Backend) -> Manifest:
+    """The source's manifest of the stream, checked against the catalog's volume rows and
+    carried snapshots.
 
     Raises:
-        StreamCorrupt: the manifest (and its copy) is damaged or describes other volumes.
+        StreamCorrupt: the manifest (and its copy) is damaged, or describes other volumes or
+            carries other snapshots than the catalog records (the copy would record them).
         ObjectNotFound: neither the manifest nor its copy is in the source store.
     """
     key = item.stream.object_prefix + MANIFEST
@@ -213,5 +219,9 @@ def _manifest(item: StreamCopy, source: Backend, storage_class: str) -> Manifest
         raise StreamCorrupt(f"manifest {source.name}:{key} describes other volumes than the"
                             f" catalog's stream {item.stream.id}: check store {source.name}"
                             " with `zbak audit`")
-    return dataclasses.replace(manifest, storage_class=storage_class)
+    if item.carried is not None and manifest.snapshots != tuple(item.carried):
+        raise StreamCorrupt(f"manifest {source.name}:{key} carries other snapshots than the"
+                            f" catalog's stream {item.stream.id}: check store {source.name}"
+                            " with `zbak audit`")
+    return manifest
 
