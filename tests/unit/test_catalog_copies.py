@@ -239,7 +239,7 @@ def test_publish_writes_primary_and_copy_then_the_mark_and_counts_generations_up
     guard.check()
     assert guard.publish([stream_row(1)], T0) == 1
     assert load_export(store, KEY).healthy
-    assert read_mark(mark_file(state, "cold", KEY)) == 1
+    assert read_mark(mark_file(state, "cold", KEY)).generation == 1
     assert guard.publish([stream_row(1)], T0) is None
     again = StoreGuard(store, "cold", state, job="data", node="node1")
     assert again.publish([stream_row(1), stream_row(2)], T0) == 2

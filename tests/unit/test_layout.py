@@ -36,6 +36,7 @@ PLANNERS = (
     "zrepl_py.daemon.plan",
     "zrepl_py.failover.plan",
     "zrepl_py.drill.plan",
+    "zrepl_py.objects.generations",
 )
 """The pure planners (docs/style.md#planners-are-pure-and-drivers-are-thin): plain rows and config
 in, a plan out."""

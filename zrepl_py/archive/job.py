@@ -338,6 +338,7 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
                 host=source.host, below=str(source.dataset), store=cfg.store), cfg.store)
             guard.publish([s for d in sorted(by_dataset) for s in by_dataset[d]],
                           run.clock.now())
+            guard.extend_lock(run.clock.now())  # a failure fails the run, as _roll_locks'
         result = ArchiveResult(name, cfg.store, dry_run, results)
         _tell_hooks(hooks.outcome, result, str(source.dataset))
     return result

@@ -27,6 +27,17 @@ export older than the mark, or missing, means the store was rolled back, restore
 older copy or replaced (borg ``RepositoryReplay``), and the run stops with ``CatalogReplay``.
 A store without marks (a new machine, or a deployment from before exports) is accepted and
 the first archive or prune writes the export.
+
+On a store that keeps versions (S3 Object Lock) no key is written twice
+(docs/decisions.md#write-once-catalog-exports): each generation goes under a key of its own,
+``_zbak/catalog/NODE/JOB/GNNNNNNNNNN.json`` and its copy (``layout.generation_key``), numbered
+above every generation key the store ever held (delete markers included). The mark names
+that key, the version ids the puts answered and their lock (the earlier of the two), so the
+check reads exactly the versions zbak wrote (an overwrite or a delete marker since changes
+nothing it reads), archive and audit extend that lock as the rolling lock does
+(:meth:`StoreGuard.extend_lock`), and prune deletes older generations once their locks lapse
+(:meth:`StoreGuard.prune_generations`). Readers take per ``NODE/JOB`` the newest generation
+that reads (:func:`read_exports`).
 """
 
 from __future__ import annotations
@@ -50,9 +61,10 @@ from zrepl_py.errors import (
     ZbakError,
 )
 from zrepl_py.objects.checked import canonical_sha256, put_with_copy, read_object, read_with_copy
-from zrepl_py.objects.layout import EXPORT_PREFIX, copy_key, export_key
+from zrepl_py.objects.generations import candidates, next_generation, stale_versions
+from zrepl_py.objects.layout import EXPORT_PREFIX, copy_key, export_key, generation_key
 from zrepl_py.runtime.statedir import write_private_file
-from zrepl_py.stores.base import Backend, ObjectInfo
+from zrepl_py.stores.base import Backend, ObjectInfo, PutResult
 
 log = logging.getLogger(__name__)
 
@@ -206,18 +218,43 @@ def mark_file(state_dir: Path, store: str, key: str) -> Path:
     return marks_dir(state_dir, store) / key
 
 
-def read_mark(path: Path) -> int | None:
-    """The generation recorded in mark file ``path``, None when there is none.
+@dataclasses.dataclass(frozen=True)
+class Mark:
+    """This machine's high-water mark of one export (module docstring).
+
+    Attributes:
+        key: the key of the generation it trusts: the single key (``layout.export_key``),
+            or on a store that keeps versions that generation's own key.
+        generation: >= 1.
+        versions: key -> the version id zbak wrote there (the generation's primary and
+            copy; empty where the store keeps no versions).
+        retain_until: the earlier lock of the two (aware UTC); None without a lock.
+    """
+
+    key: str
+    generation: int
+    versions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    retain_until: dt.datetime | None = None
+
+
+def read_mark(path: Path) -> Mark | None:
+    """The mark recorded in file ``path``, None when there is none (a mark written before
+    versions were recorded has none of them).
 
     Raises:
         ZbakError: the file exists but cannot be read or parsed (the message names it).
     """
     try:
         obj = json.loads(path.read_bytes())
-        generation = obj["generation"]
+        generation, key = obj["generation"], obj["key"]
         if not isinstance(generation, int) or generation < 1:
             raise ValueError(f"generation {generation!r}")
-        return generation
+        versions = obj.get("versions", {})
+        if not isinstance(key, str) or not isinstance(versions, dict) or not all(
+                isinstance(v, str) for v in (*versions, *versions.values())):
+            raise ValueError("key or versions of the wrong type")
+        until = obj.get("retain_until")
+        return Mark(key, generation, versions, None if until is None else parse_time(until))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -225,14 +262,25 @@ def read_mark(path: Path) -> int | None:
                         " to accept the store's export as it is") from None
 
 
-def write_mark(path: Path, key: str, generation: int, now: dt.datetime) -> None:
-    """Record ``generation`` of export ``key`` in mark file ``path`` (atomic, mode 0600).
+def write_mark(path: Path, mark: Mark, now: dt.datetime) -> None:
+    """Record ``mark`` in mark file ``path`` (atomic, mode 0600).
 
     Raises:
         OSError: the state directory cannot be written.
     """
-    data = {"key": key, "generation": generation, "written_at": _time_out(now)}
+    data = {"key": mark.key, "generation": mark.generation, "written_at": _time_out(now),
+            "versions": dict(mark.versions), "retain_until": _time_out(mark.retain_until)}
     write_private_file(path, json.dumps(data).encode())
+
+
+def _stored(key: str, puts: tuple[PutResult, PutResult]) -> tuple[dict[str, str],
+                                                                  dt.datetime | None]:
+    """The version ids ``put_with_copy`` answered for ``key`` and its copy, and the earlier
+    of their locks (None when either has none)."""
+    versions = {k: put.version_id for k, put in zip((key, copy_key(key)), puts, strict=True)
+                if put.version_id is not None}
+    dates = [put.retain_until for put in puts]
+    return versions, None if None in dates else min(d for d in dates if d is not None)
 
 
 def node_name() -> str:
@@ -261,19 +309,35 @@ class StoreGuard:
         self._loaded: LoadedExport | None = None
         self._checked = False
 
-    def _load(self, key: str) -> LoadedExport | None:
+    def _load(self, key: str, mark_key: str,
+              versions: Mapping[str, str] | None = None) -> LoadedExport | None:
         try:
-            return load_export(self.backend, key)
+            return load_export(self.backend, key, versions)
         except CatalogExportCorrupt as exc:
             raise CatalogExportCorrupt(
                 f"{exc}. Nothing was done: zbak cannot tell whether store {self.store} was"
                 " rolled back. Check the store (`zbak audit`); once it is the one to keep,"
                 f" delete {key} and {copy_key(key)} from it and remove"
-                f" {mark_file(self.state_dir, self.store, key)}: the next archive or prune"
+                f" {mark_file(self.state_dir, self.store, mark_key)}: the next archive or prune"
                 " writes the export again") from None
 
+    def _own(self) -> tuple[str, str, Path]:
+        """The job, its export's single key and this machine's mark file of it."""
+        if self.key is None or self.job is None:
+            raise ValueError("a StoreGuard without a job has no export of its own")
+        return self.job, self.key, mark_file(self.state_dir, self.store, self.key)
+
+    def mark(self) -> Mark | None:
+        """This machine's mark of the job's export in the store, None when it has none.
+
+        Raises:
+            ValueError: the guard has no job; ZbakError: the mark is unreadable.
+        """
+        return read_mark(self._own()[2])
+
     def check(self) -> None:
-        """Compare every mark of this store with the export it names (module docstring).
+        """Compare every mark of this store with the export it names (module docstring):
+        the generation the mark trusts, read by the versions it records.
 
         Raises:
             CatalogReplay: an export is missing or older than its mark.
@@ -290,11 +354,14 @@ class StoreGuard:
         for key in sorted(keys):
             path = mark_file(self.state_dir, self.store, key)
             mark = read_mark(path)
-            loaded = self._load(key)
+            at = key if mark is None else mark.key
+            # by the versions zbak wrote, where the store keeps them
+            pinned = mark.versions if mark is not None and self.backend.keeps_versions else None
+            loaded = self._load(at, key, pinned)
             if key == self.key:
                 self._loaded = loaded
-            check_generation(key, self.store, loaded.export.generation if loaded else None,
-                             mark, path)
+            check_generation(at, self.store, loaded.export.generation if loaded else None,
+                             None if mark is None else mark.generation, path)
         self._checked = True
 
     def forget(self) -> None:
@@ -307,19 +374,18 @@ class StoreGuard:
             ValueError: the guard has no job.
             OSError: the mark could not be removed.
         """
-        if self.key is None:
-            raise ValueError("a StoreGuard without a job has no mark of its own")
-        path = mark_file(self.state_dir, self.store, self.key)
+        _, key, path = self._own()
         if path.exists():
             path.unlink()
             log.warning("store %s: the catalog holds no stream of job %s there: forgot this"
                         " machine's mark of its export %s; the store is filled again from"
-                        " the start", self.store, self.job, self.key)
+                        " the start", self.store, self.job, key)
 
     def publish(self, streams: Sequence[StreamRow], now: dt.datetime) -> int | None:
         """Write the job's export for ``streams`` when it differs from the stored one or is
         not healthy, then record the new generation as the mark; return it (None: nothing
-        to write).
+        to write). On a store that keeps versions the generation goes under a key of its
+        own (module docstring).
 
         Raises:
             ValueError: the guard has no job.
@@ -327,47 +393,127 @@ class StoreGuard:
             StoreError: a put failed (the mark is unchanged: the store is ahead, not behind).
             OSError: the mark could not be written.
         """
-        if self.key is None or self.job is None:
-            raise ValueError("a StoreGuard without a job writes no export")
+        job, single, path = self._own()
         if not self._checked:
             self.check()
         rows = tuple(export_rows(streams))
         old = self._loaded
         if old is not None and old.healthy and old.export.streams == rows:
             return None
-        path = mark_file(self.state_dir, self.store, self.key)
-        generation = max(old.export.generation if old else 0, read_mark(path) or 0) + 1
-        export = CatalogExport(generation, now, self.node, self.job, self.store,
+        mark = read_mark(path)
+        floor = max(old.export.generation if old else 0, mark.generation if mark else 0)
+        if self.backend.keeps_versions:
+            generation = next_generation(
+                (v.info.key for v in self.backend.list_versions(_generations_of(single))),
+                floor)
+            key = generation_key(single, generation)
+        else:
+            generation, key = floor + 1, single
+        export = CatalogExport(generation, now, self.node, job, self.store,
                                f"zbak {__version__}", rows)
-        put_with_copy(self.backend, self.key, export.to_json())
-        write_mark(path, self.key, generation, now)
+        versions, until = _stored(key, put_with_copy(self.backend, key, export.to_json()))
+        write_mark(path, Mark(key, generation, versions, until), now)
         self._loaded = LoadedExport(export, True)
         log.info("store %s: catalog export %s is now generation %d (%d streams)", self.store,
-                 self.key, generation, len(rows))
+                 key, generation, len(rows))
         return generation
+
+    def extend_lock(self, now: dt.datetime) -> dt.datetime | None:
+        """Extend the Object Lock of the generation this machine's mark trusts (primary and
+        copy) to now + period once less than half the period is left, as the rolling lock
+        does for volumes (``archive.rolling_lock``), and record the new date in the mark;
+        return it (None: nothing was due, no lock store, or no mark with versions).
+
+        Raises:
+            ValueError: the guard has no job.
+            StoreError: an extension failed (the mark keeps the old date).
+            ZbakError: the mark is unreadable; OSError: it could not be written.
+        """
+        _, _, path = self._own()
+        policy = self.backend.lock_policy
+        mark = read_mark(path)
+        if (policy is None or mark is None or mark.retain_until is None or not mark.versions
+                or not policy.due(mark.retain_until, now)):
+            return None
+        until = min(self.backend.lock_version(key, version)
+                    for key, version in mark.versions.items())
+        write_mark(path, dataclasses.replace(mark, retain_until=until), now)
+        log.info("store %s: extended the Object Lock of catalog export %s to %s", self.store,
+                 mark.key, _time_out(until))
+        return until
+
+    def prune_generations(self, now: dt.datetime) -> list[tuple[str, str]]:
+        """On a store that keeps versions, delete by version id every version and delete
+        marker of the job's older export generations whose lock has lapsed (HeadObject of
+        each version: whatever lock the store holds); never the newest generation's keys
+        nor those this machine's mark trusts. Returns the ``(key, version id)`` deleted.
+
+        Raises:
+            ValueError: the guard has no job.
+            StoreError: listing, a HeadObject or a delete failed (the rest waits for the
+                next prune); ZbakError: the mark is unreadable.
+        """
+        job, single, path = self._own()
+        if not self.backend.keeps_versions:
+            return []
+        mark = read_mark(path)
+        keep = set() if mark is None else {mark.key, copy_key(mark.key)}
+        listed = [v for v in self.backend.list_versions(single.removesuffix(".json"))
+                  if v.info.key.startswith((single, _generations_of(single)))]
+        deleted = []
+        for version in stale_versions(listed, keep):
+            key, version_id = version.info.key, version.version_id
+            until = None if version.marker else self.backend.retain_until(key, version_id)
+            if until is not None and until > now:
+                log.info("store %s: kept %s (version %s) of an older catalog export: locked"
+                         " until %s", self.store, key, version_id, _time_out(until))
+                continue
+            self.backend.delete_version(key, version_id)
+            deleted.append((key, version_id))
+        if deleted:
+            log.info("store %s: deleted %d version(s) of older catalog exports of job %s",
+                     self.store, len(deleted), job)
+        return deleted
+
+
+def _generations_of(single: str) -> str:
+    """The prefix of the generation keys of the export whose single key is ``single``."""
+    return single.removesuffix(".json") + "/"
 
 
 def read_exports(backend: Backend, listing: Iterable[ObjectInfo] | None = None,
                  versions: Mapping[str, str] | None = None,
                  ) -> tuple[list[tuple[str, CatalogExport]], list[tuple[str, str]]]:
-    """Every catalog export in the store as ``(key, export)`` (copies used where a primary
-    fails), and ``(key, why)`` for those that cannot be read. ``listing``/``versions``: the
-    objects and the version of each key to read (default: the store's listing, newest).
+    """The newest catalog export of each ``NODE/JOB`` in the store as ``(key, export)``: of
+    its single key and its newest generation key that reads (copies used where a primary
+    fails), the higher generation; and ``(key, why)`` for those that cannot be read.
+    ``listing``/``versions``: the objects and the version of each key to read (default:
+    the store's listing, newest).
 
     Raises:
         StoreError: listing the store failed.
     """
     objects = backend.list(EXPORT_PREFIX) if listing is None else listing
-    keys = sorted({info.key.removesuffix(".copy") for info in objects
-                   if info.key.startswith(EXPORT_PREFIX)
-                   and info.key.endswith((".json", ".json.copy"))})
-    found, bad = [], []
-    for key in keys:
+    found: list[tuple[str, CatalogExport]] = []
+    bad: list[tuple[str, str]] = []
+
+    def load(key: str) -> CatalogExport | None:
         try:
             loaded = load_export(backend, key, versions)
         except (CatalogExportCorrupt, StoreError) as exc:
             bad.append((key, str(exc)))
-            continue
-        if loaded is not None:
-            found.append((key, loaded.export))
+            return None
+        return None if loaded is None else loaded.export
+
+    found_keys = candidates(info.key for info in objects)
+    for single in sorted(found_keys):
+        keys = found_keys[single]
+        read = [(key, export) for key in ([keys.single] if keys.single else [])
+                if (export := load(key)) is not None]
+        for key in keys.generations:  # newest first: the first that reads
+            if (export := load(key)) is not None:
+                read.append((key, export))
+                break
+        if read:
+            found.append(max(read, key=lambda ke: ke[1].generation))
     return found, bad

@@ -48,7 +48,7 @@ def rebuild(inv: Invocation, store: str, merge: bool, not_after: str | None,
         emit_json({"store": store, "manifests": result.manifests, "added": result.added,
                    "present": result.present,
                    "skipped": [{"key": s.key, "why": s.why} for s in result.skipped],
-                   "not_after": cutoff,
+                   "lost": result.lost, "not_after": cutoff,
                    "untrusted": [{"key": key, "version_id": version, "kind": kind,
                                   "last_modified": when}
                                  for key, version, kind, when in untrusted]})

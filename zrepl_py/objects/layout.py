@@ -11,6 +11,8 @@ archive run finds its own partial upload again::
         manifest.json.copy                        the same bytes, written after it
     _zbak/catalog/NODE/JOB.json                   the catalog export of JOB written by
     _zbak/catalog/NODE/JOB.json.copy              machine NODE (``catalog.export``), and its copy
+    _zbak/catalog/NODE/JOB/G0000000007.json       the same, generation 7, on a store that keeps
+    _zbak/catalog/NODE/JOB/G0000000007.json.copy  versions: each generation written once
 
 TXG is the to-snapshot's createtxg zero-padded to 20 digits so keys sort in chain order; guids
 are 16 hex digits. ``HOST`` is ``local`` for datasets of this machine, else the config's host
@@ -31,6 +33,7 @@ COPY_SUFFIX = ".copy"
 MANIFEST_COPY = MANIFEST + COPY_SUFFIX
 EXPORT_PREFIX = "_zbak/catalog/"
 _NODE_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_EXPORT = re.compile(r"(?P<node>[^/]+)/(?P<job>[^/]+?)(?:\.json|/G(?P<generation>\d{10})\.json)")
 _VOLUME = re.compile(r"vol-(\d{6})\.zst")
 _STREAM_DIR = re.compile(
     r"(?P<txg>\d{20})-(?:full-(?P<full>[0-9a-f]{16})|incr-(?P<from>[0-9a-f]{16})-(?P<to>[0-9a-f]{16}))"
@@ -83,6 +86,33 @@ def export_key(node: str, job: str) -> str:
     ``node`` (its hostname; characters outside ``[A-Za-z0-9_.-]`` become ``_``)."""
     safe = _NODE_UNSAFE.sub("_", node).lstrip(".") or "node"
     return f"{EXPORT_PREFIX}{safe}/{job}.json"
+
+
+def generation_key(key: str, generation: int) -> str:
+    """``_zbak/catalog/NODE/JOB/G0000000007.json``: generation ``generation`` (1 to
+    9,999,999,999) of the export whose single key is ``key`` (:func:`export_key`), the key a
+    store that keeps versions holds it under (docs/decisions.md#write-once-catalog-exports).
+
+    Raises:
+        ValueError: ``generation`` out of range.
+    """
+    if not 1 <= generation <= 9_999_999_999:
+        raise ValueError(f"export generation {generation} out of range 1..9999999999")
+    return f"{key.removesuffix('.json')}/G{generation:010d}.json"
+
+
+def parse_export_key(key: str) -> tuple[str, str, int | None] | None:
+    """What an export key (or its ``.copy``) names: ``(single key, job, generation)``, the
+    single key as :func:`export_key` makes it and generation None for the single key itself;
+    None for any other key (pure)."""
+    if not key.startswith(EXPORT_PREFIX):
+        return None
+    match = _EXPORT.fullmatch(key.removeprefix(EXPORT_PREFIX).removesuffix(COPY_SUFFIX))
+    if match is None:
+        return None
+    node, job, generation = match.group("node", "job", "generation")
+    return (f"{EXPORT_PREFIX}{node}/{job}.json", job,
+            None if generation is None else int(generation))
 
 
 def volume_index(key: str) -> int | None:

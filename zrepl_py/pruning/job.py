@@ -305,9 +305,10 @@ def _execute_store(ctx: Context, name: str, job: JobConfig, backend: Backend,
                    guard: StoreGuard, result: ArchivePruneResult,
                    backends: Mapping[str, Backend]) -> None:
     """Execute a store's planned datasets as one recorded run (``prune``, target
-    ``archive:STORE``), then publish the store's catalog export; errors go in ``result``.
-    ``backends``: the job's open stores by name (a delete relying on a copy in one of them
-    re-checks it, ``pruning.chain_delete``)."""
+    ``archive:STORE``), then publish the store's catalog export and delete its older
+    generations whose locks lapsed (``StoreGuard.prune_generations``); errors go in
+    ``result``. ``backends``: the job's open stores by name (a delete relying on a copy in
+    one of them re-checks it, ``pruning.chain_delete``)."""
     store = result.store
     try:
         with recorded_run(ctx.catalog(), ctx.clock, name, "prune", f"archive:{store}") as record:
@@ -324,6 +325,8 @@ def _execute_store(ctx: Context, name: str, job: JobConfig, backend: Backend,
                 host=job.source.host, below=str(job.source.dataset), store=store), store)
             guard.publish([s for d in sorted(by_dataset) for s in by_dataset[d]],
                           ctx.clock.now())
+            # docs/decisions.md#write-once-catalog-exports: older generations once lapsed
+            guard.prune_generations(ctx.clock.now())
     except ZbakError as exc:
         log.error("job %s: pruning store %s failed: %s", name, store, exc)
         result.error = str(exc)
