@@ -14,7 +14,7 @@ chain, rewrites the master's catalog, and asks ``zbak serve`` to release and des
 replica snapshot. Then, on a clean host with a fresh state directory and read-only
 credentials (the proxy refusing every write): ``zbak catalog rebuild --not-after`` lists every
 one of the intruder's versions and markers as untrusted and rebuilds the real chain; ``zbak
-audit`` names every tampered key; each snapshot the store held restores with its guid and
+audit`` names every tampered key, the catalog export's generation keys included; each snapshot the store held restores with its guid and
 files; the replica keeps every snapshot (all are within the floor).
 
 With the protections off (the same bucket, the store without ``object_lock``, serve without a
@@ -148,6 +148,8 @@ def _attack_and_recover(make_pool, sshd_factory, tmp: Path, s3_server, bucket: s
 
     streams = {k for k in keys if not k.startswith("_zbak/")}
     assert streams <= named("tampering: "), findings
+    exports = set(keys) - streams  # each export generation is written once, so audited too
+    assert exports and exports <= named("tampering: catalog export "), findings
     assert streams <= named("the catalog does not know"), "each overwrite: an unknown version"
     assert forged[0].rsplit("/", 1)[0] + "/" in named("has a manifest but is not in the catalog")
     assert json.loads(out)["jobs"][0]["bad"] == []

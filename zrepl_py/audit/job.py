@@ -61,9 +61,15 @@ from zrepl_py.audit.deep import Deadline, DeepAudit, DeepResult, ScratchPool, ch
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.audit.graph import ChainStream, GraphInput, TargetListing, audit_graph, sort_findings
 from zrepl_py.audit.load import load_graph_input
-from zrepl_py.audit.objects import audit_objects, unfinished_findings, version_findings
+from zrepl_py.audit.objects import (
+    audit_objects,
+    export_version_findings,
+    unfinished_findings,
+    version_findings,
+)
 from zrepl_py.audit.restorable import Coverage, coverage, coverage_findings, stray, strays_of
 from zrepl_py.catalog.base import CHUNK
+from zrepl_py.catalog.export import StoreGuard
 from zrepl_py.catalog.rows import (
     CursorRow,
     DatasetStreams,
@@ -90,7 +96,9 @@ from zrepl_py.hooks.around import ActionHooks
 from zrepl_py.hooks.environment import Facts
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.objects.checked import read_with_copy
+from zrepl_py.objects.generations import job_generations
 from zrepl_py.objects.layout import (
+    EXPORT_PREFIX,
     MANIFEST,
     MANIFEST_COPY,
     dataset_prefix,
@@ -98,7 +106,7 @@ from zrepl_py.objects.layout import (
     volume_index,
 )
 from zrepl_py.objects.manifest import Manifest
-from zrepl_py.objects.versions import as_written
+from zrepl_py.objects.versions import as_written, pin
 from zrepl_py.observe.runlog import recorded_run
 from zrepl_py.runtime.prefetch import Prefetch
 from zrepl_py.snapshots.inventory import left_out_now
@@ -358,6 +366,7 @@ def _audit(ctx: Context, name: str, job: JobConfig, host: str, root: str, *, dee
         if root not in names:
             run.uncatalogued(names)
     run.unfinished()
+    run.exports()
     # The replica cursors once, after every batch (as they came after the archives; their
     # targets are listed here, once the store's listing is no longer waited for).
     run.graph += audit_graph(GraphInput(streams=[], snapshots=run.pinned, cursors=cursors,
@@ -485,6 +494,39 @@ class _JobAudit:
                  if (dataset := stream_dataset(u.key, self.host)) is None or self.mine(dataset)],
                 host=self.host, store=store, now=now,
                 stale_after=dt.timedelta(days=STALE_UPLOAD_DAYS))
+
+    def exports(self) -> None:
+        """On each write-once store (``Backend.keeps_versions``): the versions of the job's
+        catalog export generations, every machine's (one version listing of the exports per
+        store), tampering named (``audit.objects.export_version_findings``; this machine's
+        generations by the versions its mark records, others by their first), and the lock
+        of the generation this machine's mark trusts extended where due
+        (``catalog.export.StoreGuard.extend_lock``). A store error is a warning."""
+        now = self.ctx.clock.now()
+        for store, backend in self.backends.items():
+            if not backend.keeps_versions:
+                continue
+            guard = StoreGuard(backend, store, self.ctx.state_dir, job=self.name)
+            mark = guard.mark()
+            try:
+                listed = job_generations(backend.list_versions(EXPORT_PREFIX), self.name)
+            except StoreError as exc:
+                self.found[store].append(Finding(
+                    Severity.WARNING, "objects", f"the versions of the catalog exports in"
+                    f" store {store} could not be listed: {exc}", "give the store's profile"
+                    " s3:ListBucketVersions", store=store))
+                continue
+            self.found[store] += export_version_findings(
+                pin(listed, {} if mark is None else mark.versions), store=store)
+            try:
+                guard.extend_lock(now)
+            except StoreError as exc:
+                self.found[store].append(Finding(
+                    Severity.WARNING, "objects", f"the Object Lock of catalog export"
+                    f" {mark.key if mark else guard.key} in store {store} could not be"
+                    f" extended: {exc}", "check the store's credential may"
+                    " s3:PutObjectRetention; the next audit or archive tries again before the"
+                    " lock lapses", store=store))
 
     def result(self, notes: list[Finding]) -> AuditResult:
         """The job's result: every finding sorted (``sort_findings``, stable: in the order

@@ -51,8 +51,8 @@ from zrepl_py.objects.layout import (
     stream_dataset,
 )
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
-from zrepl_py.objects.versions import Pinned
-from zrepl_py.stores.base import Backend, ObjectInfo, Unfinished
+from zrepl_py.objects.versions import Pinned, Tampered
+from zrepl_py.stores.base import Backend, ObjectInfo, Unfinished, Version
 
 MANIFEST_CLASS = "STANDARD"
 TRUST_MANIFESTS_FOR = dt.timedelta(days=30)
@@ -190,28 +190,57 @@ def version_findings(pinned: Pinned, owned: Mapping[str, StreamRow]) -> list[Fin
         stream = owned.get(tampered.key)
         if stream is None:
             continue
-        latest = tampered.latest
-        when = f"{latest.info.modified:%Y-%m-%d %H:%M:%S}Z"
-        what = (f"hidden by a delete marker ({when})" if latest.marker else
-                f"overwritten by version {latest.version_id} ({latest.info.size:,} bytes,"
-                f" {when})")
-        named.add((tampered.key, latest.version_id))
+        named.add((tampered.key, tampered.latest.version_id))
         found.append(_finding(
             stream, Severity.ERROR, f"tampering: {tampered.key} of stream {stream.id}"
-            f" (@{stream.to_name}) in store {stream.store} was {what} after zbak wrote"
-            f" version {tampered.own.version_id}; zbak writes each key once",
-            "someone holding the store's credentials wrote it: find out who and replace the"
-            " keys; restores read zbak's version, which is still there", tampered.key))
+            f" (@{stream.to_name}) in store {stream.store} was {_tampered_how(tampered)}",
+            _TAMPERED_ACTION, tampered.key))
     for key, versions in pinned.unknown.items():
         stream = owned.get(key)
         others = [v for v in versions if (key, v.version_id) not in named]
         if stream is None or not others:
             continue
-        found.append(_finding(
-            stream, Severity.INFO, f"{len(others)} version(s) of {key} the catalog does not"
-            f" know: {', '.join(v.version_id for v in others[:3])}"
-            + (f" and {len(others) - 3} more" if len(others) > 3 else ""),
-            "nothing reads them; check what wrote them", key))
+        found.append(_finding(stream, Severity.INFO, _unknown_text(key, others),
+                              "nothing reads them; check what wrote them", key))
+    return found
+
+
+_TAMPERED_ACTION = ("someone holding the store's credentials wrote it: find out who and replace"
+                    " the keys; restores read zbak's version, which is still there")
+
+
+def _tampered_how(tampered: Tampered) -> str:
+    """What was done to a tampered key, and which version zbak wrote."""
+    latest = tampered.latest
+    when = f"{latest.info.modified:%Y-%m-%d %H:%M:%S}Z"
+    what = (f"hidden by a delete marker ({when})" if latest.marker else
+            f"overwritten by version {latest.version_id} ({latest.info.size:,} bytes, {when})")
+    return f"{what} after zbak wrote version {tampered.own.version_id}; zbak writes each key once"
+
+
+def _unknown_text(key: str, others: Sequence[Version]) -> str:
+    return (f"{len(others)} version(s) of {key} the catalog does not know:"
+            f" {', '.join(v.version_id for v in others[:3])}"
+            + (f" and {len(others) - 3} more" if len(others) > 3 else ""))
+
+
+def export_version_findings(pinned: Pinned, *, store: str) -> list[Finding]:
+    """Findings of the versions of a job's catalog export generations in a write-once store
+    (pure; ``objects.generations.job_generations`` pinned by ``objects.versions.pin``): an
+    error per generation key whose newest version or delete marker is not zbak's
+    (docs/decisions.md#write-once-catalog-exports: each generation is written once),
+    information for its other versions. Nothing reads the newest versions: rollback checks
+    read the versions the mark records, recoveries the store as of a time."""
+    found = [Finding(Severity.ERROR, "objects", f"tampering: catalog export {t.key} in store"
+                     f" {store} was {_tampered_how(t)}", _TAMPERED_ACTION, store=store, key=t.key)
+             for t in pinned.tampered]
+    named = {(t.key, t.latest.version_id) for t in pinned.tampered}
+    for key, versions in pinned.unknown.items():
+        others = [v for v in versions if (key, v.version_id) not in named]
+        if others:
+            found.append(Finding(Severity.INFO, "objects", _unknown_text(key, others),
+                                 "nothing reads them; check what wrote them", store=store,
+                                 key=key))
     return found
 
 
