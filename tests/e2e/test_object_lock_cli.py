@@ -18,10 +18,13 @@ import pytest
 import sqlalchemy as sa
 from support.catalog import catalogued_versions
 from support.cli import Zbak, exists, initialised, prop, restored_content, tree_digest, zfs
+from support.intrusion import clean_host, store_table
 
 from zrepl_py.catalog.db import make_engine
+from zrepl_py.catalog.export import mark_file, node_name
 from zrepl_py.catalog.models import stream_table, volume_table
 from zrepl_py.errors import ExitStatus
+from zrepl_py.objects.layout import export_key, generation_key
 
 MiB = 1 << 20
 LOCK = 'object_lock = { mode = "compliance", period = "3d" }'
@@ -231,9 +234,14 @@ def test_archive_and_audit_extend_each_lock_once_less_than_half_the_period_is_le
     and manifest copies, are set back to 1 day left (in moto, which lets a lock be shortened,
     and in the catalog): ``zbak audit`` extends each of them to now + 3 days (moto's date and
     the catalog's move) and leaves the last volume, with more than half the period left,
-    alone. Set back again, ``zbak archive`` (nothing new to write) extends them too."""
+    alone. Set back again, ``zbak archive`` (nothing new to write) extends them too. The
+    catalog export's generation (primary and copy) is set back and extended with them, its
+    date recorded in this machine's mark."""
     bucket, client = _lock_bucket(s3_server)
     _, _, run = _two_streams(zpool, tmp_path, s3_server, bucket, capsys)
+    mark_path = _mark_path(tmp_path, export_key(node_name(), "data"))
+    export = list(json.loads(mark_path.read_bytes())["versions"].items())
+    assert len(export) == 2, export
     catalog = tmp_path / "state" / "catalog.sqlite"
     recorded = catalogued_versions(catalog)
     *aged, fresh = recorded
@@ -250,13 +258,15 @@ def test_archive_and_audit_extend_each_lock_once_less_than_half_the_period_is_le
 
     for command in ("audit", "archive"):
         short = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).replace(microsecond=0)
-        for key, version_id in [(k, v) for k, v, _ in aged] + manifests:
+        for key, version_id in [(k, v) for k, v, _ in aged] + manifests + export:
             client.put_object_retention(Bucket=bucket, Key=f"zbak/{key}", VersionId=version_id,
                                         Retention={"Mode": "COMPLIANCE",
                                                    "RetainUntilDate": short})
             assert lock_of(key, version_id) == short
         _set_retain_until(catalog, {version_id: short for _, version_id, _ in aged})
         _set_manifest_retain_until(catalog, short)
+        mark = json.loads(mark_path.read_bytes())
+        mark_path.write_text(json.dumps({**mark, "retain_until": f"{short:%Y-%m-%dT%H:%M:%SZ}"}))
         before = dt.datetime.now(dt.UTC)
         status, out, err = run(command)
         assert status == ExitStatus.OK, out + err
@@ -268,10 +278,12 @@ def test_archive_and_audit_extend_each_lock_once_less_than_half_the_period_is_le
                     <= after + dt.timedelta(days=3, seconds=1)), (command, key)
             assert now_recorded[version_id] == until, (command, key)
         assert lock_of(fresh[0], fresh[1]) == fresh[2] == now_recorded[fresh[1]], command
-        extended = {key: lock_of(key, version_id) for key, version_id in manifests}
+        extended = {key: lock_of(key, version_id) for key, version_id in manifests + export}
         for key, until in extended.items():
             assert (before + dt.timedelta(days=3) <= until
                     <= after + dt.timedelta(days=3, seconds=1)), (command, key)
+        assert json.loads(mark_path.read_bytes())["retain_until"] == (
+            f"{min(extended[key] for key, _ in export):%Y-%m-%dT%H:%M:%SZ}"), command
         for prefix, _, _, until in _manifest_versions(catalog):
             assert until == min(extended[prefix + "manifest.json"],
                                 extended[prefix + "manifest.json.copy"]), (command, prefix)
@@ -427,6 +439,127 @@ def test_prune_deletes_versions_the_catalog_does_not_know_once_their_own_locks_l
     status, out, err = run("audit", "--json")
     assert status == ExitStatus.OK, out + err
     assert not [f for f in json.loads(out)["findings"] if f["severity"] == "error"], out
+
+
+def test_each_catalog_export_is_written_once_and_rebuild_audit_and_archive_read_generations(
+        zpool, tmp_path, s3_server, s3_bucket, capsys):
+    """docs/decisions.md#write-once-catalog-exports. Two archives write generations 1 and 2
+    of the job's export, each under a key of its own with its copy, one locked version each,
+    and the mark names generation 2 with the versions S3 answered and their lock. With the
+    second stream's manifests hidden by the intruder, a clean host's ``catalog rebuild``
+    reads generation 2 (the newest) and so names that stream lost (generation 1 does not
+    list it). The intruder then overwrites generation 2 and its copy with garbage and hides
+    generation 1's copy: ``zbak audit`` names each as tampering (exit 4), and the next
+    ``zbak archive`` checks the store against the versions its mark records (the newest are
+    garbage) and writes generation 3."""
+    bucket, client = _lock_bucket(s3_server)
+    data, mount, run = _two_generations(zpool, tmp_path, s3_server, bucket, capsys)
+    single = export_key(node_name(), "data")
+    first, second = (f"zbak/{generation_key(single, n)}" for n in (1, 2))
+    versions = _export_versions(client, bucket)
+    assert sorted(versions) == sorted(
+        (key, False) for key in (first, first + ".copy", second, second + ".copy")), versions
+    locks = {key: client.head_object(Bucket=bucket, Key=key, VersionId=version_id)
+             for (key, _), version_id in versions.items()}
+    assert {head.get("ObjectLockMode") for head in locks.values()} == {"COMPLIANCE"}
+    mark = json.loads(_mark_path(tmp_path, single).read_bytes())
+    assert (mark["key"], mark["generation"]) == (second.removeprefix("zbak/"), 2), mark
+    assert mark["versions"] == {k.removeprefix("zbak/"): versions[(k, False)]
+                                for k in (second, second + ".copy")}, mark
+    assert mark["retain_until"] == min(locks[k]["ObjectLockRetainUntilDate"] for k in (
+        second, second + ".copy")).strftime("%Y-%m-%dT%H:%M:%SZ"), mark
+
+    (_, older), (_, newer) = _chains(tmp_path / "state" / "catalog.sqlite")
+    for key in (f"zbak/{newer}manifest.json", f"zbak/{newer}manifest.json.copy"):
+        client.delete_object(Bucket=bucket, Key=key)  # the intruder's delete markers
+    clean = clean_host(tmp_path / "clean", store_table(bucket, s3_server.endpoint_url,
+                                                       s3_server.region), "data", data)
+    status, out, err = clean("catalog", "rebuild", "cold", "--json")
+    assert status == ExitStatus.OK, out + err
+    assert json.loads(out)["lost"] == [newer], out  # generation 2 lists it, 1 does not
+
+    for key in (second, second + ".copy"):
+        client.put_object(Bucket=bucket, Key=key, Body=os.urandom(
+            client.head_object(Bucket=bucket, Key=key)["ContentLength"]))
+    client.delete_object(Bucket=bucket, Key=first + ".copy")
+    status, out, err = run("audit", "--json")
+    assert status == ExitStatus.AUDIT_FINDINGS, out + err
+    named = {f["key"] for f in json.loads(out)["findings"] if f["severity"] == "error"
+             and f["problem"].startswith("tampering: catalog export ")}
+    assert named == {k.removeprefix("zbak/") for k in (second, second + ".copy",
+                                                       first + ".copy")}, out
+
+    (mount / "f3").write_bytes(os.urandom(64 << 10))
+    zfs("snapshot", f"{data}@3")
+    status, out, err = run("archive")
+    assert status == ExitStatus.OK, out + err
+    third = generation_key(single, 3)
+    assert json.loads(_mark_path(tmp_path, single).read_bytes())["key"] == third
+    assert (f"zbak/{third}", False) in _export_versions(client, bucket)
+
+
+def test_prune_deletes_older_export_generations_once_their_locks_lapse_never_the_newest(
+        zpool, tmp_path, s3_server, s3_bucket, capsys):
+    """docs/decisions.md#write-once-catalog-exports. Generations 1 and 2 of the export in a
+    lock store (period 3 days), retention keeping both streams: ``zbak prune`` keeps
+    generation 1 while it is locked. With the locks of both generations moved into the
+    past (moto lets a COMPLIANCE lock be shortened), the intruder's delete marker on
+    generation 1 and a generation 3 of his own, ``zbak prune`` deletes every version and
+    marker of generation 1 by version id, and keeps generation 2, which the mark trusts
+    (its lock lapsed too), and generation 3, the newest."""
+    bucket, client = _lock_bucket(s3_server)
+    _, _, run = _two_generations(zpool, tmp_path, s3_server, bucket, capsys, "keep_chains = 5")
+    single = export_key(node_name(), "data")
+    first, second = (f"zbak/{generation_key(single, n)}" for n in (1, 2))
+    written = _export_versions(client, bucket)
+    assert len(written) == 4, written
+    status, out, err = run("prune")
+    assert status == ExitStatus.OK, out + err
+    assert _export_versions(client, bucket) == written, "generation 1 is still locked"
+
+    past = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)).replace(microsecond=0)
+    for (key, _), version_id in written.items():
+        client.put_object_retention(Bucket=bucket, Key=key, VersionId=version_id,
+                                    Retention={"Mode": "COMPLIANCE", "RetainUntilDate": past})
+    client.delete_object(Bucket=bucket, Key=first)  # a delete marker
+    third = f"zbak/{generation_key(single, 3)}"
+    forged = client.put_object(Bucket=bucket, Key=third, Body=b"{}")["VersionId"]
+    status, out, err = run("prune")
+    assert status == ExitStatus.OK, out + err
+    assert _export_versions(client, bucket) == {
+        (third, False): forged, **{(key, False): version_id for (key, _), version_id
+                                   in written.items() if key.startswith(second)}}
+
+
+def _two_generations(zpool, tmp: Path, s3_server, bucket: str, capsys,
+                     archive: str = "") -> tuple[str, Path, Zbak]:
+    """Dataset ``data`` archived twice to a lock store in ``bucket`` (64 KiB more and a
+    snapshot before each: a full, then an incremental), so the job's export has generations
+    1 and 2; ``archive`` as :func:`_archiving`'s. Returns the dataset, its mountpoint and the
+    CLI runner."""
+    data = f"{zpool.name}/data"
+    zfs("create", data)
+    mount = Path(prop(data, "mountpoint"))
+    run = _archiving(tmp, s3_server, bucket, data, capsys, "64MiB", True, archive)
+    for n in (1, 2):
+        (mount / f"f{n}").write_bytes(os.urandom(64 << 10))
+        zfs("snapshot", f"{data}@{n}")
+        status, out, err = run("archive")
+        assert status == ExitStatus.OK, out + err
+    return data, mount, run
+
+
+def _export_versions(client, bucket: str) -> dict[tuple[str, bool], str]:
+    """``(key, delete marker?) -> version id`` of every version and delete marker of the
+    catalog exports in ``bucket`` (store prefix ``zbak``)."""
+    page = client.list_object_versions(Bucket=bucket, Prefix="zbak/_zbak/catalog/")
+    return {**{(v["Key"], False): v["VersionId"] for v in page.get("Versions", [])},
+            **{(v["Key"], True): v["VersionId"] for v in page.get("DeleteMarkers", [])}}
+
+
+def _mark_path(tmp: Path, single: str) -> Path:
+    """This machine's high-water mark of export ``single`` in store ``cold``."""
+    return mark_file(tmp / "state", "cold", single)
 
 
 def _chains(catalog: Path) -> list[tuple[int, str]]:
