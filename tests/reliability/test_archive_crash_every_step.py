@@ -35,6 +35,7 @@ from support.archive_checks import (
     converged_problems,
     leftovers,
 )
+from support.catalog import initialised_state
 from support.cli import Ran, file_archive_config, prop, run_zbak, zfs
 
 from zrepl_py.errors import ExitStatus
@@ -107,7 +108,7 @@ def test_an_archive_killed_after_any_store_or_catalog_step_converges_on_rerun_an
         assert k < 60, "the archive never finished: the step count does not converge"
         base = tmp_path / f"k{k}"
         config, store = write_config(base, data)
-        assert zbak(config, "init", "--no-checks")[0] == ExitStatus.OK
+        initialised_state(config)
         code, steps, stderr = crash(config, base, k)
         if code == 0:  # k is past the last step: the run completed
             total = len(steps)
@@ -187,13 +188,13 @@ def test_a_partial_incremental_whose_plan_changed_before_the_rerun_leaves_no_orp
     and the store ends up holding only what the catalog names."""
     pool, data = source
     count_config, _ = write_config(tmp_path / "count", data)
-    assert zbak(count_config, "init", "--no-checks")[0] == ExitStatus.OK
+    initialised_state(count_config)
     code, steps, stderr = crash(count_config, tmp_path / "count", None)
     assert code == 0, stderr
     k = _incremental_step(steps, which)
 
     config, store = write_config(tmp_path / "run", data)
-    assert zbak(config, "init", "--no-checks")[0] == ExitStatus.OK
+    initialised_state(config)
     code, _, stderr = crash(config, tmp_path / "run", k)
     assert code == -signal.SIGKILL, stderr
     zfs("snapshot", f"{data}@3")
