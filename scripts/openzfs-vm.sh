@@ -19,6 +19,9 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 zfsvm=${ZBAK_ZFSVM:-$repo/../shared/zfsvm/zfsvm}
 export ZFSVM_PORT=${ZBAK_OPENZFS_PORT:-2240}
 unset ZFSVM_RUNDIR  # one run directory per port, as the fixture expects
+# One emulated CPU, as the fixture boots it: less host CPU for the same guest commands
+# (docs/decisions.md#the-guest-runs-one-cpu-without-aslr).
+export ZFSVM_SMP=${ZFSVM_SMP:-1}
 lockdir=/run/lock
 [[ -d $lockdir ]] || lockdir=${TMPDIR:-/tmp}
 # Present while the guest on this port was started by a pytest session, which stops it at the end.

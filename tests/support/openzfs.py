@@ -14,6 +14,15 @@ uses too, so guests of other zfsvm users on other ports are never touched).
   pytest session (marker file ``zbak-openzfs-PORT.started`` in /run/lock) is stopped by the
   last session using it (sessions hold a shared ``flock`` on ``zbak-openzfs-PORT.lock``), so
   a crashed session's guest is cleaned up by the next run instead of leaking ~1 GB of RAM.
+- A session lets go of the guest right after the teardown of its last test on it, not at
+  the session's end: the suite's xdist worker that runs every guest test first
+  (``support.distribution``) goes on with other files for many minutes, while an idle
+  emulated guest still costs CPU and ~1 GB of RAM
+  (docs/decisions.md#the-guest-stops-after-its-last-test).
+- The guest runs one emulated CPU (``ZFSVM_SMP=1`` unless set) and without address space
+  layout randomisation (``kernel.randomize_va_space=0``, set at every session's start): the
+  same guest commands then cost about half the host CPU or less
+  (docs/decisions.md#the-guest-runs-one-cpu-without-aslr).
 - Host keys are checked strictly. zfsvm's own ssh_config switches checking off, so the
   fixture reads the guest's host keys from the image it boots (``$ZFSVM_CACHE/initrd.cpio``,
   ``etc/ssh/ssh_host_*_key.pub``, made once by openssh-server's postinst at build time) into a
@@ -26,6 +35,7 @@ Tests using these fixtures get the ``openzfs`` marker automatically.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import itertools
@@ -47,6 +57,12 @@ CACHE = Path(os.environ.get("ZFSVM_CACHE") or "/var/cache/zfsvm")
 PORT = int(os.environ.get("ZBAK_OPENZFS_PORT") or 2240)
 ENABLED = os.environ.get("ZBAK_OPENZFS_VM", "") != "0"
 BOOT_TIMEOUT = 300
+GUEST_SMP = "1"
+"""Emulated CPUs of a guest a session boots (``ZFSVM_SMP``, zfsvm's default 2): one costs
+less host CPU for the same commands (docs/decisions.md#the-guest-runs-one-cpu-without-aslr)."""
+TUNE = "sysctl -q -w kernel.randomize_va_space=0"
+"""Run in the guest at every session's start: exec'd processes at the same addresses each
+time cost the emulator less (docs/decisions.md#the-guest-runs-one-cpu-without-aslr)."""
 """Seconds ``zfsvm start`` may take (11-27 s measured; slower on a busy 2-core machine)."""
 COMMAND_TIMEOUT = 120
 """Seconds one command in the guest may take (pass it to ``Zfs(..., timeout=)``)."""
@@ -60,6 +76,11 @@ removes it on start/stop: a guest started by hand belongs to the user)."""
 HOST_KEY_TYPES = ("ed25519", "ecdsa", "rsa")
 _counter = itertools.count(1)
 _summary: list[str] = []
+_pending: set[str] = set()
+"""Node ids of this session's tests on the guest that have not been torn down yet."""
+_release = contextlib.ExitStack()
+"""Closes the session's executor and lets go of the guest (``_Guest.finish``); run once the
+last of ``_pending`` is torn down. The fixtures' own finalizers then find nothing left."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +198,7 @@ def _zfsvm(command: str, log: Path, timeout: float) -> tuple[int, str]:
     env = {key: value for key, value in os.environ.items() if key != "ZFSVM_RUNDIR"}
     env["ZFSVM_PORT"] = str(PORT)
     env.setdefault("ZFSVM_BOOT_TIMEOUT", str(BOOT_TIMEOUT))
+    env.setdefault("ZFSVM_SMP", GUEST_SMP)
     with open(log, "w+") as output:
         try:
             status = subprocess.run([str(ZFSVM), command], stdin=subprocess.DEVNULL,
@@ -270,7 +292,7 @@ class _Guest:
             "    BatchMode yes\n    ConnectTimeout 30\n    LogLevel ERROR\n"
         )
         probe = subprocess.run(
-            ["ssh", "-F", str(ssh_config), "zfsvm", "cat", "/sys/module/zfs/version"],
+            ["ssh", "-F", str(ssh_config), "zfsvm", f"{TUNE} && cat /sys/module/zfs/version"],
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
         )  # fmt: skip
         if probe.returncode != 0:
@@ -329,6 +351,7 @@ def openzfs_vm(tmp_path_factory) -> Iterator[OpenZfsGuest]:
         info = guest.start()
         how = f"booted in {info.boot_seconds:.1f} s" if info.boot_seconds else "reused"
         _summary.append(f"OpenZFS {info.zfs_version} guest on {info.host}:{info.port}: {how}")
+        _release.callback(guest.finish)
         yield info
     finally:
         guest.finish()
@@ -342,6 +365,7 @@ def openzfs_executor(openzfs_vm):
 
     config = openzfs_vm.host_config()
     with SSHExecutor("zfsvm", config, known_hosts_default=openzfs_vm.known_hosts) as executor:
+        _release.callback(executor.close)  # before the guest goes (last in, first out)
         yield executor
 
 
@@ -380,6 +404,24 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if OPENZFS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.openzfs)
+
+
+def pytest_collection_finish(session) -> None:
+    """Note the tests of this session that use the guest (after deselection)."""
+    _pending.update(item.nodeid for item in session.items
+                    if OPENZFS_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem) -> None:
+    """After the teardown of this session's last test on the guest (its pools destroyed),
+    close the executor and let go of the guest, stopping it when this session started it and
+    no other uses it. A session that runs only some of the guest's tests (xdist ``--dist
+    load``) never gets here and lets go at its end, as before."""
+    if item.nodeid in _pending:
+        _pending.discard(item.nodeid)
+        if not _pending:
+            _release.close()
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
