@@ -128,19 +128,31 @@ class Rig:
                                  check=False, timeout=COMMAND_TIMEOUT)  # fmt: skip
         return done.text.split()
 
+    def mid_stream(self, proc, at_least: int = 1) -> None:
+        """Wait until the running ``zbak replicate`` ``proc`` has moved ``at_least`` bytes
+        and the guest runs its ``zfs send`` and ``zfs receive``; fail when ``proc`` ends
+        first. Waits on this host first (zbak's running-transfer file): each ``pgrep`` in the
+        guest costs emulated CPU that zbak's own commands there are waiting for."""
+        try:
+            wait_for_bytes(self.tmp / "state", "replicate", proc, at_least=at_least)
+        except AssertionError as exc:
+            pytest.fail(f"{exc}: " + "".join(proc.communicate(timeout=30)))
+        deadline = time.monotonic() + 90
+        while not (self.senders() and self.receivers()):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("the guest's zfs send | zfs receive never showed up: "
+                            + "".join(proc.communicate(timeout=30)))  # fmt: skip
+            time.sleep(0.2)
+
     def interrupted_replicate(self) -> str:
-        """Run ``python -m zrepl_py replicate`` rate-limited, kill the guest's ``zfs send``
-        once bytes flow, and return zbak's stderr (zbak must exit 1)."""
+        """Run ``zbak replicate`` rate-limited, kill the guest's ``zfs send`` mid-stream
+        (``mid_stream``), and return zbak's stderr (zbak must exit 1)."""
         self.write_config(rate=RATE)
         proc = start_zbak("--config", str(self.config), "replicate", text=True)
         try:
-            deadline = time.monotonic() + 90
-            while not (self.senders() and self.receivers()):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail("the guest's zfs send | zfs receive never showed up: "
-                                + "".join(proc.communicate(timeout=30)))  # fmt: skip
-                time.sleep(0.2)
-            wait_for_bytes(self.tmp / "state", "replicate", proc)  # mid-stream
+            # A MiB, not a byte: killed before the guest's receive processed a record, the
+            # receive leaves no resume token (seen with one emulated CPU at a load of 6).
+            self.mid_stream(proc, at_least=MiB)
             killed = self.executor.run(["pkill", "-KILL", "-f", f"[z]fs send .*{self.data}"],
                                        check=False, timeout=COMMAND_TIMEOUT)  # fmt: skip
             assert killed.returncode == 0, "zfs send ended before it could be killed"
@@ -318,11 +330,8 @@ def test_sigterm_mid_transfer_leaves_a_resume_token_and_the_rerun_resumes_from_i
     rig.write_config(rate=RATE)
     proc = start_zbak("--config", str(rig.config), "replicate", text=True)
     try:
+        rig.mid_stream(proc, at_least=MiB)
         deadline = time.monotonic() + 90
-        while not (rig.senders() and rig.receivers()):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.2)
-        wait_for_bytes(rig.tmp / "state", "replicate", proc, at_least=MiB)  # mid-stream
         # zbak counts bytes as its pipe passes them; the guest's receive may not have begun
         # (emulated CPU, loaded host). Until its dataset exists there is nothing to resume.
         while rig.executor.run(["zfs", "list", "-H", "-o", "name", rig.replica], check=False,
