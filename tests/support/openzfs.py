@@ -57,13 +57,13 @@ CACHE = Path(os.environ.get("ZFSVM_CACHE") or "/var/cache/zfsvm")
 PORT = int(os.environ.get("ZBAK_OPENZFS_PORT") or 2240)
 ENABLED = os.environ.get("ZBAK_OPENZFS_VM", "") != "0"
 BOOT_TIMEOUT = 300
+"""Seconds ``zfsvm start`` may take (11-27 s measured; slower on a busy 2-core machine)."""
 GUEST_SMP = "1"
 """Emulated CPUs of a guest a session boots (``ZFSVM_SMP``, zfsvm's default 2): one costs
 less host CPU for the same commands (docs/decisions.md#the-guest-runs-one-cpu-without-aslr)."""
 TUNE = "sysctl -q -w kernel.randomize_va_space=0"
 """Run in the guest at every session's start: exec'd processes at the same addresses each
 time cost the emulator less (docs/decisions.md#the-guest-runs-one-cpu-without-aslr)."""
-"""Seconds ``zfsvm start`` may take (11-27 s measured; slower on a busy 2-core machine)."""
 COMMAND_TIMEOUT = 120
 """Seconds one command in the guest may take (pass it to ``Zfs(..., timeout=)``)."""
 POOL_SIZE = "256M"
