@@ -448,8 +448,9 @@ def test_each_catalog_export_is_written_once_and_rebuild_audit_and_archive_read_
     and the mark names generation 2 with the versions S3 answered and their lock. With the
     second stream's manifests hidden by the intruder, a clean host's ``catalog rebuild``
     reads generation 2 (the newest) and so names that stream lost (generation 1 does not
-    list it). The intruder then overwrites generation 2 and its copy with garbage and hides
-    generation 1's copy: ``zbak audit`` names each as tampering (exit 4), and the next
+    list it). The intruder then overwrites generation 2 and its copy with garbage, hides
+    generation 1's copy and puts a generation 7 of this machine's export (one version):
+    ``zbak audit`` names each as tampering (exit 4); with generation 7 gone, the next
     ``zbak archive`` checks the store against the versions its mark records (the newest are
     garbage) and writes generation 3."""
     bucket, client = _lock_bucket(s3_server)
@@ -482,12 +483,16 @@ def test_each_catalog_export_is_written_once_and_rebuild_audit_and_archive_read_
         client.put_object(Bucket=bucket, Key=key, Body=os.urandom(
             client.head_object(Bucket=bucket, Key=key)["ContentLength"]))
     client.delete_object(Bucket=bucket, Key=first + ".copy")
+    forged = f"zbak/{generation_key(single, 7)}"  # one version: only its number gives it away
+    client.put_object(Bucket=bucket, Key=forged, Body=b"{}")
     status, out, err = run("audit", "--json")
     assert status == ExitStatus.AUDIT_FINDINGS, out + err
     named = {f["key"] for f in json.loads(out)["findings"] if f["severity"] == "error"
              and f["problem"].startswith("tampering: catalog export ")}
     assert named == {k.removeprefix("zbak/") for k in (second, second + ".copy",
-                                                       first + ".copy")}, out
+                                                       first + ".copy", forged)}, out
+    for version in client.list_object_versions(Bucket=bucket, Prefix=forged)["Versions"]:
+        client.delete_object(Bucket=bucket, Key=forged, VersionId=version["VersionId"])
 
     (mount / "f3").write_bytes(os.urandom(64 << 10))
     zfs("snapshot", f"{data}@3")

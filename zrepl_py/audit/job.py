@@ -64,6 +64,7 @@ from zrepl_py.audit.load import load_graph_input
 from zrepl_py.audit.objects import (
     audit_objects,
     export_version_findings,
+    foreign_generation_findings,
     unfinished_findings,
     version_findings,
 )
@@ -499,7 +500,8 @@ class _JobAudit:
         """On each write-once store (``Backend.keeps_versions``): the versions of the job's
         catalog export generations, every machine's (one version listing of the exports per
         store), tampering named (``audit.objects.export_version_findings``; this machine's
-        generations by the versions its mark records, others by their first), and the lock
+        generations by the versions its mark records, others by their first; a generation of
+        its own above the one its mark trusts, ``foreign_generation_findings``), and the lock
         of the generation this machine's mark trusts extended where due
         (``catalog.export.StoreGuard.extend_lock``). A store error is a warning."""
         now = self.ctx.clock.now()
@@ -518,6 +520,9 @@ class _JobAudit:
                 continue
             self.found[store] += export_version_findings(
                 pin(listed, {} if mark is None else mark.versions), store=store)
+            if mark is not None and guard.key is not None:
+                self.found[store] += foreign_generation_findings(
+                    listed, guard.key, mark.generation, store=store)
             try:
                 guard.extend_lock(now)
             except StoreError as exc:

@@ -37,7 +37,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import datetime as dt
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from zrepl_py.audit.findings import Finding, Severity
 from zrepl_py.catalog.rows import StreamRow, VolumeRow
@@ -48,6 +48,7 @@ from zrepl_py.objects.layout import (
     MANIFEST_COPY,
     PROGRESS,
     is_stream_prefix,
+    parse_export_key,
     stream_dataset,
 )
 from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
@@ -242,6 +243,30 @@ def export_version_findings(pinned: Pinned, *, store: str) -> list[Finding]:
                                  "nothing reads them; check what wrote them", store=store,
                                  key=key))
     return found
+
+
+def foreign_generation_findings(versions: Iterable[Version], own: str, trusted: int, *,
+                                store: str) -> list[Finding]:
+    """An error per generation key of this machine's own export (single key ``own``)
+    numbered above ``trusted``, the generation its mark trusts (pure): only this machine
+    writes its own exports and it moves its mark right after each, so a higher generation
+    is a forged catalog that a rebuild without ``--not-after`` would read
+    (docs/decisions.md#write-once-catalog-exports); the one other way is an archive killed
+    between the export and the mark, which the next archive moves past."""
+    found: dict[str, int] = {}
+    for v in versions:
+        parsed = parse_export_key(v.info.key)
+        if parsed is not None and parsed[0] == own and parsed[2] is not None \
+                and parsed[2] > trusted:
+            found[v.info.key] = parsed[2]
+    return [Finding(Severity.ERROR, "objects", f"tampering: catalog export {key} in store"
+                    f" {store} is generation {generation}, newer than generation {trusted}"
+                    " this machine last wrote and trusts: another writer put it (or an archive"
+                    " was killed before it recorded it)", "find out who wrote it and replace the"
+                    " keys; this machine reads the generation its mark names, and a rebuild on"
+                    " another host needs `zbak catalog rebuild --not-after` a time before it",
+                    store=store, key=key)
+            for key, generation in sorted(found.items())]
 
 
 def unfinished_findings(uploads: Sequence[Unfinished], *, host: str, store: str,
