@@ -64,11 +64,14 @@ class Rolled:
 
 def roll_locks(backend: Backend, catalog: Catalog, job: JobConfig,
                streams: Iterable[StreamRow], volumes: Mapping[int, Sequence[VolumeRow]],
-               now: dt.datetime, *, concurrency: int) -> Rolled:
+               now: dt.datetime, *, concurrency: int,
+               datasets: Sequence[int] | None = None) -> Rolled:
     """Extend the locks :func:`due` and :func:`due_manifests` name in ``backend`` (a store
-    without ``object_lock``: nothing) among ``streams`` (job ``job``'s in that store) but
-    those its retention releases, and record each new date in ``catalog`` (a manifest's
-    only when its copy's was extended too).
+    without ``object_lock``: nothing) among ``streams`` (job ``job``'s in that store, of the
+    datasets of ids ``datasets``; None: every dataset of the job) but those its retention
+    releases, and record each new date in ``catalog`` (a manifest's only when its copy's was
+    extended too). The release is judged from the catalog's streams of the same datasets in
+    every store, read once here: an audit in batches reads only its batch's.
 
     Raises:
         CatalogError: reading the job's streams or the manifest locks, or recording the
@@ -80,7 +83,7 @@ def roll_locks(backend: Backend, catalog: Catalog, job: JobConfig,
         return rolled
     source = job.source
     released = released_streams(job, catalog.bulk_streams(
-        host=source.host, below=str(source.dataset)), backend.name, now)
+        host=source.host, below=str(source.dataset), datasets=datasets), backend.name, now)
     streams = [s for s in streams if s.id not in released]
     chosen: Sequence[VolumeRow] = due(streams, volumes, policy, now)
     manifests = due_manifests(streams, catalog.manifest_locks(s.id for s in streams), policy,

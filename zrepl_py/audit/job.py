@@ -581,12 +581,14 @@ def _drop_stale_volume_findings(backend: Backend, findings: list[Finding],
 
 
 def _rolled(ctx: Context, backend: Backend, catalog: Catalog, job: JobConfig, store: str,
-            streams: Sequence[StreamRow], volumes: dict[int, list[VolumeRow]]) -> list[Finding]:
-    """Extend the Object Lock of job ``job``'s streams' volumes that retention still wants
-    where it is due (``archive.rolling_lock``); a warning naming the versions whose
-    extension failed."""
+            streams: Sequence[StreamRow], volumes: dict[int, list[VolumeRow]],
+            datasets: Sequence[int] | None) -> list[Finding]:
+    """Extend the Object Lock of job ``job``'s streams' volumes (of the batch's datasets,
+    ``datasets``) that retention still wants where it is due (``archive.rolling_lock``); a
+    warning naming the versions whose extension failed."""
     rolled = roll_locks(backend, catalog, job, streams, volumes, ctx.clock.now(),
-                        concurrency=ctx.config.stores[store].upload_concurrency)
+                        concurrency=ctx.config.stores[store].upload_concurrency,
+                        datasets=datasets)
     if not rolled.failed:
         return []
     return [Finding(Severity.WARNING, "objects", f"the Object Lock of {len(rolled.failed)}"
@@ -694,7 +696,7 @@ def _audit_store(ctx: Context, backend: Backend, name: str, job: JobConfig, host
               if mark_bad(catalog, by_id[stream_id], first_three(problems), ctx.clock.now(),
                           job=name, action="audit")]
     bad += marked
-    findings += _rolled(ctx, backend, catalog, job, store, mine, volumes)
+    findings += _rolled(ctx, backend, catalog, job, store, mine, volumes, datasets)
     # Tampering marks nothing bad: zbak's versions are still there and read.
     findings = tampering + findings
     mine = [dataclasses.replace(s, state="bad") if s.id in marked else s for s in mine]
