@@ -74,7 +74,9 @@ class Site:
     def change(self, step: int, size: int = 1 * MIB) -> None:
         """Change the dataset: a new file of ``size`` random bytes, a rewritten note and, from
         step 3 on, the file of step - 3 deleted."""
-        (self.mount / f"file{step}.bin").write_bytes(os.urandom(size))
+        with open(self.mount / f"file{step}.bin", "wb") as out:
+            out.write(os.urandom(size))
+            os.fsync(out.fileno())  # in the pool before the snapshot that must carry it
         (self.mount / "notes.txt").write_text(f"step {step}\n" * (step + 1) * 100)
         if step >= 3:
             (self.mount / f"file{step - 3}.bin").unlink(missing_ok=True)
