@@ -15,7 +15,7 @@ import pyrage
 import pytest
 
 from zrepl_py.errors import IdentityNeeded, IdentityRefused, StreamCorrupt
-from zrepl_py.streams import age
+from zrepl_py.streams import age, frames
 from zrepl_py.streams import codec as codec_module
 from zrepl_py.streams.codec import Codec, Sealing
 from zrepl_py.streams.frames import Digest
@@ -52,6 +52,24 @@ def test_a_volume_round_trips_and_the_digest_describes_both_sides(sealed):
     assert (digest.stored_bytes, digest.sha256) == (len(data), hashlib.sha256(data).hexdigest())
     assert decoded(codec, data, raw_bytes=len(RAW)) == RAW
     assert Codec.named(codec.name).steps == codec.steps
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["zstd", "zstd+age"])
+def test_a_reader_that_checks_the_raw_size_alone_hashes_no_raw_byte(sealed, monkeypatch):
+    codec = sealed_with(pyrage.x25519.Identity.generate()) if sealed else Codec()
+    data, _ = stored(codec)
+
+    class Refused:
+        def update(self, data: bytes) -> None:
+            raise AssertionError("a raw byte was hashed")
+
+    monkeypatch.setitem(frames.RAW_HASHES, frames.RAW_HASH, Refused)
+    digest = Digest(hash_raw=False)  # what the deep audit reads volumes with
+    assert b"".join(codec.decode(pieces(data), "vol", digest, raw_bytes=len(RAW))) == RAW
+    assert (digest.raw_bytes, digest.stored_bytes) == (len(RAW), len(data))
+    assert digest.sha256 == hashlib.sha256(data).hexdigest()
+    with pytest.raises(ValueError, match="without hashing"):
+        digest.raw_hash  # noqa: B018
 
 
 def test_an_ssh_ed25519_key_pair_made_by_ssh_keygen_seals_and_opens(tmp_path: Path):

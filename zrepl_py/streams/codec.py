@@ -217,7 +217,7 @@ class Codec:
         if digest is None:  # a restore's receive pass reads no raw hash: none is made
             yield from decompress_frame(plain, what, raw_bytes=raw_bytes)
             return
-        frame = Digest(hash_stored=False)
+        frame = Digest(hash_stored=False, hash_raw=digest.hash_raw)
         yield from decompress_frame(plain, what, frame, raw_bytes=raw_bytes)
         digest.take_raw(frame)
 

@@ -74,6 +74,8 @@ class Digest:
         raw_algorithm: a key of ``RAW_HASHES``; the default ``RAW_HASH``.
         hash_stored: False to only count the stored bytes (when the store hashes them
             anyway, ``Backend.put`` returns the SHA-256); ``sha256`` then raises ValueError.
+        hash_raw: False to only count the raw bytes (a reader that checks their count
+            alone: the deep audit); ``raw_hash`` then raises ValueError.
 
     Raises:
         KeyError: ``raw_algorithm`` is no key of ``RAW_HASHES``.
@@ -83,6 +85,7 @@ class Digest:
     stored_bytes: int = 0
     hash_stored: bool = True
     raw_algorithm: str = RAW_HASH
+    hash_raw: bool = True
     _raw: _Hasher = dataclasses.field(init=False, repr=False)
     _stored: hashlib._Hash = dataclasses.field(default_factory=hashlib.sha256, repr=False)
 
@@ -92,7 +95,8 @@ class Digest:
     def add_raw(self, data: bytes) -> None:
         """Account for uncompressed bytes."""
         self.raw_bytes += len(data)
-        self._raw.update(data)
+        if self.hash_raw:
+            self._raw.update(data)
 
     def add_stored(self, data: bytes) -> None:
         """Account for stored (compressed) bytes."""
@@ -103,12 +107,18 @@ class Digest:
     def take_raw(self, other: Digest) -> None:
         """Take ``other``'s raw count and hash as this digest's (a codec chain whose first
         step saw the raw bytes and whose last step made the stored ones)."""
-        self.raw_bytes, self.raw_algorithm, self._raw = (other.raw_bytes, other.raw_algorithm,
-                                                         other._raw)
+        self.raw_bytes, self.raw_algorithm, self._raw, self.hash_raw = (
+            other.raw_bytes, other.raw_algorithm, other._raw, other.hash_raw)
 
     @property
     def raw_hash(self) -> str:
-        """Lowercase hex hash (``raw_algorithm``) of the raw bytes so far."""
+        """Lowercase hex hash (``raw_algorithm``) of the raw bytes so far.
+
+        Raises:
+            ValueError: the digest only counts raw bytes (``hash_raw=False``).
+        """
+        if not self.hash_raw:
+            raise ValueError("this digest counts the raw bytes without hashing them")
         return self._raw.hexdigest()
 
     @property
