@@ -115,6 +115,7 @@ S3_KEYS = {"AWS_ACCESS_KEY_ID": "bench-access-key", "AWS_SECRET_ACCESS_KEY": "be
            "AWS_DEFAULT_REGION": "us-east-1"}
 BUCKET = "zbak-bench"
 PART_SIZE = 8 * MIB  # zbak's S3 part size (stores/s3.py DEFAULT_PART_SIZE), for the baseline too
+DOWNLOADS = 4  # zbak restore's default [restore] download_concurrency (config/restore.py)
 JOBS = ("rand", "text", "incr", "chain", "big")
 UPLOAD = textwrap.dedent("""\
     import sys, boto3
@@ -123,6 +124,23 @@ UPLOAD = textwrap.dedent("""\
     boto3.client("s3", endpoint_url=endpoint).upload_fileobj(
         sys.stdin.buffer, bucket, key, Config=TransferConfig(multipart_chunksize=int(part)))
 """)
+
+DOWNLOAD = textwrap.dedent("""\
+    import concurrent.futures, sys, boto3
+    endpoint, bucket, prefix, workers = sys.argv[1:5]
+    s3 = boto3.client("s3", endpoint_url=endpoint)
+    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix=prefix) for o in page.get("Contents", []) if "/vol-" in o["Key"]]
+    def get(key):
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+        while body.read(8 << 20):
+            pass
+    with concurrent.futures.ThreadPoolExecutor(int(workers)) as pool:
+        list(pool.map(get, keys))
+""")
+"""What reading a chain from S3 costs on this machine, apart from receiving it: every volume
+read from moto's server (on the same 2 CPUs) by boto3, ``workers`` at a time, and thrown
+away."""
 
 
 class Failed(Exception):
@@ -544,6 +562,12 @@ class Bench:
         finally:
             self.destroy_received(target)
 
+    def download_volumes(self, config: Path) -> Run:
+        """``DOWNLOAD`` of every volume of ``config``'s S3 store (nothing received), with
+        zbak's default download concurrency."""
+        return Run(*run_pipe([[PYTHON, "-c", DOWNLOAD, self.endpoint, BUCKET,
+                               store_prefix(config), str(DOWNLOADS)]], self.work, env=self.env))
+
     def restore_big(self) -> Run:
         """``zbak restore`` of ``big`` from a ``file://`` store archived for it (untimed)."""
         if "big" not in self.chain:
@@ -710,6 +734,12 @@ def goal_lines(results: Results, streams: dict[str, int], baseline: dict[str, st
                     peer=ZFS_UPLOADER, verdict=lambda ours, theirs: (
                         f"zbak {theirs / ours:.3f}x (> 1.0):"
                         f" {'MET' if theirs / ours > 1.0 else 'MISSED'}")))
+            if tool == verb and (case, S3_GET) in results.runs:
+                get = results.median(case, S3_GET) or 0.0
+                base_s = results.median(case, base) or 0.0
+                lines.append(f"  (reading every volume from this S3 alone, nothing received,"
+                             f" took {get:.2f} s: {get / base_s if base_s else 0:.2f} of the"
+                             " baseline's time)")
             if case.startswith("rss"):
                 lines.append(target_line(
                     f"{named} peak RSS", results.peak(case, tool), RSS_LIMIT, ours_failed=failed,
@@ -752,6 +782,7 @@ PIPE_FILE = "send | zstd -3 -T0 > FILE; fsync"
 PIPE_S3 = "send | zstd -3 -T0 | boto3 upload"
 PIPE_RESTORE = "cat VOLS | zstd -d | zfs recv, x31"
 ZFS_UPLOADER = "zfs_uploader 0.9.0 (shim)"
+S3_GET = "boto3 GET of the volumes only"
 
 
 def measure(bench: Bench, results: Results, reps: int) -> tuple[dict[str, int], dict[str, str]]:
@@ -777,6 +808,8 @@ def measure(bench: Bench, results: Results, reps: int) -> tuple[dict[str, int], 
             PIPE_RESTORE: lambda: bench.restore_pipe(bench.chain["file"], "chain", "30"),
             "zbak restore": lambda store=store: bench.restore_zbak(bench.chain[store], "chain",
                                                                  "30")}
+        if store == "s3":
+            restores[S3_GET] = lambda: bench.download_volumes(bench.chain["s3"])
         for name, tree in bench.args.compare:
             restores[f"zbak restore ({name})"] = (
                 lambda store=store, tree=tree: bench.restore_zbak(bench.chain[store], "chain",
