@@ -78,7 +78,7 @@ from zrepl_py.objects.manifest import CarriedSnapshot, Manifest
 from zrepl_py.objects.versions import as_written
 from zrepl_py.observe.runlog import RunSet, recorded_run
 from zrepl_py.observe.transfers import Queue, Slot, reporting
-from zrepl_py.pruning.archive import job_streams
+from zrepl_py.pruning.archive import store_streams
 from zrepl_py.snapshots.inventory import take_inventory
 from zrepl_py.stores.base import Backend, ObjectInfo
 from zrepl_py.stores.sealing import writing_codec
@@ -334,10 +334,7 @@ def archive_job(ctx: Context, name: str, job: JobConfig, *, force_full: bool = F
                 queue.ended(str(info.name))
         if not dry_run:
             _roll_locks(run, tree, store_cfg.upload_concurrency)
-            by_dataset = job_streams(job, run.catalog.bulk_streams(
-                host=source.host, below=str(source.dataset), store=cfg.store), cfg.store)
-            guard.publish([s for d in sorted(by_dataset) for s in by_dataset[d]],
-                          run.clock.now())
+            guard.publish(store_streams(run.catalog, job, cfg.store), run.clock.now())
             guard.extend_lock(run.clock.now())  # a failure fails the run, as _roll_locks'
         result = ArchiveResult(name, cfg.store, dry_run, results)
         _tell_hooks(hooks.outcome, result, str(source.dataset))

@@ -24,13 +24,14 @@ from zrepl_py.catalog.repository import Catalog
 from zrepl_py.catalog.rows import StreamRow
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.copying.inside import inside_s3
-from zrepl_py.copying.lag import copy_source, in_store, wanted_in
+from zrepl_py.copying.lag import copy_source, wanted_in
 from zrepl_py.copying.plan import CopyPlan, plan_copy
 from zrepl_py.copying.reencode import Recoding
 from zrepl_py.copying.stream import CopiedStream, StreamCopy, copy_stream
 from zrepl_py.errors import IdentityNeeded, UsageError, ZbakError
 from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.observe.runlog import RunSet
+from zrepl_py.pruning.archive import store_streams
 from zrepl_py.stores.sealing import writing_codec
 from zrepl_py.streams.codec import Codec
 
@@ -136,12 +137,12 @@ def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
             RunSet(catalog, ctx.clock, name, "copy",
                    [] if dry_run else [f"{target}:{root}"]) as runs:
         guard = StoreGuard(dst_backend, target, ctx.state_dir, job=name)
-        existing = _streams(catalog, job, host, root, target)
+        existing = store_streams(catalog, job, target)
         if not existing and not dry_run:
             guard.forget()  # a refill: docs/copies.md#refilling-a-lost-store
         if existing or not dry_run:  # a dry run of a refill forgets nothing, so checks none
             guard.check()
-        originals = _streams(catalog, job, host, root, source)
+        originals = store_streams(catalog, job, source)
         plan = plan_copy(originals, existing, _wanted(ctx, job, catalog, target, source))
         result = CopyResult(name, source, target, dry_run, plan,
                             recodings=_recodings(ctx, job, plan, source, target))
@@ -169,7 +170,7 @@ def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
                                      throttle, inside, result.recodings.get(stream.compression))
             except UsageError:  # the identity opens none: neither would it the others
                 if result.copied:
-                    guard.publish(_streams(catalog, job, host, root, target), ctx.clock.now())
+                    guard.publish(store_streams(catalog, job, target), ctx.clock.now())
                 raise
             except ZbakError as exc:
                 result.failed.append((stream, str(exc)))
@@ -177,19 +178,13 @@ def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
                 continue
             there[stream.object_prefix] = copied.stream_id
             result.copied.append((stream, copied))
-        guard.publish(_streams(catalog, job, host, root, target), ctx.clock.now())
+        guard.publish(store_streams(catalog, job, target), ctx.clock.now())
         record = runs.records[f"{target}:{root}"]
         record.bytes = result.stored_bytes
         if result.failed:
             record.result = "partial" if result.copied else "failed"
             record.error = "; ".join(f"{s.dataset}@{s.to_name}: {e}" for s, e in result.failed)
     return result
-
-
-def _streams(catalog: Catalog, job: JobConfig, host: str, root: str,
-             store: str) -> list[StreamRow]:
-    """The job's streams in ``store``, in chain order per dataset."""
-    return in_store(job, catalog.bulk_streams(host=host, below=root, store=store), store)
 
 
 def _wanted(ctx: Context, job: JobConfig, catalog: Catalog, target: str,

@@ -27,7 +27,7 @@ from zrepl_py.catalog.rows import LIVING_STATES, StreamRow
 from zrepl_py.config.copies import CopyConfig
 from zrepl_py.config.jobs import JobConfig
 from zrepl_py.copying.plan import plan_copy
-from zrepl_py.pruning.archive import chain_retention, job_stores, job_streams
+from zrepl_py.pruning.archive import chain_retention, in_store, job_stores, job_streams
 from zrepl_py.pruning.last_copy import wanted_prefixes
 from zrepl_py.values.cron import longest_gap
 
@@ -73,13 +73,6 @@ def copy_source(job: JobConfig, store: str) -> str | None:
     store (None: neither, which the config refuses for a copy table)."""
     chosen = job.copies.get(store)
     return (chosen.source if chosen else None) or (job.archive.store if job.archive else None)
-
-
-def in_store(job: JobConfig, streams: Sequence[StreamRow], store: str) -> list[StreamRow]:
-    """The job's streams among ``streams`` that are in ``store``, in chain order per dataset
-    (``pruning.archive.job_streams``)."""
-    by_dataset = job_streams(job, streams, store)
-    return [s for dataset in sorted(by_dataset) for s in by_dataset[dataset]]
 
 
 def wanted_in(job: JobConfig, target: str, source: str, streams: Sequence[StreamRow],

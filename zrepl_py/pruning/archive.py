@@ -118,6 +118,25 @@ def job_streams(job: JobConfig, streams: Sequence[StreamRow], store: str, *,
     return found
 
 
+def in_store(job: JobConfig, streams: Sequence[StreamRow], store: str) -> list[StreamRow]:
+    """The job's streams among ``streams`` that are in ``store``, in chain order per dataset,
+    the datasets by name (:func:`job_streams`, flattened)."""
+    by_dataset = job_streams(job, streams, store)
+    return [s for dataset in sorted(by_dataset) for s in by_dataset[dataset]]
+
+
+def store_streams(catalog: Catalog, job: JobConfig, store: str) -> list[StreamRow]:
+    """:func:`in_store` of the catalog's streams of the job's tree in ``store`` (one read):
+    what a store's catalog export lists, and what a copy compares.
+
+    Raises:
+        CatalogError: the catalog cannot be read.
+    """
+    source = job.source
+    return in_store(job, catalog.bulk_streams(host=source.host, below=str(source.dataset),
+                                              store=store), store)
+
+
 class StoreCheck:
     """What the damage check reads (``chain_delete.find_damaged``), each on first need and
     once, a failure included (one failed listing of the job's tree is not retried for

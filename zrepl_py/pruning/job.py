@@ -43,9 +43,9 @@ from zrepl_py.pruning.archive import (
     StoreScope,
     execute_dataset_chains,
     job_stores,
-    job_streams,
     plan_stores,
     store_check,
+    store_streams,
 )
 from zrepl_py.pruning.replica import ReplicaPruneResult, plan_replica_prune, zfs_targets
 from zrepl_py.pruning.snapshot_plan import PrunePlan
@@ -293,8 +293,7 @@ def _unknown_versions(ctx: Context, job: JobConfig, backend: Backend, store: str
     source = job.source
     root = str(source.dataset)
     catalog = ctx.catalog()
-    streams = [s for found in job_streams(job, catalog.bulk_streams(
-        host=source.host, below=root, store=store), store).values() for s in found]
+    streams = store_streams(catalog, job, store)
     volumes = catalog.bulk_volumes(host=source.host, below=root, store=store)
     return prune_unknown_versions(backend, dataset_prefix(source.host, root), streams, volumes,
                                   catalog.manifest_locks(s.id for s in streams),
@@ -321,10 +320,7 @@ def _execute_store(ctx: Context, name: str, job: JobConfig, backend: Backend,
                 errors.append(f"unknown versions: {result.versions.error}")
             if errors:
                 record.result, record.error = "partial", "; ".join(errors)
-            by_dataset = job_streams(job, ctx.catalog().bulk_streams(
-                host=job.source.host, below=str(job.source.dataset), store=store), store)
-            guard.publish([s for d in sorted(by_dataset) for s in by_dataset[d]],
-                          ctx.clock.now())
+            guard.publish(store_streams(ctx.catalog(), job, store), ctx.clock.now())
             # docs/decisions.md#write-once-catalog-exports: older generations once lapsed
             guard.prune_generations(ctx.clock.now())
     except ZbakError as exc:
