@@ -256,13 +256,8 @@ def plan_dataset_chains(
                         plans[scope.name] = plan_chain_retention(
                             streams[scope.name], scope.policy, now, damaged=damaged[scope.name],
                             locked=locked)
-        kept = plans
-        if len(scopes) > 1:  # one store: its own plan keeps all its retention wants
-            every = [s for p in scopes for s in streams.get(p.name, ())]
-            wanted = {p.name: wanted_prefixes(p.policy, every, now) for p in scopes}
-            kept = keep_last_copies([StorePlan(p.name, plans.get(p.name),
-                                               damaged.get(p.name, {})) for p in scopes],
-                                    every, wanted)
+        kept = _across_stores([(p.name, p.policy) for p in scopes], streams, plans, damaged,
+                              now)
     except ZbakError as exc:
         log.error("checking the chains of %s failed: %s", dataset, exc)
         for result in results.values():
@@ -274,6 +269,23 @@ def plan_dataset_chains(
             result.plan, result.damaged = kept[scope.name], damaged.get(scope.name, {})
             _finish_plan(scope, result)
     return results
+
+
+def _across_stores(stores: Sequence[tuple[str, ChainRetention | None]],
+                   streams: Mapping[str, Sequence[StreamRow]], plans: Mapping[str, ChainPlan],
+                   damaged: Mapping[str, Mapping[int, str]],
+                   now: dt.datetime) -> Mapping[str, ChainPlan]:
+    """``plans`` (one per pruned store, of one dataset) changed so that no store deletes the
+    last sound copy of a stream some store's retention wants (``pruning.last_copy``), over
+    each store's ``streams`` and ``damaged`` ones; with one store, ``plans`` as they are (its
+    own plan keeps all its retention wants). ``stores``: ``(name, retention or None)`` in the
+    job's order (pure)."""
+    if len(stores) <= 1:
+        return plans
+    every = [s for name, _ in stores for s in streams.get(name, ())]
+    wanted = {name: wanted_prefixes(policy, every, now) for name, policy in stores}
+    return keep_last_copies([StorePlan(name, plans.get(name), damaged.get(name, {}))
+                             for name, _ in stores], every, wanted)
 
 
 def _damaged(scope: StoreScope, streams: Sequence[StreamRow]) -> tuple[dict[int, str], str | None]:
@@ -382,14 +394,10 @@ def released_streams(job: JobConfig, streams: Sequence[StreamRow], store: str,
     by_store = {name: job_streams(job, streams, name) for name, _ in stores}
     released: set[int] = set()
     for dataset in by_store[store]:
-        plans: Mapping[str, ChainPlan] = {
-            name: plan_chain_retention(by_store[name][dataset], policy, now)
-            for name, policy in stores if policy is not None and by_store[name].get(dataset)}
-        if len(stores) > 1:
-            every = [s for name, _ in stores for s in by_store[name].get(dataset, ())]
-            wanted = {name: wanted_prefixes(policy, every, now) for name, policy in stores}
-            plans = keep_last_copies([StorePlan(name, plans.get(name), {}) for name, _ in stores],
-                                     every, wanted)
+        found = {name: by_store[name].get(dataset, []) for name, _ in stores}
+        plans = _across_stores(stores, found, {
+            name: plan_chain_retention(found[name], policy, now)
+            for name, policy in stores if policy is not None and found[name]}, {}, now)
         released.update(d.stream.id for chain in plans[store].to_delete for d in chain.streams)
     return frozenset(released)
 
