@@ -62,7 +62,13 @@ from zrepl_py.errors import (
 )
 from zrepl_py.objects.checked import canonical_sha256, put_with_copy, read_object, read_with_copy
 from zrepl_py.objects.generations import candidates, next_generation, stale_versions
-from zrepl_py.objects.layout import EXPORT_PREFIX, copy_key, export_key, generation_key
+from zrepl_py.objects.layout import (
+    EXPORT_PREFIX,
+    copy_key,
+    export_key,
+    generation_key,
+    generations_prefix,
+)
 from zrepl_py.runtime.statedir import write_private_file
 from zrepl_py.stores.base import Backend, ObjectInfo, PutResult
 
@@ -404,7 +410,7 @@ class StoreGuard:
         floor = max(old.export.generation if old else 0, mark.generation if mark else 0)
         if self.backend.keeps_versions:
             generation = next_generation(
-                (v.info.key for v in self.backend.list_versions(_generations_of(single))),
+                (v.info.key for v in self.backend.list_versions(generations_prefix(single))),
                 floor)
             key = generation_key(single, generation)
         else:
@@ -459,7 +465,7 @@ class StoreGuard:
         mark = read_mark(path)
         keep = set() if mark is None else {mark.key, copy_key(mark.key)}
         listed = [v for v in self.backend.list_versions(single.removesuffix(".json"))
-                  if v.info.key.startswith((single, _generations_of(single)))]
+                  if v.info.key.startswith((single, generations_prefix(single)))]
         deleted = []
         for version in stale_versions(listed, keep):
             key, version_id = version.info.key, version.version_id
@@ -474,11 +480,6 @@ class StoreGuard:
             log.info("store %s: deleted %d version(s) of older catalog exports of job %s",
                      self.store, len(deleted), job)
         return deleted
-
-
-def _generations_of(single: str) -> str:
-    """The prefix of the generation keys of the export whose single key is ``single``."""
-    return single.removesuffix(".json") + "/"
 
 
 def read_exports(backend: Backend, listing: Iterable[ObjectInfo] | None = None,

@@ -88,6 +88,12 @@ def export_key(node: str, job: str) -> str:
     return f"{EXPORT_PREFIX}{safe}/{job}.json"
 
 
+def generations_prefix(key: str) -> str:
+    """``_zbak/catalog/NODE/JOB/``: the prefix of the generation keys (:func:`generation_key`)
+    of the export whose single key is ``key``."""
+    return key.removesuffix(".json") + "/"
+
+
 def generation_key(key: str, generation: int) -> str:
     """``_zbak/catalog/NODE/JOB/G0000000007.json``: generation ``generation`` (1 to
     9,999,999,999) of the export whose single key is ``key`` (:func:`export_key`), the key a
@@ -98,7 +104,7 @@ def generation_key(key: str, generation: int) -> str:
     """
     if not 1 <= generation <= 9_999_999_999:
         raise ValueError(f"export generation {generation} out of range 1..9999999999")
-    return f"{key.removesuffix('.json')}/G{generation:010d}.json"
+    return f"{generations_prefix(key)}G{generation:010d}.json"
 
 
 def parse_export_key(key: str) -> tuple[str, str, int | None] | None:
