@@ -17,7 +17,10 @@ docs/reliability.md#r29-stale-locks):
   than go on unprotected. The interruption is a SIGINT to the main thread; where SIGINT is
   ignored (bash starts a script's ``zbak ... &`` with SIGINT ignored, and Python keeps an
   ignored SIGINT), the lock installs, while it is held, a handler that raises for a broken
-  lock only, so other SIGINTs stay ignored.
+  lock only, so other SIGINTs stay ignored;
+* a refresh racing an in-place takeover can write the holder's record back over the taker's;
+  the taker's own next refresh then finds that and stops instead: one of the two goes on, as
+  in any takeover.
 
 A clean release empties the record, so only a crash leaves one behind.
 

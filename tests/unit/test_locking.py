@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -89,6 +90,19 @@ def test_staleness_follows_host_pid_and_ttl(record_host, pid_running, age, stale
     assert is_stale(record, host=HERE, now=T, ttl=1800, alive=lambda pid: pid_running) is stale
 
 
+def _take_over_in_place(path, until, timeout: float = 20.0) -> None:
+    """Write another host's record into the lock file ``path`` in place, as a taker does, and
+    keep it there until ``until()`` is true. A refresh racing the write can put the holder's
+    record back; a real taker's own heartbeat then stops the taker instead (locking.py's module
+    doc), this one writes its record again, so that the holder's next refresh finds it."""
+    theirs = LockRecord(THERE, 1, "prune", "theirs", T).dumps()
+    deadline = time.monotonic() + timeout
+    while not until() and time.monotonic() < deadline:
+        if path.read_bytes() != theirs:
+            path.write_bytes(theirs)
+        time.sleep(0.01)
+
+
 def _plant(state_dir, key, record: LockRecord) -> None:
     path = lock_path(state_dir, key)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -147,7 +161,7 @@ def test_a_holder_whose_lock_was_broken_stops_with_lock_broken(tmp_path, how):
             if how == "removed":
                 path.unlink()
             else:
-                path.write_bytes(LockRecord(THERE, 1, "prune", "theirs", T).dumps())
+                _take_over_in_place(path, broken.is_set, timeout=10)
             assert broken.wait(10), "the heartbeat noticed"
             with pytest.raises(LockBroken):
                 lease.refresh()
@@ -177,7 +191,7 @@ def test_the_process_holding_a_broken_lock_aborts(tmp_path, sigint):
     if sigint == "SIG_IGN":
         assert proc.stdout.readline().strip() == "an outside SIGINT is ignored"
     assert proc.stdout.readline().strip() == "held"
-    lock_path(tmp_path, "k").write_bytes(LockRecord(THERE, 1, "prune", "theirs", T).dumps())
+    _take_over_in_place(lock_path(tmp_path, "k"), lambda: proc.poll() is not None)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode != 0 and "LockBroken" in err and "unprotected" not in out
 
