@@ -151,8 +151,10 @@ def compress_frame(raw: Iterable[bytes], level: int, digest: Digest, *,
     size: measured with python-zstandard 0.25 (libzstd 1.5.7) at level 3, 2 MiB jobs add
     about 15 MiB of RSS per worker and make output 0.1 % larger than zstd's default jobs of
     4 x the window (8 MiB), which added 45 MiB per worker. The output does not depend on
-    the number of workers (libzstd cuts the same jobs), and multi-threaded jobs compress
-    contiguous input: random data took half the CPU of the single-threaded streaming mode.
+    the number of workers (libzstd cuts the same jobs). The workers cost more CPU than
+    zstd's single-threaded mode (about twice, from memory), yet the archive is faster with
+    them than with that mode in a helper thread
+    (docs/performance.md#the-cold-path-goals-and-its-peer).
 
     Args:
         raw: the volume's uncompressed chunks (any size; 1 MiB is what callers use). Each
