@@ -99,10 +99,12 @@ def test_a_rerun_removes_the_temporary_file_of_the_put_a_kill_interrupted(site):
 
 @pytest.mark.s3
 def test_a_rerun_to_s3_aborts_the_multipart_upload_a_kill_left_open(site, s3_server, s3_bucket):
-    """16 MiB volumes go up as multipart uploads of two 8 MiB parts; the kill lands once a
-    volume is durable and the next one's upload holds a part."""
+    """32 MiB volumes go up as multipart uploads of four 8 MiB parts; the kill lands once a
+    volume is durable and the next one's upload holds a part. ``S3Backend.put`` reads two
+    parts before it creates the upload, so the volumes are paced (8 MiB/s): two parts are
+    still to be read when the upload is seen, however late the kill lands after that."""
     big_snapshot(site, f'url = "s3://{s3_bucket}/zbak"\nendpoint = "{s3_server.endpoint_url}"'
-                       '\nregion = "us-east-1"', volume=16 * MIB)
+                       '\nregion = "us-east-1"\nbandwidth_limit = "8MiB"', volume=32 * MIB)
     client = s3_server.client()
 
     def uploads() -> list[dict]:
