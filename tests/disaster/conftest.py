@@ -42,6 +42,14 @@ from zrepl_py.errors import ExitStatus
 from zrepl_py.objects.layout import PROGRESS
 
 MIB = 1024 * 1024
+PACED_VOLUME = 32 * MIB
+"""The volume size of the S3 kill tests: four 8 MiB parts (the store's part size)."""
+PACED = 'bandwidth_limit = "8MiB"'
+"""The store line of the S3 kill tests, beside ``PACED_VOLUME``. ``S3Backend.put`` reads two
+parts before it creates the multipart upload (fewer is one PutObject), so with two-part
+volumes, or unpaced, the upload is created with every byte at hand and completes a few
+requests after a ``kill_when`` condition sees it: a kill lagging behind by that (a loaded
+machine) left nothing open. Paced, the last two parts take two more seconds to be read."""
 
 
 @dataclasses.dataclass

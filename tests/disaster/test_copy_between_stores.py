@@ -38,7 +38,7 @@ import botocore.exceptions
 import pyrage
 import pytest
 import zstandard
-from conftest import MIB, content_of, prop, restored_content, zfs
+from conftest import MIB, PACED, PACED_VOLUME, content_of, prop, restored_content, zfs
 from support.archive_checks import catalog_of, catalogued, converged_problems
 from support.cli import faulty_zbak
 from support.common import hosts_table
@@ -171,14 +171,6 @@ def s3_volumes(client, bucket: str) -> list[str]:
     return [o["Key"] for o in listed.get("Contents", ()) if "/vol-" in o["Key"]]
 
 
-PACED = 'bandwidth_limit = "8MiB"'
-"""A store line for the kill tests, whose 32 MiB volumes are four 8 MiB parts. ``S3Backend.put``
-reads two parts before it creates the multipart upload (fewer is one PutObject), so with
-16 MiB volumes, or unpaced, the upload is created with every byte at hand and completes a few
-requests after ``multipart_in_flight`` sees it: a kill lagging behind by that (a loaded
-machine) left nothing open. Paced, the last two parts take two more seconds to be read."""
-
-
 def multipart_in_flight(client, bucket: str) -> bool:
     """For ``Site.kill_when``: a volume arrived in bucket ``bucket`` and the next one's
     multipart upload has a part."""
@@ -201,7 +193,7 @@ def test_a_copy_killed_mid_volume_resumes_keeps_what_arrived_and_leaves_no_orpha
     upload has a part, which the rerun aborts once the stream is done."""
     source = site.tmp / "a"
     write_config(site, {"a": f'url = "file://{source}"',
-                        "b": f"{s3_table(s3_server, s3_bucket)}\n{PACED}"}, volume=32 * MIB)
+                        "b": f"{s3_table(s3_server, s3_bucket)}\n{PACED}"}, volume=PACED_VOLUME)
     site.ok("init")
     (site.mount / "big.bin").write_bytes(os.urandom(64 * MIB))
     zfs("snapshot", f"{site.data}@big")
@@ -473,7 +465,7 @@ def test_a_re_encoding_copy_killed_mid_volume_starts_the_stream_again_and_conver
     write_config(site, {"a": f'url = "file://{source}"',
                         "b": f"{s3_table(s3_server, s3_bucket)}\n{PACED}"
                         + f'\n[stores.b.age]\nrecipients = ["{age_recipient(key)}"]'},
-                 volume=32 * MIB)
+                 volume=PACED_VOLUME)
     site.ok("init")
     (site.mount / "big.bin").write_bytes(os.urandom(64 * MIB))
     zfs("snapshot", f"{site.data}@big")

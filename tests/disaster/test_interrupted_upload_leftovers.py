@@ -22,7 +22,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import MIB, volume_in_flight
+from conftest import MIB, PACED, PACED_VOLUME, volume_in_flight
 
 from zrepl_py.errors import ExitStatus
 from zrepl_py.objects.layout import PROGRESS
@@ -99,12 +99,10 @@ def test_a_rerun_removes_the_temporary_file_of_the_put_a_kill_interrupted(site):
 
 @pytest.mark.s3
 def test_a_rerun_to_s3_aborts_the_multipart_upload_a_kill_left_open(site, s3_server, s3_bucket):
-    """32 MiB volumes go up as multipart uploads of four 8 MiB parts; the kill lands once a
-    volume is durable and the next one's upload holds a part. ``S3Backend.put`` reads two
-    parts before it creates the upload, so the volumes are paced (8 MiB/s): two parts are
-    still to be read when the upload is seen, however late the kill lands after that."""
+    """32 MiB volumes go up as multipart uploads of four 8 MiB parts, paced (``PACED``); the
+    kill lands once a volume is durable and the next one's upload holds a part."""
     big_snapshot(site, f'url = "s3://{s3_bucket}/zbak"\nendpoint = "{s3_server.endpoint_url}"'
-                       '\nregion = "us-east-1"\nbandwidth_limit = "8MiB"', volume=32 * MIB)
+                       f'\nregion = "us-east-1"\n{PACED}', volume=PACED_VOLUME)
     client = s3_server.client()
 
     def uploads() -> list[dict]:
