@@ -19,6 +19,7 @@ from zrepl_py.proc.sshconn import SshConnection  # first: it keeps paramiko from
 
 # isort: split
 import paramiko
+import tenacity
 
 from zrepl_py.errors import CommandFailed, HostUnreachable
 from zrepl_py.proc.executor import Completed
@@ -93,7 +94,7 @@ class SSHExecutor:
         deadline = None if timeout is None else time.monotonic() + timeout
         transport = self.connection.transport()
         try:
-            channel = transport.open_session(timeout=self.config.connect_timeout.total_seconds())
+            channel = self._open_session(transport)
             channel.exec_command(command_bytes(command))
         except (OSError, EOFError, paramiko.SSHException) as exc:
             if transport.is_active():  # e.g. sshd's MaxSessions; other commands keep running
@@ -124,6 +125,34 @@ class SSHExecutor:
         if check and status != 0:
             raise CommandFailed(full, status, done.error_text, self.host)
         return done
+
+    def _open_session(self, transport: paramiko.Transport) -> paramiko.Channel:
+        """A new session channel on ``transport``.
+
+        sshd refuses a session beyond its ``MaxSessions`` (sshd_config(5), 10 by default; "no
+        more sessions" in its log) and counts a finished command's session until it has reaped
+        the command, which can lag behind the close this side has seen: eight threads running
+        short commands were refused. A refusal on a live connection is retried with backoff
+        for up to ``connect_timeout``. paramiko keeps one refusal per connection, so of two
+        threads refused at once one may see ``SSHException("Unable to open channel.")``
+        instead of the ``ChannelException``: any failure that leaves the connection up is
+        taken as a refusal (a timed-out open has used up the time already).
+
+        Raises:
+            paramiko.SSHException: still refused when ``connect_timeout`` has passed, or the
+                connection failed.
+            OSError, EOFError: the connection failed.
+        """
+        timeout = self.config.connect_timeout.total_seconds()
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(
+                lambda exc: isinstance(exc, paramiko.SSHException) and transport.is_active()
+            ),
+            wait=tenacity.wait_random_exponential(multiplier=0.01, max=0.5),
+            stop=tenacity.stop_after_delay(timeout),
+            reraise=True,
+        )
+        return retrying(transport.open_session, timeout=timeout)
 
     def _communicate(
         self, channel: paramiko.Channel, input: bytes | None, deadline: float | None
