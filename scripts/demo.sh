@@ -56,6 +56,8 @@ ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/host_key"
 ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/id_ed25519"
 cp "$work/ssh/id_ed25519.pub" "$work/ssh/authorized_keys"
 port=$("$root/.venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# SHLVL=1: bash takes each command's shell as nested and skips root's ~/.bashrc, whose
+# set-up (pyenv, conda) would otherwise run before every remote command of the demo
 cat > "$work/ssh/sshd_config" <<SSHD
 Port $port
 ListenAddress 127.0.0.1
@@ -65,6 +67,7 @@ PermitRootLogin prohibit-password
 PasswordAuthentication no
 StrictModes no
 PidFile $work/ssh/sshd.pid
+SetEnv SHLVL=1
 SSHD
 /usr/sbin/sshd -f "$work/ssh/sshd_config"
 echo "[127.0.0.1]:$port $(cut -d' ' -f1,2 "$work/ssh/host_key.pub")" > "$work/ssh/known_hosts"

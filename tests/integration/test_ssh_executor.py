@@ -160,6 +160,19 @@ def test_the_control_connection_sends_small_packets_without_waiting_nagle_off(ss
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
 
 
+def test_the_test_sshd_runs_commands_as_nested_shells_with_the_callers_variables(
+    sshd_factory, tmp_path
+):
+    """The tests' sshd sets SHLVL=1, so the login shell counts as nested and skips ~/.bashrc
+    (a host's set-up there cost up to 0.7 s a command); a SetEnv line of the caller's joins
+    it, since sshd reads only the first (tests/support/sshd.py). bash raises SHLVL to 2 and
+    gives one back when it execs the command: without the line the command sees 0."""
+    server = sshd_factory(extra_config=["SetEnv ZBAK_PROBE=set"])
+    with SSHExecutor("backup1", server.host_config(), known_hosts_default=tmp_path / "kh") as ex:
+        done = ex.run(["sh", "-c", "echo $SHLVL $ZBAK_PROBE"])
+    assert done.stdout.split() == [b"1", b"set"]
+
+
 def test_sudo_puts_sudo_n_in_front_of_the_remote_argv(sshd, tmp_path):
     """HostConfig.sudo runs ``sudo -n ARGV`` (non-interactive sudo, never a password prompt)."""
     assert remote_command(["zfs", "list", "a b"], sudo=True) == "sudo -n zfs list 'a b'"

@@ -152,6 +152,14 @@ class _Sshd:
         public_key = self.user_key.with_name(self.user_key.name + ".pub").read_text()
         _write_private(authorized, authorized_keys_line(public_key, forced_command))
         log = self.workdir / "sshd.log"
+        # bash sources ~/.bashrc for a command from sshd unless SHLVL says it is nested: the
+        # tests' commands must not run the host's shell set-up. sshd takes only its first
+        # SetEnv line, so the caller's variables join this one.
+        setenv = ["SHLVL=1"] + [
+            variable for line in extra_config if line.startswith("SetEnv ")
+            for variable in line.split()[1:]
+        ]
+        extra_config = [line for line in extra_config if not line.startswith("SetEnv ")]
         for _attempt in range(3):  # the free port may be taken between probe and bind
             port = free_port()
             config = self.workdir / "sshd_config"
@@ -169,6 +177,7 @@ class _Sshd:
                         "KbdInteractiveAuthentication no",
                         "StrictModes no",
                         "LogLevel VERBOSE",
+                        "SetEnv " + " ".join(setenv),
                         *extra_config,
                         "",
                     ]
