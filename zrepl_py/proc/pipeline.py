@@ -37,7 +37,9 @@ child's counts to its parent's (``wait_task_zombie`` in kernel/exit.c), so a wra
 waits for its child (``sh -c``, tested; ``sudo`` should too, untested: not installed here)
 counts what its child wrote. Verified here: ``wchar`` of ``head -c N`` and of
 OpenZFS 2.3.2 ``zfs send`` (plain and ``-c``, also behind ``sh -c``) equals the stream size
-exactly. Not so for zfs-fuse: its ``zfs send`` hands the pipe to the zfs-fuse daemon over a
+exactly, unless BSD process accounting is on (acct(5), ``accton``): the kernel writes an
+exiting process's 64-byte record as that process, so the count is 64 bytes more per process
+that ended in it (measured: +64 for a stage, +128 behind ``sh -c``). Not so for zfs-fuse: its ``zfs send`` hands the pipe to the zfs-fuse daemon over a
 unix socket and the daemon writes the stream, so the ``zfs`` process's ``wchar`` is only its
 socket traffic (~100 KB for a 20 MB stream); there use ``Meter.READ`` (``rchar`` of stage 1:
 the stream plus that stage's own other reads, setpriv's and ld.so's included: measured
