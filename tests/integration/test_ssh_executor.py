@@ -152,6 +152,23 @@ def test_one_connection_serves_many_commands_and_reconnects_after_close(ssh):
     assert ssh.run(["sh", "-c", "echo $SSH_CONNECTION"]).stdout != first
 
 
+def test_a_session_the_server_keeps_refusing_fails_after_connect_timeout_saying_so(
+    sshd_factory, tmp_path
+):
+    """A refused session is asked for again only until ``connect_timeout``: a server that
+    allows no session (``MaxSessions 0``) gives HostUnreachable naming the refusal, after
+    about that long (not the default 15 s), and the connection stays up: a refusal, not a
+    lost connection."""
+    server = sshd_factory(extra_config=["MaxSessions 0"])
+    config = server.host_config(connect_timeout="2s")
+    with SSHExecutor("backup1", config, known_hosts_default=tmp_path / "kh") as ex:
+        began = time.monotonic()
+        with pytest.raises(HostUnreachable, match="refused a new session"):
+            ex.run(["true"])
+        assert 2 <= time.monotonic() - began < 12
+        assert ex.connected  # refused, not lost
+
+
 def test_the_control_connection_sends_small_packets_without_waiting_nagle_off(ssh):
     """Control commands are a few small packets each: the connection has TCP_NODELAY set, so
     they do not wait for the server's delayed ACK (about 45 ms per command otherwise)."""
