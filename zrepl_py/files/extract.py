@@ -30,6 +30,7 @@ their mode, owner and mtime after their content, deepest first (``TarFile.extrac
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import decimal
 import os
@@ -138,7 +139,8 @@ class _Checked(tarfile.TarFile):
 
 @dataclasses.dataclass
 class _Filter:
-    """The member check of the module doc, as ``TarFile.extractall``'s ``filter``."""
+    """The member check of the module doc, called as an extraction filter is
+    (``member, dest`` in, the member to write or None out) on each member as it is read."""
 
     root: str
     paths: Sequence[str]
@@ -154,7 +156,8 @@ class _Filter:
         if name == ROOT:
             return None  # the dataset's root itself is DIR: its attributes stay DIR's
         assert name is not None
-        member = member.replace(name=name, deep=False)
+        member = copy.copy(member)  # TarInfo.replace is Python 3.11.4's
+        member.name = name
         self.done.members += 1
         if member.isreg():
             self.done.bytes += member.size
@@ -236,7 +239,13 @@ def extract(stream: Readable, into: str, paths: Sequence[str], *,
         with _Checked.open(fileobj=cast(IO[bytes], stream), mode="r|", errorlevel=2) as archive:
             assert isinstance(archive, _Checked)
             archive.warnings = done.warnings
-            archive.extractall(root, filter=check, numeric_owner=True)
+            checked = (m for m in (check(member, root) for member in archive) if m is not None)
+            if hasattr(tarfile, "fully_trusted_filter"):
+                # Python 3.11.4+ (PEP 706) filters members itself, and from 3.14 with its
+                # "data" filter unless told otherwise, which would change modes and owners.
+                archive.extractall(root, checked, numeric_owner=True, filter="fully_trusted")
+            else:  # Debian bookworm's 3.11.2: no filters; the members come checked
+                archive.extractall(root, checked, numeric_owner=True)
     except tarfile.ReadError as exc:
         raise ExtractError(f"the stream of the files is not a tar archive ({exc}); what"
                            f" was restored before stays in {root}") from exc
