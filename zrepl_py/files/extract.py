@@ -3,9 +3,9 @@
 The stream comes from ``tar`` on the host where the snapshot lives (``snapshot_files``), which
 may be a backup host zbak trusts less than itself, so every member is checked here as if it
 were hostile (docs/decisions.md#restored-files-are-checked-like-a-hostile-archive). Python's
-``tarfile`` reads it (``r|``: one pass, nothing spooled) with a filter that does what its
-``data`` filter does for paths (Python docs, tarfile "Extraction filters") but keeps the
-snapshot's modes and owners, which that filter would change:
+``tarfile`` reads it (``r|``: one pass, nothing spooled) and each member passes a check that
+does what its ``data`` filter does for paths (Python docs, tarfile "Extraction filters") but
+keeps the snapshot's modes and owners, which that filter would change:
 
 - a member whose name is absolute or has a ``..`` component, or that lies outside the
   requested paths, is refused;
@@ -138,16 +138,16 @@ class _Checked(tarfile.TarFile):
 
 
 @dataclasses.dataclass
-class _Filter:
-    """The member check of the module doc, called as an extraction filter is
-    (``member, dest`` in, the member to write or None out) on each member as it is read."""
+class _Check:
+    """The member check of the module doc, called on each member as it is read: the member
+    to write (renamed to its path in DIR), or None."""
 
     root: str
     paths: Sequence[str]
     overwrite: bool
     done: Extracted
 
-    def __call__(self, member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    def __call__(self, member: tarfile.TarInfo) -> tarfile.TarInfo | None:
         name = member_path(member.name)
         why = self._refusal(member, name)
         if why is not None:
@@ -234,12 +234,12 @@ def extract(stream: Readable, into: str, paths: Sequence[str], *,
     """
     root = os.path.realpath(into)
     done = Extracted()
-    check = _Filter(root, list(paths), overwrite, done)
+    check = _Check(root, list(paths), overwrite, done)
     try:
         with _Checked.open(fileobj=cast(IO[bytes], stream), mode="r|", errorlevel=2) as archive:
             assert isinstance(archive, _Checked)
             archive.warnings = done.warnings
-            checked = (m for m in (check(member, root) for member in archive) if m is not None)
+            checked = (m for m in map(check, archive) if m is not None)
             if hasattr(tarfile, "fully_trusted_filter"):
                 # Python 3.11.4+ (PEP 706) filters members itself, and from 3.14 with its
                 # "data" filter unless told otherwise, which would change modes and owners.
