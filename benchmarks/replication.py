@@ -253,13 +253,12 @@ class Bench:
         self.shim_path = f"{shim_dir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
         self.shim_port = free_port()
         config = self.work / "sshd-shim.conf"
-        # sshd reads only the first SetEnv line: PATH joins the test bed's (SHLVL=1)
-        path = f"PATH={shim_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-        lines = [f"{line} {path}" if line.startswith("SetEnv ") else line
-                 for line in self.server.config_file.read_text().splitlines()
+        lines = [line for line in self.server.config_file.read_text().splitlines()
                  if not line.startswith(("Port ", "PidFile "))]
-        lines += [f"Port {self.shim_port}", f'PidFile "{self.work / "sshd-shim.pid"}"']
-        config.write_text("\n".join(lines) + "\n")
+        lines += [f"Port {self.shim_port}", f'PidFile "{self.work / "sshd-shim.pid"}"',
+                  f"SetEnv PATH={shim_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+                  ":/sbin:/bin"]
+        config.write_text("\n".join(testbed_sshd.joined_setenv(lines)) + "\n")
         log = open(self.work / "sshd-shim.log", "ab")
         self.shim_sshd = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
                                           stdin=subprocess.DEVNULL, stdout=log, stderr=log)

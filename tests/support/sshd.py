@@ -78,6 +78,21 @@ class SshServer:
         return HostConfig(**fields)
 
 
+def joined_setenv(lines: Sequence[str]) -> list[str]:
+    """sshd_config ``lines`` with every ``SetEnv`` line's variables joined into the first
+    one's place: sshd reads only its first SetEnv line (sshd_config(5): the first obtained
+    value is used)."""
+    variables = [v for line in lines if line.startswith("SetEnv ") for v in line.split()[1:]]
+    joined: list[str] = []
+    for line in lines:
+        if not line.startswith("SetEnv "):
+            joined.append(line)
+        elif variables:
+            joined.append("SetEnv " + " ".join(variables))
+            variables = []
+    return joined
+
+
 def _keygen(path: Path, comment: str) -> None:
     keygen = need_binary("ssh", "ssh-keygen")
     subprocess.run(
@@ -152,20 +167,12 @@ class _Sshd:
         public_key = self.user_key.with_name(self.user_key.name + ".pub").read_text()
         _write_private(authorized, authorized_keys_line(public_key, forced_command))
         log = self.workdir / "sshd.log"
-        # bash sources ~/.bashrc for a command from sshd unless SHLVL says it is nested: the
-        # tests' commands must not run the host's shell set-up. sshd takes only its first
-        # SetEnv line, so the caller's variables join this one.
-        setenv = ["SHLVL=1"] + [
-            variable for line in extra_config if line.startswith("SetEnv ")
-            for variable in line.split()[1:]
-        ]
-        extra_config = [line for line in extra_config if not line.startswith("SetEnv ")]
         for _attempt in range(3):  # the free port may be taken between probe and bind
             port = free_port()
             config = self.workdir / "sshd_config"
             config.write_text(
                 "\n".join(
-                    [
+                    joined_setenv([
                         f"Port {port}",
                         "ListenAddress 127.0.0.1",
                         f'HostKey "{host_key}"',
@@ -177,10 +184,12 @@ class _Sshd:
                         "KbdInteractiveAuthentication no",
                         "StrictModes no",
                         "LogLevel VERBOSE",
-                        "SetEnv " + " ".join(setenv),
+                        # bash sources ~/.bashrc for a command from sshd unless SHLVL says
+                        # it is nested: the tests' commands must not run the host's set-up
+                        "SetEnv SHLVL=1",
                         *extra_config,
                         "",
-                    ]
+                    ])
                 )
             )
             with open(log, "ab") as log_handle:
