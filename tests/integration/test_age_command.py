@@ -40,16 +40,21 @@ def reading(identity: Path) -> Codec:
         identities=tuple(age.identities(identity)), identity_file=identity, store="cold"))
 
 
-@pytest.fixture
-def volume(tmp_path: Path) -> tuple[Path, Path]:
-    """(a sealed volume file of RAW encrypted to ``key``, ``key``)."""
+def sealed(tmp_path: Path, raw: bytes) -> tuple[Path, Path]:
+    """(a sealed volume file of ``raw`` encrypted to ``key``, ``key``)."""
     key = tmp_path / "key.txt"
     recipient = keygen(key)
     codec = Codec(sealing=Sealing((recipient,), tuple(age.recipients([recipient], "test"))))
     path = tmp_path / "vol-000000.zst"
-    path.write_bytes(b"".join(codec.encode([RAW[i:i + MIB] for i in range(0, len(RAW), MIB)],
+    path.write_bytes(b"".join(codec.encode([raw[i:i + MIB] for i in range(0, len(raw), MIB)],
                                            Digest(hash_stored=False))))
     return path, key
+
+
+@pytest.fixture
+def volume(tmp_path: Path) -> tuple[Path, Path]:
+    """(a sealed volume file of RAW encrypted to ``key``, ``key``)."""
+    return sealed(tmp_path, RAW)
 
 
 @pytest.fixture
@@ -84,10 +89,11 @@ def test_a_wrong_identity_is_refused_before_any_plaintext(volume, logged_age, tm
     assert out == [] and logged_age.exists()
 
 
-def test_a_damaged_payload_fails_as_a_corrupt_volume_after_some_plaintext(volume, tmp_path):
-    path, key = volume
+def test_a_damaged_payload_fails_as_a_corrupt_volume_after_some_plaintext(tmp_path):
+    path, key = sealed(tmp_path, os.urandom(4 * MIB))
     data = bytearray(path.read_bytes())
-    data[-200_000] ^= 1  # in the payload's last MiB: earlier chunks authenticate and come out
+    data[-1_000] ^= 1  # the last 64 KiB chunk: 3 MiB and more authenticate first, and
+    # every whole piece but the one held back comes out
     path.write_bytes(bytes(data))
     out: list[bytes] = []
     with pytest.raises(StreamCorrupt, match="does not decrypt"):
@@ -114,3 +120,40 @@ def test_an_ssh_ed25519_identity_file_decrypts_through_the_age_command(tmp_path,
     path.write_bytes(b"".join(writing.encode([RAW], Digest(hash_stored=False))))
     assert b"".join(reading(key).decode_file(path, "cold:vol", raw_bytes=len(RAW))) == RAW
     assert logged_age.read_text().splitlines() == ["-d", "-i", str(key), str(path)]
+
+
+@pytest.fixture
+def trickling_age(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ``age`` first on the PATH whose output reaches its pipe 4 KiB at a time, slower
+    than zbak reads it (``pv -L``), and which fails when the real one fails."""
+    real = shutil.which("age")
+    bin_dir = tmp_path / "trickle-bin"
+    bin_dir.mkdir()
+    (bin_dir / "age").write_text("#!/bin/bash\nset -o pipefail\n"
+                                 f'{real} "$@" | pv -q -B 4096 -L 16m\n')
+    (bin_dir / "age").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_plaintext_written_in_small_pieces_reaches_the_consumer_in_whole_pieces(
+        volume, trickling_age):
+    path, key = volume
+    pieces = list(age.decrypt_file(shutil.which("age") or "age", path, key, "cold:vol"))
+    assert len(pieces) > 2
+    assert [len(p) for p in pieces[:-1]] == [age.PIECE] * (len(pieces) - 1)
+    frame = b"".join(pieces)
+    assert 0 < len(pieces[-1]) <= age.PIECE
+    assert b"".join(reading(key).decode_file(path, "cold:vol", raw_bytes=len(RAW))) == RAW
+    assert frame.startswith(b"\x28\xb5\x2f\xfd")  # the zstd frame the volume seals
+
+
+def test_a_damaged_chunk_inside_the_first_piece_is_a_corrupt_volume_not_a_refused_identity(
+        volume, trickling_age):
+    path, key = volume
+    data = bytearray(path.read_bytes())
+    data[150_000] ^= 1  # the third 64 KiB chunk: two chunks of plaintext come out first
+    path.write_bytes(bytes(data))
+    out: list[bytes] = []
+    with pytest.raises(StreamCorrupt, match="does not decrypt"):
+        out.extend(age.decrypt_file(shutil.which("age") or "age", path, key, "cold:vol"))
+    assert out == []  # less than a whole piece came out: the consumer got none of it

@@ -179,10 +179,12 @@ def decrypt_file(command: str, path: Path, identity: Path, what: str) -> Iterato
     """Yield the plaintext of the age file ``path``, decrypted by the age command
     ``command`` in its own process (``age -d -i IDENTITY PATH``: the identity file's path in
     its argv, never a key; its environment without zbak's secrets, ``proc.spawn``), read
-    from its standard output in pieces of up to ``PIECE``; the last piece only once the
-    command exited 0, i.e. once the file's last chunk authenticated (age's STREAM writes a
-    64 KiB chunk only once it authenticated, and fails on a file cut or extended).
-    Why a process: docs/decisions.md#sealed-restore-decrypts-with-the-age-command.
+    from its standard output and yielded in whole pieces of ``PIECE`` (the command writes 32
+    to 64 KiB at a time, and every piece costs the consumer its per-call work again, the zstd
+    decoder's and the receive's write: docs/performance.md#sealed-stores); the last piece
+    only once the command exited 0, i.e. once the file's last chunk authenticated (age's
+    STREAM writes a 64 KiB chunk only once it authenticated, and fails on a file cut or
+    extended). Why a process: docs/decisions.md#sealed-restore-decrypts-with-the-age-command.
 
     Args:
         command: the age command's path (``shutil.which(COMMAND)``).
@@ -202,21 +204,29 @@ def decrypt_file(command: str, path: Path, identity: Path, what: str) -> Iterato
 
     stage = Stage("age -d", (command, "-d", "-i", str(identity.absolute()),
                              str(path.absolute())))
-    held = b""
+    held = b""  # the last whole piece, yielded once more plaintext followed it
+    parts: list[bytes] = []  # read since that piece
+    got = 0  # bytes in parts
+    plaintext = False
     try:
         with SendReader([stage]) as reader:
-            while piece := reader.read(PIECE):
-                if held:
-                    yield held
-                held = piece
+            while data := reader.read(PIECE - got):
+                plaintext = True
+                parts.append(data)
+                got += len(data)
+                if got == PIECE:
+                    if held:
+                        yield held
+                    held, parts, got = b"".join(parts), [], 0
     except PipelineFailed as exc:
-        if held:
+        if plaintext:
             raise StreamCorrupt(f"{what}: the age file does not decrypt: {exc}") from None
         raise IdentityRefused(f"{what}: the age header opens with none of the identities in"
                               f" {identity} ({exc}): the identity is not one of the store's"
                               " recipients, or the volume is damaged") from None
-    if held:
-        yield held
+    for piece in (held, b"".join(parts)):
+        if piece:
+            yield piece
 
 
 class HeaderWalk:
