@@ -207,11 +207,9 @@ def decrypt_file(command: str, path: Path, identity: Path, what: str) -> Iterato
     held = b""  # the last whole piece, yielded once more plaintext followed it
     parts: list[bytes] = []  # read since that piece
     got = 0  # bytes in parts
-    plaintext = False
     try:
         with SendReader([stage]) as reader:
             while data := reader.read(PIECE - got):
-                plaintext = True
                 parts.append(data)
                 got += len(data)
                 if got == PIECE:
@@ -219,7 +217,7 @@ def decrypt_file(command: str, path: Path, identity: Path, what: str) -> Iterato
                         yield held
                     held, parts, got = b"".join(parts), [], 0
     except PipelineFailed as exc:
-        if plaintext:
+        if held or parts:  # plaintext came out before the failure
             raise StreamCorrupt(f"{what}: the age file does not decrypt: {exc}") from None
         raise IdentityRefused(f"{what}: the age header opens with none of the identities in"
                               f" {identity} ({exc}): the identity is not one of the store's"
