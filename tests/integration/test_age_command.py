@@ -156,3 +156,20 @@ def test_a_damaged_chunk_inside_the_first_piece_is_a_corrupt_volume_not_a_refuse
     with pytest.raises(StreamCorrupt, match="does not decrypt"):
         out.extend(age.decrypt_file(shutil.which("age") or "age", path, key, "cold:vol"))
     assert out == []  # less than a whole piece came out: the consumer got none of it
+
+
+def test_the_last_whole_piece_before_a_failing_chunk_never_reaches_the_consumer(tmp_path):
+    path, key = sealed(tmp_path, os.urandom(4 * MIB))
+    data = bytearray(path.read_bytes())
+    damaged = len(data) - 1_000
+    data[damaged] ^= 1
+    path.write_bytes(bytes(data))
+    # age-encryption.org/v1: the header ends with its "--- MAC" line, a 16-byte nonce follows,
+    # then the payload in chunks of 64 KiB of plaintext plus a 16-byte tag each
+    payload = data.index(b"\n", data.index(b"\n--- ") + 1) + 1 + 16
+    authenticated = (damaged - payload) // (64 * 1024 + 16) * 64 * 1024
+    assert authenticated >= 2 * age.PIECE
+    out: list[bytes] = []
+    with pytest.raises(StreamCorrupt, match="does not decrypt"):
+        out.extend(age.decrypt_file(shutil.which("age") or "age", path, key, "cold:vol"))
+    assert sum(map(len, out)) == (authenticated // age.PIECE - 1) * age.PIECE
