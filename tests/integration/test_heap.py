@@ -35,7 +35,6 @@ _PROBE = textwrap.dedent("""
         thread.start()
     for thread in threads:
         thread.join()
-    sys.stdout.flush()
     ctypes.CDLL(None).malloc_stats()  # glibc: one "Arena N:" section per arena, on stderr
 """)
 
