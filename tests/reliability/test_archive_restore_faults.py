@@ -270,8 +270,8 @@ def _watch_receives(monkeypatch, after_finish=None) -> list:
     class Watched(restore_execute.ReceiveWriter):
         events: list[tuple[str, int]] = []
 
-        def __init__(self, stages):
-            super().__init__(stages)
+        def __init__(self, stages, **kwargs):
+            super().__init__(stages, **kwargs)
             writers.append(self)
             self.n = len(writers)
 

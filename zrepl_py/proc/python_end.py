@@ -16,6 +16,7 @@ import threading
 from collections.abc import Sequence
 
 from zrepl_py.proc.pipeline import Stage, run_pipeline
+from zrepl_py.proc.write_behind import WriteBehind
 
 _PIPE_SIZE = 1 << 20  # bytes; F_SETPIPE_SZ, fcntl(2): fewer wake-ups than the 64 KiB default
 
@@ -98,28 +99,47 @@ class SendReader(_PythonEnd):
 class ReceiveWriter(_PythonEnd):
     """The writable end of a running ``[ssh HOST] zfs receive ...`` pipeline; call
     ``finish()`` after the last byte. Without ``finish()`` the receive is cancelled and
-    discards the partial stream (zfs-receive(8) without ``-s``)."""
+    discards the partial stream (zfs-receive(8) without ``-s``), and nothing still queued
+    reaches it.
 
-    def __init__(self, stages: Sequence[Stage]):
+    Args:
+        stages: the pipeline, ``zfs receive`` last.
+        ahead: bytes ``write`` may queue in this process ahead of the receive, written by a
+            thread of its own (``proc.write_behind``); 0 writes into the pipe directly.
+    """
+
+    def __init__(self, stages: Sequence[Stage], *, ahead: int = 0):
         super().__init__(stages, "stdin", "zfs receive")
         self._finished = False
+        self._ahead = ahead
+        self._behind: WriteBehind | None = None
 
     def start(self) -> ReceiveWriter:
         """Start the pipeline now, before the ``with`` block (which then does not start it
         again): a receive started early waits for its first byte. Returns ``self``."""
         if self._thread.ident is None:
             self._thread.start()
+            if self._ahead:
+                self._behind = WriteBehind(self._write_all, self._ahead, "zbak-receive-ahead")
         return self
 
     def __enter__(self) -> ReceiveWriter:
         return self.start()
 
     def write(self, data: bytes) -> None:
-        """Write all of ``data`` to the receive.
+        """Write all of ``data`` to the receive (with ``ahead``: queue it, waiting while
+        ``ahead`` bytes are queued); ``data`` must not change afterwards.
 
         Raises:
-            PipelineFailed: the receive failed (its message, not the broken pipe's).
+            PipelineFailed: the receive failed (its message, not the broken pipe's); with
+                ``ahead``, raised by the write after the failure was seen, or by ``finish``.
         """
+        if self._behind is not None:
+            self._behind.put(data)
+        else:
+            self._write_all(data)
+
+    def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
             try:
@@ -130,15 +150,27 @@ class ReceiveWriter(_PythonEnd):
             view = view[written:]
 
     def finish(self) -> None:
-        """End the stream and wait for the receive to finish.
+        """Write what is queued, end the stream and wait for the receive to finish.
 
         Raises:
             PipelineFailed: the receive failed.
         """
+        if self._behind is not None:
+            self._behind.drain()
         self._finished = True
         os.close(self._write_fd)
         self._join()
 
     def __exit__(self, *exc: object) -> None:
-        if not self._finished:
+        if self._finished:
+            return
+        if self._behind is None:
             self._stop(self._write_fd)
+            return
+        # The queue is dropped and the receive cancelled first, so the writing thread's
+        # blocked write ends (EPIPE) and it is joined before its descriptor is closed.
+        self._behind.discard()
+        self._cancel.set()
+        self._thread.join()
+        self._behind.join()
+        os.close(self._write_fd)

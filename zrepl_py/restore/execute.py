@@ -72,6 +72,12 @@ from zrepl_py.zfs.steps import Full, Incremental, SnapRef
 
 log = logging.getLogger(__name__)
 
+RECEIVE_AHEAD = 64 << 20
+"""Bytes of decoded stream queued in this process ahead of ``zfs receive``, written by a
+thread of its own (``proc.write_behind``), so the decryption and the decode go on while the
+receive pauses between its bursts; 64 MiB, as replication's receive buffer (measured:
+docs/performance.md#a-restore-writes-behind)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class RestoreOutcome:
@@ -139,7 +145,7 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
                              expected_source="catalog")
         sampler = Sampler(progress)
         stages = side.wrap([receive], "zfs receive")
-        upcoming: ReceiveWriter | None = ReceiveWriter(stages).start()
+        upcoming: ReceiveWriter | None = ReceiveWriter(stages, ahead=RECEIVE_AHEAD).start()
         try:
             for done, stream in enumerate(path.streams):
                 writer, upcoming = upcoming, None
@@ -157,7 +163,7 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
                             # its first byte, written once this one finished; zfs receive
                             # reads the BEGIN record before it looks at the target (the base
                             # of an incremental must exist only then: zfs-receive(8)).
-                            upcoming = ReceiveWriter(stages).start()
+                            upcoming = ReceiveWriter(stages, ahead=RECEIVE_AHEAD).start()
                         writer.finish()
                     if done == 0 and not plan.resumed:
                         _mark(zfs, plan, mark_value(plan.host, str(plan.dataset)))
