@@ -11,7 +11,7 @@ import os
 import threading
 
 import pytest
-from support.procwatch import descendants
+from support.procwatch import cmdline, descendants
 
 from zrepl_py.errors import PipelineFailed
 from zrepl_py.proc.pipeline import Stage
@@ -20,14 +20,22 @@ from zrepl_py.proc.python_end import ReceiveWriter
 MiB = 1 << 20
 
 
-def receive(script: str) -> list[Stage]:
-    return [Stage("zfs receive", ("sh", "-c", script))]
+def receive(script: str, mark: str) -> list[Stage]:
+    """The stand-in receive: ``sh -c SCRIPT MARK`` (the mark in its command line)."""
+    return [Stage("zfs receive", ("sh", "-c", script, mark))]
+
+
+def left(mark: str) -> list[int]:
+    """This process's descendants whose command line holds ``mark`` (the stand-in receive's
+    shell and its process group share it)."""
+    return [pid for pid in descendants(os.getpid()) if mark in " ".join(cmdline(pid))]
 
 
 def test_everything_queued_reaches_the_receive_in_order_before_finish_returns(tmp_path):
     out = tmp_path / "received"
     pieces = [os.urandom(MiB) for _ in range(20)]
-    with ReceiveWriter(receive(f"sleep 0.3; exec cat > {out}"), ahead=8 * MiB) as writer:
+    with ReceiveWriter(receive(f"sleep 0.3; cat > {out}", "ahead-order"),
+                      ahead=8 * MiB) as writer:
         for piece in pieces:
             writer.write(piece)
         writer.finish()
@@ -37,11 +45,11 @@ def test_everything_queued_reaches_the_receive_in_order_before_finish_returns(tm
 def test_a_receive_that_fails_mid_stream_is_reported_as_its_own_failure():
     script = "head -c 100000 > /dev/null; echo 'cannot receive: invalid stream' >&2; exit 1"
     with pytest.raises(PipelineFailed, match="invalid stream"):
-        with ReceiveWriter(receive(script), ahead=4 * MiB) as writer:
+        with ReceiveWriter(receive(script, "ahead-fails"), ahead=4 * MiB) as writer:
             for _ in range(40):
                 writer.write(os.urandom(MiB))
             writer.finish()
-    assert not descendants(os.getpid())
+    assert not left("ahead-fails")
 
 
 def test_leaving_without_finish_cancels_the_receive_and_drops_what_is_queued(tmp_path):
@@ -49,11 +57,12 @@ def test_leaving_without_finish_cancels_the_receive_and_drops_what_is_queued(tmp
     receive must never get the queued rest of the stream, let alone its end."""
     out = tmp_path / "received"
     with pytest.raises(RuntimeError, match="decode failed"):
-        with ReceiveWriter(receive(f"sleep 2; exec cat > {out}"), ahead=64 * MiB) as writer:
+        with ReceiveWriter(receive(f"sleep 2; cat > {out}", "ahead-left"),
+                           ahead=64 * MiB) as writer:
             for _ in range(16):
                 writer.write(os.urandom(MiB))  # queued: the receive reads nothing for 2 s
             raise RuntimeError("decode failed")
-    assert not descendants(os.getpid())
+    assert not left("ahead-left")
     assert not out.exists() or out.stat().st_size < 16 * MiB
 
 
@@ -65,7 +74,7 @@ def test_write_waits_while_ahead_bytes_are_queued():
     errors: list[BaseException] = []
     blocked = threading.Event()
 
-    with ReceiveWriter(receive("exec sleep 60"), ahead=4 * MiB) as writer:
+    with ReceiveWriter(receive("sleep 60", "ahead-bound"), ahead=4 * MiB) as writer:
         def feed() -> None:
             try:
                 for n in range(20):
@@ -80,6 +89,7 @@ def test_write_waits_while_ahead_bytes_are_queued():
         feeder.start()
         assert not blocked.wait(1.5), f"nothing held the writes back: {errors}"
         assert 4 <= len(written) <= 5, written
+        assert left("ahead-bound"), "the stand-in receive is not seen running"
     feeder.join(30)
     assert not feeder.is_alive() and errors, "the waiting write was not released"
-    assert not descendants(os.getpid())
+    assert not left("ahead-bound")
