@@ -1,10 +1,10 @@
 """A bounded write-behind: pieces handed over by one thread, written by another in order.
 
-Why (docs/performance.md#a-restore-writes-behind): ``zfs receive`` takes a stream in bursts,
-fast between transaction groups and not at all while one syncs, and a restore's producer
-(the age decryption, the zstd decode) runs at its own pace. A pipe of 1 MiB between the two
-makes each wait for the other; a queue of tens of MiB in this process lets the producer go on
-while the receive pauses, without the copies an mbuffer(1) process would add.
+Why (docs/performance.md#a-restore-writes-behind): ``zfs receive`` does not take a stream
+at an even pace, and a restore's producer (the age decryption, the zstd decode) runs at its
+own. With a pipe of 1 MiB between the two each waited for the other (a sealed restore kept
+1.3 of 2 CPUs busy); a queue of tens of MiB in this process lets the producer go on while
+the receive pauses, without the two copies an mbuffer(1) process would add.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ log = logging.getLogger(__name__)
 RECEIVE_AHEAD = 64 << 20
 """Bytes of decoded stream queued in this process ahead of ``zfs receive``, written by a
 thread of its own (``proc.write_behind``), so the decryption and the decode go on while the
-receive pauses between its bursts; 64 MiB, as replication's receive buffer (measured:
+receive pauses; 64 MiB, as replication's receive buffer (measured:
 docs/performance.md#a-restore-writes-behind)."""
 
 
