@@ -168,3 +168,20 @@ def test_a_serve_without_allow_drill_fails_the_drill_in_one_line_naming_the_scra
     assert left and f"the scratch backup:{left[0].split('/zbak-drill-')[0]}/zbak-drill-" in row[
         "detail"], row["detail"]
     assert "could not be destroyed" in row["detail"]
+
+
+def test_a_drill_that_failed_and_left_its_scratch_names_both_the_failure_first(
+        make_pool, sshd_factory, tmp_path, capsys, monkeypatch):
+    """A damaged replica fails the drill and the forced command (no --allow-drill) refuses
+    the scratch's destroy: the record names why the drill failed, then the scratch left."""
+    rig = Rig(make_pool, sshd_factory, tmp_path, capsys, monkeypatch, allow_drill=False)
+    try:
+        rig.damage_replica()
+        status, row = rig.drill()
+    finally:
+        rig.receiver.close()
+    assert (status, row["result"]) == (ExitStatus.FAILED, "failed"), row
+    failure, scratch = row["detail"].find("Input/output error"), row["detail"].find(
+        "could not be destroyed")
+    assert 0 <= failure < scratch, row["detail"]
+    assert rig.scratch_left()

@@ -19,7 +19,8 @@ holds the job's dataset lock, like a plain audit):
    gone, or the copy arrived encrypted without its key, only the guid is checked (said in
    the record);
 5. the scratch is destroyed, one name at a time, whatever happened (a scratch that cannot be
-   destroyed fails the drill: it holds space);
+   destroyed fails the drill: it holds space; its line comes after what failed the drill
+   before, never in its place);
 6. the drill is recorded: a row of ``drills`` (when, result, recovery time, bytes,
    datasets, files compared, thaw, why) and a run of action ``drill`` with the source as its
    target, which raises the ``failure`` alert of a failed drill and the ``recovery`` after it
@@ -188,8 +189,10 @@ def _drill_source(ctx: Context, name: str, source: SourcePlan) -> SourceResult:
         try:
             for item in source.items:
                 items.append(_drill_item(ctx, zfs, source, item))
-        finally:
-            _destroy(zfs, source.scratch)
+        except BaseException as failed:
+            _destroy(zfs, source.scratch, failed)
+            raise
+        _destroy(zfs, source.scratch)
     except ThawPending as exc:
         return SourceResult(_row(name, source, started, ctx.clock.now(), "pending", str(exc),
                                  items), tuple(items), swept)
@@ -224,17 +227,23 @@ def _thaw(ctx: Context, source: SourcePlan) -> str | None:
             f" the next drill{after} restores them")
 
 
-def _destroy(zfs: Zfs, name: str) -> None:
+def _destroy(zfs: Zfs, name: str, failed: BaseException | None = None) -> None:
     """Destroy the scratch; a failure is the drill's (it holds space until destroyed).
 
+    Args:
+        failed: what stopped the drill before, when something did: a scratch that cannot be
+            destroyed then is named after it, never in its place.
+
     Raises:
-        ScratchLeft: naming the scratch and what to do.
+        ScratchLeft: naming the scratch and what to do (after ``failed``, when given).
     """
     try:
         scratch.destroy(zfs, name)
     except ZbakError as exc:
-        raise ScratchLeft(f"the scratch {zfs.host}:{name} could not be destroyed ({exc}); the"
-                        " next drill destroys it, or zfs destroy its datasets yourself") from exc
+        first = f"{failed}; " if failed is not None else ""
+        raise ScratchLeft(f"{first}the scratch {zfs.host}:{name} could not be destroyed ({exc});"
+                          " the next drill destroys it, or zfs destroy its datasets yourself"
+                          ) from exc
 
 
 def _drill_item(ctx: Context, zfs: Zfs, source: SourcePlan, item: DrillItem) -> ItemResult:

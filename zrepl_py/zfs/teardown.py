@@ -5,7 +5,10 @@ Used for the scratch datasets a deep audit (``audit --receive-into``) and a dril
 dataset first, each with a plain ``zfs destroy NAME`` (never ``-r``/``-R``/``-f``:
 docs/design.md#invariants), so nothing outside the tree can go with it. zfs-fuse answers
 "dataset is busy" for a moment after a clone of a snapshot was read and destroyed
-(docs/testbed.md#zfs-fuse): each destroy is retried while it says so.
+(docs/testbed.md#zfs-fuse): each destroy is retried while it says so. A name listed but gone
+when its destroy runs is skipped: the partial dataset of a cancelled ``zfs receive`` into the
+tree has been seen on zfs-fuse, whose daemon does the receive's work, to vanish after the
+command was reaped, between the listing and its destroy.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import functools
 import time
 from collections.abc import Callable
 
-from zrepl_py.errors import DatasetBusy
+from zrepl_py.errors import DatasetBusy, DatasetNotFound
 from zrepl_py.zfs.client import Zfs
 from zrepl_py.zfs.names import DatasetName, SnapshotName
 
@@ -27,6 +30,8 @@ def _retrying(destroy: Callable[[], None], attempts: int, delay: float) -> None:
         try:
             destroy()
             return
+        except DatasetNotFound:
+            return  # gone already: what the destroy was for
         except DatasetBusy:
             if attempt >= attempts:
                 raise
@@ -44,7 +49,8 @@ def destroy_tree(zfs: Zfs, root: DatasetName | str, *, attempts: int = BUSY_ATTE
             seconds between them.
 
     Raises:
-        DatasetNotFound: ``root`` does not exist.
+        DatasetNotFound: ``root`` does not exist when listed (a name below it gone by the
+            time it is destroyed is skipped).
         DatasetBusy: a name stayed busy; SnapshotHeld, SnapshotHasClones: a snapshot of the
             tree is held or cloned (never forced); ZfsError, HostUnreachable.
     """
