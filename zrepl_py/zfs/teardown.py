@@ -6,9 +6,9 @@ dataset first, each with a plain ``zfs destroy NAME`` (never ``-r``/``-R``/``-f`
 docs/design.md#invariants), so nothing outside the tree can go with it. zfs-fuse answers
 "dataset is busy" for a moment after a clone of a snapshot was read and destroyed
 (docs/testbed.md#zfs-fuse): each destroy is retried while it says so. A name listed but gone
-when its destroy runs is skipped: the partial dataset of a cancelled ``zfs receive`` into the
-tree has been seen on zfs-fuse, whose daemon does the receive's work, to vanish after the
-command was reaped, between the listing and its destroy.
+when its destroy runs is skipped: zfs-fuse's daemon destroys the partial dataset of a
+cancelled ``zfs receive`` into the tree a moment after the command was reaped, possibly
+between the listing and its destroy (docs/testbed.md#zfs-fuse).
 """
 
 from __future__ import annotations
