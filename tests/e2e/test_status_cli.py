@@ -156,7 +156,7 @@ def test_status_tables_show_every_section_and_offline_reads_no_host(rig):
     status, out, _ = rig("status")
     for title in ("jobs", "last runs", "replication targets", "archive chains"):
         assert title in out
-    assert f"local:{rig.replica}" in out and "0 min" in out, "an up-to-date target lags 0"
+    assert f"local:{rig.replica}" in out and "0 s" in out, "an up-to-date target lags 0"
 
     status, out, _ = rig("status", "--json", "--offline", "j")
     (job,) = json.loads(out)

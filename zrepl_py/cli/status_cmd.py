@@ -112,11 +112,9 @@ def _copy_rows(states: list[JobStatus]) -> list[tuple[Any, ...]]:
 
 
 def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    from zrepl_py.observe.progress import format_span
+
+    return "-" if seconds is None else format_span(seconds)
 
 
 @click.command("status")

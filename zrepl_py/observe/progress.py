@@ -60,6 +60,15 @@ def format_rate(bytes_per_second: float | None) -> str:
     return "? B/s" if bytes_per_second is None else f"{format_size(bytes_per_second)}/s"
 
 
+def format_span(seconds: float) -> str:
+    """Return a duration for a status line: ``45 s``, ``12 min``, ``30.5 h`` or ``3.2 d``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.1f} d"
+
+
 def format_eta(seconds: float | None) -> str:
     """Return a duration as ``H:MM:SS`` (``1 day, 2:03:04`` past a day); ``?`` when unknown."""
     if seconds is None:

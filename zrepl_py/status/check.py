@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from zrepl_py.catalog.rows import RunRow
 from zrepl_py.observe.events import Event
-from zrepl_py.observe.progress import format_size
+from zrepl_py.observe.progress import format_size, format_span
 
 if TYPE_CHECKING:
     from zrepl_py.catalog.repository import Catalog
@@ -71,21 +71,12 @@ def _what(run: RunRow) -> str:
     return f"{run.action} of job {run.job}{where}"
 
 
-def _span(seconds: float) -> str:
-    """``45 s``, ``12 min``, ``30.5 h`` or ``3.2 d``."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.1f} d"
-
-
 def _lagging(job: str, lag: CopyLag) -> Problem:
     assert lag.oldest_missing is not None and lag.max_lag is not None  # lagging: both set
     since = lag.oldest_missing.strftime("%Y-%m-%d %H:%MZ")
     return Problem(Health.WARNING, job, "copy", lag.store,
-                   f"copy of job {job} to store {lag.store} lags {_span(lag.lag_seconds)}"
-                   f" (max_lag {_span(lag.max_lag)}): {lag.streams} stream(s),"
+                   f"copy of job {job} to store {lag.store} lags {format_span(lag.lag_seconds)}"
+                   f" (max_lag {format_span(lag.max_lag)}): {lag.streams} stream(s),"
                    f" {format_size(lag.bytes)} of store {lag.source} not copied, the oldest"
                    f" since {since}")
 
