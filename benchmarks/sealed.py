@@ -22,8 +22,11 @@ sealed one (>= 1: sealing costs nothing). Peak RSS is GNU time's ``%M`` of the z
 process. The load average is printed before and after. Runs as root (a private zfs-fuse).
 Usage::
 
-    .venv/bin/python benchmarks/sealed.py [--size 512MiB] [--reps 5] [--compare REV]
-        [--profile DIR]
+    .venv/bin/python benchmarks/sealed.py [--size 512MiB] [--reps 5] [--only WORDS]
+        [--compare REV] [--profile DIR]
+
+``--only WORDS`` (repeatable) runs only the cases whose name contains WORDS (``--only
+restore``: the restores alone, each store still archived once, untimed).
 
 ``--compare REV`` adds each sealed case run by the zbak of the git revision ``REV``
 (``main``: a temporary checkout; ``NAME=DIR`` for a checkout made by hand), interleaved with
@@ -118,6 +121,9 @@ def measure(bench: SealedBench, results: Results, reps: int) -> tuple[dict[str, 
     baseline: dict[str, str] = {}
     for verb in ("archive", "restore"):
         for job, label in (("rand", "random"), ("text", "50%")):
+            case = f"{verb} full {label}"
+            if bench.args.only and not any(word in case for word in bench.args.only):
+                continue
             run = bench.archive if verb == "archive" else bench.restore
             tools: dict[str, Callable[[], Run]] = {
                 f"zbak {verb} {kind}": (lambda job=job, kind=kind, run=run: run(job, kind))
@@ -125,8 +131,7 @@ def measure(bench: SealedBench, results: Results, reps: int) -> tuple[dict[str, 
             for name, tree in bench.args.compare:
                 tools[f"zbak {verb} {SEALED} ({name})"] = (
                     lambda job=job, run=run, tree=tree: run(job, SEALED, tree))
-            run_case(bench, results, f"{verb} full {label}", job, tools, reps, streams,
-                     baseline)
+            run_case(bench, results, case, job, tools, reps, streams, baseline)
     return streams, baseline
 
 
@@ -165,6 +170,9 @@ def main() -> int:
     parser.add_argument("--size", type=parse_size, default=parse_size("512MiB"),
                         help="data of each dataset (default 512MiB)")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--only", action="append", default=[], metavar="WORDS",
+                        help="run only the cases whose name contains WORDS (repeatable, e.g."
+                             " --only restore, --only '50%%')")
     add_compare_and_profile(parser, "the sealed cases")
     args = parser.parse_args()
     # What archive.Bench sizes its pools by; this bench has no chain and no rss runs.
