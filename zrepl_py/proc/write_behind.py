@@ -97,6 +97,7 @@ class WriteBehind:
                 with self._changed:
                     self._error = exc
                     self._pending.clear()
+                    self._queued = 0
                     self._changed.notify_all()
                 return
             with self._changed:
