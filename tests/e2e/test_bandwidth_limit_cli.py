@@ -7,12 +7,13 @@ Four children of 3, 7, 13 and 25 MiB of random data replicate at once under 4 Mi
 limit is reached only when each is raised to its share by its start timer (``RAISE_AFTER``
 after its start); the children end one by one, and each end's timer raises the others to
 the new share. Together they must pass the limit, no more and no less (+-10 %), over the
-whole transfer time, and in the steady seconds of each phase (4, 3, 2, 1 running); no two
-seconds pass it. Seen failing (at 8 MiB/s and twice these sizes): given the whole limit
-each, 15.0 MiB/s over the run and 24.5 in its busiest two seconds; never raised after their
-start, 4.0 MiB/s while four ran; not raised after an end, 2.0 MiB/s for the last one alone.
-4 MiB/s, not 8: four zfs-fuse pipelines at a load of 10-12 could not always carry 8 MiB/s,
-and a limit the host cannot reach proves nothing about the limit.
+whole transfer time; the best second of each phase (4, 3, 2, 1 running) reaches it; no two
+seconds pass it (one may: pv makes up for time it was blocked). Seen failing (at 8 MiB/s and
+twice these sizes): given the whole limit each, 15.0 MiB/s over the run and 24.5 in its
+busiest two seconds; never raised after their start, 4.0 MiB/s while four ran; not raised
+after an end, 2.0 MiB/s for the last one alone. 4 MiB/s, not 8: four zfs-fuse pipelines at a
+load of 10-12 could not always carry 8 MiB/s, and a limit the host cannot reach proves
+nothing about the limit.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ def test_concurrent_transfers_together_stay_within_the_shared_limit(make_pool, t
     # pv 1.6 makes up for time it was blocked (a stalled receive): a whole second may pass
     # the limit by what it missed before, two seconds hardly
     assert busiest <= (1 + TOLERANCE) * LIMIT, report
-    for running in (4, 3, 2, 1):  # the start timers set the 4 shares, the end timers the rest
+    # each phase reaches the limit: the start timers set the 4 shares, the end timers the
+    # rest; its ceiling is the busiest two seconds' (one second may catch up, above)
+    for running in (4, 3, 2, 1):
         best = max((rate for n, rate in seconds if n == running), default=0)
-        assert abs(best - LIMIT) <= TOLERANCE * LIMIT, f"{running} running: {report}"
+        assert best >= (1 - TOLERANCE) * LIMIT, f"{running} running: {report}"
