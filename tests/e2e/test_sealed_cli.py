@@ -20,7 +20,19 @@ from pathlib import Path
 import blake3
 import pyrage
 import pytest
-from support.cli import Zbak, gone, prop, restored_content, snapshots, tree_digest, zfs
+from support.cli import (
+    ZBAK_TIMEOUT,
+    Ran,
+    Zbak,
+    exit_status,
+    gone,
+    prop,
+    restored_content,
+    snapshots,
+    start_zbak,
+    tree_digest,
+    zfs,
+)
 
 from zrepl_py.errors import ExitStatus
 
@@ -351,6 +363,59 @@ def test_files_of_a_sealed_archive_come_back_with_the_identity_only(site):
     status, stdout, err = site.run(*argv, "--identity", str(site.key))
     assert status == ExitStatus.OK, stdout + err
     assert (out / "marker1.txt").read_bytes() == (site.mount / "marker1.txt").read_bytes()
+
+
+def on_terminal(config: Path, *args: str, typed: str = "n\n") -> Ran:
+    """``zbak --config CONFIG ARGS`` as a process whose standard input is a terminal (a
+    pty) on which the admin has already typed ``typed``."""
+    master, slave = os.openpty()
+    try:
+        os.write(master, typed.encode())
+        proc = start_zbak("--config", str(config), *args, stdin=slave)
+    finally:
+        os.close(slave)
+    try:
+        out, err = proc.communicate(timeout=ZBAK_TIMEOUT)
+    finally:
+        os.close(master)
+    return Ran(exit_status(proc.returncode), out.decode(), err.decode())
+
+
+def test_an_unusable_identity_is_refused_before_the_restore_asks_to_go_on(site):
+    """On a terminal ``zbak restore`` shows its plan and asks before it restores; an identity
+    that cannot open the sealed store (none, a missing file, the public key given as the
+    identity) is refused with its one line and exit 2 before that question (the admin is
+    never asked to go on with a restore that cannot read a volume), for a dataset and for
+    files (``--path``); nothing is created."""
+    site.snapshot("1")
+    site.archive()
+    scratch = f"{site.pool.name}/scratch"
+    zfs("create", scratch)
+    with open(site.config, "a") as config:
+        config.write(f'[restore]\nscratch = "{scratch}"\n')
+    missing, public = site.tmp / "missing.key", site.tmp / "public.txt"
+    public.write_text(f"# the store's recipient, not its identity\n{site.recipient}\n")
+    out = site.tmp / "out"
+    identities = [((), NEEDS),
+                  (("--identity", str(missing)), f"cannot read the identity file {missing}"),
+                  (("--identity", str(public)), f"identity file {public}: a line is not an age"
+                                                " identity")]
+    for what in (("--into", f"{site.pool.name}/back"),
+                 ("--path", "marker1.txt", "--into-dir", str(out))):
+        for identity, says in identities:
+            status, stdout, err = on_terminal(site.config, "restore", site.data, "--to", "@1",
+                                              "--from", "cold", *what, *identity)
+            assert status == ExitStatus.USAGE, stdout + err
+            assert says in err and len(err.strip().splitlines()) == 1, err
+            assert "Restore now?" not in stdout, stdout
+    assert gone(f"{site.pool.name}/back") and not out.exists()
+    assert zfs("list", "-H", "-o", "name", "-r", scratch).split() == [scratch]
+    status, stdout, err = on_terminal(site.config, "restore", site.data, "--to", "@1", "--from",
+                                      "cold", "--into", f"{site.pool.name}/back", "--identity",
+                                      str(site.key), typed="y\n")
+    assert status == ExitStatus.OK, stdout + err
+    assert "Restore now?" in stdout, stdout
+    assert restored_content(f"{site.pool.name}/back") == tree_digest(site.mount)
 
 
 def test_a_drill_skips_a_sealed_store_without_an_identity_and_drills_it_with_one(site):

@@ -164,7 +164,7 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
     Never overwrites an existing dataset. With --path, restore those files and directories
     of @SNAP into --into-dir instead, never writing outside it."""
     from zrepl_py.observe.runlog import recorded_run
-    from zrepl_py.restore.execute import execute_restore
+    from zrepl_py.restore.execute import archive_codecs, execute_restore
     from zrepl_py.restore.gather import gather_restore
     from zrepl_py.restore.plan import plan_restore
 
@@ -179,6 +179,8 @@ def command(inv: Invocation, dataset: str | None, to: str, into: str | None, fro
         _check_against_config(ctx, dataset, to, from_)
         try:
             plan = plan_restore(gather_restore(ctx, dataset, into), to, from_)
+            if not dry_run and plan.chosen.source == "archive":
+                archive_codecs(ctx, plan)  # the identity, before anyone is asked to go on
         except ZbakError as exc:
             if not dry_run:
                 _record_failure(ctx, _into_target(ctx, dataset, into), exc)
@@ -256,6 +258,7 @@ def _files(inv: Invocation, dataset: str | None, to: str, from_: str | None,
     store's volumes are decrypted with ``identity`` (``--identity FILE``)."""
     from zrepl_py.files.restore import plan_file_restore, restore_files
     from zrepl_py.observe.runlog import recorded_run
+    from zrepl_py.restore.execute import archive_codecs
 
     target = f"local:{into_dir}"
     with inv.context() as ctx:
@@ -263,6 +266,8 @@ def _files(inv: Invocation, dataset: str | None, to: str, from_: str | None,
         try:
             plan = plan_file_restore(ctx, dataset, to, from_, paths, into_dir,
                                      overwrite=overwrite)
+            if not dry_run and plan.receive is not None:
+                archive_codecs(ctx, plan.receive)  # the identity, before anyone is asked
         except ZbakError as exc:
             if not dry_run:
                 _record_failure(ctx, lambda: target, exc)

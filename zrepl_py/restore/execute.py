@@ -115,12 +115,27 @@ def execute_restore(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     return _from_snapshots(ctx, plan)
 
 
+def archive_codecs(ctx: Context, plan: RestorePlan) -> dict[int, Codec]:
+    """The codec chain of each stream of ``plan``'s archive path, by stream id, a sealed
+    one's with the identity read: what a restore checks before it asks to go on, and again
+    before any thaw or download.
+
+    Raises:
+        IdentityNeeded: a stream of the path is sealed and no identity was given (exit 2).
+        IdentityUnusable: the identity file cannot be read or holds no key (exit 2).
+        ExtraMissing: a sealed stream without pyrage. StreamCorrupt: a chain this zbak does
+            not know.
+    """
+    path = plan.chosen.path
+    assert path is not None
+    codec_of = ctx.reading_codecs(path.store)
+    return {s.id: codec_of(s.compression) for s in path.streams}
+
+
 def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
     path = plan.chosen.path
     assert path is not None
-    # A sealed stream without an identity stops here, before any thaw or download.
-    codec_of = ctx.reading_codecs(path.store)
-    codecs = {s.id: codec_of(s.compression) for s in path.streams}
+    codecs = archive_codecs(ctx, plan)
     cfg = ctx.config.restore
     backend = ctx.store(path.store)
     # docs/reliability.md#r25-catalog-rollback-detection: a store rolled back behind this machine's
