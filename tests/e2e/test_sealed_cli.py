@@ -87,6 +87,15 @@ class Site:
         (self.mount / f"marker{name}.txt").write_text(f"PLAINTEXT-MARKER-{name}\n" * 1000)
         zfs("snapshot", f"{self.data}@{name}")
 
+    def scratch(self) -> str:
+        """Create dataset ``scratch`` and make it the config's ``[restore] scratch`` (where
+        files of an archived snapshot are read from); return its name."""
+        scratch = f"{self.pool.name}/scratch"
+        zfs("create", scratch)
+        with open(self.config, "a") as config:
+            config.write(f'[restore]\nscratch = "{scratch}"\n')
+        return scratch
+
     def archive(self) -> None:
         status, out, err = self.run("archive")
         assert status == ExitStatus.OK, out + err
@@ -350,10 +359,7 @@ def test_files_of_a_sealed_archive_come_back_with_the_identity_only(site):
     received into the scratch dataset) takes ``--identity`` like a dataset restore."""
     site.snapshot("1")
     site.archive()
-    scratch = f"{site.pool.name}/scratch"
-    zfs("create", scratch)
-    with open(site.config, "a") as config:
-        config.write(f'[restore]\nscratch = "{scratch}"\n')
+    site.scratch()
     out = site.tmp / "out"
     argv = ("restore", site.data, "--to", "@1", "--path", "marker1.txt", "--into-dir", str(out),
             "--from", "cold", "--yes")
@@ -389,10 +395,7 @@ def test_an_unusable_identity_is_refused_before_the_restore_asks_to_go_on(site):
     files (``--path``); nothing is created."""
     site.snapshot("1")
     site.archive()
-    scratch = f"{site.pool.name}/scratch"
-    zfs("create", scratch)
-    with open(site.config, "a") as config:
-        config.write(f'[restore]\nscratch = "{scratch}"\n')
+    scratch = site.scratch()
     missing, public = site.tmp / "missing.key", site.tmp / "public.txt"
     public.write_text(f"# the store's recipient, not its identity\n{site.recipient}\n")
     out = site.tmp / "out"
