@@ -392,6 +392,9 @@ def test_copies_into_stores_of_other_codec_chains_re_encode_every_volume(site):
         assert {s.store: s.compression for s, _ in catalogued(catalog, site.data)} == {
             "a": "zstd", "one": "zstd+age", "same": "zstd+age", "two": "zstd+age",
             "plain": "zstd"}
+        # what a later archive into a copy's store compares (docs/sealed.md#changing-the-recipients)
+        assert {(s.store, s.sealed_to) for s, _ in catalogued(catalog, site.data)} == {
+            ("a", None), ("one", (one,)), ("same", (one,)), ("two", (two,)), ("plain", None)}
     assert stored["same"] == stored["one"]  # byte for byte
     assert not stored["one"] & stored["a"] and not stored["two"] & (stored["a"] | stored["one"])
     # A reader of a sealed copy learns no hash of the plain volumes nor of the raw bytes.

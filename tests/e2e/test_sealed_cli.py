@@ -196,6 +196,54 @@ def test_a_wrong_identity_fails_at_the_first_header_receives_nothing_and_marks_n
     assert status == ExitStatus.OK, out + err
 
 
+def test_after_a_recipient_is_added_the_next_archive_starts_a_chain_its_identity_restores(site):
+    """docs/sealed.md#changing-the-recipients, as an admin replaces a retired key: removing
+    recipient ``key`` keeps the chain (``third`` opens all of it); adding ``other`` later
+    starts a new chain at once, saying why, and ``other`` alone restores the newest snapshot
+    (before, the chain went on from a full ``other`` cannot open, and every later snapshot
+    needed ``third`` as well); the old chain still restores with the keys it was sealed to."""
+    third = site.tmp / "third.key"
+    other = subprocess.run(["age-keygen", "-y", str(site.other)], check=True,
+                           capture_output=True, text=True).stdout.strip()
+    keys = {"key": site.recipient, "third": keygen(third), "other": other}
+    listed = f'recipients = ["{site.recipient}"]'
+
+    def recipients(*names: str) -> None:
+        nonlocal listed
+        now = "recipients = [" + ", ".join(f'"{keys[n]}"' for n in names) + "]"
+        site.config.write_text(site.config.read_text().replace(listed, now))
+        listed = now
+
+    def archived() -> list[tuple[str, str]]:
+        status, out, err = site.run("archive", "--json")
+        assert status == ExitStatus.OK, out + err
+        return [(row["stream"], row["reason"]) for row in json.loads(out)["rows"]]
+
+    recipients("key", "third")
+    site.snapshot("1")
+    assert [s for s, _ in archived()] == ["full @1"]
+    recipients("third")
+    site.snapshot("2")
+    assert [s for s, _ in archived()] == ["incremental -I @1 -> @2"]
+    status, out, err = site.restore("2", "two", "--identity", str(third))
+    assert status == ExitStatus.OK, out + err
+
+    recipients("third", "other")
+    assert archived() == [("full @2", f"recipient(s) {keys['other'][:16]}... added to the store"
+                           " since stream 1 (@1) of the chain was sealed cannot open it: a new"
+                           " chain restores with any one identity")]
+    site.snapshot("3")
+    assert [s for s, _ in archived()] == ["incremental -I @2 -> @3"]
+    assert archived() == [("", "up to date: the chain ends at @3")]
+    status, out, err = site.restore("3", "three", "--identity", str(site.other))
+    assert status == ExitStatus.OK, out + err
+    assert restored_content(f"{site.pool.name}/three") == tree_digest(site.mount)
+    status, out, err = site.restore("1", "one", "--identity", str(site.other))
+    assert status == ExitStatus.USAGE and "opens with none of the identities" in err, out + err
+    status, out, err = site.restore("1", "one", "--identity", str(site.key))
+    assert status == ExitStatus.OK, out + err
+
+
 def test_a_flipped_ciphertext_byte_is_refused_before_anything_is_received(site):
     site.snapshot("1")
     site.snapshot("2")

@@ -511,3 +511,39 @@ def test_0011_keeps_every_stream_across_a_downgrade_and_its_manifest_versions_re
     later = until + dt.timedelta(days=1)
     catalog.set_manifest_retain_until({new: later})
     assert catalog.manifest_locks([locked, plain, new]) == [(new, "m-b", "c-b", later)]
+
+
+def test_0012_keeps_every_stream_across_a_downgrade_and_its_recipients_read_as_unknown(engine):
+    """docs/reliability.md#r27-alembic (rows present): a sealed stream recording its age
+    recipients and a plain one; downgrading to 0011 drops only ``streams.sealed_to``, both
+    streams stay; upgrading back reads the sealed one's recipients as not known (None), and a
+    new stream records them again (docs/sealed.md#changing-the-recipients)."""
+    db.upgrade(engine)
+    catalog = Catalog(engine)
+    keys = ("age1" + "a" * 58, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIC")
+
+    def stream(name: str, guid: int, store: str, **sealed) -> NewStream:
+        return NewStream(dataset="tank/data", store=store, kind="full", to_guid=guid,
+                         to_name=name, to_createtxg=guid * 10,
+                         object_prefix=f"tank/data/{name}/", storage_class="STANDARD",
+                         compression="zstd+age" if sealed else "zstd", created_at=T0,
+                         **sealed)
+
+    sealed = catalog.add_stream(stream("a", 1, "cold", sealed_to=keys))
+    plain = catalog.add_stream(stream("a", 1, "dir"))
+    assert [(s.id, s.sealed_to) for s in catalog.streams()] == [(sealed, keys), (plain, None)]
+
+    db.downgrade(engine, "0011")
+    assert "sealed_to" not in {c["name"] for c in sa.inspect(engine).get_columns("streams")}
+    with engine.connect() as connection:
+        rows = connection.execute(sa.text("SELECT id, store FROM streams ORDER BY id"))
+        assert [tuple(r) for r in rows] == [(sealed, "cold"), (plain, "dir")]
+
+    assert db.upgrade(engine) == ("0011", db.head_revision())
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        assert compare_metadata(context, metadata) == []
+    catalog = Catalog(engine)
+    assert [(s.id, s.sealed_to) for s in catalog.streams()] == [(sealed, None), (plain, None)]
+    new = catalog.add_stream(stream("b", 2, "cold", sealed_to=keys[:1]))
+    assert catalog.stream(new).sealed_to == keys[:1]

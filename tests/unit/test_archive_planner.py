@@ -184,3 +184,45 @@ def test_a_callers_reason_for_a_new_chain_is_acted_on_even_when_the_chain_is_up_
     s, chain = up_to_date_chain()
     plan = plan_archive(s, chain, POLICY, NOW, new_chain="archived decrypted")
     assert kinds(plan) == [("full", None, "3")] and plan.streams[0].reason == "archived decrypted"
+
+
+A, B, C = "age1" + "a" * 58, "age1" + "b" * 58, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIC"
+
+
+def sealed_chain(*keys: tuple[str, ...] | None) -> tuple[list[CarriedSnapshot], list[StreamRow]]:
+    """An up-to-date chain whose streams, in order, were sealed to ``keys`` (None: plain or
+    not known), and one snapshot after its tip."""
+    s, chain = up_to_date_chain()
+    chain = [dataclasses.replace(row, sealed_to=k, compression="zstd+age" if k else "zstd")
+             for row, k in zip(chain, keys, strict=True)]
+    return [*s, CarriedSnapshot("4", 1004, 50)], chain
+
+
+def test_a_recipient_added_since_a_stream_of_the_chain_was_sealed_starts_a_new_chain_at_once():
+    """docs/sealed.md#changing-the-recipients: the added key's identity could not open the
+    chain's earlier streams; the reason names the key and the stream."""
+    s, chain = sealed_chain((A,), (A,), (A, B), (A, B))
+    plan = plan_archive(s[:4], chain, POLICY, NOW, sealed_to=(A, B))
+    assert kinds(plan) == [("full", None, "3")]
+    reason = plan.streams[0].reason
+    assert f"recipient(s) {B[:16]}... added" in reason and "stream 1 (@0)" in reason, reason
+    plan = plan_archive(s, chain, POLICY, NOW, sealed_to=(B,))
+    assert kinds(plan) == [("full", None, "4")]
+
+
+def test_a_chain_continues_while_every_recipient_now_opens_every_stream_of_it():
+    """A removed recipient keeps the chain (the others open all of it); so do the same keys,
+    a plain chain that the store now seals, and sealed streams whose keys are not known."""
+    cases = [((A, B), (A, B), (A, B), (A, B), (A,)), ((A, C), (A, C), (C,), (C,), (C,)),
+             (None, None, None, None, (A,)), ((A, B), None, (A, B), None, (B,))]
+    for *keys, now in cases:
+        s, chain = sealed_chain(*keys)
+        plan = plan_archive(s, chain, POLICY, NOW, sealed_to=now)
+        assert kinds(plan) == [("incremental", "3", "4")], (keys, now, plan)
+
+
+def test_a_sealed_chain_on_a_store_no_longer_sealed_starts_a_new_chain():
+    s, chain = sealed_chain((A,), (A,), (A,), (A,))
+    plan = plan_archive(s, chain, POLICY, NOW)
+    assert kinds(plan) == [("full", None, "4")]
+    assert "no longer sealed, but stream 1 (@0)" in plan.streams[0].reason

@@ -14,7 +14,10 @@ Policy (docs/design.md#archive, ``[jobs.NAME.archive]``):
   newest snapshot, when the chain cannot or must not be extended: a stream of it is ``bad``
   or found damaged in the store by the caller (docs/decisions.md#a-damaged-chain-is-never-extended:
   extending it would only add unrestorable streams), its tip is gone from the source, the caller has
-  another reason (``new_chain``), or ``--full``. The old chain stays until retention removes it.
+  another reason (``new_chain``), a holder of one of the store's identities now could not
+  restore the chain (a recipient added since a stream of it was sealed, or the store no longer
+  sealed: docs/sealed.md#changing-the-recipients), or ``--full``. The old chain stays until
+  retention removes it.
 * Such a full is skipped, saying so, when a full of the newest snapshot is catalogued
   already: the current whole chain starts with it (nothing to do), or it is the damaged one
   (its object prefix is taken; the next snapshot starts the new chain).
@@ -95,6 +98,27 @@ def _damaged(chain: Sequence[StreamRow], damaged: Mapping[int, str]) -> str | No
     return None
 
 
+def _unopenable(chain: Sequence[StreamRow], sealed_to: tuple[str, ...] | None) -> str | None:
+    """Why an identity of the store's recipients now could not restore ``chain``, if so:
+    a stream of it was sealed (to the keys it records) without a recipient the store has now,
+    or the store writes plain streams on a sealed chain. Streams whose keys are not known
+    (plain, or catalogued without them) pass."""
+    for stream in chain:
+        if stream.sealed_to is None:
+            continue
+        if sealed_to is None:
+            return (f"the store is no longer sealed, but stream {stream.id} (@{stream.to_name})"
+                    " of the chain opens only with an identity: a new chain restores without"
+                    " one")
+        added = sorted(set(sealed_to) - set(stream.sealed_to))
+        if added:
+            keys = ", ".join(f"{key[:16]}..." for key in added)
+            return (f"recipient(s) {keys} added to the store since stream {stream.id}"
+                    f" (@{stream.to_name}) of the chain was sealed cannot open it: a new chain"
+                    " restores with any one identity")
+    return None
+
+
 def plan_archive(
     snapshots: Sequence[CarriedSnapshot],
     streams: Sequence[StreamRow],
@@ -104,6 +128,7 @@ def plan_archive(
     force_full: bool = False,
     new_chain: str | None = None,
     damaged: Mapping[int, str] | None = None,
+    sealed_to: tuple[str, ...] | None = None,
 ) -> ArchivePlan:
     """Plan the next streams of one dataset's chain in one store (see the module docstring).
 
@@ -119,6 +144,8 @@ def plan_archive(
         damaged: streams the caller found missing objects of in the store (stream id ->
             what is missing, ``archive.damage``); a chain holding one is treated like a
             chain with a ``bad`` stream, with that reason.
+        sealed_to: the recipients the store seals new streams to
+            (``streams.codec.Sealing.sealed_to``); None: a plain store.
     """
     snaps = sorted(snapshots, key=lambda s: s.createtxg)
     if not snaps:
@@ -140,6 +167,8 @@ def plan_archive(
         reason = f"the chain ends at @{tip.to_name} (guid {tip.to_guid}), gone from the source"
     if reason is None:
         reason = new_chain
+    if reason is None:
+        reason = _unopenable(chain, sealed_to)
     if reason is None and force_full:
         reason = "--full"
     if reason is None and tip_snap is not None:  # (no reason yet means the tip is listed)

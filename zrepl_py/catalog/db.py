@@ -32,7 +32,7 @@ from zrepl_py.runtime.extras import require
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD_REVISION = "0011"
+HEAD_REVISION = "0012"
 """The revision the models match: the single head of ``migrations/versions`` (a test keeps
 them equal, so a new migration cannot ship without moving this)."""
 VERSION_TABLE = "alembic_version"

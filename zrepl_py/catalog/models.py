@@ -159,6 +159,10 @@ stream_table = sa.Table(
     _column("manifest_version_id", sa.String(VERSION_ID_LEN), nullable=True),
     _column("manifest_copy_version_id", sa.String(VERSION_ID_LEN), nullable=True),
     _column("manifest_retain_until", UtcDateTime, nullable=True),
+    # A sealed stream's age recipients, one public key per line, sorted (revision 0012;
+    # docs/sealed.md#changing-the-recipients); None for a plain stream, and for a sealed
+    # one catalogued before it or from its manifest (not known).
+    _column("sealed_to", sa.Text, nullable=True),
     sa.UniqueConstraint("id", "to_guid", "dataset_id", "store", name="uq_streams_chain_key"),
     sa.UniqueConstraint("store", "object_prefix"),
     sa.ForeignKeyConstraint(

@@ -183,6 +183,9 @@ class NewStream:
     manifest_version_id: str | None = None
     manifest_copy_version_id: str | None = None
     manifest_retain_until: dt.datetime | None = None
+    sealed_to: tuple[str, ...] | None = None
+    """A sealed stream's age recipients (``streams.codec.Sealing.sealed_to``); None for a
+    plain stream, or not known (docs/sealed.md#changing-the-recipients)."""
 
 
 class ManifestLock(NamedTuple):
@@ -259,6 +262,10 @@ class StreamRow:
     """Why the stream is ``bad`` (the marker's sentence: what is wrong, the object's key,
     who found it when); None in every other state, and for a stream marked bad before
     catalog revision 0006, which recorded no reason."""
+    sealed_to: tuple[str, ...] | None = None
+    """A sealed stream's age recipients (``streams.codec.Sealing.sealed_to``); None for a
+    plain stream, and for a sealed one catalogued before catalog revision 0012 or from its
+    manifest."""
 
     @property
     def why_bad(self) -> str:
@@ -349,7 +356,8 @@ class Stored(Protocol):
 
 def manifest_rows(manifest: Manifest, *, store: str, prefix: str, parent_id: int | None,
                   uploaded_at: dt.datetime, versions: Mapping[int, StoredVersion] | None = None,
-                  manifest_puts: Sequence[Stored] = ()) -> tuple[NewStream, list[NewVolume]]:
+                  manifest_puts: Sequence[Stored] = (), sealed_to: tuple[str, ...] | None = None
+                  ) -> tuple[NewStream, list[NewVolume]]:
     """The catalog rows of ``manifest``'s stream (state ``uploaded``), for
     ``Catalog.add_stream`` with ``manifest.snapshots`` as the carried snapshots.
 
@@ -361,6 +369,8 @@ def manifest_rows(manifest: Manifest, *, store: str, prefix: str, parent_id: int
             manifest names keys only, docs/design.md#object-lock); None: not known.
         manifest_puts: the puts of the manifest and its copy (``put_with_copy``): their
             versions and the earlier lock are recorded when both were locked.
+        sealed_to: the recipients the writer sealed the volumes to (``Sealing.sealed_to``; a
+            manifest names none); None: plain, or not known.
     """
     stream = NewStream(
         host=manifest.host, dataset=manifest.dataset, store=store, kind=manifest.kind,
@@ -371,7 +381,7 @@ def manifest_rows(manifest: Manifest, *, store: str, prefix: str, parent_id: int
         from_guid=manifest.from_snap.guid if manifest.from_snap else None,
         from_name=manifest.from_snap.name if manifest.from_snap else None,
         raw_bytes=manifest.raw_bytes, stored_bytes=manifest.stored_bytes,
-        state="uploaded", uploaded_at=uploaded_at,
+        state="uploaded", uploaded_at=uploaded_at, sealed_to=sealed_to,
     )
     if len(manifest_puts) == 2:
         primary, copy = manifest_puts

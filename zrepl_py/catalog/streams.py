@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -94,7 +95,12 @@ def _stream_columns() -> tuple[Any, ...]:
             stream.from_name, stream.to_name, stream.to_createtxg, stream.raw_bytes,
             stream.stored_bytes, stream.object_prefix, stream.storage_class, stream.compression,
             stream.state, stream.created_at, stream.uploaded_at, stream.verified_at,
-            stream.bad_reason)
+            stream.bad_reason, stream.sealed_to)
+
+
+def _keys_text(keys: tuple[str, ...] | None) -> str | None:
+    """``NewStream.sealed_to`` as the column holds it: one key per line."""
+    return "\n".join(keys) if keys is not None else None
 
 
 def _chain_order(row: StreamRow) -> tuple[str, str, str, int, int]:
@@ -126,10 +132,11 @@ def read_streams(conn: sa.Connection, datasets: Sequence[Condition] = (),
     # The driver makes a new string per value: a few distinct values (store, kind, class,
     # compression, state) repeated on every row are interned instead (27 MiB at 100,000).
     same = sys.intern
+    keys_of = functools.cache(lambda text: tuple(text.splitlines()))  # one tuple per key set
     for batch in raw_batches(conn, query):
         for (sid, dataset_id, store, kind, parent, from_guid, to_guid, from_name, to_name, txg,
              raw, stored, prefix, storage_class, compression, state, created, uploaded,
-             verified, bad_reason) in batch:
+             verified, bad_reason, sealed_to) in batch:
             host, name = names[dataset_id]
             if from_guid is not None and from_guid < 0:
                 from_guid += WRAP64
@@ -138,7 +145,8 @@ def read_streams(conn: sa.Connection, datasets: Sequence[Condition] = (),
                 to_guid + WRAP64 if to_guid < 0 else to_guid, from_name, to_name, txg, raw,
                 stored, prefix, same(storage_class),
                 same(compression), same(state), utc_of(created),
-                utc_of(uploaded), utc_of(verified), bad_reason))
+                utc_of(uploaded), utc_of(verified), bad_reason,
+                None if sealed_to is None else keys_of(sealed_to)))
     found.sort(key=_chain_order)
     return found
 
@@ -175,6 +183,7 @@ class Streams(CatalogBase):
                 self._check_parent(conn, stream, dataset_id, label)
             fields = {f.name: getattr(stream, f.name) for f in dataclasses.fields(stream)}
             del fields["host"], fields["dataset"]
+            fields["sealed_to"] = _keys_text(stream.sealed_to)
             stream_id = new_id(conn.execute(sa.insert(stream_table).values(
                 dataset_id=dataset_id, **fields)))
             if volumes:

@@ -95,11 +95,14 @@ def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Cat
     began = dt.datetime.now(dt.UTC)  # the store's clock: leftovers are told apart by it
     stream = item.stream
     original = _manifest(item, source)  # checked before any byte moves
+    sealed_to = stream.sealed_to  # a copy byte for byte holds the same age files
     if recoding is None:
         versions, used_class, written, kept = _copy_volumes(item, source, target, throttle,
                                                             inside)
         manifest = dataclasses.replace(original, storage_class=used_class)
     else:
+        sealing = recoding.target.sealing
+        sealed_to = sealing.sealed_to if sealing is not None else None
         new = reencode_volumes(stream, item.volumes, original.snapshots, recoding, source,
                                target, item.storage_class, throttle)
         manifest = dataclasses.replace(
@@ -109,7 +112,8 @@ def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Cat
     puts = put_with_copy(target, stream.object_prefix + MANIFEST, manifest.to_json())
     row, volumes = manifest_rows(manifest, store=target.name, prefix=stream.object_prefix,
                                  parent_id=item.parent_id, uploaded_at=now(),
-                                 versions=versions or None, manifest_puts=puts)
+                                 versions=versions or None, manifest_puts=puts,
+                                 sealed_to=sealed_to)
     stream_id = catalog.add_stream(row, volumes, manifest.snapshots)
     drop_unfinished(target, stream.object_prefix, began)
     return CopiedStream(stream_id, manifest.stored_bytes, written, kept)

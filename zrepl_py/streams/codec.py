@@ -101,6 +101,12 @@ class Sealing:
         """The recipients without their comments (``ssh-ed25519 BASE64``)."""
         return frozenset(" ".join(r.split()[:2]) for r in self.recipients)
 
+    @property
+    def sealed_to(self) -> tuple[str, ...]:
+        """:attr:`keys` sorted: what the catalog records of a stream sealed with them
+        (``streams.sealed_to``, docs/sealed.md#changing-the-recipients)."""
+        return tuple(sorted(self.keys))
+
 
 @dataclasses.dataclass(frozen=True)
 class Codec:
