@@ -244,6 +244,43 @@ def test_after_a_recipient_is_added_the_next_archive_starts_a_chain_its_identity
     assert status == ExitStatus.OK, out + err
 
 
+def test_init_checks_the_recipients_and_the_identity_file_this_host_names(site):
+    """``zbak init`` reads a sealed store's recipients file and this host's identity file as
+    archive and restore would: one it cannot read, or an identity file holding a public key,
+    fails the check with exit 2 naming the file; an identity matching none of the recipients
+    passes with a warning (a restore host may keep a key of an older chain)."""
+    listed = f'recipients = ["{site.recipient}"]'
+    missing, public = site.tmp / "missing.txt", site.tmp / "public.txt"
+    public.write_text(site.recipient + "\n")
+    base = site.config.read_text()
+
+    def init(age_keys: str) -> tuple[ExitStatus, dict[str, tuple[bool, str]], str]:
+        site.config.write_text(base.replace(listed, age_keys))
+        status, out, err = site.run("init", "--json")
+        checks = {c["subject"]: (c["ok"], c["detail"]) for c in json.loads(out)["checks"]}
+        return status, checks, err
+
+    sealing = "store cold: sealing"
+    status, checks, _ = init(f'recipients_file = "{missing}"')
+    assert status == ExitStatus.USAGE and checks[sealing] == (
+        False, f"stores.cold.age.recipients_file: cannot read {missing}: No such file or"
+               " directory"), checks
+    for identity, says in ((missing, f"cannot read the identity file {missing}"),
+                           (public, f"identity file {public}: a line is not an age identity")):
+        status, checks, _ = init(f'{listed}\nidentity_file = "{identity}"')
+        assert status == ExitStatus.USAGE and not checks[sealing][0], checks
+        assert says in checks[sealing][1], checks
+    status, checks, err = init(f'{listed}\nidentity_file = "{site.other}"')
+    assert status == ExitStatus.OK and checks[sealing][0], checks
+    assert f"identity_file {site.other} holds the key of none of them" in checks[sealing][1]
+    assert "holds the key of none of them" in err, err
+    status, checks, err = init(f'{listed}\nidentity_file = "{site.key}"')
+    assert status == ExitStatus.OK and checks[sealing] == (
+        True, f"sealed (age) to 1 recipient(s); identity_file {site.key} holds the key of one"
+              " of them"), checks
+    assert "WARNING" not in err.upper(), err
+
+
 def test_a_flipped_ciphertext_byte_is_refused_before_anything_is_received(site):
     site.snapshot("1")
     site.snapshot("2")

@@ -11,6 +11,7 @@ probes itself (``Backend.probe``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterator, Sequence
 
 from zrepl_py.checks.source import missing_source, source_errors
@@ -19,8 +20,12 @@ from zrepl_py.config.jobs import JobConfig, no_zfs_fallback
 from zrepl_py.errors import CommandFailed, ExitStatus, ZbakError
 from zrepl_py.invocation.context import Context
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
+from zrepl_py.stores.sealing import describe_sealing
+from zrepl_py.stores.settings import StoreConfig
 from zrepl_py.zfs.capabilities import Capabilities
 from zrepl_py.zfs.client import Zfs
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +110,24 @@ def run_checks(ctx: Context, *, source_checks: Sequence[SourceCheck] = ()) -> It
                 yield Check(subject, True, _check_target(ctx, job, target))
             except ZbakError as exc:
                 yield Check(subject, False, str(exc))
-    for name in ctx.config.stores:
+    for name, settings in ctx.config.stores.items():
         try:  # the store probes itself (Backend.probe): ExtraMissing, StoreError
             yield Check(f"store {name}", True, ctx.store(name).probe())
         except ZbakError as exc:
             yield Check(f"store {name}", False, str(exc), exc.exit_status)
+        if settings.age is not None:
+            yield _sealing_check(name, settings)
+
+
+def _sealing_check(name: str, settings: StoreConfig) -> Check:
+    """A sealed store's recipients and identity file (``stores.sealing.describe_sealing``):
+    unusable ones fail with exit 2; an identity matching no recipient passes with a warning
+    (a restore host may keep a key of an older chain)."""
+    subject = f"store {name}: sealing"
+    try:
+        detail, matched = describe_sealing(name, settings)
+    except ZbakError as exc:
+        return Check(subject, False, str(exc), exc.exit_status)
+    if not matched:
+        log.warning("store %s: %s", name, detail)
+    return Check(subject, True, detail)

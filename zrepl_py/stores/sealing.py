@@ -39,11 +39,42 @@ def writing_codec(name: str, settings: StoreConfig, level: int) -> Codec:
         try:
             more = file.read_text().splitlines()
         except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else exc
             raise IdentityUnusable(f"stores.{name}.age.recipients_file: cannot read {file}:"
-                                   f" {exc}") from None
+                                   f" {why}") from None
         parsed += age.recipients(more, f"stores.{name}.age.recipients_file {file}")
         keys += [k.strip() for k in more if k.strip() and not k.strip().startswith("#")]
     return Codec(level=level, sealing=Sealing(tuple(keys), tuple(parsed), store=name))
+
+
+def describe_sealing(name: str, settings: StoreConfig) -> tuple[str, bool]:
+    """What ``zbak init`` says of sealed store ``name`` (``[stores.NAME.age]``): its
+    recipients parsed, as an archive would, and the ``identity_file`` of this host's config
+    read and its age X25519 keys compared with the recipients; and whether that identity
+    matches one of them (False: an identity file whose every key is an X25519 key of none of
+    them, which opens only streams sealed to other keys; an OpenSSH key is not compared).
+
+    Raises:
+        ExtraMissing: pyrage is missing.
+        IdentityUnusable: a recipient, the recipients file or the identity file cannot be
+            used (exit 2).
+    """
+    sealing = writing_codec(name, settings, Codec().level).sealing
+    assert sealing is not None and settings.age is not None  # a sealed store's settings
+    text = f"sealed (age) to {len(sealing.keys)} recipient(s)"
+    file = settings.age.identity_file
+    if file is None:
+        return text + "; no identity_file here (restores and deep audits take --identity)", True
+    from zrepl_py.streams import age
+
+    found = age.identities(file)
+    publics = {str(key.to_public()) for key in found if hasattr(key, "to_public")}
+    if publics & sealing.keys:
+        return text + f"; identity_file {file} holds the key of one of them", True
+    if len(publics) < len(found):
+        return text + f"; identity_file {file} read (an OpenSSH key is not compared)", True
+    return (text + f"; identity_file {file} holds the key of none of them: it opens only"
+            " streams sealed to other keys", False)
 
 
 def identity_for(name: str, settings: StoreConfig | None, option: Path | None) -> Path | None:
