@@ -475,19 +475,22 @@ def on_terminal(config: Path, *args: str, typed: str = "n\n") -> Ran:
 def test_an_unusable_identity_is_refused_before_the_restore_asks_to_go_on(site):
     """On a terminal ``zbak restore`` shows its plan and asks before it restores; an identity
     that cannot open the sealed store (none, a missing file, the public key given as the
-    identity) is refused with its one line and exit 2 before that question (the admin is
+    identity, a FIFO) is refused with its one line and exit 2 before that question (the admin is
     never asked to go on with a restore that cannot read a volume), for a dataset and for
     files (``--path``); nothing is created."""
     site.snapshot("1")
     site.archive()
     scratch = site.scratch()
-    missing, public = site.tmp / "missing.key", site.tmp / "public.txt"
+    missing, public, fifo = (site.tmp / n for n in ("missing.key", "public.txt", "fifo.key"))
     public.write_text(f"# the store's recipient, not its identity\n{site.recipient}\n")
+    os.mkfifo(fifo)  # read as a file, a pipe with no writer would block the restore for ever
     out = site.tmp / "out"
     identities = [((), NEEDS),
                   (("--identity", str(missing)), f"cannot read the identity file {missing}"),
                   (("--identity", str(public)), f"identity file {public}: a line is not an age"
-                                                " identity")]
+                                                " identity"),
+                  (("--identity", str(fifo)), f"cannot read the identity file {fifo}: not a"
+                                              " regular file")]
     for what in (("--into", f"{site.pool.name}/back"),
                  ("--path", "marker1.txt", "--into-dir", str(out))):
         for identity, says in identities:
@@ -498,11 +501,15 @@ def test_an_unusable_identity_is_refused_before_the_restore_asks_to_go_on(site):
             assert "Restore now?" not in stdout, stdout
     assert gone(f"{site.pool.name}/back") and not out.exists()
     assert zfs("list", "-H", "-o", "name", "-r", scratch).split() == [scratch]
+    shared = site.tmp / "shared.key"  # an identity every user may read: used, with a warning
+    shared.write_bytes(site.key.read_bytes())
+    shared.chmod(0o644)
     status, stdout, err = on_terminal(site.config, "restore", site.data, "--to", "@1", "--from",
                                       "cold", "--into", f"{site.pool.name}/back", "--identity",
-                                      str(site.key), typed="y\n")
+                                      str(shared), typed="y\n")
     assert status == ExitStatus.OK, stdout + err
     assert "Restore now?" in stdout, stdout
+    assert f"identity file {shared} is readable by every user (mode 0644)" in err, err
     assert restored_content(f"{site.pool.name}/back") == tree_digest(site.mount)
 
 

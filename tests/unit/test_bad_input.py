@@ -12,9 +12,9 @@ import threading
 import pytest
 
 from zrepl_py.cli import main
-from zrepl_py.config.reading import CONFIG_LIMIT
 from zrepl_py.errors import ExitStatus
 from zrepl_py.runtime.logsetup import printable
+from zrepl_py.runtime.reading import CONFIG_LIMIT
 
 
 def run(argv, capsys):

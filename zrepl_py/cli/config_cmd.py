@@ -8,9 +8,9 @@ import click
 
 from zrepl_py.cli.common import Invocation, emit_json, json_option, pass_invocation
 from zrepl_py.config.extras import require_for_config
-from zrepl_py.config.reading import open_to_others
 from zrepl_py.errors import ConfigError, ExitStatus, ExtraMissing
 from zrepl_py.runtime.logsetup import printable
+from zrepl_py.runtime.reading import open_to_others
 
 if TYPE_CHECKING:
     from zrepl_py.config.schema import Config

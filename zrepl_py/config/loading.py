@@ -11,9 +11,9 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from zrepl_py.config.reading import CONFIG_LIMIT, read_regular
 from zrepl_py.config.schema import Config
 from zrepl_py.errors import ConfigError
+from zrepl_py.runtime.reading import CONFIG_LIMIT, read_regular
 from zrepl_py.stores.registry import foreign_key
 
 DEFAULT_CONFIG_PATH = Path("/etc/zbak/zbak.toml")

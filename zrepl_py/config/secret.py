@@ -7,7 +7,7 @@ import logging
 import os
 from pathlib import Path
 
-from zrepl_py.config.reading import SECRET_LIMIT, open_to_others, read_regular
+from zrepl_py.runtime.reading import SECRET_LIMIT, open_to_others, read_regular
 
 log = logging.getLogger(__name__)
 

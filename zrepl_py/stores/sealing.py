@@ -14,6 +14,7 @@ from pathlib import Path
 
 from zrepl_py.errors import IdentityNeeded, IdentityUnusable
 from zrepl_py.runtime.extras import require
+from zrepl_py.runtime.reading import CONFIG_LIMIT, read_regular
 from zrepl_py.stores.settings import AGE, StoreConfig
 from zrepl_py.streams.codec import Codec, Sealing
 
@@ -37,7 +38,7 @@ def writing_codec(name: str, settings: StoreConfig, level: int) -> Codec:
     file = settings.age.recipients_file
     if file is not None:
         try:
-            more = file.read_text().splitlines()
+            more = read_regular(file, CONFIG_LIMIT).decode().splitlines()
         except (OSError, UnicodeDecodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else exc
             raise IdentityUnusable(f"stores.{name}.age.recipients_file: cannot read {file}:"

@@ -26,6 +26,7 @@ authenticates every 64 KiB chunk and the last one's flag).
 from __future__ import annotations
 
 import io
+import logging
 import queue
 import re
 import threading
@@ -34,9 +35,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zrepl_py.errors import IdentityRefused, IdentityUnusable, PipelineFailed, StreamCorrupt
+from zrepl_py.runtime.reading import SECRET_LIMIT, open_to_others, read_regular
 
 if TYPE_CHECKING:
     from pyrage import _Identity, _Recipient
+
+log = logging.getLogger(__name__)
 
 MAGIC = b"age-encryption.org/v1\n"
 """The first line of every age file (age-encryption.org/v1, "Header")."""
@@ -88,17 +92,29 @@ def identities(path: Path) -> list[_Identity]:
     """Read the private keys of an identity file: an age identity file (``age-keygen``:
     ``AGE-SECRET-KEY-1...`` lines, ``#`` comments) or an unencrypted OpenSSH ed25519 private
     key. The key material stays in this process (never in an argv or a child's
-    environment).
+    environment). Only a regular file of at most ``SECRET_LIMIT`` bytes is read
+    (``runtime.reading``); keys every user may read are used with a warning.
 
     Raises:
-        IdentityUnusable: the file cannot be read or holds no usable key (exit 2).
+        IdentityUnusable: the file cannot be read, is no regular file or too large, or holds
+            no usable key (exit 2).
     """
-    from pyrage import IdentityError, ssh, x25519
-
     try:
-        data = path.read_bytes()
+        data = read_regular(path, SECRET_LIMIT)
     except OSError as exc:
         raise IdentityUnusable(f"cannot read the identity file {path}: {exc.strerror}") from None
+    found = _parsed(data, path)
+    mode = open_to_others(path)
+    if mode is not None:
+        log.warning("identity file %s is readable by every user (mode %04o): chmod 600 it",
+                    path, mode)
+    return found
+
+
+def _parsed(data: bytes, path: Path) -> list[_Identity]:
+    """The keys of identity file ``path`` holding ``data`` (see :func:`identities`)."""
+    from pyrage import IdentityError, ssh, x25519
+
     if data.lstrip().startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----"):
         try:
             return [ssh.Identity.from_buffer(data)]

@@ -1,4 +1,5 @@
-"""Read the small files an admin points zbak at (the config, secret files) safely.
+"""Read the small files an admin points zbak at (the config, secret files, age identity
+and recipients files) safely.
 
 Only a regular file is read, and at most ``limit`` bytes of it
 (docs/decisions.md#bad-input-is-one-line-and-its-exit-code): a FIFO would block the command forever
