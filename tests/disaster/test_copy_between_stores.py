@@ -415,6 +415,39 @@ def test_copies_into_stores_of_other_codec_chains_re_encode_every_volume(site):
     assert restored_content(into) == content_of(f"{site.data}@2", site.pool, "c2")
 
 
+def test_streams_sealed_before_the_recipients_changed_are_re_encoded_for_the_new_ones(site):
+    """docs/sealed.md#changing-the-recipients: stores ``one`` and ``same`` are sealed to key
+    one, ``one`` is archived, then both are sealed to key two. The streams of ``one`` stay
+    sealed to key one (the catalog records it), so a copy into ``same`` re-encodes them
+    (with key one's identity) instead of copying age files key two cannot open: the copy
+    restores with key two alone. Without an identity the copy is refused before anything is
+    put. (Compared with ``one``'s recipients now, they were copied byte for byte.)"""
+    keys = {name: site.tmp / f"{name}.key" for name in ("one", "two")}
+    one, two = age_recipient(keys["one"]), age_recipient(keys["two"])
+    stores = {name: site.tmp / name for name in ("one", "same")}
+    write_config(site, {name: sealed_table(name, stores[name], one) for name in stores})
+    site.ok("init")
+    site.snapshot_steps(range(2))
+    site.ok("archive")
+    streams = ["full @0", "incremental @0 -> @1"]
+    site.config.write_text(site.config.read_text().replace(one, two))
+
+    done = site.run("copy", "--from", "one", "--to", "same")
+    assert done.returncode == ExitStatus.USAGE, done
+    assert "needs an identity" in done.stderr and not list(stores["same"].rglob("vol-*"))
+    assert [(r["stream"], r["result"], r["codec"]) for r in copied(
+        site, "--from", "one", "--to", "same", "--identity", str(keys["one"]))] == [
+            (s, "copied", "zstd+age -> zstd+age") for s in streams]
+    with catalog_of(site.config) as catalog:
+        assert {(s.store, s.sealed_to) for s, _ in catalogued(catalog, site.data)} == {
+            ("one", (one,)), ("same", (two,))}
+    into = f"{site.pool}/back"
+    out = site.ok("restore", site.data, "--to", "@1", "--into", into, "--from", "same",
+                  "--identity", str(keys["two"]), "--yes")
+    assert "from archive same" in out, out
+    assert restored_content(into) == content_of(f"{site.data}@1", site.pool, "c1")
+
+
 def test_a_re_encoded_copy_checks_the_send_stream_and_the_volumes_it_reads(site):
     """A copy is checked before its manifest is written: a source manifest (checksum intact)
     listing a snapshot the stream does not carry stops a byte copy (plain store c) and a

@@ -33,7 +33,7 @@ from zrepl_py.invocation.context import Context, lock_key
 from zrepl_py.observe.runlog import RunSet
 from zrepl_py.pruning.archive import store_streams
 from zrepl_py.stores.sealing import writing_codec
-from zrepl_py.streams.codec import Codec
+from zrepl_py.streams.codec import Codec, Sealing
 
 
 @dataclasses.dataclass
@@ -44,8 +44,9 @@ class CopyResult:
         plan: what the target lacked.
         copied: each stream copied (source row) with what copying it did.
         failed: the stream that failed per dataset, with the error.
-        recodings: how the streams of each codec chain (the catalog's ``compression``) the
-            target does not store alike are re-encoded; the others are copied byte for byte.
+        recodings: how the streams of each codec chain and recipients (:func:`stored_as`)
+            the target does not store alike are re-encoded; the others are copied byte for
+            byte.
     """
 
     job: str
@@ -55,7 +56,7 @@ class CopyResult:
     plan: CopyPlan
     copied: list[tuple[StreamRow, CopiedStream]] = dataclasses.field(default_factory=list)
     failed: list[tuple[StreamRow, str]] = dataclasses.field(default_factory=list)
-    recodings: dict[str, Recoding] = dataclasses.field(default_factory=dict)
+    recodings: dict[StoredAs, Recoding] = dataclasses.field(default_factory=dict)
 
     @property
     def stored_bytes(self) -> int:
@@ -167,7 +168,7 @@ def _copy(ctx: Context, name: str, job: JobConfig, source: str, target: str,
                 carried.get(stream.id))
             try:
                 copied = copy_stream(item, src_backend, dst_backend, catalog, ctx.clock.now,
-                                     throttle, inside, result.recodings.get(stream.compression))
+                                     throttle, inside, result.recodings.get(stored_as(stream)))
             except UsageError:  # the identity opens none: neither would it the others
                 if result.copied:
                     guard.publish(store_streams(catalog, job, target), ctx.clock.now())
@@ -198,12 +199,24 @@ def _wanted(ctx: Context, job: JobConfig, catalog: Catalog, target: str,
     return wanted_in(job, target, source, every, ctx.clock.now())
 
 
+StoredAs = tuple[str, tuple[str, ...] | None]
+"""A stream's codec chain (the catalog's ``compression``) and the recipients the catalog
+records it was sealed to (None: plain, or not known)."""
+
+
+def stored_as(stream: StreamRow) -> StoredAs:
+    """How ``stream``'s volumes are stored, as far as a copy compares them."""
+    return stream.compression, stream.sealed_to
+
+
 def _recodings(ctx: Context, job: JobConfig, plan: CopyPlan, source: str,
-               target: str) -> dict[str, Recoding]:
-    """The :class:`Recoding` of each codec chain among ``plan``'s streams that store
-    ``target`` does not store alike (a stream's chain with store ``source``'s recipients,
-    ``Codec.stores_like``); the others are copied byte for byte. The target encodes at the
-    job's archive ``compression_level`` (docs/copies.md#codec-chains).
+               target: str) -> dict[StoredAs, Recoding]:
+    """The :class:`Recoding` of each :func:`stored_as` among ``plan``'s streams that store
+    ``target`` does not store alike (a stream's chain with the recipients it was sealed to,
+    else store ``source``'s recipients now, ``Codec.stores_like``); the others are copied
+    byte for byte, and a stream sealed to other keys than the target's is re-encoded
+    (docs/sealed.md#changing-the-recipients). The target encodes at the job's archive
+    ``compression_level`` (docs/copies.md#codec-chains).
 
     Raises:
         IdentityNeeded: a sealed chain to re-encode and no identity for store ``source``
@@ -211,23 +224,25 @@ def _recodings(ctx: Context, job: JobConfig, plan: CopyPlan, source: str,
         IdentityUnusable, ExtraMissing: the identity file or a recipient cannot be used,
             pyrage is missing.
     """
-    chains = sorted({s.compression for s in plan.copy})
-    if not chains:
+    kinds = sorted({stored_as(s) for s in plan.copy}, key=repr)
+    if not kinds:
         return {}
     level = job.archive.compression_level if job.archive else Codec().level
     writes = writing_codec(target, ctx.config.stores[target], level)
     keys = writing_codec(source, ctx.config.stores[source], level).sealing
     opening = ctx.reading_codecs(source)
-    recodings: dict[str, Recoding] = {}
-    for chain in chains:
-        if writes.stores_like(Codec.named(chain, sealing=keys)):
+    recodings: dict[StoredAs, Recoding] = {}
+    for kind in kinds:
+        chain, sealed_to = kind
+        sealing = keys if sealed_to is None else Sealing(sealed_to)
+        if writes.stores_like(Codec.named(chain, sealing=sealing)):
             continue
         try:
             reads = opening(chain)
         except IdentityNeeded as exc:
             raise IdentityNeeded(f"store {target} writes {writes.name}, so store {source}'s"
                                  f" {chain} streams are re-encoded for it: {exc}") from None
-        recodings[chain] = Recoding(reads, writes)
+        recodings[kind] = Recoding(reads, writes)
     return recodings
 
 
@@ -237,7 +252,7 @@ def copy_rows(results: Sequence[CopyResult]) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for r in results:
         base = {"job": r.job, "from": r.source, "to": r.target}
-        codecs = {chain: recoding.label for chain, recoding in r.recodings.items()}
+        codecs = {kind: recoding.label for kind, recoding in r.recodings.items()}
         done = {s.id: c for s, c in r.copied}
         failed = dict((s.id, e) for s, e in r.failed)
         for s in r.plan.copy:
@@ -245,7 +260,7 @@ def copy_rows(results: Sequence[CopyResult]) -> list[dict[str, object]]:
             state = ("planned" if r.dry_run else "copied" if c else
                      "failed" if s.id in failed else "not reached")
             rows.append({**base, "dataset": s.dataset, "stream": _label(s), "result": state,
-                         "codec": codecs.get(s.compression, s.compression),
+                         "codec": codecs.get(stored_as(s), s.compression),
                          "bytes": c.stored_bytes if c else 0,
                          "volumes": (f"{c.volumes_written} written, {c.volumes_kept} kept"
                                      if c else ""),
