@@ -201,7 +201,8 @@ def test_after_a_recipient_is_added_the_next_archive_starts_a_chain_its_identity
     recipient ``key`` keeps the chain (``third`` opens all of it); adding ``other`` later
     starts a new chain at once, saying why, and ``other`` alone restores the newest snapshot
     (before, the chain went on from a full ``other`` cannot open, and every later snapshot
-    needed ``third`` as well); the old chain still restores with the keys it was sealed to."""
+    needed ``third`` as well); the old chain still restores with the keys it was sealed to,
+    and a deep audit with ``other`` warns of it instead of failing."""
     third = site.tmp / "third.key"
     other = subprocess.run(["age-keygen", "-y", str(site.other)], check=True,
                            capture_output=True, text=True).stdout.strip()
@@ -242,6 +243,20 @@ def test_after_a_recipient_is_added_the_next_archive_starts_a_chain_its_identity
     assert status == ExitStatus.USAGE and "opens with none of the identities" in err, out + err
     status, out, err = site.restore("1", "one", "--identity", str(site.key))
     assert status == ExitStatus.OK, out + err
+
+    # A deep audit with the new key reads the new chain and warns of the old one, which it
+    # cannot open (nothing marked bad); a key that opens every stream verifies all four.
+    status, out, err = site.run("audit", "--deep", "--json", "--identity", str(site.other))
+    assert status == ExitStatus.AUDIT_FINDINGS, out + err
+    report = json.loads(out)
+    assert [(f["severity"], f["level"]) for f in report["findings"]] == [("warning", "deep")]
+    problem = report["findings"][0]["problem"]
+    assert problem.startswith("2 sealed stream(s) in store cold open with none of the"
+                              " identities given") and "(@1 of" in problem, problem
+    status, out, err = site.run("list", "streams", "--json")
+    assert {s["state"] for s in json.loads(out)} == {"uploaded", "verified"}, out
+    status, out, err = site.run("audit", "--deep", "--identity", str(third))
+    assert status == ExitStatus.OK and "4 verified" in out, out + err
 
 
 def test_init_checks_the_recipients_and_the_identity_file_this_host_names(site):

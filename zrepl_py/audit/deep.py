@@ -220,6 +220,21 @@ def read_stream(backend: Backend, stream: StreamRow, volumes: Sequence[VolumeRow
     return check
 
 
+def _refused_finding(refused: Sequence[tuple[StreamRow, IdentityRefused]],
+                     store: str) -> Finding:
+    """The warning for sealed streams the identities given do not open while others did:
+    their volumes match the catalog, so they are sealed to other keys (the store's recipients
+    changed since they were written, docs/sealed.md#changing-the-recipients)."""
+    names = first_three([f"{s.id} (@{s.to_name} of {s.host}:{s.dataset})" for s, _ in refused])
+    return Finding(
+        Severity.WARNING, "deep", f"{len(refused)} sealed stream(s) in store {store} open with"
+        f" none of the identities given, which open its other streams: {names}; their volumes"
+        " match the catalog, so they are sealed to other keys (the recipients changed since"
+        " they were written); not read", "give an identity file that also holds their keys (one"
+        " AGE-SECRET-KEY line each), or let retention remove their chains"
+        " (docs/sealed.md#changing-the-recipients)", store=store)
+
+
 def _stored_sha256(backend: Backend, key: str, version_id: str | None) -> str:
     sha = hashlib.sha256()
     for chunk in get_recorded(backend, key, version_id):
@@ -347,11 +362,27 @@ class DeepAudit:
         self.deadline = deadline or Deadline(None)
         self.result = DeepResult()
         self.chain: dict[int, int] = {}  # stream id -> id of its chain's full
+        self.refused: list[tuple[StreamRow, IdentityRefused]] = []  # opened by no identity
 
     def run(self, chosen: Sequence[StreamRow], streams: Sequence[StreamRow],
             scratch: ScratchPool | None = None) -> DeepResult:
         """Verify ``chosen`` (with ``scratch``: receive their chains there); ``streams``
-        are all streams of the store in scope (to find the chains)."""
+        are all streams of the store in scope (to find the chains).
+
+        Raises:
+            IdentityRefused: the identities opened none of the sealed streams read (the
+                first stream's error; exit 2). When they opened some, the others are a
+                warning finding instead (sealed to other keys, docs/sealed.md).
+        """
+        result = self._run(chosen, streams, scratch)
+        if self.refused:
+            if not (result.verified or result.bad):
+                raise self.refused[0][1]
+            result.findings.append(_refused_finding(self.refused, self.backend.name))
+        return result
+
+    def _run(self, chosen: Sequence[StreamRow], streams: Sequence[StreamRow],
+             scratch: ScratchPool | None) -> DeepResult:
         by_id = {s.id: s for s in streams}
         for stream in chosen:
             head = _chain_of(stream, by_id)[0]
@@ -413,8 +444,12 @@ class DeepAudit:
         if not vols:
             return False  # the graph audit reports a living stream without volumes
         codec = self.codec_of(stream.compression)
-        check = read_stream(self.backend, stream, vols, self.carried.get(stream.id, ()),
-                            codec=codec, sink=sink)
+        try:
+            check = read_stream(self.backend, stream, vols, self.carried.get(stream.id, ()),
+                                codec=codec, sink=sink)
+        except IdentityRefused as exc:  # its stored bytes are the recorded ones: not bad
+            self.refused.append((stream, exc))
+            return False
         if check.problems and not check.missing and not check.thawing and sink is None:
             # docs/reliability.md#r11-flaky-read (restic errorOnceBackend, "check successful on
             # second attempt"): a flaky read (a connection that looked like EOF, a bit flipped in
