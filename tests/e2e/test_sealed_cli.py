@@ -241,6 +241,8 @@ def test_after_a_recipient_is_added_the_next_archive_starts_a_chain_its_identity
     assert restored_content(f"{site.pool.name}/three") == tree_digest(site.mount)
     status, out, err = site.restore("1", "one", "--identity", str(site.other))
     assert status == ExitStatus.USAGE and "opens with none of the identities" in err, out + err
+    sealed_to = ", ".join(f"{k[:16]}..." for k in sorted((keys["key"], keys["third"])))
+    assert f"stream 1 (@1) was sealed to {sealed_to}; nothing was received" in err, err
     status, out, err = site.restore("1", "one", "--identity", str(site.key))
     assert status == ExitStatus.OK, out + err
 

@@ -191,7 +191,7 @@ def _from_archive(ctx: Context, plan: RestorePlan) -> RestoreOutcome:
                     progress.close()
                     got = (f"{plan.into} holds the streams up to @{path.streams[done - 1].to_name}"
                            if done else "nothing was received")
-                    raise IdentityRefused(f"{exc}; {got}") from None
+                    raise IdentityRefused(f"{exc}{_sealed_to(stream)}; {got}") from None
                 except (ZbakError, OSError) as exc:
                     # What a receive raises; a defect's error passes on to the CLI's internal
                     # error (docs/decisions.md#a-restore-reports-a-defect-as-a-defect).
@@ -237,6 +237,15 @@ def _mark(zfs: Zfs, plan: RestorePlan, value: str | None) -> None:
         log.warning("could not %s %s on %s:%s (%s): a restore interrupted from here on is"
                     " not continued by the next run", "clear" if value is None else "set",
                     RESTORING, plan.into_host, plan.into, exc)
+
+
+def _sealed_to(stream: StreamRow) -> str:
+    """The recipients ``stream`` was sealed to, for a refused identity's message (the
+    catalog records them since revision 0012; docs/sealed.md#changing-the-recipients)."""
+    if not stream.sealed_to:
+        return ""
+    keys = ", ".join(f"{key[:16]}..." for key in stream.sealed_to)
+    return f"; stream {stream.id} (@{stream.to_name}) was sealed to {keys}"
 
 
 class _Unverified(Exception):
