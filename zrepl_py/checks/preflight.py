@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from zrepl_py.checks.source import missing_source, source_errors
 from zrepl_py.config.hosts import Endpoint
@@ -20,10 +21,11 @@ from zrepl_py.config.jobs import JobConfig, no_zfs_fallback
 from zrepl_py.errors import CommandFailed, ExitStatus, ZbakError
 from zrepl_py.invocation.context import Context
 from zrepl_py.proc.executor import COMMAND_NOT_FOUND
-from zrepl_py.stores.sealing import describe_sealing
-from zrepl_py.stores.settings import StoreConfig
 from zrepl_py.zfs.capabilities import Capabilities
 from zrepl_py.zfs.client import Zfs
+
+if TYPE_CHECKING:
+    from zrepl_py.stores.settings import StoreConfig
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +125,10 @@ def _sealing_check(name: str, settings: StoreConfig) -> Check:
     """A sealed store's recipients and identity file (``stores.sealing.describe_sealing``):
     unusable ones fail with exit 2; an identity matching no recipient passes with a warning
     (a restore host may keep a key of an older chain)."""
+    # here, not above: `zbak snapshot` imports this module (``Check``), and the codec chain
+    # would load zstandard into every snapshot run
+    from zrepl_py.stores.sealing import describe_sealing
+
     subject = f"store {name}: sealing"
     try:
         detail, matched = describe_sealing(name, settings)
