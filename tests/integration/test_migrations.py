@@ -22,6 +22,15 @@ from zrepl_py.errors import CatalogError, CatalogNotCurrent, CatalogUnavailable
 T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
 
 
+def _upgraded_from(engine: sa.Engine, revision: str) -> None:
+    """Upgrade ``engine``'s catalog, at ``revision``, to the head, and check that its DDL
+    then matches the models."""
+    assert db.upgrade(engine) == (revision, db.head_revision())
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        assert compare_metadata(context, metadata) == []
+
+
 @pytest.fixture
 def engine(catalog_url):
     """An engine on an empty catalog database of each backend."""
@@ -265,10 +274,7 @@ def test_downgrading_0002_with_rows_present_keeps_the_chain_and_upgrading_again_
         rows = connection.execute(sa.text("SELECT to_name, parent_id FROM streams ORDER BY id"))
         assert [tuple(r) for r in rows] == [("a", None), ("c", full)]
 
-    assert db.upgrade(engine) == ("0001", db.head_revision())
-    with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert compare_metadata(context, metadata) == []
+    _upgraded_from(engine, "0001")
     catalog = Catalog(engine)
     assert catalog.streams() == streams_before
     assert catalog.carried([s.id for s in streams_before]) == {s.id: [] for s in streams_before}
@@ -306,10 +312,7 @@ def test_0006_keeps_bad_streams_bad_across_a_downgrade_and_their_reason_reads_as
         rows = connection.execute(sa.text("SELECT id, state FROM streams ORDER BY id"))
         assert [tuple(r) for r in rows] == [(full, "uploading"), (tip, "bad")]
 
-    assert db.upgrade(engine) == ("0005", db.head_revision())
-    with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert compare_metadata(context, metadata) == []
+    _upgraded_from(engine, "0005")
     catalog = Catalog(engine)
     old = catalog.stream(tip)
     assert old.state == "bad" and old.bad_reason is None
@@ -357,10 +360,7 @@ def test_0008_drops_the_drills_and_drill_runs_on_downgrade_keeps_every_other_run
     with pytest.raises(CatalogError):  # the older check refuses a drill run
         Catalog(engine).start_run("j", "drill", "cold", T0)
 
-    assert db.upgrade(engine) == ("0007", db.head_revision())
-    with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert compare_metadata(context, metadata) == []
+    _upgraded_from(engine, "0007")
     catalog = Catalog(engine)
     assert catalog.last_drills() == []
     catalog.record_drill(_drill("j", "cold", 5, "failed", detail="volume 0 is corrupt"))
@@ -403,10 +403,7 @@ def test_0009_drops_the_copy_runs_on_downgrade_keeps_every_other_run_and_upgrade
     with pytest.raises(CatalogError):  # the older check refuses a copy run
         Catalog(engine).start_run("j", "copy", "offsite:tank/data", T0)
 
-    assert db.upgrade(engine) == ("0008", db.head_revision())
-    with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert compare_metadata(context, metadata) == []
+    _upgraded_from(engine, "0008")
     assert Catalog(engine).start_run("j", "copy", "offsite:tank/data", T0) > drill
 
 
@@ -454,10 +451,7 @@ def test_0010_keeps_every_volume_across_a_downgrade_and_its_versions_read_as_unk
             (locked, "tank/data/a/vol-000000.zst"), (locked, "tank/data/a/vol-000001.zst"),
             (plain, "tank/data/a/vol-000000.zst")]
 
-    assert db.upgrade(engine) == ("0009", db.head_revision())
-    with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert compare_metadata(context, metadata) == []
+    _upgraded_from(engine, "0009")
     assert [v[2:] for v in _volume_versions(engine)] == [(None, None)] * 3
     catalog = Catalog(engine)
     tip = catalog.add_stream(
@@ -500,10 +494,7 @@ def test_0011_keeps_every_stream_across_a_downgrade_and_its_manifest_versions_re
         rows = connection.execute(sa.text("SELECT id, store FROM streams ORDER BY id"))
         assert [tuple(r) for r in rows] == [(locked, "cold"), (plain, "dir")]
 
-    assert db.upgrade(engine) == ("0010", db.head_revision())
-    with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert compare_metadata(context, metadata) == []
+    _upgraded_from(engine, "0010")
     catalog = Catalog(engine)
     assert catalog.manifest_locks([locked, plain]) == []
     new = catalog.add_stream(stream("b", 2, manifest_version_id="m-b",
@@ -539,10 +530,7 @@ def test_0012_keeps_every_stream_across_a_downgrade_and_its_recipients_read_as_u
         rows = connection.execute(sa.text("SELECT id, store FROM streams ORDER BY id"))
         assert [tuple(r) for r in rows] == [(sealed, "cold"), (plain, "dir")]
 
-    assert db.upgrade(engine) == ("0011", db.head_revision())
-    with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert compare_metadata(context, metadata) == []
+    _upgraded_from(engine, "0011")
     catalog = Catalog(engine)
     assert [(s.id, s.sealed_to) for s in catalog.streams()] == [(sealed, None), (plain, None)]
     new = catalog.add_stream(stream("b", 2, "cold", sealed_to=keys[:1]))
