@@ -389,10 +389,8 @@ def _archive_dataset(run: _ArchiveRun, source: _Source, dataset: DatasetName,
         return DatasetArchive(name, ArchivePlan((), "not checked"), error=str(exc))
     restart = (_decrypted_chain(run.backend, dataset, streams)
                if dataset in source.encrypted else None)
-    sealing = run.codec.sealing
     plan = plan_archive(snaps, streams, run.policy, run.clock.now(), force_full=run.force_full,
-                        new_chain=restart, damaged=damaged,
-                        sealed_to=sealing.sealed_to if sealing is not None else None)
+                        new_chain=restart, damaged=damaged, sealed_to=run.codec.sealed_to)
     outcome = DatasetArchive(name, plan)
     target = f"{run.store}:{name}"
     if runs is None or (not plan.streams and not root):

@@ -30,7 +30,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 
 from zrepl_py.catalog.chains import current_chain
-from zrepl_py.catalog.rows import StreamRow
+from zrepl_py.catalog.rows import StreamRow, shown_keys
 from zrepl_py.objects.manifest import CarriedSnapshot
 
 
@@ -112,8 +112,7 @@ def _unopenable(chain: Sequence[StreamRow], sealed_to: tuple[str, ...] | None) -
                     " one")
         added = sorted(set(sealed_to) - set(stream.sealed_to))
         if added:
-            keys = ", ".join(f"{key[:16]}..." for key in added)
-            return (f"recipient(s) {keys} added to the store since stream {stream.id}"
+            return (f"recipient(s) {shown_keys(added)} added to the store since stream {stream.id}"
                     f" (@{stream.to_name}) of the chain was sealed cannot open it: a new chain"
                     " restores with any one identity")
     return None
@@ -145,7 +144,7 @@ def plan_archive(
             what is missing, ``archive.damage``); a chain holding one is treated like a
             chain with a ``bad`` stream, with that reason.
         sealed_to: the recipients the store seals new streams to
-            (``streams.codec.Sealing.sealed_to``); None: a plain store.
+            (``streams.codec.Codec.sealed_to``); None: a plain store.
     """
     snaps = sorted(snapshots, key=lambda s: s.createtxg)
     if not snaps:

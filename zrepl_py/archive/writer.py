@@ -134,8 +134,8 @@ def write_stream(
     adopted = (_adopt(spec, backend) if listed is None or {MANIFEST, MANIFEST_COPY} & set(listed)
                else None)
     if adopted is not None:
-        # Its volumes' recipients are the crashed run's, not known here (None).
-        stream_id = _catalog(spec, adopted, catalog, now(), sealed_here=False)
+        # Its volumes' recipients are the crashed run's, not known here.
+        stream_id = _catalog(spec, adopted, catalog, now(), sealed_to=None)
         home.delete(spec.prefix)
         return WrittenStream(stream_id, adopted.raw_bytes, adopted.stored_bytes, 0, 0, True)
     # Not named ``progress``: that is the rate callback the resumed send reports to.
@@ -165,7 +165,7 @@ def write_stream(
     puts = put_with_copy(backend, spec.prefix + MANIFEST, manifest.to_json())
     stream_id = _catalog(spec, manifest, catalog, now(),
                          {v.record.index: v.version for v in volumes if v.version is not None},
-                         puts)
+                         puts, sealed_to=spec.codec.sealed_to)
     home.delete(spec.prefix)
     if interrupted is not None:
         drop_unfinished(backend, spec.prefix, began)
@@ -273,10 +273,9 @@ def _repair_copies(backend: Backend, key: str, good: str) -> None:
 
 def _catalog(spec: StreamSpec, manifest: Manifest, catalog: Catalog, now: dt.datetime,
              versions: Mapping[int, StoredVersion] | None = None,
-             manifest_puts: Sequence[PutResult] = (), *, sealed_here: bool = True) -> int:
-    sealing = spec.codec.sealing if sealed_here else None
+             manifest_puts: Sequence[PutResult] = (), *,
+             sealed_to: tuple[str, ...] | None) -> int:
     stream, volumes = manifest_rows(manifest, store=spec.store, prefix=spec.prefix,
                                     parent_id=spec.parent_id, uploaded_at=now, versions=versions,
-                                    manifest_puts=manifest_puts,
-                                    sealed_to=sealing.sealed_to if sealing is not None else None)
+                                    manifest_puts=manifest_puts, sealed_to=sealed_to)
     return catalog.add_stream(stream, volumes, manifest.snapshots)

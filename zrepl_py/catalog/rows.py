@@ -184,8 +184,14 @@ class NewStream:
     manifest_copy_version_id: str | None = None
     manifest_retain_until: dt.datetime | None = None
     sealed_to: tuple[str, ...] | None = None
-    """A sealed stream's age recipients (``streams.codec.Sealing.sealed_to``); None for a
+    """A sealed stream's age recipients (``streams.codec.Codec.sealed_to``); None for a
     plain stream, or not known (docs/sealed.md#changing-the-recipients)."""
+
+
+def shown_keys(keys: Iterable[str]) -> str:
+    """Public keys for a message (pure): each cut to its first 16 characters, enough to tell
+    an ``age1...`` or ``ssh-ed25519 ...`` key from the others."""
+    return ", ".join(f"{key[:16]}..." for key in keys)
 
 
 class ManifestLock(NamedTuple):
@@ -263,7 +269,7 @@ class StreamRow:
     who found it when); None in every other state, and for a stream marked bad before
     catalog revision 0006, which recorded no reason."""
     sealed_to: tuple[str, ...] | None = None
-    """A sealed stream's age recipients (``streams.codec.Sealing.sealed_to``); None for a
+    """A sealed stream's age recipients (``streams.codec.Codec.sealed_to``); None for a
     plain stream, and for a sealed one catalogued before catalog revision 0012 or from its
     manifest."""
 
@@ -369,7 +375,7 @@ def manifest_rows(manifest: Manifest, *, store: str, prefix: str, parent_id: int
             manifest names keys only, docs/design.md#object-lock); None: not known.
         manifest_puts: the puts of the manifest and its copy (``put_with_copy``): their
             versions and the earlier lock are recorded when both were locked.
-        sealed_to: the recipients the writer sealed the volumes to (``Sealing.sealed_to``; a
+        sealed_to: the recipients the writer sealed the volumes to (``Codec.sealed_to``; a
             manifest names none); None: plain, or not known.
     """
     stream = NewStream(

@@ -101,8 +101,7 @@ def copy_stream(item: StreamCopy, source: Backend, target: Backend, catalog: Cat
                                                             inside)
         manifest = dataclasses.replace(original, storage_class=used_class)
     else:
-        sealing = recoding.target.sealing
-        sealed_to = sealing.sealed_to if sealing is not None else None
+        sealed_to = recoding.target.sealed_to
         new = reencode_volumes(stream, item.volumes, original.snapshots, recoding, source,
                                target, item.storage_class, throttle)
         manifest = dataclasses.replace(

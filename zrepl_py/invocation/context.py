@@ -65,6 +65,8 @@ class Context:
         default_factory=dict)
     _prefetch: Prefetch | None = None
     _stores: dict[str, Backend] = dataclasses.field(default_factory=dict)
+    _codecs: dict[tuple[str, Path | None], Callable[[str], Codec]] = dataclasses.field(
+        default_factory=dict)
     _fleet: FleetLocks | None | Literal[False] = False  # False: not looked at yet
 
     def __enter__(self) -> Context:
@@ -213,10 +215,15 @@ class Context:
     def reading_codecs(self, name: str) -> Callable[[str], Codec]:
         """The codecs that decode store ``name``'s volumes, by chain name
         (``stores.sealing.reading_codecs``, with this invocation's ``identity``); a store
-        the config no longer names is read with the ``--identity`` given only."""
+        the config no longer names is read with the ``--identity`` given only. One function
+        per store and identity, so the identity file is read once per invocation (a restore
+        opens it before it asks to go on, and again to receive)."""
         from zrepl_py.stores.sealing import reading_codecs
 
-        return reading_codecs(name, self.config.stores.get(name), self.identity)
+        key = (name, self.identity)
+        if key not in self._codecs:
+            self._codecs[key] = reading_codecs(name, self.config.stores.get(name), self.identity)
+        return self._codecs[key]
 
     def start_prefetch(self, tasks: Sequence[Task]) -> None:
         """Start running ``tasks`` in the background (``zrepl_py.runtime.prefetch``), replacing any

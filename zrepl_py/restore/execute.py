@@ -39,7 +39,7 @@ from typing import Any
 
 from zrepl_py.archive.damage import mark_bad
 from zrepl_py.catalog.export import StoreGuard
-from zrepl_py.catalog.rows import StreamRow, VolumeRow
+from zrepl_py.catalog.rows import StreamRow, VolumeRow, shown_keys
 from zrepl_py.errors import (
     CatalogError,
     IdentityRefused,
@@ -244,8 +244,7 @@ def _sealed_to(stream: StreamRow) -> str:
     catalog records them since revision 0012; docs/sealed.md#changing-the-recipients)."""
     if not stream.sealed_to:
         return ""
-    keys = ", ".join(f"{key[:16]}..." for key in stream.sealed_to)
-    return f"; stream {stream.id} (@{stream.to_name}) was sealed to {keys}"
+    return f"; stream {stream.id} (@{stream.to_name}) was sealed to {shown_keys(stream.sealed_to)}"
 
 
 class _Unverified(Exception):

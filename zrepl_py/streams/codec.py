@@ -101,12 +101,6 @@ class Sealing:
         """The recipients without their comments (``ssh-ed25519 BASE64``)."""
         return frozenset(" ".join(r.split()[:2]) for r in self.recipients)
 
-    @property
-    def sealed_to(self) -> tuple[str, ...]:
-        """:attr:`keys` sorted: what the catalog records of a stream sealed with them
-        (``streams.sealed_to``, docs/sealed.md#changing-the-recipients)."""
-        return tuple(sorted(self.keys))
-
 
 @dataclasses.dataclass(frozen=True)
 class Codec:
@@ -134,6 +128,13 @@ class Codec:
     def sealed(self) -> bool:
         """True when the stored bytes are encrypted (the ``age`` step)."""
         return self.sealing is not None
+
+    @property
+    def sealed_to(self) -> tuple[str, ...] | None:
+        """The recipients' keys (:attr:`Sealing.keys`), sorted: what the catalog records of
+        a stream this codec sealed (``streams.sealed_to``,
+        docs/sealed.md#changing-the-recipients); None for a plain codec."""
+        return tuple(sorted(self.sealing.keys)) if self.sealing is not None else None
 
     @property
     def fingerprint(self) -> str:
