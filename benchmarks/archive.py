@@ -464,9 +464,10 @@ class Bench:
         else:
             self.s3_empty(store_prefix(config))
 
-    def archive_pipe(self, job: str, store: str) -> Run:
+    def archive_pipe(self, job: str, store: str, after: Sequence[list[str]] = ()) -> Run:
         """The baseline of ``archive_zbak``: send | zstd -3 -T0 into a file (then fsync)
-        or boto3's managed upload."""
+        or boto3's managed upload; ``after``: more stages between zstd and the file (the
+        sealed bench's ``age -r``)."""
         send = (["zfs", "send", "-i", "@a", f"{self.src}/incr@b"] if job == "incr"
                 else ["zfs", "send", f"{self.src}/{job}@s"])
         zstd = ["zstd", "-3", "-T0", "-q", "-c"]
@@ -475,7 +476,7 @@ class Bench:
             target = self.work / f"pipe-{self.serial}.zst"
             try:
                 with open(target, "wb") as out:
-                    seconds, rss, cpu = run_pipe([send, zstd], self.work, stdout=out)
+                    seconds, rss, cpu = run_pipe([send, zstd, *after], self.work, stdout=out)
                     started = time.monotonic()
                     os.fsync(out.fileno())
                     fsync = time.monotonic() - started
@@ -542,9 +543,12 @@ class Bench:
         finally:
             self.destroy_received(target)
 
-    def restore_pipe(self, config: Path, job: str, snapshot: str) -> Run:
+    def restore_pipe(self, config: Path, job: str, snapshot: str, *,
+                     identity: Path | None = None) -> Run:
         """``cat VOLUMES | zstd -d | zfs receive -u NEW`` for each stream of ``config``'s
-        ``file://`` store, in chain order (a stream's prefix starts with its createtxg)."""
+        ``file://`` store, in chain order (a stream's prefix starts with its createtxg); with
+        ``identity``, each volume is decrypted by ``age -d -i IDENTITY`` instead of ``cat``
+        (docs/sealed.md's restore without zbak)."""
         store = Path(re.search(r'url = "file://([^"]+)"', config.read_text()).group(1))
         prefixes = sorted({path.parent for path in store.rglob("vol-*.zst")},
                           key=lambda path: path.name)
@@ -554,7 +558,10 @@ class Bench:
         try:
             for prefix in prefixes:
                 volumes = [str(path) for path in sorted(prefix.glob("vol-*.zst"))]
-                seconds, rss, cpu = run_pipe([["cat", *volumes], ["zstd", "-d", "-q", "-c"],
+                first = (["cat", *volumes] if identity is None else
+                         ["sh", "-c", 'k=$1; shift; for v; do age -d -i "$k" "$v" || exit; done',
+                          "sh", str(identity), *volumes])
+                seconds, rss, cpu = run_pipe([first, ["zstd", "-d", "-q", "-c"],
                                               ["zfs", "receive", "-u", target]], self.work)
                 total = Run(total.seconds + seconds, max(total.rss, rss), total.cpu + cpu)
             self.check_restored(job, target, snapshot)

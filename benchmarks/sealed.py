@@ -16,6 +16,11 @@ test bed, data and table):
   --from cold --yes`` of a store archived once (untimed) for each, unsealed and sealed
   (``--identity KEY``); every received snapshot's guid is checked.
 
+Beside zbak in every case, the stock tools' pipes, unsealed and sealed (``zfs send | zstd -3
+-T0 [| age -r KEY] > FILE``; each volume of zbak's store through ``cat`` or ``age -d -i KEY``,
+``| zstd -d | zfs receive``): their ratio is what the cipher costs on this machine with no
+zbak in the way, printed below the goals (``reference``).
+
 After one untimed warm-up of each tool, each case runs ``--reps`` times, the tools
 alternated and their order rotated per repetition; the ratio is the unsealed median over the
 sealed one (>= 1: sealing costs nothing). Peak RSS is GNU time's ``%M`` of the zbak
@@ -67,6 +72,9 @@ FLOORS = {"random": 0.8, "50%": 0.9}
 """Sealed throughput over unsealed (unsealed median / sealed median) each data kind must
 reach, archive and restore alike."""
 PLAIN, SEALED = "unsealed", "sealed"
+STOCK = "pipe"
+"""The stock tools' pipelines beside zbak: their sealed over unsealed ratio is what the
+cipher costs on this machine with no zbak in the way."""
 
 
 class SealedBench(Bench):
@@ -78,6 +86,7 @@ class SealedBench(Bench):
         subprocess.run(["age-keygen", "-o", str(self.key)], check=True, capture_output=True)
         recipient = subprocess.run(["age-keygen", "-y", str(self.key)], check=True,
                                    capture_output=True, text=True).stdout.strip()
+        self.recipient = recipient
         self.age_table = f'[stores.cold.age]\nrecipients = ["{recipient}"]\n'
         self.archived: dict[tuple[str, str], Path] = {}
 
@@ -113,6 +122,20 @@ class SealedBench(Bench):
         identity = ("--identity", str(self.key)) if kind == SEALED else ()
         return self.restore_zbak(self.archived[job, kind], job, "s", *identity, tree=tree)
 
+    def archive_stock(self, job: str, kind: str) -> Run:
+        """The stock tools' archive: ``zfs send | zstd -3 -T0 [| age -r RECIPIENT] > FILE``
+        (one age file for the whole stream, where zbak seals each volume)."""
+        age = [["age", "-r", self.recipient]] if kind == SEALED else []
+        return self.archive_pipe(job, "file", after=age)
+
+    def restore_stock(self, job: str, kind: str) -> Run:
+        """The stock tools' restore of the store ``restore`` archived: each volume through
+        ``cat`` (or ``age -d -i KEY``), ``| zstd -d | zfs receive``."""
+        if (job, kind) not in self.archived:
+            self.restore(job, kind)  # archives it once (untimed, with a restore: a warm-up)
+        return self.restore_pipe(self.archived[job, kind], job, "s",
+                                 identity=self.key if kind == SEALED else None)
+
 
 def measure(bench: SealedBench, results: Results, reps: int) -> tuple[dict[str, int],
                                                                        dict[str, str]]:
@@ -125,9 +148,13 @@ def measure(bench: SealedBench, results: Results, reps: int) -> tuple[dict[str, 
             if bench.args.only and not any(word in case for word in bench.args.only):
                 continue
             run = bench.archive if verb == "archive" else bench.restore
+            stock = bench.archive_stock if verb == "archive" else bench.restore_stock
             tools: dict[str, Callable[[], Run]] = {
                 f"zbak {verb} {kind}": (lambda job=job, kind=kind, run=run: run(job, kind))
                 for kind in (PLAIN, SEALED)}
+            tools.update({f"{STOCK} {verb} {kind}": (lambda job=job, kind=kind, stock=stock:
+                                                      stock(job, kind))
+                          for kind in (PLAIN, SEALED)})
             for name, tree in bench.args.compare:
                 tools[f"zbak {verb} {SEALED} ({name})"] = (
                     lambda job=job, run=run, tree=tree: run(job, SEALED, tree))
@@ -162,7 +189,22 @@ def goal_lines(results: Results, streams: dict[str, int],
                 ours_failed=failed, verdict=lambda peak, limit: (
                     f"{peak / MIB:.1f} MiB (<= {limit // MIB} MiB):"
                     f" {'MET' if peak <= limit else 'MISSED'}")))
+        lines.extend(_stock_line(results, case, verb))
     return lines
+
+
+def _stock_line(results: Results, case: str, verb: str) -> list[str]:
+    """The stock pipes' line of ``case`` (not a goal): their sealed over unsealed ratio, the
+    cipher's cost with no zbak in the way, and zbak's sealed command against the sealed
+    pipe; none when either pipe has no run."""
+    pipe_plain, pipe_sealed = (results.median(case, f"{STOCK} {verb} {kind}")
+                               for kind in (PLAIN, SEALED))
+    if pipe_plain is None or pipe_sealed is None:
+        return []
+    ours = results.median(case, f"zbak {verb} {SEALED}")
+    against = f"; zbak sealed {pipe_sealed / ours:.3f}x the sealed pipe" if ours else ""
+    return [f"reference {case}: the stock pipes' sealed {pipe_plain / pipe_sealed:.3f}x"
+            f" their unsealed{against}"]
 
 
 def main() -> int:

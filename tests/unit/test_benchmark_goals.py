@@ -36,6 +36,11 @@ def archive():
     return _load("archive")
 
 
+@pytest.fixture(scope="module")
+def sealed():
+    return _load("sealed")
+
+
 def test_a_replication_goal_whose_zbak_runs_all_failed_is_missed_with_the_failures(replication):
     results = replication.Results()
     for seconds in (2.0, 2.2, 2.1):
@@ -151,3 +156,25 @@ def test_archive_goals_hold_each_store_to_its_floor_and_each_compared_zbak_too(a
         " CPU 2.50 s/GiB, baseline 1.00",
         "target archive full random s3, zbak archive (main): zbak 0.680x the baseline"
         " (>= 0.9): MISSED; CPU 3.00 s/GiB, baseline 1.00"]
+
+
+def test_the_sealed_bench_prints_the_stock_pipes_ratio_beside_its_goals(sealed):
+    results = sealed.Results()
+    case = "restore full random"
+    for tool, seconds in (("zbak restore unsealed", 8.0), ("zbak restore sealed", 10.0),
+                          ("pipe restore unsealed", 6.0), ("pipe restore sealed", 7.5)):
+        results.record(case, tool, lambda seconds=seconds: sealed.Run(seconds, 1 << 20, 1.0))
+    lines = sealed.goal_lines(results, {case: 1 << 30})
+    assert "target restore full random zbak restore sealed: sealed 0.800x unsealed" in lines[0]
+    assert lines[-1] == ("reference restore full random: the stock pipes' sealed 0.800x their"
+                         " unsealed; zbak sealed 0.750x the sealed pipe")
+
+
+def test_no_stock_line_without_both_pipes(sealed):
+    results = sealed.Results()
+    results.record("archive full 50%", "zbak archive sealed",
+                   lambda: sealed.Run(1.0, 1 << 20, 1.0))
+    results.record("archive full 50%", "pipe archive sealed",
+                   lambda: sealed.Run(1.0, 1 << 20, 1.0))
+    assert not any(line.startswith("reference")
+                   for line in sealed.goal_lines(results, {"archive full 50%": 1 << 30}))
