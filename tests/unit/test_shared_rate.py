@@ -18,12 +18,14 @@ from zrepl_py.values.timetable import parse_timetable
 
 class Pvs:
     """Fake pv processes: the rate each runs at, every message in order, the most they ever
-    ran at together; some never answer."""
+    ran at together; some never answer, some miss their next few messages (a loaded host:
+    ``misses[pid]``, how many)."""
 
     def __init__(self, deaf=()):
         self.rates: dict[int, int] = {}
         self.told: list[tuple[int, int]] = []
         self.deaf = set(deaf)
+        self.misses: dict[int, int] = {}
         self.peak = 0
 
     def start(self, shared: SharedRate, pid: int):
@@ -41,9 +43,20 @@ class Pvs:
         self.told.append((pid, rate))
         if pid in self.deaf or pid not in self.rates:
             return False
+        if self.misses.get(pid):
+            self.misses[pid] -= 1
+            return False
         self.rates[pid] = rate
         self.peak = max(self.peak, sum(self.rates.values()))
         return True
+
+
+def _until(condition, seconds=10) -> bool:
+    """Wait until ``condition()`` holds, at most ``seconds``; whether it does."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return condition()
 
 
 def test_each_pipeline_starts_at_the_total_over_the_concurrency_and_gets_an_equal_share():
@@ -155,6 +168,21 @@ def test_a_pipeline_still_running_a_moment_after_its_start_is_raised_to_its_shar
     assert pvs.rates == {1: 500, 2: 500}
     pvs.end(first, 1)
     pvs.end(second, 2)
+
+
+def test_a_start_timer_lowers_a_pv_that_missed_its_lowering_before_raising_its_own():
+    pvs = Pvs()
+    shared = SharedRate(1000, 4, tell=pvs.tell, raise_after=0.05)
+    first = pvs.start(shared, 1)
+    assert _until(lambda: pvs.rates[1] == 1000)
+    pvs.misses[1] = 1
+    second = pvs.start(shared, 2)  # the first misses its lowering: 1000 + 250 for a moment
+    assert pvs.rates == {1: 1000, 2: 250}
+    assert _until(lambda: pvs.rates[2] == 500)
+    assert pvs.rates == {1: 500, 2: 500} and pvs.peak == 1250
+    pvs.end(first, 1)
+    pvs.end(second, 2)
+
 
 def test_a_limit_or_concurrency_that_cannot_be_shared_is_refused():
     with pytest.raises(ValueError):

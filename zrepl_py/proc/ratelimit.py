@@ -126,15 +126,11 @@ class SharedRate:
         self._later(self._raise_one, lease)
 
     def _raise_one(self, lease: Lease) -> None:
-        """Raise ``lease``'s pv to its share, if it still runs (its start's timer)."""
+        """Raise ``lease``'s pv to its share, if it still runs (its start's timer), after
+        lowering any pv that missed its lowering."""
         with self._lock:
-            got = self._leases.get(lease)
-            if got is None:
-                return
-            pid, rate, started = got
-            share = self._share()
-            if rate < share and self._tell(pid, share):
-                self._leases[lease] = (pid, share, started)
+            if self._leases.get(lease) is not None:
+                self._divide(only=lease)
 
     def _ended(self, lease: Lease) -> None:
         with self._lock:
@@ -164,12 +160,12 @@ class SharedRate:
             return UNLIMITED
         return max(1, self.total // len(self._leases))
 
-    def _divide(self) -> None:
+    def _divide(self, only: Lease | None = None) -> None:
         """Every running pv to ``total / leases``: those above it first; the others are
         raised only when all of those were lowered (a pv that missed the message still runs
         at its old rate), except those started less than ``raise_after`` ago (their own
-        timer raises them). A pv not started yet will start at ``start_rate``, never more
-        than its share."""
+        timer raises them: ``only``, the one lease raised then). A pv not started yet will
+        start at ``start_rate``, never more than its share."""
         if not self._leases:
             return
         share = self._share()
@@ -184,7 +180,8 @@ class SharedRate:
         if lowered:
             settled = time.monotonic() - self._raise_after
             for lease, (pid, rate, started) in running:
-                if rate < share and started <= settled and self._tell(pid, share):
+                raising = lease is only if only is not None else started <= settled
+                if rate < share and raising and self._tell(pid, share):
                     self._leases[lease] = (pid, share, started)
 
 
