@@ -11,19 +11,21 @@ import pytest
 from support.common import need_binary
 
 from zrepl_py.clock import FixedClock
-from zrepl_py.proc.ratelimit import UNLIMITED, SharedRate, remote_control
+from zrepl_py.proc.ratelimit import RETRIES, UNLIMITED, SharedRate, remote_control
 from zrepl_py.replication.bandwidth import follow
 from zrepl_py.values.timetable import parse_timetable
 
 
 class Pvs:
     """Fake pv processes: the rate each runs at, every message in order, the most they ever
-    ran at together; some never answer."""
+    ran at together; some never answer, some miss their next few messages (a loaded host:
+    ``misses[pid]``, how many)."""
 
     def __init__(self, deaf=()):
         self.rates: dict[int, int] = {}
         self.told: list[tuple[int, int]] = []
         self.deaf = set(deaf)
+        self.misses: dict[int, int] = {}
         self.peak = 0
 
     def start(self, shared: SharedRate, pid: int):
@@ -41,9 +43,20 @@ class Pvs:
         self.told.append((pid, rate))
         if pid in self.deaf or pid not in self.rates:
             return False
+        if self.misses.get(pid):
+            self.misses[pid] -= 1
+            return False
         self.rates[pid] = rate
         self.peak = max(self.peak, sum(self.rates.values()))
         return True
+
+
+def _until(condition, seconds=10) -> bool:
+    """Wait until ``condition()`` holds, at most ``seconds``; whether it does."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return condition()
 
 
 def test_each_pipeline_starts_at_the_total_over_the_concurrency_and_gets_an_equal_share():
@@ -155,6 +168,74 @@ def test_a_pipeline_still_running_a_moment_after_its_start_is_raised_to_its_shar
     assert pvs.rates == {1: 500, 2: 500}
     pvs.end(first, 1)
     pvs.end(second, 2)
+
+
+def test_a_start_timer_lowers_a_pv_that_missed_its_lowering_before_raising_its_own():
+    pvs = Pvs()
+    shared = SharedRate(1000, 4, tell=pvs.tell, raise_after=0.05)
+    first = pvs.start(shared, 1)
+    assert _until(lambda: pvs.rates[1] == 1000)
+    pvs.misses[1] = 1
+    second = pvs.start(shared, 2)  # the first misses its lowering: 1000 + 250 for a moment
+    assert pvs.rates == {1: 1000, 2: 250}
+    assert _until(lambda: pvs.rates[2] == 500)
+    assert pvs.rates == {1: 500, 2: 500} and pvs.peak == 1250
+    pvs.end(first, 1)
+    pvs.end(second, 2)
+
+
+def test_a_pipeline_that_misses_its_raise_after_an_end_is_raised_by_a_retry():
+    """The last transfer of a run, on a loaded host: its pv misses the raise when the one
+    before ended and the first retry; the next retry reaches it."""
+    pvs = Pvs()
+    shared = SharedRate(1000, 2, tell=pvs.tell, raise_after=0.01, retry_after=0.01)
+    first, second = pvs.start(shared, 1), pvs.start(shared, 2)  # 500 each: their share
+    pvs.misses[1] = 2
+    pvs.end(second, 2)
+    assert _until(lambda: pvs.rates[1] == 1000), "left at the share of two"
+    assert pvs.told[-3:] == [(1, 1000)] * 3
+    pvs.end(first, 1)
+
+
+def test_a_pipeline_that_misses_its_lowering_is_lowered_by_a_retry_before_anyone_is_raised():
+    pvs = Pvs()
+    shared = SharedRate(1000, 4, tell=pvs.tell, raise_after=0, retry_after=0.01)
+    first = pvs.start(shared, 1)
+    assert pvs.rates == {1: 1000}
+    pvs.misses[1] = 2  # the lowering before the second starts and the one after it started
+    second = pvs.start(shared, 2)
+    assert pvs.rates == {1: 1000, 2: 250}
+    assert _until(lambda: pvs.rates == {1: 500, 2: 500}), "the first stayed above its share"
+    assert pvs.told[-4:] == [(1, 500), (1, 500), (1, 500), (2, 500)] and pvs.peak == 1250
+    pvs.end(first, 1)
+    pvs.end(second, 2)
+
+
+def test_a_pv_that_never_answers_is_retried_a_few_times_then_left_at_its_rate():
+    pvs = Pvs(deaf={1})
+    shared = SharedRate(1000, 2, tell=pvs.tell, raise_after=0.01, retry_after=0.01)
+    first = pvs.start(shared, 1)
+    _until(lambda: len(pvs.told) > RETRIES, seconds=5)
+    time.sleep(2 ** RETRIES * 0.01 * 2)  # twice as long as the next retry would wait
+    assert pvs.told == [(1, 1000)] * (1 + RETRIES), "the start timer's raise, then retries"
+    assert pvs.rates == {1: 500}
+    pvs.end(first, 1)
+
+
+def test_a_pipeline_that_ended_is_not_retried_and_one_still_running_is():
+    pvs = Pvs(deaf={1})
+    shared = SharedRate(1000, 4, tell=pvs.tell, raise_after=0, retry_after=0.5)
+    first = pvs.start(shared, 1)  # misses its raise: a retry is pending
+    pvs.misses[2] = 2  # its raise at its start and the one when the first ended
+    second = pvs.start(shared, 2)
+    pvs.end(first, 1)
+    closed = len(pvs.told)
+    assert _until(lambda: pvs.rates[2] == 1000), "the second was not retried"
+    time.sleep(1)  # the first's retry has come and gone
+    assert 1 not in {pid for pid, _ in pvs.told[closed:]}
+    assert [rate for pid, rate in pvs.told if pid == 2] == [500, 1000, 1000]
+    pvs.end(second, 2)
+
 
 def test_a_limit_or_concurrency_that_cannot_be_shared_is_refused():
     with pytest.raises(ValueError):

@@ -19,9 +19,16 @@ under the lock (raised at its start, a tree of 101 small datasets at concurrency
 30-51 s instead of 4-7 s). Raising is never needed for the limit, only to fill the link.
 
 ``pv -R`` waits until the pv it controls has read the message (about a second at most)
-and fails otherwise (pv 1.6.20 and later, ``pv_remote_set``); where it fails (a pv built
-without remote control, one that has just ended), that pipeline keeps its rate and nobody
-is raised: the limit still holds, the link is just not filled until the next division.
+and fails otherwise (pv 1.6.20 and later, ``pv_remote_set``): a pv built without remote
+control, one that has just ended, one a loaded host did not run in time. That pv keeps its
+rate: a missed raise leaves the link unfilled; a missed lowering leaves the pv above its
+share (the sum may pass the total until it is lowered) and nobody is raised. So the
+division is tried again ``RETRY_AFTER`` seconds later, and twice as long after each further
+miss in a row, while that pipeline holds its lease (under load, the last transfer of a run
+missed its raise when the one before ended, and ran at half the limit to its end). At most
+``RETRIES`` times in a row: a pv without remote control misses every message, and a
+``pv -R`` to a live pv that misses it holds the lock about a second; after that the pv is
+told again only by the next division (a start, an end, a new total).
 ``-C``: no splice(2), so the byte meter can read pv's counters (``transport.stages``).
 
 The limit may change while the pipelines run (``bandwidth_limit`` as a timetable,
@@ -35,6 +42,7 @@ without ``-L``; docs/decisions.md#a-new-limit-reaches-running-transfers).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -48,6 +56,14 @@ _OPTIONS = ("-q", "-C")  # pv -R sends every display option too: the same ones e
 _REMOTE_TIMEOUT = 5.0  # seconds a `pv -R` may take before it is given up
 RAISE_AFTER = 0.3
 """Seconds after a pipeline ended before the others are raised to the new share."""
+RETRY_AFTER = 1.0
+"""Seconds after a pv missed its message before the division is tried again (twice as long
+after each further miss in a row): about as long as a ``pv -R`` waits, so that a loaded host
+has had as much time again to run the pv."""
+RETRIES = 5
+"""The most retries after one pv's misses in a row (the last some 30 s after the first
+miss): a pv that never answers gets these few, not a ``pv -R`` every few seconds to its
+end."""
 UNLIMITED = 10**15
 """Bytes per second of a pv while no limit is in force (see the module doc)."""
 
@@ -67,22 +83,24 @@ class SharedRate:
         raise_after: seconds between a pipeline's end and raising the others, and between
             a pipeline's start and raising it (0: at once, in the calling thread; else in a
             timer thread).
+        retry_after: seconds after a pv missed its message before dividing again (doubled
+            after each further miss in a row; in a timer thread).
 
     Thread-safe: pipelines start and end in several threads.
     """
 
     def __init__(self, total: int | None, most: int, *,
                  tell: Callable[[int, int], bool] | None = None,
-                 raise_after: float = RAISE_AFTER):
+                 raise_after: float = RAISE_AFTER, retry_after: float = RETRY_AFTER):
         if (total is not None and total <= 0) or most < 1:
             raise ValueError(f"a shared rate needs total > 0 and most >= 1, got {total}, {most}")
         self.total = total
         self.most = most
         self._tell = tell or remote_control
         self._lock = threading.Lock()
-        # (pid, rate, monotonic start) once started
-        self._leases: dict[Lease, tuple[int, int, float] | None] = {}
+        self._leases: dict[Lease, _Pv | None] = {}  # its pv once started
         self._raise_after = raise_after
+        self._retry_after = retry_after
         self._timer: threading.Timer | None = None  # a raise pending
 
     @property
@@ -119,22 +137,18 @@ class SharedRate:
         with self._lock:
             if lease not in self._leases:
                 return
-            self._leases[lease] = (pid, self.start_rate, time.monotonic())
+            self._leases[lease] = _Pv(pid, self.start_rate, time.monotonic())
             if self._raise_after <= 0:
                 self._divide()
                 return
-        self._later(self._raise_one, lease)
+        self._later(self._raise_after, self._raise_one, lease)
 
     def _raise_one(self, lease: Lease) -> None:
-        """Raise ``lease``'s pv to its share, if it still runs (its start's timer)."""
+        """Raise ``lease``'s pv to its share, if it still runs (its start's timer), after
+        lowering any pv that missed its lowering."""
         with self._lock:
-            got = self._leases.get(lease)
-            if got is None:
-                return
-            pid, rate, started = got
-            share = self._share()
-            if rate < share and self._tell(pid, share):
-                self._leases[lease] = (pid, share, started)
+            if self._leases.get(lease) is not None:
+                self._divide(only=lease)
 
     def _ended(self, lease: Lease) -> None:
         with self._lock:
@@ -143,11 +157,12 @@ class SharedRate:
             if self._raise_after <= 0:
                 self._divide()
             elif self._timer is None:
-                self._timer = self._later(self._raise)
+                self._timer = self._later(self._raise_after, self._raise)
 
-    def _later(self, function: Callable[..., None], *args: object) -> threading.Timer:
-        """Run ``function(*args)`` ``raise_after`` seconds from now, in a daemon thread."""
-        timer = threading.Timer(self._raise_after, function, args)
+    def _later(self, delay: float, function: Callable[..., None],
+               *args: object) -> threading.Timer:
+        """Run ``function(*args)`` ``delay`` seconds from now, in a daemon thread."""
+        timer = threading.Timer(delay, function, args)
         timer.daemon = True
         timer.start()
         return timer
@@ -157,6 +172,14 @@ class SharedRate:
             self._timer = None
             self._divide()
 
+    def _retry(self, lease: Lease) -> None:
+        """Divide again after ``lease``'s pv missed a message, if it still runs."""
+        with self._lock:
+            pv = self._leases.get(lease)
+            if pv is not None:
+                pv.retrying = False
+                self._divide()
+
     def _share(self) -> int:
         """Bytes per second of each lease now: ``total / leases`` (called with leases held;
         ``UNLIMITED`` without a total)."""
@@ -164,28 +187,50 @@ class SharedRate:
             return UNLIMITED
         return max(1, self.total // len(self._leases))
 
-    def _divide(self) -> None:
+    def _divide(self, only: Lease | None = None) -> None:
         """Every running pv to ``total / leases``: those above it first; the others are
         raised only when all of those were lowered (a pv that missed the message still runs
-        at its old rate), except those started less than ``raise_after`` ago (their own
-        timer raises them). A pv not started yet will start at ``start_rate``, never more
-        than its share."""
+        at its old rate until a retry, ``_set``), except those started less than
+        ``raise_after`` ago (their own timer raises them: ``only``, the one lease raised
+        then). A pv not started yet will start at ``start_rate``, never more than its
+        share."""
         if not self._leases:
             return
         share = self._share()
-        running = [(lease, got) for lease, got in self._leases.items() if got is not None]
+        running = [(lease, pv) for lease, pv in self._leases.items() if pv is not None]
         lowered = True
-        for lease, (pid, rate, started) in running:
-            if rate > share:
-                if self._tell(pid, share):
-                    self._leases[lease] = (pid, share, started)
-                else:
-                    lowered = False
+        for lease, pv in running:
+            if pv.rate > share and not self._set(lease, pv, share):
+                lowered = False
         if lowered:
             settled = time.monotonic() - self._raise_after
-            for lease, (pid, rate, started) in running:
-                if rate < share and started <= settled and self._tell(pid, share):
-                    self._leases[lease] = (pid, share, started)
+            for lease, pv in running:
+                raising = lease is only if only is not None else pv.started <= settled
+                if pv.rate < share and raising:
+                    self._set(lease, pv, share)
+
+    def _set(self, lease: Lease, pv: _Pv, rate: int) -> bool:
+        """Tell ``lease``'s pv its new rate (bytes per second) and say whether it took it;
+        after a miss, ``_retry`` later (the module doc). Called with the lock held."""
+        if self._tell(pv.pid, rate):
+            pv.rate, pv.misses = rate, 0
+            return True
+        pv.misses += 1
+        if pv.misses <= RETRIES and not pv.retrying:
+            pv.retrying = True
+            self._later(self._retry_after * 2 ** (pv.misses - 1), self._retry, lease)
+        return False
+
+
+@dataclasses.dataclass
+class _Pv:
+    """A started pipeline's pv, as its ``SharedRate`` knows it (changed under its lock)."""
+
+    pid: int
+    rate: int  # bytes per second it was last told, or started at
+    started: float  # time.monotonic() at its start
+    misses: int = 0  # messages missed in a row
+    retrying: bool = False  # a ``_retry`` is pending
 
 
 class Lease:
