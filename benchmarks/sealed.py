@@ -115,12 +115,17 @@ class SealedBench(Bench):
     def restore(self, job: str, kind: str, tree: Path = REPO) -> Run:
         """``zbak restore`` of JOB's full from a store of ``kind`` archived once for it (by
         this checkout's zbak); ``tree``: the checkout whose code restores (``--compare``)."""
+        identity = ("--identity", str(self.key)) if kind == SEALED else ()
+        return self.restore_zbak(self.store_of(job, kind), job, "s", *identity, tree=tree)
+
+    def store_of(self, job: str, kind: str) -> Path:
+        """The config of a store of ``kind`` holding JOB's full, archived once (untimed, by
+        this checkout's zbak) for every restore of it."""
         if (job, kind) not in self.archived:
             config = self.setup(kind)
             self.zbak(config, "archive", job)
             self.archived[job, kind] = config
-        identity = ("--identity", str(self.key)) if kind == SEALED else ()
-        return self.restore_zbak(self.archived[job, kind], job, "s", *identity, tree=tree)
+        return self.archived[job, kind]
 
     def archive_stock(self, job: str, kind: str) -> Run:
         """The stock tools' archive: ``zfs send | zstd -3 -T0 [| age -r RECIPIENT] > FILE``
@@ -131,9 +136,7 @@ class SealedBench(Bench):
     def restore_stock(self, job: str, kind: str) -> Run:
         """The stock tools' restore of the store ``restore`` archived: each volume through
         ``cat`` (or ``age -d -i KEY``), ``| zstd -d | zfs receive``."""
-        if (job, kind) not in self.archived:
-            self.restore(job, kind)  # archives it once (untimed, with a restore: a warm-up)
-        return self.restore_pipe(self.archived[job, kind], job, "s",
+        return self.restore_pipe(self.store_of(job, kind), job, "s",
                                  identity=self.key if kind == SEALED else None)
 
 
